@@ -1,0 +1,1 @@
+"""The ``dynamiccl`` command: one module per subcommand, each exposing ``register(subparsers)``."""

@@ -1,0 +1,357 @@
+"""The knob space: one definition shared by the simulator, the environment, the agents and export.
+
+Every tunable choice is enumerated once, here, as a flat table of joint actions. An action id is an
+index into :data:`ACTIONS`; the environment's ``Discrete`` space, the oracle, the policy file and the
+simulator all speak in these ids, so a decision means the same thing everywhere.
+
+NCCL's integer ids (``shared/reference/nccl_abi.md`` §1.2) are kept for collectives, algorithms and
+protocols because the policy file and the C plugin must use exactly NCCL's numbering.
+
+Which joint actions are *valid* depends on the system and the collective (:func:`valid_mask`); which
+ones NCCL can be *told* to do through a tuner plugin is the ``exportable`` column, written down in
+one place (:data:`EXPORTABLE_ALGO_HIERARCHY`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from dynamiccl.topology import Topology
+
+
+class Collective(enum.IntEnum):
+    """NCCL's ``ncclFunc_t`` values for the five collectives the tuner is asked about."""
+
+    BROADCAST = 0
+    REDUCE = 1
+    ALLGATHER = 2
+    REDUCESCATTER = 3
+    ALLREDUCE = 4
+
+
+class Algorithm(enum.IntEnum):
+    """NCCL's algorithm indices, plus the simulator-only StragglAR (seed 004) after them."""
+
+    TREE = 0
+    RING = 1
+    COLLNET_DIRECT = 2
+    COLLNET_CHAIN = 3
+    NVLS = 4
+    NVLS_TREE = 5
+    PAT = 6
+    STRAGGLAR = 7
+
+
+class Protocol(enum.IntEnum):
+    """NCCL's protocol indices."""
+
+    LL = 0
+    LL128 = 1
+    SIMPLE = 2
+
+
+class Hierarchy(enum.IntEnum):
+    FLAT = 0
+    HIERARCHICAL = 1
+
+
+class Schedule(enum.IntEnum):
+    """How a hierarchical collective is split across tiers (seed 000's two policies).
+
+    ``BASELINE``: a full collective in every tier, one tier after the other (seed 000's FIFO).
+    ``BW_AWARE``: reduce-scatter inside, the collective across tiers on 1/k of the data, all-gather
+    inside (seed 000's localBWAware): only a k-th of the bytes cross the slow tier.
+    """
+
+    BASELINE = 0
+    BW_AWARE = 1
+
+
+#: Channel counts the agents choose among (NCCL allows 1..64; powers of two cover the range).
+CHANNEL_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+#: Active chunks in flight per tier for pipelined hierarchical collectives.
+CHUNK_LEVELS: tuple[int, ...] = (1, 2, 4, 8)
+MAX_CHANNELS = 64
+
+# The (algorithm, hierarchy) pairs that exist. NCCL's Tree is intrinsically hierarchical (an
+# intra-node chain below an inter-node double binary tree); NVLSTree and CollNet likewise; Ring and
+# the simulator's ring-over-ring share the algorithm but differ in hierarchy.
+ALGO_HIERARCHY_PAIRS: tuple[tuple[Algorithm, Hierarchy], ...] = (
+    (Algorithm.RING, Hierarchy.FLAT),
+    (Algorithm.RING, Hierarchy.HIERARCHICAL),
+    (Algorithm.TREE, Hierarchy.HIERARCHICAL),
+    (Algorithm.COLLNET_DIRECT, Hierarchy.HIERARCHICAL),
+    (Algorithm.COLLNET_CHAIN, Hierarchy.HIERARCHICAL),
+    (Algorithm.NVLS, Hierarchy.FLAT),
+    (Algorithm.NVLS_TREE, Hierarchy.HIERARCHICAL),
+    (Algorithm.PAT, Hierarchy.FLAT),
+    (Algorithm.STRAGGLAR, Hierarchy.FLAT),
+)
+
+#: The one place that says which (algorithm, hierarchy) pairs real NCCL can be told to run through
+#: a tuner plugin: each NCCL algorithm with the hierarchy it intrinsically has. Ring-over-ring with a
+#: chosen scheduling policy and StragglAR exist only in the simulator.
+EXPORTABLE_ALGO_HIERARCHY: frozenset[tuple[Algorithm, Hierarchy]] = frozenset(
+    {
+        (Algorithm.RING, Hierarchy.FLAT),
+        (Algorithm.TREE, Hierarchy.HIERARCHICAL),
+        (Algorithm.COLLNET_DIRECT, Hierarchy.HIERARCHICAL),
+        (Algorithm.COLLNET_CHAIN, Hierarchy.HIERARCHICAL),
+        (Algorithm.NVLS, Hierarchy.FLAT),
+        (Algorithm.NVLS_TREE, Hierarchy.HIERARCHICAL),
+        (Algorithm.PAT, Hierarchy.FLAT),
+    }
+)
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """One joint choice of every knob."""
+
+    algorithm: Algorithm
+    protocol: Protocol
+    channels: int
+    hierarchy: Hierarchy = Hierarchy.FLAT
+    schedule: Schedule = Schedule.BASELINE
+    chunks: int = 1
+
+    @property
+    def exportable(self) -> bool:
+        return (
+            (self.algorithm, self.hierarchy) in EXPORTABLE_ALGO_HIERARCHY
+            and self.schedule == Schedule.BASELINE
+            and self.chunks == 1
+        )
+
+    def to_dict(self) -> dict[str, str | int]:
+        return {
+            "algorithm": self.algorithm.name.lower(),
+            "protocol": self.protocol.name.lower(),
+            "channels": self.channels,
+            "hierarchy": self.hierarchy.name.lower(),
+            "schedule": self.schedule.name.lower(),
+            "chunks": self.chunks,
+        }
+
+    def label(self) -> str:
+        """Short human label, e.g. ``ring/simple/16ch`` or ``ring-hier(bw_aware,4ck)/simple/8ch``."""
+        algo = self.algorithm.name.lower()
+        if self.algorithm == Algorithm.RING and self.hierarchy == Hierarchy.HIERARCHICAL:
+            algo = f"ring-hier({self.schedule.name.lower()},{self.chunks}ck)"
+        return f"{algo}/{self.protocol.name.lower()}/{self.channels}ch"
+
+
+def _enumerate_actions() -> tuple[Config, ...]:
+    actions: list[Config] = []
+    for algo, hier in ALGO_HIERARCHY_PAIRS:
+        variants = [(Schedule.BASELINE, 1)]
+        if algo == Algorithm.RING and hier == Hierarchy.HIERARCHICAL:
+            variants = [(s, c) for s in Schedule for c in CHUNK_LEVELS]
+        for proto in Protocol:
+            for ch in CHANNEL_LEVELS:
+                for sched, chunks in variants:
+                    actions.append(Config(algo, proto, ch, hier, sched, chunks))
+    return tuple(actions)
+
+
+#: Every joint action; an action id is an index into this tuple.
+ACTIONS: tuple[Config, ...] = _enumerate_actions()
+N_ACTIONS = len(ACTIONS)
+ACTION_INDEX: dict[Config, int] = {c: i for i, c in enumerate(ACTIONS)}
+
+
+class ActionColumns:
+    """The action table as numpy columns, so vectorized code never loops over actions."""
+
+    algorithm = np.array([int(c.algorithm) for c in ACTIONS], dtype=np.int64)
+    protocol = np.array([int(c.protocol) for c in ACTIONS], dtype=np.int64)
+    channels = np.array([c.channels for c in ACTIONS], dtype=np.int64)
+    hierarchy = np.array([int(c.hierarchy) for c in ACTIONS], dtype=np.int64)
+    schedule = np.array([int(c.schedule) for c in ACTIONS], dtype=np.int64)
+    chunks = np.array([c.chunks for c in ACTIONS], dtype=np.int64)
+    exportable = np.array([c.exportable for c in ACTIONS], dtype=bool)
+
+
+EXPORTABLE_MASK: np.ndarray = ActionColumns.exportable
+
+
+@dataclass(frozen=True)
+class ConfigBatch:
+    """Configurations as parallel integer columns: the simulator's vectorized input.
+
+    Unlike action ids, a batch may hold any channel count 1..64 (NCCL's own pick is often 24 or 13).
+    """
+
+    algorithm: np.ndarray
+    protocol: np.ndarray
+    channels: np.ndarray
+    hierarchy: np.ndarray
+    schedule: np.ndarray
+    chunks: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.algorithm)
+
+    @classmethod
+    def from_configs(cls, configs: list[Config] | tuple[Config, ...]) -> ConfigBatch:
+        cols = zip(*[(int(c.algorithm), int(c.protocol), c.channels, int(c.hierarchy),
+                      int(c.schedule), c.chunks) for c in configs])
+        return cls(*(np.array(col, dtype=np.int64) for col in cols))
+
+    @classmethod
+    def all_actions(cls) -> ConfigBatch:
+        c = ActionColumns
+        return cls(c.algorithm, c.protocol, c.channels, c.hierarchy, c.schedule, c.chunks)
+
+    def take(self, index: np.ndarray) -> ConfigBatch:
+        return ConfigBatch(*(getattr(self, f)[index] for f in
+                             ("algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks")))
+
+
+def action_id(config: Config) -> int:
+    """Id of ``config``; raises a readable error for a combination the knob space does not have."""
+    try:
+        return ACTION_INDEX[config]
+    except KeyError:
+        raise ValueError(
+            f"{config.label()} is not in the knob space: channels must be one of "
+            f"{CHANNEL_LEVELS}, chunks one of {CHUNK_LEVELS}, and only ring may be hierarchical "
+            "with a scheduling policy"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Validity rules. Each returns a reason string for an invalid combination (None when valid), so
+# the CLI can say *why* a choice is impossible; valid_mask vectorizes the same rules.
+# ---------------------------------------------------------------------------------------------
+
+_ONLY_SIMPLE = {
+    Algorithm.NVLS,
+    Algorithm.NVLS_TREE,
+    Algorithm.COLLNET_DIRECT,
+    Algorithm.COLLNET_CHAIN,
+    Algorithm.PAT,
+    Algorithm.STRAGGLAR,
+}
+_ALGO_COLLECTIVES: dict[Algorithm, frozenset[Collective]] = {
+    Algorithm.RING: frozenset(Collective),
+    Algorithm.TREE: frozenset({Collective.ALLREDUCE}),
+    Algorithm.COLLNET_DIRECT: frozenset(
+        {Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER}
+    ),
+    Algorithm.COLLNET_CHAIN: frozenset({Collective.ALLREDUCE}),
+    Algorithm.NVLS: frozenset({Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER}),
+    Algorithm.NVLS_TREE: frozenset({Collective.ALLREDUCE}),
+    Algorithm.PAT: frozenset({Collective.ALLGATHER, Collective.REDUCESCATTER}),
+    Algorithm.STRAGGLAR: frozenset({Collective.ALLREDUCE}),
+}
+
+
+def _shape_problem(config: Config) -> str | None:
+    if not 1 <= config.channels <= MAX_CHANNELS:
+        return f"channels must be 1..{MAX_CHANNELS}, got {config.channels}"
+    if config.chunks not in CHUNK_LEVELS:
+        return f"active chunks must be one of {CHUNK_LEVELS}, got {config.chunks}"
+    pair = (config.algorithm, config.hierarchy)
+    if pair not in ALGO_HIERARCHY_PAIRS:
+        return f"{config.algorithm.name.lower()} is not {config.hierarchy.name.lower()}"
+    if pair != (Algorithm.RING, Hierarchy.HIERARCHICAL) and (
+        config.schedule != Schedule.BASELINE or config.chunks != 1
+    ):
+        return "a scheduling policy and active chunks apply only to the hierarchical ring"
+    return None
+
+
+def invalid_reason(topology: Topology, collective: Collective, config: Config) -> str | None:
+    """Why ``config`` cannot run ``collective`` on ``topology`` (None when it can).
+
+    The rules follow NCCL's own enable rules (nccl_abi.md §3.4–3.7) where NCCL has them.
+    """
+    algo, proto = config.algorithm, config.protocol
+    nranks, ppn, nodes = topology.nranks, topology.gpus_per_node, topology.nodes
+    shape_problem = _shape_problem(config)
+    if shape_problem:
+        return shape_problem
+    if nranks == 1:
+        if (algo, proto, config.hierarchy) != (Algorithm.RING, Protocol.SIMPLE, Hierarchy.FLAT):
+            return "a single rank only runs NCCL's local copy (ring/simple)"
+        return None
+    if collective not in _ALGO_COLLECTIVES[algo]:
+        allowed = ", ".join(sorted(c.name.lower() for c in _ALGO_COLLECTIVES[algo]))
+        return f"{algo.name.lower()} only implements {allowed}"
+    if algo in _ONLY_SIMPLE and proto != Protocol.SIMPLE:
+        return f"{algo.name.lower()} only runs the simple protocol"
+    if proto == Protocol.LL128 and not topology.ll128_enabled:
+        return (
+            "LL128 is off on this system (NCCL enables it only on sm70+ GPUs whose intra-node "
+            "path is NVLink)"
+        )
+    if algo == Algorithm.RING and config.hierarchy == Hierarchy.HIERARCHICAL:
+        if collective not in (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER):
+            return "ring-over-ring is modelled for allreduce, allgather and reducescatter"
+        if nodes < 2 or ppn < 2:
+            return "a hierarchical ring needs at least 2 nodes with at least 2 GPUs each"
+    if algo in (Algorithm.NVLS, Algorithm.NVLS_TREE):
+        if not topology.features.nvls or topology.gpu.sm < 90:
+            return "NVLS needs NVSwitch multicast (features.nvls) on an sm90+ GPU"
+        if ppn < 2:
+            return "NVLS needs at least 2 GPUs per node"
+        if algo == Algorithm.NVLS and nodes > 1 and not topology.features.collnet:
+            return "multi-node NVLS needs in-network reduction (features.collnet, NVLS+SHARP)"
+        if algo == Algorithm.NVLS_TREE and nodes < 2:
+            return "NVLSTree needs more than one node"
+    if algo in (Algorithm.COLLNET_DIRECT, Algorithm.COLLNET_CHAIN):
+        if not topology.features.collnet:
+            return "CollNet needs in-network reduction (features.collnet, e.g. SHARP)"
+        if nodes < 2:
+            return "CollNet needs more than one node"
+        if algo == Algorithm.COLLNET_DIRECT and (
+            topology.tiers[0].fabric != "switch" or ppn > 8
+        ):
+            return "CollNetDirect needs an NVSwitch node with at most 8 GPUs"
+    if algo == Algorithm.PAT and ppn != 1:
+        return "PAT runs only with one GPU per node"
+    if algo == Algorithm.STRAGGLAR:
+        if nranks % 2:
+            return "StragglAR needs an even number of ranks"
+        if not topology.any_to_any:
+            return "StragglAR needs an any-to-any fabric (switch or fully_connected) at every tier"
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _valid_mask_cached(topology: Topology, collective: Collective) -> np.ndarray:
+    mask = np.array([invalid_reason(topology, collective, c) is None for c in ACTIONS], dtype=bool)
+    mask.setflags(write=False)
+    return mask
+
+
+def valid_mask(
+    topology: Topology, collective: Collective, *, deployable: bool = False
+) -> np.ndarray:
+    """Boolean mask over :data:`ACTIONS`; with ``deployable`` only exportable actions survive."""
+    mask = _valid_mask_cached(topology, Collective(collective))
+    return mask & EXPORTABLE_MASK if deployable else mask
+
+
+def parse_enum(enum_cls: type[enum.IntEnum], text: str | int) -> enum.IntEnum:
+    """Accepts a name in any case (``nvls_tree``, ``NVLSTree``) or NCCL's integer id."""
+    if isinstance(text, int) or (isinstance(text, str) and text.strip().lstrip("-").isdigit()):
+        return enum_cls(int(text))
+    key = str(text).strip().upper().replace("-", "_")
+    aliases = {"NVLSTREE": "NVLS_TREE", "COLLNETDIRECT": "COLLNET_DIRECT",
+               "COLLNETCHAIN": "COLLNET_CHAIN", "BWAWARE": "BW_AWARE", "FIFO": "BASELINE",
+               "LOCALBWAWARE": "BW_AWARE", "HIER": "HIERARCHICAL", "ALL_REDUCE": "ALLREDUCE",
+               "ALL_GATHER": "ALLGATHER", "REDUCE_SCATTER": "REDUCESCATTER"}
+    key = aliases.get(key.replace("_", ""), aliases.get(key, key))
+    try:
+        return enum_cls[key]
+    except KeyError:
+        choices = ", ".join(m.name.lower() for m in enum_cls)
+        raise ValueError(f"unknown {enum_cls.__name__.lower()} {text!r}; choose from {choices}")

@@ -1,0 +1,273 @@
+"""The system model: a list of tiers, innermost first, plus GPU facts and fabric features.
+
+A tier is one level of the machine's interconnect (NVLink inside a node, InfiniBand between nodes,
+…). Its ``bandwidth_GBps`` is the unidirectional bandwidth one rank can drive into that tier and
+``latency_us`` the cost of one hop across it. The product of the tier sizes is the number of ranks;
+the innermost tier is "the node".
+
+Topologies are plain YAML files (presets live in ``configs/topology/``, the Hydra group
+``topology``); :func:`load_topology` accepts a preset name or a path and reports a malformed file
+with one message naming the file, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FABRICS = ("switch", "ring", "torus2d", "fully_connected")
+LINKS = ("nvlink", "pcie", "net")
+#: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).
+ARCHS = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100}
+
+
+class TopologyError(ValueError):
+    """A topology file or preset that cannot be used; the message says where and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    size: int
+    fabric: str
+    bandwidth_GBps: float
+    latency_us: float
+    #: Physical link class: decides protocol rules (LL128 needs NVLink) and NCCL's latency row.
+    link: str = "net"
+    #: Ranks of the tier below that share one port of this tier (e.g. 4 GPUs behind one NIC).
+    link_share: int = 1
+    #: For torus2d: the two dimensions (their product is ``size``).
+    dims: tuple[int, ...] = ()
+
+    @property
+    def port_bandwidth_GBps(self) -> float:
+        """What one rank gets when every rank of a node crosses this tier at once."""
+        return self.bandwidth_GBps / self.link_share
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    arch: str = "sm90"
+    sms: int = 132
+
+    @property
+    def sm(self) -> int:
+        return ARCHS[self.arch]
+
+
+@dataclass(frozen=True)
+class Features:
+    nvls: bool = False
+    collnet: bool = False
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    tiers: tuple[Tier, ...]
+    gpu: GpuSpec = field(default_factory=GpuSpec)
+    features: Features = field(default_factory=Features)
+
+    @property
+    def nranks(self) -> int:
+        return math.prod(t.size for t in self.tiers)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.tiers[0].size
+
+    @property
+    def nodes(self) -> int:
+        return self.nranks // self.gpus_per_node
+
+    @property
+    def any_to_any(self) -> bool:
+        return all(t.fabric in ("switch", "fully_connected") or t.size == 1 for t in self.tiers)
+
+    @property
+    def ll128_enabled(self) -> bool:
+        """NCCL's default LL128 rule (nccl_abi.md §3.7): sm70+ and an NVLink intra-node path."""
+        return self.gpu.sm >= 70 and (self.tiers[0].link == "nvlink" or self.gpus_per_node == 1)
+
+    def resized(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Topology:
+        """The same system with another node count or node size (``--nodes``/``--gpus-per-node``).
+
+        The node count is put into the outermost tier; inner tiers above the node keep their size,
+        so a three-tier system needs a node count their product divides.
+        """
+        tiers = list(self.tiers)
+        if gpus_per_node is not None:
+            _require_positive("gpus_per_node", gpus_per_node)
+            tiers[0] = _retier(tiers[0], gpus_per_node)
+        if nodes is not None:
+            _require_positive("nodes", nodes)
+            if len(tiers) == 1:
+                if nodes != 1:
+                    tiers.append(Tier("network", nodes, "switch", 50.0, 3.0, "net"))
+            else:
+                middle = math.prod(t.size for t in tiers[1:-1])
+                if nodes % middle:
+                    raise TopologyError(
+                        f"{self.name}: --nodes {nodes} is not a multiple of the {middle} nodes the "
+                        "inner network tiers already group; pick a multiple"
+                    )
+                tiers[-1] = _retier(tiers[-1], nodes // middle)
+        if tiers == list(self.tiers):
+            return self
+        return replace(self, tiers=tuple(tiers))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for t in d["tiers"]:
+            t["dims"] = list(t["dims"])
+        return d
+
+    def fingerprint(self) -> str:
+        """Stable hash of everything that shapes a decision; recorded in exported policies."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def describe(self) -> str:
+        tiers = " × ".join(f"{t.size} {t.name} ({t.fabric}, {t.bandwidth_GBps:g} GB/s)"
+                           for t in self.tiers)
+        return f"{self.name}: {self.nranks} ranks = {tiers}; {self.gpu.arch}"
+
+
+def _require_positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise TopologyError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _retier(tier: Tier, size: int) -> Tier:
+    dims = _torus_dims(size) if tier.fabric == "torus2d" else ()
+    return replace(tier, size=size, dims=dims)
+
+
+def _torus_dims(size: int) -> tuple[int, int]:
+    """The most nearly square factorisation, as a 2-D torus would be cabled."""
+    a = int(math.isqrt(size))
+    while size % a:
+        a -= 1
+    return (a, size // a)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and validation
+# ---------------------------------------------------------------------------------------------
+
+_TIER_FIELDS = {"name", "size", "fabric", "bandwidth_GBps", "latency_us", "link", "link_share",
+                "dims"}
+
+
+def preset_names() -> list[str]:
+    folder = resources.files("dynamiccl.configs") / "topology"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_topology(
+    name_or_path: str | Path, nodes: int | None = None, gpus_per_node: int | None = None
+) -> Topology:
+    """A preset by name or a YAML file by path, optionally resized."""
+    text, source = _read_source(str(name_or_path))
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"{source}: not valid YAML ({exc}); fix the syntax") from None
+    topo = topology_from_dict(data, source=source)
+    return topo.resized(nodes=nodes, gpus_per_node=gpus_per_node)
+
+
+def _read_source(name_or_path: str) -> tuple[str, str]:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise TopologyError(f"{path}: no such topology file; check the path")
+        return path.read_text(), str(path)
+    folder = resources.files("dynamiccl.configs") / "topology"
+    candidate = folder / f"{name_or_path}.yaml"
+    if not candidate.is_file():
+        raise TopologyError(
+            f"unknown topology {name_or_path!r}: give a YAML file or one of the presets "
+            f"({', '.join(preset_names())}); `dynamiccl topologies` lists them"
+        )
+    return candidate.read_text(), f"preset {name_or_path}"
+
+
+def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
+    """Validates a parsed topology document; every error names ``source``, the field and a fix."""
+
+    def fail(where: str, problem: str) -> TopologyError:
+        return TopologyError(f"{source}: field '{where}' {problem}")
+
+    if not isinstance(data, dict):
+        raise TopologyError(f"{source}: a topology is a mapping with 'name' and 'tiers' at the top")
+    unknown = set(data) - {"name", "gpu", "features", "tiers", "_target_", "defaults"}
+    if unknown:
+        raise fail(sorted(unknown)[0], "is not a topology field; allowed: name, gpu, features, tiers")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise fail("name", "is missing; give the system a name, e.g. name: my_cluster")
+    gpu_d = data.get("gpu") or {}
+    if not isinstance(gpu_d, dict):
+        raise fail("gpu", "must be a mapping like {arch: sm90, sms: 132}")
+    arch = str(gpu_d.get("arch", "sm90"))
+    if arch not in ARCHS:
+        raise fail("gpu.arch", f"is {arch!r}; use one of {', '.join(ARCHS)}")
+    sms = gpu_d.get("sms", 132)
+    if not isinstance(sms, int) or sms < 1:
+        raise fail("gpu.sms", f"is {sms!r}; give the GPU's SM count as a positive integer")
+    feat_d = data.get("features") or {}
+    if not isinstance(feat_d, dict) or set(feat_d) - {"nvls", "collnet"}:
+        raise fail("features", "must be a mapping with keys nvls and collnet (true/false)")
+    for key, val in feat_d.items():
+        if not isinstance(val, bool):
+            raise fail(f"features.{key}", f"is {val!r}; write true or false")
+    tiers_d = data.get("tiers")
+    if not isinstance(tiers_d, list) or not tiers_d:
+        raise fail("tiers", "must be a non-empty list of tiers, innermost (the node) first")
+    tiers = tuple(_tier_from_dict(t, i, fail, len(tiers_d)) for i, t in enumerate(tiers_d))
+    return Topology(name, tiers, GpuSpec(arch, sms), Features(**feat_d))
+
+
+def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
+    where = f"tiers[{i}]"
+    if not isinstance(t, dict):
+        raise fail(where, "must be a mapping with name, size, fabric, bandwidth_GBps, latency_us")
+    unknown = set(t) - _TIER_FIELDS
+    if unknown:
+        raise fail(f"{where}.{sorted(unknown)[0]}",
+                   f"is not a tier field; allowed: {', '.join(sorted(_TIER_FIELDS))}")
+    for key in ("size", "fabric", "bandwidth_GBps", "latency_us"):
+        if key not in t:
+            raise fail(f"{where}.{key}", "is missing")
+    size = t["size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise fail(f"{where}.size", f"is {size!r}; it must be a positive integer")
+    if t["fabric"] not in FABRICS:
+        raise fail(f"{where}.fabric", f"is {t['fabric']!r}; use one of {', '.join(FABRICS)}")
+    for key in ("bandwidth_GBps", "latency_us"):
+        val = t[key]
+        if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0 or (
+            key == "bandwidth_GBps" and val == 0
+        ):
+            raise fail(f"{where}.{key}", f"is {val!r}; it must be a positive number")
+    link = t.get("link", "nvlink" if i == 0 and n_tiers > 1 else "net")
+    if link not in LINKS:
+        raise fail(f"{where}.link", f"is {link!r}; use one of {', '.join(LINKS)}")
+    share = t.get("link_share", 1)
+    if not isinstance(share, int) or share < 1:
+        raise fail(f"{where}.link_share", f"is {share!r}; it must be a positive integer")
+    dims: tuple[int, ...] = ()
+    if t["fabric"] == "torus2d":
+        dims = tuple(t.get("dims") or _torus_dims(size))
+        if len(dims) != 2 or math.prod(dims) != size:
+            raise fail(f"{where}.dims", f"is {list(dims)}; give two numbers whose product is {size}")
+    return Tier(str(t.get("name", f"tier{i}")), size, t["fabric"], float(t["bandwidth_GBps"]),
+                float(t["latency_us"]), link, share, dims)
