@@ -355,3 +355,15 @@ def parse_enum(enum_cls: type[enum.IntEnum], text: str | int) -> enum.IntEnum:
     except KeyError:
         choices = ", ".join(m.name.lower() for m in enum_cls)
         raise ValueError(f"unknown {enum_cls.__name__.lower()} {text!r}; choose from {choices}")
+
+
+#: The hierarchy each NCCL algorithm intrinsically has (the exportable mapping, keyed by algorithm).
+NCCL_ALGORITHM_HIERARCHY: dict[Algorithm, Hierarchy] = {
+    algo: hier for algo, hier in EXPORTABLE_ALGO_HIERARCHY
+}
+
+
+def nccl_config(algorithm: Algorithm, protocol: Protocol, channels: int) -> Config:
+    """The knob-space configuration of what NCCL runs when it picks (algorithm, protocol, channels)."""
+    return Config(Algorithm(algorithm), Protocol(protocol), int(channels),
+                  NCCL_ALGORITHM_HIERARCHY[Algorithm(algorithm)])
