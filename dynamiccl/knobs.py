@@ -201,7 +201,7 @@ class ConfigBatch:
     @classmethod
     def from_configs(cls, configs: list[Config] | tuple[Config, ...]) -> ConfigBatch:
         cols = zip(*[(int(c.algorithm), int(c.protocol), c.channels, int(c.hierarchy),
-                      int(c.schedule), c.chunks) for c in configs])
+                      int(c.schedule), c.chunks) for c in configs], strict=True)
         return cls(*(np.array(col, dtype=np.int64) for col in cols))
 
     @classmethod
@@ -354,7 +354,7 @@ def parse_enum(enum_cls: type[enum.IntEnum], text: str | int) -> enum.IntEnum:
         return enum_cls[key]
     except KeyError:
         choices = ", ".join(m.name.lower() for m in enum_cls)
-        raise ValueError(f"unknown {enum_cls.__name__.lower()} {text!r}; choose from {choices}")
+        raise ValueError(f"unknown {enum_cls.__name__.lower()} {text!r}; choose from {choices}") from None
 
 
 #: The hierarchy each NCCL algorithm intrinsically has (the exportable mapping, keyed by algorithm).

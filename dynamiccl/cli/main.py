@@ -14,6 +14,7 @@ import sys
 #: Subcommand modules under ``dynamiccl.cli``, in the order ``--help`` lists them.
 COMMAND_MODULES = (
     "simulate",
+    "explain",
 )
 
 

@@ -1,0 +1,136 @@
+"""One measured collective, as the runner and the nccl-tests parser both write it, plus JSONL I/O.
+
+A record is the unit calibration consumes, so it carries everything needed to re-simulate the
+measurement: collective, size in nccl-tests' convention, rank and node counts, and the
+configuration NCCL ran. ``algorithm``/``protocol``/``channels`` left as ``None`` mean "NCCL chose"
+(NCCL's default, or only partly forced through ``NCCL_ALGO``/``NCCL_PROTO``); calibration then asks
+the NCCL-default model what NCCL would have run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from dynamiccl.knobs import Algorithm, Collective, Protocol, parse_enum
+
+#: The label a record's configuration gets when NCCL chose every knob itself.
+NCCL_DEFAULT = "NCCL default"
+
+
+def bus_factor(collective: Collective, nranks: int) -> float:
+    """nccl-tests' busbw / algbw factor: the fraction of the data each rank's link must carry."""
+    if nranks <= 1:
+        return 1.0 if collective in (Collective.BROADCAST, Collective.REDUCE) else 0.0
+    if collective == Collective.ALLREDUCE:
+        return 2.0 * (nranks - 1) / nranks
+    if collective in (Collective.ALLGATHER, Collective.REDUCESCATTER):
+        return (nranks - 1) / nranks
+    return 1.0
+
+
+def bandwidths(collective: Collective, nbytes: int, nranks: int, time_us: float) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s the way nccl-tests computes them (bytes / µs / 1e3 = GB/s)."""
+    algbw = nbytes / time_us / 1e3 if time_us > 0 else 0.0
+    return algbw, algbw * bus_factor(collective, nranks)
+
+
+@dataclass(frozen=True)
+class MeasurementRecord:
+    collective: str
+    #: nccl-tests' size column (allgather/reducescatter: the whole gathered/scattered buffer).
+    nbytes: int
+    nranks: int
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    algorithm: str | None = None
+    protocol: str | None = None
+    channels: int | None = None
+    nnodes: int | None = None
+    in_place: bool = False
+    backend: str = "nccl"
+    #: Where the number came from (``file:line`` for parsed output, ``runner`` for our own runs).
+    source: str = ""
+    #: Per-run times of a multi-run measurement (time_us is their median); empty when unknown.
+    time_us_runs: tuple[float, ...] = ()
+    straggler_rank: int | None = None
+    straggler_delay_us: float = 0.0
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        Collective[self.collective.upper()]  # raises KeyError early for a misspelt collective
+        if self.nbytes < 0 or self.nranks < 1 or self.time_us <= 0:
+            raise ValueError(
+                f"record from {self.source or 'unknown source'}: needs nbytes >= 0, nranks >= 1 and "
+                f"time_us > 0 (got {self.nbytes}, {self.nranks}, {self.time_us})"
+            )
+
+    @property
+    def coll(self) -> Collective:
+        return Collective[self.collective.upper()]
+
+    @property
+    def nccl_default(self) -> bool:
+        return self.algorithm is None and self.protocol is None and self.channels is None
+
+    @property
+    def config_label(self) -> str:
+        if self.nccl_default:
+            return NCCL_DEFAULT
+        return "/".join([self.algorithm or "auto", self.protocol or "auto",
+                         f"{self.channels}ch" if self.channels else "auto-ch"])
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["time_us_runs"] = list(self.time_us_runs)
+        d["config"] = self.config_label
+        return d
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], source: str = "") -> MeasurementRecord:
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["time_us_runs"] = tuple(kwargs.get("time_us_runs") or ())
+        if source and not kwargs.get("source"):
+            kwargs["source"] = source
+        return cls(**kwargs)
+
+
+def normalize_config(
+    algorithm: str | int | None, protocol: str | int | None
+) -> tuple[str | None, str | None]:
+    """Knob names as records store them (``ring``, ``simple``), accepting NCCL's spellings."""
+    algo = parse_enum(Algorithm, algorithm).name.lower() if algorithm is not None else None
+    proto = parse_enum(Protocol, protocol).name.lower() if protocol is not None else None
+    return algo, proto
+
+
+def write_jsonl(records: Iterable[MeasurementRecord], path: str | Path, append: bool = False) -> int:
+    """Writes one JSON object per line; returns how many were written."""
+    n = 0
+    with open(path, "a" if append else "w") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec.to_json(), sort_keys=True) + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: str | Path) -> list[MeasurementRecord]:
+    """Reads records back; a bad line raises ValueError naming the file and line number."""
+    out: list[MeasurementRecord] = []
+    with open(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                out.append(MeasurementRecord.from_json(json.loads(line), source=where))
+            except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
+                raise ValueError(f"{where}: not a measurement record ({exc}); "
+                                 "expected one JSON object per line as `dynamiccl profile "
+                                 "collective --record` writes") from None
+    return out

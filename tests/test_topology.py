@@ -1,0 +1,116 @@
+"""Topology files: presets load, resize, and bad files get one clear message naming field and fix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dynamiccl.topology import TopologyError, load_topology, preset_names, topology_from_dict
+from dynamiccl.units import format_size, parse_duration_us, parse_size
+
+REQUIRED_PRESETS = {"dgx_h100", "dgx_a100", "pcie_cluster", "ring_ring_1to1", "ring_ring_4to1",
+                    "ring_ring_8to1", "ring_ring_16to1", "ring_ring_48to1", "switch", "torus2d"}
+
+
+def test_required_presets_exist_and_load() -> None:
+    assert REQUIRED_PRESETS <= set(preset_names())
+    for name in preset_names():
+        topo = load_topology(name)
+        assert topo.name == name
+        assert topo.nranks == topo.nodes * topo.gpus_per_node
+
+
+def test_presets_hold_the_published_facts() -> None:
+    h100 = load_topology("dgx_h100")
+    assert (h100.gpus_per_node, h100.tiers[0].bandwidth_GBps, h100.tiers[1].bandwidth_GBps) == (8, 450, 50)
+    assert h100.features.nvls and h100.gpu.sm == 90
+    ratios = {n: load_topology(f"ring_ring_{n}to1") for n in (1, 4, 8, 16, 48)}
+    for n, topo in ratios.items():
+        assert topo.tiers[0].bandwidth_GBps / topo.tiers[1].bandwidth_GBps == pytest.approx(n)
+    pcie = load_topology("pcie_cluster")
+    assert (pcie.nodes, pcie.gpus_per_node, pcie.tiers[1].link_share) == (8, 4, 4)
+    assert not pcie.ll128_enabled and h100.ll128_enabled
+    assert load_topology("torus2d").tiers[0].dims == (8, 8)
+
+
+def test_resize_changes_only_what_was_asked() -> None:
+    topo = load_topology("dgx_h100", nodes=16)
+    assert (topo.nodes, topo.gpus_per_node, topo.nranks) == (16, 8, 128)
+    small = load_topology("ring_ring_4to1", nodes=4, gpus_per_node=4)
+    assert small.nranks == 16 and small.tiers[1].bandwidth_GBps == 150
+    torus = load_topology("torus2d", gpus_per_node=16)
+    assert torus.tiers[0].dims == (4, 4)
+    assert load_topology("dgx_h100").fingerprint() != topo.fingerprint()
+    with pytest.raises(TopologyError, match="positive integer"):
+        load_topology("dgx_h100", nodes=0)
+
+
+def test_custom_file_with_the_issue_schema(tmp_path: Path) -> None:
+    path = tmp_path / "two_tier.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "two_tier_ring_48to1", "gpu": {"arch": "sm90", "sms": 132},
+        "features": {"nvls": False, "collnet": False},
+        "tiers": [
+            {"name": "nvlink", "size": 8, "fabric": "ring", "bandwidth_GBps": 600, "latency_us": 0.5},
+            {"name": "network", "size": 8, "fabric": "ring", "bandwidth_GBps": 12.5, "latency_us": 5},
+        ],
+    }))
+    topo = load_topology(path)
+    assert topo.nranks == 64 and topo.tiers[0].link == "nvlink" and topo.tiers[1].link == "net"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: d.pop("name"), "field 'name' is missing"),
+        (lambda d: d["tiers"][0].update(fabric="mesh"), "field 'tiers[0].fabric' is 'mesh'; use one of"),
+        (lambda d: d["tiers"][1].update(size=0), "field 'tiers[1].size' is 0; it must be a positive"),
+        (lambda d: d["tiers"][1].pop("bandwidth_GBps"), "field 'tiers[1].bandwidth_GBps' is missing"),
+        (lambda d: d["tiers"][0].update(bandwith_GBps=3), "field 'tiers[0].bandwith_GBps' is not a tier"),
+        (lambda d: d["gpu"].update(arch="sm999"), "field 'gpu.arch' is 'sm999'; use one of"),
+        (lambda d: d["features"].update(nvls="yes"), "field 'features.nvls' is 'yes'; write true"),
+        (lambda d: d.update(tiers=[]), "field 'tiers' must be a non-empty list"),
+        (lambda d: d["tiers"][0].update(fabric="torus2d", dims=[3, 3]), "product is 8"),
+    ],
+)
+def test_bad_files_name_the_file_the_field_and_the_fix(
+    tmp_path: Path, mutate: Callable[[dict], object], expected: str
+) -> None:
+    data = yaml.safe_load((Path(__file__).parents[1] / "configs/topology/dgx_h100.yaml").read_text())
+    mutate(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(TopologyError) as err:
+        load_topology(path)
+    message = str(err.value)
+    assert str(path) in message and expected in message
+    assert "\n" not in message
+
+
+def test_unreadable_inputs_get_clear_errors(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    with pytest.raises(TopologyError, match="not valid YAML"):
+        load_topology(broken)
+    with pytest.raises(TopologyError, match="no such topology file"):
+        load_topology(tmp_path / "missing.yaml")
+    with pytest.raises(TopologyError, match="unknown topology 'dgx_h1000'.*dgx_h100"):
+        load_topology("dgx_h1000")
+    with pytest.raises(TopologyError, match="mapping"):
+        topology_from_dict(["not", "a", "mapping"], source="x")
+
+
+def test_units() -> None:
+    assert parse_size("100MB") == 100_000_000
+    assert parse_size("64KiB") == 65536
+    assert parse_size("1.5GB") == 1_500_000_000
+    assert parse_size("8") == 8 and parse_size("4 GiB") == 4 * 2**30
+    assert parse_duration_us("10ms") == 10_000 and parse_duration_us("250us") == 250
+    assert format_size(4 * 2**30) == "4GiB" and format_size(1536) == "1.5KiB"
+    with pytest.raises(ValueError, match="e.g. 100MB"):
+        parse_size("100 parsecs")
+    with pytest.raises(ValueError, match="10ms"):
+        parse_duration_us("soon")
