@@ -139,6 +139,9 @@ class Config:
             "chunks": self.chunks,
         }
 
+    def __deepcopy__(self, memo: dict) -> Config:
+        return self  # immutable; SB3's DummyVecEnv deep-copies every step's info dict
+
     def label(self) -> str:
         """Short human label, e.g. ``ring/simple/16ch`` or ``ring-hier(bw_aware,4ck)/simple/8ch``."""
         algo = self.algorithm.name.lower()

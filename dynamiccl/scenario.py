@@ -35,3 +35,7 @@ class Scenario:
     @property
     def has_straggler(self) -> bool:
         return self.straggler_rank is not None and self.straggler_delay_us > 0
+
+    def __deepcopy__(self, memo: dict) -> Scenario:
+        # Immutable all the way down; SB3's DummyVecEnv deep-copies every step's info dict.
+        return self

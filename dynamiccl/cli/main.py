@@ -15,6 +15,13 @@ import sys
 COMMAND_MODULES = (
     "simulate",
     "explain",
+    "train",
+    "evaluate",
+    "sweep",
+    "export",
+    "show",
+    "plugin",
+    "profile",
 )
 
 

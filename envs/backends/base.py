@@ -3,7 +3,10 @@
 The environment never knows whether a step's time came from the simulator or from a real GPU: it
 asks a :class:`Backend` to *measure* one action in one scenario and gets a :class:`Measurement`
 back. Two backends exist: ``sim`` (:mod:`dynamiccl.envs.backends.sim`, the simulator, the default)
-and ``live`` (:mod:`dynamiccl.envs.backends.live`, the profiler's measurements on real GPUs).
+and ``live`` (:mod:`dynamiccl.envs.backends.live`, class ``LiveBackend``, the profiler's measurements
+on real GPUs). :func:`dynamiccl.envs.backends.make_backend` resolves these names lazily, so the
+environment imports torch only when a live backend is asked for; keyword arguments the environment
+does not know are passed to the backend's constructor.
 
 A backend reports, besides the chosen action's time, what NCCL's default would have taken in the
 same conditions (the reward's reference) and the straggler it *observed*: on a live system nobody

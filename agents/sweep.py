@@ -1,0 +1,197 @@
+"""Hyperparameter sweeps on Ray Tune, described in Hydra: ``python experiments/sweep.py
+hparams_search=maskable_ppo``.
+
+Hydra composes the base config in the driver and resolves it (``${hydra:…}`` cannot resolve inside
+Ray workers); the search space is the ``tune.search_space`` mapping of dotted config keys to
+instantiable Tune domains (``_target_: ray.tune.loguniform``). Each trial applies its sample to the
+base config and runs :func:`dynamiccl.agents.train.train` in its own trial folder, reporting every
+checkpoint to Tune, so an interrupted sweep restarted in the same folder resumes: finished trials
+are kept and unfinished ones continue from their last checkpoint. Trials log to wandb (offline by
+default) through the ``WANDB_MODE`` environment variable, which Ray passes on to its workers.
+
+Ray is local by default (``ray.init(num_cpus=2, include_dashboard=False)``); ``ray.address=auto``
+or ``ray.address=ray://head:10001`` runs the trials on a cluster.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from dynamiccl.agents.config_schema import ConfigCheckError, TuneSchema, validate
+
+SWEEP_SECTIONS = ("trainer", "eval", "agent", "ray", "tune")
+
+
+def tune_settings(cfg: DictConfig) -> DictConfig:
+    """``cfg.tune`` with the schema's defaults filled in."""
+    return OmegaConf.merge(OmegaConf.structured(TuneSchema), cfg.get("tune") or {})
+
+
+def search_space(cfg: DictConfig) -> dict[str, Any]:
+    """Dotted key -> Tune domain; a key that is not in the base config is refused by name."""
+    space = {}
+    for key, spec in tune_settings(cfg).search_space.items():
+        if OmegaConf.select(cfg, str(key), default="__missing__") == "__missing__":
+            raise ConfigCheckError(f"tune.search_space key '{key}' is not a key of the config; "
+                                   "use a dotted path such as agent.hparams.learning_rate")
+        is_domain = isinstance(spec, DictConfig) and "_target_" in spec
+        space[str(key)] = hydra.utils.instantiate(spec) if is_domain else spec
+    if not space:
+        raise ConfigCheckError("the search space is empty: choose one with hparams_search=NAME "
+                               "(configs/hparams_search/)")
+    return space
+
+
+def _trial(params: dict[str, Any], base_cfg: dict[str, Any]) -> None:
+    """One Tune trial: the sampled config trained in the trial folder, resuming when Tune restores."""
+    from ray import tune
+
+    from dynamiccl.agents.train import train
+
+    cfg = OmegaConf.create(base_cfg)
+    for key, value in params.items():
+        OmegaConf.update(cfg, key, value, merge=False)
+    cfg.trainer.progress_bar = False
+    run_dir = Path(tune.get_context().get_trial_dir()) / "run"
+    restored = tune.get_checkpoint()
+    if restored is not None:
+        with restored.as_directory() as folder:
+            shutil.copytree(folder, run_dir / "checkpoints", dirs_exist_ok=True)
+
+    def report(metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+        clean = {k: (float("nan") if v is None else v) for k, v in metrics.items()}
+        checkpoint = tune.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
+        tune.report(clean, checkpoint=checkpoint)
+
+    train(cfg, run_dir, report=report)
+
+
+def _init_ray(cfg: DictConfig, env_vars: dict[str, str]) -> bool:
+    """Starts (or joins) Ray; returns whether we started it and so must shut it down."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    runtime_env = {"env_vars": env_vars}
+    if cfg.ray.address:
+        ray.init(address=str(cfg.ray.address), runtime_env=runtime_env)
+    else:
+        ray.init(num_cpus=int(cfg.ray.num_cpus), include_dashboard=bool(cfg.ray.include_dashboard),
+                 runtime_env=runtime_env, log_to_driver=False)
+    return True
+
+
+def _wandb_env(cfg: DictConfig) -> dict[str, str]:
+    """Variables trials need: wandb's mode must come from the environment inside Ray workers."""
+    env = {"RAY_CHDIR_TO_TRIAL_DIR": "0"}
+    mode = OmegaConf.select(cfg, "logger.mode")
+    if mode:
+        os.environ.setdefault("WANDB_MODE", str(mode))
+    for key in ("WANDB_MODE", "WANDB_DIR", "WANDB_SILENT", "WANDB_PROJECT"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
+def run_sweep(cfg: DictConfig, out_dir: str | Path) -> list[dict[str, Any]]:
+    """Runs (or resumes) the sweep; writes ``results.csv``/``results.json`` and prints the table."""
+    from ray import tune
+
+    validate(cfg, sections=SWEEP_SECTIONS)
+    settings = tune_settings(cfg)
+    space = search_space(cfg)
+    out_dir = Path(out_dir).resolve()
+    storage = out_dir / "ray_results"
+    base = OmegaConf.to_container(cfg, resolve=True)
+    trainable = tune.with_resources(tune.with_parameters(_trial, base_cfg=base), {"cpu": 1})
+    started = _init_ray(cfg, _wandb_env(cfg))
+    try:
+        experiment = storage / settings.name
+        if settings.resume and tune.Tuner.can_restore(str(experiment)):
+            print(f"[dynamiccl sweep] resuming {experiment}", flush=True)
+            tuner = tune.Tuner.restore(str(experiment), trainable, resume_errored=True,
+                                       param_space=space)
+        else:
+            tuner = tune.Tuner(
+                trainable,
+                param_space=space,
+                tune_config=tune.TuneConfig(num_samples=int(settings.num_samples),
+                                            max_concurrent_trials=int(settings.max_concurrent_trials)),
+                run_config=tune.RunConfig(
+                    name=str(settings.name), storage_path=str(storage), verbose=0,
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+            )
+        grid = tuner.fit()
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    rows = results_rows(grid, list(space), str(settings.metric))
+    rows.sort(key=lambda r: _sort_key(r, str(settings.metric), str(settings.mode)))
+    write_results(rows, out_dir)
+    print_results(rows, str(settings.metric))
+    return rows
+
+
+def _sort_key(row: dict[str, Any], metric: str, mode: str) -> float:
+    value = row.get(metric)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return math.inf
+    return -value if mode == "max" else value
+
+
+def results_rows(grid: Any, keys: list[str], metric: str) -> list[dict[str, Any]]:
+    rows = []
+    for result in grid:
+        metrics = result.metrics or {}
+        row: dict[str, Any] = {"trial": metrics.get("trial_id", ""), "status": "ERROR" if result.error
+                               else "OK"}
+        row.update({k: (result.config or {}).get(k) for k in keys})
+        for name in (metric, "geomean_speedup", "worst_speedup", "step", "train_seconds"):
+            value = metrics.get(name)
+            row[name] = None if isinstance(value, float) and math.isnan(value) else value
+        row["path"] = result.path
+        rows.append(row)
+    return rows
+
+
+def write_results(rows: list[dict[str, Any]], out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(rows, indent=2, default=str))
+    if rows:
+        with (out_dir / "results.csv").open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def print_results(rows: list[dict[str, Any]], metric: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"sweep results (best {metric} first)")
+    columns = [c for c in (rows[0] if rows else {}) if c != "path"]
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in
+                        (row[c] for c in columns)))
+    Console().print(table)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://dynamiccl.configs", config_name="sweep")
+def main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    rows = run_sweep(cfg, HydraConfig.get().runtime.output_dir)
+    return rows[0].get(str(tune_settings(cfg).metric)) if rows else None

@@ -1,0 +1,93 @@
+/* Timing driver for experiments/bench_plugin.py: median nanoseconds per getCollInfo for two
+ * plugins loaded side by side (DynamICCL and a no-op), interleaved repetition by repetition so
+ * both see the same machine state. Each call gets a freshly NCCL-filled cost table, as in NCCL.
+ *
+ *   bench_driver PLUGIN.so NOOP.so NRANKS NNODES CALLS REPS   -> {"ns_per_call": ..., ...} */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../nccl_tuner_abi.h"
+
+#define NQ 4096
+
+typedef struct {
+  int coll;
+  size_t nbytes;
+} query_t;
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static volatile float g_sink;
+
+static double run(const dccl_tuner_v6_t* t, void* ctx, const query_t* q, long calls) {
+  float tmpl[21], table[21];
+  /* usable as on an H100 system: Tree and Ring with every protocol, NVLS/NVLSTree Simple */
+  for (int i = 0; i < 21; i++) tmpl[i] = (i < 6 || i == 14 || i == 17) ? 10.0f + (float)i : -1.0f;
+  double t0 = now_ns();
+  for (long i = 0; i < calls; i++) {
+    const query_t* c = &q[i & (NQ - 1)];
+    int nch = 0;
+    memcpy(table, tmpl, sizeof(table));
+    t->getCollInfo(ctx, c->coll, c->nbytes, 1, (float**)(void*)table, 7, 3, 0, &nch);
+    g_sink += table[c->coll] + (float)nch;
+  }
+  return (now_ns() - t0) / (double)calls;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 7) {
+    fprintf(stderr, "usage: %s PLUGIN.so NOOP.so NRANKS NNODES CALLS REPS\n", argv[0]);
+    return 2;
+  }
+  const dccl_tuner_v6_t* t[2];
+  void* ctx[2];
+  for (int k = 0; k < 2; k++) {
+    void* h = dlopen(argv[1 + k], RTLD_NOW | RTLD_LOCAL);
+    t[k] = h ? dlsym(h, "ncclTunerPlugin_v6") : NULL;
+    if (!t[k]) {
+      fprintf(stderr, "cannot load %s: %s\n", argv[1 + k], dlerror());
+      return 2;
+    }
+    ctx[k] = NULL;
+    t[k]->init(&ctx[k], 1, strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10), NULL, NULL,
+               NULL);
+  }
+  if (!ctx[0]) {
+    fprintf(stderr, "the DynamICCL plugin did not load the policy (is DYNAMICCL_POLICY set?)\n");
+    return 2;
+  }
+  query_t* q = malloc(sizeof(query_t) * NQ);
+  uint64_t x = 0x2545F4914F6CDD1DULL;
+  for (int i = 0; i < NQ; i++) { /* mostly allreduce, sizes log-uniform over 8 B .. 16 GiB */
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    q[i].coll = (x & 3) ? 4 : (int)((x >> 2) % 4);
+    q[i].nbytes = (size_t)8 << ((x >> 8) % 32) | (size_t)((x >> 40) & 0xFFF);
+  }
+  long calls = atol(argv[5]);
+  int reps = atoi(argv[6]);
+  double* ns[2] = {malloc(sizeof(double) * (size_t)reps), malloc(sizeof(double) * (size_t)reps)};
+  run(t[0], ctx[0], q, calls); /* warm-up */
+  run(t[1], ctx[1], q, calls);
+  for (int r = 0; r < reps; r++)
+    for (int k = 0; k < 2; k++) ns[k][r] = run(t[k], ctx[k], q, calls);
+  for (int k = 0; k < 2; k++) qsort(ns[k], (size_t)reps, sizeof(double), cmp_double);
+  printf("{\"ns_per_call\": %.2f, \"noop_ns_per_call\": %.2f, \"min_ns_per_call\": %.2f, "
+         "\"min_noop_ns_per_call\": %.2f}\n", ns[0][reps / 2], ns[1][reps / 2], ns[0][0], ns[1][0]);
+  for (int k = 0; k < 2; k++) t[k]->finalize(ctx[k]), free(ns[k]);
+  free(q);
+  return 0;
+}

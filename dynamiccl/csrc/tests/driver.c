@@ -1,0 +1,103 @@
+/* Test driver: loads the plugin like NCCL and executes commands read from stdin, one per line, so
+ * pytest can check every ABI version, environment variable and decision with real calls:
+ *
+ *   init V NRANKS NNODES                 -> CTX k set|null   (ABI version V's init)
+ *   coll k COLL NBYTES PIPE REG NUMALGO NUMPROTO FILL
+ *                                        -> RES algo proto nChannels   (v3..v6 getCollInfo)
+ *        FILL = all | none | a '0'/'1' string of NUMALGO*NUMPROTO usable flags
+ *   v2 k COLL NBYTES COLLNET NVLS PIPE   -> RES algo proto nChannels   (v2 getCollInfo)
+ *   chunk k COLL NBYTES ALGO PROTO NCH   -> CHUNK size      (v6 getChunkSize; 777 = untouched)
+ *   fin k                                -> FIN rc
+ * NBYTES may be "max" (SIZE_MAX). Log calls are printed as "LOG level flags message". Any broken
+ * contract (non-zero return, a write to an unusable entry, a changed constants block) prints
+ * "VIOLATION ..." and makes the exit status 1. */
+#include <stdint.h>
+
+#include "harness.h"
+
+#define MAX_CTX 256
+
+static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
+                   ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  (void)file;
+  (void)line;
+  printf("LOG %d %lx %s\n", level, flags, msg);
+}
+
+static size_t parse_size(const char* s) {
+  return strcmp(s, "max") == 0 ? SIZE_MAX : (size_t)strtoull(s, NULL, 10);
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a sanitizer exit must not lose the verdict */
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s PLUGIN.so < commands\n", argv[0]);
+    return 2;
+  }
+  plugin_t plugins[MAX_CTX];
+  void* ctxs[MAX_CTX];
+  int nctx = 0, failed = 0;
+  char line[4096], a[64], b[64], c[64], fill[256];
+  unsigned char constants[1152], constants_before[1152];
+  for (size_t i = 0; i < sizeof(constants); i++) constants[i] = (unsigned char)(i * 7);
+  memcpy(constants_before, constants, sizeof(constants));
+  while (fgets(line, sizeof(line), stdin)) {
+    int k, v, coll, pipe, reg, na, np, collnet, nvls, algo, proto, nch;
+    if (sscanf(line, "init %d %63s %63s", &v, a, b) == 3) {
+      if (nctx == MAX_CTX || plugin_load(argv[1], v, &plugins[nctx]) != 0) return 2;
+      ctxs[nctx] = (void*)0x1; /* NCCL does not clear it; the plugin must set it */
+      int rc = plugin_init(&plugins[nctx], parse_size(a), parse_size(b), logger, &ctxs[nctx],
+                           constants, sizeof(constants));
+      if (rc != 0) printf("VIOLATION init returned %d\n", rc), failed = 1;
+      if (memcmp(constants, constants_before, sizeof(constants)) != 0)
+        printf("VIOLATION init changed NCCL's constants\n"), failed = 1;
+      printf("CTX %d %s\n", nctx, ctxs[nctx] ? "set" : "null");
+      nctx++;
+    } else if (sscanf(line, "coll %d %d %63s %d %d %d %d %255s", &k, &coll, a, &pipe, &reg, &na,
+                      &np, fill) == 8 && k >= 0 && k < nctx) {
+      int n = na * np;
+      unsigned char usable[256];
+      for (int i = 0; i < n; i++)
+        usable[i] = strcmp(fill, "all") == 0 ? 1 : strcmp(fill, "none") == 0 ? 0 : fill[i] == '1';
+      float* table = malloc(sizeof(float) * (size_t)n); /* exact size: ASan sees any overrun */
+      float before[256];
+      char why[160];
+      fill_table(table, na, np, usable);
+      memcpy(before, table, sizeof(float) * (size_t)n);
+      nch = 0;
+      int rc = plugin_coll(&plugins[k], ctxs[k], coll, parse_size(a), pipe, reg, table, na, np,
+                           &nch);
+      int forced = table_change(before, table, n, why, sizeof(why));
+      if (rc != 0) printf("VIOLATION getCollInfo returned %d\n", rc), failed = 1;
+      if (forced == -2) printf("VIOLATION %s\n", why), failed = 1;
+      if (forced < 0 && nch != 0) printf("VIOLATION nChannels set without a forced entry\n");
+      printf("RES %d %d %d\n", forced >= 0 ? forced / np : -1, forced >= 0 ? forced % np : -1, nch);
+      free(table);
+    } else if (sscanf(line, "v2 %d %d %63s %d %d %d", &k, &coll, a, &collnet, &nvls, &pipe) == 6 &&
+               k >= 0 && k < nctx) {
+      algo = -1, proto = -1, nch = 0;
+      int rc = plugin_coll_v2(&plugins[k], ctxs[k], coll, parse_size(a), collnet, nvls, pipe,
+                              &algo, &proto, &nch);
+      if (rc != 0) printf("VIOLATION getCollInfo returned %d\n", rc), failed = 1;
+      printf("RES %d %d %d\n", algo, proto, nch);
+    } else if (sscanf(line, "chunk %d %d %63s %d %d %63s", &k, &coll, a, &algo, &proto, c) == 6 &&
+               k >= 0 && k < nctx) {
+      size_t chunk = 777;
+      const dccl_tuner_v6_t* t6 = plugins[k].table;
+      int rc = t6->getChunkSize(ctxs[k], coll, parse_size(a), algo, proto, atoi(c), &chunk);
+      if (rc != 0) printf("VIOLATION getChunkSize returned %d\n", rc), failed = 1;
+      printf("CHUNK %zu\n", chunk);
+    } else if (sscanf(line, "fin %d", &k) == 1 && k >= 0 && k < nctx) {
+      printf("FIN %d\n", plugin_finalize(&plugins[k], ctxs[k]));
+    } else if (line[0] != '\n' && line[0] != '#') {
+      printf("VIOLATION bad command: %s", line);
+      failed = 1;
+    }
+  }
+  return failed;
+}

@@ -1,0 +1,120 @@
+/* Shared by the C test programs: load the plugin the way NCCL's loader does (dlopen with
+ * RTLD_NOW | RTLD_LOCAL, then dlsym of one ncclTunerPlugin_vN), call it through the version's own
+ * struct and argument order, and fill a cost table the way NCCL does (every entry -1.0, then the
+ * predicted time in microseconds for each usable algorithm/protocol). Header-only on purpose: each
+ * test program is one translation unit plus this file. */
+#ifndef DYNAMICCL_TEST_HARNESS_H
+#define DYNAMICCL_TEST_HARNESS_H
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../nccl_tuner_abi.h"
+
+typedef struct {
+  int version;
+  const void* table; /* the exported struct for that version */
+} plugin_t;
+
+static int plugin_load(const char* path, int version, plugin_t* out) {
+  static void* handle;
+  if (!handle) handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+    return -1;
+  }
+  char sym[32];
+  snprintf(sym, sizeof(sym), "ncclTunerPlugin_v%d", version);
+  out->version = version;
+  out->table = dlsym(handle, sym);
+  if (!out->table) {
+    fprintf(stderr, "dlsym %s: %s\n", sym, dlerror());
+    return -1;
+  }
+  return 0;
+}
+
+/* init with the version's argument order: v2-v4 (nRanks, nNodes, logger, &ctx), v5/v6 (&ctx,
+ * commId, nRanks, nNodes, logger, nvlDomainInfo, constants). */
+static int plugin_init(const plugin_t* p, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
+                       void** ctx, unsigned char* constants, size_t constants_len) {
+  dccl_nvl_domain_info_t nvl = {(int)nNodes, nNodes ? (int)(nRanks / nNodes) : 0,
+                                nNodes ? (int)(nRanks / nNodes) : 0};
+  (void)constants_len;
+  switch (p->version) {
+    case 2: return ((const dccl_tuner_v2_t*)p->table)->init(nRanks, nNodes, log, ctx);
+    case 3: return ((const dccl_tuner_v3_t*)p->table)->init(nRanks, nNodes, log, ctx);
+    case 4: return ((const dccl_tuner_v4_t*)p->table)->init(nRanks, nNodes, log, ctx);
+    case 5:
+      return ((const dccl_tuner_v5_t*)p->table)->init(ctx, 0x1234abcdULL, nRanks, nNodes, log, &nvl,
+                                                      (dccl_tuner_constants_t*)constants);
+    default:
+      return ((const dccl_tuner_v6_t*)p->table)->init(ctx, 0x1234abcdULL, nRanks, nNodes, log, &nvl,
+                                                      (dccl_tuner_constants_t*)constants);
+  }
+}
+
+/* getCollInfo for v3..v6 (the cost-table ABIs). */
+static int plugin_coll(const plugin_t* p, void* ctx, int coll, size_t nBytes, int pipe, int reg,
+                       float* table, int numAlgo, int numProto, int* nChannels) {
+  float** t = (float**)(void*)table; /* NCCL passes the array's address typed as float** */
+  switch (p->version) {
+    case 3:
+      return ((const dccl_tuner_v3_t*)p->table)->getCollInfo(ctx, coll, nBytes, pipe, t, numAlgo,
+                                                             numProto, nChannels);
+    case 4:
+      return ((const dccl_tuner_v4_t*)p->table)->getCollInfo(ctx, coll, nBytes, pipe, t, numAlgo,
+                                                             numProto, reg, nChannels);
+    case 5:
+      return ((const dccl_tuner_v5_t*)p->table)->getCollInfo(ctx, coll, nBytes, pipe, t, numAlgo,
+                                                             numProto, reg, nChannels);
+    default:
+      return ((const dccl_tuner_v6_t*)p->table)->getCollInfo(ctx, coll, nBytes, pipe, t, numAlgo,
+                                                             numProto, reg, nChannels);
+  }
+}
+
+static int plugin_coll_v2(const plugin_t* p, void* ctx, int coll, size_t nBytes, int collnet,
+                          int nvls, int pipe, int* algo, int* proto, int* nChannels) {
+  return ((const dccl_tuner_v2_t*)p->table)->getCollInfo(ctx, coll, nBytes, collnet, nvls, pipe,
+                                                         algo, proto, nChannels);
+}
+
+static int plugin_finalize(const plugin_t* p, void* ctx) {
+  switch (p->version) {
+    case 2: return ((const dccl_tuner_v2_t*)p->table)->destroy(ctx);
+    case 3: return ((const dccl_tuner_v3_t*)p->table)->destroy(ctx);
+    case 4: return ((const dccl_tuner_v4_t*)p->table)->destroy(ctx);
+    case 5: return ((const dccl_tuner_v5_t*)p->table)->finalize(ctx);
+    default: return ((const dccl_tuner_v6_t*)p->table)->finalize(ctx);
+  }
+}
+
+/* NCCL's fill: -1.0 everywhere, then a time in microseconds for each usable entry. */
+static void fill_table(float* t, int numAlgo, int numProto, const unsigned char* usable) {
+  for (int i = 0; i < numAlgo * numProto; i++) t[i] = usable[i] ? 5.0f + 3.5f * (float)i : -1.0f;
+}
+
+/* Checks what the plugin did to the table: only usable entries may change, only to 0.0, at most
+ * one. Returns the forced index (-1 if none) or -2 on a violation (message in why). */
+static int table_change(const float* before, const float* after, int n, char* why, size_t len) {
+  int forced = -1;
+  for (int i = 0; i < n; i++) {
+    if (memcmp(&before[i], &after[i], sizeof(float)) == 0) continue;
+    if (!(before[i] >= 0.0f)) {
+      snprintf(why, len, "entry %d was unusable (%g) and became %g", i, before[i], after[i]);
+      return -2;
+    }
+    if (after[i] != 0.0f || forced != -1) {
+      snprintf(why, len, "entry %d changed from %g to %g", i, before[i], after[i]);
+      return -2;
+    }
+    forced = i;
+  }
+  return forced;
+}
+
+#endif

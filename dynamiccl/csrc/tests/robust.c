@@ -1,0 +1,297 @@
+/* Robustness run (meant for an AddressSanitizer + UndefinedBehaviorSanitizer build): thousands of
+ * corrupted, truncated, oversized and valid-but-strange policy files, each loaded through a random
+ * ABI version's init, then random getCollInfo / getChunkSize calls with hostile arguments. Checks,
+ * per file: init returns ncclSuccess; a file the parser rejects yields no context and exactly one
+ * WARN; every call returns ncclSuccess; no cost-table entry NCCL marked unusable is ever written;
+ * at most one entry changes and only to 0.0; nChannels stays 0 or becomes 1..64.
+ *
+ *   robust PLUGIN.so VALID_POLICY WORKDIR ITERATIONS SEED   -> "PASS ..." or "FAIL ..." lines
+ *
+ * Linked with policy.c only to recompute checksums (so most mutations get past the checksum and
+ * reach the parser) and to know whether a mutated file is valid. */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "../policy.h"
+#include "harness.h"
+
+static uint64_t rng_state;
+static uint64_t rnd(void) { /* xorshift64*: reproducible from the seed */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 2685821657736338717ULL;
+}
+static size_t below(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
+
+static int g_warns;
+static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
+                   ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  (void)flags, (void)file, (void)line;
+  if (level == DCCL_LOG_WARN) g_warns++;
+}
+
+static const char* const k_tokens[] = {
+    "0", "1", "7", "8", "-1", "*", "-", "64", "65", "2048", "2047", "1073741825",
+    "18446744073709551615", "18446744073709551616", "99999999999999999999999", "defer", "ring",
+    "tree", "nvls_tree", "pat", "ll", "ll128", "simple", "slice", "straggler=none", "c2c=none",
+    "straggler=long", "allreduce", "broadcast", "bogus", "policy", "DYNAMICCL-POLICY", "#", "\t"};
+
+typedef struct {
+  char* d;
+  size_t n, cap;
+} buf_t;
+
+static void reserve(buf_t* b, size_t extra) {
+  if (b->n + extra <= b->cap) return;
+  b->cap = (b->n + extra) * 2;
+  b->d = realloc(b->d, b->cap);
+  if (!b->d) abort();
+}
+static void insert(buf_t* b, size_t at, const char* s, size_t len) {
+  reserve(b, len);
+  memmove(b->d + at + len, b->d + at, b->n - at);
+  memcpy(b->d + at, s, len);
+  b->n += len;
+}
+static size_t line_start(const buf_t* b, size_t pos) {
+  while (pos > 0 && b->d[pos - 1] != '\n') pos--;
+  return pos;
+}
+static size_t line_end(const buf_t* b, size_t pos) {
+  while (pos < b->n && b->d[pos] != '\n') pos++;
+  return pos < b->n ? pos + 1 : pos;
+}
+
+static void mutate(buf_t* b) {
+  size_t pos = below(b->n + 1);
+  switch (below(9)) {
+    case 0: /* random bytes, printable or not */
+      for (int k = 1 + (int)below(8); k > 0 && b->n; k--) b->d[below(b->n)] = (char)rnd();
+      break;
+    case 1: b->n = pos; break; /* truncate */
+    case 2: { /* insert printable garbage */
+      char junk[64];
+      size_t len = 1 + below(sizeof(junk));
+      for (size_t i = 0; i < len; i++) junk[i] = (char)(0x20 + below(95));
+      insert(b, pos, junk, len);
+      break;
+    }
+    case 3: { /* duplicate a line: overlapping rules, repeated headers or slices */
+      size_t s = line_start(b, pos), e = line_end(b, pos);
+      char* copy = malloc(e - s + 1);
+      memcpy(copy, b->d + s, e - s);
+      insert(b, s, copy, e - s);
+      free(copy);
+      break;
+    }
+    case 4: { /* replace one whitespace-separated token */
+      size_t s = pos;
+      while (s > 0 && b->d[s - 1] != ' ' && b->d[s - 1] != '\n') s--;
+      size_t e = s;
+      while (e < b->n && b->d[e] != ' ' && b->d[e] != '\n') e++;
+      const char* t = k_tokens[below(sizeof(k_tokens) / sizeof(k_tokens[0]))];
+      memmove(b->d + s, b->d + e, b->n - e);
+      b->n -= e - s;
+      insert(b, s, t, strlen(t));
+      break;
+    }
+    case 5: { /* oversized: many extra rule-like lines, some very long */
+      buf_t extra = {0};
+      char line[6000];
+      for (int k = (int)below(2000); k > 0; k--) {
+        int len = snprintf(line, sizeof(line), "allreduce %llu %llu * * * * ring ll %d -\n",
+                           (unsigned long long)below(1u << 30), (unsigned long long)rnd(),
+                           (int)below(70));
+        if (below(50) == 0) {
+          memset(line, 'x', 5000);
+          line[5000] = '\n';
+          len = 5001;
+        }
+        insert(&extra, extra.n, line, (size_t)len);
+      }
+      if (extra.n) insert(b, line_end(b, pos), extra.d, extra.n);
+      free(extra.d);
+      break;
+    }
+    case 6: { /* delete a line */
+      size_t s = line_start(b, pos), e = line_end(b, pos);
+      memmove(b->d + s, b->d + e, b->n - e);
+      b->n -= e - s;
+      break;
+    }
+    case 7: insert(b, 0, "DYNAMICCL-POLICY 2\n", 19); break; /* a newer format */
+    default: break; /* unchanged: the valid control case */
+  }
+}
+
+static void fix_checksum(buf_t* b) {
+  if (b->n && b->d[b->n - 1] == '\n') {
+    size_t s = line_start(b, b->n - 1);
+    if (b->n - s > 9 && memcmp(b->d + s, "checksum ", 9) == 0) b->n = s;
+  }
+  if (b->n && b->d[b->n - 1] != '\n') insert(b, b->n, "\n", 1);
+  char line[40];
+  int len = snprintf(line, sizeof(line), "checksum crc32 %08x\n", dccl_crc32(b->d, b->n));
+  insert(b, b->n, line, (size_t)len);
+}
+
+static size_t pick_bytes(void) {
+  switch (below(6)) {
+    case 0: return 0;
+    case 1: return SIZE_MAX;
+    case 2: return SIZE_MAX - below(3);
+    case 3: return (size_t)rnd();
+    default: return (size_t)1 << below(35) | (size_t)below(1u << 20); /* where rules are */
+  }
+}
+
+/* The systems the valid policy has rules for, so most calls reach a rule, not just defers. */
+static size_t g_sys[64][2];
+static int g_nsys;
+static void collect_systems(const char* data, size_t len) {
+  dccl_policy_t* p;
+  char err[256];
+  if (dccl_policy_parse(data, len, &p, err, sizeof(err)) != 0) return;
+  for (uint32_t i = 0; i < p->ngroups && g_nsys < 64; i++)
+    if (p->groups[i].nodes > 0 && p->groups[i].ranks > 0) {
+      g_sys[g_nsys][0] = (size_t)p->groups[i].ranks;
+      g_sys[g_nsys++][1] = (size_t)p->groups[i].nodes;
+    }
+  dccl_policy_free(p);
+}
+
+/* One hostile getCollInfo; returns 0 when every contract held. */
+static int hostile_call(const plugin_t* p, void* ctx, char* why, size_t whylen) {
+  int coll = below(4) ? (int)below(5) : (int)below(24) - 3, pipe = (int)below(12) - 3, reg = (int)below(4) - 1;
+  size_t nbytes = pick_bytes();
+  if (p->version == 2) {
+    int algo = -1, proto = -1, nch = 0;
+    int* pa = below(10) ? &algo : NULL;
+    int rc = plugin_coll_v2(p, ctx, coll, nbytes, (int)below(3), (int)below(3), pipe, pa, &proto,
+                            below(10) ? &nch : NULL);
+    if (rc != 0 || nch < 0 || nch > 64 || algo < -1 || algo > 5 || proto < -1 || proto > 2) {
+      snprintf(why, whylen, "v2 call: rc %d algo %d proto %d nch %d", rc, algo, proto, nch);
+      return -1;
+    }
+    return 0;
+  }
+  int numAlgo = below(2) ? 6 : 7, numProto = 3, n = numAlgo * numProto;
+  unsigned char usable[32];
+  int mode = (int)below(5);
+  for (int i = 0; i < n; i++) usable[i] = mode == 0 ? 0 : mode == 1 ? 1 : (unsigned char)below(2);
+  float* table = malloc(sizeof(float) * (size_t)n);
+  float before[32];
+  fill_table(table, numAlgo, numProto, usable);
+  for (int i = 0; i < n; i++) {
+    if (usable[i] && below(8) == 0) table[i] = below(2) ? 0.0f : INFINITY;
+    if (usable[i] && below(40) == 0) table[i] = NAN;
+  }
+  memcpy(before, table, sizeof(float) * (size_t)n);
+  int nch = 0;
+  int rc = plugin_coll(p, ctx, coll, nbytes, pipe, reg, below(20) ? table : NULL, numAlgo, numProto,
+                       below(10) ? &nch : NULL);
+  int forced = table_change(before, table, n, why, whylen);
+  free(table);
+  if (rc != 0 || forced == -2 || nch < 0 || nch > 64) {
+    if (forced != -2) snprintf(why, whylen, "rc %d nChannels %d", rc, nch);
+    return -1;
+  }
+  if (p->version == 6) {
+    size_t chunk = 777;
+    const dccl_tuner_v6_t* t6 = p->table;
+    rc = t6->getChunkSize(ctx, coll, nbytes, (int)below(9) - 1, (int)below(5) - 1, (int)below(3),
+                          below(10) ? &chunk : NULL);
+    if (rc != 0 || (chunk != 777 && (chunk < DCCL_MIN_CHUNK || chunk > DCCL_MAX_CHUNK))) {
+      snprintf(why, whylen, "getChunkSize rc %d chunk %zu", rc, chunk);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a sanitizer exit must not lose the verdict */
+  if (argc != 6) {
+    fprintf(stderr, "usage: %s PLUGIN.so VALID_POLICY WORKDIR ITERATIONS SEED\n", argv[0]);
+    return 2;
+  }
+  char* seed_data;
+  size_t seed_len;
+  uint64_t id[4];
+  char err[256], path[4096], why[256];
+  if (dccl_read_file(argv[2], &seed_data, &seed_len, id, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cannot read %s: %s\n", argv[2], err);
+    return 2;
+  }
+  collect_systems(seed_data, seed_len);
+  long iterations = atol(argv[4]);
+  rng_state = (uint64_t)atoll(argv[5]) * 0x9E3779B97F4A7C15ULL + 1;
+  plugin_t plugins[7];
+  for (int v = 2; v <= 6; v++)
+    if (plugin_load(argv[1], v, &plugins[v]) != 0) return 2;
+  static const size_t ranks[] = {0, 1, 2, 8, 16, 32, (size_t)1 << 40};
+  static const size_t nodes[] = {0, 1, 2, 4, (size_t)1 << 40};
+  static const char* const contexts[] = {NULL, "straggler=long", "c2c=high,straggler=short",
+                                         "straggler=", "garbage", "straggler=none c2c=none"};
+  long valid = 0, invalid = 0, calls = 0;
+  buf_t b = {0};
+  for (long it = 0; it < iterations; it++) {
+    b.n = 0;
+    insert(&b, 0, seed_data, seed_len);
+    for (int k = (int)below(3); k >= 0; k--) mutate(&b);
+    if (below(10) < 7) fix_checksum(&b);
+    snprintf(path, sizeof(path), "%s/p%ld.dccl", argv[3], it);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || write(fd, b.d, b.n) != (ssize_t)b.n) return 2;
+    int huge = below(200) == 0; /* a sparse file just over the size limit */
+    if (huge && ftruncate(fd, (off_t)DCCL_MAX_FILE_BYTES + 1) != 0) return 2;
+    close(fd);
+    dccl_policy_t* parsed = NULL;
+    int expect_ok = !huge && dccl_policy_parse(b.d, b.n, &parsed, err, sizeof(err)) == 0;
+    dccl_policy_free(parsed);
+    setenv("DYNAMICCL_POLICY", path, 1);
+    const char* context = contexts[below(6)];
+    if (context) setenv("DYNAMICCL_CONTEXT", context, 1);
+    else unsetenv("DYNAMICCL_CONTEXT");
+    setenv("DYNAMICCL_LOG_DECISIONS", below(2) ? "1" : "0", 1);
+    const plugin_t* p = &plugins[2 + below(5)];
+    void* ctx = (void*)0x1;
+    ncclDebugLogger_t log = below(10) ? logger : NULL;
+    int warns = g_warns;
+    size_t nr = ranks[below(7)], nn = nodes[below(5)];
+    if (g_nsys && below(4)) {
+      size_t k = below((size_t)g_nsys);
+      nr = g_sys[k][0], nn = g_sys[k][1];
+    }
+    int rc = plugin_init(p, nr, nn, log, &ctx, NULL, 0);
+    int warned = g_warns - warns;
+    if (rc != 0 || (expect_ok && !ctx) || (!expect_ok && ctx) ||
+        warned != (!expect_ok && log ? 1 : 0)) {
+      printf("FAIL iteration %ld: init rc %d, valid %d, context %p, %d warnings (file %s)\n", it, rc,
+             expect_ok, ctx, warned, path);
+      return 1;
+    }
+    expect_ok ? valid++ : invalid++;
+    for (int q = 0; q < 40; q++, calls++) {
+      if (hostile_call(p, ctx, why, sizeof(why)) != 0) {
+        printf("FAIL iteration %ld call %d: %s (file %s)\n", it, q, why, path);
+        return 1;
+      }
+    }
+    if (plugin_finalize(p, ctx) != 0) return 1;
+    unlink(path);
+  }
+  free(b.d);
+  free(seed_data);
+  printf("PASS iterations=%ld valid=%ld invalid=%ld calls=%ld\n", iterations, valid, invalid, calls);
+  return 0;
+}

@@ -1,0 +1,59 @@
+"""The same decisions in the CSV format of NVIDIA's example tuner (``plugins/tuner/example``).
+
+For users who would rather run NVIDIA's plugin. Its format (nccl_abi.md §1.7): one rule per line,
+``collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff``,
+first matching rule wins, -1 = any. Two properties of that plugin shape what is written here:
+it sets ``nChannels = 1`` before matching, so a rule saying -1 (or no rule at all) runs on ONE
+channel -- every rule therefore carries an explicit channel count; and it has no "defer", so
+defer rules are simply left out (those sizes then get NCCL's algorithm, on one channel).
+"""
+
+from __future__ import annotations
+
+from dynamiccl import policy_file as pf
+
+
+def _any(value: int | None) -> str:
+    return "-1" if value is None else str(value)
+
+
+def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.DEFAULT_CONTEXT
+                        ) -> str:
+    """The CSV text for one slice (default: no straggler, no overlap).
+
+    Rules are ordered most specific first (exact nodes, then exact ranks, then exact pipe_ops /
+    reg_buff), so the example's first-match search finds the rule our plugin would apply.
+    """
+    sl = policy.slice(*context)
+    lines = [
+        f"# DynamICCL policy '{policy.header.policy}' for NVIDIA's example tuner "
+        f"(NCCL_TUNER_CONFIG_FILE=<this file>), slice {sl.name}",
+        f"# topology {policy.header.topology}, fingerprint {policy.header.fingerprint}, "
+        f"created {policy.header.created}",
+        "# Sizes without a rule are left to NCCL's algorithm choice, but NVIDIA's example tuner "
+        "runs them on 1 channel.",
+        "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,"
+        "regBuff",
+    ]
+
+    def specificity(rule: pf.Rule) -> tuple[int, ...]:
+        exact = [v is not None for v in (rule.nodes, rule.ranks, rule.pipe_ops, rule.reg_buff)]
+        return (-(2 * exact[0] + exact[1]), -(2 * exact[2] + exact[3]), *rule.group_key,
+                rule.min_bytes)
+
+    for rule in sorted(sl.rules, key=specificity):
+        d = rule.decision
+        if d is None:
+            continue
+        if d.channels is None:
+            raise pf.PolicyFileError(
+                f"the rule for {pf.COLL_TOKENS[rule.collective]} {rule.min_bytes}-{rule.max_bytes}"
+                " keeps NCCL's channel count, which NVIDIA's example tuner cannot express (it "
+                "would run on 1 channel); export with explicit channels"
+            )
+        lines.append(",".join([
+            pf.COLL_TOKENS[rule.collective], str(rule.min_bytes), str(rule.max_bytes),
+            pf.ALGO_TOKENS[d.algorithm], pf.PROTO_TOKENS[d.protocol], str(d.channels),
+            _any(rule.nodes), _any(rule.ranks), _any(rule.pipe_ops), _any(rule.reg_buff),
+        ]))
+    return "\n".join(lines) + "\n"

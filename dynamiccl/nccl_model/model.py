@@ -1,0 +1,183 @@
+"""The public face of the NCCL-default model: what NCCL 2.30.7 would pick, and what it predicts.
+
+``NcclModel`` is built once per system, like NCCL's tables are built once per communicator; every
+query after that is table look-ups and float32 arithmetic, vectorized in :meth:`choose_many`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynamiccl.knobs import Algorithm, Collective, Config, Protocol, nccl_config
+from dynamiccl.nccl_model import constants as K
+from dynamiccl.nccl_model.graph import NcclSystem, derive_system
+from dynamiccl.nccl_model.select import channels_for, cost_tables, pick
+from dynamiccl.nccl_model.tables import Tables, build_tables
+from dynamiccl.topology import Topology
+
+
+@dataclass(frozen=True)
+class NcclChoice:
+    """NCCL's pick for one call."""
+
+    config: Config
+    #: NCCL's own predicted time for the pick (the table entry it minimised), µs.
+    nccl_model_us: float
+    #: The cost table NCCL chose from (float32 [7, 3] µs, -1 = unusable), restrictions applied.
+    table: np.ndarray
+
+
+class NcclModel:
+    """NCCL's default algorithm/protocol/channel selection for one system (nccl_abi.md §3).
+
+    ``algorithms``/``protocols`` restrict like NCCL_ALGO/NCCL_PROTO: entries outside become
+    unusable (-1). They only remove: LL128 stays under its default enable rule even if named
+    (NCCL would let an explicit NCCL_PROTO override it, at the risk of silent data corruption,
+    and the knob space treats such a choice as invalid). ``channels`` pins the channel count as
+    NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS plus a tuner's ``nChannels`` would: the communicator
+    has exactly that many channels (which moves the Ring/Simple plateau rule) and the collective
+    runs on all of them. The datatype is taken to be a non-fp8 float Sum (what NVLS and CollNet
+    support), so the fp8 ring penalty and op-specific exclusions of §3.6 never apply.
+    """
+
+    def __init__(self, topology: Topology, version: str = "2.30.7") -> None:
+        if version not in K.SUPPORTED_VERSIONS:
+            raise ValueError(
+                f"NCCL {version} is not modelled; supported: {', '.join(K.SUPPORTED_VERSIONS)} "
+                "(the NCCL PyTorch 2.15 loads)"
+            )
+        self.topology = topology
+        self.version = version
+        self.system: NcclSystem = derive_system(topology)
+        self.tables: Tables = build_tables(self.system)
+
+    @property
+    def comm_channels(self) -> int:
+        """The communicator's channel count before any per-collective reduction."""
+        return self.system.comm_channels
+
+    def cost_table(self, collective: Collective, nbytes: int, num_pipe_ops: int = 1) -> np.ndarray:
+        """float32 [7, 3] µs, -1.0 = unusable: exactly what a tuner plugin's getCollInfo gets."""
+        colls, sizes = self._batch([collective], [nbytes])
+        return cost_tables(self.system, self.tables, colls, sizes, num_pipe_ops=num_pipe_ops)[0]
+
+    def choose(
+        self,
+        collective: Collective,
+        nbytes: int,
+        *,
+        algorithms: Collection[Algorithm] | None = None,
+        protocols: Collection[Protocol] | None = None,
+        channels: int | None = None,
+        num_pipe_ops: int = 1,
+    ) -> NcclChoice:
+        """NCCL's pick for one call; ValueError when nothing is usable (NCCL fails the call)."""
+        colls, sizes = self._batch([collective], [nbytes])
+        allowed = _allowed(algorithms, protocols)
+        table = cost_tables(self.system, self.tables, colls, sizes, num_pipe_ops=num_pipe_ops,
+                            comm_channels=self._pinned(channels), allowed=allowed)
+        algo, proto, nc, time = self._decide(colls, sizes, table, channels, allowed)
+        config = nccl_config(Algorithm(int(algo[0])), Protocol(int(proto[0])), int(nc[0]))
+        return NcclChoice(config, float(time[0]), table[0])
+
+    def choose_many(
+        self,
+        collectives: np.ndarray,
+        nbytes: np.ndarray,
+        *,
+        algorithms: Collection[Algorithm] | None = None,
+        protocols: Collection[Protocol] | None = None,
+        channels: int | None = None,
+        num_pipe_ops: int = 1,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorized :meth:`choose`: (algorithm[B], protocol[B], channels[B], nccl_model_us[B])."""
+        colls, sizes = self._batch(collectives, nbytes)
+        allowed = _allowed(algorithms, protocols)
+        table = cost_tables(self.system, self.tables, colls, sizes, num_pipe_ops=num_pipe_ops,
+                            comm_channels=self._pinned(channels), allowed=allowed)
+        algo, proto, nc, time = self._decide(colls, sizes, table, channels, allowed)
+        return algo, proto, nc, time.astype(np.float64)
+
+    def predicted_us(
+        self, collective: Collective, nbytes: int, config: Config, num_pipe_ops: int = 1
+    ) -> float:
+        """NCCL's own latency + bytes/bandwidth prediction for ``config``'s (algorithm, protocol).
+
+        inf where NCCL deems the combination unusable; nan for a configuration NCCL cannot be told
+        to run (StragglAR, a scheduled ring-over-ring). The channel count does not enter: NCCL's
+        tables describe the communicator, not one channel choice.
+        """
+        if not config.exportable:
+            return math.nan
+        value = float(self.cost_table(collective, nbytes, num_pipe_ops)[config.algorithm,
+                                                                        config.protocol])
+        return value if value >= 0 else math.inf
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _batch(self, collectives: object, nbytes: object) -> tuple[np.ndarray, np.ndarray]:
+        colls = np.atleast_1d(np.asarray(collectives, dtype=np.int64))
+        sizes = np.atleast_1d(np.asarray(nbytes, dtype=np.int64))
+        if colls.shape != sizes.shape or colls.ndim != 1:
+            raise ValueError(f"collectives {colls.shape} and nbytes {sizes.shape} must be 1-D "
+                             "arrays of the same length")
+        if colls.size and (colls.min() < 0 or colls.max() >= K.N_COLLS):
+            raise ValueError(f"collective ids must be 0..{K.N_COLLS - 1} (NCCL's ncclFunc_t)")
+        if sizes.size and sizes.min() < 0:
+            raise ValueError("nbytes must not be negative")
+        return colls, sizes
+
+    @staticmethod
+    def _pinned(channels: int | None) -> int | None:
+        if channels is not None and not 1 <= channels <= K.MAXCHANNELS:
+            raise ValueError(f"channels must be 1..{K.MAXCHANNELS}, got {channels}")
+        return channels
+
+    def _decide(
+        self, colls: np.ndarray, sizes: np.ndarray, table: np.ndarray, channels: int | None,
+        allowed: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        algo, proto, time = pick(table)
+        missing = np.flatnonzero(algo < 0)
+        if missing.size:
+            i = int(missing[0])
+            raise ValueError(self._nothing_usable(int(colls[i]), int(sizes[i]), allowed))
+        if channels is not None:
+            nc = np.full(len(algo), channels, dtype=np.int64)
+        else:
+            nc = channels_for(self.system, self.tables, algo, proto, sizes)
+        return algo, proto, nc, time
+
+    def _nothing_usable(self, coll: int, nbytes: int, allowed: np.ndarray | None) -> str:
+        name = Collective(coll).name.lower()
+        head = f"No algorithm/protocol available for {name} of {nbytes} B on {self.topology.name}"
+        free = cost_tables(self.system, self.tables, np.array([coll]), np.array([nbytes]))[0]
+        usable = [f"{Algorithm(a).name.lower()}/{Protocol(p).name.lower()}"
+                  for a, p in np.argwhere(free >= 0)]
+        if allowed is None or not usable:
+            return f"{head}: NCCL itself has no usable combination here (ncclInternalError)"
+        return (f"{head}: the algorithm/protocol restriction (like NCCL_ALGO/NCCL_PROTO) leaves "
+                f"nothing NCCL can run; without it NCCL could use {', '.join(usable)}")
+
+
+def _allowed(
+    algorithms: Collection[Algorithm] | None, protocols: Collection[Protocol] | None
+) -> np.ndarray | None:
+    """[7, 3] mask of what NCCL_ALGO/NCCL_PROTO leave; ids outside NCCL's (StragglAR) match none."""
+    if algorithms is None and protocols is None:
+        return None
+    mask = np.ones((K.N_ALGOS, K.N_PROTOS), dtype=bool)
+    if algorithms is not None:
+        keep = [int(a) for a in algorithms if 0 <= int(a) < K.N_ALGOS]
+        rows = np.zeros(K.N_ALGOS, dtype=bool)
+        rows[keep] = True
+        mask &= rows[:, None]
+    if protocols is not None:
+        cols = np.zeros(K.N_PROTOS, dtype=bool)
+        cols[[int(p) for p in protocols]] = True
+        mask &= cols[None, :]
+    return mask

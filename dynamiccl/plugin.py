@@ -1,0 +1,189 @@
+"""Where the NCCL tuner plugin is, and how to (re)build it with the machine's C compiler.
+
+The package build (scikit-build-core + CMake) installs ``dynamiccl/lib/libnccl-tuner-dynamiccl.so``.
+When that file is missing (an install without a build step) or older than the C sources next to it
+(an editable install whose sources changed), the plugin is compiled into a user cache instead, keyed
+by a digest of the sources and flags, so a stale library is never handed to NCCL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+LIBRARY_NAME = "libnccl-tuner-dynamiccl.so"
+SOURCES = ("tuner.c", "policy.c", "view.c")
+HEADERS = ("policy.h", "nccl_tuner_abi.h")
+#: The ABI versions the plugin exports, newest first (NCCL's loader tries them in this order).
+ABI_VERSIONS = (6, 5, 4, 3, 2)
+EXPORTED_SYMBOLS = tuple(f"ncclTunerPlugin_v{v}" for v in ABI_VERSIONS)
+#: Same flags as the CMake target: C11, hidden visibility (only the structs are exported).
+CFLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall", "-Wextra")
+CACHE_ENV = "DYNAMICCL_CACHE_DIR"
+
+#: The first tuner ABI each NCCL release loads (nccl_abi.md §1.1), as (first version code, ABI).
+_FIRST_ABI_BY_NCCL = ((23003, 6), (22803, 5), (22403, 4), (22203, 3), (22105, 2))
+
+
+class PluginError(RuntimeError):
+    """The plugin cannot be found or built; the message says what to install or run."""
+
+
+def source_dir() -> Path | None:
+    """The C sources, present in a source checkout or editable install (not in a wheel)."""
+    folder = resources.files("dynamiccl") / "csrc"
+    path = Path(str(folder))
+    return path if (path / SOURCES[0]).is_file() else None
+
+
+def packaged_library() -> Path | None:
+    """The library the package build installed, if any."""
+    candidate = Path(str(resources.files("dynamiccl") / "lib" / LIBRARY_NAME))
+    if candidate.is_file():
+        return candidate
+    # Editable installs keep the built library in site-packages, outside the resource path.
+    for entry in sys.path:
+        candidate = Path(entry or ".") / "dynamiccl" / "lib" / LIBRARY_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "dynamiccl"
+
+
+def find_compiler(cc: str | None = None) -> str:
+    for candidate in (cc, os.environ.get("CC"), "cc", "gcc", "clang"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    raise PluginError("no C compiler found: install one (e.g. `apt-get install gcc`) or set CC")
+
+
+def _digest(paths: Sequence[Path], flags: Sequence[str], compiler: str) -> str:
+    h = hashlib.sha256(" ".join([compiler, *flags]).encode())
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def compile_c(
+    sources: Sequence[Path],
+    output_name: str,
+    *,
+    flags: Sequence[str] = (),
+    shared: bool = False,
+    cc: str | None = None,
+    cache: Path | None = None,
+    depends: Sequence[Path] = (),
+    force: bool = False,
+) -> Path:
+    """Compiles ``sources`` into ``cache/<digest>/output_name`` unless that exact build exists.
+
+    The digest covers the sources, ``depends`` (headers), compiler and flags, so variants (the
+    sanitizer builds of the tests, the benchmark's driver) coexist and are built once.
+    """
+    compiler = find_compiler(cc)
+    all_flags = [*flags, *(["-shared"] if shared else [])]
+    out = (cache or cache_dir()) / _digest([*sources, *depends], all_flags, compiler) / output_name
+    if out.is_file() and not force:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{output_name}.")
+    os.close(fd)
+    cmd = [compiler, *all_flags, *(str(s) for s in sources), "-o", tmp]
+    if not shared:
+        cmd += ["-ldl", "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        raise PluginError(f"compiling {output_name} failed ({' '.join(cmd)}):\n{proc.stderr}")
+    os.replace(tmp, out)  # atomic: a concurrent user never sees a half-written library
+    return out
+
+
+def build(
+    *,
+    flags: Sequence[str] = (),
+    cc: str | None = None,
+    cache: Path | None = None,
+    force: bool = False,
+) -> Path:
+    """Builds the plugin from the package's C sources; ``flags`` add to :data:`CFLAGS`."""
+    src = source_dir()
+    if src is None:
+        raise PluginError(
+            "the C sources are not installed with this package; reinstall dynamiccl from source "
+            "(pip install dynamiccl --no-binary dynamiccl) so the build step compiles the plugin"
+        )
+    return compile_c([src / s for s in SOURCES], LIBRARY_NAME, flags=[*CFLAGS, *flags],
+                     shared=True, cc=cc, cache=cache, depends=[src / h for h in HEADERS],
+                     force=force)
+
+
+def _is_stale(library: Path, src: Path) -> bool:
+    newest = max((src / f).stat().st_mtime for f in (*SOURCES, *HEADERS))
+    return library.stat().st_mtime < newest
+
+
+def library_path(*, build_if_missing: bool = True) -> Path:
+    """The plugin NCCL should load: the packaged build if current, else a cached local build."""
+    src = source_dir()
+    packaged = packaged_library()
+    if packaged is not None and (src is None or not _is_stale(packaged, src)):
+        return packaged
+    if src is not None and build_if_missing:
+        return build()
+    raise PluginError(
+        "the tuner plugin is not built: run `dynamiccl plugin build` (needs a C compiler)"
+    )
+
+
+def exported_symbols(library: Path) -> list[str]:
+    """Defined dynamic symbols (``nm -D --defined-only``): what NCCL's dlsym can see."""
+    if not shutil.which("nm"):
+        raise PluginError("`nm` (binutils) is needed to list the plugin's symbols")
+    proc = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True,
+                          text=True, check=True)
+    return sorted(line.split()[-1] for line in proc.stdout.splitlines() if line.strip())
+
+
+def first_abi_loaded(nccl_version_code: int) -> int | None:
+    """The tuner ABI version a given NCCL (``ncclGetVersion`` code, e.g. 23007) loads first."""
+    for first_code, abi in _FIRST_ABI_BY_NCCL:
+        if nccl_version_code >= first_code:
+            return abi
+    return None
+
+
+def nccl_version_string(code: int) -> str:
+    """``23007`` → ``2.30.7`` (NCCL's encoding since 2.9: major*10000 + minor*100 + patch)."""
+    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+
+
+def find_nccl_library() -> Path | None:
+    """``libnccl.so.2`` from the ``nvidia-nccl-cu1x`` wheel, if installed."""
+    for entry in sys.path:
+        candidate = Path(entry or ".") / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def parse_version_range(text: str) -> tuple[str, str]:
+    """``2.21.5..2.32.3`` → (``2.21.5``, ``2.32.3``); the NCCL range a policy file records."""
+    m = re.fullmatch(r"\s*(\d+\.\d+\.\d+)\s*\.\.\s*(\d+\.\d+\.\d+)\s*", text)
+    if not m:
+        raise ValueError(f"NCCL version range {text!r} must look like 2.21.5..2.32.3")
+    return m.group(1), m.group(2)

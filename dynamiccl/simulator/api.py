@@ -1,0 +1,125 @@
+"""The simulator's public entry points: ``simulate`` (vectorized) and ``evaluate`` (one scenario).
+
+Conventions (nccl-tests, nccl_abi §3.9): ``nbytes`` is nccl-tests' size column — the whole
+gathered/scattered buffer for all-gather/reduce-scatter, the per-rank buffer otherwise.
+``algbw = nbytes / time_after_straggler`` (the collective's own duration once every rank is there,
+which is what nccl-tests times with synchronised ranks) and ``busbw = algbw × factor`` with factors
+all-reduce 2(n−1)/n, all-gather/reduce-scatter (n−1)/n, broadcast/reduce 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from dynamiccl.knobs import Collective, Config, ConfigBatch, invalid_reason
+from dynamiccl.scenario import Scenario
+from dynamiccl.simulator import overlap
+from dynamiccl.simulator.fabric import bus_factor
+from dynamiccl.simulator.phases import US_PER_BYTE_PER_GBPS
+from dynamiccl.simulator.tables import tables_for, valid_rows
+from dynamiccl.topology import Topology
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Each field float64 [B, A]; invalid (config, collective) pairs have time +inf and bandwidth 0."""
+
+    time_us: np.ndarray
+    time_after_straggler_us: np.ndarray
+    algbw_GBps: np.ndarray
+    busbw_GBps: np.ndarray
+
+
+@dataclass(frozen=True)
+class Timing:
+    time_us: float
+    time_after_straggler_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+
+
+def config_valid_mask(topology: Topology, collective: int, configs: ConfigBatch) -> np.ndarray:
+    """``knobs.invalid_reason(...) is None`` for every configuration of the batch."""
+    return valid_rows(topology, int(collective), configs)
+
+
+def simulate(topology: Topology, collective: np.ndarray | int, nbytes: np.ndarray | float,
+             configs: ConfigBatch, straggler_delay_us: np.ndarray | float = 0.0,
+             c2c: np.ndarray | float = 0.0, *, noise_sigma: float = 0.0,
+             rng: np.random.Generator | None = None) -> SimResult:
+    """Times of every configuration in ``configs`` for every state (collective, nbytes, delay, c2c).
+
+    States are rows, configurations columns; scalars broadcast. Everything is whole-array numpy on
+    cached per-system coefficient tables (``tables.py``); no Python loop over states or actions.
+    """
+    coll, size, delay, ratio = _states(collective, nbytes, straggler_delay_us, c2c)
+    tab = tables_for(topology, configs)
+    sb = size[:, None]
+    t_alg = tab.lat[coll]
+    t_alg += tab.coef[coll] * sb
+    if tab.pipe_idx.size:  # hierarchical rings with c > 1 chunks: + (c − 1) × busiest resource
+        x_lat, x_coef = tab.extra_lat[coll], tab.extra_coef[coll]
+        busiest = x_lat[:, 0] + x_coef[:, 0] * sb
+        for r in range(1, x_lat.shape[1]):
+            np.maximum(busiest, x_lat[:, r] + x_coef[:, r] * sb, out=busiest)
+        t_alg[:, tab.pipe_idx] += busiest
+    t_pre = tab.pre_lat[coll] + tab.pre_coef[coll] * sb if tab.sar_idx.size else None
+    if noise_sigma > 0:
+        gen = rng if rng is not None else np.random.default_rng()
+        factor = gen.lognormal(0.0, noise_sigma, size=t_alg.shape)
+        t_alg *= factor
+        if t_pre is not None:
+            t_pre *= factor[:, tab.sar_idx]
+    d = delay[:, None]
+    time_us, after = overlap.with_straggler(t_alg, d)
+    if t_pre is not None:
+        sar_total, sar_after = overlap.stragglar_with_straggler(t_pre, t_alg[:, tab.sar_idx], d)
+        time_us[:, tab.sar_idx] = sar_total
+        after[:, tab.sar_idx] = sar_after
+    busy = np.flatnonzero(ratio > 0)
+    if busy.size:
+        t_comp = (ratio[busy] * overlap.reference_time_us(topology, coll[busy], size[busy]))[:, None]
+        extra = overlap.stolen_and_slowed_us(after[busy], t_comp, tab.channels, topology.gpu.sms)
+        time_us[busy] += extra
+        after[busy] += extra
+    algbw = np.divide(sb * US_PER_BYTE_PER_GBPS, after, out=np.zeros_like(after), where=after > 0)
+    busbw = algbw * _bus_factors(topology.nranks)[coll][:, None]
+    return SimResult(time_us, after, algbw, busbw)
+
+
+@lru_cache(maxsize=1024)
+def _bus_factors(nranks: int) -> np.ndarray:
+    """nccl-tests' bus factor per collective id."""
+    return np.array([bus_factor(c, nranks) for c in range(len(Collective))])
+
+
+def _states(collective, nbytes, delay, c2c) -> tuple[np.ndarray, ...]:
+    """The four state columns as 1-D arrays of one length (scalars broadcast), checked."""
+    cols = [np.atleast_1d(np.asarray(x, dtype=dt)) for x, dt in
+            ((collective, np.int64), (nbytes, np.float64), (delay, np.float64), (c2c, np.float64))]
+    b = max(x.size for x in cols)
+    try:
+        coll, size, dly, ratio = (np.broadcast_to(x.reshape(-1), (b,)) for x in cols)
+    except ValueError:
+        raise ValueError("collective, nbytes, straggler delay and c2c must be scalars or of one length"
+                         ) from None
+    if np.any(size < 0) or np.any(dly < 0) or np.any(ratio < 0):
+        raise ValueError("nbytes, straggler delay and c2c must not be negative")
+    if np.any((coll < 0) | (coll >= len(Collective))):
+        raise ValueError(f"collective ids must be 0..{len(Collective) - 1} (NCCL's ncclFunc_t)")
+    return coll, size, dly, ratio
+
+
+def evaluate(scenario: Scenario, config: Config) -> Timing:
+    """One scenario and one configuration; raises ValueError with the reason for invalid ones."""
+    reason = invalid_reason(scenario.topology, scenario.collective, config)
+    if reason:
+        raise ValueError(reason)
+    delay = scenario.straggler_delay_us if scenario.has_straggler else 0.0
+    res = simulate(scenario.topology, int(scenario.collective), float(scenario.nbytes),
+                   ConfigBatch.from_configs([config]), delay, scenario.c2c)
+    return Timing(float(res.time_us[0, 0]), float(res.time_after_straggler_us[0, 0]),
+                  float(res.algbw_GBps[0, 0]), float(res.busbw_GBps[0, 0]))

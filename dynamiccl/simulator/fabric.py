@@ -1,0 +1,124 @@
+"""The tiers a collective actually crosses, with what one rank can push into each.
+
+A tier of size 1 is never crossed, so only *levels* (tiers of size > 1) matter. For every level the
+simulator needs three bandwidths:
+
+* ``bw``: what one rank gets into the tier when it crosses alone (``bandwidth_GBps``);
+* ``port_bw``: what each rank gets when every rank of its group crosses at once — ``link_share``
+  ranks share one port (seed 003's four PCIe GPUs behind one NIC);
+* ``ports``: how many distinct ports a group below this level owns (a DGX H100 node: 8 NICs).
+
+How many of those ports one flat ring can use is a property of the fabric. On a *switched* tier
+(``switch``/``fully_connected``, e.g. a rail-optimised InfiniBand fat-tree) NCCL builds each channel's
+ring through a different NIC, so ``c`` channels cross the tier on ``min(c, ports)`` ports. On a
+*direct-connect* tier (``ring``/``torus2d``: every port is a fixed cable to one peer, seed 000's
+ASTRA-sim ``ring_ring``) a flat ring is the seed's single embedded ``oneRing``: it crosses each
+boundary on one cable and its channels pipeline along that same path. Algorithms that put every
+rank on the tier at once (the hierarchical ring's inter-node phase, NVLSTree, CollNetDirect,
+StragglAR) use every port, each rank at ``port_bw``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from dynamiccl.knobs import Collective
+from dynamiccl.topology import Topology
+
+
+@dataclass(frozen=True)
+class Level:
+    size: int
+    #: Ranks inside one group at this level (product of the inner tier sizes; 1 for the node tier).
+    block: int
+    bw: float
+    port_bw: float
+    ports: int
+    latency_us: float
+    link: str
+    switched: bool
+
+
+@lru_cache(maxsize=1024)
+def levels(topology: Topology) -> tuple[Level, ...]:
+    """The crossed tiers, innermost first."""
+    out: list[Level] = []
+    block = 1
+    for tier in topology.tiers:
+        if tier.size > 1:
+            ports = max(1, block // tier.link_share)
+            port_bw = tier.bandwidth_GBps if block == 1 else tier.port_bandwidth_GBps
+            out.append(Level(tier.size, block, tier.bandwidth_GBps, port_bw, ports, tier.latency_us,
+                             tier.link, tier.fabric in ("switch", "fully_connected")))
+        block *= tier.size
+    return tuple(out)
+
+
+def node_levels(topology: Topology) -> tuple[tuple[Level, ...], tuple[Level, ...]]:
+    """(levels inside a node, levels between nodes): the node is the innermost tier."""
+    lv = levels(topology)
+    inner = tuple(lv_ for lv_ in lv if lv_.block == 1)
+    return inner, tuple(lv_ for lv_ in lv if lv_.block > 1)
+
+
+def bus_factor(collective: int, nranks: int) -> float:
+    """nccl-tests' bus-bandwidth factor (nccl_abi §3.9)."""
+    if nranks <= 1:
+        return 1.0
+    if collective == Collective.ALLREDUCE:
+        return 2.0 * (nranks - 1) / nranks
+    if collective in (Collective.ALLGATHER, Collective.REDUCESCATTER):
+        return (nranks - 1) / nranks
+    return 1.0
+
+
+def _level_factor(collective: int, groups: int) -> float:
+    """Fraction of S a group must move across its level's boundary, per rank-equivalent."""
+    if collective in (Collective.BROADCAST, Collective.REDUCE):
+        return 1.0
+    return bus_factor(collective, groups)
+
+
+@lru_cache(maxsize=4096)
+def busbw_bound_gbps(topology: Topology, collective: int) -> float:
+    """The most bus bandwidth any point-to-point algorithm can reach on this system.
+
+    Two physical limits: a rank cannot move its bus traffic faster than all its ports together
+    (its NVLink and its NIC may work at once, e.g. the pipelined phases of a hierarchical ring); and
+    at an outer level with m groups, each group must push its share of the m-group collective
+    through all its ports: busbw ≤ ports · bw · factor(n) / factor(m). For a single-path algorithm
+    (a flat ring on one node) this is the bottleneck link's bandwidth. Tests check every action.
+    """
+    lv = levels(topology)
+    if not lv:
+        return topology.tiers[0].bandwidth_GBps
+    n = topology.nranks
+    bound = sum(level.bw for level in lv)
+    for level in lv:
+        if level.block > 1:
+            factor = _level_factor(collective, n // level.block)
+            bound = min(bound, level.ports * level.bw * bus_factor(collective, n) / factor)
+    return bound
+
+
+@lru_cache(maxsize=4096)
+def in_network_algbw_bound_gbps(topology: Topology, collective: int) -> float:
+    """Algorithm-bandwidth bound with in-network reduction (NVLS, NVLSTree, CollNet): the switch
+    reduces, so each group sends its buffer across a level once and receives the result once;
+    all-gather/reduce-scatter still move (m−1)/m of it."""
+    n = topology.nranks
+    bound = math.inf
+    for level in levels(topology):
+        groups = n // level.block
+        aggregate = level.bw if level.block == 1 else level.ports * level.bw
+        if collective == Collective.ALLREDUCE:
+            bound = min(bound, aggregate)
+        else:
+            bound = min(bound, aggregate * groups / max(groups - 1, 1))
+    return bound
+
+
+def log2ceil(x: int) -> int:
+    return max(0, math.ceil(math.log2(x))) if x > 1 else 0

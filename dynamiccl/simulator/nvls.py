@@ -1,0 +1,72 @@
+"""NVLS and NVLSTree: NVSwitch multicast with in-switch reduction (Hopper+, nccl_abi §3.7).
+
+Inside a node the switch does the arithmetic: for all-reduce every GPU's data crosses its NVLink
+once towards the switch and the result once back, so T = S / (NVLink bw · nvlsEfficiency) — half a
+ring's traffic, which is why NVLS's *bus* bandwidth (nccl-tests' ring-based 2(n−1)/n factor) can
+exceed the link bandwidth; the bound checked for NVLS is algbw ≤ link bandwidth instead.
+All-gather / reduce-scatter move (n−1)/n · S per GPU through the switch.
+
+Across nodes: multi-node NVLS needs in-network reduction (NVLS+SHARP): each GPU sends its 1/ppn
+shard through its own NIC once. NVLSTree reduces in the switch and runs a tree across nodes on each
+GPU's 1/ppn shard, every GPU through its own NIC (2 · S/ppn per NIC, as in a tree).
+Latency: NCCL's NVLS hardware latencies (25 µs NVLink, 18/20.9 µs network; nccl_abi §3.2/§3.5).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dynamiccl.knobs import Algorithm, Collective
+from dynamiccl.simulator import protocols as P
+from dynamiccl.simulator.fabric import log2ceil, node_levels
+from dynamiccl.simulator.phases import Cost, single, transfer
+from dynamiccl.topology import Topology
+
+
+def _switch_rate(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> np.ndarray:
+    inner, _ = node_levels(topology)
+    bw = inner[0].bw if inner else topology.tiers[0].bandwidth_GBps
+    eff = P.NVLS_EFFICIENCY[P.compcap_index(topology.gpu.sm)]
+    return np.minimum(bw * eff, channels * P.per_channel_gbps(topology, proto))
+
+
+def _intra_latency(topology: Topology, algo: Algorithm, proto: np.ndarray) -> np.ndarray:
+    inner, _ = node_levels(topology)
+    lat = inner[0].latency_us if inner else 0.0
+    return P.hop_latency_us("nvlink", lat, algo, proto)
+
+
+def nvls(topology: Topology, collective: Collective, proto: np.ndarray, channels: np.ndarray) -> Cost:
+    n, ppn = topology.nranks, topology.gpus_per_node
+    nodes = n // ppn
+    rate = _switch_rate(topology, proto, channels)
+    lat = _intra_latency(topology, Algorithm.NVLS, proto)
+    _, outer = node_levels(topology)
+    if collective == Collective.ALLREDUCE:
+        coef = transfer(1.0, rate)
+        inter = 1.0 / ppn                      # each GPU's shard crosses its NIC once
+    else:
+        coef = transfer((n - 1) / n, rate)
+        inter = (nodes - 1) / (nodes * ppn)    # a node fetches what it lacks over all its NICs
+    for level in outer:
+        coef = np.maximum(coef, transfer(inter, np.full(proto.shape, level.port_bw)))
+        lat = lat + P.hop_latency_us(level.link, level.latency_us, Algorithm.NVLS, proto)
+    return single(lat, coef, P.base_latency_us(Algorithm.NVLS, proto))
+
+
+def nvls_tree(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
+    n, ppn = topology.nranks, topology.gpus_per_node
+    cc, sc = P.compcap_index(topology.gpu.sm), P.scale_index(topology.nodes)
+    rate = _switch_rate(topology, proto, channels)
+    coef = transfer(1.0, rate)
+    lat = _intra_latency(topology, Algorithm.NVLS_TREE, proto)
+    _, outer = node_levels(topology)
+    for level in outer:
+        coef = np.maximum(coef, transfer(2.0 / ppn, np.full(proto.shape, level.port_bw)))
+        hop = P.hop_latency_us(level.link, level.latency_us, Algorithm.NVLS_TREE, proto)
+        lat = lat + 2 * log2ceil(level.size) * hop
+    # NCCL's per-channel NVLSTree limit applies to its bus bandwidth, 2(n−1)/n × algbw.
+    cap = channels * P.NVLS_TREE_PER_CHANNEL_GBPS[cc, sc]
+    with np.errstate(divide="ignore"):
+        coef = np.maximum(coef, transfer(2.0 * (n - 1) / n, cap))
+    return single(lat, coef, P.base_latency_us(Algorithm.NVLS_TREE, proto))

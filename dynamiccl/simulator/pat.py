@@ -1,0 +1,27 @@
+"""PAT (Parallel Aggregated Trees) all-gather / reduce-scatter, one GPU per node (nccl_abi §3.7).
+
+A Bruck-like schedule: log2(n) rounds of latency instead of the ring's n−1, the same (n−1)/n · S of
+traffic per rank, at 75 % of the link's bandwidth (NCCL's own PAT factor, nccl_abi §3.4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dynamiccl.knobs import Algorithm
+from dynamiccl.simulator import protocols as P
+from dynamiccl.simulator.fabric import levels, log2ceil
+from dynamiccl.simulator.phases import Cost, single, transfer
+from dynamiccl.topology import Topology
+
+
+def pat(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
+    n = topology.nranks
+    rate = channels * P.per_channel_gbps(topology, proto)
+    lat = np.zeros(proto.shape)
+    for level in levels(topology):
+        bw = level.bw if level.block == 1 else level.port_bw
+        rate = np.minimum(rate, bw * P.PROTO_EFFICIENCY[proto])
+        lat = lat + log2ceil(level.size) * P.hop_latency_us(level.link, level.latency_us,
+                                                            Algorithm.PAT, proto)
+    return single(lat, transfer((n - 1) / n, rate * P.PAT_BW_FACTOR), P.base_latency_us(Algorithm.PAT, proto))

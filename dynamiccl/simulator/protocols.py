@@ -1,0 +1,124 @@
+"""Protocol, per-hop latency and per-channel bandwidth constants, each with its source.
+
+Sources (facts only): ``shared/reference/nccl_abi.md`` (NCCL 2.30.7, the NCCL PyTorch 2.15 loads):
+§3.2 default tuner constants (``baseLatencies``, ``hwLatencies``, ``llMaxBws``, per-channel caps,
+``nvlsEfficiency``), §3.4 bandwidth rules, §3.9 per-channel graph speeds. NVIDIA calibrated these
+latencies on hardware, so the simulator uses them as the *measured* per-hop protocol cost and adds the
+tier's own wire latency on top (the topology file's ``latency_us``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dynamiccl.knobs import Algorithm, Protocol
+from dynamiccl.topology import Topology
+
+#: Fraction of the wire bytes that is payload. LL sends 4 B of data with a 4 B flag in every 8 B
+#: store; LL128 sends 120 B of data and an 8 B flag per 128 B line; Simple sends pure data and
+#: synchronises with separate flags/fences (nccl_abi §3.4 uses 0.5 for LL; 120/128 for tree LL128).
+PROTO_EFFICIENCY = np.array([0.5, 120.0 / 128.0, 1.0])
+
+#: NCCL's compute-capability rows (nccl_abi §1.2/§3.3): Volta, Ampere, Hopper, Blackwell.
+def compcap_index(sm: int) -> int:
+    return 3 if sm >= 100 else 2 if sm >= 90 else 1 if sm >= 80 else 0
+
+
+def scale_index(nodes: int) -> int:
+    """NCCL's tuning scale (nccl_abi §3.3): 1 node, 2 nodes, 3 or more."""
+    return min(nodes, 3) - 1
+
+
+#: ``baseLatencies`` [algo][proto] in µs (nccl_abi §3.2): a collective's fixed cost (launch, set-up).
+#: NCCL leaves CollNet/NVLS at 0 because their hardware latencies already hold the whole fixed cost.
+BASE_LATENCY_US = np.array([
+    [6.8, 14.0, 8.4],   # tree
+    [6.6, 14.0, 8.4],   # ring
+    [0.0, 0.0, 0.0],    # collnet direct
+    [0.0, 0.0, 0.0],    # collnet chain
+    [0.0, 0.0, 0.0],    # nvls
+    [0.0, 0.0, 0.0],    # nvls tree
+    [8.0, 8.0, 8.0],    # pat
+])
+
+_LINK_ROW = {"nvlink": 0, "pcie": 1, "net": 2}
+#: ``hwLatencies`` [link][algo][proto] in µs (nccl_abi §3.2): NVIDIA's measured per-hop protocol
+#: cost (flag polling, fences; on NET the proxy round trip). Links: NVLINK, PCI, NET.
+HW_LATENCY_US = np.array([
+    [[.6, 1.25, 4.0], [.6, 1.9, 3.4], [0, 0, 3.7], [0, 0, 2.8], [0, 0, 25], [0, 0, 25], [0, 0, 4.0]],
+    [[1.0, 1.9, 4.0], [1.0, 2.5, 5.7], [0, 0, 3.7], [0, 0, 2.8], [0, 0, 0], [0, 0, 0], [0, 0, 4.0]],
+    [[5.0, 8.5, 14], [2.7, 4.0, 14.0], [0, 0, 31], [0, 0, 30], [0, 0, 18], [0, 0, 20.9], [0, 0, 14]],
+])
+
+#: Largest per-channel speed NCCL's topology search ever assigns on each arch (nccl_abi §3.9 intra
+#: lists: default 40, SM90 60, SM100 90 GB/s): what one CTA (one SM) can move with Simple.
+SIMPLE_PER_CHANNEL_GBPS = np.array([40.0, 40.0, 60.0, 90.0])
+#: ``perChMaxRingLL128Bws`` (nccl_abi §3.2), scale-independent: one channel's LL128 limit.
+LL128_PER_CHANNEL_GBPS = np.array([20.0, 20.0, 36.7, 40.0])
+#: ``perChMaxTreeBws`` / ``perChMaxTreeLL128Bws`` [compcap][scale] (nccl_abi §3.2).
+TREE_PER_CHANNEL_GBPS = np.array([[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [38.7, 41.4, 36.0],
+                                  [70.0, 42.8, 24.0]])
+TREE_LL128_PER_CHANNEL_GBPS = np.array([[20, 20, 20], [20, 20, 20], [36.7, 36.7, 29.0],
+                                        [55.6, 31.67, 20.0]])
+#: ``perChMaxNVLSTreeBws`` [compcap][scale] (nccl_abi §3.2; 0 = not used on one node).
+NVLS_TREE_PER_CHANNEL_GBPS = np.array([[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [0.0, 57.7, 45.5],
+                                       [0.0, 96.0, 80.0]])
+#: ``llMaxBws`` [row][scale] (nccl_abi §3.2/§3.3): the whole LL collective's bandwidth limit. One
+#: node uses the compcap row; several nodes use row 0 (Intel host CPUs, the common case).
+LL_MAX_GBPS = np.array([[39.0, 39.0, 20.4], [87.7, 22.5, 19.0], [141.0, 45.0, 35.0],
+                        [282.0, 90.0, 70.0]])
+#: ``nvlsEfficiency`` per compcap (nccl_abi §3.2): NVLink bandwidth NVLS multicast achieves.
+NVLS_EFFICIENCY = np.array([0.0, 0.0, 0.85, 0.74])
+#: PAT's bandwidth factor (nccl_abi §3.4: PAT × 0.75).
+PAT_BW_FACTOR = 0.75
+#: CollNetDirect on Hopper+ (nccl_abi §3.4: × 0.85).
+COLLNET_DIRECT_HOPPER_FACTOR = 0.85
+
+
+def base_latency_us(algo: Algorithm, proto: np.ndarray) -> np.ndarray:
+    """The fixed per-collective cost of ``algo`` for each protocol in ``proto``."""
+    row = min(int(algo), BASE_LATENCY_US.shape[0] - 1) if algo != Algorithm.STRAGGLAR else 1
+    return BASE_LATENCY_US[row][proto]
+
+
+def hop_latency_us(link: str, tier_latency_us: float, algo: Algorithm, proto: np.ndarray) -> np.ndarray:
+    """One hop: the tier's wire latency plus NCCL's measured protocol cost for that link class.
+
+    On the network Simple also flushes the received data (one more network round trip), which NCCL
+    models by adding the network latency twice for Simple (nccl_abi §3.5).
+    """
+    row = int(algo) if algo != Algorithm.STRAGGLAR else int(Algorithm.RING)
+    hw = HW_LATENCY_US[_LINK_ROW[link], row][proto]
+    flush = np.where(proto == Protocol.SIMPLE, tier_latency_us, 0.0) if link == "net" else 0.0
+    return tier_latency_us + hw + flush
+
+
+def per_channel_gbps(topology: Topology, proto: np.ndarray) -> np.ndarray:
+    """What one channel (one CTA on one SM) can move per protocol, in payload GB/s.
+
+    LL's per-channel rate is half Simple's (half of every store is flag).
+    """
+    cc = compcap_index(topology.gpu.sm)
+    simple = SIMPLE_PER_CHANNEL_GBPS[cc]
+    table = np.array([simple * PROTO_EFFICIENCY[Protocol.LL], LL128_PER_CHANNEL_GBPS[cc], simple])
+    return table[proto]
+
+
+def tree_per_channel_gbps(topology: Topology, proto: np.ndarray) -> np.ndarray:
+    """NCCL's per-channel tree caps (its LL tree bandwidth is a third of Simple's, busBw/3.8 vs /1)."""
+    cc, sc = compcap_index(topology.gpu.sm), scale_index(topology.nodes)
+    simple = TREE_PER_CHANNEL_GBPS[cc, sc]
+    table = np.array([simple * PROTO_EFFICIENCY[Protocol.LL], TREE_LL128_PER_CHANNEL_GBPS[cc, sc], simple])
+    return table[proto]
+
+
+def ll_max_gbps(topology: Topology) -> float:
+    """NCCL's whole-collective LL bandwidth limit for this system (nccl_abi §3.3 row rule)."""
+    nodes = topology.nodes
+    row = compcap_index(topology.gpu.sm) if nodes == 1 else 0
+    return float(LL_MAX_GBPS[row, scale_index(nodes)])
+
+
+def ll_cap(topology: Topology, proto: np.ndarray) -> np.ndarray:
+    """Aggregate bandwidth cap per protocol: LL is limited by ``llMaxBws``, the others are not."""
+    return np.where(proto == Protocol.LL, ll_max_gbps(topology), np.inf)

@@ -1,0 +1,180 @@
+"""Per-(system, configuration batch) cost tables: the algorithms evaluated once, reused per call.
+
+Every algorithm's cost is affine in the size per phase (``phases.py``), so the per-configuration
+coefficients are computed once per system, collective and configuration batch and a call to
+``simulate`` only multiplies them by the sizes: no Python loop over actions or states.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from dynamiccl.knobs import (
+    Algorithm,
+    Collective,
+    Config,
+    ConfigBatch,
+    Hierarchy,
+    Protocol,
+    Schedule,
+    invalid_reason,
+)
+from dynamiccl.simulator.collnet import collnet_chain, collnet_direct
+from dynamiccl.simulator.nvls import nvls, nvls_tree
+from dynamiccl.simulator.pat import pat
+from dynamiccl.simulator.phases import Cost
+from dynamiccl.simulator.ring import flat_ring, hierarchical_ring
+from dynamiccl.simulator.stragglar_cost import stragglar
+from dynamiccl.simulator.tree import tree_allreduce
+from dynamiccl.topology import Topology
+
+N_COLLECTIVES = len(Collective)
+_FIELDS = ("algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Coefficients indexed [collective, ...]; an invalid pair has ``lat = inf`` and ``coef = 0``.
+
+    Every configuration's time is ``lat + coef · S``; a hierarchical ring with ``c > 1`` active
+    chunks adds ``max_r (extra_lat + extra_coef · S)`` over its resources (``phases.py``: the
+    (c − 1) × busiest-resource term, with the sums over phases folded into ``lat``/``coef``).
+    """
+
+    lat: np.ndarray          # [C, A]
+    coef: np.ndarray         # [C, A]
+    pipe_idx: np.ndarray     # columns of hierarchical rings with more than one active chunk
+    extra_lat: np.ndarray    # [C, R, P]
+    extra_coef: np.ndarray   # [C, R, P]
+    sar_idx: np.ndarray      # columns of StragglAR configs
+    pre_lat: np.ndarray      # [C, S] its precondition (inf where invalid)
+    pre_coef: np.ndarray     # [C, S]
+    channels: np.ndarray     # [A] float
+
+
+def _cost(topology: Topology, collective: Collective, algo: Algorithm, hier: bool,
+          cols: dict[str, np.ndarray]) -> Cost:
+    proto, ch = cols["protocol"], cols["channels"].astype(np.float64)
+    if algo == Algorithm.RING and hier:
+        return hierarchical_ring(topology, collective, proto, ch, cols["schedule"], cols["chunks"])
+    if algo == Algorithm.RING:
+        return flat_ring(topology, collective, proto, ch)
+    if algo == Algorithm.TREE:
+        return tree_allreduce(topology, proto, ch)
+    if algo == Algorithm.NVLS:
+        return nvls(topology, collective, proto, ch)
+    if algo == Algorithm.NVLS_TREE:
+        return nvls_tree(topology, proto, ch)
+    if algo == Algorithm.COLLNET_DIRECT:
+        return collnet_direct(topology, collective, proto, ch)
+    if algo == Algorithm.COLLNET_CHAIN:
+        return collnet_chain(topology, proto, ch)
+    if algo == Algorithm.PAT:
+        return pat(topology, proto, ch)
+    return stragglar(topology, proto, ch)
+
+
+def _finite(a: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(a), a, 0.0)
+
+
+@lru_cache(maxsize=65536)
+def _valid(topology: Topology, collective: int, row: tuple[int, ...]) -> bool:
+    try:
+        config = Config(Algorithm(row[0]), Protocol(row[1]), int(row[2]), Hierarchy(row[3]),
+                        Schedule(row[4]), int(row[5]))
+    except ValueError:  # an id outside NCCL's enums
+        return False
+    return invalid_reason(topology, Collective(collective), config) is None
+
+
+def valid_rows(topology: Topology, collective: int, configs: ConfigBatch) -> np.ndarray:
+    """``knobs.invalid_reason`` per configuration, cached per unique configuration."""
+    rows = np.stack([getattr(configs, f) for f in _FIELDS], axis=1)
+    uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+    ok = np.array([_valid(topology, int(collective), tuple(int(x) for x in r)) for r in uniq], dtype=bool)
+    return ok[inverse.reshape(-1)]
+
+
+def _fold_pipeline(cost: Cost) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lat, coef) of Σ_i d_i(S/c) and per resource the (c − 1) · Σ_{i on r} d_i(S/c) terms."""
+    c = cost.chunks if cost.chunks is not None else np.ones_like(cost.base_us)
+    lat = cost.base_us + sum(_finite(ph.lat_us) for ph in cost.phases)
+    coef = sum(_finite(ph.us_per_byte) for ph in cost.phases) / c
+    n_res = 1 + max(int(np.max(ph.resource)) for ph in cost.phases)
+    r_lat = np.zeros((n_res, c.size))
+    r_coef = np.zeros((n_res, c.size))
+    for ph in cost.phases:
+        res = np.broadcast_to(ph.resource, c.shape)
+        for r in range(n_res):
+            on = res == r
+            r_lat[r] += np.where(on, _finite(ph.lat_us), 0.0)
+            r_coef[r] += np.where(on, _finite(ph.us_per_byte), 0.0)
+    return lat, coef, (c - 1) * r_lat, (c - 1) / c * r_coef
+
+
+def build(topology: Topology, configs: ConfigBatch) -> Tables:
+    a = len(configs)
+    cols_all = {f: np.asarray(getattr(configs, f), dtype=np.int64) for f in _FIELDS}
+    algo = cols_all["algorithm"]
+    is_hier = (algo == int(Algorithm.RING)) & (cols_all["hierarchy"] == int(Hierarchy.HIERARCHICAL))
+    pipe_idx = np.flatnonzero(is_hier & (cols_all["chunks"] > 1))
+    sar_idx = np.flatnonzero(algo == int(Algorithm.STRAGGLAR))
+    lat, coef = np.zeros((N_COLLECTIVES, a)), np.zeros((N_COLLECTIVES, a))
+    pre_lat = np.zeros((N_COLLECTIVES, sar_idx.size))
+    pre_coef = np.zeros((N_COLLECTIVES, sar_idx.size))
+    extras: list[tuple[np.ndarray, np.ndarray]] = []
+    for c in Collective:
+        for al in Algorithm:
+            for h in (False, True):
+                idx = np.flatnonzero((algo == int(al)) & (is_hier == h))
+                if not idx.size:
+                    continue
+                sub = {f: v[idx] for f, v in cols_all.items()}
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    cost = _cost(topology, c, al, h, sub)
+                if h:
+                    lat[c, idx], coef[c, idx], x_lat, x_coef = _fold_pipeline(cost)
+                    keep = np.searchsorted(idx, pipe_idx)
+                    extras.append((x_lat[:, keep], x_coef[:, keep]))
+                    continue
+                lat[c, idx] = cost.base_us + _finite(cost.phases[0].lat_us)
+                coef[c, idx] = _finite(cost.phases[0].us_per_byte)
+                if cost.pre is not None:
+                    pos = np.searchsorted(sar_idx, idx)
+                    pre_lat[c, pos] = _finite(cost.pre.lat_us)
+                    pre_coef[c, pos] = _finite(cost.pre.us_per_byte)
+    n_res = max((x.shape[0] for x, _ in extras), default=0)
+    extra_lat = np.zeros((N_COLLECTIVES, n_res, pipe_idx.size))
+    extra_coef = np.zeros((N_COLLECTIVES, n_res, pipe_idx.size))
+    for c, (x_lat, x_coef) in enumerate(extras):
+        extra_lat[c, : x_lat.shape[0]], extra_coef[c, : x_coef.shape[0]] = x_lat, x_coef
+    valid = np.stack([valid_rows(topology, c, configs) for c in range(N_COLLECTIVES)])
+    lat = np.where(valid, lat, np.inf)
+    coef = np.where(valid, coef, 0.0)
+    pre_lat = np.where(valid[:, sar_idx], pre_lat, np.inf)
+    return Tables(lat, coef, pipe_idx, extra_lat, extra_coef, sar_idx, pre_lat, pre_coef,
+                  cols_all["channels"].astype(np.float64))
+
+
+_CACHE: OrderedDict[tuple, Tables] = OrderedDict()
+_CACHE_SIZE = 256
+
+
+def tables_for(topology: Topology, configs: ConfigBatch) -> Tables:
+    """Cached ``build``; the key is the system and the batch's contents (not its identity)."""
+    key = (topology, b"".join(np.ascontiguousarray(getattr(configs, f), dtype=np.int64).tobytes()
+                              for f in _FIELDS))
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = build(topology, configs)
+        _CACHE[key] = hit
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    else:
+        _CACHE.move_to_end(key)
+    return hit

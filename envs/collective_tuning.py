@@ -1,0 +1,263 @@
+"""``dynamiccl/CollectiveTuning-v0``: choose how NCCL runs each collective of a training iteration."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from dynamiccl.envs.backends import Backend, make_backend
+from dynamiccl.envs.observation import OBS_HIGH, OBS_LOW, encode
+from dynamiccl.envs.workloads import Episode, ScenarioDistribution, load_scenario_distribution
+from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
+from dynamiccl.scenario import Scenario
+from dynamiccl.units import format_size, format_time_us
+
+#: Reward for an action the mask forbids (NCCL then runs its own choice). log(1/20): as bad as a
+#: valid choice twenty times slower than NCCL, worse than almost any valid choice.
+INVALID_ACTION_REWARD = -3.0
+#: Per-scenario facts kept at most this many at once (a long run sees many distinct calls).
+_CACHE_LIMIT = 50_000
+
+
+@dataclass(frozen=True)
+class _CallFacts:
+    """What the environment needs about one scenario, computed once."""
+
+    mask: np.ndarray
+    oracle_action: int
+    oracle_time_us: float
+
+
+class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
+    """
+    ## Description
+
+    NCCL picks an algorithm, a protocol and a channel count for every collective from a cost model
+    that assumes an idle, uniform system. This environment lets a policy make that choice instead,
+    call by call, and scores it against NCCL's own pick on the same backend (the simulator by
+    default, real GPUs with the ``live`` backend).
+
+    An episode is the sequence of collectives one training iteration issues (DDP gradient buckets,
+    FSDP all-gathers and reduce-scatters, tensor-parallel activation all-reduces; see
+    ``configs/workload/``), on one system drawn from a scenario distribution (``configs/scenario/``)
+    with a compute-to-communication ratio and a straggler that can appear, move or vanish between
+    calls. Each step is one call: the policy chooses, the backend runs it, the next call comes.
+
+    ## Action Space
+
+    ``Discrete(N_ACTIONS)``: an index into :data:`dynamiccl.knobs.ACTIONS`, the joint table of
+    (algorithm, hierarchy, protocol, channels, scheduling policy, active chunks). Which actions can
+    run depends on the system and the collective: :meth:`action_masks` returns the mask
+    (``knobs.valid_mask``; sb3-contrib's MaskablePPO reads it). With ``deployable=True`` the mask
+    also drops what a tuner plugin cannot make NCCL do (ring-over-ring schedules, StragglAR).
+
+    An action outside the mask is tolerated, since unmasked agents and ``check_env`` sample freely:
+    NCCL's own choice runs instead (the observed time equals NCCL's) and the reward is
+    ``INVALID_ACTION_REWARD`` (-3.0).
+
+    ## Observation Space
+
+    ``Box(shape=(OBS_SIZE,), float32)``, fixed bounds, the same encoding for every system
+    (:data:`dynamiccl.envs.observation.OBSERVATION_FIELDS` holds the full table):
+
+    | Num       | Field                                  | Min | Max | Meaning                     |
+    |-----------|----------------------------------------|-----|-----|-----------------------------|
+    | 0-4       | collective_{broadcast,reduce,allgather,reducescatter,allreduce} | 0 | 1 | one-hot |
+    | 5         | size_bin                               | 0   | 1   | floor(log2 bytes) / 36      |
+    | 6         | ranks                                  | 0   | 1   | log2(ranks) / 12            |
+    | 7         | nodes                                  | 0   | 1   | log2(nodes) / 12            |
+    | 8         | gpus_per_node                          | 0   | 1   | log2(GPUs per node) / 7     |
+    | 9         | gpu_arch                               | 0   | 1   | (SM version - 70) / 30      |
+    | 10        | feature_nvls                           | 0   | 1   | NVLS multicast available    |
+    | 11        | feature_collnet                        | 0   | 1   | in-network reduction        |
+    | 12        | c2c                                    | 0   | 1   | c2c / (1 + c2c)             |
+    | 13+12k    | tier{k}_present (k = 0, 1, 2)          | 0   | 1   | tier exists, size > 1 (*)   |
+    | 14+12k    | tier{k}_size                           | 0   | 1   | log2(tier size) / 12        |
+    | 15+12k    | tier{k}_bandwidth                      | 0   | 1   | log10(port GB/s) / 3        |
+    | 16+12k    | tier{k}_bandwidth_ratio                | 0   | 1   | log2(tier-0 / tier-k) / 8   |
+    | 17+12k    | tier{k}_latency                        | 0   | 1   | log10(10 x hop µs) / 3      |
+    | 18-21+12k | tier{k}_fabric_{switch,ring,torus2d,fully_connected} | 0 | 1 | one-hot fabric   |
+    | 22-24+12k | tier{k}_link_{nvlink,pcie,net}         | 0   | 1   | one-hot link class          |
+    | 49        | straggler_present                      | 0   | 1   | a late rank was seen        |
+    | 50        | straggler_position                     | 0   | 1   | late rank / (ranks - 1)     |
+    | 51        | straggler_delay_bin                    | 0   | 1   | bin / 6, edges .1/.3/1/3/10 ms |
+    | 52        | last_time_ratio                        | -1  | 1   | log2(last / NCCL time) / 4  |
+
+    (*) Tier 0 (the node) is always present; an outer tier of size 1 carries no traffic and is
+    encoded as absent, all its fields 0.
+
+    The straggler fields and ``last_time_ratio`` report what the backend *observed on the previous
+    call* (nothing at the first call of an episode), as a tuner inside a job would know them: a
+    straggler that appears at call t shows in the observation of call t + 1.
+
+    ## Rewards
+
+    ``log(t_nccl_default / t_chosen)`` for the call just made: 0 when the choice is as fast as
+    NCCL's, positive when faster, scale-free across message sizes. Summed over an episode it is the
+    log of the iteration's geometric-mean speedup times its length.
+
+    ## Starting State
+
+    ``reset`` draws an episode from the scenario distribution with ``self.np_random``: a system, a
+    node count, a workload, a c2c value and the straggler's path. ``reset(options={"episode": e})``
+    plays a given :class:`~dynamiccl.envs.workloads.Episode` (a suite entry) or list of scenarios
+    instead, which is how fixed suites are evaluated.
+
+    ## Episode End
+
+    The episode terminates after its last call: one iteration of the workload, or ``episode_length``
+    calls (the trace then repeats, iteration after iteration). There is no truncation.
+
+    ## Info
+
+    ``reset``: ``scenario``, ``episode`` (name), ``workload``. ``step`` adds ``action``, ``valid``,
+    ``config`` (the chosen :class:`~dynamiccl.knobs.Config`, None when invalid), ``time_us``,
+    ``default_time_us``, ``speedup`` (default / time), ``oracle_action`` and ``oracle_time_us``
+    (the fastest action the mask allows; -1 and NaN when the backend cannot time every action),
+    and ``call`` (the step's index in the episode).
+
+    ## Arguments
+
+    * ``scenario``: a distribution name in ``configs/scenario/`` (``train``, ``heldout``,
+      ``smoke``), a YAML path, a mapping (e.g. Hydra's composed group) or a ScenarioDistribution.
+    * ``backend``: ``"sim"`` (default), ``"live"``, or a :class:`~dynamiccl.envs.backends.Backend`.
+    * ``deployable``: mask to what the tuner plugin can export.
+    * ``episode_length``: calls per episode (default: the distribution's, else one iteration).
+    * ``render_mode``: None or ``"ansi"`` (a line per call).
+    * other keyword arguments go to the backend's constructor.
+
+    ``import dynamiccl`` registers the id. A worker process that has not imported it (SB3's
+    SubprocVecEnv starts workers with forkserver or spawn) finds the environment through the
+    ``module:id`` form, ``gymnasium.make("dynamiccl:dynamiccl/CollectiveTuning-v0")``.
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        scenario: str | Path | Mapping[str, Any] | ScenarioDistribution = "train",
+        backend: str | Backend = "sim",
+        deployable: bool = False,
+        episode_length: int | None = None,
+        render_mode: str | None = None,
+        **backend_kwargs: Any,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if episode_length is not None and episode_length < 1:
+            raise ValueError(f"episode_length must be a positive number of calls, got {episode_length}")
+        self.distribution = load_scenario_distribution(scenario)
+        self.backend = make_backend(backend, **backend_kwargs)
+        self.deployable = bool(deployable)
+        self.episode_length = episode_length
+        self.render_mode = render_mode
+        self.action_space = spaces.Discrete(N_ACTIONS)
+        self.observation_space = spaces.Box(OBS_LOW, OBS_HIGH, dtype=np.float32)
+        self._episode = Episode("", "", 0, "", ())
+        self._call = 0
+        self._last_info: dict[str, Any] = {}
+        self._facts: dict[Scenario, _CallFacts] = {}
+
+    @property
+    def current_scenario(self) -> Scenario:
+        """The call the next action decides (the last call once the episode has ended)."""
+        if not self._episode.scenarios:
+            raise RuntimeError("call reset() before asking for the current scenario")
+        return self._episode.scenarios[min(self._call, len(self._episode.scenarios) - 1)]
+
+    @property
+    def episode(self) -> Episode:
+        return self._episode
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions for the current call (read-only)."""
+        return self._facts_of(self.current_scenario).mask
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        given = (options or {}).get("episode")
+        if given is None:
+            self._episode = self.distribution.sample(self.np_random, self.episode_length)
+        elif isinstance(given, Episode):
+            self._episode = given
+        elif isinstance(given, Sequence) and given and all(isinstance(s, Scenario) for s in given):
+            self._episode = Episode("given", given[0].topology.name, given[0].topology.nodes,
+                                    "given", tuple(given))
+        else:
+            raise ValueError("options['episode'] must be an Episode or a non-empty list of Scenario")
+        self._call = 0
+        scenario = self._episode.scenarios[0]
+        self._last_info = {"scenario": scenario, "episode": self._episode.name,
+                           "workload": self._episode.workload}
+        return encode(scenario, 1.0, observed_straggler=(None, 0.0)), dict(self._last_info)
+
+    def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if not self._episode.scenarios or self._call >= len(self._episode.scenarios):
+            raise RuntimeError("the episode has ended (or never started): call reset()")
+        a = int(action)
+        if not 0 <= a < N_ACTIONS:
+            raise ValueError(f"action {action!r} is outside Discrete({N_ACTIONS})")
+        scenario = self._episode.scenarios[self._call]
+        facts = self._facts_of(scenario)
+        valid = bool(facts.mask[a])
+        m = self.backend.measure(scenario, a)
+        # Outside the mask NCCL runs its own choice (the deployable mask also forbids actions the
+        # simulator could time, which a tuner plugin cannot make NCCL run).
+        time_us = m.time_us if valid else m.default_time_us
+        reward = math.log(m.default_time_us / time_us) if valid else INVALID_ACTION_REWARD
+        info = {
+            "scenario": scenario, "episode": self._episode.name, "workload": self._episode.workload,
+            "call": self._call, "action": a, "valid": valid, "config": ACTIONS[a] if valid else None,
+            "time_us": time_us, "default_time_us": m.default_time_us,
+            "speedup": m.default_time_us / time_us, "oracle_action": facts.oracle_action,
+            "oracle_time_us": facts.oracle_time_us,
+        }
+        self._last_info = info
+        self._call += 1
+        terminated = self._call >= len(self._episode.scenarios)
+        observation = encode(self.current_scenario, time_us / m.default_time_us,
+                             observed_straggler=(m.straggler_rank, m.straggler_delay_us))
+        return observation, reward, terminated, False, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        s = self.current_scenario
+        where = (f"{s.collective.name.lower()} {format_size(s.nbytes)} on {s.topology.name}"
+                 f"x{s.topology.nodes}")
+        i = self._last_info
+        if "action" not in i:
+            return f"[{self._episode.name}] call {self._call}: {where}, nothing chosen yet"
+        chosen = i["config"].label() if i["valid"] else f"invalid action {i['action']} (NCCL's ran)"
+        return (f"[{self._episode.name}] call {i['call']}: {where}: {chosen} "
+                f"{format_time_us(i['time_us'])} vs NCCL {format_time_us(i['default_time_us'])} "
+                f"({i['speedup']:.2f}x)")
+
+    def _facts_of(self, scenario: Scenario) -> _CallFacts:
+        facts = self._facts.get(scenario)
+        if facts is None:
+            if len(self._facts) >= _CACHE_LIMIT:
+                self._facts.clear()
+            mask = valid_mask(scenario.topology, scenario.collective, deployable=self.deployable)
+            mask.setflags(write=False)
+            times = self.backend.action_times(scenario)
+            oracle, oracle_us = -1, math.nan
+            if times is not None:
+                allowed = np.where(mask, times, np.inf)
+                oracle = int(np.argmin(allowed))
+                oracle_us = float(allowed[oracle])
+            facts = self._facts[scenario] = _CallFacts(mask, oracle, oracle_us)
+        return facts

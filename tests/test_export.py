@@ -1,0 +1,184 @@
+"""Export: a policy evaluated over the decision grid becomes policy-file rules, and the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dynamiccl import policy_file as pf
+from dynamiccl.agents.export import MAX_BYTES, export_policy, size_grid
+from dynamiccl.cli.main import main
+from dynamiccl.knobs import Algorithm, Collective, Config, Hierarchy, Protocol, Schedule, action_id
+from dynamiccl.nccl_csv import to_nccl_example_csv
+from dynamiccl.topology import load_topology
+
+RING_LL = action_id(Config(Algorithm.RING, Protocol.LL, 16))
+TREE_LL128 = action_id(Config(Algorithm.TREE, Protocol.LL128, 8, Hierarchy.HIERARCHICAL))
+RING_LL128 = action_id(Config(Algorithm.RING, Protocol.LL128, 8))
+RING_HIER = action_id(Config(Algorithm.RING, Protocol.SIMPLE, 8, Hierarchy.HIERARCHICAL,
+                             Schedule.BW_AWARE, 2))
+RING_SIMPLE_32 = action_id(Config(Algorithm.RING, Protocol.SIMPLE, 32))
+RING_SIMPLE_64 = action_id(Config(Algorithm.RING, Protocol.SIMPLE, 64))
+
+
+class SizeRulePolicy:
+    """Decides from the true size, with a deliberate non-exportable range and a masked answer."""
+
+    name = "size-rules"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def act(self, observation, *, scenario=None, action_mask=None) -> int:
+        self.calls += 1
+        n, coll = scenario.nbytes, scenario.collective
+        if n < 12345:
+            # tree cannot run a broadcast: the mask forbids it, so export must defer there
+            return TREE_LL128 if coll == Collective.BROADCAST else RING_LL
+        if n < 3 << 20:
+            return TREE_LL128 if coll == Collective.ALLREDUCE else RING_LL128
+        if n < 1 << 30:
+            return RING_HIER  # ring-over-ring exists only in the simulator: not exportable
+        return RING_SIMPLE_64 if scenario.topology.nodes == 1 else RING_SIMPLE_32
+
+
+@pytest.fixture(scope="module")
+def topo():
+    return load_topology("dgx_h100", nodes=2)
+
+
+@pytest.fixture(scope="module")
+def exported(topo):
+    policy = SizeRulePolicy()
+    return policy, export_policy(policy, topo, node_counts=[1, 2], created="2026-01-01T00:00:00Z")
+
+
+def _group(policy_file, coll, nodes, ranks):
+    return [r for r in policy_file.slice().rules
+            if (r.collective, r.nodes, r.ranks) == (coll, nodes, ranks)]
+
+
+def test_boundaries_sit_exactly_where_the_decision_changes(exported):
+    _, result = exported
+    rules = _group(result.policy_file, Collective.ALLREDUCE, 2, 16)
+    spans = [(r.min_bytes, r.max_bytes, r.decision.label() if r.decision else "defer")
+             for r in rules]
+    assert spans == [
+        (0, 7, "defer"),
+        (8, 12344, "ring/ll/16ch"),
+        (12345, (3 << 20) - 1, "tree/ll128/8ch"),
+        (3 << 20, (1 << 30) - 1, "defer"),
+        (1 << 30, MAX_BYTES, "ring/simple/32ch"),
+        (MAX_BYTES + 1, pf.MAX_BYTES, "defer"),
+    ]
+    # 12345 is no grid point: bisection found it
+    assert 12345 not in size_grid()
+
+
+def test_masked_answers_and_other_systems_defer_explicitly(exported):
+    _, result = exported
+    bcast = _group(result.policy_file, Collective.BROADCAST, 2, 16)
+    assert bcast[0].decision is None and bcast[0].max_bytes == 12344
+    assert _group(result.policy_file, Collective.ALLREDUCE, 1, 8)[-2].decision.channels == 64
+    catch_all = _group(result.policy_file, Collective.ALLREDUCE, None, None)
+    assert [(r.min_bytes, r.max_bytes, r.decision) for r in catch_all] == \
+        [(0, pf.MAX_BYTES, None)]
+    assert result.policy_file.decide(Collective.ALLREDUCE, 1000, 32, 4).decision is None
+
+
+def test_every_cell_is_covered_by_a_rule_with_its_decision(exported):
+    _, result = exported
+    pf_ = result.policy_file
+    for cell in result.cells:
+        rule = pf_.decide(cell.collective, cell.nbytes, cell.ranks, cell.nodes)
+        assert rule is not None and rule.decision == cell.decision
+
+
+def test_the_policy_is_asked_once_per_distinct_call(exported):
+    policy, result = exported
+    assert policy.calls == len({(c.collective, c.nbytes, c.nodes) for c in result.cells})
+    # a fine log grid, not a coarse one: at least 8 samples per doubling
+    assert len(size_grid()) >= 8 * 31
+
+
+def test_header_records_what_the_policy_is_for(exported, topo):
+    _, result = exported
+    h = result.policy_file.header
+    assert (h.policy, h.topology, h.fingerprint, h.created) == \
+        ("size-rules", "dgx_h100", topo.fingerprint(), "2026-01-01T00:00:00Z")
+    assert h.nccl == pf.DEFAULT_NCCL_RANGE and len(h.config_hash) == 16
+    again = export_policy(SizeRulePolicy(), topo, node_counts=[1, 2])
+    assert again.policy_file.header.config_hash == h.config_hash
+    other = export_policy(SizeRulePolicy(), topo, node_counts=[2])
+    assert other.policy_file.header.config_hash != h.config_hash
+
+
+def test_context_slices(topo):
+    seen = []
+
+    class ContextPolicy(SizeRulePolicy):
+        def act(self, observation, *, scenario=None, action_mask=None) -> int:
+            seen.append((scenario.has_straggler, scenario.c2c))
+            return RING_SIMPLE_32 if scenario.has_straggler else RING_LL
+
+    contexts = [(s, c) for s in pf.STRAGGLER_BUCKETS for c in pf.C2C_BUCKETS]
+    result = export_policy(ContextPolicy(), topo, contexts=contexts,
+                           collectives=[Collective.ALLREDUCE], observe=lambda s: np.zeros(1))
+    assert [s.key for s in result.policy_file.slices] == contexts
+    late = result.policy_file.decide(Collective.ALLREDUCE, 1000, 16, 2, context=("long", "low"))
+    assert late.decision.protocol == Protocol.SIMPLE
+    assert {c2c for _, c2c in seen} == set(pf.C2C_BUCKETS.values())
+
+
+def test_nccl_example_csv_has_explicit_channels(exported):
+    _, result = exported
+    text = to_nccl_example_csv(result.policy_file)
+    rows = [line.split(",") for line in text.splitlines() if not line.startswith("#")]
+    assert rows and all(len(r) == 10 for r in rows)
+    assert all(int(r[5]) >= 1 for r in rows)  # never -1: NVIDIA's example would use 1 channel
+    assert ["allreduce", "12345", str((3 << 20) - 1), "tree", "ll128", "8", "2", "16", "-1",
+            "-1"] in rows
+    assert not any(r[3] == "defer" for r in rows)
+
+
+def test_cli_export_oracle_and_show(tmp_path, capsys):
+    out = tmp_path / "oracle.dccl"
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "2",
+                 "-o", str(out)]) == 0
+    policy = pf.read(out)
+    assert policy.header.policy == "oracle" and policy.n_rules > 10
+    capsys.readouterr()
+    assert main(["show", str(out), "--collective", "allreduce", "--width", "150"]) == 0
+    shown = capsys.readouterr().out
+    assert "checksum OK" in shown and "allreduce | nodes 2 | ranks 16" in shown
+    assert "defer" in shown and "broadcast |" not in shown
+
+
+def test_cli_export_csv_and_node_counts(tmp_path):
+    out = tmp_path / "nccl_tuner.conf"
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100",
+                 "--node-counts", "1,2", "--format", "nccl-example-csv", "-o", str(out)]) == 0
+    rows = [line.split(",") for line in out.read_text().splitlines() if line[0] != "#"]
+    assert {(r[6], r[7]) for r in rows} == {("1", "8"), ("2", "16")}
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.dccl"
+    bad.write_text("DYNAMICCL-POLICY 1\npolicy x\n")
+    assert main(["show", str(bad)]) == 2
+    assert main(["export", "--policy", "no_such_policy", "--topology", "dgx_h100",
+                 "-o", str(tmp_path / "x.dccl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "truncated" in err[0] and "unknown policy" in err[1]
+
+
+def test_export_command_runs_as_a_program(tmp_path):
+    out = tmp_path / "p.dccl"
+    proc = subprocess.run([sys.executable, "-m", "dynamiccl.cli.main", "export", "--policy",
+                           "oracle", "--topology", "dgx_h100", "--nodes", "2", "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "dynamiccl show" in proc.stdout and pf.read(out).header.policy == "oracle"

@@ -1,0 +1,166 @@
+"""The plugin never breaks a job: sanitizer runs on hostile input, a bounded fuzz run of the
+parser, and many communicators from many threads at once.
+
+Everything here is real: the plugin and the C harnesses (dynamiccl/csrc/tests/) are compiled with
+gcc's AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included) or ThreadSanitizer,
+and the fuzz target with clang's libFuzzer. Builds are cached per test session.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dynamiccl import plugin
+from dynamiccl import policy_file as pf
+from dynamiccl.knobs import Algorithm, Collective, Protocol
+
+ASAN = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
+        "-g", "-O1"]
+TSAN = ["-fsanitize=thread", "-g", "-O1"]
+SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
+           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+SRC = plugin.source_dir()
+TESTS = SRC / "tests" if SRC else None
+
+pytestmark = pytest.mark.skipif(SRC is None, reason="needs the C sources (a source checkout)")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.getbasetemp() / "dynamiccl-c-builds"
+
+
+def _harness(name: str, cache: Path, flags: list[str], *, with_parser: bool = False,
+             cc: str | None = None) -> Path:
+    sources = [TESTS / f"{name}.c"] + ([SRC / "policy.c", SRC / "view.c"] if with_parser else [])
+    return plugin.compile_c(sources, name, flags=["-std=c11", "-Wall", "-Wextra", *flags],
+                            cache=cache, cc=cc,
+                            depends=[TESTS / "harness.h", SRC / "policy.h", SRC / "nccl_tuner_abi.h"])
+
+
+@pytest.fixture(scope="module")
+def seed_policies(tmp_path_factory) -> list[Path]:
+    """Valid starting points for mutation: a real export and a file using every format feature."""
+    from dynamiccl.agents.export import export_policy
+    from dynamiccl.agents.registry import load_policy
+    from dynamiccl.topology import load_topology
+
+    folder = tmp_path_factory.mktemp("seeds")
+    topo = load_topology("dgx_h100", nodes=2)
+    exported = export_policy(load_policy("oracle", topology=topo, deployable=True), topo,
+                             node_counts=[1, 2, 4], contexts=[pf.DEFAULT_CONTEXT, ("long", "low")])
+    ar = Collective.ALLREDUCE
+    features = pf.PolicyFile(exported.policy_file.header, (
+        pf.Slice(rules=(
+            pf.Rule(ar, 0, 4095, 2, 16, pipe_ops=2, reg_buff=1,
+                    decision=pf.Decision(Algorithm.PAT, Protocol.SIMPLE, 64, 1 << 30)),
+            pf.Rule(ar, 4096, pf.MAX_BYTES, 2, None, reg_buff=0,
+                    decision=pf.Decision(Algorithm.NVLS_TREE, Protocol.SIMPLE, None, 2048)),
+            pf.Rule(ar, 0, 100, None, 16, decision=pf.Decision(Algorithm.TREE, Protocol.LL, 1)),
+            pf.Rule(Collective.BROADCAST, 5, 10, None, None, pipe_ops=3),
+        )),
+        pf.Slice("short", "high", (pf.Rule(ar, 0, 1, 2, 16),)),
+    ))
+    return [pf.write(exported.policy_file, folder / "oracle.dccl"),
+            pf.write(features, folder / "features.dccl")]
+
+
+def _run(cmd: list, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DYNAMICCL_", "NCCL_"))}
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
+                          env={**clean, **SAN_ENV, **env})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed_index", [0, 1])
+def test_thousands_of_hostile_files_and_calls_under_asan_ubsan(cache, seed_policies, tmp_path,
+                                                               seed_index):
+    library = plugin.build(flags=ASAN, cache=cache)
+    robust = _harness("robust", cache, ASAN, with_parser=True)
+    proc = _run([robust, library, seed_policies[seed_index], tmp_path, 2500, 11 + seed_index])
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    verdict = dict(kv.split("=") for kv in proc.stdout.split()[1:])
+    assert proc.stdout.startswith("PASS")
+    # both sides were exercised: files the plugin used and files it refused
+    assert int(verdict["valid"]) > 200 and int(verdict["invalid"]) > 1000
+    assert "ERROR" not in proc.stderr and "runtime error" not in proc.stderr
+
+
+def test_the_robustness_harness_catches_a_write_to_an_unusable_entry(cache, seed_policies,
+                                                                     tmp_path):
+    """Guard against a harness that cannot fail: break the usability check and expect FAIL."""
+    broken = tmp_path / "broken"
+    shutil.copytree(SRC, broken, ignore=shutil.ignore_patterns("tests"))
+    tuner = broken / "tuner.c"
+    text = tuner.read_text()
+    assert "!(*entry >= 0.0f)" in text
+    tuner.write_text(text.replace("!(*entry >= 0.0f)", "0"))
+    library = plugin.compile_c([broken / s for s in plugin.SOURCES], plugin.LIBRARY_NAME,
+                               flags=[*plugin.CFLAGS, *ASAN], shared=True, cache=cache,
+                               depends=[broken / h for h in plugin.HEADERS])
+    robust = _harness("robust", cache, ASAN, with_parser=True)
+    proc = _run([robust, library, seed_policies[0], tmp_path, 400, 3])
+    assert proc.returncode != 0 and "was unusable" in proc.stdout
+
+
+def _clang_fuzzer() -> str | None:
+    clang = shutil.which("clang")
+    if not clang:
+        return None
+    probe = subprocess.run([clang, "-fsanitize=fuzzer", "-x", "c", "-", "-o", os.devnull],
+                           input="int LLVMFuzzerTestOneInput(const char*d,unsigned long n)"
+                                 "{return 0;}", capture_output=True, text=True)
+    return clang if probe.returncode == 0 else None
+
+
+@pytest.mark.slow
+def test_bounded_libfuzzer_run_of_the_parser(cache, seed_policies, tmp_path):
+    clang = _clang_fuzzer()
+    if clang is None:
+        pytest.skip("clang with libFuzzer is not installed (apt-get install -y clang)")
+    fuzzer = plugin.compile_c([TESTS / "fuzz_parser.c", SRC / "policy.c", SRC / "view.c"],
+                              "fuzz_parser", cc=clang, cache=cache,
+                              flags=["-fsanitize=fuzzer,address,undefined",
+                                     "-fno-sanitize-recover=all", "-g", "-O1"],
+                              depends=[SRC / "policy.h"])
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for seed in seed_policies:  # bodies without the checksum line: the target appends one
+        text = seed.read_text()
+        (corpus / seed.stem).write_text(text[: text.rindex("checksum")])
+    proc = _run([fuzzer, "-max_total_time=15", "-timeout=10", "-rss_limit_mb=2048",
+                 f"-dict={TESTS / 'policy.dict'}", "-print_final_stats=1", corpus], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    runs = int(next(line.split()[-1] for line in proc.stderr.splitlines()
+                    if line.startswith("stat::number_of_executed_units")))
+    assert runs > 10_000
+
+
+def _tsan_works(cache: Path) -> bool:
+    probe = cache / "tsan_probe.c"
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text("int main(void){return 0;}\n")
+    try:
+        exe = plugin.compile_c([probe], "tsan_probe", flags=TSAN, cache=cache)
+    except plugin.PluginError:
+        return False
+    return subprocess.run([str(exe)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("sanitizer", ["thread", "address"])
+def test_many_communicators_from_many_threads(cache, seed_policies, sanitizer):
+    flags = TSAN if sanitizer == "thread" else ASAN
+    if sanitizer == "thread" and not _tsan_works(cache):
+        pytest.skip("ThreadSanitizer cannot run on this kernel/compiler")
+    library = plugin.build(flags=flags, cache=cache)
+    threads = _harness("threads", cache, flags)
+    proc = _run([threads, library, 8, 25], DYNAMICCL_POLICY=str(seed_policies[0]),
+                DYNAMICCL_LOG_DECISIONS="1", TSAN_OPTIONS="halt_on_error=1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert proc.stdout.startswith("PASS threads=8 rounds=25")
+    assert "WARNING: ThreadSanitizer" not in proc.stderr

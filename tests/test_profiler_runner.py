@@ -1,0 +1,110 @@
+"""The launcher and the gloo collective runner with real local processes (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from dynamiccl.cli.main import main
+from dynamiccl.profiler.launcher import LaunchError, launch
+from dynamiccl.profiler.records import bus_factor, read_jsonl
+from dynamiccl.profiler.runner import CollectiveSpec, measure_many, nccl_env
+
+WORKERS = str(Path(__file__).parent / "profiler_workers.py")
+pytestmark = pytest.mark.multiproc
+
+
+def test_launcher_returns_each_ranks_result_with_one_thread_per_rank():
+    out = launch(f"{WORKERS}:echo", 3, {"value": 7}, timeout_s=30)
+    assert out == [{"rank": r, "world": 3, "value": 7, "omp": "1"} for r in range(3)]
+
+
+def test_a_dying_rank_ends_the_run_and_frees_the_rank_blocked_on_it():
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match="rank 1 exited with code 3 without a result"):
+        launch(f"{WORKERS}:fail_on_rank", 2, {"bad_rank": 1, "mode": "exit"}, timeout_s=60)
+    assert time.monotonic() - start < 30  # rank 0, blocked in all_reduce, was not waited for
+    with pytest.raises(LaunchError, match="rank 0 failed: RuntimeError: injected failure"):
+        launch(f"{WORKERS}:misbehave_without_torch", 2, {"bad_rank": 0, "mode": "raise"})
+
+
+def test_a_hanging_rank_ends_the_run_after_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match=r"^rank 1 did not finish within 3 s"):
+        launch(f"{WORKERS}:misbehave_without_torch", 2, {"bad_rank": 1, "mode": "hang"},
+               timeout_s=3)
+    assert time.monotonic() - start < 10
+
+
+def test_bad_targets_fail_in_the_caller():
+    with pytest.raises(ValueError, match="has no function"):
+        launch(f"{WORKERS}:nope", 2)
+    with pytest.raises(ValueError, match="must look like"):
+        launch("no_colon_here", 2)
+
+
+def test_gloo_runner_times_every_collective_plausibly_on_two_ranks():
+    sizes = {"allreduce": 2**18, "allgather": 2**18, "reducescatter": 2**18, "broadcast": 2**18,
+             "reduce": 2**18}
+    specs = [CollectiveSpec(c, n, warmup=3, iters=15, runs=3) for c, n in sizes.items()]
+    specs.append(CollectiveSpec("allreduce", 2**22, warmup=2, iters=8, runs=3))
+    results = measure_many(specs, 2, timeout_s=120)
+    for r in results:
+        assert r.nranks == 2 and len(r.time_us_runs) == 3
+        assert 5.0 < r.time_us < 1e6  # a CPU collective takes µs to ms, never nothing or ages
+        assert min(r.time_us_runs) <= r.time_us <= max(r.time_us_runs)
+        assert r.algbw_GBps == pytest.approx(r.spec.nbytes / r.time_after_straggler_us / 1e3)
+        assert r.busbw_GBps == pytest.approx(r.algbw_GBps * bus_factor(r.spec.coll, 2))
+        assert r.straggler is not None and r.straggler.iterations == 45 or r.spec.nbytes == 2**22
+        assert r.exec_us.shape[0] == 2
+    small, big = results[0], results[-1]
+    assert big.time_us > small.time_us  # 16x the bytes takes longer
+
+
+@pytest.mark.parametrize("nprocs, cases", [
+    (2, [("allreduce", 1, 4000.0), ("reducescatter", 0, 3000.0)]),
+    (4, [("allgather", 2, 6000.0), ("broadcast", 3, 6000.0)]),
+])
+def test_injected_straggler_rank_and_delay_are_detected_within_20_percent(nprocs, cases):
+    specs = [CollectiveSpec(coll, 2**14, warmup=3, iters=25, runs=2, straggler_rank=rank,
+                            straggler_delay_us=delay) for coll, rank, delay in cases]
+    for r, (_, rank, delay_us) in zip(measure_many(specs, nprocs, timeout_s=120), cases,
+                                      strict=True):
+        assert r.straggler.rank == rank
+        assert r.straggler.delay_us == pytest.approx(delay_us, rel=0.2)
+        assert r.time_us >= delay_us  # the punctual ranks waited for it
+        assert r.to_json()["straggler_rank"] == rank
+
+
+def test_nccl_knobs_become_nccl_environment_variables():
+    spec = CollectiveSpec("allreduce", 2**20, backend="nccl", algorithm="nvls_tree",
+                          protocol="ll128", channels=8)
+    assert nccl_env(spec) == {"NCCL_ALGO": "NVLSTree", "NCCL_PROTO": "LL128",
+                              "NCCL_MIN_NCHANNELS": "8", "NCCL_MAX_NCHANNELS": "8"}
+    assert nccl_env(CollectiveSpec("allreduce", 8, backend="nccl")) == {}
+    rec_spec = CollectiveSpec("allgather", 64, backend="gloo", algorithm="ring")
+    assert not rec_spec.knobs_applied
+
+
+def test_cli_collective_json_contract_and_record(tmp_path, capsys):
+    record = tmp_path / "m.jsonl"
+    rc = main(["profile", "collective", "--backend", "gloo", "--nprocs", "2", "--collective",
+               "reducescatter", "--size", "64KB", "--inject-straggler", "0:3ms", "--warmup", "2",
+               "--iters", "20", "--runs", "2", "--json", "--record", str(record)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out)[:5] == ["time_us", "algbw_GBps", "busbw_GBps", "straggler_rank",
+                             "straggler_delay_us"]
+    assert out["straggler_rank"] == 0
+    assert out["straggler_delay_us"] == pytest.approx(3000.0, rel=0.2)
+    (rec,) = read_jsonl(record)
+    assert rec.collective == "reducescatter" and rec.nbytes == 64000 and rec.backend == "gloo"
+    assert rec.straggler_rank == 0 and rec.time_us == pytest.approx(out["time_us"])
+
+
+def test_cli_refuses_nccl_knobs_on_gloo(capsys):
+    assert main(["profile", "collective", "--backend", "gloo", "--algorithm", "ring"]) == 2
+    assert "NCCL knobs" in capsys.readouterr().err

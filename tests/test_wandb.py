@@ -1,0 +1,91 @@
+"""The wandb logger against real wandb in offline mode: the run files must hold what was logged.
+
+The offline run's ``.wandb`` transaction log is read back with wandb's own reader
+(``wandb leet inspect --json``), not with a stub.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dynamiccl.agents.logging import NullLogger, WandbLogger
+
+
+def read_offline_run(run_dir: Path) -> list[dict]:
+    """Every record of the single offline run under ``run_dir``, via wandb's own reader."""
+    runs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, f"expected one offline run under {run_dir}, found {runs}"
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    out = subprocess.run([str(wandb_cli), "leet", "inspect", "--json", str(runs[0])],
+                         capture_output=True, text=True, check=True, timeout=60)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def history(records: list[dict]) -> list[dict]:
+    return [r["history"]["item"] for r in records if r.get("type") == "history"]
+
+
+@pytest.fixture
+def offline_wandb(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    return tmp_path
+
+
+def test_offline_run_directory_contains_logged_metrics_config_and_table(offline_wandb):
+    run_dir = offline_wandb / "run"
+    logger = WandbLogger(project="dynamiccl-test", mode="offline")
+    logger.start(run_dir, {"agent": {"algo": "maskable_ppo"}, "seed": 3}, name="t")
+    writer = logger.sb3_writer()
+    for step, loss in ((128, 0.75), (256, 0.5)):
+        writer.write({"train/loss": loss, "rollout/ep_rew_mean": step / 1000, "note": "text"},
+                     {"train/loss": None}, step=step)
+    logger.log_metrics({"eval/oracle_share": 0.9}, step=256)
+    logger.log_table("eval/summary", [{"policy": "oracle", "oracle_share": 1.0}])
+    logger.finish()
+
+    records = read_offline_run(run_dir)
+    items = history(records)
+    losses = [(h["_step"], h["train/loss"]) for h in items if "train/loss" in h]
+    assert losses == [(128, 0.75), (256, 0.5)]
+    assert any(h.get("eval/oracle_share") == 0.9 for h in items)
+    assert all("note" not in h for h in items), "non-numeric SB3 values must not be logged"
+    config = next(r["run"]["config"]["update"] for r in records if r.get("type") == "run")
+    assert config["seed"] == 3 and config["agent"] == {"algo": "maskable_ppo"}
+    assert any(h.get("eval/summary._type") == "table-file" for h in items)
+    tables = list((run_dir / "wandb").glob("offline-run-*/files/media/table/eval/summary_*.table.json"))
+    assert len(tables) == 1
+    assert json.loads(tables[0].read_text())["data"] == [["oracle", 1.0]]
+    assert (run_dir / "wandb_id.txt").read_text() in str(sorted((run_dir / "wandb").iterdir()))
+
+
+def test_resumed_run_reuses_the_wandb_run_id(offline_wandb):
+    run_dir = offline_wandb / "run"
+    first = WandbLogger(mode="offline")
+    first.start(run_dir, {})
+    run_id = first.run.id
+    first.finish()
+    second = WandbLogger(mode="offline")
+    second.start(run_dir, {})
+    assert second.run.id == run_id
+    second.finish()
+
+
+def test_bad_mode_is_refused_and_null_logger_writes_nothing(tmp_path):
+    with pytest.raises(ValueError, match="offline, online, disabled"):
+        WandbLogger(mode="offlin")
+    logger = NullLogger()
+    logger.start(tmp_path, {"a": 1})
+    logger.log_metrics({"x": 1.0}, step=1)
+    logger.finish()
+    assert logger.sb3_writer() is None
+    assert list(tmp_path.iterdir()) == []
+    assert os.environ.get("WANDB_MODE") != "online"
