@@ -32,7 +32,7 @@ import numpy as np
 
 from dynamiccl import decisions
 from dynamiccl.agents.policy import Choice, DirectChooser, OnlinePolicy, Policy, scenario_mask
-from dynamiccl.knobs import ACTIONS
+from dynamiccl.knobs import ACTIONS, Algorithm, Config
 from dynamiccl.units import format_size
 
 if TYPE_CHECKING:
@@ -96,6 +96,12 @@ def describe_call(s: Scenario) -> str:
     straggler = f", straggler r{s.straggler_rank}" if s.has_straggler else ""
     return (f"{s.collective.name.lower()} {format_size(s.nbytes)} on {s.topology.name} "
             f"({s.topology.nranks} ranks{straggler})")
+
+
+def _algorithm_label(config: Config) -> str:
+    """The algorithm, with ring-over-ring told apart from NCCL's flat ring."""
+    name = config.algorithm.name.lower()
+    return f"{name}-hier" if config.algorithm == Algorithm.RING and config.hierarchy else name
 
 
 def _pick(policy: Policy, scenario: Scenario, observation: np.ndarray, deployable: bool) -> Choice:
@@ -164,7 +170,7 @@ def evaluate_policy(policy: Policy, suite: Sequence[Any], *, deployable: bool = 
             seen = ((scenario.straggler_rank, scenario.straggler_delay_us) if scenario.has_straggler
                     else (None, 0.0))
             results.append(CallResult(entry.name, scenario, t_def, t_orc, choice.time_us,
-                                      choice.config.label(), choice.config.algorithm.name.lower(),
+                                      choice.config.label(), _algorithm_label(choice.config),
                                       choice.config.protocol.name.lower()))
     return summarize(policy.name, results, calls_needed)
 

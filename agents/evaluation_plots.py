@@ -78,6 +78,9 @@ def plot_speedup_vs_size(reports: Sequence[PolicyReport], path: str | Path) -> P
                 marker="o", ms=3, label=report.policy)
     ax.axhline(1.0, color="0.4", lw=0.8)
     ax.set_xscale("log", base=2)
+    bins = sorted({size_bin(c.scenario.nbytes) for r in reports for c in r.calls})
+    ticks = bins[:: max(1, len(bins) // 12)]
+    ax.set_xticks([2.0**b for b in ticks], [format_size(2**b) for b in ticks], fontsize=8)
     ax.set_yscale("log")
     ax.set_xlabel("message size")
     ax.set_ylabel("speedup over NCCL default (geomean)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -65,7 +64,12 @@ def cache_dir() -> Path:
 
 
 def find_compiler(cc: str | None = None) -> str:
-    for candidate in (cc, os.environ.get("CC"), "cc", "gcc", "clang"):
+    """``cc`` if given (it must exist), else ``$CC``, else the first of cc, gcc, clang."""
+    if cc:
+        if shutil.which(cc):
+            return cc
+        raise PluginError(f"C compiler {cc!r} not found: give an installed one (e.g. gcc)")
+    for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if candidate and shutil.which(candidate):
             return candidate
     raise PluginError("no C compiler found: install one (e.g. `apt-get install gcc`) or set CC")
@@ -150,13 +154,21 @@ def library_path(*, build_if_missing: bool = True) -> Path:
     )
 
 
-def exported_symbols(library: Path) -> list[str]:
-    """Defined dynamic symbols (``nm -D --defined-only``): what NCCL's dlsym can see."""
+def exported_symbols(library: Path) -> dict[str, int]:
+    """Defined dynamic symbols and their sizes in bytes (``nm -D --defined-only -S``): exactly
+    what NCCL's dlsym can see."""
     if not shutil.which("nm"):
         raise PluginError("`nm` (binutils) is needed to list the plugin's symbols")
-    proc = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True,
+    proc = subprocess.run(["nm", "-D", "--defined-only", "-S", str(library)], capture_output=True,
                           text=True, check=True)
-    return sorted(line.split()[-1] for line in proc.stdout.splitlines() if line.strip())
+    symbols = {}
+    for line in proc.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 4:  # value, size, type, name (symbols without a size have 3 fields)
+            symbols[fields[3]] = int(fields[1], 16)
+        elif len(fields) == 3:
+            symbols[fields[2]] = 0
+    return symbols
 
 
 def first_abi_loaded(nccl_version_code: int) -> int | None:
@@ -167,11 +179,6 @@ def first_abi_loaded(nccl_version_code: int) -> int | None:
     return None
 
 
-def nccl_version_string(code: int) -> str:
-    """``23007`` → ``2.30.7`` (NCCL's encoding since 2.9: major*10000 + minor*100 + patch)."""
-    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
-
-
 def find_nccl_library() -> Path | None:
     """``libnccl.so.2`` from the ``nvidia-nccl-cu1x`` wheel, if installed."""
     for entry in sys.path:
@@ -180,10 +187,3 @@ def find_nccl_library() -> Path | None:
             return candidate
     return None
 
-
-def parse_version_range(text: str) -> tuple[str, str]:
-    """``2.21.5..2.32.3`` → (``2.21.5``, ``2.32.3``); the NCCL range a policy file records."""
-    m = re.fullmatch(r"\s*(\d+\.\d+\.\d+)\s*\.\.\s*(\d+\.\d+\.\d+)\s*", text)
-    if not m:
-        raise ValueError(f"NCCL version range {text!r} must look like 2.21.5..2.32.3")
-    return m.group(1), m.group(2)

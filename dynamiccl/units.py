@@ -44,7 +44,7 @@ def format_size(nbytes: int) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if nbytes >= scale:
             value = nbytes / scale
-            return f"{value:g}{unit}" if value >= 10 or value == int(value) else f"{value:.1f}{unit}"
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.3g}{unit}"
     return f"{nbytes}B"
 
 

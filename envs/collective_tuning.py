@@ -13,7 +13,7 @@ import numpy as np
 from gymnasium import spaces
 
 from dynamiccl.envs.backends import Backend, make_backend
-from dynamiccl.envs.observation import OBS_HIGH, OBS_LOW, encode
+from dynamiccl.envs.observation import OBS_HIGH, OBS_LOW, complete, static_features
 from dynamiccl.envs.workloads import Episode, ScenarioDistribution, load_scenario_distribution
 from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
 from dynamiccl.scenario import Scenario
@@ -33,6 +33,8 @@ class _CallFacts:
     mask: np.ndarray
     oracle_action: int
     oracle_time_us: float
+    static_obs: np.ndarray
+    nranks: int
 
 
 class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
@@ -168,6 +170,7 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         self._call = 0
         self._last_info: dict[str, Any] = {}
         self._facts: dict[Scenario, _CallFacts] = {}
+        self._episode_facts: list[_CallFacts] = []
 
     @property
     def current_scenario(self) -> Scenario:
@@ -182,7 +185,7 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
 
     def action_masks(self) -> np.ndarray:
         """Valid actions for the current call (read-only)."""
-        return self._facts_of(self.current_scenario).mask
+        return self._episode_facts[min(self._call, len(self._episode_facts) - 1)].mask
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -199,10 +202,12 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         else:
             raise ValueError("options['episode'] must be an Episode or a non-empty list of Scenario")
         self._call = 0
-        scenario = self._episode.scenarios[0]
+        self._episode_facts = self._facts_for(self._episode.scenarios)
+        scenario, facts = self._episode.scenarios[0], self._episode_facts[0]
         self._last_info = {"scenario": scenario, "episode": self._episode.name,
                            "workload": self._episode.workload}
-        return encode(scenario, 1.0, observed_straggler=(None, 0.0)), dict(self._last_info)
+        observation = complete(facts.static_obs, facts.nranks, None, 0.0, 1.0)
+        return observation, dict(self._last_info)
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if not self._episode.scenarios or self._call >= len(self._episode.scenarios):
@@ -211,7 +216,7 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         if not 0 <= a < N_ACTIONS:
             raise ValueError(f"action {action!r} is outside Discrete({N_ACTIONS})")
         scenario = self._episode.scenarios[self._call]
-        facts = self._facts_of(scenario)
+        facts = self._episode_facts[self._call]
         valid = bool(facts.mask[a])
         m = self.backend.measure(scenario, a)
         # Outside the mask NCCL runs its own choice (the deployable mask also forbids actions the
@@ -228,8 +233,9 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         self._last_info = info
         self._call += 1
         terminated = self._call >= len(self._episode.scenarios)
-        observation = encode(self.current_scenario, time_us / m.default_time_us,
-                             observed_straggler=(m.straggler_rank, m.straggler_delay_us))
+        following = self._episode_facts[min(self._call, len(self._episode_facts) - 1)]
+        observation = complete(following.static_obs, following.nranks, m.straggler_rank,
+                               m.straggler_delay_us, time_us / m.default_time_us)
         return observation, reward, terminated, False, info
 
     def render(self) -> str | None:
@@ -246,6 +252,17 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
                 f"{format_time_us(i['time_us'])} vs NCCL {format_time_us(i['default_time_us'])} "
                 f"({i['speedup']:.2f}x)")
 
+    def _facts_for(self, scenarios: Sequence[Scenario]) -> list[_CallFacts]:
+        """Facts of every call, looked up once per episode (a sampled episode reuses one Scenario
+        object for repeated calls, so consecutive repeats cost nothing)."""
+        out: list[_CallFacts] = []
+        previous = None
+        for scenario in scenarios:
+            if scenario is not previous:
+                facts, previous = self._facts_of(scenario), scenario
+            out.append(facts)
+        return out
+
     def _facts_of(self, scenario: Scenario) -> _CallFacts:
         facts = self._facts.get(scenario)
         if facts is None:
@@ -259,5 +276,7 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
                 allowed = np.where(mask, times, np.inf)
                 oracle = int(np.argmin(allowed))
                 oracle_us = float(allowed[oracle])
-            facts = self._facts[scenario] = _CallFacts(mask, oracle, oracle_us)
+            facts = _CallFacts(mask, oracle, oracle_us, static_features(scenario),
+                               scenario.topology.nranks)
+            self._facts[scenario] = facts
         return facts

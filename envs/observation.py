@@ -163,6 +163,11 @@ def _static_part(topology: Topology, collective: Collective, nbytes: int, c2c: f
     return vec
 
 
+def static_features(scenario: Scenario) -> np.ndarray:
+    """The part of ``scenario``'s observation that does not change between calls (read-only)."""
+    return _static_part(scenario.topology, scenario.collective, scenario.nbytes, scenario.c2c)
+
+
 def encode(
     scenario: Scenario,
     last_time_ratio: float = 1.0,
@@ -176,17 +181,22 @@ def encode(
     ``observed_straggler`` = (rank or None, delay µs) says what was actually seen; the environment
     passes what its backend observed on the previous call.
     """
-    vec = _static_part(scenario.topology, scenario.collective, scenario.nbytes, scenario.c2c).copy()
     if observed_straggler is None:
-        rank, delay = scenario.straggler_rank, scenario.straggler_delay_us
-    else:
-        rank, delay = observed_straggler
-    if rank is not None and delay > 0:
-        vec[_STRAGGLER] = 1.0
-        vec[_STRAGGLER + 1] = min(rank / max(scenario.topology.nranks - 1, 1), 1.0)
-        vec[_STRAGGLER + 2] = delay_bin(delay) / (len(DELAY_BIN_EDGES_US) + 1)
+        observed_straggler = (scenario.straggler_rank, scenario.straggler_delay_us)
+    return complete(static_features(scenario), scenario.topology.nranks, *observed_straggler,
+                    last_time_ratio)
+
+
+def complete(static: np.ndarray, nranks: int, straggler_rank: int | None,
+             straggler_delay_us: float, last_time_ratio: float) -> np.ndarray:
+    """:func:`static_features` plus what was observed: the environment's per-step fast path."""
     if not last_time_ratio > 0:  # zero or NaN: nothing sensible was observed
         raise ValueError(f"last_time_ratio must be positive, got {last_time_ratio!r}")
+    vec = static.copy()
+    if straggler_rank is not None and straggler_delay_us > 0:
+        vec[_STRAGGLER] = 1.0
+        vec[_STRAGGLER + 1] = min(straggler_rank / max(nranks - 1, 1), 1.0)
+        vec[_STRAGGLER + 2] = delay_bin(straggler_delay_us) / (len(DELAY_BIN_EDGES_US) + 1)
     vec[_LAST] = min(max(math.log2(last_time_ratio) / LOG2_RATIO_RANGE, -1.0), 1.0)
     return vec
 

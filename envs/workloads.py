@@ -14,7 +14,7 @@ Straggler dynamics are a per-call Markov chain, so one appears, moves to another
 * while one is present, it vanishes with probability ``vanish`` and otherwise moves to another rank
   with probability ``move`` (keeping its delay).
 
-Delays are log-uniform in ``delay_us`` and snapped to four steps per decade, and c2c to its ``step``
+Delays are log-uniform in ``delay_us`` and snapped to two steps per decade (the observation's delay bins), and c2c to its ``step``
 grid, so repeated conditions hit the simulator's cache.
 """
 
@@ -38,7 +38,7 @@ __all__ = ["Episode", "ScenarioDistribution", "StragglerSpec", "SuiteEntry", "Sy
            "Workload", "distribution_from_dict", "load_scenario_distribution", "load_suite",
            "load_workload"]
 
-DELAY_STEPS_PER_DECADE = 4
+DELAY_STEPS_PER_DECADE = 2
 _TOP_KEYS = {"name", "description", "systems", "workloads", "c2c", "straggler", "episode_length",
              "suite"}
 

@@ -26,9 +26,11 @@ import numpy as np
 from dynamiccl.knobs import ACTIONS, Algorithm, Collective, ConfigBatch, Hierarchy, Protocol, Schedule
 from dynamiccl.simulator import simulate
 from dynamiccl.simulator.alphabeta import ring_allreduce_us, stragglar_allreduce_us
+from dynamiccl.simulator.protocols import LINK_EFFICIENCY
 from dynamiccl.topology import Topology, load_topology, topology_from_dict
 
-DEFAULT_CSV = Path("/work/shared/reference/published_points.csv")
+#: shared/ lies beside the repository root (as in CI, which clones the repository next to it).
+DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published_points.csv"
 ALL = ConfigBatch.all_actions()
 GIB, MB = 2**30, 1e6
 
@@ -81,8 +83,10 @@ def _table1_at(formula: Callable, alg: np.ndarray) -> tuple[float, str, float]:
     sim = float(_best(topo, Collective.ALLREDUCE, float(GIB), simple, "time_after_straggler_us",
                       straggler_delay_us=1e7)[0])
     alpha = 3.0 + 3.4  # tier latency + NCCL's NVLink Simple per-hop cost (protocols.py)
-    how = "n=256, 1 GiB, 450 GB/s, Simple, alpha = 3 us + 3.4 us NVLink Simple hop (time, us)"
-    return sim, how, formula(256, GIB, alpha, 1e-3 / 450)
+    payload_gbps = 450.0 * LINK_EFFICIENCY["nvlink"]
+    how = (f"n=256, 1 GiB, 450 GB/s nominal ({payload_gbps:.0f} payload), Simple, "
+           "alpha = 3 us + 3.4 us NVLink Simple hop (time, us)")
+    return sim, how, formula(256, GIB, alpha, 1e-3 / payload_gbps)
 
 
 def _speedup(topo: Topology, nbytes: float, delay: float = 1e7) -> float:

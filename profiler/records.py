@@ -134,3 +134,31 @@ def read_jsonl(path: str | Path) -> list[MeasurementRecord]:
                                  "expected one JSON object per line as `dynamiccl profile "
                                  "collective --record` writes") from None
     return out
+
+
+def load_measurements(
+    paths: Iterable[str | Path], collective: Collective | None = None
+) -> tuple[list[MeasurementRecord], list[str]]:
+    """Records from JSONL files (ours) and nccl-tests outputs, told apart by content.
+
+    Returns the records and the parser's warnings (each prefixed with its file).
+    """
+    from dynamiccl.profiler.nccl_tests import looks_like_nccl_tests, parse_nccl_tests_file
+
+    records: list[MeasurementRecord] = []
+    warnings: list[str] = []
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such measurement file")
+        text = path.read_text(errors="replace")
+        if text.lstrip().startswith("{"):
+            records += read_jsonl(path)
+        elif looks_like_nccl_tests(text):
+            for run in parse_nccl_tests_file(path, collective):
+                records += run.records
+                warnings += [f"{path}: {w}" for w in run.warnings]
+        else:
+            raise ValueError(f"{path}: neither measurement records (JSON lines) nor nccl-tests "
+                             "output; give `dynamiccl profile collective --record` files or the "
+                             "stdout of all_reduce_perf and friends")
+    return records, warnings

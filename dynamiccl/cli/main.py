@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "show",
     "plugin",
     "profile",
+    "calibrate",
 )
 
 

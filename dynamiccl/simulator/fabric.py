@@ -3,7 +3,8 @@
 A tier of size 1 is never crossed, so only *levels* (tiers of size > 1) matter. For every level the
 simulator needs three bandwidths:
 
-* ``bw``: what one rank gets into the tier when it crosses alone (``bandwidth_GBps``);
+* ``bw``: what one rank gets into the tier when it crosses alone (``bandwidth_GBps`` times the
+  link's payload efficiency, ``protocols.LINK_EFFICIENCY``);
 * ``port_bw``: what each rank gets when every rank of its group crosses at once — ``link_share``
   ranks share one port (seed 003's four PCIe GPUs behind one NIC);
 * ``ports``: how many distinct ports a group below this level owns (a DGX H100 node: 8 NICs).
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from dynamiccl.knobs import Collective
+from dynamiccl.simulator.protocols import LINK_EFFICIENCY
 from dynamiccl.topology import Topology
 
 
@@ -49,8 +51,10 @@ def levels(topology: Topology) -> tuple[Level, ...]:
     for tier in topology.tiers:
         if tier.size > 1:
             ports = max(1, block // tier.link_share)
+            payload = LINK_EFFICIENCY[tier.link]
             port_bw = tier.bandwidth_GBps if block == 1 else tier.port_bandwidth_GBps
-            out.append(Level(tier.size, block, tier.bandwidth_GBps, port_bw, ports, tier.latency_us,
+            out.append(Level(tier.size, block, tier.bandwidth_GBps * payload, port_bw * payload,
+                             ports, tier.latency_us,
                              tier.link, tier.fabric in ("switch", "fully_connected")))
         block *= tier.size
     return tuple(out)

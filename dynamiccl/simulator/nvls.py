@@ -1,9 +1,9 @@
 """NVLS and NVLSTree: NVSwitch multicast with in-switch reduction (Hopper+, nccl_abi §3.7).
 
 Inside a node the switch does the arithmetic: for all-reduce every GPU's data crosses its NVLink
-once towards the switch and the result once back, so T = S / (NVLink bw · nvlsEfficiency) — half a
-ring's traffic, which is why NVLS's *bus* bandwidth (nccl-tests' ring-based 2(n−1)/n factor) can
-exceed the link bandwidth; the bound checked for NVLS is algbw ≤ link bandwidth instead.
+about once towards the switch and the result once back, so T = (1 + 1/ppn) S / (NVLink payload bw ·
+nvlsEfficiency) — about half a ring's traffic, which is why NVLS's *bus* bandwidth (nccl-tests'
+ring-based 2(n−1)/n factor) can exceed the link bandwidth; the bound checked for NVLS is algbw ≤ link bandwidth instead.
 All-gather / reduce-scatter move (n−1)/n · S per GPU through the switch.
 
 Across nodes: multi-node NVLS needs in-network reduction (NVLS+SHARP): each GPU sends its 1/ppn
@@ -43,7 +43,10 @@ def nvls(topology: Topology, collective: Collective, proto: np.ndarray, channels
     lat = _intra_latency(topology, Algorithm.NVLS, proto)
     _, outer = node_levels(topology)
     if collective == Collective.ALLREDUCE:
-        coef = transfer(1.0, rate)
+        # Each GPU serves its whole buffer to the switch's reducing loads (S out) and multicasts its
+        # reduced 1/ppn shard (S/ppn out); it receives its reduced shard and everyone's multicast
+        # (S/ppn + S in): 1 + 1/ppn of S per direction.
+        coef = transfer(1.0 + 1.0 / ppn, rate)
         inter = 1.0 / ppn                      # each GPU's shard crosses its NIC once
     else:
         coef = transfer((n - 1) / n, rate)

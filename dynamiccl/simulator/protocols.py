@@ -19,6 +19,15 @@ from dynamiccl.topology import Topology
 #: synchronises with separate flags/fences (nccl_abi §3.4 uses 0.5 for LL; 120/128 for tree LL128).
 PROTO_EFFICIENCY = np.array([0.5, 120.0 / 128.0, 1.0])
 
+#: Payload share of a link's nominal rate (packet headers, flow control, encoding). Topology files
+#: give nominal rates (NVLink 4: 25 GB/s per link per direction; PCIe 3.0 x16: 15.75 GB/s; 400 Gb/s
+#: InfiniBand: 50 GB/s); NCCL's own per-link constants (nccl_abi §3.9: NVLink SM80 20 and SM90 20.6
+#: GB/s per link, PCIe Gen3 x16 12 GB/s) say how much of that data moves, i.e. 0.80-0.82 of NVLink
+#: and about 0.78 of PCIe. InfiniBand's 64b/66b coding is already outside the 400 Gb/s data rate;
+#: RDMA headers cost a few percent.
+LINK_EFFICIENCY = {"nvlink": 0.82, "pcie": 0.78, "net": 0.95}
+
+
 #: NCCL's compute-capability rows (nccl_abi §1.2/§3.3): Volta, Ampere, Hopper, Blackwell.
 def compcap_index(sm: int) -> int:
     return 3 if sm >= 100 else 2 if sm >= 90 else 1 if sm >= 80 else 0

@@ -72,7 +72,9 @@ def flat_ring(topology: Topology, collective: Collective, proto: np.ndarray,
     n = topology.nranks
     base = P.base_latency_us(Algorithm.RING, proto)
     if n == 1:  # NCCL's local copy: one pass over the buffer at the GPU's own bandwidth
-        return single(np.zeros(proto.shape), transfer(1.0, topology.tiers[0].bandwidth_GBps), base)
+        local = topology.tiers[0]
+        copy_gbps = local.bandwidth_GBps * P.LINK_EFFICIENCY[local.link]
+        return single(np.zeros(proto.shape), transfer(1.0, copy_gbps), base)
     rate = flat_ring_rate(topology, proto, channels)
     if collective == Collective.ALLREDUCE:
         passes, factor = 2.0, 2.0 * (n - 1) / n

@@ -19,30 +19,30 @@ from dynamiccl.scenario import Scenario
 
 
 class SimBackend:
-    """Times collectives on the simulator; ``cache_size`` bounds the NCCL-default memo."""
+    """Times collectives on the simulator; ``cache_size`` bounds the per-scenario memo."""
 
     name = "sim"
 
     def __init__(self, cache_size: int = 65536) -> None:
-        self._default_us: OrderedDict[Scenario, float] = OrderedDict()
+        self._memo: OrderedDict[Scenario, tuple[np.ndarray, float]] = OrderedDict()
         self._cache_size = cache_size
 
-    def action_times(self, scenario: Scenario) -> np.ndarray:
-        return decisions.action_times(scenario)
+    def _timed(self, scenario: Scenario) -> tuple[np.ndarray, float]:
+        """(every action's time, NCCL default's time), one lookup per step on the hot path."""
+        entry = self._memo.get(scenario)
+        if entry is None:
+            entry = (decisions.action_times(scenario), decisions.nccl_default(scenario).time_us)
+            self._memo[scenario] = entry
+            if len(self._memo) > self._cache_size:
+                self._memo.popitem(last=False)
+        return entry
 
-    def default_time_us(self, scenario: Scenario) -> float:
-        """NCCL's own pick timed by the simulator (memoised: NCCL's model is not vectorised)."""
-        cached = self._default_us.get(scenario)
-        if cached is None:
-            cached = decisions.nccl_default(scenario).time_us
-            self._default_us[scenario] = cached
-            if len(self._default_us) > self._cache_size:
-                self._default_us.popitem(last=False)
-        return cached
+    def action_times(self, scenario: Scenario) -> np.ndarray:
+        return self._timed(scenario)[0]
 
     def measure(self, scenario: Scenario, action: int) -> Measurement:
-        default_us = self.default_time_us(scenario)
-        time_us = float(decisions.action_times(scenario)[action])
+        times, default_us = self._timed(scenario)
+        time_us = float(times[action])
         if not math.isfinite(time_us):
             time_us = default_us  # an invalid choice: NCCL falls back to its own pick
         straggler = scenario.straggler_rank if scenario.has_straggler else None
