@@ -3,7 +3,8 @@
 Inside a node the switch does the arithmetic: for all-reduce every GPU's data crosses its NVLink
 about once towards the switch and the result once back, so T = (1 + 1/ppn) S / (NVLink payload bw ·
 nvlsEfficiency) — about half a ring's traffic, which is why NVLS's *bus* bandwidth (nccl-tests'
-ring-based 2(n−1)/n factor) can exceed the link bandwidth; the bound checked for NVLS is algbw ≤ link bandwidth instead.
+ring-based 2(n−1)/n factor) can exceed the link bandwidth; the bound checked for NVLS is
+algbw ≤ link bandwidth instead.
 All-gather / reduce-scatter move (n−1)/n · S per GPU through the switch.
 
 Across nodes: multi-node NVLS needs in-network reduction (NVLS+SHARP): each GPU sends its 1/ppn
