@@ -193,5 +193,8 @@ def print_results(rows: list[dict[str, Any]], metric: str) -> None:
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
-    rows = run_sweep(cfg, HydraConfig.get().runtime.output_dir)
+    from dynamiccl.agents.train import user_errors_exit
+
+    with user_errors_exit("sweep"):
+        rows = run_sweep(cfg, HydraConfig.get().runtime.output_dir)
     return rows[0].get(str(tune_settings(cfg).metric)) if rows else None

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -166,8 +167,20 @@ def main(cfg: DictConfig) -> float | None:
     """Hydra entry point; returns the oracle share so Hydra multirun sweeps can use it."""
     from hydra.core.hydra_config import HydraConfig
 
-    metrics = train(cfg, HydraConfig.get().runtime.output_dir)
+    with user_errors_exit("train"):
+        metrics = train(cfg, HydraConfig.get().runtime.output_dir)
     return metrics.get("oracle_share")
+
+
+@contextmanager
+def user_errors_exit(command: str) -> Iterator[None]:
+    """Inside a Hydra app, a bad config or input ends the run with one line and exit code 2
+    (Hydra would otherwise print a traceback)."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"dynamiccl {command}: error: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 def run_cli(overrides: list[str]) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 
 from dynamiccl.knobs import (
     ACTIONS,
+    NCCL_ALGORITHM_HIERARCHY,
     Algorithm,
     Config,
     ConfigBatch,
@@ -46,6 +47,15 @@ class KnobConstraints:
     hierarchy: Hierarchy | None = None
     schedule: Schedule | None = None
     chunks: int | None = None
+
+    def __post_init__(self) -> None:
+        # A scheduling policy or active chunks only exist for the hierarchical ring, so asking for
+        # one implies it (an explicit contrary choice is kept and reported as invalid later).
+        if self.schedule is not None or self.chunks is not None:
+            if self.hierarchy is None:
+                object.__setattr__(self, "hierarchy", Hierarchy.HIERARCHICAL)
+            if self.algorithm is None:
+                object.__setattr__(self, "algorithm", Algorithm.RING)
 
     def given(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
@@ -106,19 +116,44 @@ def _decision(scenario: Scenario, config: Config) -> Decision:
                     timing.busbw_GBps, predicted)
 
 
+def _nccl_algorithms(constraints: KnobConstraints) -> set[Algorithm] | None:
+    """The NCCL algorithms NCCL_ALGO would have to allow for the pinned knobs to make sense.
+
+    NCCL cannot run StragglAR or a scheduled ring-over-ring; their nearest NCCL relative, the ring,
+    sets the protocol and channels NCCL would use and the pinned knobs are applied on top.
+    """
+    algo = constraints.algorithm
+    if algo is not None:
+        return {Algorithm.RING if algo == Algorithm.STRAGGLAR else algo}
+    if constraints.hierarchy is not None:
+        return {a for a, h in NCCL_ALGORITHM_HIERARCHY.items() if h == constraints.hierarchy} | {
+            Algorithm.RING}
+    return None
+
+
+def why_impossible(scenario: Scenario, constraints: KnobConstraints) -> str | None:
+    """The most common reason no configuration satisfies ``constraints`` (None if some does)."""
+    reasons = [invalid_reason(scenario.topology, scenario.collective, c)
+               for c in candidate_configs(constraints)]
+    if not reasons:  # the pinned knobs contradict each other (e.g. a flat tree)
+        sketch = Config(constraints.algorithm or Algorithm.RING, constraints.protocol or Protocol.SIMPLE,
+                        constraints.channels or 1)
+        return invalid_reason(scenario.topology, scenario.collective, constraints.apply(sketch))
+    if any(r is None for r in reasons):
+        return None
+    return max(set(reasons), key=reasons.count)
+
+
 def nccl_default(scenario: Scenario, constraints: KnobConstraints = NO_CONSTRAINTS) -> Decision:
     """NCCL's own pick under ``constraints``, timed by the simulator."""
+    reason = why_impossible(scenario, constraints) if constraints.given() else None
+    if reason:
+        raise ValueError(reason)
     model = nccl_model_for(scenario.topology)
-    algo = constraints.algorithm
-    nccl_algos = None
-    if algo is not None:
-        # NCCL cannot be told to run StragglAR; its nearest relative, a flat ring, sets the
-        # protocol and channels NCCL would use, and the pinned algorithm is applied on top.
-        nccl_algos = {Algorithm.RING if algo == Algorithm.STRAGGLAR else algo}
     choice = model.choose(
         scenario.collective,
         scenario.nbytes,
-        algorithms=nccl_algos,
+        algorithms=_nccl_algorithms(constraints),
         protocols=None if constraints.protocol is None else {constraints.protocol},
         channels=constraints.channels,
     )
@@ -126,10 +161,13 @@ def nccl_default(scenario: Scenario, constraints: KnobConstraints = NO_CONSTRAIN
 
 
 def candidate_configs(constraints: KnobConstraints = NO_CONSTRAINTS) -> tuple[Config, ...]:
-    """The action table with pinned knobs substituted, duplicates removed, order kept."""
-    if not constraints.given():
-        return ACTIONS
-    return tuple(dict.fromkeys(constraints.apply(c) for c in ACTIONS))
+    """The actions that agree with every pinned knob; a pinned channel count replaces the table's
+    levels (NCCL accepts any count 1..64). Order kept, duplicates removed."""
+    pinned = {k: v for k, v in constraints.given().items() if k != "channels"}
+    matching = [c for c in ACTIONS if all(getattr(c, k) == v for k, v in pinned.items())]
+    if constraints.channels is not None:
+        matching = [replace(c, channels=constraints.channels) for c in matching]
+    return tuple(dict.fromkeys(matching))
 
 
 def best(
@@ -138,7 +176,11 @@ def best(
     *,
     deployable: bool = False,
 ) -> Decision:
-    """The fastest valid configuration under ``constraints`` (the oracle when unconstrained)."""
+    """The fastest valid configuration under ``constraints`` (the oracle when unconstrained).
+
+    NCCL's own pick is a candidate too: its channel count need not be one of the action table's
+    levels, and the best choice must never be slower than doing nothing.
+    """
     if not constraints.given():
         times = action_times(scenario)
         if deployable:
@@ -156,9 +198,8 @@ def best(
             and (c.exportable or not deployable)
         ]
         if not candidates:
-            raise ValueError("no valid configuration satisfies the given knobs: "
-                             + (invalid_reason(scenario.topology, scenario.collective,
-                                               constraints.apply(ACTIONS[0])) or "none left"))
+            raise ValueError(why_impossible(scenario, constraints)
+                             or "no exportable configuration satisfies the given knobs")
         batch = ConfigBatch.from_configs(candidates)
         result = simulate(
             scenario.topology, np.array([int(scenario.collective)]),
@@ -167,4 +208,8 @@ def best(
             c2c=scenario.c2c,
         )
         config = candidates[int(np.argmin(result.time_us[0]))]
-    return _decision(scenario, config)
+    found = _decision(scenario, config)
+    default = nccl_default(scenario, constraints)
+    if default.time_us < found.time_us and (default.config.exportable or not deployable):
+        return default
+    return found

@@ -14,8 +14,8 @@ Straggler dynamics are a per-call Markov chain, so one appears, moves to another
 * while one is present, it vanishes with probability ``vanish`` and otherwise moves to another rank
   with probability ``move`` (keeping its delay).
 
-Delays are log-uniform in ``delay_us`` and snapped to two steps per decade (the observation's delay bins), and c2c to its ``step``
-grid, so repeated conditions hit the simulator's cache.
+Delays are log-uniform in ``delay_us`` and snapped to two steps per decade (the observation's delay
+bins), and c2c to its ``step`` grid, so repeated conditions hit the simulator's cache.
 """
 
 from __future__ import annotations

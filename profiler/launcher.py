@@ -64,47 +64,71 @@ def launch(
     result, is killed, or the whole run exceeds ``timeout_s``. Ranks are plain subprocesses (not
     multiprocessing children), so the caller's ``__main__`` is never re-imported.
     """
-    if nprocs < 1:
-        raise ValueError(f"nprocs must be at least 1, got {nprocs}")
-    _resolve(target)  # fail here, in the parent, on a misspelt target
     with tempfile.TemporaryDirectory(prefix="dynamiccl-launch-") as workdir:
+        ranks = Ranks(target, nprocs, kwargs, workdir, timeout_s, env)
+        try:
+            ranks.wait(timeout_s)
+            return [_result(r, workdir) for r in range(nprocs)]
+        finally:
+            ranks.stop()
+
+
+class Ranks:
+    """Started rank processes: watch them, and stop them all, whatever state they are in."""
+
+    def __init__(self, target: str, nprocs: int, kwargs: dict[str, Any] | None, workdir: str,
+                 timeout_s: float, env: dict[str, str] | None = None) -> None:
+        if nprocs < 1:
+            raise ValueError(f"nprocs must be at least 1, got {nprocs}")
+        _resolve(target)  # fail here, in the parent, on a misspelt target
+        self.workdir = workdir
         rank_env = {**os.environ, **BASE_ENV, **(env or {})}
         init = f"file://{workdir}/store"
-        procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen] = []
         try:
             for r in range(nprocs):
                 ctx = RankContext(r, nprocs, init, timeout_s)
                 Path(workdir, f"rank{r}.in").write_bytes(pickle.dumps((ctx, target, kwargs or {})))
                 with open(Path(workdir, f"rank{r}.log"), "wb") as log:
-                    procs.append(subprocess.Popen(
+                    self.procs.append(subprocess.Popen(
                         [sys.executable, "-m", "dynamiccl.profiler.launcher", workdir, str(r)],
                         env=rank_env, stdout=log, stderr=subprocess.STDOUT))
-            _watch(procs, workdir, timeout_s)
-            return [_result(r, workdir) for r in range(nprocs)]
-        finally:
-            _stop(procs)
+        except BaseException:
+            self.stop()
+            raise
 
-
-def _watch(procs: list[subprocess.Popen], workdir: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        codes = [p.poll() for p in procs]
-        failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-        if failed:
+    def check(self) -> bool:
+        """True when every rank finished cleanly; raises LaunchError as soon as one failed."""
+        codes = [p.poll() for p in self.procs]
+        if any(c not in (None, 0) for c in codes):
             if any(c is None for c in codes):
                 time.sleep(_GRACE_S)  # let peers that fail because of it report their own error
-            return_codes = [p.poll() for p in procs]
-            failed = [r for r, c in enumerate(return_codes) if c not in (None, 0)]
-            raise LaunchError(_failure_message(failed, return_codes, workdir))
-        if all(c == 0 for c in codes):
-            return
-        if time.monotonic() > deadline:
-            hung = [r for r, c in enumerate(codes) if c is None]
-            raise LaunchError(
-                f"rank{'s' if len(hung) > 1 else ''} {', '.join(map(str, hung))} did not finish "
-                f"within {timeout_s:g} s (hung, or too slow for this size); stopped all ranks. "
-                "Raise --timeout or check the rank's node")
-        time.sleep(_POLL_S)
+            codes = [p.poll() for p in self.procs]
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            raise LaunchError(_failure_message(failed, codes, self.workdir))
+        return all(c == 0 for c in codes)
+
+    def wait(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.check():
+            if time.monotonic() > deadline:
+                hung = [r for r, p in enumerate(self.procs) if p.poll() is None]
+                raise LaunchError(
+                    f"rank{'s' if len(hung) > 1 else ''} {', '.join(map(str, hung))} did not "
+                    f"finish within {timeout_s:g} s (hung, or too slow for this size); stopped "
+                    "all ranks. Raise --timeout or check the rank's node")
+            time.sleep(_POLL_S)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(2.0)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(2.0)
 
 
 def _failure_message(failed: list[int], codes: list[int | None], workdir: str) -> str:
@@ -130,18 +154,6 @@ def _result(rank: int, workdir: str) -> Any:
         raise LaunchError(f"rank {rank} exited cleanly but left no result")
     with open(path, "rb") as fh:
         return pickle.load(fh)
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(2.0)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(2.0)
 
 
 def _resolve(target: str) -> Callable[..., Any]:

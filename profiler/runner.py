@@ -196,16 +196,23 @@ def rank_main(ctx: RankContext, specs: list[CollectiveSpec]) -> list[np.ndarray]
     """Launcher entry: join the group, measure each spec, return all ranks' times on rank 0."""
     import torch.distributed as dist
 
-    backend = specs[0].backend
-    device = _device(backend, ctx.rank)
-    dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
-                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s),
-                            **({"device_id": device} if backend == "nccl" else {}))
+    device = join_group(ctx, specs[0].backend)
     try:
         out = [measure_in_group(spec, device) for spec in specs]
     finally:
         dist.destroy_process_group()
     return out if ctx.rank == 0 else None
+
+
+def join_group(ctx: RankContext, backend: str) -> Any:
+    """Initializes the default process group for a launcher rank; returns the rank's device."""
+    import torch.distributed as dist
+
+    device = _device(backend, ctx.rank)
+    dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
+                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s),
+                            **({"device_id": device} if backend == "nccl" else {}))
+    return device
 
 
 def run_under_torchrun(spec: CollectiveSpec) -> CollectiveResult | None:
@@ -235,7 +242,7 @@ def _device(backend: str, local_rank: int) -> Any:
     return torch.device("cuda", local_rank)
 
 
-def measure_in_group(spec: CollectiveSpec, device: Any) -> np.ndarray | None:
+def measure_in_group(spec: CollectiveSpec, device: Any, group: Any = None) -> np.ndarray | None:
     """Runs the protocol in an initialized group.
 
     Rank 0 gets ``[rank, 2, run, iteration]``: each rank's own execution time of each collective
@@ -245,12 +252,12 @@ def measure_in_group(spec: CollectiveSpec, device: Any) -> np.ndarray | None:
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    op = _collective_op(spec, world, device)
+    op = _collective_op(spec, world, device, group)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sleep_s = spec.straggler_delay_us / 1e6 if spec.straggler_rank == rank else 0.0
     times = np.zeros((2, spec.runs, spec.iters))
     for i in range(spec.warmup + spec.runs * spec.iters):
-        dist.barrier()
+        dist.barrier(group=group)
         sync()
         if sleep_s:
             time.sleep(sleep_s)
@@ -263,11 +270,11 @@ def measure_in_group(spec: CollectiveSpec, device: Any) -> np.ndarray | None:
             times[:, j // spec.iters, j % spec.iters] = (t1 - t0) / 1e3, t0 / 1e3
     mine = torch.tensor(times, dtype=torch.float64, device=device)
     everyone = torch.empty((world * 2, spec.runs, spec.iters), dtype=torch.float64, device=device)
-    dist.all_gather_into_tensor(everyone, mine)
+    dist.all_gather_into_tensor(everyone, mine, group=group)
     return everyone.cpu().numpy().reshape(world, 2, spec.runs, spec.iters) if rank == 0 else None
 
 
-def _collective_op(spec: CollectiveSpec, world: int, device: Any) -> Any:
+def _collective_op(spec: CollectiveSpec, world: int, device: Any, group: Any) -> Any:
     """A zero-argument callable running the collective once on preallocated buffers."""
     import torch
     import torch.distributed as dist
@@ -282,14 +289,14 @@ def _collective_op(spec: CollectiveSpec, world: int, device: Any) -> Any:
     buf = torch.ones(per_rank * world if split else count, dtype=torch.float32, device=device)
     part = torch.ones(per_rank, dtype=torch.float32, device=device)
     if coll == Collective.ALLREDUCE:
-        return lambda: dist.all_reduce(buf)
+        return lambda: dist.all_reduce(buf, group=group)
     if coll == Collective.BROADCAST:
-        return lambda: dist.broadcast(buf, src=0)
+        return lambda: dist.broadcast(buf, src=0, group=group)
     if coll == Collective.REDUCE:
-        return lambda: dist.reduce(buf, dst=0)
+        return lambda: dist.reduce(buf, dst=0, group=group)
     if coll == Collective.ALLGATHER:
-        return lambda: dist.all_gather_into_tensor(buf, part)
-    return lambda: dist.reduce_scatter_tensor(part, buf)
+        return lambda: dist.all_gather_into_tensor(buf, part, group=group)
+    return lambda: dist.reduce_scatter_tensor(part, buf, group=group)
 
 
 def with_config(spec: CollectiveSpec, algorithm: str | None, protocol: str | None,

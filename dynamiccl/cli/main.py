@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 #: Subcommand modules under ``dynamiccl.cli``, in the order ``--help`` lists them.
@@ -42,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Piping into `head` must end quietly, as it does for any Unix tool.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if not getattr(args, "func", None):
