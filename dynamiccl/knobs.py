@@ -94,19 +94,14 @@ ALGO_HIERARCHY_PAIRS: tuple[tuple[Algorithm, Hierarchy], ...] = (
     (Algorithm.STRAGGLAR, Hierarchy.FLAT),
 )
 
-#: The one place that says which (algorithm, hierarchy) pairs real NCCL can be told to run through
-#: a tuner plugin: each NCCL algorithm with the hierarchy it intrinsically has. Ring-over-ring with a
-#: chosen scheduling policy and StragglAR exist only in the simulator.
+#: The one place that says which (algorithm, hierarchy) pairs exist only in the simulator: a
+#: ring-over-ring with a chosen scheduling policy, and StragglAR. Every other pair is an NCCL
+#: algorithm with the hierarchy it intrinsically has, which a tuner plugin can make NCCL run.
+SIMULATOR_ONLY: frozenset[tuple[Algorithm, Hierarchy]] = frozenset(
+    {(Algorithm.RING, Hierarchy.HIERARCHICAL), (Algorithm.STRAGGLAR, Hierarchy.FLAT)}
+)
 EXPORTABLE_ALGO_HIERARCHY: frozenset[tuple[Algorithm, Hierarchy]] = frozenset(
-    {
-        (Algorithm.RING, Hierarchy.FLAT),
-        (Algorithm.TREE, Hierarchy.HIERARCHICAL),
-        (Algorithm.COLLNET_DIRECT, Hierarchy.HIERARCHICAL),
-        (Algorithm.COLLNET_CHAIN, Hierarchy.HIERARCHICAL),
-        (Algorithm.NVLS, Hierarchy.FLAT),
-        (Algorithm.NVLS_TREE, Hierarchy.HIERARCHICAL),
-        (Algorithm.PAT, Hierarchy.FLAT),
-    }
+    pair for pair in ALGO_HIERARCHY_PAIRS if pair not in SIMULATOR_ONLY
 )
 
 

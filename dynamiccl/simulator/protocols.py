@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from dynamiccl.knobs import Algorithm, Protocol
+from dynamiccl.nccl_model import constants as NCCL
 from dynamiccl.topology import Topology
 
 #: Fraction of the wire bytes that is payload. LL sends 4 B of data with a 4 B flag in every 8 B
@@ -40,48 +41,32 @@ def scale_index(nodes: int) -> int:
 
 #: ``baseLatencies`` [algo][proto] in µs (nccl_abi §3.2): a collective's fixed cost (launch, set-up).
 #: NCCL leaves CollNet/NVLS at 0 because their hardware latencies already hold the whole fixed cost.
-BASE_LATENCY_US = np.array([
-    [6.8, 14.0, 8.4],   # tree
-    [6.6, 14.0, 8.4],   # ring
-    [0.0, 0.0, 0.0],    # collnet direct
-    [0.0, 0.0, 0.0],    # collnet chain
-    [0.0, 0.0, 0.0],    # nvls
-    [0.0, 0.0, 0.0],    # nvls tree
-    [8.0, 8.0, 8.0],    # pat
-])
+BASE_LATENCY_US = NCCL.BASE_LATENCY_US
 
 _LINK_ROW = {"nvlink": 0, "pcie": 1, "net": 2}
 #: ``hwLatencies`` [link][algo][proto] in µs (nccl_abi §3.2): NVIDIA's measured per-hop protocol
 #: cost (flag polling, fences; on NET the proxy round trip). Links: NVLINK, PCI, NET.
-HW_LATENCY_US = np.array([
-    [[.6, 1.25, 4.0], [.6, 1.9, 3.4], [0, 0, 3.7], [0, 0, 2.8], [0, 0, 25], [0, 0, 25], [0, 0, 4.0]],
-    [[1.0, 1.9, 4.0], [1.0, 2.5, 5.7], [0, 0, 3.7], [0, 0, 2.8], [0, 0, 0], [0, 0, 0], [0, 0, 4.0]],
-    [[5.0, 8.5, 14], [2.7, 4.0, 14.0], [0, 0, 31], [0, 0, 30], [0, 0, 18], [0, 0, 20.9], [0, 0, 14]],
-])
+HW_LATENCY_US = NCCL.HW_LATENCY_US
 
 #: Largest per-channel speed NCCL's topology search ever assigns on each arch (nccl_abi §3.9 intra
 #: lists: default 40, SM90 60, SM100 90 GB/s): what one CTA (one SM) can move with Simple.
 SIMPLE_PER_CHANNEL_GBPS = np.array([40.0, 40.0, 60.0, 90.0])
 #: ``perChMaxRingLL128Bws`` (nccl_abi §3.2), scale-independent: one channel's LL128 limit.
-LL128_PER_CHANNEL_GBPS = np.array([20.0, 20.0, 36.7, 40.0])
+LL128_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_RING_LL128_BW[:, 0]
 #: ``perChMaxTreeBws`` / ``perChMaxTreeLL128Bws`` [compcap][scale] (nccl_abi §3.2).
-TREE_PER_CHANNEL_GBPS = np.array([[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [38.7, 41.4, 36.0],
-                                  [70.0, 42.8, 24.0]])
-TREE_LL128_PER_CHANNEL_GBPS = np.array([[20, 20, 20], [20, 20, 20], [36.7, 36.7, 29.0],
-                                        [55.6, 31.67, 20.0]])
+TREE_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_TREE_BW
+TREE_LL128_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_TREE_LL128_BW
 #: ``perChMaxNVLSTreeBws`` [compcap][scale] (nccl_abi §3.2; 0 = not used on one node).
-NVLS_TREE_PER_CHANNEL_GBPS = np.array([[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [0.0, 57.7, 45.5],
-                                       [0.0, 96.0, 80.0]])
+NVLS_TREE_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_NVLS_TREE_BW
 #: ``llMaxBws`` [row][scale] (nccl_abi §3.2/§3.3): the whole LL collective's bandwidth limit. One
 #: node uses the compcap row; several nodes use row 0 (Intel host CPUs, the common case).
-LL_MAX_GBPS = np.array([[39.0, 39.0, 20.4], [87.7, 22.5, 19.0], [141.0, 45.0, 35.0],
-                        [282.0, 90.0, 70.0]])
+LL_MAX_GBPS = NCCL.LL_MAX_BW
 #: ``nvlsEfficiency`` per compcap (nccl_abi §3.2): NVLink bandwidth NVLS multicast achieves.
-NVLS_EFFICIENCY = np.array([0.0, 0.0, 0.85, 0.74])
+NVLS_EFFICIENCY = NCCL.NVLS_EFFICIENCY
 #: PAT's bandwidth factor (nccl_abi §3.4: PAT × 0.75).
-PAT_BW_FACTOR = 0.75
+PAT_BW_FACTOR = NCCL.PAT_FACTOR
 #: CollNetDirect on Hopper+ (nccl_abi §3.4: × 0.85).
-COLLNET_DIRECT_HOPPER_FACTOR = 0.85
+COLLNET_DIRECT_HOPPER_FACTOR = NCCL.COLLNET_DIRECT_HOPPER_FACTOR
 
 
 def base_latency_us(algo: Algorithm, proto: np.ndarray) -> np.ndarray:
