@@ -19,9 +19,10 @@ from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
 from dynamiccl.scenario import Scenario
 from dynamiccl.units import format_size, format_time_us
 
-#: Reward for an action the mask forbids (NCCL then runs its own choice). log(1/20): as bad as a
-#: valid choice twenty times slower than NCCL, worse than almost any valid choice.
-INVALID_ACTION_REWARD = -3.0
+#: Reward for an action the mask forbids (NCCL then runs its own choice): log(1/55), below every
+#: valid choice in the train and held-out suites (the worst is about 33x slower than NCCL; a test
+#: keeps it so), so an unmasked agent never prefers an impossible action to a possible one.
+INVALID_ACTION_REWARD = -4.0
 #: Per-scenario facts kept at most this many at once (a long run sees many distinct calls).
 _CACHE_LIMIT = 50_000
 
@@ -54,15 +55,25 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Action Space
 
-    ``Discrete(N_ACTIONS)``: an index into :data:`dynamiccl.knobs.ACTIONS`, the joint table of
-    (algorithm, hierarchy, protocol, channels, scheduling policy, active chunks). Which actions can
-    run depends on the system and the collective: :meth:`action_masks` returns the mask
-    (``knobs.valid_mask``; sb3-contrib's MaskablePPO reads it). With ``deployable=True`` the mask
-    also drops what a tuner plugin cannot make NCCL do (ring-over-ring schedules, StragglAR).
+    ``Discrete(336)``: an index into :data:`dynamiccl.knobs.ACTIONS`, the joint table of every knob
+    (flat, so a mask can forbid exact combinations, and DQN works too):
+
+    | Knob                  | Values                                                            |
+    |-----------------------|-------------------------------------------------------------------|
+    | algorithm (hierarchy) | ring (flat), ring-over-ring (hierarchical), tree, collnet_direct, |
+    |                       | collnet_chain, nvls, nvls_tree, pat, stragglar                    |
+    | protocol              | ll, ll128, simple                                                 |
+    | channels              | 1, 2, 4, 8, 16, 32, 64                                            |
+    | schedule              | baseline, bw_aware (ring-over-ring only)                          |
+    | active chunks         | 1, 2, 4, 8 (ring-over-ring only)                                  |
+
+    Which actions can run depends on the system and the collective: :meth:`action_masks` returns
+    the mask (``knobs.valid_mask``; sb3-contrib's MaskablePPO reads it). With ``deployable=True``
+    the mask also drops what a tuner plugin cannot make NCCL do (ring-over-ring, StragglAR).
 
     An action outside the mask is tolerated, since unmasked agents and ``check_env`` sample freely:
     NCCL's own choice runs instead (the observed time equals NCCL's) and the reward is
-    ``INVALID_ACTION_REWARD`` (-3.0).
+    ``INVALID_ACTION_REWARD`` (-4.0, below every valid choice's reward in the suites).
 
     ## Observation Space
 
@@ -119,11 +130,12 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Info
 
-    ``reset``: ``scenario``, ``episode`` (name), ``workload``. ``step`` adds ``action``, ``valid``,
-    ``config`` (the chosen :class:`~dynamiccl.knobs.Config`, None when invalid), ``time_us``,
-    ``default_time_us``, ``speedup`` (default / time), ``oracle_action`` and ``oracle_time_us``
-    (the fastest action the mask allows; -1 and NaN when the backend cannot time every action),
-    and ``call`` (the step's index in the episode).
+    ``reset``: ``scenario``, ``episode_name``, ``workload`` (not ``episode``: SB3's Monitor owns
+    that key). ``step`` adds ``action``, ``valid``, ``config`` (the chosen
+    :class:`~dynamiccl.knobs.Config`, None when invalid), ``time_us``, ``default_time_us``,
+    ``speedup`` (default / time), ``oracle_action`` and ``oracle_time_us`` (the fastest action the
+    mask allows; -1 and NaN when the backend cannot time every action), and ``call`` (the step's
+    index in the episode).
 
     ## Arguments
 
@@ -204,7 +216,7 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         self._call = 0
         self._episode_facts = self._facts_for(self._episode.scenarios)
         scenario, facts = self._episode.scenarios[0], self._episode_facts[0]
-        self._last_info = {"scenario": scenario, "episode": self._episode.name,
+        self._last_info = {"scenario": scenario, "episode_name": self._episode.name,
                            "workload": self._episode.workload}
         observation = complete(facts.static_obs, facts.nranks, None, 0.0, 1.0)
         return observation, dict(self._last_info)
@@ -224,7 +236,8 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         time_us = m.time_us if valid else m.default_time_us
         reward = math.log(m.default_time_us / time_us) if valid else INVALID_ACTION_REWARD
         info = {
-            "scenario": scenario, "episode": self._episode.name, "workload": self._episode.workload,
+            "scenario": scenario, "episode_name": self._episode.name,
+            "workload": self._episode.workload,
             "call": self._call, "action": a, "valid": valid, "config": ACTIONS[a] if valid else None,
             "time_us": time_us, "default_time_us": m.default_time_us,
             "speedup": m.default_time_us / time_us, "oracle_action": facts.oracle_action,
@@ -251,6 +264,12 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         return (f"[{self._episode.name}] call {i['call']}: {where}: {chosen} "
                 f"{format_time_us(i['time_us'])} vs NCCL {format_time_us(i['default_time_us'])} "
                 f"({i['speedup']:.2f}x)")
+
+    def close(self) -> None:
+        """Releases the backend's resources (the live backend's ranks)."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
 
     def _facts_for(self, scenarios: Sequence[Scenario]) -> list[_CallFacts]:
         """Facts of every call, looked up once per episode (a sampled episode reuses one Scenario

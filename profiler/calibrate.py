@@ -227,10 +227,12 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
         iterations += n
         rel_std, _ = _uncertainty(problem, params, x, free)
         notes.update(weak)
-    fitted = with_values(base, params, np.exp(x))
-    fits = [ParamFit(p.label, float(base_values[i]), float(np.exp(x[i])) if i in free
-                     else float(base_values[i]), float(rel_std[i]) if i in free else math.nan,
-                     i in free, notes.get(i, "")) for i, p in enumerate(params)]
+    values = base_values.copy()
+    values[free] = np.exp(x[free])
+    fitted = with_values(base, params, values)
+    fits = [ParamFit(p.label, float(base_values[i]), float(values[i]),
+                     float(rel_std[i]) if i in free else math.nan, i in free, notes.get(i, ""))
+            for i, p in enumerate(params)]
     return FitResult(replace(fitted, name=f"{base.name}_calibrated"), fits, problem,
                      predicted_base, predict(problem, fitted, problem.configs), iterations)
 

@@ -107,7 +107,7 @@ def test_suite_entry_replays_through_reset_options():
     env = CollectiveTuningEnv(scenario="smoke")
     _, info = env.reset(seed=0, options={"episode": entry})
     seen, terminated = [env.current_scenario], False
-    assert info["episode"] == entry.name
+    assert info["episode_name"] == entry.name
     while not terminated:
         *_, terminated, _, _ = env.step(int(np.flatnonzero(env.action_masks())[0]))
         if not terminated:
@@ -175,3 +175,49 @@ def test_subproc_vec_env_matches_dummy_vec_env():
 def test_package_exposes_the_id():
     assert dynamiccl.ENV_ID == "dynamiccl/CollectiveTuning-v0"
     assert gym.spec(ENV_ID).entry_point == "dynamiccl.envs.collective_tuning:CollectiveTuningEnv"
+
+
+def test_monitor_wrapped_environment_reports_episode_statistics():
+    from stable_baselines3.common.monitor import Monitor
+
+    env = Monitor(CollectiveTuningEnv(scenario="smoke", episode_length=3))
+    env.reset(seed=0)
+    rewards = []
+    for _ in range(3):
+        _, reward, terminated, _, info = env.step(int(np.flatnonzero(env.unwrapped.action_masks())[0]))
+        rewards.append(reward)
+    assert terminated
+    assert info["episode"]["l"] == 3 and info["episode"]["r"] == pytest.approx(sum(rewards), abs=1e-5)
+    assert info["episode_name"].endswith(env.unwrapped.episode.workload)
+
+
+def test_close_releases_the_backend():
+    from dynamiccl.envs.backends.sim import SimBackend
+
+    class Closing(SimBackend):
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    backend = Closing()
+    env = gym.make(ENV_ID, scenario="smoke", backend=backend)
+    env.close()
+    assert backend.closed
+
+
+def test_a_backend_that_cannot_time_every_action_reports_no_oracle():
+    """Like the live backend (which needs GPUs): measure() only, action_times() is None."""
+    from dynamiccl.envs.backends.sim import SimBackend
+
+    class MeasureOnly(SimBackend):
+        name = "measure-only"
+
+        def action_times(self, scenario):
+            return None
+
+    env = CollectiveTuningEnv(scenario="smoke", backend=MeasureOnly())
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(int(np.flatnonzero(env.action_masks())[0]))
+    assert info["oracle_action"] == -1 and np.isnan(info["oracle_time_us"])
+    assert reward == pytest.approx(np.log(info["default_time_us"] / info["time_us"]))

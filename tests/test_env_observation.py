@@ -20,7 +20,7 @@ from dynamiccl.envs.observation import (
     size_bin,
 )
 from dynamiccl.envs.workloads import load_suite
-from dynamiccl.knobs import Collective
+from dynamiccl.knobs import N_ACTIONS, Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology, preset_names
 
@@ -58,6 +58,7 @@ def _documented_fields(doc: str) -> dict[int, str]:
 def test_the_docstring_table_lists_every_field_at_its_index():
     documented = _documented_fields(CollectiveTuningEnv.__doc__)
     assert documented == {f.index: f.name for f in OBSERVATION_FIELDS}
+    assert f"Discrete({N_ACTIONS})" in CollectiveTuningEnv.__doc__
 
 
 def test_every_suite_call_encodes_inside_the_bounds():

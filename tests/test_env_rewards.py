@@ -10,7 +10,8 @@ import pytest
 
 from dynamiccl import decisions
 from dynamiccl.envs.backends.sim import SimBackend
-from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
+from dynamiccl.envs.collective_tuning import INVALID_ACTION_REWARD, CollectiveTuningEnv
+from dynamiccl.envs.workloads import load_suite
 from dynamiccl.knobs import ACTION_INDEX, ACTIONS, EXPORTABLE_MASK, Collective, invalid_reason
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology, preset_names
@@ -115,3 +116,14 @@ def test_sim_backend_measures_the_straggler_it_was_given():
     assert m.time_us == decisions.action_times(scenario)[action]
     calm = SimBackend().measure(Scenario(topo, Collective.ALLREDUCE, 1 << 20), action)
     assert (calm.straggler_rank, calm.straggler_delay_us) == (None, 0.0)
+
+
+def test_an_invalid_action_scores_below_every_valid_one_in_the_suites():
+    backend = SimBackend()
+    worst = math.inf
+    for suite in ("train", "heldout"):
+        for scenario in {s for entry in load_suite(suite) for s in entry.scenarios}:
+            times = backend.action_times(scenario)
+            default_us = backend.measure(scenario, 0).default_time_us
+            worst = min(worst, math.log(default_us / times[np.isfinite(times)].max()))
+    assert INVALID_ACTION_REWARD < worst

@@ -100,7 +100,7 @@ def test_bench_training_script_prints_its_json_contract():
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert set(result) >= {"seconds_to_98pct_oracle", "oracle_share", "runs"}
-    assert result["runs"]["maskable_ppo"]["steps"] == 256
+    assert result["runs"]["maskable_ppo"]["steps"] >= 256  # one PPO rollout at least
     assert result["oracle_share"] == result["runs"]["maskable_ppo"]["oracle_share"]
 
 

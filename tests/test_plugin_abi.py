@@ -66,14 +66,9 @@ class Driver:
         return out
 
 
-def build_dir(factory: pytest.TempPathFactory) -> Path:
-    """Builds are keyed by a digest of sources and flags, so one folder per test session."""
-    return factory.getbasetemp() / "dynamiccl-c-builds"
-
-
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory) -> Driver:
-    cache = build_dir(tmp_path_factory)
+    cache = tmp_path_factory.getbasetemp() / "dynamiccl-c-builds"  # builds keyed by digest
     src = plugin.source_dir()
     library = plugin.build(cache=cache)
     exe = plugin.compile_c([src / "tests" / "driver.c"], "driver",
@@ -329,3 +324,49 @@ def test_exported_grid_round_trips_through_the_plugin(driver, tmp_path, which):
             assert got == want, cell
             forced += d is not None
     assert forced > len(result.cells) // 2
+
+
+_TOKENS = ["0", "7", "-1", "*", "-", "64", "65", "2047", "2048", "1073741825", str(pf.MAX_BYTES),
+           str(pf.MAX_BYTES + 1), "007", "+5", "defer", "ring", "Ring", "ll128", "slice",
+           "straggler=none", "c2c=none", "straggler=long", "allreduce", "policy", "x" * 300, "#"]
+
+
+def _mutant(text: str, rng: random.Random) -> str:
+    lines = text.split("\n")[:-2]  # without the checksum line
+    i = rng.randrange(1, len(lines))
+    kind = rng.randrange(6)
+    if kind == 0:  # replace one token
+        tok = lines[i].split(" ")
+        tok[rng.randrange(len(tok))] = rng.choice(_TOKENS)
+        lines[i] = " ".join(tok)
+    elif kind == 1:
+        lines.insert(i, lines[rng.randrange(1, len(lines))])
+    elif kind == 2:
+        del lines[i]
+    elif kind == 3:  # whitespace the format allows (or not)
+        lines[i] = rng.choice(["\t", "  ", " \r", ""]).join(lines[i].split(" "))
+    elif kind == 4:
+        lines[i] = lines[i] + rng.choice(["\r", " ", "\t# x", " extra"])
+    else:
+        lines.insert(i, rng.choice(["", "# c", "key value", "slice straggler=a c2c=b",
+                                    "allreduce 0 1 * * * * defer - - -"]))
+    body = "\n".join(lines) + "\n"
+    return f"{body}checksum crc32 {pf.checksum(body.encode('latin-1'))}\n"
+
+
+def test_c_and_python_parsers_accept_exactly_the_same_files(driver, policy_path, tmp_path):
+    rng = random.Random(5)
+    text = policy_path.read_text()
+    verdicts, commands = [], []
+    for i in range(400):
+        path = tmp_path / f"m{i}.dccl"
+        path.write_bytes(_mutant(text, rng).encode("latin-1"))
+        try:
+            pf.read(path)
+            verdicts.append(True)
+        except pf.PolicyFileError:
+            verdicts.append(False)
+        commands += [f"setenv DYNAMICCL_POLICY {path}", "init 6 16 2", f"fin {i}"]
+    run = driver.run(commands)
+    assert run.ctx == verdicts
+    assert 50 < sum(verdicts) < 350  # both outcomes well represented

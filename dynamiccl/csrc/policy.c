@@ -425,7 +425,7 @@ int dccl_policy_parse(const char* data, size_t len, dccl_policy_t** out, char* e
       return -1;
     }
   }
-  size_t body_len;
+  size_t body_len = 0;
   parser_t ps;
   memset(&ps, 0, sizeof(ps));
   ps.err = err;

@@ -47,7 +47,8 @@ class Backend(Protocol):
     run in the scenario it measures NCCL's default instead (the environment has already penalised
     the choice). ``action_times`` returns the time of *every* action at once (``inf`` where the
     action is invalid) when that is cheap, which only a model can do; live backends return None and
-    the environment then reports no oracle time.
+    the environment then reports no oracle time. A backend holding resources (processes, GPUs)
+    may also define ``close()``; the environment's ``close()`` calls it.
     """
 
     name: str

@@ -8,14 +8,16 @@
  *   v2 k COLL NBYTES COLLNET NVLS PIPE   -> RES algo proto nChannels   (v2 getCollInfo)
  *   chunk k COLL NBYTES ALGO PROTO NCH   -> CHUNK size      (v6 getChunkSize; 777 = untouched)
  *   fin k                                -> FIN rc
+ *   setenv NAME VALUE                    (so one process can try many policy files)
  * NBYTES may be "max" (SIZE_MAX). Log calls are printed as "LOG level flags message". Any broken
  * contract (non-zero return, a write to an unusable entry, a changed constants block) prints
  * "VIOLATION ..." and makes the exit status 1. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 
 #include "harness.h"
 
-#define MAX_CTX 256
+#define MAX_CTX 4096
 
 static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
                    ...) {
@@ -42,7 +44,7 @@ int main(int argc, char** argv) {
   plugin_t plugins[MAX_CTX];
   void* ctxs[MAX_CTX];
   int nctx = 0, failed = 0;
-  char line[4096], a[64], b[64], c[64], fill[256];
+  char line[8192], a[64], b[64], c[64], fill[256], val[4096];
   unsigned char constants[1152], constants_before[1152];
   for (size_t i = 0; i < sizeof(constants); i++) constants[i] = (unsigned char)(i * 7);
   memcpy(constants_before, constants, sizeof(constants));
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
       if (nctx == MAX_CTX || plugin_load(argv[1], v, &plugins[nctx]) != 0) return 2;
       ctxs[nctx] = (void*)0x1; /* NCCL does not clear it; the plugin must set it */
       int rc = plugin_init(&plugins[nctx], parse_size(a), parse_size(b), logger, &ctxs[nctx],
-                           constants, sizeof(constants));
+                           constants);
       if (rc != 0) printf("VIOLATION init returned %d\n", rc), failed = 1;
       if (memcmp(constants, constants_before, sizeof(constants)) != 0)
         printf("VIOLATION init changed NCCL's constants\n"), failed = 1;
@@ -92,6 +94,8 @@ int main(int argc, char** argv) {
       int rc = t6->getChunkSize(ctxs[k], coll, parse_size(a), algo, proto, atoi(c), &chunk);
       if (rc != 0) printf("VIOLATION getChunkSize returned %d\n", rc), failed = 1;
       printf("CHUNK %zu\n", chunk);
+    } else if (sscanf(line, "setenv %63s %4095s", a, val) == 2) {
+      setenv(a, val, 1);
     } else if (sscanf(line, "fin %d", &k) == 1 && k >= 0 && k < nctx) {
       printf("FIN %d\n", plugin_finalize(&plugins[k], ctxs[k]));
     } else if (line[0] != '\n' && line[0] != '#') {

@@ -40,10 +40,9 @@ static int plugin_load(const char* path, int version, plugin_t* out) {
 /* init with the version's argument order: v2-v4 (nRanks, nNodes, logger, &ctx), v5/v6 (&ctx,
  * commId, nRanks, nNodes, logger, nvlDomainInfo, constants). */
 static int plugin_init(const plugin_t* p, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
-                       void** ctx, unsigned char* constants, size_t constants_len) {
+                       void** ctx, unsigned char* constants) {
   dccl_nvl_domain_info_t nvl = {(int)nNodes, nNodes ? (int)(nRanks / nNodes) : 0,
                                 nNodes ? (int)(nRanks / nNodes) : 0};
-  (void)constants_len;
   switch (p->version) {
     case 2: return ((const dccl_tuner_v2_t*)p->table)->init(nRanks, nNodes, log, ctx);
     case 3: return ((const dccl_tuner_v3_t*)p->table)->init(nRanks, nNodes, log, ctx);

@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
       size_t k = below((size_t)g_nsys);
       nr = g_sys[k][0], nn = g_sys[k][1];
     }
-    int rc = plugin_init(p, nr, nn, log, &ctx, NULL, 0);
+    int rc = plugin_init(p, nr, nn, log, &ctx, NULL);
     int warned = g_warns - warns;
     if (rc != 0 || (expect_ok && !ctx) || (!expect_ok && ctx) ||
         warned != (!expect_ok && log ? 1 : 0)) {

@@ -62,7 +62,7 @@ static void* worker(void* arg) {
     int s = (int)((t + r) % NSYS);
     const plugin_t* p = &g_p[4 + (t + r) % 3]; /* v4, v5, v6: same decisions, different ABIs */
     void* ctx = NULL;
-    if (plugin_init(p, k_sys[s][0], k_sys[s][1], logger, &ctx, NULL, 0) != 0 || !ctx) return (void*)1;
+    if (plugin_init(p, k_sys[s][0], k_sys[s][1], logger, &ctx, NULL) != 0 || !ctx) return (void*)1;
     for (int i = 0; i < NQ; i++) {
       int got[3];
       ask(p, ctx, &g_q[(i + t * 37) % NQ], got);
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   int applied = 0;
   for (int s = 0; s < NSYS; s++) { /* the single-threaded reference */
     void* ctx = NULL;
-    plugin_init(&g_p[6], k_sys[s][0], k_sys[s][1], logger, &ctx, NULL, 0);
+    plugin_init(&g_p[6], k_sys[s][0], k_sys[s][1], logger, &ctx, NULL);
     if (!ctx) {
       printf("FAIL the policy did not load for nRanks %zu nNodes %zu\n", k_sys[s][0], k_sys[s][1]);
       return 1;

@@ -1,0 +1,107 @@
+"""The ``live`` backend: every step's collective runs on real ranks through the profiler's runner.
+
+A :class:`~dynamiccl.profiler.session.RankSession` keeps ``nprocs`` local ranks up for the whole
+episode. Each step sends the chosen action to rank 0, which broadcasts it, so every rank runs the
+same configuration; the step's result is the measured time of that configuration and of NCCL's own
+choice measured right after it on the same ranks (the reward's reference), plus the straggler the
+ranks *observed* (detected from their timings, not copied from the scenario).
+
+On ``nccl`` the action's algorithm, protocol and channel count become a communicator's NCCL
+settings; an action NCCL cannot be told to run (StragglAR, a scheduled ring-over-ring) or one that
+is invalid in the scenario runs NCCL's default instead, as the environment expects. On ``gloo``
+(CPU, tests, machines without GPUs) no NCCL knob exists, so both measurements run gloo's own
+algorithm: the pipeline, the timing and the straggler observation are real, the knob effect is not.
+A scenario's straggler is injected (that rank sleeps before each collective) unless
+``inject_stragglers=False``, for systems whose stragglers are real.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING
+
+from dynamiccl.envs.backends.base import Measurement
+from dynamiccl.knobs import ACTIONS, invalid_reason
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dynamiccl.profiler.runner import CollectiveResult, CollectiveSpec
+    from dynamiccl.profiler.session import RankSession
+    from dynamiccl.scenario import Scenario
+
+
+class LiveBackend:
+    """Measures on ``nprocs`` local ranks (default: the scenario topology's rank count).
+
+    ``dist_backend``: ``gloo`` or ``nccl``; ``warmup``/``iters``/``runs``: the measurement protocol
+    per step (nccl-tests style, kept short because it runs every step); ``timeout_s``: a step that
+    takes longer ends the session with an error naming the stuck rank.
+    """
+
+    name = "live"
+
+    def __init__(self, nprocs: int | None = None, dist_backend: str = "gloo", warmup: int = 2,
+                 iters: int = 10, runs: int = 1, timeout_s: float = 120.0,
+                 inject_stragglers: bool = True) -> None:
+        if dist_backend not in ("gloo", "nccl"):
+            raise ValueError(f"dist_backend must be gloo or nccl, got {dist_backend!r}")
+        self.nprocs, self.dist_backend = nprocs, dist_backend
+        self.protocol = {"warmup": warmup, "iters": iters, "runs": runs}
+        self.timeout_s, self.inject_stragglers = timeout_s, inject_stragglers
+        self._session: RankSession | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    def _ensure_session(self, nranks: int) -> RankSession:
+        nprocs = self.nprocs or nranks
+        if nranks != nprocs:
+            raise ValueError(f"the scenario's system has {nranks} ranks but the live backend runs "
+                             f"{nprocs}; describe the measured system (`dynamiccl profile "
+                             "topology`) or set nprocs to match")
+        if self._session is None:
+            from dynamiccl.profiler.session import RankSession
+
+            self._session = RankSession(nprocs, self.dist_backend, self.timeout_s)
+            self._finalizer = weakref.finalize(self, self._session.close)
+        return self._session
+
+    def _spec(self, scenario: Scenario, action: int | None) -> CollectiveSpec:
+        from dynamiccl.profiler.runner import CollectiveSpec
+
+        knobs: dict[str, object] = {}
+        if action is not None and self.dist_backend == "nccl":
+            config = ACTIONS[action]
+            runnable = config.exportable and invalid_reason(
+                scenario.topology, scenario.collective, config) is None
+            if runnable:
+                knobs = {"algorithm": config.algorithm.name.lower(),
+                         "protocol": config.protocol.name.lower(), "channels": config.channels}
+        late = self.inject_stragglers and scenario.has_straggler
+        return CollectiveSpec(
+            scenario.collective.name.lower(), scenario.nbytes, self.dist_backend,
+            straggler_rank=scenario.straggler_rank if late else None,
+            straggler_delay_us=scenario.straggler_delay_us if late else 0.0,
+            **self.protocol, **knobs)
+
+    def measure(self, scenario: Scenario, action: int) -> Measurement:
+        session = self._ensure_session(scenario.topology.nranks)
+        # measured back to back even when the action is NCCL's default: two independent runs,
+        # so the reward carries the system's real run-to-run noise
+        mine, reference = session.measure([self._spec(scenario, action), self._spec(scenario, None)])
+        return Measurement(mine.time_us, reference.time_us, *_observed(mine))
+
+    def action_times(self, scenario: Scenario) -> np.ndarray | None:
+        return None  # measuring every action per step is what a live system cannot afford
+
+    def close(self) -> None:
+        """Stops the ranks; the environment or the caller should call it when done."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._session = None
+
+
+def _observed(result: CollectiveResult) -> tuple[int | None, float]:
+    s = result.straggler
+    if s is None or s.rank is None:
+        return None, 0.0
+    return s.rank, s.delay_us
