@@ -206,13 +206,14 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         given = (options or {}).get("episode")
         if given is None:
             self._episode = self.distribution.sample(self.np_random, self.episode_length)
-        elif isinstance(given, Episode):
+        elif isinstance(given, Episode) and given.scenarios:
             self._episode = given
         elif isinstance(given, Sequence) and given and all(isinstance(s, Scenario) for s in given):
             self._episode = Episode("given", given[0].topology.name, given[0].topology.nodes,
                                     "given", tuple(given))
         else:
-            raise ValueError("options['episode'] must be an Episode or a non-empty list of Scenario")
+            raise ValueError("options['episode'] must be a non-empty Episode (a suite entry) or "
+                             "list of Scenario")
         self._call = 0
         self._episode_facts = self._facts_for(self._episode.scenarios)
         scenario, facts = self._episode.scenarios[0], self._episode_facts[0]

@@ -39,7 +39,7 @@ def echo(ctx, value):
             "omp": os.environ.get("OMP_NUM_THREADS")}
 
 
-def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float):
+def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float, backend: str = "gloo"):
     """A small DDP model trained with the probe hook; ``late_rank`` sleeps before each backward.
 
     Returns the probe's report and the parameters, plus those of an identical model trained with
@@ -51,22 +51,27 @@ def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float):
 
     from dynamiccl.profiler.hooks import CommProbe
 
-    dist.init_process_group("gloo", init_method=ctx.init_method, rank=ctx.rank,
+    device = torch.device("cuda", ctx.rank) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
                             world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s))
-    torch.manual_seed(0)
 
     def model():
         torch.manual_seed(0)
         return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
-                                   torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+                                   torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                   torch.nn.Linear(256, 8)).to(device)
 
-    probed, plain = DDP(model(), bucket_cap_mb=0.1), DDP(model(), bucket_cap_mb=0.1)
+    ids = [ctx.rank] if backend == "nccl" else None
+    probed = DDP(model(), bucket_cap_mb=0.1, device_ids=ids)
+    plain = DDP(model(), bucket_cap_mb=0.1, device_ids=ids)
     probe = CommProbe()
     probed.register_comm_hook(probe, probe.allreduce_hook)
     opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (probed, plain)]
     gen = torch.Generator().manual_seed(100 + ctx.rank)
     for _ in range(steps):
-        x = torch.randn(32, 64, generator=gen)
+        x = torch.randn(32, 64, generator=gen).to(device)
         with probe.step():
             loss = probed(x).square().mean()
             if ctx.rank == late_rank:
@@ -78,6 +83,6 @@ def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float):
         opts[1].step()
         opts[1].zero_grad()
     report = probe.report()
-    params = [[p.detach().clone() for p in m.parameters()] for m in (probed, plain)]
+    params = [[p.detach().cpu().clone() for p in m.parameters()] for m in (probed, plain)]
     dist.destroy_process_group()
     return {"report": report, "probed": params[0], "plain": params[1]}

@@ -59,7 +59,7 @@ def test_several_policies_give_a_list_and_the_table_files_and_plots(capsys, tmp_
     (["--policy", "/nonexistent/model.zip"], "unknown policy"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(capsys, args, message):
-    assert main(["evaluate", "--suite", "smoke", *args][:len(args) + 2] if "--suite" in args
-                else ["evaluate", "--suite", "smoke", *args]) == 2
+    suite = [] if "--suite" in args else ["--suite", "smoke"]
+    assert main(["evaluate", *args, *suite]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and err.count("\n") == 1

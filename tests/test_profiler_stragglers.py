@@ -56,7 +56,13 @@ def test_step_breakdown_of_overlapping_buckets():
     assert idle.compute_us == 100.0 and idle.compute_to_comm == float("inf")
 
 
-def test_simulator_c2c_uses_the_bus_bandwidth_reference():
-    topo = load_topology("dgx_h100")  # 8 GPUs at 450 GB/s
-    nbytes = 450 * 10**6  # allreduce: 2*7/8 * 0.45 GB / 450 GB/s = 1750 µs
-    assert simulator_c2c(3500.0, topo, Collective.ALLREDUCE, nbytes) == pytest.approx(2.0, rel=1e-6)
+def test_simulator_c2c_is_compute_in_units_of_the_simulators_reference_time():
+    from dynamiccl.simulator.overlap import reference_time_us
+
+    topo = load_topology("dgx_h100")
+    nbytes = 256 * 2**20
+    ref = float(reference_time_us(topo, np.array([int(Collective.ALLREDUCE)]),
+                                  np.array([float(nbytes)]))[0])
+    assert 100.0 < ref < 10_000.0  # 256 MiB over NVLink: hundreds of µs
+    assert simulator_c2c(2 * ref, topo, Collective.ALLREDUCE, nbytes) == pytest.approx(2.0)
+    assert simulator_c2c(0.0, topo, Collective.ALLREDUCE, nbytes) == 0.0

@@ -89,3 +89,25 @@ def test_bad_mode_is_refused_and_null_logger_writes_nothing(tmp_path):
     assert logger.sb3_writer() is None
     assert list(tmp_path.iterdir()) == []
     assert os.environ.get("WANDB_MODE") != "online"
+
+
+@pytest.mark.slow
+def test_training_run_logs_curves_evaluation_table_and_plots_to_offline_wandb(offline_wandb):
+    from hydra import compose, initialize_config_module
+
+    from dynamiccl.agents.train import train
+
+    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
+        cfg = compose("train", overrides=[
+            "experiment=smoke", "logger=wandb", "trainer.total_timesteps=256",
+            "agent.hparams.n_steps=128", "eval.baselines=[nccl_default]", "eval.plots=true"])
+    run_dir = offline_wandb / "train_run"
+    metrics = train(cfg, run_dir)
+    items = history(read_offline_run(run_dir))
+    curve_keys = {k for h in items for k in h if k.startswith(("train/", "rollout/", "time/"))}
+    assert {"train/loss", "time/fps"} <= curve_keys
+    shares = [h["eval/oracle_share"] for h in items if "eval/oracle_share" in h]
+    assert shares == [pytest.approx(metrics["oracle_share"])]
+    assert any(h.get("eval/summary._type") == "table-file" for h in items)
+    assert any(h.get("eval/choices._type") == "image-file" for h in items)
+    assert any(h.get("eval/speedup_vs_size._type") == "image-file" for h in items)

@@ -31,6 +31,8 @@ def _run(args: argparse.Namespace) -> int:
     names = [n for item in args.policy for n in item.split(",") if n]
     if not names:
         raise UserError("give at least one --policy (e.g. --policy nccl_default)")
+    if args.plots and not args.out:
+        raise UserError("--plots needs --out DIR to write the figures into")
     suite = load_suite(args.suite)
     if not suite:
         raise UserError(f"suite {args.suite!r} has no workloads; check configs/scenario/")
@@ -47,8 +49,6 @@ def _run(args: argparse.Namespace) -> int:
             from dynamiccl.agents.evaluation_plots import plot_reports
 
             plot_reports(reports, args.out)
-    elif args.plots:
-        raise UserError("--plots needs --out DIR to write the figures into")
     if args.json:
         rows = [_contract(r.summary()) for r in reports]
         print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
