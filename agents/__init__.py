@@ -1,0 +1,11 @@
+"""Tuning policies and the experiment pipeline (installed as ``dynamiccl.agents``).
+
+* :mod:`~dynamiccl.agents.policy` – the one ``Policy`` interface (``act(observation) -> action``).
+* :mod:`~dynamiccl.agents.baselines` – NCCL's default, the oracle, the static best, random.
+* :mod:`~dynamiccl.agents.online` – online black-box tuners (AutoCCL-style coordinate descent, UCB).
+* :mod:`~dynamiccl.agents.sb3_agents` – PPO, DQN, MaskablePPO and their checkpoints.
+* :mod:`~dynamiccl.agents.registry` – ``load_policy(name_or_path)``.
+* :mod:`~dynamiccl.agents.evaluate` – scoring on a suite; :mod:`.evaluation_plots` – its figures.
+* :mod:`~dynamiccl.agents.train` / :mod:`~dynamiccl.agents.sweep` – the Hydra apps (training with
+  resume, Ray Tune sweeps); :mod:`~dynamiccl.agents.logging` – wandb (offline by default).
+"""

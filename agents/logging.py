@@ -45,8 +45,8 @@ class NullLogger:
 class WandbWriter(KVWriter):
     """Forwards SB3's scalar logs (rollout/ep_rew_mean, train/loss, ...) to a wandb run."""
 
-    def __init__(self, run: Any) -> None:
-        self.run = run
+    def __init__(self, logger: WandbLogger) -> None:
+        self.logger = logger
 
     def write(self, key_values: dict[str, Any], key_excluded: dict[str, tuple[str, ...]],
               step: int = 0) -> None:
@@ -56,7 +56,7 @@ class WandbWriter(KVWriter):
             and "wandb" not in (key_excluded.get(key) or ())
         }
         if scalars:
-            self.run.log(scalars, step=int(step))
+            self.logger.log_metrics(scalars, step=int(step))
 
     def close(self) -> None:
         """The run is finished by its owner, not by SB3."""
@@ -94,10 +94,11 @@ class WandbLogger:
         )
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Logs at ``step`` (default: the latest step seen); wandb drops anything logged at a step
+        below one it has already seen, so steps never go backwards here."""
         if self.run is not None:
-            if step is not None:
-                self._last_step = max(self._last_step, int(step))
-            self.run.log(dict(metrics), step=self._last_step if step is not None else None)
+            self._last_step = max(self._last_step, int(step or 0))
+            self.run.log(dict(metrics), step=self._last_step)
 
     def log_table(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
         if self.run is None or not rows:
@@ -106,17 +107,17 @@ class WandbLogger:
 
         columns = list(rows[0])
         data = [[_plain(row.get(c)) for c in columns] for row in rows]
-        self.run.log({name: wandb.Table(columns=columns, data=data)})
+        self.log_metrics({name: wandb.Table(columns=columns, data=data)})
 
     def log_images(self, images: Mapping[str, Path]) -> None:
         if self.run is None:
             return
         import wandb
 
-        self.run.log({key: wandb.Image(str(path)) for key, path in images.items()})
+        self.log_metrics({key: wandb.Image(str(path)) for key, path in images.items()})
 
     def sb3_writer(self) -> KVWriter | None:
-        return WandbWriter(self.run) if self.run is not None else None
+        return WandbWriter(self) if self.run is not None else None
 
     def finish(self) -> None:
         if self.run is not None:

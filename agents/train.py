@@ -82,14 +82,14 @@ def evaluate_run(cfg: DictConfig, policy: SB3Policy, run_dir: Path, run_logger: 
     out = run_dir / "eval"
     print_table(reports, title=f"{cfg.eval.suite} suite ({len(suite)} workloads)")
     save_reports(reports, out)
+    mine = reports[-1].summary()
+    metrics = {k: mine[k] for k in ("geomean_speedup", "oracle_share", "worst_speedup")}
+    run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items() if v is not None}, step=step)
     run_logger.log_table("eval/summary", [r.summary() for r in reports])
     if cfg.eval.plots:
         from dynamiccl.agents.evaluation_plots import plot_reports
 
         run_logger.log_images({f"eval/{k}": p for k, p in plot_reports(reports, out).items()})
-    mine = reports[-1].summary()
-    metrics = {k: mine[k] for k in ("geomean_speedup", "oracle_share", "worst_speedup")}
-    run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items() if v is not None}, step=step)
     return metrics
 
 

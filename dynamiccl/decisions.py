@@ -23,6 +23,7 @@ from dynamiccl.knobs import (
     ACTIONS,
     NCCL_ALGORITHM_HIERARCHY,
     Algorithm,
+    Collective,
     Config,
     ConfigBatch,
     Hierarchy,
@@ -84,9 +85,21 @@ def nccl_model_for(topology: Topology) -> NcclModel:
     return NcclModel(topology)
 
 
-@lru_cache(maxsize=65536)
+def _timing_key(scenario: Scenario) -> Scenario:
+    """The scenario as the simulator sees it: which rank is late does not change any time, only
+    how late it is, so scenarios that differ in the straggler's rank share one cache entry."""
+    if scenario.straggler_rank in (None, 0):
+        return scenario
+    return replace(scenario, straggler_rank=0)
+
+
 def action_times(scenario: Scenario) -> np.ndarray:
     """Simulated time (µs, first arrival to completion) of every action; inf where invalid."""
+    return _action_times(_timing_key(scenario))
+
+
+@lru_cache(maxsize=65536)
+def _action_times(scenario: Scenario) -> np.ndarray:
     result = simulate(
         scenario.topology,
         np.array([int(scenario.collective)]),
@@ -102,6 +115,11 @@ def action_times(scenario: Scenario) -> np.ndarray:
 
 def _decision(scenario: Scenario, config: Config) -> Decision:
     """Times ``config`` on the simulator and asks NCCL's model what it would have predicted."""
+    return _timed_decision(_timing_key(scenario), config)
+
+
+@lru_cache(maxsize=65536)
+def _timed_decision(scenario: Scenario, config: Config) -> Decision:
     reason = invalid_reason(scenario.topology, scenario.collective, config)
     if reason:
         raise ValueError(f"{config.label()} cannot run {scenario.collective.name.lower()} on "
@@ -149,15 +167,22 @@ def nccl_default(scenario: Scenario, constraints: KnobConstraints = NO_CONSTRAIN
     reason = why_impossible(scenario, constraints) if constraints.given() else None
     if reason:
         raise ValueError(reason)
-    model = nccl_model_for(scenario.topology)
-    choice = model.choose(
-        scenario.collective,
-        scenario.nbytes,
+    config = _nccl_choice(scenario.topology, scenario.collective, scenario.nbytes, constraints)
+    return _decision(scenario, config)
+
+
+@lru_cache(maxsize=65536)
+def _nccl_choice(topology: Topology, collective: Collective, nbytes: int,
+                 constraints: KnobConstraints) -> Config:
+    """NCCL's pick depends only on what its cost model sees: the system, the call and the knobs."""
+    choice = nccl_model_for(topology).choose(
+        collective,
+        nbytes,
         algorithms=_nccl_algorithms(constraints),
         protocols=None if constraints.protocol is None else {constraints.protocol},
         channels=constraints.channels,
     )
-    return _decision(scenario, constraints.apply(choice.config))
+    return constraints.apply(choice.config)
 
 
 def candidate_configs(constraints: KnobConstraints = NO_CONSTRAINTS) -> tuple[Config, ...]:
