@@ -20,6 +20,7 @@ import numpy as np
 from dynamiccl import decisions
 from dynamiccl.agents.policy import (
     Choice,
+    allowed_actions,
     nearest_valid_action,
     require_scenario,
     scenario_mask,
@@ -29,10 +30,6 @@ from dynamiccl.knobs import ACTION_INDEX, ACTIONS, EXPORTABLE_MASK
 if TYPE_CHECKING:
     from dynamiccl.scenario import Scenario
     from dynamiccl.topology import Topology
-
-
-def _mask_for(scenario: Scenario, action_mask: np.ndarray | None, deployable: bool) -> np.ndarray:
-    return scenario_mask(scenario, deployable=deployable) if action_mask is None else action_mask
 
 
 def nccl_action(scenario: Scenario, mask: np.ndarray) -> int:
@@ -55,7 +52,7 @@ class NcclDefaultPolicy:
     def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
             action_mask: np.ndarray | None = None) -> int:
         scenario = require_scenario(self.name, scenario)
-        return nccl_action(scenario, _mask_for(scenario, action_mask, self.deployable))
+        return nccl_action(scenario, allowed_actions(scenario, action_mask, self.deployable))
 
     def choose(self, scenario: Scenario, *, deployable: bool = False) -> Choice:
         d = decisions.nccl_default(scenario)
@@ -138,7 +135,7 @@ class StaticBestPolicy:
     def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
             action_mask: np.ndarray | None = None) -> int:
         scenario = require_scenario(self.name, scenario)
-        mask = _mask_for(scenario, action_mask, self.deployable)
+        mask = allowed_actions(scenario, action_mask, self.deployable)
         return self.action if mask[self.action] else nccl_action(scenario, mask)
 
     def choose(self, scenario: Scenario, *, deployable: bool = False) -> Choice:

@@ -45,18 +45,19 @@ class CheckpointEvery(_EveryNSteps):
         self.extra = extra or {}
         self.on_save = on_save
 
-    def save_now(self) -> Path:
-        path = save_checkpoint(self.model, self.folder / "last.zip", self.algo, self.extra)
+    def save_now(self, model: Any) -> Path:
+        """Saves ``model`` now (also usable outside ``learn``, e.g. for the final checkpoint)."""
+        step = int(model.num_timesteps)
+        path = save_checkpoint(model, self.folder / "last.zip", self.algo, self.extra)
         with (self.folder / "history.jsonl").open("a") as fh:
-            fh.write(json.dumps({"event": "checkpoint", "step": int(self.num_timesteps),
-                                 "time": time.time()}) + "\n")
+            fh.write(json.dumps({"event": "checkpoint", "step": step, "time": time.time()}) + "\n")
         if self.on_save is not None:
-            self.on_save(path, int(self.num_timesteps))
+            self.on_save(path, step)
         return path
 
     def _on_step(self) -> bool:
         if self._due():
-            self.save_now()
+            self.save_now(self.model)
         return True
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 from omegaconf import DictConfig, OmegaConf
 
 from dynamiccl.envs.config_files import plain
@@ -51,20 +50,6 @@ def deployable(cfg: DictConfig) -> bool:
     return bool(OmegaConf.select(cfg, "env.deployable", default=False))
 
 
-class EpisodeNameInfo(gym.Wrapper):
-    """Moves the environment's ``info["episode"]`` (the episode's *name*) to ``episode_name``.
-
-    SB3 reserves ``info["episode"]`` for the Monitor's episode statistics and reads every value
-    it finds there as a dict, so a string under that key breaks its logging.
-    """
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if isinstance(info.get("episode"), str):
-            info["episode_name"] = info.pop("episode")
-        return obs, reward, terminated, truncated, info
-
-
 def make_training_env(cfg: DictConfig) -> Any:
     """``trainer.n_envs`` copies of the environment in a DummyVecEnv, seeded from ``seed``."""
     from stable_baselines3.common.env_util import make_vec_env
@@ -73,4 +58,4 @@ def make_training_env(cfg: DictConfig) -> Any:
 
     env_id = str(OmegaConf.select(cfg, "env.id", default=ENV_ID))
     return make_vec_env(env_id, n_envs=int(cfg.trainer.n_envs), seed=int(cfg.seed),
-                        env_kwargs=env_kwargs(cfg), wrapper_class=EpisodeNameInfo)
+                        env_kwargs=env_kwargs(cfg))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dynamiccl.agents.baselines import nccl_action
-from dynamiccl.agents.policy import require_scenario, scenario_mask
+from dynamiccl.agents.policy import allowed_actions, require_scenario, scenario_mask
 from dynamiccl.knobs import ALGO_HIERARCHY_PAIRS, ActionColumns
 
 if TYPE_CHECKING:
@@ -109,8 +109,7 @@ class CoordinateDescentTuner:
     def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
             action_mask: np.ndarray | None = None) -> int:
         scenario = require_scenario(self.name, scenario)
-        mask = scenario_mask(scenario, deployable=self.deployable) if action_mask is None \
-            else np.asarray(action_mask, dtype=bool)
+        mask = allowed_actions(scenario, action_mask, self.deployable)
         state = self._state(scenario, mask)
         if not state.measured:
             return state.current
@@ -198,8 +197,7 @@ class UcbBandit:
     def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
             action_mask: np.ndarray | None = None) -> int:
         scenario = require_scenario(self.name, scenario)
-        mask = scenario_mask(scenario, deployable=self.deployable) if action_mask is None \
-            else np.asarray(action_mask, dtype=bool)
+        mask = allowed_actions(scenario, action_mask, self.deployable)
         arms = self._arms(scenario, mask)
         tried = mask & (arms.counts > 0)
         means = np.where(tried, arms.sums / np.maximum(arms.counts, 1), -np.inf)

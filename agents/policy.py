@@ -72,6 +72,14 @@ def scenario_mask(scenario: Scenario, *, deployable: bool = False) -> np.ndarray
     return valid_mask(scenario.topology, scenario.collective, deployable=deployable)
 
 
+def allowed_actions(scenario: Scenario, action_mask: np.ndarray | None,
+                    deployable: bool) -> np.ndarray:
+    """The mask the caller gave, else the scenario's own (what the environment would give)."""
+    if action_mask is None:
+        return scenario_mask(scenario, deployable=deployable)
+    return np.asarray(action_mask, dtype=bool)
+
+
 def require_scenario(policy_name: str, scenario: Scenario | None) -> Scenario:
     """Baselines defined by the true state cannot run from an observation alone."""
     if scenario is None:

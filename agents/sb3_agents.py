@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,10 +51,25 @@ def build_model(algo: str, env: Any, *, seed: int = 0, hparams: Mapping[str, Any
     cls = algorithm_class(algo)
     kwargs = dict(hparams or {})
     policy = kwargs.pop("policy", "MlpPolicy")
+    for key in ("learning_rate", "clip_range"):
+        if isinstance(kwargs.get(key), str):
+            kwargs[key] = linear_schedule(key, kwargs[key])
     try:
         return cls(policy, env, seed=seed, verbose=verbose, device="cpu", **kwargs)
     except TypeError as exc:
         raise ValueError(f"agent {algo}: {exc}; check the keys under `agent.hparams`") from None
+
+
+def linear_schedule(key: str, text: str) -> Callable[[float], float]:
+    """``lin_0.001``: a value decaying linearly to 0 over training (rl-baselines3-zoo's notation,
+    so a schedule can be written in YAML)."""
+    if not text.startswith("lin_"):
+        raise ValueError(f"agent.hparams.{key}: {text!r} is not a number or lin_<start value>")
+    try:
+        start = float(text[4:])
+    except ValueError:
+        raise ValueError(f"agent.hparams.{key}: {text!r} is not lin_<start value>, e.g. lin_1e-3") from None
+    return lambda progress_remaining: progress_remaining * start
 
 
 def _sidecar(path: Path) -> Path:

@@ -39,10 +39,13 @@ def write_resolved_config(cfg: DictConfig, run_dir: Path) -> Path:
     return path
 
 
-def _sb3_logger(run_dir: Path, run_logger: Any) -> Any:
+def _sb3_logger(run_dir: Path, run_logger: Any, start: int) -> Any:
+    """SB3's scalars to a CSV (a resumed run starts its own file: SB3 truncates the one it opens)
+    and to the run logger."""
     from stable_baselines3.common.logger import CSVOutputFormat, Logger
 
-    formats = [CSVOutputFormat(str(run_dir / "progress.csv"))]
+    name = f"progress_from_{start}.csv" if start else "progress.csv"
+    formats = [CSVOutputFormat(str(run_dir / name))]
     writer = run_logger.sb3_writer()
     if writer is not None:
         formats.append(writer)
@@ -68,9 +71,10 @@ def trained_policy(model: Any, cfg: DictConfig) -> SB3Policy:
 
 
 def evaluate_run(cfg: DictConfig, policy: SB3Policy, run_dir: Path, run_logger: Any,
-                 step: int) -> dict[str, Any]:
-    """The trained agent against the baselines on ``eval.suite``: table, files, plots, wandb."""
-    from dynamiccl.agents.evaluate import evaluate_policies, print_table, save_reports
+                 step: int) -> tuple[dict[str, Any], list[Any]]:
+    """The trained agent against the baselines on ``eval.suite``: files, plots, wandb; returns the
+    agent's metrics and every policy's report."""
+    from dynamiccl.agents.evaluate import evaluate_policies, save_reports
     from dynamiccl.agents.registry import load_policy
     from dynamiccl.envs.workloads import load_suite
 
@@ -80,7 +84,6 @@ def evaluate_run(cfg: DictConfig, policy: SB3Policy, run_dir: Path, run_logger: 
                 for n in cfg.eval.baselines]
     reports = evaluate_policies([*policies, policy], suite, deployable=only_exportable)
     out = run_dir / "eval"
-    print_table(reports, title=f"{cfg.eval.suite} suite ({len(suite)} workloads)")
     save_reports(reports, out)
     mine = reports[-1].summary()
     metrics = {k: mine[k] for k in ("geomean_speedup", "oracle_share", "worst_speedup")}
@@ -90,7 +93,7 @@ def evaluate_run(cfg: DictConfig, policy: SB3Policy, run_dir: Path, run_logger: 
         from dynamiccl.agents.evaluation_plots import plot_reports
 
         run_logger.log_images({f"eval/{k}": p for k, p in plot_reports(reports, out).items()})
-    return metrics
+    return metrics, reports
 
 
 def quick_share(cfg: DictConfig, model: Any) -> float:
@@ -129,7 +132,7 @@ def train(cfg: DictConfig, run_dir: str | Path, *, report: Reporter | None = Non
     (run_dir / "train_state.json").write_text(json.dumps(state, indent=2))
     _console(f"resuming at step {start} of {total} from {ckpt_dir / 'last.zip'}" if start
              else f"training {cfg.agent.algo} for {total} steps in {run_dir}")
-    model.set_logger(_sb3_logger(run_dir, run_logger))
+    model.set_logger(_sb3_logger(run_dir, run_logger, start))
 
     def on_save(path: Path, step: int) -> None:
         if report is not None:
@@ -148,17 +151,21 @@ def train(cfg: DictConfig, run_dir: str | Path, *, report: Reporter | None = Non
         model.learn(total - start, callback=callbacks, reset_num_timesteps=start == 0,
                     progress_bar=bool(cfg.trainer.progress_bar))
     seconds = time.perf_counter() - began
-    saver.save_now()
+    saver.save_now(model)
     save_checkpoint(model, run_dir / "model.zip", str(cfg.agent.algo))
     env.close()
-    metrics = evaluate_run(cfg, trained_policy(model, cfg), run_dir, run_logger,
-                           int(model.num_timesteps))
+    metrics, reports = evaluate_run(cfg, trained_policy(model, cfg), run_dir, run_logger,
+                                    int(model.num_timesteps))
     metrics.update(step=int(model.num_timesteps), train_seconds=seconds)
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if report is not None:
         report(metrics, ckpt_dir)
     if own_logger:
         run_logger.finish()
+        from dynamiccl.agents.evaluate import print_table
+
+        print_table(reports, title=f"{cfg.eval.suite} suite: {reports[0].scenarios} calls "
+                                   f"(results in {run_dir / 'eval'})")
     return metrics
 
 
@@ -182,13 +189,3 @@ def user_errors_exit(command: str) -> Iterator[None]:
         print(f"dynamiccl {command}: error: {exc}", file=sys.stderr)
         sys.exit(2)
 
-
-def run_cli(overrides: list[str]) -> int:
-    """``dynamiccl train [overrides]``: runs the Hydra app as if started with those arguments."""
-    argv = sys.argv
-    sys.argv = ["dynamiccl train", *overrides]
-    try:
-        main()
-    finally:
-        sys.argv = argv
-    return 0

@@ -8,7 +8,6 @@ import zipfile
 import numpy as np
 import pytest
 
-from dynamiccl.agents.envs_factory import EpisodeNameInfo
 from dynamiccl.agents.policy import scenario_mask
 from dynamiccl.agents.registry import load_policy
 from dynamiccl.agents.sb3_agents import (
@@ -30,7 +29,7 @@ def calls():
 
 
 def small_model(algo: str):
-    env = EpisodeNameInfo(CollectiveTuningEnv("smoke"))
+    env = CollectiveTuningEnv("smoke")
     hparams = {"policy_kwargs": {"net_arch": [16]}}
     if algo == "dqn":
         hparams.update(learning_starts=0, buffer_size=1000, batch_size=8)
@@ -100,3 +99,12 @@ def test_checkpoint_paths_resolve_from_run_folders_and_missing_ones_say_what_to_
         resolve_checkpoint(empty)
     with pytest.raises(FileNotFoundError, match="dynamiccl train"):
         resolve_checkpoint(tmp_path / "nope.zip")
+
+
+def test_learning_rate_schedules_in_yaml_notation():
+    model = build_model("ppo", CollectiveTuningEnv("smoke"),
+                        hparams={"learning_rate": "lin_2e-3", "n_steps": 32, "batch_size": 16})
+    assert model.lr_schedule(1.0) == pytest.approx(2e-3)
+    assert model.lr_schedule(0.25) == pytest.approx(5e-4)
+    with pytest.raises(ValueError, match="lin_<start value>"):
+        build_model("ppo", CollectiveTuningEnv("smoke"), hparams={"learning_rate": "fast"})

@@ -42,7 +42,7 @@ def test_experiment_overrides_groups_and_loggers_select_their_classes():
     smoke = make("train", "experiment=smoke")
     assert smoke.scenario.name == "smoke" and smoke.trainer.total_timesteps == 512
     assert smoke.logger._target_.endswith("NullLogger")
-    assert smoke.agent.hparams.gamma == 0.5  # untouched keys of the agent group survive
+    assert smoke.agent.hparams.ent_coef == 0.03  # untouched keys of the agent group survive
     assert make("train", "logger=wandb_online").logger.mode == "online"
     assert make("train", "debug=default").logger._target_.endswith("NullLogger")
 

@@ -41,6 +41,10 @@ def test_short_maskable_ppo_run_beats_random_and_does_not_lose_to_nccl(tmp_path)
     assert (tmp_path / "model.zip").is_file() and (tmp_path / "config.yaml").is_file()
     assert "total_timesteps: 4096" in (tmp_path / "config.yaml").read_text()
     assert json.loads((tmp_path / "model.json").read_text())["num_timesteps"] == 4096
+    # The same command in the finished folder trains no further and re-evaluates the same model.
+    again = train(cfg, tmp_path)
+    assert again["step"] == 4096 and again["oracle_share"] == pytest.approx(metrics["oracle_share"])
+    assert json.loads((tmp_path / "train_state.json").read_text())["started_at_step"] == 4096
 
 
 @pytest.mark.slow
@@ -75,6 +79,9 @@ def test_sigkilled_run_resumes_from_its_last_checkpoint_at_the_saved_step(tmp_pa
              .read_text().splitlines()]
     assert steps[-1] == total and saved in steps and steps == sorted(steps)
     assert (run_dir / "eval" / "summary.json").is_file()
+    before = (run_dir / "progress.csv").read_text().splitlines()
+    after = (run_dir / f"progress_from_{saved}.csv").read_text().splitlines()
+    assert len(before) >= 2 and len(after) >= 2, "both runs' SB3 logs are kept"
 
 
 def test_config_typo_on_the_cli_exits_2_with_one_readable_line(tmp_path):

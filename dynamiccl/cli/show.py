@@ -45,7 +45,7 @@ def _run(args: argparse.Namespace) -> int:
 
     policy = pf.read(args.file)
     h = policy.header
-    console = Console(width=args.width)
+    console = Console(width=args.width or max(110, Console().width))
     console.print(f"[bold]{args.file}[/bold]: policy [bold]{h.policy}[/bold], format "
                   f"{pf.FORMAT_VERSION}, checksum OK, {policy.n_rules} rules")
     console.print(f"topology {h.topology} (fingerprint {h.fingerprint}), NCCL {h.nccl}, created "
@@ -97,5 +97,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nodes", type=int, default=None, help="only rules for this node count")
     parser.add_argument("--all-slices", action="store_true",
                         help="also print the straggler/overlap context slices")
-    parser.add_argument("--width", type=int, default=None, help="table width (default: terminal)")
+    parser.add_argument("--width", type=int, default=None,
+                        help="table width (default: the terminal, at least 110)")
     parser.set_defaults(func=_run)

@@ -8,6 +8,7 @@ Everything after ``train`` is handed to Hydra unchanged, so every Hydra feature 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable
 
@@ -33,16 +34,25 @@ def run_hydra(app: Callable[[], object], prog: str, overrides: list[str]) -> int
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
-    from dynamiccl.agents.train import main as app
+def add_hydra_command(subparsers: argparse._SubParsersAction, name: str, app: str, *, summary: str,
+                      description: str, epilog: str) -> None:
+    """A subcommand whose arguments all go to the Hydra app ``app`` ("module:function"), which is
+    imported only when the command runs (it pulls in torch)."""
 
-    return run_hydra(app, "dynamiccl train", list(args.overrides))
+    def run(args: argparse.Namespace) -> int:
+        module, function = app.split(":")
+        main = getattr(importlib.import_module(module), function)
+        return run_hydra(main, f"dynamiccl {name}", list(args.overrides))
+
+    parser = subparsers.add_parser(name, help=summary, description=description, epilog=epilog,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(func=run, accepts_overrides=True)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "train", help="train a tuning policy (Hydra overrides follow: key=value ...)",
+    add_hydra_command(
+        subparsers, "train", "dynamiccl.agents.train:main",
+        summary="train a tuning policy (Hydra overrides follow: key=value ...)",
         description="Train a tuning policy on the simulator, checkpoint it, and evaluate it "
                     "against the baselines. Arguments are Hydra overrides.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.set_defaults(func=_run, accepts_overrides=True)
+        epilog=EPILOG)
