@@ -98,17 +98,23 @@ def action_times(scenario: Scenario) -> np.ndarray:
     return _action_times(_timing_key(scenario))
 
 
-@lru_cache(maxsize=65536)
-def _action_times(scenario: Scenario) -> np.ndarray:
+def _simulated_times(scenario: Scenario, configs: ConfigBatch) -> np.ndarray:
+    """One scenario, many configurations, one vectorized simulator call."""
     result = simulate(
         scenario.topology,
         np.array([int(scenario.collective)]),
         np.array([scenario.nbytes], dtype=np.float64),
-        ConfigBatch.all_actions(),
+        configs,
         straggler_delay_us=scenario.straggler_delay_us if scenario.has_straggler else 0.0,
         c2c=scenario.c2c,
     )
-    times = np.where(valid_mask(scenario.topology, scenario.collective), result.time_us[0], np.inf)
+    return result.time_us[0]
+
+
+@lru_cache(maxsize=65536)
+def _action_times(scenario: Scenario) -> np.ndarray:
+    all_times = _simulated_times(scenario, ConfigBatch.all_actions())
+    times = np.where(valid_mask(scenario.topology, scenario.collective), all_times, np.inf)
     times.setflags(write=False)
     return times
 
@@ -225,14 +231,8 @@ def best(
         if not candidates:
             raise ValueError(why_impossible(scenario, constraints)
                              or "no exportable configuration satisfies the given knobs")
-        batch = ConfigBatch.from_configs(candidates)
-        result = simulate(
-            scenario.topology, np.array([int(scenario.collective)]),
-            np.array([scenario.nbytes], dtype=np.float64), batch,
-            straggler_delay_us=scenario.straggler_delay_us if scenario.has_straggler else 0.0,
-            c2c=scenario.c2c,
-        )
-        config = candidates[int(np.argmin(result.time_us[0]))]
+        times = _simulated_times(scenario, ConfigBatch.from_configs(candidates))
+        config = candidates[int(np.argmin(times))]
     found = _decision(scenario, config)
     default = nccl_default(scenario, constraints)
     if default.time_us < found.time_us and (default.config.exportable or not deployable):
