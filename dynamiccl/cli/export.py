@@ -10,6 +10,7 @@ import argparse
 import hashlib
 from pathlib import Path
 
+from dynamiccl.cli.common import add_topology_args, topology_from_args
 from dynamiccl.cli.main import UserError
 
 EPILOG = """examples:
@@ -59,9 +60,8 @@ def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.export import export_policy
     from dynamiccl.agents.registry import load_policy
     from dynamiccl.nccl_csv import to_nccl_example_csv
-    from dynamiccl.topology import load_topology
 
-    topology = load_topology(args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+    topology = topology_from_args(args)
     node_counts = args.node_counts or [topology.nodes]
     policy = load_policy(args.policy, topology=topology, deployable=True, seed=args.seed)
     result = export_policy(
@@ -97,10 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--policy", required=True, metavar="NAME|PATH",
                         help="built-in policy (oracle, nccl_default, static_best, random, ...) or "
                              "a checkpoint")
-    parser.add_argument("--topology", required=True, metavar="NAME|FILE",
-                        help="topology preset or YAML file the policy is deployed on")
-    parser.add_argument("--nodes", type=int, default=None, help="node count of the system")
-    parser.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node")
+    add_topology_args(parser)
     parser.add_argument("--node-counts", type=_int_list, default=None, metavar="N,N,...",
                         help="export several node counts (default: the system's own)")
     parser.add_argument("--gpus-per-node-list", type=_int_list, default=None, metavar="G,G,...",
