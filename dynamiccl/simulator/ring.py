@@ -20,7 +20,7 @@ import numpy as np
 
 from dynamiccl.knobs import Algorithm, Collective, Schedule
 from dynamiccl.simulator import protocols as P
-from dynamiccl.simulator.fabric import Level, levels
+from dynamiccl.simulator.fabric import Level, levels, mesh_link_gbps
 from dynamiccl.simulator.phases import Cost, Phase, single, transfer
 from dynamiccl.topology import Topology
 
@@ -51,7 +51,7 @@ def flat_ring_rate(topology: Topology, proto: np.ndarray, channels: np.ndarray) 
     rate = channel_caps(topology, proto, channels)
     for level in levels(topology):
         if level.block == 1:
-            link = np.full(proto.shape, level.bw)
+            link = np.broadcast_to(mesh_link_gbps(level, channels), proto.shape)
         elif level.switched:
             link = np.minimum(channels, level.ports) * level.bw
         else:

@@ -23,7 +23,9 @@ from dynamiccl.knobs import (
     Schedule,
     invalid_reason,
 )
+from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.collnet import collnet_chain, collnet_direct
+from dynamiccl.simulator.launch import launch_floor_us
 from dynamiccl.simulator.nvls import nvls, nvls_tree
 from dynamiccl.simulator.pat import pat
 from dynamiccl.simulator.phases import Cost
@@ -54,6 +56,7 @@ class Tables:
     pre_lat: np.ndarray      # [C, S] its precondition (inf where invalid)
     pre_coef: np.ndarray     # [C, S]
     channels: np.ndarray     # [A] float
+    floor_us: float          # the host's launch floor (launch.py)
 
 
 def _cost(topology: Topology, collective: Collective, algo: Algorithm, hier: bool,
@@ -117,6 +120,21 @@ def _fold_pipeline(cost: Cost) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return lat, coef, (c - 1) * r_lat, (c - 1) / c * r_coef
 
 
+def _calibrated(topology: Topology, algo: np.ndarray, proto: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column: the calibrated bandwidth efficiency and the shift from the modelled base
+    latency to the calibrated one (1 and 0 where the topology's calibration says nothing)."""
+    eff, shift = np.ones(algo.size), np.zeros(algo.size)
+    cal = topology.calibration
+    for fit in cal.algorithms if cal is not None else ():
+        cols = (algo == int(fit.algorithm)) & (proto == int(fit.protocol))
+        if fit.bw_efficiency is not None:
+            eff[cols] = fit.bw_efficiency.value
+        if fit.base_latency_us is not None:
+            default = float(P.base_latency_us(fit.algorithm, np.array([int(fit.protocol)]))[0])
+            shift[cols] = fit.base_latency_us.value - default
+    return eff, shift
+
+
 def build(topology: Topology, configs: ConfigBatch) -> Tables:
     a = len(configs)
     cols_all = {f: np.asarray(getattr(configs, f), dtype=np.int64) for f in _FIELDS}
@@ -153,12 +171,17 @@ def build(topology: Topology, configs: ConfigBatch) -> Tables:
     extra_coef = np.zeros((N_COLLECTIVES, n_res, pipe_idx.size))
     for c, (x_lat, x_coef) in enumerate(extras):
         extra_lat[c, : x_lat.shape[0]], extra_coef[c, : x_coef.shape[0]] = x_lat, x_coef
+    eff, shift = _calibrated(topology, cols_all["algorithm"], cols_all["protocol"])
+    lat += shift
+    coef /= eff
+    extra_coef /= eff[pipe_idx]
+    pre_coef /= eff[sar_idx]
     valid = np.stack([valid_rows(topology, c, configs) for c in range(N_COLLECTIVES)])
     lat = np.where(valid, lat, np.inf)
     coef = np.where(valid, coef, 0.0)
     pre_lat = np.where(valid[:, sar_idx], pre_lat, np.inf)
     return Tables(lat, coef, pipe_idx, extra_lat, extra_coef, sar_idx, pre_lat, pre_coef,
-                  cols_all["channels"].astype(np.float64))
+                  cols_all["channels"].astype(np.float64), launch_floor_us(topology))
 
 
 _CACHE: OrderedDict[tuple, Tables] = OrderedDict()
