@@ -186,6 +186,10 @@ class Topology:
                 del t["transport"]
             if t["pcie"] is None:
                 del t["pcie"]
+            else:  # the file's form: the socket count follows from the tier size
+                t["pcie"] = {"gpus_per_switch": t["pcie"]["gpus_per_switch"],
+                             "switches_per_socket": t["pcie"]["switches_per_socket"],
+                             "socket_link": t["pcie"]["socket_link_GBps"]}
         if d["launch"] == LAUNCH_MODES[0]:
             del d["launch"]
         del d["calibration"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -85,21 +84,39 @@ def _finite(a: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(a), a, 0.0)
 
 
-@lru_cache(maxsize=65536)
-def _valid(topology: Topology, collective: int, row: tuple[int, ...]) -> bool:
-    try:
-        config = Config(Algorithm(row[0]), Protocol(row[1]), int(row[2]), Hierarchy(row[3]),
-                        Schedule(row[4]), int(row[5]))
-    except ValueError:  # an id outside NCCL's enums
-        return False
-    return invalid_reason(topology, Collective(collective), config) is None
+_VALID: dict[tuple, bool] = {}
+
+
+def _structure(topology: Topology) -> tuple:
+    """What ``knobs.invalid_reason`` reads: shapes, link kinds and features, never the numbers, so a
+    calibration trying thousands of bandwidths reuses one validity cache."""
+    return (tuple((t.size, t.fabric, t.link) for t in topology.tiers), topology.gpu.arch,
+            topology.features.nvls, topology.features.collnet)
+
+
+def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]) -> bool:
+    hit = _VALID.get((key, collective, row))
+    if hit is None:
+        try:
+            config = Config(Algorithm(row[0]), Protocol(row[1]), int(row[2]), Hierarchy(row[3]),
+                            Schedule(row[4]), int(row[5]))
+        except ValueError:  # an id outside NCCL's enums
+            hit = False
+        else:
+            hit = invalid_reason(topology, Collective(collective), config) is None
+        if len(_VALID) > 1 << 18:
+            _VALID.clear()
+        _VALID[(key, collective, row)] = hit
+    return hit
 
 
 def valid_rows(topology: Topology, collective: int, configs: ConfigBatch) -> np.ndarray:
     """``knobs.invalid_reason`` per configuration, cached per unique configuration."""
     rows = np.stack([getattr(configs, f) for f in _FIELDS], axis=1)
     uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
-    ok = np.array([_valid(topology, int(collective), tuple(int(x) for x in r)) for r in uniq], dtype=bool)
+    key = _structure(topology)
+    ok = np.array([_valid(topology, key, int(collective), tuple(int(x) for x in r)) for r in uniq],
+                  dtype=bool)
     return ok[inverse.reshape(-1)]
 
 
