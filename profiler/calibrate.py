@@ -10,6 +10,10 @@ count, with the configuration NCCL actually ran: the one recorded, or — for "N
 partly forced runs — the one the NCCL-default model picks on the topology being fitted (re-picked
 after each fit until the picks stop changing, since NCCL's choice depends on the system too).
 
+Tier bandwidths and efficiencies only show as products, so one (algorithm, protocol) — the one
+whose bandwidth the measurements see most — keeps efficiency 1 and defines the tier bandwidths;
+the other efficiencies are relative to it.
+
 A tier parameter the data cannot pin down is *refused*, not guessed: a tier no measurement crosses,
 a latency only huge messages were timed for, two parameters the data only sees as a product. The
 caller decides whether to keep those at their base values (``keep_undetermined``). Whether a
@@ -215,6 +219,10 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
         cand = np.arange(n_tier, len(params))
         jac = np.abs(_data_jacobian(problem, base, params, x0, cand, problem.configs))
         seen = [i for k, i in enumerate(cand) if jac[:, k].max() >= _sensitivity_floor(params[i])]
+        effs = [i for i in seen if params[i].kind == "efficiency"]
+        if effs:  # the most measured (algorithm, protocol) defines the tier bandwidths
+            reference = max(effs, key=lambda i: jac[:, i - n_tier].sum())
+            seen.remove(reference)
         free = np.concatenate([free, np.array(seen, dtype=int)])
     x, iterations = _fit_with_picks(problem, base, params, x0, free)
     weak = _weak_tiers(problem, base, params, x, free[free < n_tier])
@@ -246,7 +254,7 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
 def _written(base: Topology, params: list[Param], x: np.ndarray, rel: np.ndarray, free: np.ndarray,
              n_tier: int, n_records: int) -> Topology:
     """Fitted tiers, and a calibration section with the determined refinements and tier fits."""
-    keep = [i for i in range(len(params)) if i < n_tier or i in free]
+    keep = [i for i in free]  # parameters not fitted keep the base topology's exact values
     topo = FP.apply(base, [params[i] for i in keep], x[keep], rel[keep])
     tier_fits = tuple((params[i].label, Fitted(FP.decode(params[i], x[i]), float(rel[i])))
                       for i in free if i < n_tier)

@@ -32,6 +32,8 @@ def detect_format(path: str | Path) -> str:
     stripped = head.lstrip()
     if stripped.startswith("{"):
         first = _json_object(stripped.splitlines()[0])
+        if first is not None and {"collective", "time_us"} <= set(first):
+            return "records"  # our own records also carry a "config" label
         if first is None or {"results", "nccl_version", "config"} & set(first):
             return "nccl-tests-json"  # one (usually indented) report object
         return "records"  # one record object per line
