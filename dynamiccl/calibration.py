@@ -18,6 +18,10 @@ the tiers cannot say, each value with its relative 1-sigma uncertainty from the 
       tiers: {infiniband.bandwidth_GBps: {value: 46.1, rel_std: 0.01}}
       heldout_error: {small: 0.06, medium: 0.05, large: 0.02}
 
+The NCCL-default model reads the fitted tiers (they are NCCL's own inputs: link and NIC
+bandwidths) but not the refinements: NCCL chooses from its built-in cost model, which does not know
+how fast an algorithm really ran here; that is exactly the gap a tuner exploits.
+
 ``heldout_error`` is the relative 1-sigma error of the fitted model on sizes the fit did not see,
 per size band; :func:`uncertainty` turns all this into the error bar of one prediction.
 """

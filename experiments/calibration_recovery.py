@@ -1,9 +1,11 @@
 """Calibration on a system whose truth is known: how well are its parameters and times recovered?
 
 The "real cluster" is the simulator on a DGX H100 preset whose tiers are perturbed (NVLink
-bandwidth x0.8 and latency x1.5, InfiniBand bandwidth x0.7 and latency x1.4), measured like
-nccl-tests would (all-reduce, all-gather, reduce-scatter, 1 KiB-1 GiB in steps of 4x, on 1, 2 and 4
-nodes, NCCL's default picks plus one forced Ring/Simple sweep) with seeded 3 % log-normal noise.
+bandwidth x0.8 and latency x1.5, InfiniBand bandwidth x0.7 and latency x1.4) and which has what the
+tiers cannot say (a calibration section: Ring/LL128 at 0.8 of the modelled bandwidth, a 20 µs host
+launch floor, 4 µs of transport overhead per network message), measured like nccl-tests would
+(all-reduce, all-gather, reduce-scatter, 1 KiB-1 GiB in steps of 4x, on 1, 2 and 4 nodes, NCCL's
+default picks plus forced Ring/Simple and Ring/LL128 sweeps) with seeded 3 % log-normal noise.
 Calibration starts from the unperturbed preset. Held-out: sizes 3 x 2^k never fitted, on 1, 2 and
 8 nodes (8 was never measured), predicted noise-free.
 
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import numpy as np
 
+from dynamiccl.calibration import AlgoProtoFit, Calibration, Fitted
 from dynamiccl.knobs import Algorithm, Collective, Protocol, nccl_config
 from dynamiccl.profiler import synthetic as S
 from dynamiccl.profiler.calibrate import calibrate, prepare
@@ -26,25 +30,31 @@ from dynamiccl.topology import load_topology
 FACTORS = {"nvlink.bandwidth_GBps": 0.8, "nvlink.latency_us": 1.5,
            "infiniband.bandwidth_GBps": 0.7, "infiniband.latency_us": 1.4}
 COLLECTIVES = (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER)
+TRUE_REFINEMENTS = Calibration(
+    algorithms=(AlgoProtoFit(Algorithm.RING, Protocol.LL128, bw_efficiency=Fitted(0.8, 0.0)),),
+    launch_floor_us=Fitted(20.0, 0.0), transport_overhead_us=Fitted(4.0, 0.0))
 
 
 def run(noise: float, seed: int) -> dict:
     base = load_topology("dgx_h100")
-    truth = S.perturbed(base, FACTORS)
+    truth = replace(S.perturbed(base, FACTORS), calibration=TRUE_REFINEMENTS)
     sizes = S.powers_of_two(10, 30, 2)
     sweeps = [S.Sweep(c, sizes, n) for c in COLLECTIVES for n in (1, 2, 4)]
-    sweeps.append(S.Sweep(Collective.ALLREDUCE, sizes, 2,
-                          nccl_config(Algorithm.RING, Protocol.SIMPLE, 16)))
+    for proto in (Protocol.SIMPLE, Protocol.LL128):
+        sweeps.append(S.Sweep(Collective.ALLREDUCE, sizes, 2, nccl_config(Algorithm.RING, proto, 16)))
     fit = calibrate(S.measurements(truth, sweeps, noise, seed), base)
     held = S.measurements(truth, [S.Sweep(c, tuple(3 * 2**k for k in range(11, 29, 3)), n)
                                   for c in COLLECTIVES for n in (1, 2, 8)], 0.0, seed + 1000)
     true_values = {f"{t.name}.{f}": getattr(t, f) for t in truth.tiers
                    for f in ("bandwidth_GBps", "latency_us")}
+    true_values.update({"ring/ll128.bw_efficiency": 0.8, "launch_floor_us": 20.0,
+                        "transport_overhead_us": 4.0})
     return {
         "seed": seed,
         "parameters": [{"parameter": p.label, "base": p.base, "true": true_values[p.label],
                         "fitted": p.fitted, "error_pct": 100 * (p.fitted / true_values[p.label] - 1),
-                        "rel_std_pct": 100 * p.rel_std} for p in fit.params],
+                        "rel_std_pct": 100 * p.rel_std}
+                       for p in fit.params + fit.refinements if p.label in true_values],
         "fit": error_table(fit.problem, fit.predicted_us, fit.predicted_base_us),
         "heldout": heldout_table(fit, prepare(held, base)),
         "rms_log": (fit.rms_log(False), fit.rms_log(True)),
