@@ -26,6 +26,11 @@ from dynamiccl.calibration import Calibration, CalibrationFormatError, calibrati
 from dynamiccl.transports import DEFAULT_TRANSPORT, TRANSPORTS
 
 FABRICS = ("switch", "ring", "torus2d", "fully_connected")
+#: Physical links one hop of a fabric crosses. A switch hop is GPU -> switch -> GPU: two cables. A
+#: ring, a 2-D torus (each rank cabled to its 2 neighbours per dimension) and a fully connected
+#: fabric link neighbours by one cable. Used when a tier gives ``link_latency_us`` (per cable, as
+#: seed 001's ASTRA-sim configuration does) instead of a measured per-hop ``latency_us``.
+LINKS_PER_HOP = {"switch": 2, "ring": 1, "torus2d": 1, "fully_connected": 1}
 LINKS = ("nvlink", "pcie", "net")
 #: How the measured program drives the GPUs: one process (or thread) per GPU, as ``mpirun -np N``
 #: with nccl-tests ``-g 1`` and every training framework do, or one thread launching every local
@@ -52,6 +57,8 @@ class Tier:
     size: int
     fabric: str
     bandwidth_GBps: float
+    #: One hop across the tier, end to end (what NCCL's per-hop model and a ping-pong measure). A
+    #: file may give ``link_latency_us`` instead: the loader multiplies it by ``LINKS_PER_HOP``.
     latency_us: float
     #: Physical link class: decides protocol rules (LL128 needs NVLink) and NCCL's latency row.
     link: str = "net"
@@ -138,6 +145,16 @@ class Topology:
     @property
     def nodes(self) -> int:
         return self.nranks // self.gpus_per_node
+
+    @property
+    def ring_dimensions(self) -> tuple[int, ...]:
+        """Sizes of the levels a ring can be built along, innermost first: every crossed tier, a
+        2-D torus as its two dimensions (each rank has its own links in both)."""
+        dims: list[int] = []
+        for tier in self.tiers:
+            parts = tier.dims if tier.fabric == "torus2d" and tier.dims else (tier.size,)
+            dims.extend(d for d in parts if d > 1)
+        return tuple(dims)
 
     @property
     def any_to_any(self) -> bool:
@@ -236,8 +253,8 @@ def _torus_dims(size: int) -> tuple[int, int]:
 # Loading and validation
 # ---------------------------------------------------------------------------------------------
 
-_TIER_FIELDS = {"name", "size", "fabric", "bandwidth_GBps", "latency_us", "link", "link_share",
-                "dims", "transport", "pcie"}
+_TIER_FIELDS = {"name", "size", "fabric", "bandwidth_GBps", "latency_us", "link_latency_us", "link",
+                "link_share", "dims", "transport", "pcie"}
 _TOP_FIELDS = ("name", "gpu", "features", "launch", "tiers", "calibration")
 
 
@@ -335,15 +352,19 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
     link = t.get("link", "nvlink" if i == 0 and n_tiers > 1 else "net")
     if link not in LINKS:
         raise fail(f"{where}.link", f"is {link!r}; use one of {', '.join(LINKS)}")
-    if "latency_us" not in t and link != "net":
-        raise fail(f"{where}.latency_us", "is missing (only network tiers default it from their "
-                   "transport)")
+    if "latency_us" in t and "link_latency_us" in t:
+        raise fail(f"{where}.latency_us", "needs exactly one of latency_us (measured per hop) and "
+                   "link_latency_us (per cable; a switch hop crosses two)")
+    if "latency_us" not in t and "link_latency_us" not in t and not (link == "net" and "transport" in t):
+        raise fail(f"{where}.latency_us", "needs exactly one of latency_us (measured per hop) and "
+                   "link_latency_us (per cable; a switch hop crosses two); a network tier that names "
+                   "its transport may leave both out and get the kind's latency")
     size = t["size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise fail(f"{where}.size", f"is {size!r}; it must be a positive integer")
     if t["fabric"] not in FABRICS:
         raise fail(f"{where}.fabric", f"is {t['fabric']!r}; use one of {', '.join(FABRICS)}")
-    for key in ("bandwidth_GBps", "latency_us"):
+    for key in ("bandwidth_GBps", "latency_us", "link_latency_us"):
         if key not in t:
             continue
         val = t[key]
@@ -366,7 +387,11 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
             raise fail(f"{where}.transport", f"is {transport!r}; use one of {', '.join(TRANSPORTS)}")
     elif t.get("transport"):
         raise fail(f"{where}.transport", f"is only for network tiers (link: net), not link: {link}")
-    latency = float(t["latency_us"]) if "latency_us" in t else TRANSPORTS[transport].wire_latency_us
+    per_link = t.get("link_latency_us")
+    if per_link is not None:
+        latency = LINKS_PER_HOP[t["fabric"]] * float(per_link)
+    else:
+        latency = float(t["latency_us"]) if "latency_us" in t else TRANSPORTS[transport].wire_latency_us
     pcie = _pcie_from_dict(t.get("pcie"), size, link, f"{where}.pcie", fail)
     return Tier(str(t.get("name", f"tier{i}")), size, t["fabric"], float(t["bandwidth_GBps"]),
                 latency, link, share, dims, transport, pcie)

@@ -63,6 +63,19 @@ class Level:
     peers: int = 1
 
 
+def _level(topology: Topology, tier: Tier, size: int, block: int) -> Level:
+    payload = LINK_EFFICIENCY[tier.link]
+    bw = tier.bandwidth_GBps * payload
+    port_bw = (tier.bandwidth_GBps if block == 1 else tier.port_bandwidth_GBps) * payload
+    if tier.path == "SYS":
+        bw = min(bw, tier.pcie.socket_link_GBps)
+        port_bw = min(port_bw, tier.pcie.socket_link_GBps)
+    peers = size - 1 if tier.fabric == "fully_connected" and tier.link != "net" else 1
+    return Level(size, block, bw, port_bw, max(1, block // tier.link_share),
+                 hop_wire_latency_us(topology, tier), tier.link,
+                 tier.fabric in ("switch", "fully_connected"), peers)
+
+
 @lru_cache(maxsize=1024)
 def levels(topology: Topology) -> tuple[Level, ...]:
     """The crossed tiers, innermost first."""
@@ -70,16 +83,7 @@ def levels(topology: Topology) -> tuple[Level, ...]:
     block = 1
     for tier in topology.tiers:
         if tier.size > 1:
-            ports = max(1, block // tier.link_share)
-            payload = LINK_EFFICIENCY[tier.link]
-            bw = tier.bandwidth_GBps * payload
-            port_bw = (tier.bandwidth_GBps if block == 1 else tier.port_bandwidth_GBps) * payload
-            if tier.path == "SYS":
-                bw = min(bw, tier.pcie.socket_link_GBps)
-                port_bw = min(port_bw, tier.pcie.socket_link_GBps)
-            peers = tier.size - 1 if tier.fabric == "fully_connected" and tier.link != "net" else 1
-            out.append(Level(tier.size, block, bw, port_bw, ports, hop_wire_latency_us(topology, tier),
-                             tier.link, tier.fabric in ("switch", "fully_connected"), peers))
+            out.append(_level(topology, tier, tier.size, block))
         block *= tier.size
     return tuple(out)
 
@@ -101,6 +105,28 @@ def mesh_link_gbps(level: Level, channels: np.ndarray) -> np.ndarray | float:
     if level.peers == 1:
         return level.bw
     return np.minimum(channels, level.peers) * (level.bw / level.peers)
+
+
+@lru_cache(maxsize=1024)
+def ring_levels(topology: Topology) -> tuple[Level, ...]:
+    """The levels a ring-over-ring runs along: :func:`levels` with every 2-D torus split into its
+    two dimensions (``Topology.ring_dimensions``).
+
+    A torus rank owns a pair of cables per dimension, each at the tier's per-link bandwidth, and a
+    neighbour along a dimension is one cable away; so a ring along x and a ring along y each drive
+    their own links, one link latency per hop, and can work at the same time (separate resources
+    for the pipelined schedules). This is what lets a torus run a collective dimension by dimension
+    in 2(a-1) + 2(b-1) steps instead of a flat ring's 2(ab-1).
+    """
+    out: list[Level] = []
+    block = 1
+    for tier in topology.tiers:
+        parts = tier.dims if tier.fabric == "torus2d" and tier.dims else (tier.size,)
+        for part in parts:
+            if part > 1:
+                out.append(_level(topology, tier, part, block))
+            block *= part
+    return tuple(out)
 
 
 def node_levels(topology: Topology) -> tuple[tuple[Level, ...], tuple[Level, ...]]:
@@ -138,7 +164,7 @@ def busbw_bound_gbps(topology: Topology, collective: int) -> float:
     through all its ports: busbw ≤ ports · bw · factor(n) / factor(m). For a single-path algorithm
     (a flat ring on one node) this is the bottleneck link's bandwidth. Tests check every action.
     """
-    lv = levels(topology)
+    lv = ring_levels(topology)  # a torus rank's x and y links are separate ports
     if not lv:
         return topology.tiers[0].bandwidth_GBps
     n = topology.nranks
