@@ -62,8 +62,9 @@ class SystemResult:
     datasheet: dict[str, Stats]
     calibrated: dict[str, Stats]
     note: str = ""
-    #: Per measurement: (size, datasheet error ratio), pooled into the overall line.
-    points: list[tuple[int, float]] = field(default_factory=list)
+    #: Per measurement: (size, error ratio), pooled into the overall line.
+    datasheet_points: list[tuple[int, float]] = field(default_factory=list)
+    heldout_points: list[tuple[int, float]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"system": self.system, "runs": self.runs, "nodes": self.nodes,
@@ -112,38 +113,40 @@ def evaluate_system(system_dir: Path) -> SystemResult:
     ratios = error_ratio(pred, measured)
     datasheet = band_stats(records, ratios)
     train, test = split_every_other(runs)
-    note = ""
+    note, held_points = "", []
     try:
         fitted = fit_topology(train, topology)
         held = error_ratio(predicted_us(test, fitted), np.array([r.time_us for r in test]))
         calibrated = band_stats(test, held)
+        held_points = [(r.nbytes, float(x)) for r, x in zip(test, held, strict=True)]
     except CalibrationError as exc:
         calibrated = {label: Stats() for label, _, _ in BANDS}
         note = f"calibration refused: {exc}"
     points = [(r.nbytes, float(x)) for r, x in zip(records, ratios, strict=True)]
     return SystemResult(system_dir.name, len(runs), sorted({run.nodes for run in runs}),
-                        sum(not run.is_default for run in runs), datasheet, calibrated, note, points)
+                        sum(not run.is_default for run in runs), datasheet, calibrated, note, points,
+                        held_points)
 
 
-def pooled_datasheet(results: Sequence[SystemResult]) -> dict[str, Stats]:
-    """Every measurement of every system in one pool per band."""
-    return {label: Stats.of(np.array([x for res in results for size, x in res.points
-                                      if lo <= size < hi]))
-            for label, lo, hi in BANDS}
+def pooled(results: Sequence[SystemResult], which: str) -> dict[str, dict]:
+    """Every measurement of every system in one pool per band, plus the worst system's median."""
+    out = {}
+    for label, lo, hi in BANDS:
+        ratios = [x for res in results for size, x in getattr(res, f"{which}_points")
+                  if lo <= size < hi]
+        stats = Stats.of(np.array(ratios))
+        medians = [getattr(res, "datasheet" if which == "datasheet" else "calibrated")[label].median
+                   for res in results]
+        medians = [m for m in medians if m is not None]
+        out[label] = {**stats.to_json(), "systems": len(medians),
+                      "worst_system_median": max(medians) if medians else None}
+    return out
 
 
 def summarize(results: Sequence[SystemResult]) -> dict:
-    """Overall lines: datasheet pooled over every measurement; calibrated as the median of systems."""
-    cal = {}
-    for label, _, _ in BANDS:
-        medians = [r.calibrated[label].median for r in results if r.calibrated[label].n]
-        worsts = [r.calibrated[label].worst for r in results if r.calibrated[label].n]
-        cal[label] = {"systems": len(medians),
-                      "median_of_system_medians": float(np.median(medians)) if medians else None,
-                      "worst_system_median": max(medians) if medians else None,
-                      "worst": max(worsts) if worsts else None}
-    return {"datasheet": {b: s.to_json() for b, s in pooled_datasheet(results).items()},
-            "calibrated_heldout": cal}
+    """The overall line of the datasheet and the calibrated (held-out) columns."""
+    return {"datasheet": pooled(results, "datasheet"),
+            "calibrated_heldout": pooled(results, "heldout")}
 
 
 def _fmt(stats: Stats) -> str:
@@ -167,13 +170,14 @@ def print_table(results: Sequence[SystemResult], summary: dict) -> None:
         table.add_row(res.system, f"{res.runs} ({res.forced_runs})", ",".join(map(str, res.nodes)),
                       *[_fmt(res.datasheet[b]) for b, _, _ in BANDS],
                       *[_fmt(res.calibrated[b]) for b, _, _ in BANDS])
-    data = summary["datasheet"]
-    cal = summary["calibrated_heldout"]
-    table.add_row("[bold]overall[/bold]", str(sum(r.runs for r in results)), "",
-                  *[_fmt(Stats(**data[b])) for b, _, _ in BANDS],
-                  *["-" if cal[b]["median_of_system_medians"] is None else
-                    f"x{cal[b]['median_of_system_medians']:.2f} / x{cal[b]['worst']:.2f}"
-                    for b, _, _ in BANDS])
+    overall = [_fmt(Stats(s["n"], s["median"], s["worst"]))
+                for which in ("datasheet", "calibrated_heldout")
+                for s in (summary[which][b] for b, _, _ in BANDS)]
+    table.add_row("[bold]overall[/bold]", str(sum(r.runs for r in results)), "", *overall)
+    worst = ["-" if summary[which][b]["worst_system_median"] is None
+             else f"x{summary[which][b]['worst_system_median']:.2f}"
+             for which in ("datasheet", "calibrated_heldout") for b, _, _ in BANDS]
+    table.add_row("worst system median", "", "", *worst)
     console = Console(width=220)
     console.print(table)
     for res in results:

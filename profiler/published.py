@@ -8,10 +8,17 @@ Each system folder also holds its datasheet ``topology.yaml`` and a ``system.yam
 topology schema cannot express yet.
 
 Layout: ``<root>/<system>/<run>.txt|.json`` + ``<run>.yaml``, ``<root>/<system>/topology.yaml``.
+
+``python -m dynamiccl.profiler.published ROOT --replay OUT`` writes the replay tables (one CSV per
+system that has forced runs) that ``tests/fixtures/real/replay/README.md`` documents.
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +28,7 @@ import yaml
 from dynamiccl.knobs import Collective
 from dynamiccl.profiler.nccl_tests import _forced_config
 from dynamiccl.profiler.records import MeasurementRecord
+from dynamiccl.profiler.tuner_measurements_csv import COLUMNS, tuner_csv_rows
 from dynamiccl.topology import Topology, load_topology
 
 #: Files in a system folder that are not run sidecars.
@@ -136,3 +144,59 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
 
 def _str_map(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in (value or {}).items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Replay tables: measured time per configuration, NCCL's default run included and labelled
+# ---------------------------------------------------------------------------------------------
+
+#: NVIDIA's tuner-workflow columns plus where each row came from.
+REPLAY_COLUMNS = ("system", *COLUMNS, "nccl_default", "launch", "run", "source")
+
+
+def replay_rows(runs: Sequence[PublishedRun]) -> list[dict[str, str]]:
+    """One row per measured size of every run, in file order."""
+    rows = []
+    for run in runs:
+        extra = {"system": run.system, "nccl_default": str(run.is_default).lower(),
+                 "launch": run.launch, "run": run.name, "source": str(run.source.get("url", ""))}
+        rows += tuner_csv_rows(run.records, extra)
+    return [{k: row[k] for k in REPLAY_COLUMNS} for row in rows]
+
+
+def write_replay(root: str | Path, out_dir: str | Path) -> list[Path]:
+    """A CSV per system with at least one forced run (nothing to compare against otherwise)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for system, runs in load_all(root).items():
+        if all(run.is_default for run in runs):
+            continue
+        path = out_dir / f"{system}.csv"
+        with open(path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=REPLAY_COLUMNS, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(replay_rows(runs))
+        written.append(path)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Check the published-run fixtures and write "
+                                     "their replay tables.")
+    parser.add_argument("root", type=Path, help="folder with one sub-folder per system")
+    parser.add_argument("--replay", type=Path, help="write <system>.csv replay tables here")
+    args = parser.parse_args(argv)
+    runs = load_all(args.root)
+    for system, system_runs in runs.items():
+        nodes = sorted({r.nodes for r in system_runs})
+        forced = sum(not r.is_default for r in system_runs)
+        print(f"{system}: {len(system_runs)} runs ({forced} forced), nodes {nodes}")
+    if args.replay:
+        for path in write_replay(args.root, args.replay):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
