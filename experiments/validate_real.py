@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.profiler.calibrate import CalibrationError, calibrate, pick_configs, predict, prepare
+from dynamiccl.knobs import Algorithm, Config, Protocol
+from dynamiccl.nccl_model import NcclModel
+from dynamiccl.profiler.calibrate import CalibrationError, Problem, calibrate, predict, prepare
 from dynamiccl.profiler.published import PublishedRun, load_system, system_dirs, system_topology
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.topology import Topology
@@ -86,7 +88,27 @@ def band_stats(records: Sequence[MeasurementRecord], ratios: np.ndarray) -> dict
 def predicted_us(records: Sequence[MeasurementRecord], topology: Topology) -> np.ndarray:
     """Each record re-simulated on ``topology`` resized to its shape, with what NCCL ran."""
     problem = prepare(records, topology)
-    return predict(problem, topology, pick_configs(problem, topology))
+    return predict(problem, topology, ran_configs(problem, topology))
+
+
+def ran_configs(problem: Problem, topology: Topology) -> list[Config]:
+    """What NCCL ran for each record: the forced knobs, NCCL's own choice for the rest.
+
+    profiler.calibrate.pick_configs does the same but tests the knobs with ``if algo``, which drops
+    the enum members whose value is 0 (Algorithm.TREE, Protocol.LL): forced Tree and LL runs would
+    be simulated as NCCL's default. Until that is fixed there, the validation picks here.
+    """
+    models: dict[tuple[int, int], NcclModel] = {}
+    out = []
+    for rec, shape in zip(problem.records, problem.shapes, strict=True):
+        if shape not in models:
+            models[shape] = NcclModel(topology.resized(nodes=shape[0], gpus_per_node=shape[1]))
+        algo = None if rec.algorithm is None else Algorithm[rec.algorithm.upper()]
+        proto = None if rec.protocol is None else Protocol[rec.protocol.upper()]
+        out.append(models[shape].choose(
+            rec.coll, rec.nbytes, algorithms=None if algo is None else {algo},
+            protocols=None if proto is None else {proto}, channels=rec.channels).config)
+    return out
 
 
 def fit_topology(records: Sequence[MeasurementRecord], base: Topology) -> Topology:
@@ -95,10 +117,23 @@ def fit_topology(records: Sequence[MeasurementRecord], base: Topology) -> Topolo
 
 
 def split_every_other(runs: Sequence[PublishedRun]) -> tuple[list, list]:
-    """Per run, sizes in order: even positions train the fit, odd positions are held out."""
+    """Per run, sizes in order: even positions train the fit, odd positions are held out.
+
+    Runs of a single size (published summary tables: one number per node count) are pooled per
+    collective and configuration and alternate by node count instead.
+    """
     train, test = [], []
+    single: dict[tuple[str, str], list[MeasurementRecord]] = {}
     for run in runs:
+        if len(run.records) == 1:
+            rec = run.records[0]
+            single.setdefault((rec.collective, rec.config_label), []).append(rec)
+            continue
         ordered = sorted(run.records, key=lambda r: r.nbytes)
+        train += ordered[0::2]
+        test += ordered[1::2]
+    for recs in single.values():
+        ordered = sorted(recs, key=lambda r: (r.nnodes or 0, r.nbytes))
         train += ordered[0::2]
         test += ordered[1::2]
     return train, test

@@ -84,7 +84,10 @@ def load_system(system_dir: str | Path) -> list[PublishedRun]:
     """Every run of one system folder, in file-name order."""
     folder = Path(system_dir)
     sidecars = sorted(p for p in folder.glob("*.yaml") if p.name not in SYSTEM_FILES)
-    return [load_run(p) for p in sidecars]
+    runs = []
+    for sidecar in sidecars:
+        runs += load_table(sidecar) if _layout(sidecar) == "table" else [load_run(sidecar)]
+    return runs
 
 
 def load_all(root: str | Path) -> dict[str, list[PublishedRun]]:
@@ -121,6 +124,49 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, nodes, gpn,
                         str(meta["launch"]), forced, str(meta.get("nccl_version", "unknown")),
                         dict(meta["source"]), tuple(records))
+
+
+def load_table(sidecar: str | Path) -> list[PublishedRun]:
+    """A published *summary table* (``layout: table``) in NVIDIA's tuner-CSV columns.
+
+    Some sources publish one number per (node count, configuration) instead of a log; each row
+    carries its own nodes, ranks and configuration (``default`` = NCCL chose), so the table splits
+    into one run per (collective, nodes, configuration). The sidecar's ``nodes`` is then ``table``.
+    """
+    from dynamiccl.profiler.tuner_measurements_csv import read_tuner_csv
+
+    sidecar = Path(sidecar)
+    meta = _read_sidecar(sidecar)
+    groups: dict[tuple, list[MeasurementRecord]] = {}
+    for rec in read_tuner_csv(sidecar.parent / meta["log"]):
+        if rec.nnodes is None:
+            raise PublishedRunError(f"{rec.source}: a table row needs its node count")
+        key = (rec.collective, rec.nnodes, rec.config_label)
+        groups.setdefault(key, []).append(replace(rec, env=_str_map(meta.get("env"))))
+    gpn = int(meta["gpus_per_node"])
+    return [PublishedRun(sidecar.parent.name, f"{sidecar.stem}:{coll}:{nodes}n:{label}",
+                         sidecar.parent / meta["log"], Collective[coll.upper()], nodes, gpn,
+                         str(meta["launch"]), _forced_env(recs[0]),
+                         str(meta.get("nccl_version", "unknown")), dict(meta["source"]),
+                         tuple(recs))
+            for (coll, nodes, label), recs in groups.items()]
+
+
+def _forced_env(rec: MeasurementRecord) -> dict[str, str]:
+    out = {}
+    if rec.algorithm:
+        out["NCCL_ALGO"] = rec.algorithm
+    if rec.protocol:
+        out["NCCL_PROTO"] = rec.protocol
+    return out
+
+
+def _layout(sidecar: Path) -> str:
+    try:
+        meta = yaml.safe_load(sidecar.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise PublishedRunError(f"{sidecar}: cannot read the sidecar ({exc})") from None
+    return str(meta.get("layout", "log")) if isinstance(meta, dict) else "log"
 
 
 def _read_sidecar(path: Path) -> dict[str, Any]:
