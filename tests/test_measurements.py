@@ -214,3 +214,14 @@ def test_sidecar_missing_a_fact(tmp_path: Path) -> None:
     (tmp_path / "run.yaml").write_text("log: run.txt\ncollective: allreduce\nnodes: 1\n")
     with pytest.raises(PublishedRunError, match="missing gpus_per_node, launch, forced, source"):
         load_run(tmp_path / "run.yaml")
+
+
+def test_summary_table_fixture_splits_into_runs() -> None:
+    runs = {run.name: run for run in load_all(REAL)["dgx_b200_ib"]}
+    tree = runs["scaling_16g:allreduce:4n:tree/auto/auto-ch"]
+    assert (tree.nodes, tree.nranks, tree.is_default) == (4, 32, False)
+    (rec,) = tree.records
+    assert rec.nbytes == 16 * 2**30 and rec.algorithm == "tree"
+    # busbw 190.7 GB/s at 32 ranks: algbw = 190.7 / (2 * 31 / 32).
+    assert rec.time_us == pytest.approx(16 * 2**30 / (190.7 / (62 / 32)) / 1e3, rel=1e-4)
+    assert runs["scaling_16g:allreduce:1n:NCCL default"].is_default

@@ -65,3 +65,25 @@ def test_every_other_size_split_and_error_ratio() -> None:
     assert [r.nbytes for r in train if r.coll == runs[0].collective] == sizes[0::2]
     assert len(train) + len(test) == sum(len(r.records) for r in runs)
     assert np.allclose(vr.error_ratio(np.array([2.0, 1.0]), np.array([1.0, 2.0])), [2.0, 2.0])
+
+
+def test_forced_tree_and_ll_are_simulated_as_forced() -> None:
+    """Enum members whose value is 0 (Tree, LL) must still count as forced."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import validate_real as vr
+    finally:
+        sys.path.pop(0)
+    from dynamiccl.profiler.calibrate import prepare
+    from dynamiccl.profiler.published import load_system
+    from dynamiccl.topology import load_topology
+
+    fixtures = ROOT / "tests" / "fixtures" / "real"
+    b200 = [r for run in load_system(fixtures / "dgx_b200_ib") for r in run.records
+            if r.algorithm == "tree"]
+    topo = load_topology(fixtures / "dgx_b200_ib" / "topology.yaml")
+    assert {c.algorithm.name for c in vr.ran_configs(prepare(b200, topo), topo)} == {"TREE"}
+    ll = [r for run in load_system(fixtures / "rtx5090_socket_2ranks") for r in run.records
+          if r.protocol == "ll"]
+    topo = load_topology(fixtures / "rtx5090_socket_2ranks" / "topology.yaml")
+    assert {c.protocol.name for c in vr.ran_configs(prepare(ll, topo), topo)} == {"LL"}
