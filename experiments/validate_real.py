@@ -67,13 +67,16 @@ class SystemResult:
     #: Per measurement: (size, error ratio), pooled into the overall line.
     datasheet_points: list[tuple[int, float]] = field(default_factory=list)
     heldout_points: list[tuple[int, float]] = field(default_factory=list)
+    #: Per run and band, datasheet topology: the error stats and the median pred/meas (its sign:
+    #: < 1 the model is too fast, > 1 too slow).
+    run_details: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"system": self.system, "runs": self.runs, "nodes": self.nodes,
                 "forced_runs": self.forced_runs,
                 "datasheet": {b: s.to_json() for b, s in self.datasheet.items()},
                 "calibrated_heldout": {b: s.to_json() for b, s in self.calibrated.items()},
-                "note": self.note}
+                "note": self.note, "runs_detail": self.run_details}
 
 
 def error_ratio(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
@@ -160,7 +163,25 @@ def evaluate_system(system_dir: Path) -> SystemResult:
     points = [(r.nbytes, float(x)) for r, x in zip(records, ratios, strict=True)]
     return SystemResult(system_dir.name, len(runs), sorted({run.nodes for run in runs}),
                         sum(not run.is_default for run in runs), datasheet, calibrated, note, points,
-                        held_points)
+                        held_points, run_details(runs, pred / measured))
+
+
+def run_details(runs: Sequence[PublishedRun], pred_over_meas: np.ndarray) -> list[dict]:
+    """Per run (in load order, matching ``pred_over_meas``) and band: where the model is off."""
+    out, start = [], 0
+    for run in runs:
+        rows = pred_over_meas[start:start + len(run.records)]
+        sizes = np.array([r.nbytes for r in run.records], dtype=float)
+        start += len(run.records)
+        bands = {}
+        for label, lo, hi in BANDS:
+            sel = rows[(sizes >= lo) & (sizes < hi)]
+            if len(sel):
+                bands[label] = {**Stats.of(np.maximum(sel, 1 / sel)).to_json(),
+                                "median_pred_over_meas": float(np.median(sel))}
+        out.append({"run": run.name, "nodes": run.nodes, "ranks": run.nranks,
+                    "launch": run.launch, "forced": run.forced, "datasheet": bands})
+    return out
 
 
 def pooled(results: Sequence[SystemResult], which: str) -> dict[str, dict]:

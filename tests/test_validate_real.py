@@ -34,6 +34,11 @@ def test_json_shape_on_two_systems() -> None:
         for band in BANDS:
             line = report["overall"][which][band]
             assert {"n", "median", "worst", "systems", "worst_system_median"} <= set(line)
+    details = systems["h100_nvswitch_node"]["runs_detail"]
+    assert {d["run"] for d in details} >= {"all_reduce_ring", "all_reduce_default"}
+    ring = next(d for d in details if d["run"] == "all_reduce_ring")
+    assert ring["forced"] == {"NCCL_ALGO": "RING"} and ring["launch"] == "single_process"
+    assert ring["datasheet"][">= 16 MiB"]["median_pred_over_meas"] > 0
     # Large messages on a single NVSwitch node: the datasheet model is close (x1.05 measured).
     assert systems["h100_nvswitch_node"]["datasheet"][">= 16 MiB"]["median"] < 1.2
 
