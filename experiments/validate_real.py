@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.profiler.calibrate import CalibrationError, calibrate, pick_configs, predict, prepare
+from dynamiccl.knobs import Algorithm, Config, Protocol
+from dynamiccl.nccl_model import NcclModel
+from dynamiccl.profiler.calibrate import CalibrationError, Problem, calibrate, predict, prepare
 from dynamiccl.profiler.published import PublishedRun, load_system, system_dirs, system_topology
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.topology import Topology
@@ -62,15 +64,19 @@ class SystemResult:
     datasheet: dict[str, Stats]
     calibrated: dict[str, Stats]
     note: str = ""
-    #: Per measurement: (size, datasheet error ratio), pooled into the overall line.
-    points: list[tuple[int, float]] = field(default_factory=list)
+    #: Per measurement: (size, error ratio), pooled into the overall line.
+    datasheet_points: list[tuple[int, float]] = field(default_factory=list)
+    heldout_points: list[tuple[int, float]] = field(default_factory=list)
+    #: Per run and band, datasheet topology: the error stats and the median pred/meas (its sign:
+    #: < 1 the model is too fast, > 1 too slow).
+    run_details: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"system": self.system, "runs": self.runs, "nodes": self.nodes,
                 "forced_runs": self.forced_runs,
                 "datasheet": {b: s.to_json() for b, s in self.datasheet.items()},
                 "calibrated_heldout": {b: s.to_json() for b, s in self.calibrated.items()},
-                "note": self.note}
+                "note": self.note, "runs_detail": self.run_details}
 
 
 def error_ratio(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
@@ -85,7 +91,27 @@ def band_stats(records: Sequence[MeasurementRecord], ratios: np.ndarray) -> dict
 def predicted_us(records: Sequence[MeasurementRecord], topology: Topology) -> np.ndarray:
     """Each record re-simulated on ``topology`` resized to its shape, with what NCCL ran."""
     problem = prepare(records, topology)
-    return predict(problem, topology, pick_configs(problem, topology))
+    return predict(problem, topology, ran_configs(problem, topology))
+
+
+def ran_configs(problem: Problem, topology: Topology) -> list[Config]:
+    """What NCCL ran for each record: the forced knobs, NCCL's own choice for the rest.
+
+    profiler.calibrate.pick_configs does the same but tests the knobs with ``if algo``, which drops
+    the enum members whose value is 0 (Algorithm.TREE, Protocol.LL): forced Tree and LL runs would
+    be simulated as NCCL's default. Until that is fixed there, the validation picks here.
+    """
+    models: dict[tuple[int, int], NcclModel] = {}
+    out = []
+    for rec, shape in zip(problem.records, problem.shapes, strict=True):
+        if shape not in models:
+            models[shape] = NcclModel(topology.resized(nodes=shape[0], gpus_per_node=shape[1]))
+        algo = None if rec.algorithm is None else Algorithm[rec.algorithm.upper()]
+        proto = None if rec.protocol is None else Protocol[rec.protocol.upper()]
+        out.append(models[shape].choose(
+            rec.coll, rec.nbytes, algorithms=None if algo is None else {algo},
+            protocols=None if proto is None else {proto}, channels=rec.channels).config)
+    return out
 
 
 def fit_topology(records: Sequence[MeasurementRecord], base: Topology) -> Topology:
@@ -94,10 +120,23 @@ def fit_topology(records: Sequence[MeasurementRecord], base: Topology) -> Topolo
 
 
 def split_every_other(runs: Sequence[PublishedRun]) -> tuple[list, list]:
-    """Per run, sizes in order: even positions train the fit, odd positions are held out."""
+    """Per run, sizes in order: even positions train the fit, odd positions are held out.
+
+    Runs of a single size (published summary tables: one number per node count) are pooled per
+    collective and configuration and alternate by node count instead.
+    """
     train, test = [], []
+    single: dict[tuple[str, str], list[MeasurementRecord]] = {}
     for run in runs:
+        if len(run.records) == 1:
+            rec = run.records[0]
+            single.setdefault((rec.collective, rec.config_label), []).append(rec)
+            continue
         ordered = sorted(run.records, key=lambda r: r.nbytes)
+        train += ordered[0::2]
+        test += ordered[1::2]
+    for recs in single.values():
+        ordered = sorted(recs, key=lambda r: (r.nnodes or 0, r.nbytes))
         train += ordered[0::2]
         test += ordered[1::2]
     return train, test
@@ -115,38 +154,58 @@ def evaluate_system(system_dir: Path) -> SystemResult:
     ratios = error_ratio(pred, measured)
     datasheet = band_stats(records, ratios)
     train, test = split_every_other(runs)
-    note = ""
+    note, held_points = "", []
     try:
         fitted = fit_topology(train, topology)
         held = error_ratio(predicted_us(test, fitted), np.array([r.time_us for r in test]))
         calibrated = band_stats(test, held)
+        held_points = [(r.nbytes, float(x)) for r, x in zip(test, held, strict=True)]
     except CalibrationError as exc:
         calibrated = {label: Stats() for label, _, _ in BANDS}
         note = f"calibration refused: {exc}"
     points = [(r.nbytes, float(x)) for r, x in zip(records, ratios, strict=True)]
     return SystemResult(system_dir.name, len(runs), sorted({run.nodes for run in runs}),
-                        sum(not run.is_default for run in runs), datasheet, calibrated, note, points)
+                        sum(not run.is_default for run in runs), datasheet, calibrated, note, points,
+                        held_points, run_details(runs, pred / measured))
 
 
-def pooled_datasheet(results: Sequence[SystemResult]) -> dict[str, Stats]:
-    """Every measurement of every system in one pool per band."""
-    return {label: Stats.of(np.array([x for res in results for size, x in res.points
-                                      if lo <= size < hi]))
-            for label, lo, hi in BANDS}
+def run_details(runs: Sequence[PublishedRun], pred_over_meas: np.ndarray) -> list[dict]:
+    """Per run (in load order, matching ``pred_over_meas``) and band: where the model is off."""
+    out, start = [], 0
+    for run in runs:
+        rows = pred_over_meas[start:start + len(run.records)]
+        sizes = np.array([r.nbytes for r in run.records], dtype=float)
+        start += len(run.records)
+        bands = {}
+        for label, lo, hi in BANDS:
+            sel = rows[(sizes >= lo) & (sizes < hi)]
+            if len(sel):
+                bands[label] = {**Stats.of(np.maximum(sel, 1 / sel)).to_json(),
+                                "median_pred_over_meas": float(np.median(sel))}
+        out.append({"run": run.name, "nodes": run.nodes, "ranks": run.nranks,
+                    "launch": run.launch, "forced": run.forced, "datasheet": bands})
+    return out
+
+
+def pooled(results: Sequence[SystemResult], which: str) -> dict[str, dict]:
+    """Every measurement of every system in one pool per band, plus the worst system's median."""
+    out = {}
+    for label, lo, hi in BANDS:
+        ratios = [x for res in results for size, x in getattr(res, f"{which}_points")
+                  if lo <= size < hi]
+        stats = Stats.of(np.array(ratios))
+        medians = [getattr(res, "datasheet" if which == "datasheet" else "calibrated")[label].median
+                   for res in results]
+        medians = [m for m in medians if m is not None]
+        out[label] = {**stats.to_json(), "systems": len(medians),
+                      "worst_system_median": max(medians) if medians else None}
+    return out
 
 
 def summarize(results: Sequence[SystemResult]) -> dict:
-    """Overall lines: datasheet pooled over every measurement; calibrated as the median of systems."""
-    cal = {}
-    for label, _, _ in BANDS:
-        medians = [r.calibrated[label].median for r in results if r.calibrated[label].n]
-        worsts = [r.calibrated[label].worst for r in results if r.calibrated[label].n]
-        cal[label] = {"systems": len(medians),
-                      "median_of_system_medians": float(np.median(medians)) if medians else None,
-                      "worst_system_median": max(medians) if medians else None,
-                      "worst": max(worsts) if worsts else None}
-    return {"datasheet": {b: s.to_json() for b, s in pooled_datasheet(results).items()},
-            "calibrated_heldout": cal}
+    """The overall line of the datasheet and the calibrated (held-out) columns."""
+    return {"datasheet": pooled(results, "datasheet"),
+            "calibrated_heldout": pooled(results, "heldout")}
 
 
 def _fmt(stats: Stats) -> str:
@@ -170,13 +229,14 @@ def print_table(results: Sequence[SystemResult], summary: dict) -> None:
         table.add_row(res.system, f"{res.runs} ({res.forced_runs})", ",".join(map(str, res.nodes)),
                       *[_fmt(res.datasheet[b]) for b, _, _ in BANDS],
                       *[_fmt(res.calibrated[b]) for b, _, _ in BANDS])
-    data = summary["datasheet"]
-    cal = summary["calibrated_heldout"]
-    table.add_row("[bold]overall[/bold]", str(sum(r.runs for r in results)), "",
-                  *[_fmt(Stats(**data[b])) for b, _, _ in BANDS],
-                  *["-" if cal[b]["median_of_system_medians"] is None else
-                    f"x{cal[b]['median_of_system_medians']:.2f} / x{cal[b]['worst']:.2f}"
-                    for b, _, _ in BANDS])
+    overall = [_fmt(Stats(s["n"], s["median"], s["worst"]))
+                for which in ("datasheet", "calibrated_heldout")
+                for s in (summary[which][b] for b, _, _ in BANDS)]
+    table.add_row("[bold]overall[/bold]", str(sum(r.runs for r in results)), "", *overall)
+    worst = ["-" if summary[which][b]["worst_system_median"] is None
+             else f"x{summary[which][b]['worst_system_median']:.2f}"
+             for which in ("datasheet", "calibrated_heldout") for b, _, _ in BANDS]
+    table.add_row("worst system median", "", "", *worst)
     console = Console(width=220)
     console.print(table)
     for res in results:

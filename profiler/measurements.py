@@ -32,9 +32,7 @@ def detect_format(path: str | Path) -> str:
     stripped = head.lstrip()
     if stripped.startswith("{"):
         first = _json_object(stripped.splitlines()[0])
-        if first is not None and {"collective", "time_us"} <= set(first):
-            return "records"  # our own records also carry a "config" label
-        if first is None or {"results", "nccl_version", "config"} & set(first):
+        if first is None or {"results", "nccl_version", "args"} & set(first):
             return "nccl-tests-json"  # one (usually indented) report object
         return "records"  # one record object per line
     from dynamiccl.profiler.nccl_tests import looks_like_nccl_tests
