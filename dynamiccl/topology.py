@@ -73,9 +73,10 @@ class Tier:
 
     @property
     def path(self) -> str:
-        """NCCL's worst path type between two GPUs of this tier (``PATH_TYPES``)."""
-        if self.link == "nvlink":
-            return "NVL"
+        """NCCL's worst path type between two GPUs of this tier (``PATH_TYPES``; NET across a
+        network tier)."""
+        if self.link != "pcie":
+            return "NVL" if self.link == "nvlink" else "NET"
         return self.pcie.path if self.pcie is not None else "PIX"
 
     @property

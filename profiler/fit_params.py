@@ -97,7 +97,7 @@ def encode(p: Param, value: float) -> float:
 
 
 def decode(p: Param, x: float) -> float:
-    return float(np.exp(x)) if p.log_coded else float(x)
+    return float(np.exp(min(x, 700.0))) if p.log_coded else float(x)
 
 
 def lower_bound(p: Param) -> float:
