@@ -10,6 +10,9 @@ count, with the configuration NCCL actually ran: the one recorded, or — for "N
 partly forced runs — the one the NCCL-default model picks on the topology being fitted (re-picked
 after each fit until the picks stop changing, since NCCL's choice depends on the system too).
 
+A network tier's latency and its transport's per-message overhead are both paid per network hop,
+so the overhead is fitted only when the tier latency is not.
+
 Tier bandwidths and efficiencies only show as products, so one (algorithm, protocol) — the one
 whose bandwidth the measurements see most — keeps efficiency 1 and defines the tier bandwidths;
 the other efficiencies are relative to it.
@@ -215,16 +218,23 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
     notes = {i: _blind_reason(problem, params[i]) for i in np.flatnonzero(blind)}
     _refuse_or_keep(notes, params, keep_undetermined)
     free = np.flatnonzero(~blind)
+    start = x0.copy()
     if refine:  # the refinements some measurement is sensitive to, fitted jointly with the tiers
         cand = np.arange(n_tier, len(params))
-        jac = np.abs(_data_jacobian(problem, base, params, x0, cand, problem.configs))
+        start = _starts(problem, params, x0)
+        jac = np.abs(_data_jacobian(problem, base, params, start, cand, problem.configs))
         seen = [i for k, i in enumerate(cand) if jac[:, k].max() >= _sensitivity_floor(params[i])]
         effs = [i for i in seen if params[i].kind == "efficiency"]
         if effs:  # the most measured (algorithm, protocol) defines the tier bandwidths
             reference = max(effs, key=lambda i: jac[:, i - n_tier].sum())
             seen.remove(reference)
+        net_latency_free = any(params[i].field == "latency_us" and base.tiers[params[i].tier].link == "net"
+                               for i in free)
+        if net_latency_free:  # per network hop both: the data sees only their sum
+            seen = [i for i in seen if params[i].kind != "transport_overhead"]
         free = np.concatenate([free, np.array(seen, dtype=int)])
-    x, iterations = _fit_with_picks(problem, base, params, x0, free)
+        start = np.where(np.isin(np.arange(len(params)), free), start, x0)
+    x, iterations = _fit_with_picks(problem, base, params, start, free)
     weak = _weak_tiers(problem, base, params, x, free[free < n_tier])
     if weak:
         _refuse_or_keep(weak, params, keep_undetermined)
@@ -277,6 +287,17 @@ def _weak_tiers(problem: Problem, base: Topology, params: list[Param], x: np.nda
                        f"with {params[partner[worst]].label}); add measurements that separate them")
         tiers = tiers[tiers != worst]
     return weak
+
+
+def _starts(problem: Problem, params: list[Param], x0: np.ndarray) -> np.ndarray:
+    """Where the solver starts. A launch floor below every prediction has no gradient, so it starts
+    just under the fastest measurement, where it binds if the system has one; the prior stays
+    centred on the model's value."""
+    start = x0.copy()
+    for i, p in enumerate(params):
+        if p.kind == "launch_floor":
+            start[i] = max(x0[i], 0.8 * float(problem.measured_us.min()))
+    return start
 
 
 def _sensitivity_floor(p: Param) -> float:
