@@ -225,7 +225,8 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
         jac = np.abs(_data_jacobian(problem, base, params, start, cand, problem.configs))
         seen = [i for k, i in enumerate(cand) if jac[:, k].max() >= _sensitivity_floor(params[i])]
         effs = [i for i in seen if params[i].kind == "efficiency"]
-        if effs:  # the most measured (algorithm, protocol) defines the tier bandwidths
+        bandwidth_free = any(params[i].field != "latency_us" for i in free)
+        if effs and bandwidth_free:  # the most measured (algorithm, protocol) defines the tiers
             reference = max(effs, key=lambda i: jac[:, i - n_tier].sum())
             seen.remove(reference)
         net_latency_free = any(params[i].field == "latency_us" and base.tiers[params[i].tier].link == "net"

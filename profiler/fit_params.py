@@ -60,8 +60,13 @@ class Param:
 
 
 def tier_params(base: Topology) -> list[Param]:
-    return [Param("tier", f"{t.name}.{f}", tier=i, field=f)
-            for i, t in enumerate(base.tiers) for f in TIER_FIELDS]
+    """Bandwidth and latency of every tier, and the socket link of a PCIe node spread over
+    several CPU sockets (it, not the PCIe links, paces the GPUs' traffic there)."""
+    out = [Param("tier", f"{t.name}.{f}", tier=i, field=f)
+           for i, t in enumerate(base.tiers) for f in TIER_FIELDS]
+    out += [Param("tier", f"{t.name}.socket_link_GBps", tier=i, field="socket_link_GBps")
+            for i, t in enumerate(base.tiers) if t.path == "SYS"]
+    return out
 
 
 def refinement_params(base: Topology, configs: Sequence[Config], crosses_network: bool) -> list[Param]:
@@ -81,7 +86,8 @@ def refinement_params(base: Topology, configs: Sequence[Config], crosses_network
 def natural_value(base: Topology, p: Param) -> float:
     """The value the uncalibrated model uses for ``p`` (µs, GB/s or a factor)."""
     if p.kind == "tier":
-        return float(getattr(base.tiers[p.tier], p.field))
+        tier = base.tiers[p.tier]
+        return float(getattr(tier.pcie if p.field == "socket_link_GBps" else tier, p.field))
     if p.kind == "efficiency":
         return 1.0
     if p.kind == "base_latency":
@@ -114,7 +120,10 @@ def apply(base: Topology, params: Sequence[Param], x: np.ndarray,
     for i, p in enumerate(params):
         value = decode(p, float(x[i]))
         fitted = Fitted(value, 0.0 if rel_std is None else float(rel_std[i]))
-        if p.kind == "tier":
+        if p.kind == "tier" and p.field == "socket_link_GBps":
+            tiers[p.tier] = replace(tiers[p.tier], pcie=replace(tiers[p.tier].pcie, socket_link_GBps=value))
+            tier_fits.append((p.label, fitted))
+        elif p.kind == "tier":
             tiers[p.tier] = replace(tiers[p.tier], **{p.field: value})
             tier_fits.append((p.label, fitted))
         elif p.kind == "efficiency":
