@@ -11,7 +11,9 @@ partly forced runs — the one the NCCL-default model picks on the topology bein
 after each fit until the picks stop changing, since NCCL's choice depends on the system too).
 
 A network tier's latency and its transport's per-message overhead are both paid per network hop,
-so the overhead is fitted only when the tier latency is not.
+so the data sees their sum: the overhead's prior keeps it near the transport's value unless the
+tier latency cannot absorb the difference (it cannot go below zero), and it is written only if the
+data determined it.
 
 Tier bandwidths and efficiencies only show as products, so one (algorithm, protocol) — the one
 whose bandwidth the measurements see most — keeps efficiency 1 and defines the tier bandwidths;
@@ -229,10 +231,6 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
         if effs and bandwidth_free:  # the most measured (algorithm, protocol) defines the tiers
             reference = max(effs, key=lambda i: jac[:, i - n_tier].sum())
             seen.remove(reference)
-        net_latency_free = any(params[i].field == "latency_us" and base.tiers[params[i].tier].link == "net"
-                               for i in free)
-        if net_latency_free:  # per network hop both: the data sees only their sum
-            seen = [i for i in seen if params[i].kind != "transport_overhead"]
         free = np.concatenate([free, np.array(seen, dtype=int)])
         start = np.where(np.isin(np.arange(len(params)), free), start, x0)
     x, iterations = _fit_with_picks(problem, base, params, start, free)
@@ -309,6 +307,8 @@ def _sensitivity_floor(p: Param) -> float:
 
 def _relative(p: Param, x: float, std: float) -> float:
     """Relative 1-sigma of a parameter's decoded value from its sigma in solver units."""
+    if not math.isfinite(std):
+        return math.inf
     if p.log_coded:
         return math.expm1(std) if std < 50 else math.inf
     return std / max(FP.decode(p, x), 1.0)  # below 1 µs: relative to 1 µs
@@ -395,26 +395,32 @@ def _tier_uncertainty(problem: Problem, base: Topology, params: list[Param], x: 
         corr = cov / np.outer(std, std)
     np.fill_diagonal(corr, 0.0)
     for k, i in enumerate(tiers):
-        rel[i] = math.expm1(std[k]) if std[k] < 50 else math.inf
+        rel[i] = _relative(params[i], x[i], std[k])
         partner[i] = tiers[int(np.argmax(np.abs(np.nan_to_num(corr[k]))))] if len(tiers) > 1 else i
     return rel, partner
 
 
 def _posterior_std(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
                    free: np.ndarray, inflate: bool = True) -> np.ndarray:
-    """Sigma in solver units of every free parameter from data and priors together; with
-    ``inflate``, scaled up by the misfit when the residuals exceed the measurement scatter (the
-    uncertainty reported), without it what the data's information alone allows (whether the data
-    determines the parameter at all)."""
+    """Sigma in solver units of every free parameter.
+
+    With ``inflate``: the marginal posterior from data and priors together, scaled up by the misfit
+    when the residuals exceed the measurement scatter (the uncertainty reported). Without it: each
+    parameter's own information with the others held (whether the data sees it at all), so that two
+    parameters the data sees only as a sum are both kept when the data moves the sum.
+    """
     std = np.full(len(params), math.inf)
     if not len(free):
         return std
     jac = _data_jacobian(problem, base, params, x, free, problem.configs) / MEASUREMENT_SIGMA
     prior = np.array([0.0 if params[i].prior_sigma is None else 1.0 / params[i].prior_sigma ** 2
                       for i in free])
-    r = _residuals(problem, base, params, x)
-    scale = max(1.0, float(r @ r) / max(1, len(r) - len(free))) if inflate else 1.0
     h = jac.T @ jac + np.diag(prior)
+    if not inflate:
+        std[free] = 1.0 / np.sqrt(np.maximum(np.diag(h), 1e-30))
+        return std
+    r = _residuals(problem, base, params, x)
+    scale = max(1.0, float(r @ r) / max(1, len(r) - len(free)))
     cov = scale * np.linalg.inv(h + 1e-10 * max(float(np.max(np.diag(h))), 1e-30) * np.eye(len(h)))
     std[free] = np.sqrt(np.maximum(np.diag(cov), 0.0))
     return std

@@ -14,8 +14,8 @@ Two families:
   model by tens of percent, not by factors of ten); latencies and floors normal around the model's
   value with sigma ``LATENCY_PRIOR_US``.
 
-Positive scale parameters (tier values, efficiencies) are solved in log space, so a step is a
-factor and they stay positive; latency-like refinements are solved in µs with a lower bound of 0.
+Positive scale parameters (bandwidths, efficiencies) are solved in log space, so a step is a factor
+and they stay positive; latencies, floors and overheads are solved in µs with a lower bound of 0.
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ class Param:
 
     @property
     def log_coded(self) -> bool:
-        return self.kind in ("tier", "efficiency")
+        """Bandwidths and efficiencies are scale parameters (a step is a factor); latencies are
+        solved in µs, so a latency the data puts at zero is determined there, not lost in log."""
+        return self.kind == "efficiency" or (self.kind == "tier" and self.field != "latency_us")
 
     @property
     def prior_sigma(self) -> float | None:
