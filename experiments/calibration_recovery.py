@@ -81,6 +81,10 @@ def main() -> None:
         stds = np.array([r["parameters"][i]["rel_std_pct"] for r in runs])
         print(f"{p['parameter']:28s} {p['base']:8.3g} {p['true']:8.3g} {fitted.mean():14.4g} "
               f"{errs.max():10.2f} {stds.mean():10.2f}")
+    hop = [sum(p["fitted"] for p in r["parameters"]
+               if p["parameter"] in ("infiniband.latency_us", "transport_overhead_us")) for r in runs]
+    print(f"{'network hop (latency+overhead)':28s} {3.0:8.3g} {4.2 + 4.0:8.3g} {np.mean(hop):14.4g} "
+          f"{100 * max(abs(h / 8.2 - 1) for h in hop):10.2f}   (the data sees only their sum)")
     before, after = zip(*(r["rms_log"] for r in runs), strict=True)
     print(f"RMS log error: base {np.mean(before):.3f} -> fitted {np.mean(after):.3f}")
     print("\nfit error, seed 0 (median/max |error| of the measurements fitted):")
