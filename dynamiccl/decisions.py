@@ -22,16 +22,14 @@ import numpy as np
 from dynamiccl.knobs import (
     ACTIONS,
     NCCL_ALGORITHM_HIERARCHY,
-    Algorithm,
-    Collective,
     Config,
     ConfigBatch,
     Hierarchy,
-    Protocol,
     Schedule,
     invalid_reason,
     valid_mask,
 )
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate, simulate

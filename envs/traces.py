@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from dynamiccl.envs.config_files import ConfigError, check_keys, integer, number, read_config
-from dynamiccl.knobs import Collective, parse_enum
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import Collective
 from dynamiccl.units import parse_size
 
 GROUPS = ("world", "node")

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.profiler.records import MeasurementRecord, normalize_config
 
 

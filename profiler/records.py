@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.knobs import Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 #: The label a record's configuration gets when NCCL chose every knob itself.
 NCCL_DEFAULT = "NCCL default"

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler import stragglers
 from dynamiccl.profiler.launcher import RankContext, launch
 from dynamiccl.profiler.records import MeasurementRecord, bandwidths

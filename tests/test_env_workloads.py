@@ -15,7 +15,7 @@ from dynamiccl.envs.workloads import (
     load_suite,
     load_workload,
 )
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.units import parse_size
 
 AR, AG, RS = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.profiler.nccl_tests import (
     NcclTestsParseError,
     collective_from_name,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.profiler import stragglers
 from dynamiccl.profiler.c2c import simulator_c2c, step_breakdown
 from dynamiccl.topology import load_topology

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import Algorithm, Collective, Config, ConfigBatch, Hierarchy, Protocol
+from dynamiccl.knobs import Config, ConfigBatch, Hierarchy
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate, simulate
 from dynamiccl.simulator.alphabeta import (

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from dynamiccl.cli.main import UserError
-from dynamiccl.knobs import Collective, parse_enum
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import Collective
 from dynamiccl.topology import Topology, TopologyError, load_topology
 from dynamiccl.units import parse_size
 

@@ -21,15 +21,8 @@ from dynamiccl.cli.common import (
     topology_from_args,
 )
 from dynamiccl.cli.main import UserError
-from dynamiccl.knobs import (
-    CHUNK_LEVELS,
-    MAX_CHANNELS,
-    Algorithm,
-    Hierarchy,
-    Protocol,
-    Schedule,
-    parse_enum,
-)
+from dynamiccl.knobs import CHUNK_LEVELS, MAX_CHANNELS, Hierarchy, Schedule, parse_enum
+from dynamiccl.nccl import Algorithm, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.units import format_size, format_time_us, parse_duration_us
 

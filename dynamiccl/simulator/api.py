@@ -14,7 +14,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.knobs import Collective, Config, ConfigBatch, invalid_reason
+from dynamiccl.knobs import Config, ConfigBatch, invalid_reason
+from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import overlap
 from dynamiccl.simulator.fabric import bus_factor

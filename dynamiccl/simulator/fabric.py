@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY
 from dynamiccl.topology import Topology
 

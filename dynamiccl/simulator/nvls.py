@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Collective
+from dynamiccl.nccl import Algorithm, Collective, compcap_index, scale_index
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import log2ceil, node_levels
 from dynamiccl.simulator.phases import Cost, single, transfer
@@ -27,7 +27,7 @@ from dynamiccl.topology import Topology
 def _switch_rate(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> np.ndarray:
     inner, _ = node_levels(topology)
     bw = inner[0].bw if inner else topology.tiers[0].bandwidth_GBps
-    eff = P.NVLS_EFFICIENCY[P.compcap_index(topology.gpu.sm)]
+    eff = P.NVLS_EFFICIENCY[compcap_index(topology.gpu.sm)]
     return np.minimum(bw * eff, channels * P.per_channel_gbps(topology, proto))
 
 
@@ -60,7 +60,7 @@ def nvls(topology: Topology, collective: Collective, proto: np.ndarray, channels
 
 def nvls_tree(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
     n, ppn = topology.nranks, topology.gpus_per_node
-    cc, sc = P.compcap_index(topology.gpu.sm), P.scale_index(topology.nodes)
+    cc, sc = compcap_index(topology.gpu.sm), scale_index(topology.nodes)
     rate = _switch_rate(topology, proto, channels)
     coef = transfer(1.0, rate)
     lat = _intra_latency(topology, Algorithm.NVLS_TREE, proto)

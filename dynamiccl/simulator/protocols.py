@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Protocol
-from dynamiccl.nccl_model import constants as NCCL
+from dynamiccl import nccl
+from dynamiccl.nccl import LINK_BY_NAME, Algorithm, Protocol, compcap_index, scale_index
 from dynamiccl.topology import Topology
 
 #: Fraction of the wire bytes that is payload. LL sends 4 B of data with a 4 B flag in every 8 B
@@ -29,44 +29,33 @@ PROTO_EFFICIENCY = np.array([0.5, 120.0 / 128.0, 1.0])
 LINK_EFFICIENCY = {"nvlink": 0.82, "pcie": 0.78, "net": 0.95}
 
 
-#: NCCL's compute-capability rows (nccl_abi §1.2/§3.3): Volta, Ampere, Hopper, Blackwell.
-def compcap_index(sm: int) -> int:
-    return 3 if sm >= 100 else 2 if sm >= 90 else 1 if sm >= 80 else 0
-
-
-def scale_index(nodes: int) -> int:
-    """NCCL's tuning scale (nccl_abi §3.3): 1 node, 2 nodes, 3 or more."""
-    return min(nodes, 3) - 1
-
-
 #: ``baseLatencies`` [algo][proto] in µs (nccl_abi §3.2): a collective's fixed cost (launch, set-up).
 #: NCCL leaves CollNet/NVLS at 0 because their hardware latencies already hold the whole fixed cost.
-BASE_LATENCY_US = NCCL.BASE_LATENCY_US
+BASE_LATENCY_US = nccl.BASE_LATENCY_US
 
-_LINK_ROW = {"nvlink": 0, "pcie": 1, "net": 2}
 #: ``hwLatencies`` [link][algo][proto] in µs (nccl_abi §3.2): NVIDIA's measured per-hop protocol
 #: cost (flag polling, fences; on NET the proxy round trip). Links: NVLINK, PCI, NET.
-HW_LATENCY_US = NCCL.HW_LATENCY_US
+HW_LATENCY_US = nccl.HW_LATENCY_US
 
 #: Largest per-channel speed NCCL's topology search ever assigns on each arch (nccl_abi §3.9 intra
 #: lists: default 40, SM90 60, SM100 90 GB/s): what one CTA (one SM) can move with Simple.
 SIMPLE_PER_CHANNEL_GBPS = np.array([40.0, 40.0, 60.0, 90.0])
 #: ``perChMaxRingLL128Bws`` (nccl_abi §3.2), scale-independent: one channel's LL128 limit.
-LL128_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_RING_LL128_BW[:, 0]
+LL128_PER_CHANNEL_GBPS = nccl.PER_CH_MAX_RING_LL128_BW[:, 0]
 #: ``perChMaxTreeBws`` / ``perChMaxTreeLL128Bws`` [compcap][scale] (nccl_abi §3.2).
-TREE_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_TREE_BW
-TREE_LL128_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_TREE_LL128_BW
+TREE_PER_CHANNEL_GBPS = nccl.PER_CH_MAX_TREE_BW
+TREE_LL128_PER_CHANNEL_GBPS = nccl.PER_CH_MAX_TREE_LL128_BW
 #: ``perChMaxNVLSTreeBws`` [compcap][scale] (nccl_abi §3.2; 0 = not used on one node).
-NVLS_TREE_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_NVLS_TREE_BW
+NVLS_TREE_PER_CHANNEL_GBPS = nccl.PER_CH_MAX_NVLS_TREE_BW
 #: ``llMaxBws`` [row][scale] (nccl_abi §3.2/§3.3): the whole LL collective's bandwidth limit. One
 #: node uses the compcap row; several nodes use row 0 (Intel host CPUs, the common case).
-LL_MAX_GBPS = NCCL.LL_MAX_BW
+LL_MAX_GBPS = nccl.LL_MAX_BW
 #: ``nvlsEfficiency`` per compcap (nccl_abi §3.2): NVLink bandwidth NVLS multicast achieves.
-NVLS_EFFICIENCY = NCCL.NVLS_EFFICIENCY
+NVLS_EFFICIENCY = nccl.NVLS_EFFICIENCY
 #: PAT's bandwidth factor (nccl_abi §3.4: PAT × 0.75).
-PAT_BW_FACTOR = NCCL.PAT_FACTOR
+PAT_BW_FACTOR = nccl.PAT_FACTOR
 #: CollNetDirect on Hopper+ (nccl_abi §3.4: × 0.85).
-COLLNET_DIRECT_HOPPER_FACTOR = NCCL.COLLNET_DIRECT_HOPPER_FACTOR
+COLLNET_DIRECT_HOPPER_FACTOR = nccl.COLLNET_DIRECT_HOPPER_FACTOR
 
 
 def base_latency_us(algo: Algorithm, proto: np.ndarray) -> np.ndarray:
@@ -82,7 +71,7 @@ def hop_latency_us(link: str, tier_latency_us: float, algo: Algorithm, proto: np
     models by adding the network latency twice for Simple (nccl_abi §3.5).
     """
     row = int(algo) if algo != Algorithm.STRAGGLAR else int(Algorithm.RING)
-    hw = HW_LATENCY_US[_LINK_ROW[link], row][proto]
+    hw = HW_LATENCY_US[LINK_BY_NAME[link], row][proto]
     flush = np.where(proto == Protocol.SIMPLE, tier_latency_us, 0.0) if link == "net" else 0.0
     return tier_latency_us + hw + flush
 

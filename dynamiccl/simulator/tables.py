@@ -13,16 +13,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.knobs import (
-    Algorithm,
-    Collective,
-    Config,
-    ConfigBatch,
-    Hierarchy,
-    Protocol,
-    Schedule,
-    invalid_reason,
-)
+from dynamiccl.knobs import Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.simulator.collnet import collnet_chain, collnet_direct
 from dynamiccl.simulator.nvls import nvls, nvls_tree
 from dynamiccl.simulator.pat import pat
