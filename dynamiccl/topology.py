@@ -22,8 +22,10 @@ from typing import Any
 
 import yaml
 
+from dynamiccl.nccl import LINK_NAMES
+
 FABRICS = ("switch", "ring", "torus2d", "fully_connected")
-LINKS = ("nvlink", "pcie", "net")
+LINKS = tuple(LINK_NAMES.values())
 #: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).
 ARCHS = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100}
 

@@ -23,16 +23,21 @@ from typing import Any
 import numpy as np
 
 from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.nccl import (
+    ALGO_ENV,
+    ALGORITHM_NCCL_NAMES,
+    MAX_CHANNELS_ENV,
+    MIN_CHANNELS_ENV,
+    PROTO_ENV,
+    PROTOCOL_NCCL_NAMES,
+    Algorithm,
+    Collective,
+    Protocol,
+)
 from dynamiccl.profiler import stragglers
 from dynamiccl.profiler.launcher import RankContext, launch
 from dynamiccl.profiler.records import MeasurementRecord, bandwidths
 
-#: NCCL's spelling of each algorithm and protocol in NCCL_ALGO / NCCL_PROTO.
-_NCCL_ALGO_NAMES = {Algorithm.TREE: "Tree", Algorithm.RING: "Ring",
-                    Algorithm.COLLNET_DIRECT: "CollnetDirect", Algorithm.COLLNET_CHAIN: "CollnetChain",
-                    Algorithm.NVLS: "NVLS", Algorithm.NVLS_TREE: "NVLSTree", Algorithm.PAT: "PAT"}
-_NCCL_PROTO_NAMES = {Protocol.LL: "LL", Protocol.LL128: "LL128", Protocol.SIMPLE: "Simple"}
 _ELEMENT_BYTES = 4  # float32, nccl-tests' default type
 
 
@@ -75,11 +80,11 @@ def nccl_env(spec: CollectiveSpec) -> dict[str, str]:
     """The NCCL environment that forces ``spec``'s knobs for the communicators a rank creates."""
     env: dict[str, str] = {}
     if spec.algorithm is not None:
-        env["NCCL_ALGO"] = _NCCL_ALGO_NAMES[Algorithm(parse_enum(Algorithm, spec.algorithm))]
+        env[ALGO_ENV] = ALGORITHM_NCCL_NAMES[Algorithm(parse_enum(Algorithm, spec.algorithm))]
     if spec.protocol is not None:
-        env["NCCL_PROTO"] = _NCCL_PROTO_NAMES[Protocol(parse_enum(Protocol, spec.protocol))]
+        env[PROTO_ENV] = PROTOCOL_NCCL_NAMES[Protocol(parse_enum(Protocol, spec.protocol))]
     if spec.channels is not None:
-        env["NCCL_MIN_NCHANNELS"] = env["NCCL_MAX_NCHANNELS"] = str(int(spec.channels))
+        env[MIN_CHANNELS_ENV] = env[MAX_CHANNELS_ENV] = str(int(spec.channels))
     return env
 
 
