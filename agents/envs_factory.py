@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from dynamiccl.envs.config_files import plain
+from dynamiccl.config_loader import plain
 from dynamiccl.topology import topology_from_dict
 
 ENV_ID = "dynamiccl/CollectiveTuning-v0"

@@ -25,7 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.envs.config_files import ConfigError, check_keys, integer, number, read_config
+from dynamiccl.config_loader import ConfigError, read_config
+from dynamiccl.envs.config_files import check_keys, integer, number
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import Collective
 from dynamiccl.units import parse_size

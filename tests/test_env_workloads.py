@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dynamiccl.config_loader import ConfigError
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
-from dynamiccl.envs.config_files import ConfigError
 from dynamiccl.envs.observation import encode
 from dynamiccl.envs.workloads import (
     distribution_from_dict,
