@@ -5,7 +5,7 @@ Protocol (seed 003's, nccl-tests' vocabulary): ``warmup`` untimed iterations, th
 the spread beside it. Each timed iteration starts from a barrier, lets an injected straggler sleep,
 then records the rank's own arrival→completion time. Those per-rank execution times give both the
 collective time (the slowest rank's view, i.e. including any wait for a late peer) and the
-straggler analysis (:mod:`dynamiccl.profiler.stragglers`) without needing synchronised clocks.
+straggler analysis (:mod:`dynamiccl.profiler.straggler_detection`) without needing synchronised clocks.
 
 Knobs reach NCCL through its environment variables, which it reads when a communicator is created;
 every measurement here runs in fresh processes, so each gets its own communicator and settings.
@@ -34,7 +34,7 @@ from dynamiccl.nccl import (
     Collective,
     Protocol,
 )
-from dynamiccl.profiler import stragglers
+from dynamiccl.profiler import straggler_detection
 from dynamiccl.profiler.launcher import RankContext, launch
 from dynamiccl.profiler.records import MeasurementRecord, bandwidths
 
@@ -98,7 +98,7 @@ class CollectiveResult:
     time_after_straggler_us: float
     algbw_GBps: float
     busbw_GBps: float
-    straggler: stragglers.StragglerReport | None
+    straggler: straggler_detection.StragglerReport | None
     #: Per-rank execution times ``[rank, iteration]`` over all timed iterations (µs).
     exec_us: np.ndarray = field(repr=False)
 
@@ -160,10 +160,10 @@ def summarize(spec: CollectiveSpec, times: np.ndarray, shared_clock: bool = True
     flat = exec_us.reshape(nranks, -1)
     report = None
     if nranks > 1 and spec.coll not in (Collective.BROADCAST, Collective.REDUCE):
-        report = stragglers.from_exec_times(flat.T)
+        report = straggler_detection.from_exec_times(flat.T)
     elif nranks > 1 and shared_clock:
         arrivals = times[:, 1].reshape(nranks, -1).T
-        report = stragglers.from_arrivals(arrivals, collective_us=float(np.median(flat.min(axis=0))))
+        report = straggler_detection.from_arrivals(arrivals, collective_us=float(np.median(flat.min(axis=0))))
     delay = report.delay_us if report is not None and report.rank is not None else 0.0
     after = max(time_us - delay, 1e-3)
     algbw, busbw = bandwidths(spec.coll, spec.nbytes, nranks, after)

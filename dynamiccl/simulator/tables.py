@@ -20,7 +20,7 @@ from dynamiccl.simulator.nvls import nvls, nvls_tree
 from dynamiccl.simulator.pat import pat
 from dynamiccl.simulator.phases import Cost
 from dynamiccl.simulator.ring import flat_ring, hierarchical_ring
-from dynamiccl.simulator.stragglar_cost import stragglar
+from dynamiccl.simulator.stragglar_time import stragglar
 from dynamiccl.simulator.tree import tree_allreduce
 from dynamiccl.topology import Topology
 

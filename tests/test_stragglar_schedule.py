@@ -18,7 +18,7 @@ from dynamiccl.simulator.alphabeta import (
     ring_allreduce_us,
     stragglar_allreduce_us,
 )
-from dynamiccl.simulator.stragglar import Match, check_schedule, generate, rounds
+from dynamiccl.simulator.stragglar_schedule import Match, check_schedule, generate, rounds
 from dynamiccl.topology import topology_from_dict
 
 GIB = 2**30
