@@ -5,7 +5,7 @@ times one scenario and one configuration. Each algorithm lives in its own module
 for each formula beside it (``ring``, ``tree``, ``nvls``, ``collnet``, ``pat``, ``stragglar_time``);
 ``protocols`` holds the constants and their sources, ``fabric`` what a rank can push into each tier,
 ``phases`` the pipeline formula for active chunks, ``overlap`` the straggler and compute overlap,
-``stragglar`` seed 004's schedule generator and ``alphabeta`` seed 004's Table 1.
+``stragglar_schedule`` seed 004's schedule generator and ``alphabeta`` seed 004's Table 1.
 
 Modelling choices worth knowing before reading a number:
 
