@@ -57,10 +57,6 @@ class Workload:
     def __iter__(self) -> Iterator[tuple[Collective, int]]:
         return iter(self.calls)
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(n for _, n in self.calls)
-
 
 def _size(data: Mapping[str, Any], key: str, source: str, default: str | None,
           where: str = "") -> int:

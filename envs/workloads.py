@@ -121,9 +121,6 @@ class ScenarioDistribution:
         workload = names[int(rng.integers(len(names)))]
         return self._episode(spec, nodes, workload, rng, length or self.episode_length)
 
-    def sample_episode(self, rng: np.random.Generator, length: int | None = None) -> list[Scenario]:
-        return list(self.sample(rng, length).scenarios)
-
     def suite(self) -> list[Episode]:
         """Every (system, node count, workload) ``suite_repeats`` times, each from its own seed.
 

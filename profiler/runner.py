@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -304,8 +304,3 @@ def _collective_op(spec: CollectiveSpec, world: int, device: Any, group: Any) ->
         return lambda: dist.all_gather_into_tensor(buf, part, group=group)
     return lambda: dist.reduce_scatter_tensor(part, buf, group=group)
 
-
-def with_config(spec: CollectiveSpec, algorithm: str | None, protocol: str | None,
-                channels: int | None) -> CollectiveSpec:
-    """The same measurement under other knobs (a convenience for sweeps and the live backend)."""
-    return replace(spec, algorithm=algorithm, protocol=protocol, channels=channels)

@@ -130,9 +130,9 @@ def test_straggler_appears_moves_and_vanishes_and_the_observation_follows_one_ca
 
 def test_sampling_is_deterministic_per_seed():
     dist = load_scenario_distribution("train")
-    a = dist.sample_episode(np.random.default_rng(3))
-    b = dist.sample_episode(np.random.default_rng(3))
-    c = dist.sample_episode(np.random.default_rng(4))
+    a = dist.sample(np.random.default_rng(3)).scenarios
+    b = dist.sample(np.random.default_rng(3)).scenarios
+    c = dist.sample(np.random.default_rng(4)).scenarios
     assert a == b and a != c
 
 

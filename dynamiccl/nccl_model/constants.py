@@ -69,7 +69,6 @@ PAT_LATENCY_PER_RANK_US = 2.8
 # ---------------------------------------------------------------------------------------------
 
 DEFAULT_MIN_CHANNELS = 1  # max(NCCL_MIN_NCHANNELS default 0, minCTAs default 1) (§3.8)
-WARP_SIZE = 32
 #: maxThreads [algo][proto] (§3.8); 0 = combination never runs. Ring/Simple is 512 here and
 #: drops to RING_SIMPLE_THREADS_SLOW on slow rings (below). PAT/Simple is not in the reference's
 #: table: NCCL sizes it like the other non-ring Simple kernels (NCCL_NTHREADS default 512).
