@@ -25,12 +25,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from dynamiccl.topology import Topology
 
 # ---------------------------------------------------------------------------------------------
 # Ids (nccl_abi.md §1.2)
@@ -136,12 +133,16 @@ COLLECTIVE_NCCL_NAMES: dict[Collective, str] = {
 
 @dataclass(frozen=True)
 class Requirement:
-    """One system feature an algorithm needs, and the sentence a user whose system lacks it reads."""
+    """One system feature an algorithm needs, and the sentence a user whose system lacks it reads.
+
+    ``met`` reads a :class:`dynamiccl.topology.Topology`; it is typed loosely because this module
+    sits below every other one and imports none of them.
+    """
 
     met: Callable[[Any], bool]
     missing: str
 
-    def met_by(self, topology: Topology) -> bool:
+    def met_by(self, topology: Any) -> bool:
         return bool(self.met(topology))
 
 
