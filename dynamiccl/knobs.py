@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dynamiccl.nccl import CAPABILITIES, MAX_CHANNELS, NCCL_ALIASES, Algorithm, Collective, Protocol
+from dynamiccl.nccl import (
+    CAPABILITIES,
+    MAX_CHANNELS,
+    NCCL_ALGORITHMS,
+    NCCL_ALIASES,
+    Algorithm,
+    Collective,
+    Protocol,
+)
 
 if TYPE_CHECKING:
     from dynamiccl.topology import Topology
@@ -49,26 +57,22 @@ CHANNEL_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 #: Active chunks in flight per tier for pipelined hierarchical collectives.
 CHUNK_LEVELS: tuple[int, ...] = (1, 2, 4, 8)
 
-# The (algorithm, hierarchy) pairs that exist. NCCL's Tree is intrinsically hierarchical (an
-# intra-node chain below an inter-node double binary tree); NVLSTree and CollNet likewise; Ring and
-# the simulator's ring-over-ring share the algorithm but differ in hierarchy.
+# The (algorithm, hierarchy) pairs that exist: every algorithm with the hierarchy it intrinsically
+# has (dynamiccl.nccl's capability table), plus the simulator's ring-over-ring, which shares Ring's
+# algorithm but is hierarchical. The order fixes the action ids.
 ALGO_HIERARCHY_PAIRS: tuple[tuple[Algorithm, Hierarchy], ...] = (
     (Algorithm.RING, Hierarchy.FLAT),
     (Algorithm.RING, Hierarchy.HIERARCHICAL),
-    (Algorithm.TREE, Hierarchy.HIERARCHICAL),
-    (Algorithm.COLLNET_DIRECT, Hierarchy.HIERARCHICAL),
-    (Algorithm.COLLNET_CHAIN, Hierarchy.HIERARCHICAL),
-    (Algorithm.NVLS, Hierarchy.FLAT),
-    (Algorithm.NVLS_TREE, Hierarchy.HIERARCHICAL),
-    (Algorithm.PAT, Hierarchy.FLAT),
-    (Algorithm.STRAGGLAR, Hierarchy.FLAT),
+    *((algo, Hierarchy(CAPABILITIES[algo].hierarchical)) for algo in Algorithm if algo != Algorithm.RING),
 )
 
 #: The one place that says which (algorithm, hierarchy) pairs exist only in the simulator: a
-#: ring-over-ring with a chosen scheduling policy, and StragglAR. Every other pair is an NCCL
-#: algorithm with the hierarchy it intrinsically has, which a tuner plugin can make NCCL run.
+#: ring-over-ring with a chosen scheduling policy, and every algorithm NCCL lacks (StragglAR). Every
+#: other pair is an NCCL algorithm with the hierarchy it intrinsically has, which a tuner plugin can
+#: make NCCL run.
 SIMULATOR_ONLY: frozenset[tuple[Algorithm, Hierarchy]] = frozenset(
-    {(Algorithm.RING, Hierarchy.HIERARCHICAL), (Algorithm.STRAGGLAR, Hierarchy.FLAT)}
+    {(Algorithm.RING, Hierarchy.HIERARCHICAL)}
+    | {pair for pair in ALGO_HIERARCHY_PAIRS if pair[0] not in NCCL_ALGORITHMS}
 )
 EXPORTABLE_ALGO_HIERARCHY: frozenset[tuple[Algorithm, Hierarchy]] = frozenset(
     pair for pair in ALGO_HIERARCHY_PAIRS if pair not in SIMULATOR_ONLY

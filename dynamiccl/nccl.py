@@ -178,21 +178,26 @@ class Capability:
     nccl_name: str | None
     collectives: frozenset[Collective]
     protocols: frozenset[Protocol]
+    #: Intrinsically hierarchical: a stage inside the node below a stage across nodes (Tree's
+    #: intra-node chain under an inter-node double binary tree, NVLSTree, CollNet).
+    hierarchical: bool
     #: Checked in order; the first one a system misses is the reason the algorithm cannot run.
     requirements: tuple[Requirement, ...] = ()
 
 
 CAPABILITIES: dict[Algorithm, Capability] = {
-    Algorithm.TREE: Capability("Tree", _AR, frozenset(Protocol)),
-    Algorithm.RING: Capability("Ring", _ALL, frozenset(Protocol)),
+    Algorithm.TREE: Capability("Tree", _AR, frozenset(Protocol), True),
+    Algorithm.RING: Capability("Ring", _ALL, frozenset(Protocol), False),
     Algorithm.COLLNET_DIRECT: Capability(
-        "CollNetDirect", _AR | _AG_RS, _SIMPLE, (COLLNET_SUPPORT, COLLNET_NODES, COLLNET_DIRECT_NODE)),
-    Algorithm.COLLNET_CHAIN: Capability("CollNetChain", _AR, _SIMPLE, (COLLNET_SUPPORT, COLLNET_NODES)),
+        "CollNetDirect", _AR | _AG_RS, _SIMPLE, True, (COLLNET_SUPPORT, COLLNET_NODES, COLLNET_DIRECT_NODE)),
+    Algorithm.COLLNET_CHAIN: Capability("CollNetChain", _AR, _SIMPLE, True, (COLLNET_SUPPORT, COLLNET_NODES)),
     Algorithm.NVLS: Capability(
-        "NVLS", _AR | _AG_RS, _SIMPLE, (NVLS_MULTICAST, NVLS_GPUS, NVLS_MULTI_NODE_SHARP)),
-    Algorithm.NVLS_TREE: Capability("NVLSTree", _AR, _SIMPLE, (NVLS_MULTICAST, NVLS_GPUS, NVLS_TREE_NODES)),
-    Algorithm.PAT: Capability("PAT", _AG_RS, _SIMPLE, (PAT_ONE_GPU_PER_NODE,)),
-    Algorithm.STRAGGLAR: Capability(None, _AR, _SIMPLE, (STRAGGLAR_EVEN_RANKS, STRAGGLAR_ANY_TO_ANY)),
+        "NVLS", _AR | _AG_RS, _SIMPLE, False, (NVLS_MULTICAST, NVLS_GPUS, NVLS_MULTI_NODE_SHARP)),
+    Algorithm.NVLS_TREE: Capability(
+        "NVLSTree", _AR, _SIMPLE, True, (NVLS_MULTICAST, NVLS_GPUS, NVLS_TREE_NODES)),
+    Algorithm.PAT: Capability("PAT", _AG_RS, _SIMPLE, False, (PAT_ONE_GPU_PER_NODE,)),
+    Algorithm.STRAGGLAR: Capability(
+        None, _AR, _SIMPLE, False, (STRAGGLAR_EVEN_RANKS, STRAGGLAR_ANY_TO_ANY)),
 }
 
 #: The algorithms NCCL has, in NCCL's order.
