@@ -224,7 +224,7 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
     The rules follow NCCL's own enable rules (nccl_abi.md §3.4–3.7) where NCCL has them.
     """
     algo, proto = config.algorithm, config.protocol
-    nranks, ppn, nodes = topology.nranks, topology.gpus_per_node, topology.nodes
+    nranks = topology.nranks
     shape_problem = _shape_problem(config)
     if shape_problem:
         return shape_problem
@@ -247,8 +247,9 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
     if algo == Algorithm.RING and config.hierarchy == Hierarchy.HIERARCHICAL:
         if collective not in (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER):
             return "ring-over-ring is modelled for allreduce, allgather and reducescatter"
-        if nodes < 2 or ppn < 2:
-            return "a hierarchical ring needs at least 2 nodes with at least 2 GPUs each"
+        if len(topology.ring_dimensions) < 2:
+            return ("a hierarchical ring needs two levels to run along: at least 2 nodes with at "
+                    "least 2 GPUs each, or the two dimensions of a 2-D torus")
     for requirement in capability.requirements:
         if not requirement.met_by(topology):
             return requirement.missing
