@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dynamiccl import nccl
 from dynamiccl.nccl import Algorithm, Collective, compcap_index, scale_index
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import log2ceil, node_levels
@@ -27,7 +28,7 @@ from dynamiccl.topology import Topology
 def _switch_rate(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> np.ndarray:
     inner, _ = node_levels(topology)
     bw = inner[0].bw if inner else topology.tiers[0].bandwidth_GBps
-    eff = P.NVLS_EFFICIENCY[compcap_index(topology.gpu.sm)]
+    eff = nccl.NVLS_EFFICIENCY[compcap_index(topology.gpu.sm)]
     return np.minimum(bw * eff, channels * P.per_channel_gbps(topology, proto))
 
 
@@ -70,7 +71,7 @@ def nvls_tree(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Co
         hop = P.hop_latency_us(level.link, level.latency_us, Algorithm.NVLS_TREE, proto)
         lat = lat + 2 * log2ceil(level.size) * hop
     # NCCL's per-channel NVLSTree limit applies to its bus bandwidth, 2(n−1)/n × algbw.
-    cap = channels * P.NVLS_TREE_PER_CHANNEL_GBPS[cc, sc]
+    cap = channels * nccl.PER_CH_MAX_NVLS_TREE_BW[cc, sc]
     with np.errstate(divide="ignore"):
         coef = np.maximum(coef, transfer(2.0 * (n - 1) / n, cap))
     return single(lat, coef, P.base_latency_us(Algorithm.NVLS_TREE, proto))
