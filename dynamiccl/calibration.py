@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dynamiccl.knobs import Algorithm, Protocol
+from dynamiccl.nccl import Algorithm, Protocol
 
 if TYPE_CHECKING:
     from dynamiccl.topology import Topology

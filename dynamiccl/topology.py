@@ -16,13 +16,12 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dynamiccl.calibration import Calibration, CalibrationFormatError, calibration_from_dict
+from dynamiccl.config_loader import ConfigError, config_names, read_config
+from dynamiccl.nccl import LINK_NAMES
 from dynamiccl.transports import DEFAULT_TRANSPORT, TRANSPORTS
 
 FABRICS = ("switch", "ring", "torus2d", "fully_connected")
@@ -31,7 +30,7 @@ FABRICS = ("switch", "ring", "torus2d", "fully_connected")
 #: fabric link neighbours by one cable. Used when a tier gives ``link_latency_us`` (per cable, as
 #: seed 001's ASTRA-sim configuration does) instead of a measured per-hop ``latency_us``.
 LINKS_PER_HOP = {"switch": 2, "ring": 1, "torus2d": 1, "fully_connected": 1}
-LINKS = ("nvlink", "pcie", "net")
+LINKS = tuple(LINK_NAMES.values())
 #: How the measured program drives the GPUs: one process (or thread) per GPU, as ``mpirun -np N``
 #: with nccl-tests ``-g 1`` and every training framework do, or one thread launching every local
 #: GPU's kernel in turn (nccl-tests ``-g 8``), whose host launch cost grows with the GPU count.
@@ -45,10 +44,6 @@ SOCKET_LINK_GBPS = {"bdw": 6.0, "skl": 10.0, "srp": 22.0, "erp": 40.0, "amd": 16
                     "arm": 6.0}
 #: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).
 ARCHS = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100}
-
-
-class TopologyError(ValueError):
-    """A topology file or preset that cannot be used; the message says where and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +180,7 @@ class Topology:
             else:
                 middle = math.prod(t.size for t in tiers[1:-1])
                 if nodes % middle:
-                    raise TopologyError(
+                    raise ConfigError(
                         f"{self.name}: --nodes {nodes} is not a multiple of the {middle} nodes the "
                         "inner network tiers already group; pick a multiple"
                     )
@@ -228,7 +223,7 @@ class Topology:
 
 def _require_positive(name: str, value: int) -> None:
     if not isinstance(value, int) or value < 1:
-        raise TopologyError(f"{name} must be a positive integer, got {value!r}")
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _retier(tier: Tier, size: int) -> Tier:
@@ -260,47 +255,26 @@ _TOP_FIELDS = ("name", "gpu", "features", "launch", "tiers", "calibration")
 
 
 def preset_names() -> list[str]:
-    folder = resources.files("dynamiccl.configs") / "topology"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return config_names("topology")
 
 
 def load_topology(
     name_or_path: str | Path, nodes: int | None = None, gpus_per_node: int | None = None
 ) -> Topology:
     """A preset by name or a YAML file by path, optionally resized."""
-    text, source = _read_source(str(name_or_path))
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"{source}: not valid YAML ({exc}); fix the syntax") from None
+    data, source = read_config("topology", name_or_path)
     topo = topology_from_dict(data, source=source)
     return topo.resized(nodes=nodes, gpus_per_node=gpus_per_node)
-
-
-def _read_source(name_or_path: str) -> tuple[str, str]:
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise TopologyError(f"{path}: no such topology file; check the path")
-        return path.read_text(), str(path)
-    folder = resources.files("dynamiccl.configs") / "topology"
-    candidate = folder / f"{name_or_path}.yaml"
-    if not candidate.is_file():
-        raise TopologyError(
-            f"unknown topology {name_or_path!r}: give a YAML file or one of the presets "
-            f"({', '.join(preset_names())}); `dynamiccl topologies` lists them"
-        )
-    return candidate.read_text(), f"preset {name_or_path}"
 
 
 def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     """Validates a parsed topology document; every error names ``source``, the field and a fix."""
 
-    def fail(where: str, problem: str) -> TopologyError:
-        return TopologyError(f"{source}: field '{where}' {problem}")
+    def fail(where: str, problem: str) -> ConfigError:
+        return ConfigError(f"{source}: field '{where}' {problem}")
 
     if not isinstance(data, dict):
-        raise TopologyError(f"{source}: a topology is a mapping with 'name' and 'tiers' at the top")
+        raise ConfigError(f"{source}: a topology is a mapping with 'name' and 'tiers' at the top")
     unknown = set(data) - {*_TOP_FIELDS, "_target_", "defaults"}
     if unknown:
         raise fail(sorted(unknown)[0], f"is not a topology field; allowed: {', '.join(_TOP_FIELDS)}")

@@ -41,8 +41,9 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from dynamiccl.calibration import Calibration, Fitted
-from dynamiccl.knobs import Algorithm, Config, ConfigBatch, Protocol, invalid_reason
+from dynamiccl.knobs import Config, ConfigBatch, invalid_reason
 from dynamiccl.knobs import nccl_config as make_nccl_config
+from dynamiccl.nccl import Algorithm, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler import fit_params as FP
 from dynamiccl.profiler.fit_params import Param

@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dynamiccl.calibration import AlgoProtoFit, Calibration, Fitted
-from dynamiccl.knobs import Algorithm, Config, Protocol
+from dynamiccl.knobs import Config
+from dynamiccl.nccl import Algorithm, Protocol
 from dynamiccl.simulator.launch import launch_floor_us
 from dynamiccl.simulator.protocols import base_latency_us
 from dynamiccl.topology import Topology

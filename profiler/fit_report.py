@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 
 from dynamiccl.calibration import SIZE_BANDS
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.profiler.calibrate import FitResult, Problem, calibrate, pick_configs, predict, prepare
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.topology import Topology

@@ -18,9 +18,10 @@ from dynamiccl.calibration import (
     band_of,
     uncertainty,
 )
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.config_loader import ConfigError
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler.fit_report import topology_yaml
-from dynamiccl.topology import TopologyError, load_topology, topology_from_dict
+from dynamiccl.topology import load_topology, topology_from_dict
 
 H100 = Path(__file__).parents[1] / "configs/topology/dgx_h100.yaml"
 CAL = Calibration(
@@ -64,7 +65,7 @@ def test_bad_new_fields_name_the_file_the_field_and_the_fix(tmp_path: Path, muta
     mutate(data)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(TopologyError) as err:
+    with pytest.raises(ConfigError) as err:
         load_topology(path)
     assert str(path) in str(err.value) and expected in str(err.value)
     assert "\n" not in str(err.value)

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from dynamiccl.calibration import AlgoProtoFit, Calibration, Fitted
-from dynamiccl.knobs import Algorithm, Collective, Config, ConfigBatch, Hierarchy, Protocol
+from dynamiccl.knobs import Config, ConfigBatch, Hierarchy
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.simulator import simulate
 from dynamiccl.simulator.launch import HOST_LAUNCH_US

@@ -64,6 +64,7 @@ def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    from dynamiccl.config_loader import ConfigError
     from dynamiccl.profiler.calibrate import CalibrationError, calibrate
     from dynamiccl.profiler.fit_report import (
         error_table,
@@ -73,11 +74,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
         report_json,
         with_heldout,
     )
-    from dynamiccl.topology import TopologyError, load_topology
+    from dynamiccl.topology import load_topology
 
     try:
         base = load_topology(args.topology)
-    except TopologyError as exc:
+    except ConfigError as exc:
         raise UserError(str(exc)) from None
     records, warnings = read_measurements(args.measurements, args.collective)
     for w in warnings:

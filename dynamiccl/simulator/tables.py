@@ -12,16 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamiccl.knobs import (
-    Algorithm,
-    Collective,
-    Config,
-    ConfigBatch,
-    Hierarchy,
-    Protocol,
-    Schedule,
-    invalid_reason,
-)
+from dynamiccl.knobs import Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.collnet import collnet_chain, collnet_direct
 from dynamiccl.simulator.launch import launch_floor_us
@@ -29,7 +21,7 @@ from dynamiccl.simulator.nvls import nvls, nvls_tree
 from dynamiccl.simulator.pat import pat
 from dynamiccl.simulator.phases import Cost
 from dynamiccl.simulator.ring import flat_ring, hierarchical_ring
-from dynamiccl.simulator.stragglar_cost import stragglar
+from dynamiccl.simulator.stragglar_time import stragglar
 from dynamiccl.simulator.tree import tree_allreduce
 from dynamiccl.topology import Topology
 
@@ -38,7 +30,7 @@ _FIELDS = ("algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks
 
 
 @dataclass(frozen=True)
-class Tables:
+class CostCoefficients:
     """Coefficients indexed [collective, ...]; an invalid pair has ``lat = inf`` and ``coef = 0``.
 
     Every configuration's time is ``lat + coef · S``; a hierarchical ring with ``c > 1`` active
@@ -152,7 +144,7 @@ def _calibrated(topology: Topology, algo: np.ndarray, proto: np.ndarray) -> tupl
     return eff, shift
 
 
-def build(topology: Topology, configs: ConfigBatch) -> Tables:
+def build(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
     a = len(configs)
     cols_all = {f: np.asarray(getattr(configs, f), dtype=np.int64) for f in _FIELDS}
     algo = cols_all["algorithm"]
@@ -197,15 +189,15 @@ def build(topology: Topology, configs: ConfigBatch) -> Tables:
     lat = np.where(valid, lat, np.inf)
     coef = np.where(valid, coef, 0.0)
     pre_lat = np.where(valid[:, sar_idx], pre_lat, np.inf)
-    return Tables(lat, coef, pipe_idx, extra_lat, extra_coef, sar_idx, pre_lat, pre_coef,
-                  cols_all["channels"].astype(np.float64), launch_floor_us(topology))
+    return CostCoefficients(lat, coef, pipe_idx, extra_lat, extra_coef, sar_idx, pre_lat, pre_coef,
+                            cols_all["channels"].astype(np.float64), launch_floor_us(topology))
 
 
-_CACHE: OrderedDict[tuple, Tables] = OrderedDict()
+_CACHE: OrderedDict[tuple, CostCoefficients] = OrderedDict()
 _CACHE_SIZE = 256
 
 
-def tables_for(topology: Topology, configs: ConfigBatch) -> Tables:
+def tables_for(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
     """Cached ``build``; the key is the system and the batch's contents (not its identity)."""
     key = (topology, b"".join(np.ascontiguousarray(getattr(configs, f), dtype=np.int64).tobytes()
                               for f in _FIELDS))

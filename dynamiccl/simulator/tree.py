@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm
+from dynamiccl.nccl import Algorithm
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import levels, log2ceil, mesh_link_gbps
 from dynamiccl.simulator.phases import Cost, single, transfer
