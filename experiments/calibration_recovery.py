@@ -2,7 +2,7 @@
 
 The "real cluster" is the simulator on a DGX H100 preset whose tiers are perturbed (NVLink
 bandwidth x0.8 and latency x1.5, InfiniBand bandwidth x0.7 and latency x1.4) and which has what the
-tiers cannot say (a calibration section: Ring/LL128 at 0.8 of the modelled bandwidth, a 20 µs host
+tiers cannot say (a calibration section: Ring/LL128 at 0.8 of the modelled bandwidth, a 40 µs host
 launch floor, 4 µs of transport overhead per network message), measured like nccl-tests would
 (all-reduce, all-gather, reduce-scatter, 1 KiB-1 GiB in steps of 4x, on 1, 2 and 4 nodes, NCCL's
 default picks plus forced Ring/Simple and Ring/LL128 sweeps) with seeded 3 % log-normal noise.
@@ -33,7 +33,7 @@ FACTORS = {"nvlink.bandwidth_GBps": 0.8, "nvlink.latency_us": 1.5,
 COLLECTIVES = (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER)
 TRUE_REFINEMENTS = Calibration(
     algorithms=(AlgoProtoFit(Algorithm.RING, Protocol.LL128, bw_efficiency=Fitted(0.8, 0.0)),),
-    launch_floor_us=Fitted(20.0, 0.0), transport_overhead_us=Fitted(4.0, 0.0))
+    launch_floor_us=Fitted(40.0, 0.0), transport_overhead_us=Fitted(4.0, 0.0))
 
 
 def run(noise: float, seed: int) -> dict:
@@ -48,7 +48,7 @@ def run(noise: float, seed: int) -> dict:
                                   for c in COLLECTIVES for n in (1, 2, 8)], 0.0, seed + 1000)
     true_values = {f"{t.name}.{f}": getattr(t, f) for t in truth.tiers
                    for f in ("bandwidth_GBps", "latency_us")}
-    true_values.update({"ring/ll128.bw_efficiency": 0.8, "launch_floor_us": 20.0,
+    true_values.update({"ring/ll128.bw_efficiency": 0.8, "launch_floor_us": 40.0,
                         "transport_overhead_us": 4.0})
     return {
         "seed": seed,
