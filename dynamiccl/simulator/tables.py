@@ -47,7 +47,8 @@ class CostCoefficients:
     pre_lat: np.ndarray      # [C, S] its precondition (inf where invalid)
     pre_coef: np.ndarray     # [C, S]
     channels: np.ndarray     # [A] float
-    floor_us: float          # the host's launch floor (launch.py)
+    #: The host's launch floor (launch.py); 0 when no configuration's fixed cost is below it.
+    floor_us: float
 
 
 def _cost(topology: Topology, collective: Collective, algo: Algorithm, hier: bool,
@@ -144,6 +145,14 @@ def _calibrated(topology: Topology, algo: np.ndarray, proto: np.ndarray) -> tupl
     return eff, shift
 
 
+def _binding_floor(topology: Topology, lat: np.ndarray) -> float:
+    """The launch floor, or 0 when every fixed cost already exceeds it (then ``simulate`` skips the
+    pass over the whole batch that applying it costs)."""
+    floor = launch_floor_us(topology)
+    finite = lat[np.isfinite(lat)]
+    return floor if finite.size and floor > float(finite.min()) else 0.0
+
+
 def build(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
     a = len(configs)
     cols_all = {f: np.asarray(getattr(configs, f), dtype=np.int64) for f in _FIELDS}
@@ -190,7 +199,7 @@ def build(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
     coef = np.where(valid, coef, 0.0)
     pre_lat = np.where(valid[:, sar_idx], pre_lat, np.inf)
     return CostCoefficients(lat, coef, pipe_idx, extra_lat, extra_coef, sar_idx, pre_lat, pre_coef,
-                            cols_all["channels"].astype(np.float64), launch_floor_us(topology))
+                            cols_all["channels"].astype(np.float64), _binding_floor(topology, lat))
 
 
 _CACHE: OrderedDict[tuple, CostCoefficients] = OrderedDict()
