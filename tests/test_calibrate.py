@@ -171,3 +171,15 @@ def test_cli_reads_every_format_and_refuses_unreadable_files_in_one_line(tmp_pat
     if not os.access(locked, os.R_OK):  # root reads anything
         assert main(["calibrate", str(locked), "--topology", "dgx_h100", "-o", str(out)]) == 2
         assert "permission" in capsys.readouterr().err.lower()
+
+
+def test_cli_calibrates_from_an_nccl_tests_json_report(tmp_path, capsys):
+    """A -J report of a forced NCCL_ALGO=RING run on one H100 node (realdata's format fixture)."""
+    report = Path(__file__).parent / "fixtures" / "real" / "formats" / "all_reduce_perf_h100_ring.json"
+    out = tmp_path / "fitted.yaml"
+    assert main(["calibrate", str(report), "--topology", "dgx_h100", "-o", str(out),
+                 "--keep-undetermined", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["measurements"] > 30
+    assert result["rms_log_error"]["fitted"] < result["rms_log_error"]["base"]
+    assert load_topology(out).calibration.measurements == result["measurements"]
