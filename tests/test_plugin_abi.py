@@ -47,11 +47,12 @@ class Driver:
     def __init__(self, exe: Path, library: Path) -> None:
         self.exe, self.library = exe, library
 
-    def run(self, commands: list[str], **env: str) -> Run:
+    def run(self, commands: list[str], cwd: Path | None = None, **env: str) -> Run:
         clean = {k: v for k, v in os.environ.items()
                  if not k.startswith("DYNAMICCL_") and k not in ("NCCL_ALGO", "NCCL_PROTO")}
         proc = subprocess.run([str(self.exe), str(self.library)], input="\n".join(commands) + "\n",
-                              capture_output=True, text=True, env={**clean, **env}, timeout=120)
+                              capture_output=True, text=True, env={**clean, **env}, timeout=120,
+                              cwd=cwd)
         assert "VIOLATION" not in proc.stdout, proc.stdout
         assert proc.returncode == 0, proc.stdout + proc.stderr
         out = Run()
@@ -255,6 +256,31 @@ def test_bad_policy_file_warns_once_and_steps_aside(driver, policy_path, tmp_pat
     if kind not in ("missing", "directory"):
         with pytest.raises(pf.PolicyFileError):  # Python refuses the same file
             pf.read(path)
+
+
+def test_a_same_size_rewrite_with_the_old_mtime_is_seen(driver, tmp_path):
+    """The parsed-file cache is keyed on content, not (inode, size, mtime): a file rewritten in place
+    with its mtime restored must not keep serving the old rules to new communicators."""
+    ring16, ring32 = (pf.PolicyFile(HEADER, (pf.Slice(rules=(pf.Rule(AR, 0, pf.MAX_BYTES, 2, 16,
+                      decision=pf.Decision(Algorithm.RING, Protocol.LL, ch)),)),))
+                      for ch in (16, 32))
+    live, other = pf.write(ring16, tmp_path / "live.dccl"), pf.write(ring32, tmp_path / "new.dccl")
+    assert live.stat().st_size == other.stat().st_size
+    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), f"rewrite {other} {live}",
+                      "init 6 16 2", _coll(1, AR, 1000), _coll(0, AR, 1000), "fin 0", "fin 1"],
+                     DYNAMICCL_POLICY=str(live))
+    # the new communicator reads the new rules; the running one keeps the file it started with
+    assert run.res == [(1, 0, 16), (1, 0, 32), (1, 0, 16)]
+    hashes = [m.split("sha256 ")[1].split(")")[0] for m in run.messages(INFO) if "sha256" in m]
+    assert hashes == [pf.content_hash(pf.dumps(ring16).encode()), pf.file_hash(other)]
+
+
+def test_relative_policy_path_warns_with_the_absolute_path(driver, policy_path):
+    run = driver.run(["init 6 16 2", "init 6 16 2", _coll(0, AR, 1000), "fin 0", "fin 1"],
+                     cwd=policy_path.parent, DYNAMICCL_POLICY=policy_path.name)
+    assert run.ctx == [True, True] and run.res == [(1, 0, 16)]
+    warns = run.messages(WARN)
+    assert len(warns) == 1 and str(policy_path.resolve()) in warns[0] and "relative" in warns[0]
 
 
 def test_decisions_are_logged_once_each(driver, policy_path):

@@ -9,6 +9,8 @@
  *   chunk                                -> CHUNK null|set  (whether v6 has a getChunkSize)
  *   fin k                                -> FIN rc
  *   setenv NAME VALUE                    (so one process can try many policy files)
+ *   rewrite SRC DST                      (DST overwritten in place by SRC's bytes, its mtime kept:
+ *                                         what `cp -p` or `rsync --inplace -t` do)
  *   context SPEC...                      -> SETCTX rc       (dynamiccl_set_context; "NULL" = NULL)
  *   pin COLL MIN MAX ALGO PROTO CH       -> PIN rc          (dynamiccl_pin; MIN/MAX may be "max")
  *   hash LEN                             -> HASH rc text    (dynamiccl_policy_hash, buffer of LEN)
@@ -17,7 +19,10 @@
  * contract (non-zero return, a write to an unusable entry, a changed constants block) prints
  * "VIOLATION ..." and makes the exit status 1. */
 #define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -35,6 +40,20 @@ static void logger(int level, unsigned long flags, const char* file, int line, c
   printf("LOG %d %lx %s\n", level, flags, msg);
 }
 
+static int rewrite_in_place(const char* src, const char* dst) {
+  char buf[1 << 16];
+  struct stat st;
+  int in = open(src, O_RDONLY), out = stat(dst, &st) == 0 ? open(dst, O_WRONLY | O_TRUNC) : -1;
+  ssize_t n;
+  while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+    if (write(out, buf, (size_t)n) != n) break;
+  if (in >= 0) close(in);
+  if (out < 0) return -1;
+  close(out);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  return utimensat(AT_FDCWD, dst, times, 0);
+}
+
 static size_t parse_size(const char* s) {
   return strcmp(s, "max") == 0 ? SIZE_MAX : (size_t)strtoull(s, NULL, 10);
 }
@@ -48,7 +67,7 @@ int main(int argc, char** argv) {
   plugin_t plugins[MAX_CTX];
   void* ctxs[MAX_CTX];
   int nctx = 0, failed = 0;
-  char line[8192], a[64], b[64], fill[256], val[4096];
+  char line[8192], a[64], b[64], fill[256], val[4096], val2[4096];
   runtime_api_t api = {0};
   int have_api = 0;
   unsigned char constants[1152], constants_before[1152];
@@ -113,6 +132,8 @@ int main(int argc, char** argv) {
         printf("VIOLATION hash not NUL-terminated\n"), failed = 1;
     } else if (strncmp(line, "version", 7) == 0 && have_api) {
       printf("VERSION %s\n", api.version());
+    } else if (sscanf(line, "rewrite %4095s %4095s", val, val2) == 2) {
+      if (rewrite_in_place(val, val2) != 0) printf("VIOLATION cannot rewrite %s\n", val2), failed = 1;
     } else if (sscanf(line, "setenv %63s %4095s", a, val) == 2) {
       setenv(a, val, 1);
     } else if (sscanf(line, "fin %d", &k) == 1 && k >= 0 && k < nctx) {
