@@ -50,6 +50,7 @@ import os
 import re
 import tempfile
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,7 @@ from dynamiccl.policy_format import (
     MAX_CHANNELS,
     MAX_DIM,
     MAX_FILE_BYTES,
+    MAX_GROUP_RANGES,
     MAX_HEADER_KEY,
     MAX_HEADER_VALUE,
     MAX_LINE,
@@ -531,6 +533,13 @@ class _Parser:
 
     def _checked(self, rules: list[Rule]) -> tuple[Rule, ...]:
         ordered = sorted(rules, key=lambda r: (r.group_key, r.min_bytes))
+        sizes = Counter(r.group_key for r in ordered)
+        crowded = next((k for k, n in sizes.items() if n > MAX_GROUP_RANGES), None)
+        if crowded is not None:
+            coll, nodes, ranks = crowded
+            raise self.fail(f"more than {MAX_GROUP_RANGES} size ranges for {COLL_TOKENS[coll]} "
+                            f"nodes {_dim(None if nodes < 0 else nodes)} ranks "
+                            f"{_dim(None if ranks < 0 else ranks)} in one slice", line=False)
         for a, b in zip(ordered, ordered[1:], strict=False):
             if a.group_key == b.group_key and a.max_bytes >= b.min_bytes:
                 lo, hi = sorted((a.line, b.line))

@@ -29,9 +29,12 @@ SUFFIX = ".dccl"
 
 #: Bounds that keep init time and the per-call lookup cost small for any file the parsers accept
 #: (experiments/bench_plugin.py --largest measures the worst case).
-MAX_FILE_BYTES = 8 << 20
+MAX_FILE_BYTES = 4 << 20
 MAX_LINE = 4096
 MAX_RULES = 65536
+#: Size ranges of one group (one collective, nodes, ranks, slice): a decision binary-searches one
+#: group, and 1024 ranges (24 KiB) stay in a core's L1 cache. Exports have tens per group.
+MAX_GROUP_RANGES = 1024
 MAX_SLICES = 64
 MAX_HEADER_KEY = 32
 MAX_HEADER_VALUE = 200
@@ -127,6 +130,7 @@ def c_header() -> str:
         f"#define DCCL_MAX_FILE_BYTES {MAX_FILE_BYTES}u",
         f"#define DCCL_MAX_LINE {MAX_LINE}",
         f"#define DCCL_MAX_RULES {MAX_RULES}u",
+        f"#define DCCL_MAX_GROUP_RANGES {MAX_GROUP_RANGES}u",
         f"#define DCCL_MAX_SLICES {MAX_SLICES}",
         f"#define DCCL_MAX_HEADER_KEY {MAX_HEADER_KEY}",
         f"#define DCCL_MAX_HEADER_VALUE {MAX_HEADER_VALUE}",

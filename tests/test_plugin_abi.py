@@ -499,3 +499,24 @@ def test_policy_hash_and_version(driver, policy_path):
                       "hash 65"], DYNAMICCL_POLICY=str(policy_path))
     want = pf.file_hash(policy_path)
     assert run.api == ["-1 ", f"{dynamiccl.__version__}", f"0 {want}", "-1 ", "-1 ", "-1 "]
+
+
+def test_both_parsers_cap_ranges_per_group_alike(driver, tmp_path):
+    """A decision binary-searches one group, so its size is capped (per-call cost stays bounded
+    whatever file is accepted): exactly the cap is accepted by both parsers, one more by neither."""
+    cap = pf_format.MAX_GROUP_RANGES
+    rules = tuple(pf.Rule(AR, 2 * i, 2 * i, 2, 16, decision=RING_LL) for i in range(cap))
+    full = pf.dumps(pf.PolicyFile(HEADER, (pf.Slice(rules=rules),)))
+    body = full[: full.rindex(pf_format.CHECKSUM_PREFIX)]
+    over = body + f"allreduce {2 * cap} {2 * cap} 2 16 ring ll 16\n"
+    over += f"{pf_format.CHECKSUM_PREFIX}{pf.checksum(over.encode())}\n"
+    paths = [tmp_path / "cap.dccl", tmp_path / "over.dccl"]
+    paths[0].write_text(full)
+    paths[1].write_text(over)
+    with pytest.raises(pf.PolicyFileError, match=f"more than {cap} size ranges"):
+        pf.read(paths[1])
+    run = driver.run([f"setenv DYNAMICCL_POLICY {paths[0]}", "init 6 16 2",
+                      _coll(0, AR, 2 * cap - 2), f"setenv DYNAMICCL_POLICY {paths[1]}",
+                      "init 6 16 2", "fin 0", "fin 1"])
+    assert run.ctx == [True, False] and run.res == [(1, 0, 16)]
+    assert f"more than {cap} size ranges" in run.messages(WARN)[0]

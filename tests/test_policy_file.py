@@ -185,3 +185,28 @@ def test_written_file_is_readable_by_other_users_like_any_file(tmp_path):
 def test_features_record_what_the_system_runs():
     assert pf.system_features(True, False, True) == "ll128,collnet"
     assert pf.system_features(False, False, False) == "none"
+
+
+def test_show_prints_the_content_hash(tmp_path, capsys):
+    from dynamiccl.cli.main import main
+
+    path = pf.write(_policy(), tmp_path / "p.dccl")
+    assert main(["show", str(path)]) == 0
+    assert f"sha256 {pf.file_hash(path)}" in capsys.readouterr().out
+
+
+def test_csv_export_is_written_atomically_and_never_over_a_foreign_file(tmp_path):
+    from dynamiccl.nccl_csv import write_nccl_example_csv
+
+    policy = pf.PolicyFile(HEADER, (pf.Slice(rules=(
+        pf.Rule(AR, 0, 4095, 2, 16, decision=pf.Decision(Algorithm.RING, Protocol.LL, 8)),)),))
+    path = write_nccl_example_csv(policy, tmp_path / "nccl_tuner.conf")
+    inode = path.stat().st_ino
+    write_nccl_example_csv(policy, path)
+    assert path.stat().st_ino != inode and "allreduce,0,4095,ring,ll,8,2,16,-1,-1" in path.read_text()
+    theirs = tmp_path / "hand_written.conf"
+    theirs.write_text("allreduce,0,100,tree,simple,4,-1,-1\n")
+    with pytest.raises(pf.PolicyFileError, match="refusing to overwrite"):
+        write_nccl_example_csv(policy, theirs)
+    assert theirs.read_text() == "allreduce,0,100,tree,simple,4,-1,-1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hand_written.conf", "nccl_tuner.conf"]

@@ -349,8 +349,15 @@ static int build(parser_t* ps) {
   dccl_policy_t* pol = ps->pol;
   size_t n = ps->nrules;
   if (n) qsort(ps->rules, n, sizeof(raw_rule_t), cmp_raw);
-  size_t ngroups = 0;
+  size_t ngroups = 0, in_group = 0;
   for (size_t i = 0; i < n; i++) {
+    in_group = i && same_key(&ps->rules[i - 1], &ps->rules[i]) ? in_group + 1 : 1;
+    if (in_group > DCCL_MAX_GROUP_RANGES) {
+      set_err(ps->err, ps->errlen, "more than %u size ranges for %s nodes %d ranks %d in one slice",
+              DCCL_MAX_GROUP_RANGES, dccl_coll_names[ps->rules[i].coll], ps->rules[i].nodes,
+              ps->rules[i].ranks);
+      return -1;
+    }
     if (i && same_key(&ps->rules[i - 1], &ps->rules[i])) {
       if (ps->rules[i - 1].hi >= ps->rules[i].lo) {
         int a = ps->rules[i - 1].line, b = ps->rules[i].line;
@@ -366,7 +373,8 @@ static int build(parser_t* ps) {
   pol->groups = calloc(ngroups ? ngroups : 1, sizeof(dccl_group_t));
   pol->slices = calloc((size_t)ps->nslices, sizeof(dccl_slice_t));
   pol->logged = calloc(n ? n : 1, 1);
-  if (!pol->ranges || !pol->groups || !pol->slices || !pol->logged) {
+  pol->los = calloc(n ? n : 1, sizeof(uint64_t));
+  if (!pol->ranges || !pol->groups || !pol->slices || !pol->logged || !pol->los) {
     set_err(ps->err, ps->errlen, "out of memory");
     return -1;
   }
@@ -385,6 +393,7 @@ static int build(parser_t* ps) {
     g->count++;
     pol->ranges[i] = (dccl_range_t){r->lo, r->hi, r->algo, r->proto, r->channels, (uint8_t)r->coll,
                                     r->nodes, r->ranks};
+    pol->los[i] = r->lo;
   }
   pol->nranges = (uint32_t)n;
   return 0;
@@ -494,6 +503,7 @@ void dccl_policy_free(dccl_policy_t* policy) {
   free(policy->groups);
   free(policy->slices);
   free(policy->logged);
+  free(policy->los);
   free(policy);
 }
 

@@ -25,32 +25,51 @@ static char g_warned_relative[PATH_MAX + 1]; /* so a relative path is warned abo
  * nodes: use the absolute path, and say which one, once. */
 static const char* absolute_path(const char* path, char* buf, ncclDebugLogger_t log) {
   if (path[0] == '/' || !realpath(path, buf)) return path; /* a failure is reported by the read */
+  pthread_mutex_lock(&g_lock);
   int first = strcmp(g_warned_relative, buf) != 0;
   if (first) snprintf(g_warned_relative, sizeof(g_warned_relative), "%s", buf);
+  pthread_mutex_unlock(&g_lock);
   if (first)
     DCCL_WARN(log, "DynamICCL: " DCCL_ENV_POLICY "=%s is a relative path; using %s. Give an "
               "absolute path: every rank must read the same file", path, buf);
   return buf;
 }
 
+/* The cached copy when it has this content (a reference is taken), else NULL. Under g_lock. */
+static dccl_policy_t* share_locked(const char* hash) {
+  if (!g_policy || strcmp(g_policy->hash, hash) != 0) return NULL;
+  g_policy->refs++;
+  return g_policy;
+}
+
+/* Reading, hashing and parsing run outside the lock, so communicators initialising on other
+ * threads wait only for the cache lookup. */
 dccl_policy_t* dccl_acquire_policy(const char* path, ncclDebugLogger_t log) {
   char err[400] = "", hash[DCCL_HASH_HEX_LEN + 1], abs[PATH_MAX + 1];
   char* data = NULL;
   size_t len = 0;
-  dccl_policy_t* p = NULL;
-  pthread_mutex_lock(&g_lock);
+  dccl_policy_t *p = NULL, *parsed = NULL;
   path = absolute_path(path, abs, log);
-  if (dccl_read_file(path, &data, &len, err, sizeof(err)) == 0) {
+  int readable = dccl_read_file(path, &data, &len, err, sizeof(err)) == 0;
+  if (readable) {
     dccl_sha256_hex(data, len, hash);
-    if (g_policy && strcmp(g_policy->hash, hash) == 0) {
-      p = g_policy; /* the same content, wherever it came from: share the parsed copy */
-      p->refs++;
-    } else if (dccl_policy_parse(data, len, &p, err, sizeof(err)) == 0) {
-      memcpy(p->hash, hash, sizeof(hash));
-      p->refs = 1;
-      g_policy = p;
+    pthread_mutex_lock(&g_lock);
+    p = share_locked(hash);
+    pthread_mutex_unlock(&g_lock);
+    if (!p && dccl_policy_parse(data, len, &parsed, err, sizeof(err)) == 0) {
+      memcpy(parsed->hash, hash, sizeof(hash));
+      parsed->refs = 1;
     }
     free(data);
+  }
+  pthread_mutex_lock(&g_lock);
+  if (!p && parsed) {
+    p = share_locked(hash); /* another thread may have published the same file meanwhile */
+    if (p) {
+      dccl_policy_free(parsed);
+    } else {
+      p = g_policy = parsed;
+    }
   }
   char failure[sizeof(g_last_failure)];
   int first_report = 0;
@@ -61,11 +80,11 @@ dccl_policy_t* dccl_acquire_policy(const char* path, ncclDebugLogger_t log) {
   } else {
     g_last_failure[0] = '\0';
   }
+  pthread_mutex_unlock(&g_lock);
   if (!p && first_report)
     DCCL_WARN(log, "DynamICCL: not using policy file %s: %s. NCCL's own choices stand.", path, err);
   else if (!p)
     DCCL_INFO(log, "DynamICCL: policy file %s is still unusable (%s); stepping aside", path, err);
-  pthread_mutex_unlock(&g_lock);
   return p;
 }
 
@@ -130,6 +149,7 @@ int dccl_set_context(const char* spec) {
 
 typedef struct {
   uint32_t first[DCCL_NUM_COLLS], count[DCCL_NUM_COLLS], n;
+  uint64_t lo[DCCL_MAX_PINS];
   dccl_range_t r[]; /* sorted by (collective, lo), disjoint per collective */
 } pinset_t;
 
@@ -145,7 +165,7 @@ const dccl_range_t* dccl_pins_lookup(int coll, uint64_t nbytes) {
   const pinset_t* p = __atomic_load_n(&dccl_g_pins, __ATOMIC_SEQ_CST);
   if (!p || (unsigned)coll >= DCCL_NUM_COLLS || __atomic_load_n(&g_user_override, __ATOMIC_RELAXED))
     return NULL;
-  return dccl_find_range(p->r + p->first[coll], p->count[coll], nbytes);
+  return dccl_find_range(p->r + p->first[coll], p->lo + p->first[coll], p->count[coll], nbytes);
 }
 
 void dccl_pins_done(void) { __atomic_sub_fetch(&g_pin_readers, 1, __ATOMIC_RELEASE); }
@@ -196,7 +216,11 @@ int dccl_pin(int coll, uint64_t min_bytes, uint64_t max_bytes, int algo, int pro
   next->n = n;
   memset(next->first, 0, sizeof(next->first));
   memset(next->count, 0, sizeof(next->count));
-  for (uint32_t i = n; i-- > 0;) next->first[next->r[i].coll] = i, next->count[next->r[i].coll]++;
+  for (uint32_t i = n; i-- > 0;) {
+    next->first[next->r[i].coll] = i;
+    next->count[next->r[i].coll]++;
+    next->lo[i] = next->r[i].lo;
+  }
   if (n == 0) {
     free(next);
     next = NULL;

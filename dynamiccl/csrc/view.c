@@ -26,6 +26,7 @@ void dccl_views_build(const dccl_policy_t* policy, size_t nRanks, size_t nNodes,
       if (v->first[g->coll]) v->nrules -= v->count[g->coll];
       best[g->coll] = score;
       v->first[g->coll] = policy->ranges + g->first;
+      v->los[g->coll] = policy->los + g->first;
       v->count[g->coll] = g->count;
       v->nrules += g->count;
     }
