@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from dynamiccl import __version__
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.knobs import MAX_CHANNELS, Algorithm, Collective, Protocol
 
 MAGIC = "DYNAMICCL-POLICY"
 #: Version 2 dropped the reg_buff, pipe_ops and chunk columns of version 1 (nothing exported them;
@@ -27,6 +27,7 @@ MAGIC = "DYNAMICCL-POLICY"
 FORMAT_VERSION = 2
 SUFFIX = ".dccl"
 
+#: MAX_CHANNELS (NCCL's MAXCHANNELS) comes from the knob space; the rest are the format's own.
 #: Bounds that keep init time and the per-call lookup cost small for any file the parsers accept
 #: (experiments/bench_plugin.py --largest measures the worst case).
 MAX_FILE_BYTES = 4 << 20
@@ -39,7 +40,6 @@ MAX_SLICES = 64
 MAX_HEADER_KEY = 32
 MAX_HEADER_VALUE = 200
 MAX_BUCKET = 31
-MAX_CHANNELS = 64
 MAX_BYTES = 2**64 - 1
 MAX_DIM = 2**31 - 1
 #: Longest run-time context spec ("straggler=B c2c=B") the plugin accepts.
