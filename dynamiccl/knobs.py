@@ -293,8 +293,9 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
     if algo == Algorithm.RING and config.hierarchy == Hierarchy.HIERARCHICAL:
         if collective not in (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER):
             return "ring-over-ring is modelled for allreduce, allgather and reducescatter"
-        if nodes < 2 or ppn < 2:
-            return "a hierarchical ring needs at least 2 nodes with at least 2 GPUs each"
+        if len(topology.ring_dimensions) < 2:
+            return ("a hierarchical ring needs two levels to run along: at least 2 nodes with at "
+                    "least 2 GPUs each, or the two dimensions of a 2-D torus")
     if algo in (Algorithm.NVLS, Algorithm.NVLS_TREE):
         if not topology.features.nvls or topology.gpu.sm < 90:
             return "NVLS needs NVSwitch multicast (features.nvls) on an sm90+ GPU"

@@ -23,6 +23,11 @@ from typing import Any
 import yaml
 
 FABRICS = ("switch", "ring", "torus2d", "fully_connected")
+#: Physical links one hop of a fabric crosses. A switch hop is GPU -> switch -> GPU: two cables. A
+#: ring, a 2-D torus (each rank cabled to its 2 neighbours per dimension) and a fully connected
+#: fabric link neighbours by one cable. Used when a tier gives ``link_latency_us`` (per cable, as
+#: seed 001's ASTRA-sim configuration does) instead of a measured per-hop ``latency_us``.
+LINKS_PER_HOP = {"switch": 2, "ring": 1, "torus2d": 1, "fully_connected": 1}
 LINKS = ("nvlink", "pcie", "net")
 #: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).
 ARCHS = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100}
@@ -38,6 +43,8 @@ class Tier:
     size: int
     fabric: str
     bandwidth_GBps: float
+    #: One hop across the tier, end to end (what NCCL's per-hop model and a ping-pong measure). A
+    #: file may give ``link_latency_us`` instead: the loader multiplies it by ``LINKS_PER_HOP``.
     latency_us: float
     #: Physical link class: decides protocol rules (LL128 needs NVLink) and NCCL's latency row.
     link: str = "net"
@@ -86,6 +93,16 @@ class Topology:
     @property
     def nodes(self) -> int:
         return self.nranks // self.gpus_per_node
+
+    @property
+    def ring_dimensions(self) -> tuple[int, ...]:
+        """Sizes of the levels a ring can be built along, innermost first: every crossed tier, a
+        2-D torus as its two dimensions (each rank has its own links in both)."""
+        dims: list[int] = []
+        for tier in self.tiers:
+            parts = tier.dims if tier.fabric == "torus2d" and tier.dims else (tier.size,)
+            dims.extend(d for d in parts if d > 1)
+        return tuple(dims)
 
     @property
     def any_to_any(self) -> bool:
@@ -162,8 +179,8 @@ def _torus_dims(size: int) -> tuple[int, int]:
 # Loading and validation
 # ---------------------------------------------------------------------------------------------
 
-_TIER_FIELDS = {"name", "size", "fabric", "bandwidth_GBps", "latency_us", "link", "link_share",
-                "dims"}
+_TIER_FIELDS = {"name", "size", "fabric", "bandwidth_GBps", "latency_us", "link_latency_us", "link",
+                "link_share", "dims"}
 
 
 def preset_names() -> list[str]:
@@ -244,15 +261,20 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
     if unknown:
         raise fail(f"{where}.{sorted(unknown)[0]}",
                    f"is not a tier field; allowed: {', '.join(sorted(_TIER_FIELDS))}")
-    for key in ("size", "fabric", "bandwidth_GBps", "latency_us"):
+    for key in ("size", "fabric", "bandwidth_GBps"):
         if key not in t:
             raise fail(f"{where}.{key}", "is missing")
+    if ("latency_us" in t) == ("link_latency_us" in t):
+        raise fail(f"{where}.latency_us", "needs exactly one of latency_us (measured per hop) and "
+                   "link_latency_us (per cable; a switch hop crosses two)")
     size = t["size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise fail(f"{where}.size", f"is {size!r}; it must be a positive integer")
     if t["fabric"] not in FABRICS:
         raise fail(f"{where}.fabric", f"is {t['fabric']!r}; use one of {', '.join(FABRICS)}")
-    for key in ("bandwidth_GBps", "latency_us"):
+    for key in ("bandwidth_GBps", "latency_us", "link_latency_us"):
+        if key not in t:
+            continue
         val = t[key]
         if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0 or (
             key == "bandwidth_GBps" and val == 0
@@ -269,5 +291,7 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         dims = tuple(t.get("dims") or _torus_dims(size))
         if len(dims) != 2 or math.prod(dims) != size:
             raise fail(f"{where}.dims", f"is {list(dims)}; give two numbers whose product is {size}")
+    per_link = t.get("link_latency_us")
+    hop_us = float(t["latency_us"]) if per_link is None else LINKS_PER_HOP[t["fabric"]] * float(per_link)
     return Tier(str(t.get("name", f"tier{i}")), size, t["fabric"], float(t["bandwidth_GBps"]),
-                float(t["latency_us"]), link, share, dims)
+                hop_us, link, share, dims)
