@@ -268,9 +268,9 @@ def checksum(body: bytes) -> str:
 # Writing
 # ---------------------------------------------------------------------------------------------
 
-_PREAMBLE = """\
+_PREAMBLE = f"""\
 # DynamICCL tuner policy, read by the NCCL tuner plugin libnccl-tuner-dynamiccl.so:
-#   NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY=<this file> torchrun ...
+#   NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) {POLICY_ENV}=<this file> torchrun ...
 # `dynamiccl show <this file>` prints it as a table. Do not edit by hand: the last line is a CRC-32
 # of everything above it and the plugin ignores a file whose checksum does not match.
 """

@@ -99,8 +99,9 @@ def measure(policy_file: Path, nranks: int, nnodes: int, calls: int, reps: int,
                             flags=plugin.cflags(src), shared=True, depends=[src / "nccl_tuner_abi.h"])
     driver = plugin.compile_c([tests / "bench_driver.c"], "bench_driver",
                               flags=["-std=c11", "-O2"], depends=[src / "nccl_tuner_abi.h"])
-    env = dict(os.environ, DYNAMICCL_POLICY=str(policy_file))
-    env.pop("DYNAMICCL_LOG_DECISIONS", None)
+    env = {**os.environ, fmt.POLICY_ENV: str(policy_file)}
+    for name in (fmt.LOG_DECISIONS_ENV, fmt.CONTEXT_ENV):
+        env.pop(name, None)
     out = subprocess.run([str(driver), str(lib), str(noop), str(nranks), str(nnodes), str(calls),
                           str(reps), *(["pinned"] if pinned else [])],
                          capture_output=True, text=True, env=env)
