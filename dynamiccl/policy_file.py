@@ -352,14 +352,22 @@ def replace_file(path: str | Path, text: str, *, replaceable: Callable[[Path], b
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # readable like any file the user writes, not mkstemp's 0600
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise PolicyFileError(f"cannot write {path} ({exc.strerror or exc}); the previous file, if "
+                              "any, is unchanged") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)  # the rename itself survives a crash
-    finally:
-        os.close(dir_fd)
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself survives a crash
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise PolicyFileError(f"wrote {path}, but flushing {folder} failed ({exc.strerror or exc}); "
+                              "check the disk") from None
     return path
 
 
