@@ -55,12 +55,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import ALGORITHM_TOKENS as ALGO_TOKENS
+from dynamiccl.nccl import COLLECTIVE_TOKENS as COLL_TOKENS
+from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
+from dynamiccl.nccl import PROTOCOL_TOKENS as PROTO_TOKENS
 from dynamiccl.policy_format import (
-    ALGO_TOKENS,
     ANY,
     CHECKSUM_PREFIX,
-    COLL_TOKENS,
     CONTEXT_ENV,
     CONTEXT_KEYS,
     DEFAULT_BUCKET,
@@ -72,7 +73,6 @@ from dynamiccl.policy_format import (
     MAGIC,
     MAX_BUCKET,
     MAX_BYTES,
-    MAX_CHANNELS,
     MAX_DIM,
     MAX_FILE_BYTES,
     MAX_GROUP_RANGES,
@@ -83,14 +83,14 @@ from dynamiccl.policy_format import (
     MAX_SLICES,
     NO_FEATURES,
     POLICY_ENV,
-    PROTO_TOKENS,
     REQUIRED_HEADER,
     RULE_FIELDS,
     SLICE,
     SUFFIX,
 )
 
-#: Format facts re-exported for callers of this module (defined in dynamiccl.policy_format).
+#: Format facts and tokens re-exported for callers of this module (defined in
+#: dynamiccl.policy_format and dynamiccl.nccl).
 __all__ = ["ALGO_TOKENS", "COLL_TOKENS", "CONTEXT_ENV", "FORMAT_VERSION", "LOG_DECISIONS_ENV",
            "MAGIC", "MAX_BYTES", "MAX_CHANNELS", "MAX_FILE_BYTES", "MAX_HEADER_VALUE", "MAX_RULES",
            "POLICY_ENV", "PROTO_TOKENS", "SUFFIX", "Decision", "Header", "PolicyFile",

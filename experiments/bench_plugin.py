@@ -28,7 +28,7 @@ from pathlib import Path
 from dynamiccl import plugin
 from dynamiccl import policy_file as pf
 from dynamiccl import policy_format as fmt
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 TARGET_OVERHEAD_NS = 30.0
 
