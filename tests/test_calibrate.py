@@ -183,3 +183,17 @@ def test_cli_calibrates_from_an_nccl_tests_json_report(tmp_path, capsys):
     assert result["measurements"] > 30
     assert result["rms_log_error"]["fitted"] < result["rms_log_error"]["base"]
     assert load_topology(out).calibration.measurements == result["measurements"]
+
+
+def test_held_out_sizes_alternate_within_every_run():
+    from dynamiccl.profiler.fit_report import split_every_other
+
+    base = load_topology("dgx_h100")
+    records = S.measurements(base, _sweeps(nodes=(1, 2)), seed=7)
+    train, test = split_every_other(records)
+    assert len(train) + len(test) == len(records) and not set(map(id, train)) & set(map(id, test))
+    runs = {(r.source, r.collective, r.algorithm) for r in records}
+    for run in runs:
+        fitted = sorted(r.nbytes for r in train if (r.source, r.collective, r.algorithm) == run)
+        held = sorted(r.nbytes for r in test if (r.source, r.collective, r.algorithm) == run)
+        assert all(a < b < c for a, b, c in zip(fitted, held, fitted[1:], strict=False))
