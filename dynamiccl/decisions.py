@@ -113,8 +113,11 @@ def _simulated_times(scenario: Scenario, configs: ConfigBatch) -> np.ndarray:
 
 @lru_cache(maxsize=65536)
 def _action_times(scenario: Scenario) -> np.ndarray:
-    all_times = _simulated_times(scenario, ConfigBatch.all_actions())
-    times = np.where(valid_mask(scenario.topology, scenario.collective), all_times, np.inf)
+    # Only valid actions reach the simulator: an action a system cannot run may have no cost model
+    # there at all (a hierarchical ring on one rank has no phase to time).
+    valid = np.flatnonzero(valid_mask(scenario.topology, scenario.collective))
+    times = np.full(len(ACTIONS), np.inf)
+    times[valid] = _simulated_times(scenario, ConfigBatch.all_actions().take(valid))
     times.setflags(write=False)
     return times
 
@@ -157,15 +160,21 @@ def _nccl_algorithms(constraints: KnobConstraints) -> set[Algorithm] | None:
 
 def why_impossible(scenario: Scenario, constraints: KnobConstraints) -> str | None:
     """The most common reason no configuration satisfies ``constraints`` (None if some does)."""
-    reasons = [invalid_reason(scenario.topology, scenario.collective, c)
-               for c in candidate_configs(constraints)]
+    return _why_impossible(scenario.topology, scenario.collective, constraints)
+
+
+@lru_cache(maxsize=4096)
+def _why_impossible(topology: Topology, collective: Collective,
+                    constraints: KnobConstraints) -> str | None:
+    """Validity depends on the system, the collective and the knobs only, so it is cached on them."""
+    reasons = [invalid_reason(topology, collective, c) for c in candidate_configs(constraints)]
     if not reasons:  # the pinned knobs contradict each other (e.g. a flat tree)
         sketch = Config(constraints.algorithm or Algorithm.RING, constraints.protocol or Protocol.SIMPLE,
                         constraints.channels or 1)
-        return invalid_reason(scenario.topology, scenario.collective, constraints.apply(sketch))
+        return invalid_reason(topology, collective, constraints.apply(sketch))
     if any(r is None for r in reasons):
         return None
-    return max(set(reasons), key=reasons.count)
+    return max(dict.fromkeys(reasons), key=reasons.count)  # ties: the first candidate's reason
 
 
 def nccl_default(scenario: Scenario, constraints: KnobConstraints = NO_CONSTRAINTS) -> Decision:
@@ -201,6 +210,16 @@ def candidate_configs(constraints: KnobConstraints = NO_CONSTRAINTS) -> tuple[Co
     return tuple(dict.fromkeys(matching))
 
 
+@lru_cache(maxsize=4096)
+def _valid_candidates(topology: Topology, collective: Collective, constraints: KnobConstraints,
+                      deployable: bool) -> tuple[tuple[Config, ...], ConfigBatch | None]:
+    """The configurations ``best`` chooses among (and their simulator batch): they depend on the
+    system and the knobs, not on the size, so a sweep over sizes builds them once."""
+    configs = tuple(c for c in candidate_configs(constraints)
+                    if invalid_reason(topology, collective, c) is None and (c.exportable or not deployable))
+    return configs, ConfigBatch.from_configs(configs) if configs else None
+
+
 def best(
     scenario: Scenario,
     constraints: KnobConstraints = NO_CONSTRAINTS,
@@ -223,15 +242,12 @@ def best(
                              f"{scenario.topology.name}")
         config = ACTIONS[index]
     else:
-        candidates = [
-            c for c in candidate_configs(constraints)
-            if invalid_reason(scenario.topology, scenario.collective, c) is None
-            and (c.exportable or not deployable)
-        ]
-        if not candidates:
+        candidates, batch = _valid_candidates(scenario.topology, scenario.collective, constraints,
+                                              deployable)
+        if batch is None:
             raise ValueError(why_impossible(scenario, constraints)
                              or "no exportable configuration satisfies the given knobs")
-        times = _simulated_times(scenario, ConfigBatch.from_configs(candidates))
+        times = _simulated_times(scenario, batch)
         config = candidates[int(np.argmin(times))]
     found = _decision(scenario, config)
     default = nccl_default(scenario, constraints)

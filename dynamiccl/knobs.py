@@ -283,13 +283,6 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
     if collective not in _ALGO_COLLECTIVES[algo]:
         allowed = ", ".join(sorted(c.name.lower() for c in _ALGO_COLLECTIVES[algo]))
         return f"{algo.name.lower()} only implements {allowed}"
-    if algo in _ONLY_SIMPLE and proto != Protocol.SIMPLE:
-        return f"{algo.name.lower()} only runs the simple protocol"
-    if proto == Protocol.LL128 and not topology.ll128_enabled:
-        return (
-            "LL128 is off on this system (NCCL enables it only on sm70+ GPUs whose intra-node "
-            "path is NVLink)"
-        )
     if algo == Algorithm.RING and config.hierarchy == Hierarchy.HIERARCHICAL:
         if collective not in (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER):
             return "ring-over-ring is modelled for allreduce, allgather and reducescatter"
@@ -320,6 +313,15 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
             return "StragglAR needs an even number of ranks"
         if not topology.any_to_any:
             return "StragglAR needs an any-to-any fabric (switch or fully_connected) at every tier"
+    # Protocol rules last: when the system cannot run the algorithm at all, that is the reason to
+    # give, not a protocol the user could change.
+    if algo in _ONLY_SIMPLE and proto != Protocol.SIMPLE:
+        return f"{algo.name.lower()} only runs the simple protocol"
+    if proto == Protocol.LL128 and not topology.ll128_enabled:
+        return (
+            "LL128 is off on this system (NCCL enables it only on sm70+ GPUs whose intra-node "
+            "path is NVLink)"
+        )
     return None
 
 

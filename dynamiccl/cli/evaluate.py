@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, or a
 checkpoint path (model.zip, checkpoints/last.zip, or a training run folder)

@@ -12,8 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from dynamiccl.cli.common import add_topology_args, collective_arg, topology_from_args
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError, add_topology_args, collective_arg, topology_from_args
 from dynamiccl.knobs import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology

@@ -10,8 +10,7 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from dynamiccl.cli.common import add_topology_args, topology_from_args
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError, add_topology_args, topology_from_args
 
 EPILOG = """examples:
   dynamiccl export --policy oracle --topology dgx_h100 --nodes 2 -o oracle.dccl

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError
 
 
 def _run(args: argparse.Namespace) -> int:

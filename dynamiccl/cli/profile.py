@@ -13,8 +13,7 @@ import json
 import os
 import sys
 
-from dynamiccl.cli.common import collective_arg, size_arg
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError, collective_arg, size_arg
 from dynamiccl.knobs import Collective
 from dynamiccl.units import format_size, format_time_us, parse_duration_us
 
