@@ -37,6 +37,13 @@ PROTOCOL_MARKERS: dict[str, str] = {
 #: How light a protocol's shade of its algorithm's colour is in filled cells (heatmaps).
 PROTOCOL_SHADE: dict[str, float] = {"ll": 0.55, "ll128": 0.3, "simple": 0.0}
 UNKNOWN_COLOUR = "#7f7f7f"
+#: Built-in policies keep their colour in every figure; other (trained) policies get one from
+#: ``_OTHER_COLOURS`` chosen by a hash of their name, so a run is drawn alike every time.
+POLICY_COLOURS: dict[str, str] = {
+    "nccl_default": "#555555", "oracle": "#000000", "static_best": "#2ca02c", "random": "#bbbbbb",
+    "coordinate_descent": "#9467bd", "bandit": "#8c564b",
+}
+_OTHER_COLOURS = ("#1f77b4", "#ff7f0e", "#d62728", "#e377c2", "#17becf", "#bcbd22")
 #: File types the figures may be written as (matplotlib's raster and vector formats).
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
@@ -69,6 +76,13 @@ def algorithm_colour(algorithm: str) -> str:
     """The fixed colour of an algorithm name (``ring``, ``ring-hier(bw_aware,4ck)`` → ring-hier)."""
     key = algorithm.split("(")[0]
     return ALGORITHM_COLOURS.get(key, UNKNOWN_COLOUR)
+
+
+def policy_colour(name: str) -> str:
+    """The fixed colour of a policy name (built-ins fixed, others by a stable hash of the name)."""
+    import zlib
+
+    return POLICY_COLOURS.get(name) or _OTHER_COLOURS[zlib.crc32(name.encode()) % len(_OTHER_COLOURS)]
 
 
 def choice_colour(label: str) -> tuple[float, float, float]:

@@ -187,9 +187,16 @@ def load_topology(
 def _read_source(name_or_path: str) -> tuple[str, str]:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
+        if path.is_dir():
+            raise TopologyError(f"{path} is a folder; give a topology YAML file")
         if not path.is_file():
             raise TopologyError(f"{path}: no such topology file; check the path")
-        return path.read_text(), str(path)
+        try:
+            return path.read_text(), str(path)
+        except PermissionError:
+            raise TopologyError(f"{path}: permission denied; make the file readable") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TopologyError(f"{path}: cannot be read as a text topology file ({exc})") from None
     folder = resources.files("dynamiccl.configs") / "topology"
     candidate = folder / f"{name_or_path}.yaml"
     if not candidate.is_file():
@@ -221,7 +228,7 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     if arch not in ARCHS:
         raise fail("gpu.arch", f"is {arch!r}; use one of {', '.join(ARCHS)}")
     sms = gpu_d.get("sms", 132)
-    if not isinstance(sms, int) or sms < 1:
+    if not isinstance(sms, int) or isinstance(sms, bool) or sms < 1:
         raise fail("gpu.sms", f"is {sms!r}; give the GPU's SM count as a positive integer")
     feat_d = data.get("features") or {}
     if not isinstance(feat_d, dict) or set(feat_d) - {"nvls", "collnet"}:
@@ -233,6 +240,9 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     if not isinstance(tiers_d, list) or not tiers_d:
         raise fail("tiers", "must be a non-empty list of tiers, innermost (the node) first")
     tiers = tuple(_tier_from_dict(t, i, fail, len(tiers_d)) for i, t in enumerate(tiers_d))
+    if feat_d.get("nvls") and ARCHS[arch] < 90:
+        raise fail("features.nvls", f"is true on {arch}; NVLS needs NVSwitch multicast on sm90+ "
+                   "GPUs: set it false or give the GPU's real arch")
     return Topology(name, tiers, GpuSpec(arch, sms), Features(**feat_d))
 
 
@@ -254,9 +264,8 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         raise fail(f"{where}.fabric", f"is {t['fabric']!r}; use one of {', '.join(FABRICS)}")
     for key in ("bandwidth_GBps", "latency_us"):
         val = t[key]
-        if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0 or (
-            key == "bandwidth_GBps" and val == 0
-        ):
+        number = isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val)
+        if not number or val < 0 or (key == "bandwidth_GBps" and val == 0):
             raise fail(f"{where}.{key}", f"is {val!r}; it must be a positive number")
     link = t.get("link", "nvlink" if i == 0 and n_tiers > 1 else "net")
     if link not in LINKS:

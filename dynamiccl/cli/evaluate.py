@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.plots:
             from dynamiccl.agents.evaluation_plots import plot_reports
 
-            plot_reports(reports, args.out)
+            plot_reports(reports, args.out, suite=str(args.suite), deployable=args.deployable)
     if args.json:
         rows = [_contract(r.summary()) for r in reports]
         print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
