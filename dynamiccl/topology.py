@@ -179,9 +179,16 @@ def load_topology(
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise TopologyError(f"{source}: not valid YAML ({exc}); fix the syntax") from None
+        raise TopologyError(f"{source}: not valid YAML ({_yaml_problem(exc)}); fix the syntax") from None
     topo = topology_from_dict(data, source=source)
     return topo.resized(nodes=nodes, gpus_per_node=gpus_per_node)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's several-line report as one line: what is wrong and where."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
 
 
 def _read_source(name_or_path: str) -> tuple[str, str]:

@@ -76,6 +76,8 @@ class ArgumentParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        if message.endswith("expected one argument"):  # argparse took a value like -3ms for an option
+            message += "; values cannot be negative, and one starting with '-' is written --option=VALUE"
         raise UsageError(self.prog, message)
 
 

@@ -87,7 +87,8 @@ def explain_rows(topology: Topology, collective: Collective, sizes: list[int],
     from rich.progress import Progress
 
     rows = []
-    with Progress(transient=True, console=_stderr()) as progress:
+    console = _stderr()
+    with Progress(transient=True, console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task(f"simulating {len(sizes)} sizes", total=len(sizes))
         for size in sizes:
             rows.append(explain_row(topology, collective, size, deployable))

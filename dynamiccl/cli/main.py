@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args, extra = parser.parse_known_args(argv)
         if extra and not getattr(args, "accepts_overrides", False):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            raise UsageError(_prog(args), f"unrecognized arguments: {' '.join(extra)}")
     except UsageError as exc:
         print(f"{exc.prog}: error: {exc}", file=sys.stderr)
         return 2
