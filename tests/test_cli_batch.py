@@ -1,0 +1,102 @@
+"""`dynamiccl simulate --batch`: one answer per line, in order, identical to `--json`, errors in-line."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dynamiccl.cli.main import main
+
+REQUESTS = [
+    {"topology": "dgx_h100", "nodes": 2, "gpus_per_node": 8, "collective": "allreduce",
+     "size": "1MiB", "algo": "ring"},
+    {"topology": "dgx_a100", "collective": "allgather", "size": 65536},
+    {"topology": "dgx_h100", "collective": "allreduce", "size": "1G", "straggler_rank": 3,
+     "straggler_delay": "10ms", "c2c": 0.5},
+    {"topology": "dgx_h100", "nodes": 1, "gpus_per_node": 1, "collective": "reduce", "size": "4K"},
+]
+
+
+def _argv(request: dict) -> list[str]:
+    return [arg for key, value in request.items() for arg in (f"--{key.replace('_', '-')}", str(value))]
+
+
+def _json_of(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    assert main(["simulate", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_batch_answers_equal_json_answers_in_order(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    batch = tmp_path / "requests.jsonl"
+    batch.write_text("".join(json.dumps(r) + "\n" for r in REQUESTS))
+    assert main(["simulate", "--batch", str(batch)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(REQUESTS)
+    for line, request in zip(lines, REQUESTS, strict=True):
+        assert json.loads(line) == _json_of(capsys, _argv(request))
+
+
+def test_the_echoed_input_is_itself_a_valid_request(capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _json_of(capsys, _argv(REQUESTS[2]))
+    assert first["input"]["size"] == 2**30 and first["input"]["straggler_delay"] == 10_000.0
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(first["input"]) + "\n"))
+    assert main(["simulate", "--batch", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == first
+
+
+def test_a_bad_line_gets_an_error_on_its_line_and_the_rest_go_on(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = [
+        json.dumps(REQUESTS[0]),
+        "not json",
+        "",
+        json.dumps({"topology": "dgx_h100", "collective": "allreduce", "size": "1e400"}),
+        json.dumps({"topology": "dgx_a100", "collective": "allreduce", "size": "1M", "algo": "nvls"}),
+        json.dumps({"topology": "dgx_h100", "collective": "allreduce", "size": 8, "colour": "red"}),
+        json.dumps(["dgx_h100"]),
+        json.dumps({"topology": "dgx_h100", "collective": "allreduce", "size": True}),
+        json.dumps(REQUESTS[1]),
+    ]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
+    assert main(["simulate", "--batch", "-"]) == 0
+    captured = capsys.readouterr()
+    answers = [json.loads(line) for line in captured.out.splitlines()]
+    assert len(answers) == len(lines)
+    errors = [a.get("error") for a in answers]
+    assert errors[0] is None and errors[-1] is None
+    assert "not a JSON object" in errors[1] and "empty line" in errors[2]
+    assert "too large" in errors[3] and "sm90+" in errors[4]
+    assert "unknown key 'colour'" in errors[5] and "JSON object" in errors[6]
+    assert "string or a number" in errors[7]
+    assert "7 invalid" in captured.err
+
+
+def test_command_line_flags_are_defaults_for_every_line(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"size": "1M"}\n{"size": "2M", "nodes": 4}\n'))
+    assert main(["simulate", "--batch", "-", "--topology", "dgx_h100", "--collective", "allgather"]) == 0
+    first, second = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert first["input"]["collective"] == second["input"]["collective"] == "allgather"
+    assert (first["nranks"], second["nranks"]) == (8, 32)
+
+
+def test_a_process_feeding_one_request_at_a_time_gets_each_answer_at_once() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "dynamiccl.cli.main", "simulate", "--batch", "-"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for request in REQUESTS[:2]:
+            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.flush()
+            answer = json.loads(proc.stdout.readline())  # would block forever if output were held back
+            assert answer["input"]["collective"] == request["collective"]
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=120)
+    assert proc.returncode == 0
