@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,10 @@ def describe_run(suite: str | None, deployable: bool | None) -> str:
 
 
 def plot_choice_maps(reports: Sequence[PolicyReport], path: str | Path, context: str = "") -> Path:
+    return save(choice_maps_figure(reports, context), path)
+
+
+def choice_maps_figure(reports: Sequence[PolicyReport], context: str = "") -> Any:
     """Per policy, the most frequent algorithm/protocol in every (ranks × size bin) cell."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
@@ -73,10 +78,14 @@ def plot_choice_maps(reports: Sequence[PolicyReport], path: str | Path, context:
     fig.tight_layout(rect=(0, 0, 0.78, 1))
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.79, 0.95), fontsize=7,
                title="algorithm/protocol", title_fontsize=7, frameon=False)
-    return save(fig, path)
+    return fig
 
 
 def plot_speedup_vs_size(reports: Sequence[PolicyReport], path: str | Path, context: str = "") -> Path:
+    return save(speedup_figure(reports, context), path)
+
+
+def speedup_figure(reports: Sequence[PolicyReport], context: str = "") -> Any:
     """Geometric-mean speedup over NCCL's default per size bin, per policy."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 5))
@@ -102,7 +111,7 @@ def plot_speedup_vs_size(reports: Sequence[PolicyReport], path: str | Path, cont
     ax.legend(fontsize=8, title="policy", title_fontsize=8, loc="upper left",
               bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    return save(fig, path)
+    return fig
 
 
 def plot_reports(reports: Sequence[PolicyReport], out_dir: str | Path, *, suite: str | None = None,

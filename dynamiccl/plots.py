@@ -146,6 +146,11 @@ def _channel_marker_size(channels: int) -> float:
 
 
 def plot_explain(rows: list[dict], path: Path, title: str) -> Path:
+    """Draws :func:`explain_figure` to ``path``."""
+    return save(explain_figure(rows, title), path)
+
+
+def explain_figure(rows: list[dict], title: str) -> Any:
     """Bus bandwidth of NCCL's pick and of the best pick per size, and the gain between them.
 
     Colour: the algorithm; marker shape: the protocol; marker size: the channel count. The lower
@@ -196,10 +201,15 @@ def plot_explain(rows: list[dict], path: Path, title: str) -> Path:
     bottom.grid(True, which="major", axis="y", alpha=0.3)
     size_axis(bottom, sizes)
     fig.tight_layout()
-    return save(fig, path)
+    return fig
 
 
 def plot_arrivals(arrival_us: Any, path: Path, title: str, straggler: int | None = None) -> Path:
+    """Draws :func:`arrivals_figure` to ``path``."""
+    return save(arrivals_figure(arrival_us, title, straggler), path)
+
+
+def arrivals_figure(arrival_us: Any, title: str, straggler: int | None = None) -> Any:
     """Per-rank arrival times of ``profile collective``: each rank's lateness behind the first arrival.
 
     ``arrival_us[rank, iteration]`` on one host clock. A persistent straggler shows as one rank whose
@@ -225,9 +235,14 @@ def plot_arrivals(arrival_us: Any, path: Path, title: str, straggler: int | None
     left.set_title(title, fontsize=10)
     left.grid(True, alpha=0.3)
     left.legend(fontsize=7, ncol=1 + nranks // 9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    right.boxplot([late[r] for r in range(nranks)], vert=False, tick_labels=[str(r) for r in range(nranks)])
+    p10, median, p90 = np.percentile(late, [10, 50, 90], axis=1)
+    for rank in range(nranks):
+        right.errorbar(median[rank], rank, xerr=[[median[rank] - p10[rank]], [p90[rank] - median[rank]]],
+                       fmt="o", color=colours(rank % 10), capsize=3)
+    right.set_yticks(range(nranks), [str(r) for r in range(nranks)])
     right.set_xlabel("arrival after the first rank (µs)")
     right.set_ylabel("rank")
-    right.set_title("per-rank spread", fontsize=9)
+    right.set_title("median and p10–p90 per rank", fontsize=9)
+    right.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
-    return save(fig, path)
+    return fig
