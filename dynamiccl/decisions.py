@@ -136,11 +136,18 @@ def _timed_decision(scenario: Scenario, config: Config) -> Decision:
     timing = evaluate(scenario, config)
     predicted = None
     if config.exportable:
-        model = nccl_model_for(scenario.topology)
-        predicted = model.predicted_us(scenario.collective, scenario.nbytes, config)
-        predicted = predicted if math.isfinite(predicted) else None
+        table = _nccl_cost_table(scenario.topology, scenario.collective, scenario.nbytes)
+        value = float(table[config.algorithm, config.protocol])
+        predicted = value if value >= 0 else None  # NCCL marks what it cannot run with -1
     return Decision(config, timing.time_us, timing.time_after_straggler_us, timing.algbw_GBps,
                     timing.busbw_GBps, predicted)
+
+
+@lru_cache(maxsize=65536)
+def _nccl_cost_table(topology: Topology, collective: Collective, nbytes: int) -> np.ndarray:
+    """NCCL's predicted µs per (algorithm, protocol) for one call: NCCL's pick and the best pick of
+    the same call read their predictions from one table."""
+    return nccl_model_for(topology).cost_table(collective, nbytes)
 
 
 def _nccl_algorithms(constraints: KnobConstraints) -> set[Algorithm] | None:
