@@ -112,3 +112,14 @@ def test_plugin_path_after_build_names_the_built_library(tmp_path: Path, monkeyp
     Path(built).unlink()  # the user's build is gone: back to the packaged one
     assert main(["plugin", "path"]) == 0
     assert capsys.readouterr().out.strip() == str(packaged)
+
+
+def test_python_dash_m_reports_a_user_error_in_one_line() -> None:
+    """Run as ``__main__``, the entry module and the subcommands must share one UserError class."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "dynamiccl.cli.main", "simulate", "--topology", "nope",
+                           "--collective", "allreduce", "--size", "1M"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "unknown topology 'nope'" in proc.stderr and proc.stderr.count("\n") == 1
