@@ -100,3 +100,42 @@ def test_a_process_feeding_one_request_at_a_time_gets_each_answer_at_once() -> N
         proc.stdin.close()
         proc.wait(timeout=120)
     assert proc.returncode == 0
+
+
+_DECIDE = """
+import json, sys
+from dataclasses import asdict
+from dynamiccl import decisions
+from dynamiccl.decisions import KnobConstraints, best, nccl_default
+from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.scenario import Scenario
+from dynamiccl.topology import load_topology
+
+calls = []
+for nodes in (1, 2):
+    topo = load_topology("dgx_h100", nodes=nodes)
+    for coll in Collective:
+        for size in (8, 4096, 3 * 2**20 + 12, 2**30):
+            for c in (KnobConstraints(), KnobConstraints(algorithm=Algorithm.RING),
+                      KnobConstraints(protocol=Protocol.LL128, channels=24)):
+                calls.append((Scenario(topo, coll, size), c))
+                if coll == Collective.ALLREDUCE:
+                    calls.append((Scenario(topo, coll, size, 3, 2500.0, 0.5), c))
+if sys.argv[1] == "prefetch":
+    decisions.prefetch(calls)
+out = []
+for scenario, c in calls:
+    try:
+        out.append([asdict(nccl_default(scenario, c)), asdict(best(scenario, c))])
+    except ValueError as exc:
+        out.append(str(exc))
+print(json.dumps(out, default=str))
+"""
+
+
+def test_prefetched_answers_are_the_one_call_answers_exactly() -> None:
+    """Each in a fresh process, so neither path can read the other's cached results."""
+    runs = [subprocess.run([sys.executable, "-c", _DECIDE, mode], capture_output=True, text=True,
+                           check=True).stdout for mode in ("prefetch", "one-by-one")]
+    prefetched, one_by_one = (json.loads(r) for r in runs)
+    assert len(prefetched) > 100 and prefetched == one_by_one

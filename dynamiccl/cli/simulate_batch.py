@@ -12,8 +12,11 @@ process feeding requests one at a time gets each answer at once.
 from __future__ import annotations
 
 import argparse
+import codecs
 import copy
+import io
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
@@ -28,7 +31,14 @@ from dynamiccl.cli.common import (
     read_text,
     topology_from_args,
 )
-from dynamiccl.cli.simulate import REQUEST_FLAGS, add_request_args, decide, result_json
+from dynamiccl.cli.simulate import (
+    REQUEST_FLAGS,
+    add_request_args,
+    constraints_from_args,
+    decide,
+    result_json,
+    scenario_from_args,
+)
 from dynamiccl.topology import Topology
 
 
@@ -62,7 +72,9 @@ def request_argv(line: str) -> list[str]:
 
 
 class BatchSimulator:
-    """Answers requests one by one; systems are loaded once per (topology, nodes, GPUs per node)."""
+    """Answers requests a chunk at a time; systems are loaded once per (topology, nodes, GPUs per
+    node), and the requests of a chunk are computed together (``decisions.prefetch``)
+    before each is answered exactly as ``simulate --json`` would answer it."""
 
     def __init__(self, defaults: argparse.Namespace) -> None:
         self.defaults = defaults
@@ -76,30 +88,77 @@ class BatchSimulator:
         return topology_from_args(argparse.Namespace(topology=name, nodes=nodes,
                                                      gpus_per_node=gpus_per_node))
 
-    def answer(self, line: str) -> dict[str, Any]:
+    def _topology(self, args: argparse.Namespace) -> Topology:
+        return self._load(args.topology, args.nodes, args.gpus_per_node)
+
+    def _parse(self, line: str) -> argparse.Namespace | dict[str, Any]:
         try:
-            args = self.parser.parse_args(request_argv(line), namespace=copy.copy(self.defaults))
-            scenario, default, top = decide(
-                args, lambda a: self._load(a.topology, a.nodes, a.gpus_per_node))
+            return self.parser.parse_args(request_argv(line), namespace=copy.copy(self.defaults))
+        except Exception as exc:
+            return self._error(exc)
+
+    def _error(self, exc: Exception) -> dict[str, Any]:
+        if is_input_error(exc):
+            self.invalid += 1
+            return {"error": describe_input_error(exc)}
+        self.failed += 1
+        return {"error": internal_error_line(exc)}
+
+    def _prefetch(self, requests: list[argparse.Namespace | dict[str, Any]]) -> None:
+        from dynamiccl.decisions import prefetch
+
+        calls = []
+        for args in requests:
+            if isinstance(args, argparse.Namespace):
+                try:
+                    calls.append((scenario_from_args(args, self._topology), constraints_from_args(args)))
+                except Exception:  # reported when the request itself is answered below
+                    continue
+        prefetch(calls)
+
+    def answer(self, args: argparse.Namespace | dict[str, Any]) -> dict[str, Any]:
+        if isinstance(args, dict):
+            return args
+        try:
+            scenario, default, top = decide(args, self._topology)
             return result_json(args, scenario, default, top)
         except Exception as exc:
-            if is_input_error(exc):
-                self.invalid += 1
-                return {"error": describe_input_error(exc)}
-            self.failed += 1
-            return {"error": internal_error_line(exc)}
+            return self._error(exc)
 
-    def run(self, lines: Iterable[str], out: IO[str]) -> None:
-        for line in lines:
-            out.write(json.dumps(self.answer(line)) + "\n")
+    def run(self, chunks: Iterable[list[str]], out: IO[str]) -> None:
+        for lines in chunks:
+            requests = [self._parse(line) for line in lines]
+            self._prefetch(requests)
+            out.write("".join(json.dumps(self.answer(args)) + "\n" for args in requests))
             out.flush()
 
 
-def _lines(source: str) -> Iterator[str]:
-    if source == "-":
-        yield from (line.rstrip("\n") for line in sys.stdin)
-    else:
-        yield from read_text(source, "batch file").splitlines()
+#: Lines answered together from a file (stdin: whatever has arrived, so a process feeding one
+#: request at a time gets each answer at once).
+CHUNK_LINES = 1024
+
+
+def _chunks(source: str) -> Iterator[list[str]]:
+    if source != "-":
+        lines = read_text(source, "batch file").splitlines()
+        for start in range(0, len(lines), CHUNK_LINES):
+            yield lines[start:start + CHUNK_LINES]
+        return
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, io.UnsupportedOperation):  # a stream without a descriptor: line by line
+        yield from ([line.rstrip("\n")] for line in sys.stdin)
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    while block := os.read(fd, 1 << 16):
+        pending += decoder.decode(block)
+        *complete, pending = pending.split("\n")
+        if complete:
+            yield complete
+    pending += decoder.decode(b"", final=True)
+    if pending:
+        yield [pending]
 
 
 def _defaults(args: argparse.Namespace) -> argparse.Namespace:
@@ -111,7 +170,7 @@ def run_batch(args: argparse.Namespace) -> int:
     if args.json:
         raise UserError("--batch always writes JSON lines; drop --json")
     batch = BatchSimulator(_defaults(args))
-    batch.run(_lines(args.batch), sys.stdout)
+    batch.run(_chunks(args.batch), sys.stdout)
     answered = batch.invalid + batch.failed
     if answered:
         print(f"dynamiccl simulate: {batch.invalid} invalid and {batch.failed} failed request(s); "
