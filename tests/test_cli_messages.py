@@ -123,3 +123,16 @@ def test_python_dash_m_reports_a_user_error_in_one_line() -> None:
                            "--collective", "allreduce", "--size", "1M"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "unknown topology 'nope'" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_profile_topology_keeps_an_existing_file_unless_told(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    recording = Path(__file__).parent / "fixtures" / "profiler" / "nvml" / "dgx_h100.yaml"
+    out = tmp_path / "mine.yaml"
+    out.write_text("my hand-written topology\n")
+    argv = ["profile", "topology", "--from", str(recording), "-o", str(out)]
+    assert main(argv) == 2
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert out.read_text() == "my hand-written topology\n"
+    assert main([*argv, "--force"]) == 0
+    assert "tiers" in out.read_text() and [p.name for p in tmp_path.iterdir()] == ["mine.yaml"]
