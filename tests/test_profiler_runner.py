@@ -25,8 +25,10 @@ def test_launcher_returns_each_ranks_result_with_one_thread_per_rank():
 def test_a_dying_rank_ends_the_run_and_frees_the_rank_blocked_on_it():
     start = time.monotonic()
     with pytest.raises(LaunchError, match="rank 1 exited with code 3 without a result"):
-        launch(f"{WORKERS}:fail_on_rank", 2, {"bad_rank": 1, "mode": "exit"}, timeout_s=60)
-    assert time.monotonic() - start < 30  # rank 0, blocked in all_reduce, was not waited for
+        launch(f"{WORKERS}:fail_on_rank", 2, {"bad_rank": 1, "mode": "exit"}, timeout_s=600)
+    # rank 0, blocked in all_reduce, was not waited for (the timeout is far beyond any start-up,
+    # however loaded the machine)
+    assert time.monotonic() - start < 300
     with pytest.raises(LaunchError, match="rank 0 failed: RuntimeError: injected failure"):
         launch(f"{WORKERS}:misbehave_without_torch", 2, {"bad_rank": 0, "mode": "raise"})
 
@@ -36,7 +38,7 @@ def test_a_hanging_rank_ends_the_run_after_the_timeout():
     with pytest.raises(LaunchError, match=r"^rank 1 did not finish within 3 s"):
         launch(f"{WORKERS}:misbehave_without_torch", 2, {"bad_rank": 1, "mode": "hang"},
                timeout_s=3)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 60  # gave up at the timeout, not never
 
 
 def test_bad_targets_fail_in_the_caller():
