@@ -215,3 +215,17 @@ def test_a_bug_inside_is_an_internal_error_not_the_users(capsys: pytest.CaptureF
     monkeypatch.setenv("DYNAMICCL_DEBUG", "1")
     with pytest.raises(ValueError, match="empty sequence"):
         main(AR1M)
+
+
+def test_a_policy_name_that_names_nothing_or_a_file_that_is_no_checkpoint(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    not_a_zip = tmp_path / "policy.dccl"
+    not_a_zip.write_text("DYNAMICCL-POLICY 1\n")
+    for argv, message in (
+            (["evaluate", "--policy", str(not_a_zip), "--suite", "smoke"], "not a checkpoint"),
+            (["evaluate", "--policy", "oracel", "--suite", "smoke"], "unknown policy 'oracel'"),
+            (["export", "--policy", "no_such_policy", "--topology", "dgx_h100", "-o",
+              str(tmp_path / "out.dccl")], "unknown policy 'no_such_policy'")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err, err

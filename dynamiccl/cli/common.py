@@ -12,6 +12,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from dynamiccl.knobs import Collective, parse_enum
 from dynamiccl.topology import Topology, TopologyError, load_topology
@@ -145,6 +146,29 @@ def positive_float(text: str) -> float:
     if value == 0:
         raise argparse.ArgumentTypeError("must be greater than 0")
     return value
+
+
+def load_policy_arg(name_or_path: str, **kwargs: Any) -> Any:
+    """``agents.registry.load_policy`` for a name the user typed: a name that is no policy, or a
+    file that is no checkpoint (a policy file, a truncated zip), is one UserError naming it."""
+    import zipfile
+
+    from dynamiccl.agents.registry import BUILTIN, load_policy
+
+    path = Path(name_or_path)
+    names_something = name_or_path.strip().lower() in BUILTIN or path.exists() or \
+        path.with_suffix(".zip").exists()
+    try:
+        return load_policy(name_or_path, **kwargs)
+    except zipfile.BadZipFile:
+        hint = " (a .dccl policy file is for the plugin; inspect it with `dynamiccl show`)" \
+            if path.suffix == ".dccl" else ""
+        raise UserError(f"{name_or_path} is not a checkpoint written by `dynamiccl train` (not a zip "
+                        f"file){hint}") from None
+    except ValueError as exc:
+        if names_something:  # the name was fine: whatever failed is not the user's doing
+            raise
+        raise UserError(str(exc)) from None
 
 
 def read_text(path: str | Path, what: str) -> str:

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError
+from dynamiccl.cli.common import UserError, load_policy_arg
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, or a
 checkpoint path (model.zip, checkpoints/last.zip, or a training run folder)
@@ -25,7 +25,6 @@ examples:
 
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.evaluate import evaluate_policies, print_table, save_reports
-    from dynamiccl.agents.registry import load_policy
     from dynamiccl.envs.workloads import load_suite
 
     names = [n for item in args.policy for n in item.split(",") if n]
@@ -36,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
     if not suite:
         raise UserError(f"suite {args.suite!r} has no workloads; check configs/scenario/")
-    policies = [load_policy(n, deployable=args.deployable, seed=args.seed) for n in names]
+    policies = [load_policy_arg(n, deployable=args.deployable, seed=args.seed) for n in names]
     for name, policy in zip(names, policies, strict=True):
         if len(names) > 1 and Path(name).exists():
             policy.name = Path(name).stem

@@ -10,7 +10,7 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, add_topology_args, topology_from_args
+from dynamiccl.cli.common import UserError, add_topology_args, load_policy_arg, topology_from_args
 
 EPILOG = """examples:
   dynamiccl export --policy oracle --topology dgx_h100 --nodes 2 -o oracle.dccl
@@ -57,12 +57,11 @@ def _checkpoint_digest(name_or_path: str) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl import policy_file as pf
     from dynamiccl.agents.export import export_policy
-    from dynamiccl.agents.registry import load_policy
     from dynamiccl.nccl_csv import to_nccl_example_csv
 
     topology = topology_from_args(args)
     node_counts = args.node_counts or [topology.nodes]
-    policy = load_policy(args.policy, topology=topology, deployable=True, seed=args.seed)
+    policy = load_policy_arg(args.policy, topology=topology, deployable=True, seed=args.seed)
     result = export_policy(
         policy, topology, policy_name=Path(args.policy).stem if Path(args.policy).exists()
         else args.policy, node_counts=node_counts, gpus_per_node=args.gpus_per_node_list,
