@@ -73,6 +73,11 @@ class KnobConstraints:
 NO_CONSTRAINTS = KnobConstraints()
 
 
+class NcclCannotRun(ValueError):
+    """NCCL's own model has no usable algorithm/protocol for the call under the pinned knobs, so
+    NCCL would fail it (with knobs pinned, the user's choice; without, a gap in the model)."""
+
+
 class _Memo:
     """A bounded least-recently-used cache that, unlike ``lru_cache``, :func:`prefetch` can fill in
     bulk: many calls answered by one vectorized computation, then looked up one by one."""
@@ -262,14 +267,33 @@ def _nccl_choice(topology: Topology, collective: Collective, nbytes: int,
 
 def _nccl_choose(topology: Topology, collective: Collective, nbytes: int,
                  constraints: KnobConstraints) -> Config:
-    choice = nccl_model_for(topology).choose(
-        collective,
-        nbytes,
-        algorithms=_nccl_algorithms(constraints),
-        protocols=None if constraints.protocol is None else {constraints.protocol},
-        channels=constraints.channels,
-    )
+    algorithms, protocols = _nccl_allowed(topology, collective, constraints)
+    try:
+        choice = nccl_model_for(topology).choose(collective, nbytes, algorithms=algorithms,
+                                                 protocols=protocols, channels=constraints.channels)
+    except ValueError as exc:  # NCCL's model has nothing usable: NCCL would fail the call
+        raise NcclCannotRun(str(exc)) from None
     return constraints.apply(choice.config)
+
+
+@lru_cache(maxsize=4096)
+def _nccl_allowed(topology: Topology, collective: Collective, constraints: KnobConstraints
+                  ) -> tuple[frozenset[Algorithm] | None, frozenset[Protocol] | None]:
+    """What NCCL_ALGO / NCCL_PROTO would allow so that NCCL's pick, with the pinned knobs applied
+    on top, can run here: pinning the hierarchy on one node must not yield a ring-over-ring, nor
+    pinning StragglAR a protocol it does not run."""
+    algorithms = _nccl_algorithms(constraints)
+    protocols = None if constraints.protocol is None else frozenset({constraints.protocol})
+    if not constraints.given():
+        return algorithms, protocols
+    runnable, _ = _valid_candidates(topology, collective, constraints, False)
+    if not runnable:
+        return algorithms, protocols
+    nccl_algorithms = {Algorithm.RING if c.algorithm == Algorithm.STRAGGLAR else c.algorithm
+                       for c in runnable}
+    if algorithms is not None:
+        algorithms = frozenset(algorithms & nccl_algorithms)
+    return algorithms, frozenset(c.protocol for c in runnable)
 
 
 def candidate_configs(constraints: KnobConstraints = NO_CONSTRAINTS) -> tuple[Config, ...]:
@@ -363,11 +387,10 @@ def _prefetch_group(topology: Topology, collective: Collective, c2c: float,
     delay = group[0].straggler_delay_us if group[0].has_straggler else 0.0
     model = nccl_model_for(topology)
     colls = np.full(len(group), int(collective))
+    algorithms, protocols = _nccl_allowed(topology, collective, constraints)
     try:
-        algo, proto, channels, _ = model.choose_many(
-            colls, sizes, algorithms=_nccl_algorithms(constraints),
-            protocols=None if constraints.protocol is None else {constraints.protocol},
-            channels=constraints.channels)
+        algo, proto, channels, _ = model.choose_many(colls, sizes, algorithms=algorithms,
+                                                     protocols=protocols, channels=constraints.channels)
     except ValueError:  # NCCL has nothing usable: the one-call path says so for each call
         return
     if constraints.given():

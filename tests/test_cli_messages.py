@@ -136,3 +136,19 @@ def test_profile_topology_keeps_an_existing_file_unless_told(tmp_path: Path,
     assert out.read_text() == "my hand-written topology\n"
     assert main([*argv, "--force"]) == 0
     assert "tiers" in out.read_text() and [p.name for p in tmp_path.iterdir()] == ["mine.yaml"]
+
+
+@pytest.mark.parametrize("knobs", [["--hierarchy", "hierarchical"],
+                                   ["--algo", "stragglar", "--channels", "1"],
+                                   ["--schedule", "bw_aware", "--nodes", "2"]])
+def test_pinned_knobs_yield_a_runnable_nccl_pick(capsys: pytest.CaptureFixture[str],
+                                                 knobs: list[str]) -> None:
+    """NCCL's pick with the pinned knobs applied on top must be something the system can run
+    (seen: a ring-over-ring on one node, StragglAR with LL)."""
+    out = _json(capsys, "simulate", "--topology", "dgx_h100", "--collective", "allreduce", "--size", "1K",
+                *knobs)
+    pinned = {"--hierarchy": "hierarchy", "--algo": "algorithm", "--channels": "channels"}
+    for flag, value in zip(knobs[::2], knobs[1::2], strict=True):
+        if flag in pinned:
+            assert str(out["config"][pinned[flag]]) == value
+    assert out["config"]["protocol"] == "simple" or out["config"]["algorithm"] != "stragglar"

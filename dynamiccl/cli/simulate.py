@@ -69,6 +69,18 @@ def _delay_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+#: Compute a thousand times longer than the collective already hides it completely; beyond that a
+#: ratio only overflows the arithmetic.
+MAX_C2C = 1000.0
+
+
+def _c2c_arg(text: str) -> float:
+    value = non_negative_float(text)
+    if value > MAX_C2C:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_C2C:g}, got {text}")
+    return value
+
+
 def add_request_args(p: argparse.ArgumentParser) -> None:
     """The flags of one request; ``--batch`` lines are parsed by a parser holding exactly these."""
     add_topology_args(p, required=False)
@@ -89,8 +101,9 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                    help="rank that arrives late (needs --straggler-delay)")
     p.add_argument("--straggler-delay", type=_delay_arg, default=0.0, metavar="DELAY",
                    help="how late the straggler arrives, e.g. 10ms or 250us (a bare number is µs)")
-    p.add_argument("--c2c", type=non_negative_float, default=0.0,
-                   help="compute-to-communication ratio of compute overlapping the collective (>= 0)")
+    p.add_argument("--c2c", type=_c2c_arg, default=0.0,
+                   help=f"compute-to-communication ratio of compute overlapping the collective "
+                   f"(0..{MAX_C2C:g})")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -177,14 +190,19 @@ def decide(args: argparse.Namespace,
            load: Callable[[argparse.Namespace], Topology] = topology_from_args
            ) -> tuple[Scenario, Decision, Decision]:
     """The scenario of one request, NCCL's pick and the best pick; UserError for a bad request."""
-    from dynamiccl.decisions import best, nccl_default, why_impossible
+    from dynamiccl.decisions import NcclCannotRun, best, nccl_default, why_impossible
 
     scenario = scenario_from_args(args, load)
     constraints = constraints_from_args(args)
     reason = why_impossible(scenario, constraints) if constraints.given() else None
     if reason:
         raise UserError(f"invalid combination: {reason}")
-    return scenario, nccl_default(scenario, constraints), best(scenario, constraints)
+    try:
+        return scenario, nccl_default(scenario, constraints), best(scenario, constraints)
+    except NcclCannotRun as exc:
+        if not constraints.given():
+            raise
+        raise UserError(f"invalid combination: {exc}") from None
 
 
 def result_json(args: argparse.Namespace, scenario: Scenario, default: Decision,
