@@ -25,17 +25,15 @@ import numpy as np
 from dynamiccl.knobs import (
     ACTIONS,
     NCCL_ALGORITHM_HIERARCHY,
-    Algorithm,
-    Collective,
     Config,
     ConfigBatch,
     Hierarchy,
-    Protocol,
     Schedule,
     invalid_reason,
     nccl_config,
     valid_mask,
 )
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.nccl_model.select import cost_tables
 from dynamiccl.scenario import Scenario
@@ -110,7 +108,12 @@ _CANDIDATE_TIMES = _Memo(65536)
 
 
 @dataclass(frozen=True)
-class Decision:
+class TimedConfig:
+    """A configuration with what the simulator says it costs: NCCL's pick or the best pick.
+
+    (What a policy file makes NCCL do is :class:`dynamiccl.policy_file.Decision`.)
+    """
+
     config: Config
     time_us: float
     time_after_straggler_us: float
@@ -175,12 +178,12 @@ def _times_row(valid: np.ndarray, simulated: np.ndarray) -> np.ndarray:
     return times
 
 
-def _decision(scenario: Scenario, config: Config) -> Decision:
+def _decision(scenario: Scenario, config: Config) -> TimedConfig:
     """Times ``config`` on the simulator and asks NCCL's model what it would have predicted."""
     return _timed_decision(_timing_key(scenario), config)
 
 
-def _timed_decision(scenario: Scenario, config: Config) -> Decision:
+def _timed_decision(scenario: Scenario, config: Config) -> TimedConfig:
     hit = _DECISIONS.get((scenario, config))
     if hit is not None:
         return hit
@@ -195,13 +198,13 @@ def _timed_decision(scenario: Scenario, config: Config) -> Decision:
 
 
 def _make_decision(scenario: Scenario, config: Config, time_us: float, after_us: float,
-                   algbw: float, busbw: float) -> Decision:
+                   algbw: float, busbw: float) -> TimedConfig:
     predicted = None
     if config.exportable:
         table = _nccl_cost_table(scenario.topology, scenario.collective, scenario.nbytes)
         value = float(table[config.algorithm, config.protocol])
         predicted = value if value >= 0 else None  # NCCL marks what it cannot run with -1
-    return Decision(config, float(time_us), float(after_us), float(algbw), float(busbw), predicted)
+    return TimedConfig(config, float(time_us), float(after_us), float(algbw), float(busbw), predicted)
 
 
 def _nccl_cost_table(topology: Topology, collective: Collective, nbytes: int) -> np.ndarray:
@@ -247,7 +250,7 @@ def _why_impossible(topology: Topology, collective: Collective,
     return max(dict.fromkeys(reasons), key=reasons.count)  # ties: the first candidate's reason
 
 
-def nccl_default(scenario: Scenario, constraints: KnobConstraints = NO_CONSTRAINTS) -> Decision:
+def nccl_default(scenario: Scenario, constraints: KnobConstraints = NO_CONSTRAINTS) -> TimedConfig:
     """NCCL's own pick under ``constraints``, timed by the simulator."""
     reason = why_impossible(scenario, constraints) if constraints.given() else None
     if reason:
@@ -329,7 +332,7 @@ def best(
     constraints: KnobConstraints = NO_CONSTRAINTS,
     *,
     deployable: bool = False,
-) -> Decision:
+) -> TimedConfig:
     """The fastest valid configuration under ``constraints`` (the oracle when unconstrained).
 
     NCCL's own pick is a candidate too: its channel count need not be one of the action table's

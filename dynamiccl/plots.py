@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.knobs import Algorithm, Protocol
+from dynamiccl.nccl import Algorithm, Protocol
 from dynamiccl.units import format_size
 
 #: One colour per algorithm (matplotlib's tab10 entries, fixed by name, colour-blind friendly order).

@@ -74,7 +74,7 @@ CASES = [
       "nvls_tree", "--nodes", "2"], "sm90+"),
     ([*AR1M, "--algo", "nvls", "--proto", "ll"], "only runs the simple protocol"),
     ([*AR1M, "--algo", "tree", "--hierarchy", "flat"], "tree is not flat"),
-    ([*AR1M, "--schedule", "bw_aware"], "hierarchical ring needs at least 2 nodes"),
+    ([*AR1M, "--schedule", "bw_aware"], "hierarchical ring needs two levels"),
     ([*AR1M, "--algo", "collnet_direct", "--nodes", "2"], "CollNet needs"),
     ([*AR1M, "--algo", "stragglar", "--gpus-per-node", "3"], "even number of ranks"),
     ([*AR1M, "--algo", "warp"], "unknown algorithm"),

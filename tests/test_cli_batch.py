@@ -107,7 +107,7 @@ import json, sys
 from dataclasses import asdict
 from dynamiccl import decisions
 from dynamiccl.decisions import KnobConstraints, best, nccl_default
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
 

@@ -9,7 +9,7 @@ import pytest
 
 from dynamiccl.cli.explain import explain_rows
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.plots import (
     ALGORITHM_COLOURS,
     PROTOCOL_MARKERS,

@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.knobs import Collective, parse_enum
-from dynamiccl.topology import Topology, TopologyError, load_topology
+from dynamiccl.config_loader import ConfigError
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import Collective
+from dynamiccl.topology import Topology, load_topology
 from dynamiccl.units import parse_size
 
 
@@ -26,9 +28,8 @@ class UserError(Exception):
 #: Exceptions the layers raise only for bad input (a malformed file, an unknown name), by module,
 #: so they are reported as the user's mistake without importing those modules up front.
 INPUT_ERRORS = (
-    ("dynamiccl.topology", "TopologyError"),
+    ("dynamiccl.config_loader", "ConfigError"),
     ("dynamiccl.policy_file", "PolicyFileError"),
-    ("dynamiccl.envs.config_files", "ConfigError"),
     ("dynamiccl.agents.config_schema", "ConfigCheckError"),
     ("dynamiccl.profiler.nccl_tests", "NcclTestsParseError"),
     ("dynamiccl.profiler.calibrate", "CalibrationError"),
@@ -93,7 +94,7 @@ def add_topology_args(parser: argparse.ArgumentParser, required: bool = True) ->
 def topology_from_args(args: argparse.Namespace) -> Topology:
     try:
         return load_topology(args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
-    except TopologyError as exc:
+    except ConfigError as exc:
         raise UserError(str(exc)) from None
 
 

@@ -19,7 +19,7 @@ from dynamiccl.cli.common import (
     size_arg,
     topology_from_args,
 )
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
 from dynamiccl.units import SIZE_HELP

@@ -26,7 +26,8 @@ from dynamiccl.cli.common import (
     read_text,
     size_arg,
 )
-from dynamiccl.knobs import MAX_CHANNELS, Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
 from dynamiccl.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
 
 if TYPE_CHECKING:

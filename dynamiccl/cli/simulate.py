@@ -15,7 +15,7 @@ import argparse
 import enum
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dynamiccl.cli.common import (
@@ -27,15 +27,8 @@ from dynamiccl.cli.common import (
     size_arg,
     topology_from_args,
 )
-from dynamiccl.knobs import (
-    CHUNK_LEVELS,
-    MAX_CHANNELS,
-    Algorithm,
-    Hierarchy,
-    Protocol,
-    Schedule,
-    parse_enum,
-)
+from dynamiccl.knobs import CHUNK_LEVELS, Hierarchy, Schedule, parse_enum
+from dynamiccl.nccl import COLLECTIVE_TOKENS, MAX_CHANNELS, PROTOCOL_TOKENS, Algorithm, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
 from dynamiccl.units import SIZE_HELP, format_size, format_time_us, parse_duration_us
@@ -62,6 +55,12 @@ def _enum_arg(enum_cls: type[E]) -> Callable[[str], E]:
     return parse
 
 
+def _choices(names: Iterable[str]) -> str:
+    """``a, b or c``: the help text lists exactly the names the vocabulary has."""
+    *head, last = names
+    return f"{', '.join(head)} or {last}"
+
+
 def _delay_arg(text: str) -> float:
     try:
         return parse_duration_us(text)
@@ -84,14 +83,13 @@ def _c2c_arg(text: str) -> float:
 def add_request_args(p: argparse.ArgumentParser) -> None:
     """The flags of one request; ``--batch`` lines are parsed by a parser holding exactly these."""
     add_topology_args(p, required=False)
-    p.add_argument("--collective", type=collective_arg,
-                   help="allreduce, allgather, reducescatter, broadcast or reduce")
+    p.add_argument("--collective", type=collective_arg, help=_choices(COLLECTIVE_TOKENS.values()))
     p.add_argument("--size", type=size_arg,
                    help=f"nccl-tests' size column: {SIZE_HELP}; for allgather and reducescatter the "
                    "whole gathered/scattered buffer")
     p.add_argument("--algo", type=_enum_arg(Algorithm),
-                   help="tree, ring, collnet_direct, collnet_chain, nvls, nvls_tree, pat, stragglar")
-    p.add_argument("--proto", type=_enum_arg(Protocol), help="ll, ll128 or simple")
+                   help=_choices(a.name.lower() for a in Algorithm))
+    p.add_argument("--proto", type=_enum_arg(Protocol), help=_choices(PROTOCOL_TOKENS.values()))
     p.add_argument("--channels", type=int, help=f"channels 1..{MAX_CHANNELS}")
     p.add_argument("--hierarchy", type=_enum_arg(Hierarchy), help="flat or hierarchical")
     p.add_argument("--schedule", type=_enum_arg(Schedule),
