@@ -171,8 +171,7 @@ def run_batch(args: argparse.Namespace) -> int:
         raise UserError("--batch always writes JSON lines; drop --json")
     batch = BatchSimulator(_defaults(args))
     batch.run(_chunks(args.batch), sys.stdout)
-    answered = batch.invalid + batch.failed
-    if answered:
+    if batch.invalid or batch.failed:
         print(f"dynamiccl simulate: {batch.invalid} invalid and {batch.failed} failed request(s); "
               "their lines hold {\"error\": ...}", file=sys.stderr)
     return 1 if batch.failed else 0
