@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, load_policy_arg
+from dynamiccl.cli.common import UserError, load_policy_arg, non_negative_int
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, or a
 checkpoint path (model.zip, checkpoints/last.zip, or a training run folder)
@@ -76,7 +76,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="scenario suite (default: heldout)")
     parser.add_argument("--deployable", action="store_true",
                         help="restrict every policy and the oracle to exportable actions")
-    parser.add_argument("--seed", type=int, default=0, help="seed of random policies (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of random policies (default 0)")
     parser.add_argument("--budget", type=int, metavar="CALLS",
                         help="measured calls per context for online tuners (default 64)")
     parser.add_argument("--out", metavar="DIR", help="write summary.csv, summary.json, calls.csv")

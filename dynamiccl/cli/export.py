@@ -10,7 +10,13 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, add_topology_args, load_policy_arg, topology_from_args
+from dynamiccl.cli.common import (
+    UserError,
+    add_topology_args,
+    load_policy_arg,
+    non_negative_int,
+    topology_from_args,
+)
 
 EPILOG = """examples:
   dynamiccl export --policy oracle --topology dgx_h100 --nodes 2 -o oracle.dccl
@@ -104,7 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="context slices: 'default' (no straggler, no overlap) or 'all'")
     parser.add_argument("--points-per-octave", type=int, default=8,
                         help="size samples per doubling before bisection (default 8)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of random policies")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of random policies")
     parser.add_argument("--format", choices=("dccl", "nccl-example-csv"), default="dccl",
                         help="dccl (DynamICCL plugin, default) or NVIDIA's example-tuner CSV")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
