@@ -42,8 +42,8 @@ def is_input_error(exc: BaseException) -> bool:
     """True for the layers' own bad-input exceptions and for files the user named that cannot be used."""
     if isinstance(exc, UserError):
         return True
-    if isinstance(exc, OSError) and exc.filename is not None:
-        return True
+    if isinstance(exc, FileNotFoundError) or (isinstance(exc, OSError) and exc.filename is not None):
+        return True  # a path the user named (a missing one may be reported by message only)
     for module, name in INPUT_ERRORS:
         cls = getattr(sys.modules.get(module), name, None)
         if cls is not None and isinstance(exc, cls):

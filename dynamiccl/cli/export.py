@@ -15,6 +15,7 @@ from dynamiccl.cli.common import (
     add_topology_args,
     load_policy_arg,
     non_negative_int,
+    positive_int,
     topology_from_args,
 )
 
@@ -108,7 +109,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="export several GPUs-per-node values (default: the system's own)")
     parser.add_argument("--contexts", type=_contexts, default="default",
                         help="context slices: 'default' (no straggler, no overlap) or 'all'")
-    parser.add_argument("--points-per-octave", type=int, default=8,
+    parser.add_argument("--points-per-octave", type=positive_int, default=8,
                         help="size samples per doubling before bisection (default 8)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of random policies")
     parser.add_argument("--format", choices=("dccl", "nccl-example-csv"), default="dccl",
