@@ -136,6 +136,10 @@ def test_profile_topology_keeps_an_existing_file_unless_told(tmp_path: Path,
     assert out.read_text() == "my hand-written topology\n"
     assert main([*argv, "--force"]) == 0
     assert "tiers" in out.read_text() and [p.name for p in tmp_path.iterdir()] == ["mine.yaml"]
+    raw = tmp_path / "answers.yaml"
+    raw.write_text("earlier recording\n")
+    assert main(["profile", "topology", "--from", str(recording), "--record", str(raw)]) == 2
+    assert "--record path" in capsys.readouterr().err and raw.read_text() == "earlier recording\n"
 
 
 @pytest.mark.parametrize("knobs", [["--hierarchy", "hierarchical"],

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,7 +54,7 @@ def _register_topology(kinds: argparse._SubParsersAction) -> None:
         "schema. NVML sees one node; the tiers above it come from the flags below or defaults, and "
         "the file marks every value that was not measured.")
     t.add_argument("-o", "--output", metavar="FILE", help="write the YAML here (default: stdout)")
-    t.add_argument("--force", action="store_true", help="replace an existing --output file")
+    t.add_argument("--force", action="store_true", help="replace existing --output / --record files")
     t.add_argument("--from", dest="recorded", metavar="FILE",
                    help="use NVML answers recorded earlier (--record) instead of the driver")
     t.add_argument("--record", metavar="FILE", help="also save the raw NVML answers to FILE")
@@ -145,8 +146,9 @@ def run_topology(args: argparse.Namespace) -> int:
     from dynamiccl.profiler.discover import NetworkSpec, discover
     from dynamiccl.profiler.nvml import NoDriverError, local_provider, save_snapshot
 
-    if args.output and Path(args.output).exists() and not args.force:
-        raise UserError(f"{args.output} exists; pass --force to replace it or pick another -o path")
+    for flag, path in (("-o", args.output), ("--record", args.record)):
+        if path and Path(path).exists() and not args.force:
+            raise UserError(f"{path} exists; pass --force to replace it or pick another {flag} path")
     if args.recorded:
         read_text(args.recorded, "NVML recording")  # unreadable: one line, before anything else
     try:
@@ -157,25 +159,26 @@ def run_topology(args: argparse.Namespace) -> int:
     except ValueError as exc:  # only a recording is parsed here; the driver path raises NoDriverError
         raise UserError(f"{args.recorded} is not an NVML recording written by --record: {exc}") from None
     if args.record:
-        save_snapshot(snapshot, args.record)
+        _replace_atomically(Path(args.record), lambda tmp: save_snapshot(snapshot, tmp))
     network = NetworkSpec(args.nodes, args.network_bandwidth_GBps, args.network_latency_us,
                           args.nics_per_node, args.intra_latency_us)
     found = discover(snapshot, network, name=args.name)
     for warning in found.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.output:
-        _write_atomically(Path(args.output), found.yaml_text)
+        _replace_atomically(Path(args.output), lambda tmp: tmp.write_text(found.yaml_text))
         print(f"wrote {args.output}: {found.topology.describe()}", file=sys.stderr)
     else:
         sys.stdout.write(found.yaml_text)
     return 0
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Temp file + rename: a reader (or a crash) never leaves half a topology file."""
+def _replace_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """``write`` fills a temporary file that is then renamed over ``path``: a reader (or a crash)
+    never sees half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
