@@ -83,8 +83,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"dynamiccl {version('dynamiccl')}"
 
 
-def test_explain_plot_names_the_file_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    os.chdir(tmp_path)
+def test_explain_plot_names_the_file_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     assert main(["explain", "--topology", "dgx_h100", "--collective", "allgather", "--max-size", "1M",
                  "--plot", "sweep"]) == 0
     assert "plot written to sweep.png" in capsys.readouterr().out
