@@ -9,6 +9,9 @@ Knob constraints behave like NCCL's environment variables: a given algorithm/pro
 choice as ``NCCL_ALGO``/``NCCL_PROTO`` do, a given channel count pins the channel count as
 ``NCCL_MIN_NCHANNELS=NCCL_MAX_NCHANNELS`` would. Knobs NCCL has no variable for (hierarchy,
 scheduling policy, active chunks, the simulator-only StragglAR) are applied on top of NCCL's pick.
+
+Every answer is cached per call; :func:`prefetch` fills those caches for many calls with one
+vectorized computation per system, so a batch of requests costs little more than its lookups.
 """
 
 from __future__ import annotations
