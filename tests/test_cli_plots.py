@@ -136,3 +136,33 @@ def test_profile_collective_reports_both_times_and_draws_arrivals(tmp_path: Path
     assert out["time_us"] >= 30_000  # the punctual rank waited for the late one
     assert f"plot written to {plot}.png" in captured.err
     assert Path(f"{plot}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_profile_table_has_nccl_tests_columns_and_one_row_per_time(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A measurement with rank 1 arriving 30 ms late, summarized by the runner's own code."""
+    import numpy as np
+
+    from dynamiccl.cli.profile import _plot, _print_result
+    from dynamiccl.profiler.runner import CollectiveSpec, summarize
+
+    spec = CollectiveSpec("allreduce", 2**20, "gloo", warmup=0, iters=10, runs=1, straggler_rank=1,
+                          straggler_delay_us=30_000.0)
+    rng = np.random.default_rng(0)
+    times = np.zeros((2, 2, 1, 10))
+    arrival = np.cumsum(np.full(10, 50_000.0))
+    times[0, 1, 0], times[1, 1, 0] = arrival, arrival + 30_000 + rng.uniform(0, 500, 10)
+    times[1, 0, 0] = 400 + rng.uniform(0, 20, 10)  # the late rank finds everyone waiting
+    times[0, 0, 0] = times[1, 1, 0] - times[0, 1, 0] + times[1, 0, 0]
+    result = summarize(spec, times)
+    assert result.straggler.rank == 1
+    _print_result(spec, result, "gloo")
+    table = capsys.readouterr().out
+    for column in ("size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        assert column in table
+    assert "1048576" in table and "262144" in table and "float" in table
+    assert "first arrival (with the wait)" in table and "the straggler's arrival" in table
+    assert f"{result.time_us:.2f}" in table and f"{result.time_after_straggler_us:.2f}" in table
+    assert result.algbw_with_wait_GBps == pytest.approx(2**20 / result.time_us / 1e3)
+    plot = _plot(result, tmp_path / "arrivals")
+    assert plot.name == "arrivals.png" and plot.read_bytes()[:4] == b"\x89PNG"

@@ -279,7 +279,7 @@ def _print_result(spec: CollectiveSpec, result: CollectiveResult, backend: str) 
     for col in ("size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
         table.add_column(col, justify="right")
     if late:
-        table.add_column("timed from")
+        table.add_column("timed from", no_wrap=True)
     cells = [str(spec.nbytes), str(elements(spec.nbytes, ELEMENT_BYTES)), ELEMENT_TYPE]
     rows = [(result.time_us, result.algbw_GBps, result.busbw_GBps, None)]
     if late:
@@ -289,7 +289,7 @@ def _print_result(spec: CollectiveSpec, result: CollectiveResult, backend: str) 
                  "the straggler's arrival")]
     for time_us, algbw, busbw, since in rows:
         table.add_row(*cells, f"{time_us:.2f}", f"{algbw:.3f}", f"{busbw:.3f}", *([since] if late else []))
-    console = Console(width=max(100, Console().width))
+    console = Console(width=max(120, Console().width))
     console.print(table)
     if s is None:
         return
