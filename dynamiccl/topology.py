@@ -288,7 +288,7 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     if arch not in ARCHS:
         raise fail("gpu.arch", f"is {arch!r}; use one of {', '.join(ARCHS)}")
     sms = gpu_d.get("sms", 132)
-    if not isinstance(sms, int) or sms < 1:
+    if not isinstance(sms, int) or isinstance(sms, bool) or sms < 1:
         raise fail("gpu.sms", f"is {sms!r}; give the GPU's SM count as a positive integer")
     feat_d = data.get("features") or {}
     if not isinstance(feat_d, dict) or set(feat_d) - {"nvls", "collnet"}:
@@ -300,6 +300,9 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     if not isinstance(tiers_d, list) or not tiers_d:
         raise fail("tiers", "must be a non-empty list of tiers, innermost (the node) first")
     tiers = tuple(_tier_from_dict(t, i, fail, len(tiers_d)) for i, t in enumerate(tiers_d))
+    if feat_d.get("nvls") and ARCHS[arch] < 90:
+        raise fail("features.nvls", f"is true on {arch}; NVLS needs NVSwitch multicast on sm90+ "
+                   "GPUs: set it false or give the GPU's real arch")
     launch = data.get("launch", LAUNCH_MODES[0])
     if launch not in LAUNCH_MODES:
         raise fail("launch", f"is {launch!r}; use one of {', '.join(LAUNCH_MODES)} (nccl-tests -g 1 "
@@ -343,9 +346,8 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         if key not in t:
             continue
         val = t[key]
-        if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0 or (
-            key == "bandwidth_GBps" and val == 0
-        ):
+        number = isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val)
+        if not number or val < 0 or (key == "bandwidth_GBps" and val == 0):
             raise fail(f"{where}.{key}", f"is {val!r}; it must be a positive number")
     share = t.get("link_share", 1)
     if not isinstance(share, int) or share < 1:

@@ -15,8 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from dynamiccl.cli.common import collective_arg
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError, collective_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
