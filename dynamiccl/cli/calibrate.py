@@ -49,6 +49,8 @@ def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
 
     records, warnings = [], []
     for path in paths:
+        if not Path(path).exists():
+            raise UserError(f"{path}: no such measurement file; check the path")
         try:
             if detect_format(path) == "nccl-tests":  # keeps the --collective hint and warnings
                 recs, warns = load_measurements([path], collective)
