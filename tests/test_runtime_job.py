@@ -1,0 +1,75 @@
+"""The runtime in real gloo jobs: rank-agreed decisions, the job-start check, online tuning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynamiccl.profiler.launcher import launch
+from dynamiccl.runtime.tuning import KEEP_DEFAULT, MEASURE_CANDIDATE, PIN_WINNER
+
+WORKERS = str(Path(__file__).parent / "runtime_workers.py")
+pytestmark = pytest.mark.multiproc
+
+
+def test_every_rank_finds_the_persistent_straggler_at_the_same_step_and_trains_like_ddp():
+    # 60 ms late against a 15 ms threshold: far above a loaded 2-core machine's scheduling noise
+    config = {"measure_every": 2, "window": 3, "majority": 0.6, "straggler_threshold_us": 15000.0}
+    out = launch(f"{WORKERS}:ddp_with_straggler", 4,
+                 {"steps": 12, "late_rank": 2, "late_ms": 60.0, "config": config}, timeout_s=300)
+    histories = [o["history"] for o in out]
+    assert all(h == histories[0] for h in histories)  # same decisions, same steps, same paths
+    decisions = [d for _, d, _ in histories[0]]
+    assert decisions[-1].straggler == 2 and decisions[-1].delay_us > 15000.0
+    assert decisions[-1].context[0] == "long"
+    switched = next(i for i, d in enumerate(decisions) if d.straggler == 2)
+    later_paths = [p for _, _, p in histories[0][switched + 1:]]
+    assert later_paths and all(set(p) == {"stragglar"} for p in later_paths)
+    for o in out:  # the hook averages exactly like DDP's default, whichever path ran
+        for a, b in zip(o["tuned"], o["plain"], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(out[0]["tuned"], out[3]["tuned"], strict=True):
+        assert torch.equal(a, b)  # replicas stay bit-identical
+
+
+def test_job_start_check_names_the_rank_with_another_policy_file(tmp_path):
+    same, other = tmp_path / "policy.dccl", tmp_path / "other.dccl"
+    same.write_text("# DynamICCL policy\nrules for everyone\n")
+    other.write_text("# DynamICCL policy\nrules for rank 2 only\n")
+    errors = launch(f"{WORKERS}:job_check", 3,
+                    {"policies": [str(same), str(same), str(other)]}, timeout_s=120)
+    assert all(e == errors[0] for e in errors) and errors[0] is not None
+    assert "rank 2 differs in policy file content" in errors[0]
+    assert "same policy file" in errors[0]
+    ok = launch(f"{WORKERS}:job_check", 2, {"policies": [str(same), str(same)]}, timeout_s=120)
+    assert ok == [None, None]
+
+
+def test_online_tuner_switches_candidates_in_lockstep_and_pins_a_winner_never_slower_than_nccl():
+    out = launch(f"{WORKERS}:tune_in_lockstep", 3,
+                 {"steps": 40, "sizes": [1 << 16, 1 << 12], "with_plugin": False}, timeout_s=300)
+    events = [o["events"] for o in out]
+    assert all(e == events[0] for e in events)  # same candidates at the same steps, same agreed times
+    assert all(o["done"] for o in out)  # exploration stopped by itself
+    trails: dict = {}
+    for step, size_bin, kind, candidate, ended in events[0]:
+        trails.setdefault(size_bin, []).append((step, kind, candidate))
+        if ended is not None:
+            trails.setdefault(("measured", ended[0]), []).append(ended[1:])
+    bins = [b for b in trails if not isinstance(b, tuple)]
+    assert sorted(b.min_bytes for b in bins) == [1 << 12, 1 << 16]
+    for size_bin in bins:
+        kinds = [k for _, k, _ in trails[size_bin]]
+        assert kinds[-1] in (PIN_WINNER, KEEP_DEFAULT) and MEASURE_CANDIDATE in kinds
+        assert kinds.count(PIN_WINNER) + kinds.count(KEEP_DEFAULT) == 1
+        measured = trails[("measured", size_bin)]
+        assert all(t > 0 for _, t in measured)  # every trial came back with an agreed time
+        default_us = min(t for c, t in measured if c is None)  # NCCL's own choice was measured
+        tried = {c: t for c, t in measured if c is not None}
+        final_kind, final = kinds[-1], trails[size_bin][-1][2]
+        if final_kind == PIN_WINNER:
+            assert final == min(tried, key=tried.__getitem__) and tried[final] < default_us
+        else:
+            assert final is None and min(tried.values()) >= default_us
