@@ -59,9 +59,11 @@ def _model(seed: int = 0):
                                torch.nn.ReLU(), torch.nn.Linear(64, 4))
 
 
-def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: dict):
+def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: dict,
+                       plugin: dict | None = None):
     """DDP through ``dynamiccl.runtime.ddp`` next to plain DDP on the same data; ``late_rank``
-    sleeps before each backward. Returns the runtime's history and both models' parameters."""
+    sleeps before each backward. Returns the runtime's history, both models' parameters and the
+    plugin's all-reduce decision for 1000 B before and after."""
     import time
 
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -69,6 +71,8 @@ def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: 
     from dynamiccl import runtime
 
     _join(ctx)
+    nccl = _with_plugin(ctx, plugin)
+    before = nccl.decide(1000) if nccl else None
     tuned = runtime.ddp(_model(), runtime.RuntimeConfig(**config), bucket_cap_mb=0.01)
     plain = DDP(_model())
     opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (tuned, plain)]
@@ -86,7 +90,8 @@ def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: 
     params = [[p.detach().clone() for p in m.parameters()] for m in (tuned, plain)]
     dist.destroy_process_group()
     return {"history": [(h.step, h.decision, h.paths) for h in rt.history],
-            "tuned": params[0], "plain": params[1]}
+            "tuned": params[0], "plain": params[1], "plugin": rt.control is not None,
+            "decided": (before, nccl.decide(1000) if nccl else None)}
 
 
 def job_check(ctx, policies: list[str]):
@@ -109,8 +114,9 @@ def job_check(ctx, policies: list[str]):
     return error
 
 
-def tune_in_lockstep(ctx, steps: int, sizes: list[int], with_plugin: bool):
-    """Plain torch.distributed use of the runtime with an online tuner; returns the tuning log."""
+def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = None):
+    """Plain torch.distributed use of the runtime with an online tuner; returns the tuning log and
+    what the plugin decides afterwards for each size."""
     from dynamiccl.agents.online import CoordinateDescentTuner
     from dynamiccl.agents.runtime_tuner import RuntimeTunerAdapter
     from dynamiccl.runtime import Runtime, RuntimeConfig
@@ -118,9 +124,10 @@ def tune_in_lockstep(ctx, steps: int, sizes: list[int], with_plugin: bool):
     from dynamiccl.topology import load_topology
 
     _join(ctx)
+    nccl = _with_plugin(ctx, plugin)
     topology = load_topology("dgx_h100").resized(nodes=1, gpus_per_node=ctx.world_size)
     tuner = RuntimeTunerAdapter(CoordinateDescentTuner(budget=4, deployable=True), topology, budget=4)
-    control = PluginControl() if with_plugin else None
+    control = PluginControl() if nccl else None
     rt = Runtime(RuntimeConfig(measure_every=1000, tune_start_step=2, tune_steps_per_trial=1),
                  tuner=tuner, control=control)
     tensors = [torch.full((n // 4,), float(ctx.rank)) for n in sizes]
@@ -131,4 +138,51 @@ def tune_in_lockstep(ctx, steps: int, sizes: list[int], with_plugin: bool):
     events = [(e.step, e.size_bin, e.kind, e.candidate, e.ended) for e in rt.tuning_log]
     done = rt.tuning is not None and rt.tuning.active is None
     dist.destroy_process_group()
-    return {"events": events, "done": done}
+    return {"events": events, "done": done,
+            "decided": {n: nccl.decide(n) for n in sizes} if nccl else None}
+
+
+class NcclStandIn:
+    """Plays NCCL's part towards the tuner plugin (NCCL itself needs a GPU): loads the library the
+    runtime controls, inits one v6 communicator and asks getCollInfo with every entry usable."""
+
+    def __init__(self, library: str, nranks: int) -> None:
+        import ctypes
+        import os
+
+        self.ct = ctypes
+        lib = ctypes.CDLL(library, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        init = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64,
+                                ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p)
+        coll = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t,
+                                ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+        fin = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+        class V6(ctypes.Structure):
+            _fields_ = [("name", ctypes.c_char_p), ("init", init), ("coll", coll), ("fin", fin),
+                        ("chunk", ctypes.c_void_p)]
+
+        self.v6 = V6.in_dll(lib, "ncclTunerPlugin_v6")
+        self.ctx = ctypes.c_void_p()
+        assert self.v6.init(ctypes.byref(self.ctx), 1, nranks, 1, None, None, None) == 0
+
+    def decide(self, nbytes: int, collective: int = 4) -> tuple[int, int, int] | None:
+        """(algorithm, protocol, channels) the plugin forces for an all-reduce, None: NCCL's."""
+        table = (self.ct.c_float * 21)(*[10.0 + i for i in range(21)])
+        nch = self.ct.c_int(0)
+        assert self.v6.coll(self.ctx, collective, nbytes, 1, table, 7, 3, 0, self.ct.byref(nch)) == 0
+        forced = [i for i in range(21) if table[i] == 0.0]
+        return (forced[0] // 3, forced[0] % 3, nch.value) if forced else None
+
+
+def _with_plugin(ctx, plugin: dict | None) -> NcclStandIn | None:
+    """Points the process at the plugin and policy as a job would, and plays NCCL's init."""
+    import os
+
+    if plugin is None:
+        return None
+    os.environ["NCCL_TUNER_PLUGIN"] = plugin["library"]
+    os.environ["DYNAMICCL_POLICY"] = plugin["policy"]
+    return NcclStandIn(plugin["library"], ctx.world_size)

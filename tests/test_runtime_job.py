@@ -7,18 +7,43 @@ from pathlib import Path
 import pytest
 import torch
 
+from dynamiccl import plugin as plugin_build
+from dynamiccl import policy_file as pf
+from dynamiccl.knobs import Algorithm, Collective, Protocol
 from dynamiccl.profiler.launcher import launch
+from dynamiccl.runtime.plugin_control import CONTROL_SYMBOLS
 from dynamiccl.runtime.tuning import KEEP_DEFAULT, MEASURE_CANDIDATE, PIN_WINNER
 
 WORKERS = str(Path(__file__).parent / "runtime_workers.py")
 pytestmark = pytest.mark.multiproc
+AR = Collective.ALLREDUCE
+#: What the test policy decides for an all-reduce, as (algorithm, protocol, channels) NCCL ids.
+CALM, LATE = (1, 0, 16), (0, 2, 8)
 
 
-def test_every_rank_finds_the_persistent_straggler_at_the_same_step_and_trains_like_ddp():
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory):
+    """The real plugin and a policy whose 'straggler=long' slice decides differently."""
+    library = plugin_build.build(cache=tmp_path_factory.getbasetemp() / "dynamiccl-c-builds")
+    missing = [s for s in CONTROL_SYMBOLS if s not in plugin_build.exported_symbols(library)]
+    if missing:
+        pytest.skip(f"the plugin does not export {missing} yet (branch plugin not merged)")
+    calm = pf.Slice(rules=(pf.Rule(AR, 0, pf.MAX_BYTES, decision=pf.Decision(Algorithm.RING,
+                                                                              Protocol.LL, 16)),))
+    late = pf.Slice("long", "none", (pf.Rule(AR, 0, pf.MAX_BYTES, decision=pf.Decision(
+        Algorithm.TREE, Protocol.SIMPLE, 8)),))
+    header = pf.Header("runtime-test", "2026-01-01T00:00:00Z", "cpu", "0123456789abcdef",
+                       pf.DEFAULT_NCCL_RANGE, "cafe")
+    policy = pf.write(pf.PolicyFile(header, (calm, late)), tmp_path_factory.mktemp("rt") / "rt.dccl")
+    return {"library": str(library), "policy": str(policy)}
+
+
+def test_every_rank_finds_the_persistent_straggler_at_the_same_step_and_trains_like_ddp(plugin):
     # 60 ms late against a 15 ms threshold: far above a loaded 2-core machine's scheduling noise
     config = {"measure_every": 2, "window": 3, "majority": 0.6, "straggler_threshold_us": 15000.0}
     out = launch(f"{WORKERS}:ddp_with_straggler", 4,
-                 {"steps": 12, "late_rank": 2, "late_ms": 60.0, "config": config}, timeout_s=300)
+                 {"steps": 12, "late_rank": 2, "late_ms": 60.0, "config": config, "plugin": plugin},
+                 timeout_s=300)
     histories = [o["history"] for o in out]
     assert all(h == histories[0] for h in histories)  # same decisions, same steps, same paths
     decisions = [d for _, d, _ in histories[0]]
@@ -32,6 +57,8 @@ def test_every_rank_finds_the_persistent_straggler_at_the_same_step_and_trains_l
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     for a, b in zip(out[0]["tuned"], out[3]["tuned"], strict=True):
         assert torch.equal(a, b)  # replicas stay bit-identical
+    # the plugin (NCCL's part played in-process: NCCL needs a GPU) switched slices on every rank
+    assert all(o["plugin"] and o["decided"] == (CALM, LATE) for o in out)
 
 
 def test_job_start_check_names_the_rank_with_another_policy_file(tmp_path):
@@ -47,9 +74,10 @@ def test_job_start_check_names_the_rank_with_another_policy_file(tmp_path):
     assert ok == [None, None]
 
 
-def test_online_tuner_switches_candidates_in_lockstep_and_pins_a_winner_never_slower_than_nccl():
-    out = launch(f"{WORKERS}:tune_in_lockstep", 3,
-                 {"steps": 40, "sizes": [1 << 16, 1 << 12], "with_plugin": False}, timeout_s=300)
+def test_online_tuner_switches_candidates_in_lockstep_and_pins_a_winner_never_slower_than_nccl(plugin):
+    sizes = [1 << 16, 1 << 12]
+    out = launch(f"{WORKERS}:tune_in_lockstep", 3, {"steps": 40, "sizes": sizes, "plugin": plugin},
+                 timeout_s=300)
     events = [o["events"] for o in out]
     assert all(e == events[0] for e in events)  # same candidates at the same steps, same agreed times
     assert all(o["done"] for o in out)  # exploration stopped by itself
@@ -73,3 +101,6 @@ def test_online_tuner_switches_candidates_in_lockstep_and_pins_a_winner_never_sl
             assert final == min(tried, key=tried.__getitem__) and tried[final] < default_us
         else:
             assert final is None and min(tried.values()) >= default_us
+        # the plugin (NCCL's part played in-process) now runs the winner, or the policy's rule
+        expected = tuple(final) if final is not None else CALM
+        assert all(o["decided"][size_bin.min_bytes] == expected for o in out)

@@ -2,7 +2,7 @@
 
 Ranks that tune from different policy files choose different algorithms for the same call, and NCCL
 then hangs instead of failing. So before the first training collective every rank describes what it
-holds — the content hash of ``DYNAMICCL_POLICY`` (SHA-256 of the bytes the plugin will read), the
+holds — the content hash of ``DYNAMICCL_POLICY`` (SHA-256 of its bytes, the hash the plugin logs), the
 plugin's version, the hash of a policy the plugin already loaded, and ``DYNAMICCL_CONTEXT`` — and the
 descriptions are all-gathered over a gloo group (CPU; never through the tuner being checked). Any
 difference stops the job on every rank with the same error naming the ranks that differ. A rank never
@@ -12,14 +12,12 @@ the others do not wait for it forever.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import Counter
-from pathlib import Path
 
 import torch.distributed as dist
 
-from dynamiccl.policy_file import CONTEXT_ENV, POLICY_ENV
+from dynamiccl.policy_file import CONTEXT_ENV, POLICY_ENV, file_hash
 from dynamiccl.runtime.plugin_control import PluginControl
 
 FIELDS = {"policy": "policy file content (sha256 of DYNAMICCL_POLICY)",
@@ -39,7 +37,7 @@ def describe(control: PluginControl | None) -> dict[str, str]:
         policy = "none"
     else:
         try:
-            policy = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            policy = file_hash(path)
         except OSError as exc:
             policy = f"unreadable ({exc.strerror or exc})"
     return {"policy": policy,
