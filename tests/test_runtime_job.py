@@ -51,7 +51,8 @@ def test_every_rank_finds_the_persistent_straggler_at_the_same_step_and_trains_l
     assert decisions[-1].context[0] == "long"
     switched = next(i for i, d in enumerate(decisions) if d.straggler == 2)
     later_paths = [p for _, _, p in histories[0][switched + 1:]]
-    assert later_paths and all(set(p) == {"stragglar"} for p in later_paths)
+    # from the next step on, each step's first bucket (the one the straggler delays) runs StragglAR
+    assert later_paths and all(p["stragglar"] == config["measure_every"] for p in later_paths)
     for o in out:  # the hook averages exactly like DDP's default, whichever path ran
         for a, b in zip(o["tuned"], o["plain"], strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -5,16 +5,20 @@ Per gradient bucket it runs what the agreed decision says:
 * ``nccl`` — the backend's own all-reduce, issued asynchronously exactly as DDP's default hook does
   (with NCCL, the tuner plugin steers it; nothing else is added on this path);
 * ``stragglar`` — a persistent straggler was found: seed 004's all-reduce
-  (:mod:`dynamiccl.runtime.stragglar`) for the world sizes where it moves fewer bytes than a ring;
+  (:mod:`dynamiccl.runtime.stragglar`) for the step's first bucket, the one that waits for the
+  straggler, where the world size makes it move fewer bytes than a ring (later buckets find the
+  ranks aligned again, where its extra reduce-scatter would only cost);
 * ``hierarchical`` — ``ranks_per_node`` was given: reduce-scatter in the node, all-reduce across
   nodes on 1/k of the data, all-gather in the node (:mod:`dynamiccl.runtime.hierarchical`).
 
-Control traffic runs at the first bucket of a step, on every rank at the same point of the collective
-sequence, over a gloo group (CPU tensors; the default group when it is gloo): every ``measure_every``
-steps a tiny arrival all-reduce and an all-gather of (wait, c2c); rank 0 updates the decision window
-and broadcasts the decision; every rank applies it from that point on and tells the plugin the new
-context. Online tuning (:mod:`dynamiccl.runtime.tuning`) uses the same boundary. Nothing any rank
-acts on is a value it measured alone.
+Control traffic runs after a step's last bucket, on every rank at the same point of the collective
+sequence, over a gloo group (CPU tensors; the default group when it is gloo), where the ranks are
+aligned already so it waits for nobody: every ``measure_every`` steps a tiny all-reduce marks the
+common end of the step, every rank's time from its first bucket to that end is all-gathered with its
+c2c ratio (the last rank to arrive has the shortest such time, and no clocks need to agree), rank 0
+updates the decision window and broadcasts the decision, and every rank applies it from the next
+step on and tells the plugin the new context. Online tuning (:mod:`dynamiccl.runtime.tuning`) uses
+the same boundary. Nothing any rank acts on is a value it measured alone.
 
 The StragglAR and hierarchical paths complete inside the hook (they are sequences of collectives
 whose later steps depend on earlier ones), so their buckets do not overlap with the rest of the
@@ -113,7 +117,6 @@ class Runtime:
         self._comm_us = 0.0
         self._c2c = 0.0
         self._bucket_bytes: list[int] = []
-        self._prev_bucket_bytes: list[int] = []
         self._trial_us: list[float] = []
         self._paths: dict[str, int] = {}
 
@@ -133,8 +136,8 @@ class Runtime:
         if not self._in_step:
             self.begin_step()
         nbytes = tensor.numel() * tensor.element_size()
+        path = self.path_for(nbytes, first=not self._bucket_bytes)
         self._bucket_bytes.append(nbytes)
-        path = self.path_for(nbytes)
         self._paths[path] = self._paths.get(path, 0) + 1
         timed = self._timed(nbytes)
         start = time.perf_counter()
@@ -157,13 +160,16 @@ class Runtime:
         fut.set_result(self._done(tensor, start))
         return fut
 
-    def path_for(self, nbytes: int) -> str:
-        """Which implementation a bucket of ``nbytes`` runs under the current decision."""
-        if self.decision.straggler is not None and self.config.stragglar and worthwhile(self.world):
+    def path_for(self, nbytes: int, first: bool = True) -> str:
+        """Which implementation a bucket of ``nbytes`` (the step's first or not) runs now."""
+        if first and self._stragglar_on():
             return "stragglar"
         if self.hierarchical is not None and nbytes >= self.config.hierarchical_min_bytes:
             return "hierarchical"
         return "nccl"
+
+    def _stragglar_on(self) -> bool:
+        return self.decision.straggler is not None and self.config.stragglar and worthwhile(self.world)
 
     def _done(self, tensor: torch.Tensor, start: float) -> torch.Tensor:
         self._comm_us += (time.perf_counter() - start) * 1e6
@@ -175,7 +181,7 @@ class Runtime:
 
     # ---- step boundaries ----------------------------------------------------------------------
     def begin_step(self) -> None:
-        """The control point: every rank reaches it at the same place of the collective sequence."""
+        """A step's first bucket: only local timestamps (the straggler may still be on its way)."""
         now = time.perf_counter()
         if self._last_begin is not None:
             self._step_us = (now - self._last_begin) * 1e6
@@ -183,21 +189,21 @@ class Runtime:
             self._c2c = max(self._step_us - self._comm_us, 0.0) / comm
         self._last_begin, self._comm_us, self._in_step = now, 0.0, True
         self.step += 1
-        if self.step > 1 and (self.step - 1) % self.config.measure_every == 0:
+
+    def end_step(self) -> None:
+        """After a step's last bucket: the control point, at the same place on every rank."""
+        self._in_step = False
+        if self.step % self.config.measure_every == 0:
             self._measure_and_decide()
         if self.tuner is not None:
             self._tune_boundary()
-
-    def end_step(self) -> None:
-        self._in_step = False
-        self._prev_bucket_bytes, self._bucket_bytes = self._bucket_bytes, []
+        self._bucket_bytes = []
 
     def _measure_and_decide(self) -> None:
-        one = torch.zeros(1)
-        t0 = time.perf_counter()
-        dist.all_reduce(one, group=self.ctrl)
-        wait_us = (time.perf_counter() - t0) * 1e6
-        mine = torch.tensor([wait_us, self._c2c], dtype=torch.float64)
+        dist.all_reduce(torch.zeros(1), group=self.ctrl)
+        assert self._last_begin is not None
+        since_ready_us = (time.perf_counter() - self._last_begin) * 1e6
+        mine = torch.tensor([since_ready_us, self._c2c], dtype=torch.float64)
         everyone = torch.empty(self.world * 2, dtype=torch.float64)
         dist.all_gather_into_tensor(everyone, mine, group=self.ctrl)
         if self.rank == 0:
@@ -211,14 +217,22 @@ class Runtime:
 
     def _apply(self, decision: Decision) -> None:
         previous, self.decision = self.decision, decision
-        if decision.straggler is not None and self.config.stragglar and worthwhile(self.world):
+        if self._stragglar_on():
+            assert decision.straggler is not None
             self.stragglar.prepare(decision.straggler)
         if self.control is not None and decision.context != previous.context:
-            if not self.control.set_context(*decision.context):
-                log.info("the policy has no slice straggler=%s c2c=%s; the plugin keeps its current one",
-                         *decision.context)
+            self._set_context(*decision.context)
         self.history.append(StepRecord(self.step, decision, dict(self._paths)))
         self._paths = {}
+
+    def _set_context(self, straggler: str, c2c: str) -> None:
+        """The measured slice, else the same straggler bucket without c2c (a policy exported without
+        c2c slices), else the plugin keeps its slice. Every rank runs this with the same inputs."""
+        for candidate in dict.fromkeys([(straggler, c2c), (straggler, "none")]):
+            if self.control is not None and self.control.set_context(*candidate):
+                return
+        log.info("the policy has no slice for straggler=%s (c2c=%s); the plugin keeps its current one",
+                 straggler, c2c)
 
     # ---- online tuning ------------------------------------------------------------------------
     def _tune_boundary(self) -> None:
@@ -227,7 +241,7 @@ class Runtime:
         if since < 0 or since % cfg.tune_steps_per_trial:
             return
         if self.tuning is None:
-            box: list[Any] = [sorted({SizeBin.of(b) for b in self._prev_bucket_bytes},
+            box: list[Any] = [sorted({SizeBin.of(b) for b in self._bucket_bytes},
                                      key=lambda b: -b.min_bytes)]
             dist.broadcast_object_list(box, src=0, group=self.ctrl)
             assert self.tuner is not None
