@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 DTYPES = (torch.int64, torch.float32, torch.bfloat16)
-SIZES = (5, 4099)
+SIZES = (5, 4099, 4098)
 
 
 def _join(ctx) -> None:
@@ -40,7 +40,10 @@ def compare_with_all_reduce(ctx, stragglers: list[int], layouts: list[tuple[int,
         cases += [(f"hierarchical k={k} chunks={c}", h.all_reduce) for (k, c), h in hier.items()]
         for name, op in cases:
             got = _data(ctx.rank, size, dtype, seed)
-            op(got.view(-1, 1))  # any shape: the ops flatten and write back in place
+            if size % 2:  # any shape, contiguous or not: the ops write the result back in place
+                op(got.view(-1, 1))
+            else:
+                op(got.view(2, -1).t())
             everyone = [torch.empty_like(got) for _ in range(ctx.world_size)]
             dist.all_gather(everyone, got)
             same = all(torch.equal(everyone[0], e) for e in everyone)

@@ -41,8 +41,12 @@ class HierarchicalAllReduce:
         flat = tensor.reshape(-1)
         per = self.k * self.chunks
         width = -(-flat.numel() // per)
-        buf = torch.zeros(width * per, dtype=tensor.dtype, device=tensor.device)
-        buf[:flat.numel()] = flat
+        in_place = flat.numel() == width * per and flat.data_ptr() == tensor.data_ptr()
+        if in_place:
+            buf = flat
+        else:
+            buf = torch.zeros(width * per, dtype=tensor.dtype, device=tensor.device)
+            buf[:flat.numel()] = flat
         pieces = buf.view(self.chunks, self.k * width)
         shards = torch.empty(self.chunks, width, dtype=tensor.dtype, device=tensor.device)
         scattered = [self._intra_rs(shards[p], pieces[p]) for p in range(self.chunks)]
@@ -60,7 +64,8 @@ class HierarchicalAllReduce:
         for work in gathered:
             if work is not None:
                 work.wait()
-        flat.copy_(buf[:flat.numel()])
+        if not in_place:
+            tensor.copy_(buf[:flat.numel()].view_as(tensor))
         return tensor
 
     def _intra_rs(self, out: torch.Tensor, piece: torch.Tensor) -> dist.Work | None:

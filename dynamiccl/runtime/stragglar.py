@@ -1,7 +1,9 @@
 """StragglAR all-reduce (seed 004) on torch.distributed: hide a persistent straggler's delay.
 
 While the straggler is late, the n − 1 punctual ranks reduce-scatter the buffer among themselves
-(one process subgroup per straggler identity, created once, by every rank at the same point). Then
+(one process subgroup per straggler identity, created once, by every rank at the same point). On
+gloo they all-reduce instead: its reduce-scatter is slower than its all-reduce (13.9 vs 8.0 ms for
+4 MiB on 3 CPU ranks here), and holding every partial chunk is a superset of the precondition. Then
 the completion schedule (:mod:`dynamiccl.runtime.schedule`) runs one round at a time, each rank's
 send and receive of the round issued together with ``batch_isend_irecv``. In the straggler's rounds
 both sides add the same two partial chunks (a + b and b + a are the same floating-point number), and
@@ -49,8 +51,12 @@ class StragglAR:
         nchunks = world - 1
         flat = tensor.reshape(-1)
         width = -(-flat.numel() // nchunks)
-        buf = torch.zeros(width * nchunks, dtype=tensor.dtype, device=tensor.device)
-        buf[:flat.numel()] = flat
+        in_place = flat.numel() == width * nchunks and flat.data_ptr() == tensor.data_ptr()
+        if in_place:  # a DDP bucket usually divides evenly: work on it directly, no copies
+            buf = flat
+        else:
+            buf = torch.zeros(width * nchunks, dtype=tensor.dtype, device=tensor.device)
+            buf[:flat.numel()] = flat
         chunks = buf.view(nchunks, width)
         if me != straggler:
             self._reduce_scatter(chunks, virtual, self._punctual_groups[straggler])
@@ -72,13 +78,17 @@ class StragglAR:
                 if m.reduce:
                     chunks[recv].add_(scratch)
                 break
-        flat.copy_(buf[:flat.numel()])
+        if not in_place:
+            tensor.copy_(buf[:flat.numel()].view_as(tensor))
         return tensor
 
     @staticmethod
     def _reduce_scatter(chunks: torch.Tensor, virtual: int, group: dist.ProcessGroup | None) -> None:
         """Precondition: punctual rank g holds chunk g summed over the punctual ranks."""
         if group is None:
+            return
+        if dist.get_backend(group) == "gloo":
+            dist.all_reduce(chunks, group=group)
             return
         out = torch.empty_like(chunks[virtual])
         dist.reduce_scatter_tensor(out, chunks.reshape(-1), group=group)
