@@ -138,8 +138,8 @@ def main() -> None:
     ap.add_argument("--delays", default="0,5,20,50", help="straggler delays in ms (default 0,5,20,50)")
     ap.add_argument("--width", type=int, default=512, help="MLP width (default 512)")
     ap.add_argument("--layers", type=int, default=4, help="MLP layers (default 4: a 4 MiB gradient)")
-    ap.add_argument("--block", type=int, default=8, help="steps per block (default 8)")
-    ap.add_argument("--blocks", type=int, default=4, help="alternating blocks per model (default 4)")
+    ap.add_argument("--block", type=int, default=2, help="steps per block (default 2)")
+    ap.add_argument("--blocks", type=int, default=16, help="alternating blocks per model (default 16)")
     args = ap.parse_args()
     if args.nprocs < 2:
         ap.error("--nprocs must be at least 2 (a straggler needs someone to wait for it)")

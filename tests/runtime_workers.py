@@ -11,9 +11,16 @@ DTYPES = (torch.int64, torch.float32, torch.bfloat16)
 SIZES = (5, 4099, 4098)
 
 
-def _join(ctx) -> None:
-    dist.init_process_group("gloo", init_method=ctx.init_method, rank=ctx.rank,
-                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s))
+def _join(ctx, backend: str = "gloo") -> torch.device:
+    device = torch.device("cpu")
+    extra = {}
+    if backend == "nccl":
+        device = torch.device("cuda", ctx.rank)
+        torch.cuda.set_device(device)
+        extra = {"device_id": device}
+    dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
+                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s), **extra)
+    return device
 
 
 def _data(rank: int, size: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -63,7 +70,7 @@ def _model(seed: int = 0):
 
 
 def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: dict,
-                       plugin: dict | None = None):
+                       plugin: dict | None = None, backend: str = "gloo"):
     """DDP through ``dynamiccl.runtime.ddp`` next to plain DDP on the same data; ``late_rank``
     sleeps before each backward. Returns the runtime's history, both models' parameters and the
     plugin's all-reduce decision for 1000 B before and after."""
@@ -73,15 +80,17 @@ def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: 
 
     from dynamiccl import runtime
 
-    _join(ctx)
-    nccl = _with_plugin(ctx, plugin)
+    nccl = _with_plugin(ctx, plugin)  # before the process group: NCCL reads it at init
+    device = _join(ctx, backend)
     before = nccl.decide(1000) if nccl else None
-    tuned = runtime.ddp(_model(), runtime.RuntimeConfig(**config), bucket_cap_mb=0.01)
-    plain = DDP(_model())
+    ids = [device.index] if backend == "nccl" else None
+    tuned = runtime.ddp(_model().to(device), runtime.RuntimeConfig(**config), bucket_cap_mb=0.01,
+                        device_ids=ids)
+    plain = DDP(_model().to(device), device_ids=ids)
     opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (tuned, plain)]
     gen = torch.Generator().manual_seed(10 + ctx.rank)
     for _ in range(steps):
-        x = torch.randn(16, 32, generator=gen)
+        x = torch.randn(16, 32, generator=gen).to(device)
         for model, opt in zip((tuned, plain), opts, strict=True):
             loss = model(x).square().mean()
             if ctx.rank == late_rank and model is tuned:
@@ -90,34 +99,37 @@ def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: 
             opt.step()
             opt.zero_grad()
     rt = tuned.dynamiccl_runtime
-    params = [[p.detach().clone() for p in m.parameters()] for m in (tuned, plain)]
+    params = [[p.detach().cpu().clone() for p in m.parameters()] for m in (tuned, plain)]
     dist.destroy_process_group()
     return {"history": [(h.step, h.decision, h.paths) for h in rt.history],
             "tuned": params[0], "plain": params[1], "plugin": rt.control is not None,
             "decided": (before, nccl.decide(1000) if nccl else None)}
 
 
-def job_check(ctx, policies: list[str]):
-    """Each rank points DYNAMICCL_POLICY at its own file and starts the runtime; returns the error
-    each rank got (None: the job started)."""
+def job_check(ctx, rounds: list[list[str]]):
+    """Per round, each rank points DYNAMICCL_POLICY at its own file and starts the runtime;
+    returns the error each round gave this rank (None: the job started)."""
     import os
 
     from dynamiccl import runtime
 
     _join(ctx)
-    os.environ["DYNAMICCL_POLICY"] = policies[ctx.rank]
-    try:
-        runtime.start()
-        error = None
-    except runtime.JobMismatchError as exc:
-        error = str(exc)
-    t = torch.ones(1)
-    dist.all_reduce(t)  # the group is still usable: every rank stopped at the same point
+    errors = []
+    for policies in rounds:
+        os.environ["DYNAMICCL_POLICY"] = policies[ctx.rank]
+        try:
+            runtime.start()
+            errors.append(None)
+        except runtime.JobMismatchError as exc:
+            errors.append(str(exc))
+        t = torch.ones(1)
+        dist.all_reduce(t)  # the group is still usable: every rank stopped at the same point
     dist.destroy_process_group()
-    return error
+    return errors
 
 
-def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = None):
+def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = None,
+                     backend: str = "gloo"):
     """Plain torch.distributed use of the runtime with an online tuner; returns the tuning log and
     what the plugin decides afterwards for each size."""
     from dynamiccl.agents.online import CoordinateDescentTuner
@@ -126,14 +138,14 @@ def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = No
     from dynamiccl.runtime.plugin_control import PluginControl
     from dynamiccl.topology import load_topology
 
-    _join(ctx)
     nccl = _with_plugin(ctx, plugin)
+    device = _join(ctx, backend)
     topology = load_topology("dgx_h100").resized(nodes=1, gpus_per_node=ctx.world_size)
     tuner = RuntimeTunerAdapter(CoordinateDescentTuner(budget=4, deployable=True), topology, budget=4)
     control = PluginControl() if nccl else None
     rt = Runtime(RuntimeConfig(measure_every=1000, tune_start_step=2, tune_steps_per_trial=1),
                  tuner=tuner, control=control)
-    tensors = [torch.full((n // 4,), float(ctx.rank)) for n in sizes]
+    tensors = [torch.full((n // 4,), float(ctx.rank), device=device) for n in sizes]
     for _ in range(steps):
         for t in tensors:
             rt.all_reduce(t).wait()

@@ -66,13 +66,13 @@ def test_job_start_check_names_the_rank_with_another_policy_file(tmp_path):
     same, other = tmp_path / "policy.dccl", tmp_path / "other.dccl"
     same.write_text("# DynamICCL policy\nrules for everyone\n")
     other.write_text("# DynamICCL policy\nrules for rank 2 only\n")
-    errors = launch(f"{WORKERS}:job_check", 3,
-                    {"policies": [str(same), str(same), str(other)]}, timeout_s=120)
-    assert all(e == errors[0] for e in errors) and errors[0] is not None
-    assert "rank 2 differs in policy file content" in errors[0]
-    assert "same policy file" in errors[0]
-    ok = launch(f"{WORKERS}:job_check", 2, {"policies": [str(same), str(same)]}, timeout_s=120)
-    assert ok == [None, None]
+    rounds = [[str(same)] * 3, [str(same), str(same), str(other)]]
+    ok, mismatch = zip(*launch(f"{WORKERS}:job_check", 3, {"rounds": rounds}, timeout_s=120),
+                       strict=True)
+    assert ok == (None, None, None)
+    assert all(e == mismatch[0] for e in mismatch) and mismatch[0] is not None
+    assert "rank 2 differs in policy file content" in mismatch[0]
+    assert "same policy file" in mismatch[0]
 
 
 def test_online_tuner_switches_candidates_in_lockstep_and_pins_a_winner_never_slower_than_nccl(plugin):
@@ -105,3 +105,34 @@ def test_online_tuner_switches_candidates_in_lockstep_and_pins_a_winner_never_sl
         # the plugin (NCCL's part played in-process) now runs the winner, or the policy's rule
         expected = tuple(final) if final is not None else CALM
         assert all(o["decided"][size_bin.min_bytes] == expected for o in out)
+
+
+def _gpus(n: int) -> int:
+    if torch.cuda.device_count() < n:
+        pytest.skip(f"needs {n} GPUs, found {torch.cuda.device_count()}")
+    return n
+
+
+@pytest.mark.gpu
+def test_on_nccl_every_rank_switches_to_stragglar_together_and_the_plugin_follows(plugin):
+    n = _gpus(4)
+    config = {"measure_every": 2, "window": 3, "majority": 0.6, "straggler_threshold_us": 15000.0}
+    out = launch(f"{WORKERS}:ddp_with_straggler", n,
+                 {"steps": 12, "late_rank": n - 1, "late_ms": 60.0, "config": config,
+                  "plugin": plugin, "backend": "nccl"}, timeout_s=300)
+    assert all(o["history"] == out[0]["history"] for o in out)
+    assert out[0]["history"][-1][1].straggler == n - 1
+    for o in out:
+        for a, b in zip(o["tuned"], o["plain"], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert all(o["decided"] == (CALM, LATE) for o in out)
+
+
+@pytest.mark.gpu
+def test_on_nccl_the_online_tuner_pins_in_lockstep(plugin):
+    n = _gpus(2)
+    sizes = [1 << 20, 1 << 14]
+    out = launch(f"{WORKERS}:tune_in_lockstep", n,
+                 {"steps": 40, "sizes": sizes, "plugin": plugin, "backend": "nccl"}, timeout_s=300)
+    assert all(o["events"] == out[0]["events"] and o["done"] for o in out)
+    assert all(o["decided"] == out[0]["decided"] for o in out)
