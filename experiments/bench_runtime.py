@@ -3,7 +3,8 @@
 Real gloo processes on this machine (``--nprocs`` ranks, 4 by default): a small MLP whose gradient
 is one bucket, the last rank sleeping ``d`` ms before every backward. For each delay the two models
 train in alternating blocks in the same processes (so machine load hits both alike) and rank 0's
-median step time is reported for each. The simulator's prediction is for the same setting: a
+mean step time is reported for each, with its standard error (step times on a loaded machine are
+bimodal, so a median jumps between the modes). The simulator's prediction is for the same setting: a
 one-tier switch of ``nprocs`` ranks whose bandwidth is fitted so that the simulated ring all-reduce
 of the gradient takes what gloo's all-reduce took in this run, then ring vs StragglAR at the delay —
 for the path the runtime picks (no saving is predicted where it keeps NCCL's all-reduce).
@@ -27,9 +28,9 @@ from dynamiccl.scenario import Scenario
 from dynamiccl.simulator.api import evaluate
 from dynamiccl.topology import Topology, topology_from_dict
 
-#: Runtime settings of the benchmark: decide every 5 steps from the last 3 measurements, all of
-#: which must show the same rank 3 ms late (this 2-core machine's load alone makes ranks 2 ms late).
-RUNTIME = {"measure_every": 5, "window": 3, "majority": 1.0, "straggler_threshold_us": 3000.0}
+#: Runtime settings of the benchmark: decide every 5 steps from the last 5 measurements, 3 of which
+#: must show the same rank 4 ms late (this 2-core machine's load alone makes ranks 2 ms late).
+RUNTIME = {"measure_every": 5, "window": 5, "majority": 0.6, "straggler_threshold_us": 4000.0}
 
 
 def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int, blocks: int,
@@ -85,14 +86,20 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
                 times[name] += [step(m, d) for _ in range(block)]
         rt = hooked.dynamiccl_runtime
         cases.append({"straggler_delay_ms": d,
-                      "plain_step_ms": statistics.median(times["plain"]),
-                      "hook_step_ms": statistics.median(times["hook"]),
+                      "plain_step_ms": statistics.fmean(times["plain"]),
+                      "hook_step_ms": statistics.fmean(times["hook"]),
+                      "plain_stderr_ms": _stderr(times["plain"]),
+                      "hook_stderr_ms": _stderr(times["hook"]),
                       "hook_path": rt.path_for(grad_bytes),
                       "detected_delay_ms": rt.decision.delay_us / 1e3})
     dist.destroy_process_group()
     if ctx.rank:
         return None
     return {"cases": cases, "grad_bytes": grad_bytes, "allreduce_ms": statistics.median(ar_ms)}
+
+
+def _stderr(xs: list[float]) -> float:
+    return statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else 0.0
 
 
 def fitted_topology(nranks: int, nbytes: int, allreduce_ms: float) -> Topology:
@@ -139,7 +146,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=512, help="MLP width (default 512)")
     ap.add_argument("--layers", type=int, default=4, help="MLP layers (default 4: a 4 MiB gradient)")
     ap.add_argument("--block", type=int, default=2, help="steps per block (default 2)")
-    ap.add_argument("--blocks", type=int, default=16, help="alternating blocks per model (default 16)")
+    ap.add_argument("--blocks", type=int, default=25, help="alternating blocks per model (default 25)")
     args = ap.parse_args()
     if args.nprocs < 2:
         ap.error("--nprocs must be at least 2 (a straggler needs someone to wait for it)")
@@ -165,9 +172,10 @@ def main() -> None:
     print(f"{args.nprocs} gloo ranks, {out['grad_bytes'] / 2**20:.1f} MiB gradient, gloo all-reduce "
           f"{out['allreduce_ms']:.2f} ms")
     for c in result["cases"]:
-        print(f"delay {c['straggler_delay_ms']:5.1f} ms: plain {c['plain_step_ms']:7.2f} ms, hook "
-              f"{c['hook_step_ms']:7.2f} ms ({c['hook_path']}), saved {c['measured_saving_ms']:6.2f} ms, "
-              f"simulator predicts {c['predicted_saving_ms']:6.2f} ms")
+        print(f"delay {c['straggler_delay_ms']:5.1f} ms: plain {c['plain_step_ms']:7.2f} "
+              f"± {c['plain_stderr_ms']:.2f} ms, hook {c['hook_step_ms']:7.2f} ± {c['hook_stderr_ms']:.2f} "
+              f"ms ({c['hook_path']}), saved {c['measured_saving_ms']:6.2f} ms, simulator predicts "
+              f"{c['predicted_saving_ms']:6.2f} ms")
 
 
 if __name__ == "__main__":

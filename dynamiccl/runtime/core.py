@@ -144,6 +144,7 @@ class Runtime:
         if path == "nccl" and not timed:
             work = dist.all_reduce(tensor, async_op=True)
             return work.get_future().then(lambda f: self._done(f.value()[0], start))
+        events = _cuda_events() if timed and tensor.is_cuda else None
         if path == "nccl":
             dist.all_reduce(tensor)
         elif path == "stragglar":
@@ -152,9 +153,11 @@ class Runtime:
         else:
             assert self.hierarchical is not None
             self.hierarchical.all_reduce(tensor)
-        if timed:
-            if tensor.is_cuda:
-                torch.cuda.synchronize(tensor.device)
+        if events is not None:  # the collective's own time on the GPU, not the host's queueing
+            events[1].record()
+            events[1].synchronize()
+            self._trial_us.append(events[0].elapsed_time(events[1]) * 1e3)
+        elif timed:
             self._trial_us.append((time.perf_counter() - start) * 1e6)
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         fut.set_result(self._done(tensor, start))
@@ -274,3 +277,10 @@ class Runtime:
         else:
             self.control.pin(Pin(size_bin.collective, size_bin.min_bytes, size_bin.max_bytes,
                                  *candidate))
+
+
+def _cuda_events() -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    """A start event recorded now on the current stream, and an end event to record later."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    return start, end

@@ -30,8 +30,8 @@ def comm_hook(state: Runtime, bucket: dist.GradBucket) -> torch.futures.Future[t
     return state.hook(bucket)
 
 
-def start(config: RuntimeConfig = None, tuner: OnlineTuner = None,
-          control: PluginControl = None) -> Runtime:
+def start(config: RuntimeConfig | None = None, tuner: OnlineTuner | None = None,
+          control: PluginControl | None = None) -> Runtime:
     """The job-start check, then a runtime; every rank calls it right after init_process_group.
 
     ``control`` defaults to the plugin named by ``NCCL_TUNER_PLUGIN`` when that is set (a plugin
@@ -47,16 +47,16 @@ def start(config: RuntimeConfig = None, tuner: OnlineTuner = None,
     return runtime
 
 
-def install(model: DistributedDataParallel, config: RuntimeConfig = None, tuner: OnlineTuner = None,
-            control: PluginControl = None) -> Runtime:
+def install(model: DistributedDataParallel, config: RuntimeConfig | None = None,
+            tuner: OnlineTuner | None = None, control: PluginControl | None = None) -> Runtime:
     """Registers the runtime's hook on an existing DDP model; returns the runtime."""
     runtime = start(config, tuner, control)
     model.register_comm_hook(runtime, comm_hook)
     return runtime
 
 
-def ddp(module: torch.nn.Module, config: RuntimeConfig = None, tuner: OnlineTuner = None,
-        control: PluginControl = None, **ddp_kwargs: Any) -> DistributedDataParallel:
+def ddp(module: torch.nn.Module, config: RuntimeConfig | None = None, tuner: OnlineTuner | None = None,
+        control: PluginControl | None = None, **ddp_kwargs: Any) -> DistributedDataParallel:
     """``DistributedDataParallel(module, **ddp_kwargs)`` with the runtime's hook, checked first.
 
     The runtime is ``model.dynamiccl_runtime`` (its decisions and tuning log).
