@@ -55,13 +55,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import ALGORITHM_TOKENS as ALGO_TOKENS
+from dynamiccl.nccl import COLLECTIVE_TOKENS as COLL_TOKENS
+from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
+from dynamiccl.nccl import PROTOCOL_TOKENS as PROTO_TOKENS
 from dynamiccl.policy_format import (
-    ALGO_TOKENS,
     ANY,
     CHECKSUM_PREFIX,
-    COLL_TOKENS,
     CONTEXT_ENV,
+    CONTEXT_KEYS,
+    DEFAULT_BUCKET,
     DEFER,
     FEATURES,
     FORMAT_VERSION,
@@ -70,7 +73,6 @@ from dynamiccl.policy_format import (
     MAGIC,
     MAX_BUCKET,
     MAX_BYTES,
-    MAX_CHANNELS,
     MAX_DIM,
     MAX_FILE_BYTES,
     MAX_GROUP_RANGES,
@@ -81,18 +83,18 @@ from dynamiccl.policy_format import (
     MAX_SLICES,
     NO_FEATURES,
     POLICY_ENV,
-    PROTO_TOKENS,
     REQUIRED_HEADER,
     RULE_FIELDS,
     SLICE,
     SUFFIX,
 )
 
-#: Format facts re-exported for callers of this module (defined in dynamiccl.policy_format).
+#: Format facts and tokens re-exported for callers of this module (defined in
+#: dynamiccl.policy_format and dynamiccl.nccl).
 __all__ = ["ALGO_TOKENS", "COLL_TOKENS", "CONTEXT_ENV", "FORMAT_VERSION", "LOG_DECISIONS_ENV",
            "MAGIC", "MAX_BYTES", "MAX_CHANNELS", "MAX_FILE_BYTES", "MAX_HEADER_VALUE", "MAX_RULES",
            "POLICY_ENV", "PROTO_TOKENS", "SUFFIX", "Decision", "Header", "PolicyFile",
-           "PolicyFileError", "Rule", "Slice", "content_hash", "context_buckets", "dumps",
+           "PolicyFileError", "Rule", "Slice", "content_hash", "context_buckets", "context_spec", "dumps",
            "file_hash", "loads", "read", "replace_file", "system_features", "write"]
 
 #: NCCL releases whose tuner loader finds one of the plugin's ABI versions (v2..v6).
@@ -104,7 +106,7 @@ STRAGGLER_BUCKETS: dict[str, float] = {"none": 0.0, "short": 50.0, "long": 1000.
 STRAGGLER_SHORT_MAX_US = 200.0
 C2C_BUCKETS: dict[str, float] = {"none": 0.0, "low": 0.5, "high": 2.0}
 C2C_LOW_MAX = 1.0
-DEFAULT_CONTEXT = ("none", "none")
+DEFAULT_CONTEXT = (DEFAULT_BUCKET, DEFAULT_BUCKET)
 
 _TOKEN_ALGO = {v: k for k, v in ALGO_TOKENS.items()}
 _TOKEN_PROTO = {v: k for k, v in PROTO_TOKENS.items()}
@@ -114,6 +116,12 @@ _WORD = re.compile(r"[a-z0-9_]+")
 _ALLOWED = re.compile(rb"[^\x20-\x7e\t\n\r]")
 _CHECKSUM = re.compile(re.escape(CHECKSUM_PREFIX) + r"([0-9a-f]{8})")
 _HEADER_LINE = re.compile(r"([^ \t\r]*)[ \t\r]*(.*)", re.DOTALL)
+
+
+def context_spec(straggler: str, c2c: str) -> str:
+    """How a context is written: in a slice line, in DYNAMICCL_CONTEXT and for
+    ``dynamiccl_set_context`` (e.g. ``straggler=long c2c=none``)."""
+    return f"{CONTEXT_KEYS[0]}={straggler} {CONTEXT_KEYS[1]}={c2c}"
 
 
 class PolicyFileError(ValueError):
@@ -179,7 +187,7 @@ class Slice:
 
     @property
     def name(self) -> str:
-        return f"straggler={self.straggler} c2c={self.c2c}"
+        return context_spec(self.straggler, self.c2c)
 
 
 @dataclass(frozen=True)
@@ -211,7 +219,7 @@ class PolicyFile:
         for s in self.slices:
             if s.key == (straggler, c2c):
                 return s
-        raise KeyError(f"no slice straggler={straggler} c2c={c2c}")
+        raise KeyError(f"no slice {context_spec(straggler, c2c)}")
 
     @property
     def n_rules(self) -> int:
@@ -260,15 +268,15 @@ def checksum(body: bytes) -> str:
 # Writing
 # ---------------------------------------------------------------------------------------------
 
-_PREAMBLE = """\
+_PREAMBLE = f"""\
 # DynamICCL tuner policy, read by the NCCL tuner plugin libnccl-tuner-dynamiccl.so:
-#   NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY=<this file> torchrun ...
+#   NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) {POLICY_ENV}=<this file> torchrun ...
 # `dynamiccl show <this file>` prints it as a table. Do not edit by hand: the last line is a CRC-32
 # of everything above it and the plugin ignores a file whose checksum does not match.
 """
 _COLUMNS = f"""\
 # Each slice holds the rules for one run-time context; without one the plugin uses
-# 'straggler=none c2c=none' (no persistent straggler, no compute overlap).
+# '{context_spec(DEFAULT_BUCKET, DEFAULT_BUCKET)}' (no persistent straggler, no compute overlap).
 # Rule columns: {" ".join(RULE_FIELDS)}.
 #   Sizes are NCCL's nBytes, inclusive. '{ANY}' = any value, '{DEFER}' = NCCL decides,
 #   '{KEEP}' = keep NCCL's channel count (or nothing to say, after '{DEFER}').
@@ -294,7 +302,7 @@ def dumps(pf: PolicyFile) -> str:
         lines.append(f"{key} {getattr(pf.header, key)}")
     lines.append(_COLUMNS.rstrip("\n"))
     for sl in pf.slices:
-        lines.append(f"slice straggler={sl.straggler} c2c={sl.c2c}")
+        lines.append(f"{SLICE} {sl.name}")
         rows = [_rule_fields(r) for r in sl.rules]
         widths = [max((len(row[i]) for row in rows), default=0) for i in range(len(RULE_FIELDS))]
         lines += [" ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
@@ -344,14 +352,22 @@ def replace_file(path: str | Path, text: str, *, replaceable: Callable[[Path], b
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # readable like any file the user writes, not mkstemp's 0600
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise PolicyFileError(f"cannot write {path} ({exc.strerror or exc}); the previous file, if "
+                              "any, is unchanged") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)  # the rename itself survives a crash
-    finally:
-        os.close(dir_fd)
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself survives a crash
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise PolicyFileError(f"wrote {path}, but flushing {folder} failed ({exc.strerror or exc}); "
+                              "check the disk") from None
     return path
 
 
@@ -424,7 +440,8 @@ class _Parser:
         if missing:
             raise self.fail(f"header '{missing[0]}' is missing", line=False)
         if not any((s, c) == DEFAULT_CONTEXT for s, c, _ in self.slices):
-            raise self.fail("no default slice ('slice straggler=none c2c=none')", line=False)
+            raise self.fail(f"no default slice ('{SLICE} {context_spec(*DEFAULT_CONTEXT)}')",
+                            line=False)
         slices = tuple(Slice(s, c, self._checked(rules)) for s, c, rules in self.slices)
         return PolicyFile(Header(**{k: self.header[k] for k in REQUIRED_HEADER}), slices)
 
@@ -484,9 +501,10 @@ class _Parser:
             self.header[key] = value
 
     def _slice(self, tok: list[str]) -> None:
-        if len(tok) != 3 or not tok[1].startswith("straggler=") or not tok[2].startswith("c2c="):
-            raise self.fail("write a slice as 'slice straggler=BUCKET c2c=BUCKET'")
-        s, c = tok[1][10:], tok[2][4:]
+        prefixes = [f"{key}=" for key in CONTEXT_KEYS]
+        if len(tok) != 3 or not all(t.startswith(p) for t, p in zip(tok[1:], prefixes, strict=True)):
+            raise self.fail(f"write a slice as '{SLICE} {context_spec('BUCKET', 'BUCKET')}'")
+        s, c = (t[len(p):] for t, p in zip(tok[1:], prefixes, strict=True))
         if not all(_WORD.fullmatch(b) and len(b) <= MAX_BUCKET for b in (s, c)):
             raise self.fail(f"slice buckets are 1..{MAX_BUCKET} characters of a-z, 0-9, _")
         if any((s, c) == (s2, c2) for s2, c2, _ in self.slices):

@@ -18,7 +18,18 @@ import sys
 from pathlib import Path
 
 from dynamiccl import __version__
-from dynamiccl.knobs import MAX_CHANNELS, Algorithm, Collective, Protocol
+from dynamiccl.nccl import (
+    ALGO_ENV,
+    ALGORITHM_TOKENS,
+    CAPABILITIES,
+    COLLECTIVE_TOKENS,
+    MAX_CHANNELS,
+    PROTO_ENV,
+    PROTOCOL_TOKENS,
+    Algorithm,
+    Collective,
+    Protocol,
+)
 
 MAGIC = "DYNAMICCL-POLICY"
 #: Version 2 dropped the reg_buff, pipe_ops and chunk columns of version 1 (nothing exported them;
@@ -27,7 +38,8 @@ MAGIC = "DYNAMICCL-POLICY"
 FORMAT_VERSION = 2
 SUFFIX = ".dccl"
 
-#: MAX_CHANNELS (NCCL's MAXCHANNELS) comes from the knob space; the rest are the format's own.
+#: MAX_CHANNELS (NCCL's MAXCHANNELS) and the rule tokens of collectives, algorithms and protocols
+#: are NCCL facts from dynamiccl.nccl; the rest are the format's own.
 #: Bounds that keep init time and the per-call lookup cost small for any file the parsers accept
 #: (experiments/bench_plugin.py --largest measures the worst case).
 MAX_FILE_BYTES = 4 << 20
@@ -72,26 +84,20 @@ CONTEXT_KEYS = ("straggler", "c2c")
 POLICY_ENV = "DYNAMICCL_POLICY"
 CONTEXT_ENV = "DYNAMICCL_CONTEXT"
 LOG_DECISIONS_ENV = "DYNAMICCL_LOG_DECISIONS"
-#: NCCL's own switches: when the user set either, the plugin steps aside.
-NCCL_USER_OVERRIDES = ("NCCL_ALGO", "NCCL_PROTO")
-
-COLL_TOKENS = {c: c.name.lower() for c in Collective}
-ALGO_TOKENS = {a: a.name.lower() for a in Algorithm if a != Algorithm.STRAGGLAR}
-PROTO_TOKENS = {p: p.name.lower() for p in Protocol}
 
 #: What the v2 ABI (NCCL 2.21) may be told to run: NCCL 2.21 takes the plugin's algorithm and
 #: protocol without checking that the algorithm implements the collective, that the protocol is
-#: enabled or that the pair has bandwidth. Keyed by algorithm: (collectives, protocols, feature it
-#: needs or None). PAT does not exist in 2.21.
-V2_ALLOWED: dict[Algorithm, tuple[frozenset[Collective], frozenset[Protocol], str | None]] = {
-    Algorithm.TREE: (frozenset({Collective.ALLREDUCE}), frozenset(Protocol), None),
-    Algorithm.RING: (frozenset(Collective), frozenset(Protocol), None),
-    Algorithm.COLLNET_DIRECT: (frozenset({Collective.ALLREDUCE}), frozenset({Protocol.SIMPLE}),
-                               "collnet"),
-    Algorithm.COLLNET_CHAIN: (frozenset({Collective.ALLREDUCE}), frozenset({Protocol.SIMPLE}),
-                              "collnet"),
-    Algorithm.NVLS: (frozenset({Collective.ALLREDUCE}), frozenset({Protocol.SIMPLE}), "nvls"),
-    Algorithm.NVLS_TREE: (frozenset({Collective.ALLREDUCE}), frozenset({Protocol.SIMPLE}), "nvls"),
+#: enabled or that the pair has bandwidth. Keyed by algorithm: (collectives the plugin forces it
+#: for, the system feature it needs or None); its protocols are NCCL's (dynamiccl.nccl). Only
+#: allreduce for CollNet and NVLS (what every release since 2.21 implements); PAT does not exist in
+#: 2.21.
+V2_ALLOWED: dict[Algorithm, tuple[frozenset[Collective], str | None]] = {
+    Algorithm.TREE: (frozenset({Collective.ALLREDUCE}), None),
+    Algorithm.RING: (frozenset(Collective), None),
+    Algorithm.COLLNET_DIRECT: (frozenset({Collective.ALLREDUCE}), "collnet"),
+    Algorithm.COLLNET_CHAIN: (frozenset({Collective.ALLREDUCE}), "collnet"),
+    Algorithm.NVLS: (frozenset({Collective.ALLREDUCE}), "nvls"),
+    Algorithm.NVLS_TREE: (frozenset({Collective.ALLREDUCE}), "nvls"),
 }
 #: The protocol that needs a recorded feature wherever it is forced through v2.
 V2_PROTO_FEATURE = {Protocol.LL128: "ll128"}
@@ -153,24 +159,24 @@ def c_header() -> str:
         f"#define DCCL_ENV_POLICY {_c_string(POLICY_ENV)}",
         f"#define DCCL_ENV_CONTEXT {_c_string(CONTEXT_ENV)}",
         f"#define DCCL_ENV_LOG_DECISIONS {_c_string(LOG_DECISIONS_ENV)}",
-        f"#define DCCL_ENV_NCCL_ALGO {_c_string(NCCL_USER_OVERRIDES[0])}",
-        f"#define DCCL_ENV_NCCL_PROTO {_c_string(NCCL_USER_OVERRIDES[1])}",
-        f"#define DCCL_NUM_COLLS {len(COLL_TOKENS)}",
-        f"#define DCCL_NUM_ALGOS {len(ALGO_TOKENS)}",
-        f"#define DCCL_NUM_PROTOS {len(PROTO_TOKENS)}",
+        f"#define DCCL_ENV_NCCL_ALGO {_c_string(ALGO_ENV)}",
+        f"#define DCCL_ENV_NCCL_PROTO {_c_string(PROTO_ENV)}",
+        f"#define DCCL_NUM_COLLS {len(COLLECTIVE_TOKENS)}",
+        f"#define DCCL_NUM_ALGOS {len(ALGORITHM_TOKENS)}",
+        f"#define DCCL_NUM_PROTOS {len(PROTOCOL_TOKENS)}",
         f"#define DCCL_NUM_REQUIRED_HEADER {len(REQUIRED_HEADER)}",
         f"#define DCCL_NUM_FEATURES {len(FEATURES)}",
         "",
         "enum {",
-        *[f"  DCCL_COLL_{c.name} = {int(c)}," for c in COLL_TOKENS],
-        *[f"  DCCL_ALGO_{a.name} = {int(a)}," for a in ALGO_TOKENS],
-        *[f"  DCCL_PROTO_{p.name} = {int(p)}," for p in PROTO_TOKENS],
+        *[f"  DCCL_COLL_{c.name} = {int(c)}," for c in COLLECTIVE_TOKENS],
+        *[f"  DCCL_ALGO_{a.name} = {int(a)}," for a in ALGORITHM_TOKENS],
+        *[f"  DCCL_PROTO_{p.name} = {int(p)}," for p in PROTOCOL_TOKENS],
         *[f"  DCCL_FEATURE_{f.upper()} = {bit}," for f, bit in feature_bit.items()],
         "};",
         "",
-        *_c_names("dccl_coll_names", COLL_TOKENS),
-        *_c_names("dccl_algo_names", ALGO_TOKENS),
-        *_c_names("dccl_proto_names", PROTO_TOKENS),
+        *_c_names("dccl_coll_names", COLLECTIVE_TOKENS),
+        *_c_names("dccl_algo_names", ALGORITHM_TOKENS),
+        *_c_names("dccl_proto_names", PROTOCOL_TOKENS),
         *_c_names("dccl_feature_names", dict(enumerate(FEATURES))),
         *_c_names("dccl_required_header", dict(enumerate(REQUIRED_HEADER))),
         "",
@@ -180,14 +186,15 @@ def c_header() -> str:
         "  unsigned colls, protos, feature;",
         "} dccl_v2_allowed[DCCL_NUM_ALGOS] = {",
     ]
-    for algo in ALGO_TOKENS:
-        colls, protos, feature = V2_ALLOWED.get(algo, (frozenset(), frozenset(), None))
+    for algo in ALGORITHM_TOKENS:
+        colls, feature = V2_ALLOWED.get(algo, (frozenset(), None))
+        protos = CAPABILITIES[algo].protocols if algo in V2_ALLOWED else frozenset()
         bit = feature_bit[feature] if feature else 0
-        lines.append(f"  {{{_bitmask(colls)}, {_bitmask(protos)}, {bit}u}}, /* {ALGO_TOKENS[algo]} */")
+        lines.append(f"  {{{_bitmask(colls)}, {_bitmask(protos)}, {bit}u}}, /* {ALGORITHM_TOKENS[algo]} */")
     lines += ["};"]
     lines += ["static const unsigned dccl_v2_proto_feature[DCCL_NUM_PROTOS] = {"
               + ", ".join(f"{feature_bit[V2_PROTO_FEATURE[p]] if p in V2_PROTO_FEATURE else 0}u"
-                          for p in PROTO_TOKENS) + "};"]
+                          for p in PROTOCOL_TOKENS) + "};"]
     lines += ["", "#endif", ""]
     return "\n".join(lines)
 

@@ -9,7 +9,10 @@ consults, size boundaries spread over the sizes the timing loop asks for, padded
 the byte limit. Reports medians; the overhead is the difference, target <= 30 ns; and the time of a
 communicator's init, first (read, hash, parse, index) and for a second communicator (shared copy).
 
+With --pinned, allreduce sizes are pinned first (dynamiccl_pin), timing the pinned path instead.
+
     python experiments/bench_plugin.py [--json] [--calls N] [--reps N] [--policy-file FILE | --largest]
+                                       [--pinned]
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from dynamiccl import plugin
 from dynamiccl import policy_file as pf
 from dynamiccl import policy_format as fmt
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 TARGET_OVERHEAD_NS = 30.0
 
@@ -85,7 +88,8 @@ def _write_largest(path: Path) -> tuple[int, int]:
     return ranks, nodes
 
 
-def measure(policy_file: Path, nranks: int, nnodes: int, calls: int, reps: int) -> dict:
+def measure(policy_file: Path, nranks: int, nnodes: int, calls: int, reps: int,
+            pinned: bool = False) -> dict:
     src = plugin.source_dir()
     if src is None:
         raise SystemExit("the benchmark needs the C sources (a source checkout)")
@@ -95,10 +99,12 @@ def measure(policy_file: Path, nranks: int, nnodes: int, calls: int, reps: int) 
                             flags=plugin.cflags(src), shared=True, depends=[src / "nccl_tuner_abi.h"])
     driver = plugin.compile_c([tests / "bench_driver.c"], "bench_driver",
                               flags=["-std=c11", "-O2"], depends=[src / "nccl_tuner_abi.h"])
-    env = dict(os.environ, DYNAMICCL_POLICY=str(policy_file))
-    env.pop("DYNAMICCL_LOG_DECISIONS", None)
+    env = {**os.environ, fmt.POLICY_ENV: str(policy_file)}
+    for name in (fmt.LOG_DECISIONS_ENV, fmt.CONTEXT_ENV):
+        env.pop(name, None)
     out = subprocess.run([str(driver), str(lib), str(noop), str(nranks), str(nnodes), str(calls),
-                          str(reps)], capture_output=True, text=True, env=env)
+                          str(reps), *(["pinned"] if pinned else [])],
+                         capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise SystemExit(f"bench driver failed: {out.stderr.strip()}")
     result = json.loads(out.stdout)
@@ -120,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a policy to time (default: export the oracle)")
     source.add_argument("--largest", action="store_true",
                         help="time the largest, slowest file the parsers accept")
+    parser.add_argument("--pinned", action="store_true",
+                        help="pin allreduce sizes first (dynamiccl_pin): time pinned calls")
     parser.add_argument("--topology", default="dgx_h100")
     parser.add_argument("--nodes", type=int, default=2)
     args = parser.parse_args(argv)
@@ -134,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             policy_path = Path(tmp) / "oracle.dccl"
             nranks, nnodes = _export_oracle(policy_path, args.topology, args.nodes)
-        result = measure(policy_path, nranks, nnodes, args.calls, args.reps)
+        result = measure(policy_path, nranks, nnodes, args.calls, args.reps, args.pinned)
     if args.json:
         print(json.dumps({k: result[k] for k in ("ns_per_call", "noop_ns_per_call", "overhead_ns",
                                                  "rules", "file_bytes", "init_ms",

@@ -23,7 +23,7 @@ import dynamiccl
 from dynamiccl import plugin
 from dynamiccl import policy_file as pf
 from dynamiccl import policy_format as pf_format
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 AR, AG, BC = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.BROADCAST
 WARN, INFO, TUNING = 2, 3, 0x40

@@ -15,7 +15,7 @@ import pytest
 import dynamiccl
 from dynamiccl import plugin
 from dynamiccl import policy_file as pf
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 AR = Collective.ALLREDUCE
 HEADER = pf.Header("runtime-api", "2026-01-01T00:00:00Z", "dgx_h100", "0123456789abcdef",

@@ -10,7 +10,7 @@ import zlib
 import pytest
 
 from dynamiccl import policy_file as pf
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 AR, AG = Collective.ALLREDUCE, Collective.ALLGATHER
 HEADER = pf.Header("unit-test", "2026-01-01T00:00:00Z", "dgx_h100", "0123456789abcdef",
@@ -169,7 +169,7 @@ def test_write_replaces_atomically_and_only_a_policy(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(pf.os, "fsync", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(pf.PolicyFileError, match="No space left on device"):
         pf.write(_policy(), path)
     assert pf.read(path) == _policy()  # the old file is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.zip", "p.dccl"]

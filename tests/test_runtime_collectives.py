@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dynamiccl.profiler.launcher import launch
-from dynamiccl.runtime.schedule import schedule_for, worthwhile
-from dynamiccl.simulator.stragglar import check_schedule, rounds
+from dynamiccl.runtime.matchings import matchings_for, worthwhile
+from dynamiccl.simulator.stragglar_schedule import check_schedule, rounds
 
 WORKERS = str(Path(__file__).parent / "runtime_workers.py")
 #: Relative error allowed for a float sum added up in another order (bfloat16 keeps 8 bits).
@@ -17,7 +17,7 @@ TOLERANCE = {"torch.float32": 1e-5, "torch.bfloat16": 3e-2}
 
 @pytest.mark.parametrize("n", range(2, 17))
 def test_every_schedule_is_verified_and_powers_of_two_take_the_papers_rounds(n):
-    schedule = schedule_for(n)
+    schedule = matchings_for(n)
     check_schedule(n, schedule)
     if n >= 4 and n & (n - 1) == 0:
         assert len(schedule) == rounds(n) == n + n.bit_length() - 3

@@ -21,7 +21,8 @@
  *   int dynamiccl_set_context(const char* slice_spec);
  *       "straggler=B c2c=B": the slice every communicator of the process uses from now on.
  *       0 a slice of the loaded policy matched, 1 none matched (the current slice stays),
- *       -1 bad input (NULL, longer than DCCL_MAX_CONTEXT_SPEC, malformed).
+ *       -1 bad input (NULL, longer than DCCL_MAX_CONTEXT_SPEC, malformed; or a 257th distinct
+ *       context in one process: contexts are interned, never freed).
  *   int dynamiccl_policy_hash(char* out, size_t len);
  *       SHA-256 of the loaded policy file, 64 lowercase hex digits + NUL (the hash logged at init
  *       and printed by `dynamiccl show`). 0 ok, -1 no policy loaded or len < 65.

@@ -8,7 +8,7 @@ new context. The job starts only if every rank holds the same policy. An online 
 in to pin the fastest configuration per size bin, never one slower than NCCL's own.
 
 Modules: ``core`` (the runtime), ``hook`` (DDP integration), ``decide`` (the decision window),
-``stragglar``/``schedule`` (seed 004), ``hierarchical`` (seed 000), ``tuning`` (online tuning),
+``stragglar``/``matchings`` (seed 004), ``hierarchical`` (seed 000), ``tuning`` (online tuning),
 ``plugin_control`` (the plugin's C controls), ``jobcheck`` (the job-start check).
 """
 

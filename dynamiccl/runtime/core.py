@@ -39,8 +39,8 @@ import torch.distributed as dist
 
 from dynamiccl.runtime.decide import Decision, DecisionWindow
 from dynamiccl.runtime.hierarchical import HierarchicalAllReduce
+from dynamiccl.runtime.matchings import worthwhile
 from dynamiccl.runtime.plugin_control import Pin, PluginControl
-from dynamiccl.runtime.schedule import worthwhile
 from dynamiccl.runtime.stragglar import StragglAR
 from dynamiccl.runtime.tuning import OnlineTuner, SizeBin, Tuning, TuningEvent
 
@@ -60,7 +60,7 @@ class RuntimeConfig:
     straggler_threshold_us: float = 1000.0
     #: Share of the window in which the same rank must be late to be a persistent straggler.
     majority: float = 0.6
-    #: Use StragglAR for a persistent straggler (where it pays, see ``schedule.worthwhile``).
+    #: Use StragglAR for a persistent straggler (where it pays, see ``matchings.worthwhile``).
     stragglar: bool = True
     #: Ranks per node for the hierarchical path; None keeps the backend's flat all-reduce.
     ranks_per_node: int | None = None

@@ -4,7 +4,7 @@ While the straggler is late, the n − 1 punctual ranks reduce-scatter the buffe
 (one process subgroup per straggler identity, created once, by every rank at the same point). On
 gloo they all-reduce instead: its reduce-scatter is slower than its all-reduce (13.9 vs 8.0 ms for
 4 MiB on 3 CPU ranks here), and holding every partial chunk is a superset of the precondition. Then
-the completion schedule (:mod:`dynamiccl.runtime.schedule`) runs one round at a time, each rank's
+the completion schedule (:mod:`dynamiccl.runtime.matchings`) runs one round at a time, each rank's
 send and receive of the round issued together with ``batch_isend_irecv``. In the straggler's rounds
 both sides add the same two partial chunks (a + b and b + a are the same floating-point number), and
 every other transfer copies a fully reduced chunk, so all ranks end with bit-identical buffers; the
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from dynamiccl.runtime.schedule import schedule_for
+from dynamiccl.runtime.matchings import matchings_for
 
 
 class StragglAR:
@@ -61,7 +61,7 @@ class StragglAR:
         if me != straggler:
             self._reduce_scatter(chunks, virtual, self._punctual_groups[straggler])
         scratch = torch.empty(width, dtype=tensor.dtype, device=tensor.device)
-        for matches in schedule_for(world):
+        for matches in matchings_for(world):
             for m in matches:
                 if virtual not in (m.a, m.b):
                     continue

@@ -5,7 +5,10 @@
  * Also times communicator init (fastest of 7): the first of a process (read, hash, parse, index)
  * and one next to a live communicator of the same file (read and hash; the parsed copy is shared).
  *
- *   bench_driver PLUGIN.so NOOP.so NRANKS NNODES CALLS REPS   -> {"ns_per_call": ..., ...} */
+ * With "pinned", 16 allreduce size ranges are pinned first (dynamiccl_pin), so the time is that of
+ * a pinned call rather than a policy lookup.
+ *
+ *   bench_driver PLUGIN.so NOOP.so NRANKS NNODES CALLS REPS [pinned] -> {"ns_per_call": ..., ...} */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <stdint.h>
@@ -52,8 +55,8 @@ static double run(const dccl_tuner_v6_t* t, void* ctx, const query_t* q, long ca
 }
 
 int main(int argc, char** argv) {
-  if (argc != 7) {
-    fprintf(stderr, "usage: %s PLUGIN.so NOOP.so NRANKS NNODES CALLS REPS\n", argv[0]);
+  if (argc != 7 && !(argc == 8 && strcmp(argv[7], "pinned") == 0)) {
+    fprintf(stderr, "usage: %s PLUGIN.so NOOP.so NRANKS NNODES CALLS REPS [pinned]\n", argv[0]);
     return 2;
   }
   const dccl_tuner_v6_t* t[2];
@@ -83,6 +86,15 @@ int main(int argc, char** argv) {
     }
   }
   t[1]->init(&ctx[1], 1, 1, 1, NULL, NULL, NULL);
+  if (argc == 8) {
+    int (*pin)(int, uint64_t, uint64_t, int, int, int);
+    *(void**)&pin = dlsym(dlopen(argv[1], RTLD_NOW | RTLD_LOCAL), "dynamiccl_pin");
+    for (int i = 0; i < 16; i++)
+      if (!pin || pin(4, (uint64_t)1 << (2 * i), (uint64_t)1 << (2 * i + 2), 1, i % 3, 0) != 0) {
+        fprintf(stderr, "cannot pin\n");
+        return 2;
+      }
+  }
   if (!ctx[0]) {
     fprintf(stderr, "the DynamICCL plugin did not load the policy (is DYNAMICCL_POLICY set?)\n");
     return 2;

@@ -1,16 +1,16 @@
 """StragglAR completion schedules for every world size, each verified before it is used.
 
-Powers of two ≥ 4 use seed 004's Algorithm 1 exactly (:func:`dynamiccl.simulator.stragglar.generate`,
-n + log2 n − 2 rounds, Theorem 1). The paper leaves other n open (appendix C: a matching per round,
+Powers of two ≥ 4 use seed 004's Algorithm 1 exactly
+(:func:`dynamiccl.simulator.stragglar_schedule.generate`, n + log2 n − 2 rounds, Theorem 1). The paper leaves other n open (appendix C: a matching per round,
 no bound), so for them the schedule is generated here greedily: round r pairs rank r with the
 straggler while r < n − 1 (the same symmetry breaking as Algorithm 1), and the other free ranks are
 matched greedily, the exchanges that spread the oldest fully reduced chunk first (its propagation
-deadline comes first), then those useful in both directions. That gives n + ⌈log2 n⌉ − 1 rounds or
-one more for n ≤ 8 (3, 7, 8, 10 rounds for n = 3, 5, 6, 7) and drifts further from it for larger n.
+deadline comes first), then those useful in both directions. That gives at most one round more
+than n + ⌈log2 n⌉ − 1 for n ≤ 8 (3, 7, 8, 10 rounds for n = 3, 5, 6, 7), and more for larger n.
 Where the rounds move more bytes than a ring all-reduce would once the straggler is there (n = 2, 3,
 5), :func:`worthwhile` says so and the runtime keeps NCCL's all-reduce (the stated fallback).
 
-Either way :func:`dynamiccl.simulator.stragglar.check_schedule` replays the
+Either way :func:`dynamiccl.simulator.stragglar_schedule.check_schedule` replays the
 schedule (one matching per rank per round; every chunk reaches every rank, reduced exactly once)
 and a schedule that fails is never returned. Schedules depend on n only, so every rank computes the
 same one without talking to the others.
@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from dynamiccl.simulator.stragglar import Match, Schedule, check_schedule, generate
+from dynamiccl.simulator.stragglar_schedule import Match, Matchings, check_schedule, generate
 
 
 @lru_cache(maxsize=64)
-def schedule_for(n: int) -> Schedule:
+def matchings_for(n: int) -> Matchings:
     """The verified completion schedule for ``n`` ranks, straggler = rank n − 1 (n ≥ 2)."""
     if n < 2:
         raise ValueError(f"StragglAR needs at least 2 ranks, got {n}")
@@ -34,10 +34,10 @@ def schedule_for(n: int) -> Schedule:
     return schedule
 
 
-def _greedy(n: int) -> Schedule:
+def _greedy(n: int) -> Matchings:
     sigma = n - 1
     full: list[set[int]] = [set() for _ in range(n)]
-    schedule: Schedule = []
+    schedule: Matchings = []
     r = 0
     while any(len(f) < n - 1 for f in full):
         matches: list[Match] = []
@@ -77,4 +77,4 @@ def _oldest(candidates: set[int]) -> int | None:
 def worthwhile(n: int) -> bool:
     """True when the completion rounds move less than a ring all-reduce once the straggler is there:
     rounds · S/(n−1) < 2(n−1)/n · S."""
-    return n >= 2 and len(schedule_for(n)) * n < 2 * (n - 1) ** 2
+    return n >= 2 and len(matchings_for(n)) * n < 2 * (n - 1) ** 2
