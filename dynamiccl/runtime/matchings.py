@@ -1,19 +1,20 @@
 """StragglAR completion schedules for every world size, each verified before it is used.
 
 Powers of two ≥ 4 use seed 004's Algorithm 1 exactly
-(:func:`dynamiccl.simulator.stragglar_schedule.generate`, n + log2 n − 2 rounds, Theorem 1). The paper leaves other n open (appendix C: a matching per round,
-no bound), so for them the schedule is generated here greedily: round r pairs rank r with the
-straggler while r < n − 1 (the same symmetry breaking as Algorithm 1), and the other free ranks are
-matched greedily, the exchanges that spread the oldest fully reduced chunk first (its propagation
-deadline comes first), then those useful in both directions. That gives at most one round more
-than n + ⌈log2 n⌉ − 1 for n ≤ 8 (3, 7, 8, 10 rounds for n = 3, 5, 6, 7), and more for larger n.
-Where the rounds move more bytes than a ring all-reduce would once the straggler is there (n = 2, 3,
-5), :func:`worthwhile` says so and the runtime keeps NCCL's all-reduce (the stated fallback).
+(:func:`dynamiccl.simulator.stragglar_schedule.generate`, n + log2 n − 2 rounds, Theorem 1).
+The paper leaves other n open (appendix C: a matching per round, no bound), so for them the
+schedule is generated here greedily: round r pairs rank r with the straggler while r < n − 1 (the
+same symmetry breaking as Algorithm 1), and the other free ranks are matched greedily, the exchanges
+that spread the oldest fully reduced chunk first (its propagation deadline comes first), then those
+useful in both directions. That gives at most one round more than n + ⌈log2 n⌉ − 1 for n ≤ 8
+(3, 7, 8, 10 rounds for n = 3, 5, 6, 7), and more for larger n. Where the rounds move more bytes
+than a ring all-reduce would once the straggler is there (n = 2, 3, 5), :func:`worthwhile` says so
+and the runtime keeps NCCL's all-reduce (the stated fallback).
 
-Either way :func:`dynamiccl.simulator.stragglar_schedule.check_schedule` replays the
-schedule (one matching per rank per round; every chunk reaches every rank, reduced exactly once)
-and a schedule that fails is never returned. Schedules depend on n only, so every rank computes the
-same one without talking to the others.
+Either way :func:`dynamiccl.simulator.stragglar_schedule.check_schedule` replays the schedule (one
+matching per rank per round; every chunk reaches every rank, reduced exactly once) and a schedule
+that fails is never returned. Schedules depend on n only, so every rank computes the same one
+without talking to the others.
 """
 
 from __future__ import annotations
