@@ -45,7 +45,6 @@ from dynamiccl.runtime.stragglar import StragglAR
 from dynamiccl.runtime.tuning import OnlineTuner, SizeBin, Tuning, TuningEvent
 
 log = logging.getLogger(__name__)
-PATHS = ("nccl", "stragglar", "hierarchical")
 
 
 @dataclass

@@ -106,11 +106,3 @@ class PluginControl:
     def unpin(self, collective: int, min_bytes: int, max_bytes: int) -> None:
         """Gives [min_bytes, max_bytes) of ``collective`` back to the policy (algorithm −1)."""
         self.pin(Pin(collective, min_bytes, max_bytes, -1, -1, 0))
-
-
-def try_control(library: Path | None = None) -> PluginControl | None:
-    """The plugin's controls, or None when there is no plugin with them (the job runs without)."""
-    try:
-        return PluginControl(library)
-    except (PluginControlError, OSError):
-        return None
