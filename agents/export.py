@@ -110,7 +110,8 @@ class _Evaluator:
     """Asks the policy once per distinct call, gates its answer and remembers both.
 
     ``gate=None`` writes every exportable answer (ungated); the verdict is still recorded so that
-    an answer predicted slower than NCCL can be refused.
+    an answer predicted slower than NCCL can be refused. A policy with ``decide_rule(scenario) ->
+    (decision, verdict)`` answers with its own evidence (tune's measurements) and gates itself.
     """
 
     def __init__(self, policy: object, observe: Observe, gate: Gate | None) -> None:
@@ -131,6 +132,10 @@ class _Evaluator:
     def _ask(self, key: tuple, topology: Topology, collective: Collective, nbytes: int,
              context: tuple[str, str]) -> pf.Decision | None:
         scenario = context_scenario(topology, collective, nbytes, context)
+        decide_rule = getattr(self.policy, "decide_rule", None)
+        if decide_rule is not None:  # a policy that gates itself on its own evidence (tune)
+            decision, self.verdicts[key] = decide_rule(scenario)
+            return decision
         mask = valid_mask(topology, collective, deployable=True)
         action = self.policy.act(self.observe(scenario), scenario=scenario, action_mask=mask)
         self.verdicts[key] = None
