@@ -33,7 +33,8 @@ BUILTIN: dict[str, Callable[[Topology | None, bool, int], Policy]] = {
     "static_best": _static_best,
     "random": lambda topo, dep, seed: RandomPolicy(seed=seed, deployable=dep),
     "coordinate_descent": lambda topo, dep, seed: CoordinateDescentTuner(DEFAULT_BUDGET, dep),
-    "bandit": lambda topo, dep, seed: UcbBandit(DEFAULT_BUDGET, seed=seed, deployable=dep),
+    "bandit": lambda topo, dep, seed: UcbBandit(DEFAULT_BUDGET, seed=seed, deployable=dep,
+                                                safety_margin=0.05),
 }
 
 

@@ -7,9 +7,12 @@ NCCL alone. Evidence, strongest first:
 1. **measured** — both NCCL's default and the pair were measured at this size on this shape: the
    measurement decides; its noise is the uncertainty.
 2. **calibrated model** — the simulator, fitted to the measurements (``profiler.calibrate``, kept
-   behind :func:`calibrated_topology`), then corrected per choice by the measured/predicted ratio
-   at the nearest measured sizes (interpolated in log size). The uncertainty grows with the
-   distance, in octaves, to the nearest measurement of that choice, up to the band default.
+   behind :func:`calibrated_topology`), then corrected per choice with a latency factor and a
+   bandwidth factor fitted to that choice's measured sizes (the Hockney alpha/beta split NCCL's own
+   tuning tables use: a time is a latency floor plus a size-proportional rest). The uncertainty is
+   the measurement noise plus the fit's residual plus a growth with the distance, in octaves, to
+   the nearest measurement of that choice; where that reaches the band default the correction is
+   dropped.
 3. **model** — nothing measured for that choice: the simulator and the band defaults of
    :func:`dynamiccl.agents.gate.uncertainty`.
 
@@ -152,6 +155,25 @@ def _model_time(scenario: Scenario, pair: Pair) -> float:
     return decisions.nccl_default(scenario, pair.constraints).time_us
 
 
+#: The size whose time stands for a choice's latency floor (as small as nccl-tests measures).
+FLOOR_BYTES = 8
+
+
+@lru_cache(maxsize=131072)
+def _latency_split(scenario: Scenario, pair: Pair, nbytes: int) -> tuple[float, float]:
+    """A modelled time at ``nbytes`` as (latency floor, the rest): the Hockney alpha/beta split,
+    the floor being the same choice's time at :data:`FLOOR_BYTES`."""
+    t = _model_time(replace(scenario, nbytes=nbytes), pair)
+    floor = min(_model_time(replace(scenario, nbytes=FLOOR_BYTES), pair), t)
+    return floor, t - floor
+
+
+@lru_cache(maxsize=131072)
+def _nccl_pair(scenario: Scenario) -> tuple[Algorithm, Protocol]:
+    config = decisions.nccl_default(scenario).config
+    return config.algorithm, config.protocol
+
+
 def candidate_pairs(scenario: Scenario) -> list[Pair]:
     """Every NCCL algorithm/protocol pair that can run this call."""
     return [Pair(a, p) for a, p in NCCL_PAIRS if pair_constraints(scenario, (a, p)).given()]
@@ -202,16 +224,41 @@ class Tuner:
         band = uncertainty(scenario.topology, scenario.collective, scenario.nbytes,
                            pair.algorithm or Algorithm.RING, pair.protocol or Protocol.SIMPLE)
         sizes = self.measurements.measured_sizes(scenario, pair)
+        if pair.is_default:  # NCCL's default is another configuration where NCCL's pick differs
+            pick = _nccl_pair(model_scn)
+            sizes = [n for n in sizes if _nccl_pair(replace(model_scn, nbytes=n)) == pick]
         if not sizes:
             return Estimate(predicted, band, self.model_evidence)
-        logs = np.log2(sizes)
-        ratios = [math.log(self.measurements.time(replace(scenario, nbytes=n), pair)
-                           / _model_time(replace(model_scn, nbytes=n), pair)) for n in sizes]
+        floor, rest = _latency_split(model_scn, pair, scenario.nbytes)
+        a, b, residual = self._factors(scenario, model_scn, pair, tuple(sizes))
         x = math.log2(max(scenario.nbytes, 1))
-        correction = float(np.interp(x, logs, ratios))
-        octaves = float(np.min(np.abs(logs - x)))
-        sigma = min(band, self.measurements.noise + SIGMA_PER_OCTAVE * octaves)
-        return Estimate(predicted * math.exp(correction), sigma, CALIBRATED)
+        octaves = float(np.min(np.abs(np.log2(sizes) - x)))
+        sigma = self.measurements.noise + residual + SIGMA_PER_OCTAVE * octaves
+        if sigma >= band:  # too far from anything measured: the correction says nothing here
+            return Estimate(predicted, band, self.model_evidence)
+        return Estimate(a * floor + b * rest, sigma, CALIBRATED)
+
+    def _factors(self, scenario: Scenario, model_scn: Scenario, pair: Pair,
+                 sizes: tuple[int, ...]) -> tuple[float, float, float]:
+        """Latency and bandwidth correction factors of ``pair`` fitted to its measured sizes
+        (relative least squares of ``t = a * floor + b * rest``), and the fit's RMS log residual.
+
+        One regime measured (only small or only large calls) pins one factor; the other then
+        takes the same value, and the octave distance keeps far sizes uncertain.
+        """
+        measured = np.array([self.measurements.time(replace(scenario, nbytes=n), pair)
+                             for n in sizes])
+        split = np.array([_latency_split(model_scn, pair, n) for n in sizes])
+        rows = split / measured[:, None]
+        ratio = float(np.exp(np.mean(np.log(measured / split.sum(axis=1)))))
+        a = b = ratio
+        if len(sizes) > 1 and np.linalg.matrix_rank(rows, tol=0.05) == 2:
+            (a, b), *_ = np.linalg.lstsq(rows, np.ones(len(sizes)), rcond=None)
+            if not (0.05 < a < 20 and 0.05 < b < 20):
+                a = b = ratio
+        fitted = split @ np.array([a, b])
+        residual = float(np.sqrt(np.mean(np.log(measured / fitted) ** 2)))
+        return float(a), float(b), residual
 
     def decide(self, scenario: Scenario) -> Decision:
         estimates = {DEFAULT: self.estimate(scenario, DEFAULT)}
