@@ -33,6 +33,8 @@ from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
 
 MIN_BYTES = 8
+#: The gate every export passes through unless the caller asks for none.
+DEFAULT_GATE = Gate()
 MAX_BYTES = 16 << 30
 DEFAULT_POINTS_PER_OCTAVE = 8
 #: More samples than this only cost time: boundaries are found to the byte by bisection.
@@ -212,7 +214,7 @@ def export_policy(
     nccl_range: str = pf.DEFAULT_NCCL_RANGE,
     config_hash: str | None = None,
     policy_digest: str | None = None,
-    gate: Gate | None = None,
+    gate: Gate | None = DEFAULT_GATE,
 ) -> ExportResult:
     """Evaluates ``policy`` (a :class:`dynamiccl.agents.policy.Policy`) over the grid.
 

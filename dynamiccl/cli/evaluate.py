@@ -34,6 +34,7 @@ examples:
 #: The keys of ``--json`` (a contract: scripts read them).
 JSON_KEYS = ("policy", "action_set", "backend", "geomean_speedup", "oracle_share", "slower_calls",
              "worst_speedup", "worst_call", "scenarios")
+MAX_BUDGET = 10_000
 ONLINE_KEYS = ("calls_to_5pct", "reached_5pct", "exploration_calls", "exploration_speedup")
 
 
@@ -81,6 +82,8 @@ def _run(args: argparse.Namespace) -> int:
     from dynamiccl.envs.workloads import load_suite
 
     deployable = not args.all_actions
+    if args.budget is not None and not 1 <= args.budget <= MAX_BUDGET:
+        raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measured calls per context")
     names = _policy_names(args.policy)
     if args.plots and not args.out:
         raise UserError("--plots needs --out DIR to write the figures into")
@@ -124,13 +127,6 @@ def contract(summary: dict) -> dict:
     return {k: summary.get(k) for k in keys}
 
 
-def _budget(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 10_000:
-        raise argparse.ArgumentTypeError(f"{text}: give 1..10000 measured calls per context")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "evaluate", help="score policies against NCCL's default and the oracle on a suite",
@@ -157,7 +153,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--replay", action="append", metavar="LOGS",
                         help="measurements for --backend replay (files or folders; repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random policies (default 0)")
-    parser.add_argument("--budget", type=_budget, metavar="CALLS",
+    parser.add_argument("--budget", type=int, metavar="CALLS",
                         help="measured calls per context for online tuners (default 64)")
     parser.add_argument("--out", metavar="DIR", help="write summary.csv, summary.json, calls.csv")
     parser.add_argument("--force", action="store_true",

@@ -135,29 +135,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _points(text: str) -> int:
-    from dynamiccl.agents.export import MAX_POINTS_PER_OCTAVE
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= value <= MAX_POINTS_PER_OCTAVE:
-        raise argparse.ArgumentTypeError(
-            f"{value}: give 1..{MAX_POINTS_PER_OCTAVE} (boundaries are bisected to the byte anyway)")
-    return value
-
-
-def _margin(text: str) -> float:
-    try:
-        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction such as 0.03 or 3%") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: the margin is a fraction in [0, 1), e.g. 0.03")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "export", help="write a policy file for the NCCL tuner plugin",
@@ -177,9 +154,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="export several GPUs-per-node values (default: the system's own)")
     parser.add_argument("--contexts", type=_contexts, default="default",
                         help="context slices: 'default' (no straggler, no overlap) or 'all'")
-    parser.add_argument("--points-per-octave", type=_points, default=8,
+    parser.add_argument("--points-per-octave", type=int, default=8,
                         help="size samples per doubling before bisection (1..64, default 8)")
-    parser.add_argument("--margin", type=_margin, default=0.03, metavar="FRACTION",
+    parser.add_argument("--margin", type=float, default=0.03, metavar="FRACTION",
                         help="gate: override NCCL only where the predicted gain exceeds this and "
                              "the model's uncertainty (default 0.03 = 3%%)")
     parser.add_argument("--no-gate", action="store_true",

@@ -26,6 +26,7 @@ EPILOG = """examples:
 then: dynamiccl show tuned.dccl; dynamiccl evaluate --policy tuned.dccl"""
 
 _COLLECTIVES = ("allreduce", "allgather", "reducescatter")
+MAX_BUDGET = 100_000
 
 
 def _records(paths: list[str] | None) -> list:
@@ -129,6 +130,10 @@ def _run_plan(planned: list, gpus_per_node: int, record: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents import tune
 
+    if not 1 <= args.budget <= MAX_BUDGET:
+        raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measurements")
+    if not 0 <= args.margin < 1:
+        raise UserError(f"--margin {args.margin}: give a fraction in [0, 1), e.g. 0.03")
     topology = topology_from_args(args)
     records = _records(args.measurements)
     measurements = tune.Measurements(records)
@@ -186,16 +191,7 @@ def _export(args: argparse.Namespace, topology, policy, node_counts: list[int]) 
           f"evaluated calls override NCCL; inspect with `dynamiccl show {out}`", file=sys.stderr)
 
 
-def _budget(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 100_000:
-        raise argparse.ArgumentTypeError(f"{text}: give 1..100000 measurements")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from dynamiccl.cli.export import _margin
-
     parser = subparsers.add_parser(
         "tune", help="measurements -> calibrated model -> gated policy (or a measurement plan)",
         description="Decide per collective, system and size whether pinning NCCL_ALGO/NCCL_PROTO "
@@ -209,7 +205,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--collective", action="append", choices=_COLLECTIVES + (
         "broadcast", "reduce"), help="only these collectives (default: allreduce, allgather, "
                                      "reducescatter)")
-    parser.add_argument("--margin", type=_margin, default=0.03, metavar="FRACTION",
+    parser.add_argument("--margin", type=float, default=0.03, metavar="FRACTION",
                         help="override only where the gain exceeds this and the uncertainty "
                              "(default 0.03)")
     parser.add_argument("--no-calibrate", action="store_true",
@@ -219,7 +215,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plan", action="store_true",
                         help="print the nccl-tests commands that would settle the most valuable "
                              "undecided rules")
-    parser.add_argument("--budget", type=_budget, default=64, metavar="N",
+    parser.add_argument("--budget", type=int, default=64, metavar="N",
                         help="measurements the plan may use (default 64)")
     parser.add_argument("--run", action="store_true",
                         help="with --plan: measure the plan now on this machine's GPUs")
