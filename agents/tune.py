@@ -267,9 +267,15 @@ class Tuner:
         default = estimates[DEFAULT]
         nccl_config = decisions.nccl_default(scenario).config
         best, best_verdict = DEFAULT, None
+        model_default = _model_time(self._on_model(scenario), DEFAULT)
         for pair, est in estimates.items():
             if pair.is_default:
                 continue
+            if est.evidence == self.model_evidence != default.evidence:
+                # Only the model speaks for this choice: trust its ratio to NCCL's default, not
+                # its absolute time (a system the model misjudges misjudges both alike).
+                est = replace(est, time_us=est.time_us * default.time_us / model_default)
+                estimates[pair] = est
             gain = default.time_us / est.time_us - 1.0
             sigma = math.hypot(est.sigma, default.sigma)
             evidence = MEASURED if MEASURED == est.evidence == default.evidence else (

