@@ -130,8 +130,8 @@ def _true_action_times(seed: int, scenario: Scenario) -> np.ndarray:
     truth = Miscalibration.draw(seed)
     calm = decisions.action_times(_calm(scenario))
     floor = decisions.action_times(_calm(scenario, FLOOR_BYTES))
-    wait = decisions.action_times(scenario) - calm if scenario.has_straggler else 0.0
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # inf - inf where an action cannot run
+        wait = decisions.action_times(scenario) - calm if scenario.has_straggler else 0.0
         times = truth.scale(ActionColumns.algorithm, ActionColumns.protocol, calm, floor) + wait
     times = np.where(np.isfinite(calm), times, np.inf)
     times.setflags(write=False)
