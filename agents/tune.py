@@ -271,13 +271,15 @@ class Tuner:
         for pair, est in estimates.items():
             if pair.is_default:
                 continue
+            sigma = math.hypot(est.sigma, default.sigma)
             if est.evidence == self.model_evidence != default.evidence:
                 # Only the model speaks for this choice: trust its ratio to NCCL's default, not
-                # its absolute time (a system the model misjudges misjudges both alike).
+                # its absolute time (a system the model misjudges misjudges both alike). That
+                # ratio carries the model's error on both choices, measured default or not.
                 est = replace(est, time_us=est.time_us * default.time_us / model_default)
                 estimates[pair] = est
+                sigma = math.hypot(est.sigma, est.sigma)
             gain = default.time_us / est.time_us - 1.0
-            sigma = math.hypot(est.sigma, default.sigma)
             evidence = MEASURED if MEASURED == est.evidence == default.evidence else (
                 MODEL if MODEL == est.evidence == default.evidence else CALIBRATED)
             verdict = Verdict(nccl_config, _pair_config(pair, nccl_config), gain, sigma, evidence,
