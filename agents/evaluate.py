@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dynamiccl.agents.policy import ForcingPolicy, OnlinePolicy, Policy
-from dynamiccl.knobs import Algorithm, Config
+from dynamiccl.knobs import Config
+from dynamiccl.nccl import Algorithm
 from dynamiccl.units import format_size
 
 if TYPE_CHECKING:

@@ -28,7 +28,8 @@ import numpy as np
 
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.gate import Gate, Verdict
-from dynamiccl.knobs import ACTIONS, N_ACTIONS, Collective, valid_mask
+from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
+from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
 
@@ -266,6 +267,8 @@ def export_policy(
         created=created or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         topology=_clean_header_value(topology.name),
         fingerprint=topology.fingerprint(),
+        features=pf.system_features(all(s.ll128_enabled for s in systems), topology.features.nvls,
+                                    topology.features.collnet),
         nccl=nccl_range,
         config_hash=_clean_header_value(config_hash or getattr(policy, "config_hash", None)
                                         or digest),

@@ -11,7 +11,8 @@ import pytest
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.export import MAX_BYTES, export_policy, size_grid
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import Algorithm, Collective, Config, Hierarchy, Protocol, Schedule, action_id
+from dynamiccl.knobs import Config, Hierarchy, Schedule, action_id
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_csv import to_nccl_example_csv
 from dynamiccl.topology import load_topology
 
@@ -170,7 +171,7 @@ def test_cli_export_csv_and_node_counts(tmp_path):
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.dccl"
-    bad.write_text("DYNAMICCL-POLICY 1\npolicy x\n")
+    bad.write_text("DYNAMICCL-POLICY 2\npolicy x\n")
     assert main(["show", str(bad)]) == 2
     assert main(["export", "--policy", "no_such_policy", "--topology", "dgx_h100",
                  "-o", str(tmp_path / "x.dccl")]) == 2

@@ -84,8 +84,7 @@ def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.export import export_policy, rule_evidence, save_evidence
     from dynamiccl.agents.gate import Gate
     from dynamiccl.agents.registry import load_policy
-    from dynamiccl.files import write_text_atomic
-    from dynamiccl.nccl_csv import to_nccl_example_csv
+    from dynamiccl.nccl_csv import write_nccl_example_csv
 
     out = _output(args)
     topology = topology_from_args(args)
@@ -115,9 +114,9 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     try:
         if args.format == "nccl-example-csv":
-            write_text_atomic(out, to_nccl_example_csv(result.policy_file))
+            write_nccl_example_csv(result.policy_file, out)
         else:
-            write_text_atomic(out, pf.dumps(result.policy_file))
+            pf.write(result.policy_file, out)
             save_evidence(out, rule_evidence(result))
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}; pick another -o path") from None

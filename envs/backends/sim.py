@@ -18,7 +18,8 @@ from dynamiccl.envs.backends.base import Measurement
 from dynamiccl.scenario import Scenario
 
 
-def forced_decision(scenario: Scenario, constraints: decisions.KnobConstraints) -> decisions.Decision:
+def forced_decision(scenario: Scenario, constraints: decisions.KnobConstraints
+                    ) -> decisions.TimedConfig:
     """What NCCL runs with these knobs pinned, timed by the simulator. A pin NCCL cannot honour in
     this call (an algorithm the collective lacks) leaves NCCL's own choice, as the tuner plugin's
     cost table does: NCCL ignores an entry it has marked unusable."""
