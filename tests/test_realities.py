@@ -112,3 +112,22 @@ def test_tuners_are_scored_against_the_reality_not_their_model():
     bandit = evaluate_policy(load_policy("bandit"), small, backend="perturbed",
                              backend_kwargs={"seed": 1001})
     assert bandit.exploration_calls == 64 * len(set(small[0].scenarios))
+
+
+@pytest.mark.slow
+def test_bench_tuning_scores_every_tuner_against_one_reality():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "bench_tuning.py"
+    spec = importlib.util.spec_from_file_location("bench_tuning", path)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_tuning"] = bench  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    bench.SIZES = tuple(1 << k for k in range(16, 24))
+    results = bench.run([1000], [("dgx_h100", 1)], calibrate=False, progress=False)
+    assert results["nccl_default"]["headroom_share"] == 0.0
+    assert results["model_gated_export"]["slower_2pct"] == 0
+    assert results["tune_same_budget"]["measurements"] <= results["sweep_table"]["measurements"]
+    assert results["tune_same_budget"]["slower_2pct"] == 0
