@@ -15,8 +15,14 @@ import hashlib
 import sys
 from pathlib import Path
 
-from dynamiccl.cli.common import add_topology_args, topology_from_args
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import (
+    UserError,
+    add_topology_args,
+    load_policy_arg,
+    non_negative_int,
+    positive_int,
+    topology_from_args,
+)
 
 EPILOG = """examples:
   dynamiccl export --policy oracle --topology dgx_h100 --nodes 2 -o oracle.dccl
@@ -83,14 +89,13 @@ def _run(args: argparse.Namespace) -> int:
     from dynamiccl import policy_file as pf
     from dynamiccl.agents.export import export_policy, rule_evidence, save_evidence
     from dynamiccl.agents.gate import Gate
-    from dynamiccl.agents.registry import load_policy
     from dynamiccl.nccl_csv import write_nccl_example_csv
 
     out = _output(args)
     topology = topology_from_args(args)
     node_counts = args.node_counts or [topology.nodes]
     try:
-        policy = load_policy(args.policy, topology=topology, deployable=True, seed=args.seed)
+        policy = load_policy_arg(args.policy, topology=topology, deployable=True, seed=args.seed)
         digest = _checkpoint_digest(args.policy)
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
@@ -153,7 +158,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="export several GPUs-per-node values (default: the system's own)")
     parser.add_argument("--contexts", type=_contexts, default="default",
                         help="context slices: 'default' (no straggler, no overlap) or 'all'")
-    parser.add_argument("--points-per-octave", type=int, default=8,
+    parser.add_argument("--points-per-octave", type=positive_int, default=8,
                         help="size samples per doubling before bisection (1..64, default 8)")
     parser.add_argument("--margin", type=float, default=0.03, metavar="FRACTION",
                         help="gate: override NCCL only where the predicted gain exceeds this and "
@@ -164,7 +169,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--allow-slower", action="store_true",
                         help="write the file even where it is predicted slower than NCCL (warned)")
     parser.add_argument("--force", action="store_true", help="replace an existing policy file")
-    parser.add_argument("--seed", type=int, default=0, help="seed of random policies")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of random policies")
     parser.add_argument("--format", choices=("dccl", "nccl-example-csv"), default="dccl",
                         help="dccl (DynamICCL plugin, default) or NVIDIA's example-tuner CSV")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
