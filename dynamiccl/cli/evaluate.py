@@ -35,6 +35,7 @@ examples:
 JSON_KEYS = ("policy", "action_set", "backend", "geomean_speedup", "oracle_share", "slower_calls",
              "worst_speedup", "worst_call", "scenarios")
 MAX_BUDGET = 10_000
+RESULT_FILES = ("summary.csv", "summary.json", "calls.csv")
 ONLINE_KEYS = ("calls_to_5pct", "reached_5pct", "exploration_calls", "exploration_speedup")
 
 
@@ -72,7 +73,10 @@ def _backend(args: argparse.Namespace) -> tuple[str, dict]:
             raise UserError("--backend replay needs --replay LOGS (nccl-tests logs or records)")
         from dynamiccl.envs.backends.replay import ReplayTable
 
-        return "replay", {"table": ReplayTable.load(args.replay)}
+        try:
+            return "replay", {"table": ReplayTable.load(args.replay)}
+        except ValueError as exc:
+            raise UserError(f"--replay: {exc}") from None
     return "sim", {}
 
 
@@ -102,10 +106,18 @@ def _run(args: argparse.Namespace) -> int:
             policy.name = Path(name).name
         if args.budget is not None and hasattr(policy, "budget"):
             policy.budget = args.budget
-    reports = evaluate_policies(policies, suite, deployable=deployable, backend=backend,
-                                backend_kwargs=backend_kwargs)
+    from dynamiccl.envs.backends import UnmeasuredChoice
+
+    if args.out and not args.force and any((Path(args.out) / f).exists() for f in RESULT_FILES):
+        raise UserError(f"{args.out} already holds results; pass --force to replace them or pick "
+                        "another --out folder")
+    try:
+        reports = evaluate_policies(policies, suite, deployable=deployable, backend=backend,
+                                    backend_kwargs=backend_kwargs)
+    except UnmeasuredChoice as exc:
+        raise UserError(f"{exc}; measure it, or evaluate a suite the replay table covers") from None
     if args.out:
-        save_reports(reports, args.out, overwrite=args.force)
+        save_reports(reports, args.out, overwrite=True)
         if args.plots:
             from dynamiccl.agents.evaluation_plots import plot_reports
 

@@ -87,10 +87,15 @@ def _output(args: argparse.Namespace) -> Path:
 
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl import policy_file as pf
-    from dynamiccl.agents.export import export_policy, rule_evidence, save_evidence
+    from dynamiccl.agents import export as exporting
     from dynamiccl.agents.gate import Gate
     from dynamiccl.nccl_csv import write_nccl_example_csv
 
+    if args.points_per_octave > exporting.MAX_POINTS_PER_OCTAVE:
+        raise UserError(f"--points-per-octave {args.points_per_octave}: points per octave must be "
+                        f"1..{exporting.MAX_POINTS_PER_OCTAVE} (boundaries are bisected to the byte anyway)")
+    if not 0 <= args.margin < 1:
+        raise UserError(f"--margin {args.margin}: give a fraction in [0, 1), e.g. 0.03")
     out = _output(args)
     topology = topology_from_args(args)
     node_counts = args.node_counts or [topology.nodes]
@@ -100,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     gate = None if args.no_gate else Gate(margin=args.margin)
-    result = export_policy(
+    result = exporting.export_policy(
         policy, topology, policy_name=Path(args.policy).stem if Path(args.policy).exists()
         else args.policy, node_counts=node_counts, gpus_per_node=args.gpus_per_node_list,
         contexts=args.contexts, points_per_octave=args.points_per_octave,
@@ -122,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
             write_nccl_example_csv(result.policy_file, out)
         else:
             pf.write(result.policy_file, out)
-            save_evidence(out, rule_evidence(result))
+            exporting.save_evidence(out, exporting.rule_evidence(result))
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}; pick another -o path") from None
     n_defer = sum(1 for c in result.cells if c.decision is None)

@@ -98,7 +98,7 @@ def _selected(policy, args: argparse.Namespace) -> list[tuple[object, list]]:
 
 def _read(path: str):
     from dynamiccl import policy_file as pf
-    from dynamiccl.cli.main import UserError
+    from dynamiccl.cli.common import UserError
 
     try:
         return pf.read(path)
