@@ -100,6 +100,8 @@ class Interrupt:
 
     def __init__(self) -> None:
         self.requested = False
+        #: The step of the checkpoint taken because of the request (None: not taken yet).
+        self.saved_at: int | None = None
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
@@ -125,12 +127,11 @@ class SaveAndStopOnInterrupt(BaseCallback):
         super().__init__()
         self.interrupt = interrupt
         self.saver = saver
-        self.saved_at: int | None = None
 
     def _on_rollout_start(self) -> None:
-        if self.interrupt.requested and self.saved_at is None:
+        if self.interrupt.requested and self.interrupt.saved_at is None:
             self.saver.save_now(self.model)
-            self.saved_at = int(self.model.num_timesteps)
+            self.interrupt.saved_at = int(self.model.num_timesteps)
 
     def _on_step(self) -> bool:
-        return self.saved_at is None
+        return self.interrupt.saved_at is None

@@ -232,10 +232,10 @@ def _learn_and_evaluate(cfg: DictConfig, run_dir: Path, env: Any, run_logger: An
             model.learn(total - start, callback=callbacks, reset_num_timesteps=start == 0,
                         progress_bar=bool(cfg.trainer.progress_bar))
     seconds = time.perf_counter() - began
-    step = int(model.num_timesteps)
-    if interrupt.requested and step < total:
-        raise Interrupted(f"interrupted: checkpoint saved at step {step} of {total} in "
+    if interrupt.saved_at is not None:
+        raise Interrupted(f"interrupted: checkpoint saved at step {interrupt.saved_at} of {total} in "
                           f"{ckpt_dir / 'last.zip'}; run the same command to resume")
+    step = int(model.num_timesteps)
     if step > start:
         saver.save_now(model)
         save_checkpoint(model, run_dir / "model.zip", str(cfg.agent.name))

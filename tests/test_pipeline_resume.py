@@ -17,7 +17,7 @@ from dynamiccl.agents.sb3_agents import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-TOTAL = 1536
+TOTAL = 1024
 AGENTS = {
     "maskable_ppo": ["experiment=smoke", "agent.model.n_steps=64", "agent.model.batch_size=32",
                      "agent.model.n_epochs=2"],
