@@ -21,8 +21,7 @@ def read_offline_run(run_dir: Path) -> list[dict]:
     """Every record of the single offline run under ``run_dir``, via wandb's own reader."""
     runs = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, f"expected one offline run under {run_dir}, found {runs}"
-    wandb_cli = Path(sys.executable).with_name("wandb")
-    out = subprocess.run([str(wandb_cli), "leet", "inspect", "--json", str(runs[0])],
+    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(runs[0])],
                          capture_output=True, text=True, check=True, timeout=60)
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
