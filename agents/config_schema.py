@@ -142,23 +142,30 @@ def check_agent(agent: DictConfig) -> None:
         raise ConfigCheckError(f"agent.model._target_ {target!r} is not an importable SB3 class; "
                                "see configs/agent/ for examples") from None
     name = agent.get("name", target)
-    for key in agent.model:
-        if key == "_target_" or key in params:
+    unknown = [str(k) for k in agent.model if k != "_target_" and k not in params]
+    for key in unknown:
+        if not _owners(key):
+            raise ConfigCheckError(f"unknown hyperparameter 'agent.model.{key}' for {name}"
+                                   f"{_suggest(key, params)}")
+    if unknown:
+        owners = sorted(set.intersection(*(set(_owners(k)) for k in unknown))) or _owners(unknown[0])
+        keys = ", ".join(f"agent.model.{k}" for k in unknown)
+        drop = " ".join(f"~agent.model.{k}" for k in unknown)
+        raise ConfigCheckError(
+            f"{keys}: hyperparameters of {', '.join(owners)}, not of {name} (an experiment written "
+            f"for another agent?); choose agent={owners[0]}, or drop them with {drop}")
+
+
+def _owners(key: str) -> list[str]:
+    """The agents in configs/agent/ whose SB3 class takes ``key``."""
+    owners = []
+    for other, target in agent_options().items():
+        try:
+            if target and key in constructor_keys(target):
+                owners.append(other)
+        except Exception:
             continue
-        owners = []
-        for other, other_target in agent_options().items():
-            try:
-                if other_target and key in constructor_keys(other_target):
-                    owners.append(other)
-            except Exception:
-                continue
-        if owners:
-            raise ConfigCheckError(
-                f"agent.model.{key} is a hyperparameter of {', '.join(sorted(owners))}, not of {name} "
-                f"(an experiment written for another agent?): choose agent={sorted(owners)[0]}, or drop "
-                f"the key with ~agent.model.{key}")
-        raise ConfigCheckError(f"unknown hyperparameter 'agent.model.{key}' for {name}"
-                               f"{_suggest(str(key), params)}")
+    return sorted(owners)
 
 
 def _at_least(cfg: DictConfig, key: str, minimum: int) -> None:
