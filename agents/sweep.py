@@ -39,7 +39,7 @@ def search_space(cfg: DictConfig) -> dict[str, Any]:
     for key, spec in cfg.tune.search_space.items():
         if OmegaConf.select(cfg, str(key), default="__missing__") == "__missing__":
             raise ConfigCheckError(f"tune.search_space key '{key}' is not a key of the config; "
-                                   "use a dotted path such as agent.hparams.learning_rate")
+                                   "use a dotted path such as agent.model.learning_rate")
         is_domain = isinstance(spec, DictConfig) and "_target_" in spec
         space[str(key)] = hydra.utils.instantiate(spec) if is_domain else spec
     if not space:
