@@ -72,7 +72,8 @@ def plot_training(run_dir: Path) -> Path | None:
 
     fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
     if curve:
-        ax.plot(*zip(*curve), color=PALETTE["episode_reward"], label="mean episode reward")
+        steps, rewards = zip(*curve, strict=True)
+        ax.plot(steps, rewards, color=PALETTE["episode_reward"], label="mean episode reward")
     ax.set_xlabel("training step")
     ax.set_ylabel("mean episode reward (sum of log speedups)")
     ax.xaxis.set_major_formatter(FuncFormatter(_steps))
@@ -81,7 +82,8 @@ def plot_training(run_dir: Path) -> Path | None:
     shares = [(e["step"], e["oracle_share"]) for e in evals if e.get("oracle_share") is not None]
     if shares:
         right = ax.twinx()
-        right.plot(*zip(*shares), "o-", color=PALETTE["oracle_share"], label="oracle share (eval)")
+        eval_steps, values = zip(*shares, strict=True)
+        right.plot(eval_steps, values, "o-", color=PALETTE["oracle_share"], label="oracle share (eval)")
         right.set_ylabel("share of the oracle's log-speedup")
         _plain_axis(right.yaxis)
         more = right.get_legend_handles_labels()
@@ -107,7 +109,7 @@ def plot_sweep(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], metric: s
 
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.6), squeeze=False,
                              layout="constrained", sharey=True)
-    for ax, key in zip(axes[0], keys):
+    for ax, key in zip(axes[0], keys, strict=True):
         values = [r.get(key) for r in done]
         numeric = all(isinstance(v, (int, float)) for v in values)
         x = values if numeric else [str(v) for v in values]

@@ -15,8 +15,8 @@ from dynamiccl.agents.resume_state import StreamRecorder, capture
 from dynamiccl.agents.sb3_agents import (
     SB3Policy,
     build_model,
-    class_path,
     checkpoint_meta,
+    class_path,
     load_checkpoint,
     resolve_checkpoint,
     save_checkpoint,
