@@ -83,7 +83,9 @@ def _trial(params: dict[str, Any], base_cfg: dict[str, Any]) -> None:
         cfg.logger.group = cfg.tune.name  # the sweep's trials side by side in wandb
     run_dir = Path(tune.get_context().get_trial_dir()) / "run"
     restored = tune.get_checkpoint()
-    if restored is not None:
+    # Tune's copy matters where the trial folder did not survive (another node); a local trial
+    # folder holds a checkpoint at least as recent.
+    if restored is not None and not (run_dir / "checkpoints" / "last.zip").is_file():
         with restored.as_directory() as folder:
             shutil.copytree(folder, run_dir / "checkpoints", dirs_exist_ok=True)
 
