@@ -16,20 +16,21 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+from dynamiccl.config_loader import ConfigError, config_names, read_config
+from dynamiccl.nccl import LINK_NAMES
 
 FABRICS = ("switch", "ring", "torus2d", "fully_connected")
-LINKS = ("nvlink", "pcie", "net")
+#: Physical links one hop of a fabric crosses. A switch hop is GPU -> switch -> GPU: two cables. A
+#: ring, a 2-D torus (each rank cabled to its 2 neighbours per dimension) and a fully connected
+#: fabric link neighbours by one cable. Used when a tier gives ``link_latency_us`` (per cable, as
+#: seed 001's ASTRA-sim configuration does) instead of a measured per-hop ``latency_us``.
+LINKS_PER_HOP = {"switch": 2, "ring": 1, "torus2d": 1, "fully_connected": 1}
+LINKS = tuple(LINK_NAMES.values())
 #: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).
 ARCHS = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100}
-
-
-class TopologyError(ValueError):
-    """A topology file or preset that cannot be used; the message says where and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class Tier:
     size: int
     fabric: str
     bandwidth_GBps: float
+    #: One hop across the tier, end to end (what NCCL's per-hop model and a ping-pong measure). A
+    #: file may give ``link_latency_us`` instead: the loader multiplies it by ``LINKS_PER_HOP``.
     latency_us: float
     #: Physical link class: decides protocol rules (LL128 needs NVLink) and NCCL's latency row.
     link: str = "net"
@@ -88,6 +91,16 @@ class Topology:
         return self.nranks // self.gpus_per_node
 
     @property
+    def ring_dimensions(self) -> tuple[int, ...]:
+        """Sizes of the levels a ring can be built along, innermost first: every crossed tier, a
+        2-D torus as its two dimensions (each rank has its own links in both)."""
+        dims: list[int] = []
+        for tier in self.tiers:
+            parts = tier.dims if tier.fabric == "torus2d" and tier.dims else (tier.size,)
+            dims.extend(d for d in parts if d > 1)
+        return tuple(dims)
+
+    @property
     def any_to_any(self) -> bool:
         return all(t.fabric in ("switch", "fully_connected") or t.size == 1 for t in self.tiers)
 
@@ -114,7 +127,7 @@ class Topology:
             else:
                 middle = math.prod(t.size for t in tiers[1:-1])
                 if nodes % middle:
-                    raise TopologyError(
+                    raise ConfigError(
                         f"{self.name}: --nodes {nodes} is not a multiple of the {middle} nodes the "
                         "inner network tiers already group; pick a multiple"
                     )
@@ -142,7 +155,7 @@ class Topology:
 
 def _require_positive(name: str, value: int) -> None:
     if not isinstance(value, int) or value < 1:
-        raise TopologyError(f"{name} must be a positive integer, got {value!r}")
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _retier(tier: Tier, size: int) -> Tier:
@@ -162,52 +175,31 @@ def _torus_dims(size: int) -> tuple[int, int]:
 # Loading and validation
 # ---------------------------------------------------------------------------------------------
 
-_TIER_FIELDS = {"name", "size", "fabric", "bandwidth_GBps", "latency_us", "link", "link_share",
-                "dims"}
+_TIER_FIELDS = {"name", "size", "fabric", "bandwidth_GBps", "latency_us", "link_latency_us", "link",
+                "link_share", "dims"}
 
 
 def preset_names() -> list[str]:
-    folder = resources.files("dynamiccl.configs") / "topology"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return config_names("topology")
 
 
 def load_topology(
     name_or_path: str | Path, nodes: int | None = None, gpus_per_node: int | None = None
 ) -> Topology:
     """A preset by name or a YAML file by path, optionally resized."""
-    text, source = _read_source(str(name_or_path))
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"{source}: not valid YAML ({exc}); fix the syntax") from None
+    data, source = read_config("topology", name_or_path)
     topo = topology_from_dict(data, source=source)
     return topo.resized(nodes=nodes, gpus_per_node=gpus_per_node)
-
-
-def _read_source(name_or_path: str) -> tuple[str, str]:
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise TopologyError(f"{path}: no such topology file; check the path")
-        return path.read_text(), str(path)
-    folder = resources.files("dynamiccl.configs") / "topology"
-    candidate = folder / f"{name_or_path}.yaml"
-    if not candidate.is_file():
-        raise TopologyError(
-            f"unknown topology {name_or_path!r}: give a YAML file or one of the presets "
-            f"({', '.join(preset_names())}); `dynamiccl topologies` lists them"
-        )
-    return candidate.read_text(), f"preset {name_or_path}"
 
 
 def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     """Validates a parsed topology document; every error names ``source``, the field and a fix."""
 
-    def fail(where: str, problem: str) -> TopologyError:
-        return TopologyError(f"{source}: field '{where}' {problem}")
+    def fail(where: str, problem: str) -> ConfigError:
+        return ConfigError(f"{source}: field '{where}' {problem}")
 
     if not isinstance(data, dict):
-        raise TopologyError(f"{source}: a topology is a mapping with 'name' and 'tiers' at the top")
+        raise ConfigError(f"{source}: a topology is a mapping with 'name' and 'tiers' at the top")
     unknown = set(data) - {"name", "gpu", "features", "tiers", "_target_", "defaults"}
     if unknown:
         raise fail(sorted(unknown)[0], "is not a topology field; allowed: name, gpu, features, tiers")
@@ -244,15 +236,20 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
     if unknown:
         raise fail(f"{where}.{sorted(unknown)[0]}",
                    f"is not a tier field; allowed: {', '.join(sorted(_TIER_FIELDS))}")
-    for key in ("size", "fabric", "bandwidth_GBps", "latency_us"):
+    for key in ("size", "fabric", "bandwidth_GBps"):
         if key not in t:
             raise fail(f"{where}.{key}", "is missing")
+    if ("latency_us" in t) == ("link_latency_us" in t):
+        raise fail(f"{where}.latency_us", "needs exactly one of latency_us (measured per hop) and "
+                   "link_latency_us (per cable; a switch hop crosses two)")
     size = t["size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise fail(f"{where}.size", f"is {size!r}; it must be a positive integer")
     if t["fabric"] not in FABRICS:
         raise fail(f"{where}.fabric", f"is {t['fabric']!r}; use one of {', '.join(FABRICS)}")
-    for key in ("bandwidth_GBps", "latency_us"):
+    for key in ("bandwidth_GBps", "latency_us", "link_latency_us"):
+        if key not in t:
+            continue
         val = t[key]
         if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0 or (
             key == "bandwidth_GBps" and val == 0
@@ -269,5 +266,7 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         dims = tuple(t.get("dims") or _torus_dims(size))
         if len(dims) != 2 or math.prod(dims) != size:
             raise fail(f"{where}.dims", f"is {list(dims)}; give two numbers whose product is {size}")
+    per_link = t.get("link_latency_us")
+    hop_us = float(t["latency_us"]) if per_link is None else LINKS_PER_HOP[t["fabric"]] * float(per_link)
     return Tier(str(t.get("name", f"tier{i}")), size, t["fabric"], float(t["bandwidth_GBps"]),
-                float(t["latency_us"]), link, share, dims)
+                hop_us, link, share, dims)

@@ -40,6 +40,13 @@ def test_validate_reports_every_published_row() -> None:
     assert len(report["seed000"]) == 19
     for r in report["seed000"]:  # charging the flat ring intra-node bandwidth inflates the slowdown
         assert r["intra_charged_flat_slowdown"] > r["physical_slowdown"]
+    grid = {(r["collective"], r["npus"], r["size"]): r for r in report["seed001"]}
+    assert len(grid) == 30  # AllReduce and AllGather x 5 NPU counts x 3 sizes
+    latency_bound = grid[("allreduce", 64, "1 KiB")]
+    assert latency_bound["seed001"] == "14"
+    assert latency_bound["link_only"] == pytest.approx(126 / 14, rel=0.01)  # 2·63 two-cable / 28 hops
+    assert 1.0 < latency_bound["physical"] <= latency_bound["link_only"]
+    assert abs(grid[("allreduce", 64, "1 GiB")]["physical_one_chunk"] - 1.0) < 0.05
 
 
 def test_scripts_have_help() -> None:

@@ -30,5 +30,23 @@ def broadcast_baseline_us(n: int, s: float, alpha: float, beta: float) -> float:
     return math.log2(n) * alpha + math.log2(n) * s * beta
 
 
+def torus_allreduce_us(dims: tuple[int, ...], s: float, alpha: float, beta: float) -> float:
+    """Dimension by dimension (reduce-scatter along each dimension, then all-gather back): a ring of
+    d steps per dimension, 2 Σ(d−1) rounds of one hop, and the flat ring's bytes, 2(n−1)/n · sβ."""
+    n = math.prod(dims)
+    return 2 * sum(d - 1 for d in dims) * alpha + 2 * (n - 1) / n * s * beta
+
+
+def ring_allgather_us(n: int, s: float, alpha: float, beta: float) -> float:
+    """n−1 rounds of s/n (s = the gathered buffer, nccl-tests' size)."""
+    return (n - 1) * alpha + (n - 1) / n * s * beta
+
+
+def torus_allgather_us(dims: tuple[int, ...], s: float, alpha: float, beta: float) -> float:
+    """All-gather along one dimension after the other: Σ(d−1) rounds, (n−1)/n · sβ of bytes."""
+    n = math.prod(dims)
+    return sum(d - 1 for d in dims) * alpha + (n - 1) / n * s * beta
+
+
 def beta_us_per_byte(gbps: float) -> float:
     return 1e-3 / gbps

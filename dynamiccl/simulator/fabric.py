@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective, bus_factor
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY
-from dynamiccl.topology import Topology
+from dynamiccl.topology import Tier, Topology
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,14 @@ class Level:
     switched: bool
 
 
+def _level(tier: Tier, size: int, block: int) -> Level:
+    payload = LINK_EFFICIENCY[tier.link]
+    port_bw = tier.bandwidth_GBps if block == 1 else tier.port_bandwidth_GBps
+    return Level(size, block, tier.bandwidth_GBps * payload, port_bw * payload,
+                 max(1, block // tier.link_share), tier.latency_us, tier.link,
+                 tier.fabric in ("switch", "fully_connected"))
+
+
 @lru_cache(maxsize=1024)
 def levels(topology: Topology) -> tuple[Level, ...]:
     """The crossed tiers, innermost first."""
@@ -50,13 +58,30 @@ def levels(topology: Topology) -> tuple[Level, ...]:
     block = 1
     for tier in topology.tiers:
         if tier.size > 1:
-            ports = max(1, block // tier.link_share)
-            payload = LINK_EFFICIENCY[tier.link]
-            port_bw = tier.bandwidth_GBps if block == 1 else tier.port_bandwidth_GBps
-            out.append(Level(tier.size, block, tier.bandwidth_GBps * payload, port_bw * payload,
-                             ports, tier.latency_us,
-                             tier.link, tier.fabric in ("switch", "fully_connected")))
+            out.append(_level(tier, tier.size, block))
         block *= tier.size
+    return tuple(out)
+
+
+@lru_cache(maxsize=1024)
+def ring_levels(topology: Topology) -> tuple[Level, ...]:
+    """The levels a ring-over-ring runs along: :func:`levels` with every 2-D torus split into its
+    two dimensions (``Topology.ring_dimensions``).
+
+    A torus rank owns a pair of cables per dimension, each at the tier's per-link bandwidth, and a
+    neighbour along a dimension is one cable away; so a ring along x and a ring along y each drive
+    their own links, one link latency per hop, and can work at the same time (separate resources
+    for the pipelined schedules). This is what lets a torus run a collective dimension by dimension
+    in 2(a-1) + 2(b-1) steps instead of a flat ring's 2(ab-1).
+    """
+    out: list[Level] = []
+    block = 1
+    for tier in topology.tiers:
+        parts = tier.dims if tier.fabric == "torus2d" and tier.dims else (tier.size,)
+        for part in parts:
+            if part > 1:
+                out.append(_level(tier, part, block))
+            block *= part
     return tuple(out)
 
 
@@ -65,17 +90,6 @@ def node_levels(topology: Topology) -> tuple[tuple[Level, ...], tuple[Level, ...
     lv = levels(topology)
     inner = tuple(lv_ for lv_ in lv if lv_.block == 1)
     return inner, tuple(lv_ for lv_ in lv if lv_.block > 1)
-
-
-def bus_factor(collective: int, nranks: int) -> float:
-    """nccl-tests' bus-bandwidth factor (nccl_abi §3.9)."""
-    if nranks <= 1:
-        return 1.0
-    if collective == Collective.ALLREDUCE:
-        return 2.0 * (nranks - 1) / nranks
-    if collective in (Collective.ALLGATHER, Collective.REDUCESCATTER):
-        return (nranks - 1) / nranks
-    return 1.0
 
 
 def _level_factor(collective: int, groups: int) -> float:
@@ -95,7 +109,7 @@ def busbw_bound_gbps(topology: Topology, collective: int) -> float:
     through all its ports: busbw ≤ ports · bw · factor(n) / factor(m). For a single-path algorithm
     (a flat ring on one node) this is the bottleneck link's bandwidth. Tests check every action.
     """
-    lv = levels(topology)
+    lv = ring_levels(topology)  # a torus rank's x and y links are separate ports
     if not lv:
         return topology.tiers[0].bandwidth_GBps
     n = topology.nranks

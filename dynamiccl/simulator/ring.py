@@ -9,7 +9,8 @@ of "Seed 000, corrected": seed 000's ASTRA-sim charged the *intra*-node bandwidt
 hop. Latency: a chunk's dependency chain goes around the ring, so the hop latencies of the tiers it
 crosses add up (NCCL's own ring latency has the same structure, nccl_abi §3.5).
 
-Ring-over-ring: one ring per tier; every hop is charged at the bandwidth and latency of the tier it
+Ring-over-ring: one ring per tier (per dimension of a 2-D torus, ``fabric.ring_levels``: the
+torus's dimension-wise collectives); every hop is charged at the bandwidth and latency of the tier it
 crosses, and every rank takes part in its tier's ring at once (so an outer tier is driven through
 all its ports, each rank at its share ``port_bw``).
 """
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Collective, Schedule
+from dynamiccl.knobs import Schedule
+from dynamiccl.nccl import Algorithm, Collective
 from dynamiccl.simulator import protocols as P
-from dynamiccl.simulator.fabric import Level, levels
+from dynamiccl.simulator.fabric import Level, levels, ring_levels
 from dynamiccl.simulator.phases import Cost, Phase, single, transfer
 from dynamiccl.topology import Topology
 
@@ -117,7 +119,7 @@ def hierarchical_ring(topology: Topology, collective: Collective, proto: np.ndar
                       channels: np.ndarray, schedule: np.ndarray, chunks: np.ndarray) -> Cost:
     """Ring-over-ring phases; BASELINE and BW_AWARE rows get different phase lists, so the two
     schedules are laid out as phase slots with zero cost where a schedule has fewer phases."""
-    lv = levels(topology)
+    lv = ring_levels(topology)
     sizes = [level.size for level in lv]
     rates = [_level_rate(topology, level, proto, channels) for level in lv]
     hops = [P.hop_latency_us(level.link, level.latency_us, Algorithm.RING, proto) for level in lv]
