@@ -40,8 +40,7 @@ from dynamiccl.agents.sb3_agents import (
     load_checkpoint,
     save_checkpoint,
 )
-from dynamiccl.envs.config_files import ConfigError
-from dynamiccl.topology import TopologyError
+from dynamiccl.config_loader import ConfigError
 
 #: ``report(metrics, checkpoint_folder)``: called after every evaluation (Ray Tune's hook).
 Reporter = Callable[[dict[str, Any], Path], None]
@@ -286,7 +285,7 @@ def user_errors_exit(command: str) -> Iterator[None]:
     Ctrl-C with one line and exit code 130 (Hydra would otherwise print a traceback)."""
     try:
         yield
-    except (ConfigCheckError, ConfigError, TopologyError, FileNotFoundError) as exc:
+    except (ConfigCheckError, ConfigError, FileNotFoundError) as exc:
         print(f"dynamiccl {command}: error: {exc}", file=sys.stderr)
         sys.exit(2)
     except Interrupted as exc:
