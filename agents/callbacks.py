@@ -53,14 +53,13 @@ class AtRolloutBoundary(EveryNTimesteps):
 
 class SaveCheckpoint(BaseCallback):
     """Replaces ``<folder>/last.zip`` with the model and its resume state, and appends the save to
-    ``history.jsonl``; ``on_save(path, step)`` then sees the finished checkpoint."""
+    ``history.jsonl``; ``last_step`` is the step of the newest checkpoint (``start`` before any)."""
 
-    def __init__(self, folder: Path, algo: str,
-                 on_save: Callable[[Path, int], None] | None = None) -> None:
+    def __init__(self, folder: Path, algo: str, start: int = 0) -> None:
         super().__init__()
         self.folder = Path(folder)
         self.algo = algo
-        self.on_save = on_save
+        self.last_step = start
 
     def save_now(self, model: Any) -> Path:
         """Saves ``model``; call only at a rollout boundary (or after ``learn`` returned)."""
@@ -68,8 +67,7 @@ class SaveCheckpoint(BaseCallback):
         path = save_checkpoint(model, self.folder / "last.zip", self.algo, resume=capture(model))
         with (self.folder / "history.jsonl").open("a") as fh:
             fh.write(json.dumps({"event": "checkpoint", "step": step, "time": time.time()}) + "\n")
-        if self.on_save is not None:
-            self.on_save(path, step)
+        self.last_step = step
         return path
 
     def _on_step(self) -> bool:

@@ -153,9 +153,7 @@ class _Evaluations:
 def _callbacks(cfg: DictConfig, model: Any, run_dir: Path, run_logger: Any, start: int,
                report: Reporter | None, interrupt: Interrupt) -> tuple[list[Any], SaveCheckpoint]:
     ckpt_dir = run_dir / "checkpoints"
-    saved: dict[str, int] = {"step": start}
-    saver = SaveCheckpoint(ckpt_dir, str(cfg.agent.name),
-                           on_save=lambda path, step: saved.update(step=step))
+    saver = SaveCheckpoint(ckpt_dir, str(cfg.agent.name), start)
     callbacks: list[Any] = [SaveAndStopOnInterrupt(interrupt, saver), *run_logger.sb3_callbacks()]
     if int(cfg.trainer.checkpoint_every) > 0:
         callbacks.append(AtRolloutBoundary(int(cfg.trainer.checkpoint_every), saver))
@@ -168,7 +166,7 @@ def _callbacks(cfg: DictConfig, model: Any, run_dir: Path, run_logger: Any, star
             run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items() if v is not None},
                                    step=step)
             if report is not None:
-                if saved["step"] != step:
+                if saver.last_step != step:
                     saver.save_now(model)
                 report({"step": step, **metrics}, ckpt_dir)
 
