@@ -122,7 +122,7 @@ def plot_sweep(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], metric: s
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(metric)
     _plain_axis(axes[0][0].yaxis)
-    fig.suptitle(f"sweep: {metric} per trial ({len(done)} of {len(rows)} trials finished)")
+    fig.suptitle(f"sweep: {metric} per trial ({len(done)} of {len(rows)} trials with a result)")
     out = out_dir / "sweep_results.png"
     fig.savefig(out, dpi=110)
     plt.close(fig)
