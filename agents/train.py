@@ -231,7 +231,8 @@ def _learn_and_evaluate(cfg: DictConfig, run_dir: Path, env: Any, run_logger: An
     seconds = time.perf_counter() - began
     if interrupt.saved_at is not None:
         raise Interrupted(f"interrupted: checkpoint saved at step {interrupt.saved_at} of {total} in "
-                          f"{ckpt_dir / 'last.zip'}; run the same command to resume")
+                          f"{ckpt_dir / 'last.zip'}; resume with the same command and "
+                          f"hydra.run.dir={run_dir}")
     step = int(model.num_timesteps)
     if step > start:
         saver.save_now(model)
@@ -239,7 +240,8 @@ def _learn_and_evaluate(cfg: DictConfig, run_dir: Path, env: Any, run_logger: An
     env.close()
     if interrupt.requested:
         raise Interrupted(f"interrupted after training finished: model saved at step {step} in "
-                          f"{run_dir / 'model.zip'}; run the same command to evaluate it")
+                          f"{run_dir / 'model.zip'}; evaluate it with the same command and "
+                          f"hydra.run.dir={run_dir}")
     from dynamiccl.agents.training_plots import plot_training
 
     plot_training(run_dir)
