@@ -20,7 +20,7 @@ ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
 TOTAL = 1024
 AGENTS = {
     "maskable_ppo": ["experiment=smoke", "agent.model.n_steps=64", "agent.model.batch_size=32",
-                     "agent.model.n_epochs=2"],
+                     "agent.model.n_epochs=2", "agent.model.policy_kwargs.net_arch=[32]"],
     "dqn": ["agent=dqn", "scenario=smoke", "logger=none", "eval.suite=smoke",
             "agent.model.learning_starts=64", "agent.model.buffer_size=2000",
             "agent.model.batch_size=32", "agent.model.target_update_interval=64",
