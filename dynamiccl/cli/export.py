@@ -59,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
     from dynamiccl import policy_file as pf
     from dynamiccl.agents.export import export_policy
     from dynamiccl.agents.registry import load_policy
-    from dynamiccl.nccl_csv import to_nccl_example_csv
+    from dynamiccl.nccl_csv import write_nccl_example_csv
 
     topology = topology_from_args(args)
     node_counts = args.node_counts or [topology.nodes]
@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     if out.parent and not out.parent.exists():
         raise UserError(f"{out.parent} does not exist; create the folder or pick another -o path")
     if args.format == "nccl-example-csv":
-        out.write_text(to_nccl_example_csv(result.policy_file))
+        write_nccl_example_csv(result.policy_file, out)
     else:
         pf.write(result.policy_file, out)
     n_defer = sum(1 for c in result.cells if c.decision is None)

@@ -27,10 +27,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from dynamiccl.policy_format import POLICY_ENV
+
     parser = subparsers.add_parser(
         "plugin", help="print the tuner plugin's path, or build it",
         description="The DynamICCL NCCL tuner plugin (libnccl-tuner-dynamiccl.so). Use it as\n"
-                    "  NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY=policy.dccl "
+                    f"  NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) {POLICY_ENV}=policy.dccl "
                     "torchrun ...",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=("path", "build"),
