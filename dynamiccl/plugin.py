@@ -156,9 +156,37 @@ def _is_stale(library: Path, src: Path) -> bool:
     return library.stat().st_mtime < newest
 
 
+#: File in the cache naming the library ``dynamiccl plugin build`` made last.
+LAST_BUILD = "last-build"
+
+
+def remember_build(library: Path) -> None:
+    """Records ``library`` as the user's own build, so ``plugin path`` names it from now on."""
+    record = cache_dir() / LAST_BUILD
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_name(f".{LAST_BUILD}.{os.getpid()}")
+    tmp.write_text(str(library))
+    os.replace(tmp, record)
+
+
+def _remembered_build(src: Path | None) -> Path | None:
+    """The library ``plugin build`` made, while it exists and is not older than the sources."""
+    try:
+        library = Path((cache_dir() / LAST_BUILD).read_text().strip())
+    except OSError:
+        return None
+    if not library.is_file() or (src is not None and _is_stale(library, src)):
+        return None
+    return library
+
+
 def library_path(*, build_if_missing: bool = True) -> Path:
-    """The plugin NCCL should load: the packaged build if current, else a cached local build."""
+    """The plugin NCCL should load: the user's last ``plugin build`` if current, else the packaged
+    build if current, else a cached local build."""
     src = source_dir()
+    remembered = _remembered_build(src)
+    if remembered is not None:
+        return remembered
     packaged = packaged_library()
     if packaged is not None and (src is None or not _is_stale(packaged, src)):
         return packaged
