@@ -138,7 +138,7 @@ def run_sweep(cfg: DictConfig, out_dir: str | Path) -> list[dict[str, Any]]:
     write_results(rows, folder)
     from dynamiccl.agents.training_plots import plot_sweep
 
-    plot_sweep(rows, list(space), metric, folder)
+    plot_sweep(rows, list(space), metric, str(cfg.agent.name), folder)
     print_results(rows, metric)
     return rows
 

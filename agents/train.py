@@ -244,7 +244,7 @@ def _learn_and_evaluate(cfg: DictConfig, run_dir: Path, env: Any, run_logger: An
                           f"hydra.run.dir={run_dir}")
     from dynamiccl.agents.training_plots import plot_training
 
-    plot_training(run_dir)
+    plot_training(run_dir, str(cfg.agent.name))
     metrics, reports = evaluate_run(cfg, trained_policy(model, cfg), run_dir, run_logger, step)
     metrics.update(step=step, train_seconds=seconds)
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))

@@ -1,7 +1,8 @@
 """Figures a training run and a sweep leave in their folders: the training curve and the sweep results.
 
-Colours come from one fixed palette keyed by what a line means, so the same quantity has the same
-colour in every figure and every run; step axes read 12k / 1.5M, metric axes plain decimals.
+Colours come from the project's one palette (:mod:`dynamiccl.plots`): the agent's line has the
+colour the agent has in the evaluation figures, the oracle share the oracle's. Step axes read
+12k / 1.5M, metric axes plain decimals; figures are written atomically.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-#: Series -> colour (Okabe-Ito, readable by colour-blind readers).
-PALETTE = {"episode_reward": "#0072B2", "oracle_share": "#D55E00", "geomean_speedup": "#009E73",
-           "worst_speedup": "#CC79A7", "trial": "#0072B2", "error": "#999999"}
+from dynamiccl.plots import policy_colour, pyplot, save
 
 
 def _steps(value: float, _pos: Any = None) -> str:
@@ -56,7 +55,7 @@ def training_curve(run_dir: Path) -> list[tuple[float, float]]:
     return points
 
 
-def plot_training(run_dir: Path) -> Path | None:
+def plot_training(run_dir: Path, agent: str) -> Path | None:
     """``training_curve.png``: episode reward, and the periodic evaluations' oracle share."""
     curve = training_curve(run_dir)
     evals_file = run_dir / "evaluations.jsonl"
@@ -64,16 +63,13 @@ def plot_training(run_dir: Path) -> Path | None:
         if evals_file.is_file() else []
     if not curve and not evals:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    fig, ax = pyplot().subplots(figsize=(7, 4), layout="constrained")
     if curve:
         steps, rewards = zip(*curve, strict=True)
-        ax.plot(steps, rewards, color=PALETTE["episode_reward"], label="mean episode reward")
+        ax.plot(steps, rewards, color=policy_colour(agent),
+                label=f"{agent}: mean episode reward")
     ax.set_xlabel("training step")
     ax.set_ylabel("mean episode reward (sum of log speedups)")
     ax.xaxis.set_major_formatter(FuncFormatter(_steps))
@@ -83,37 +79,30 @@ def plot_training(run_dir: Path) -> Path | None:
     if shares:
         right = ax.twinx()
         eval_steps, values = zip(*shares, strict=True)
-        right.plot(eval_steps, values, "o-", color=PALETTE["oracle_share"], label="oracle share (eval)")
+        right.plot(eval_steps, values, "o-", color=policy_colour("oracle"),
+                   label="oracle share (eval)")
         right.set_ylabel("share of the oracle's log-speedup")
         _plain_axis(right.yaxis)
         more = right.get_legend_handles_labels()
         handles, labels = handles + more[0], labels + more[1]
     ax.legend(handles, labels, loc="lower right")
-    ax.set_title(f"training curve: {run_dir.name}")
-    out = run_dir / "training_curve.png"
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    ax.set_title(f"training curve: {agent} in {run_dir.name}")
+    return save(fig, run_dir / "training_curve.png")
 
 
-def plot_sweep(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], metric: str,
+def plot_sweep(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], metric: str, agent: str,
                out_dir: Path) -> Path | None:
     """``sweep_results.png``: the metric of every trial against each searched hyperparameter."""
     done = [r for r in rows if isinstance(r.get(metric), (int, float))]
     if not done or not keys:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.6), squeeze=False,
+    fig, axes = pyplot().subplots(1, len(keys), figsize=(4 * len(keys), 3.6), squeeze=False,
                              layout="constrained", sharey=True)
     for ax, key in zip(axes[0], keys, strict=True):
         values = [r.get(key) for r in done]
         numeric = all(isinstance(v, (int, float)) for v in values)
         x = values if numeric else [str(v) for v in values]
-        ax.scatter(x, [r[metric] for r in done], color=PALETTE["trial"], zorder=3)
+        ax.scatter(x, [r[metric] for r in done], color=policy_colour(agent), zorder=3)
         if numeric and min(values) > 0 and max(values) / min(values) >= 20:
             ax.set_xscale("log")
         elif numeric:
@@ -122,8 +111,5 @@ def plot_sweep(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], metric: s
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(metric)
     _plain_axis(axes[0][0].yaxis)
-    fig.suptitle(f"sweep: {metric} per trial ({len(done)} of {len(rows)} trials with a result)")
-    out = out_dir / "sweep_results.png"
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    fig.suptitle(f"sweep of {agent}: {metric} per trial ({len(done)} of {len(rows)} trials with a result)")
+    return save(fig, out_dir / "sweep_results.png")
