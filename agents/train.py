@@ -30,6 +30,7 @@ from dynamiccl.agents.callbacks import (
     SaveCheckpoint,
 )
 from dynamiccl.agents.config_schema import ConfigCheckError, validate
+from dynamiccl.agents.deploy import export_and_score
 from dynamiccl.agents.envs_factory import deployable, make_training_env
 from dynamiccl.agents.resume_state import restore
 from dynamiccl.agents.run_folder import locked, record_config
@@ -246,6 +247,7 @@ def _learn_and_evaluate(cfg: DictConfig, run_dir: Path, env: Any, run_logger: An
 
     plot_training(run_dir, str(cfg.agent.name))
     metrics, reports = evaluate_run(cfg, trained_policy(model, cfg), run_dir, run_logger, step)
+    reports += export_and_score(cfg, trained_policy(model, cfg), run_dir)
     metrics.update(step=step, train_seconds=seconds)
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if report is not None:
