@@ -22,7 +22,7 @@ from dynamiccl.agents.config_schema import ConfigCheckError
 
 #: Config keys (and key prefixes) that do not influence the trained model.
 NEUTRAL_KEYS = ("resume.", "trainer.progress_bar", "trainer.checkpoint_every", "trainer.eval_every",
-                "eval.", "logger.", "tags", "task_name", "ray.", "tune.")
+                "eval.", "logger.", "tags", "task_name", "ray.", "tune.", "deploy.")
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:

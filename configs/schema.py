@@ -91,6 +91,8 @@ class Config:
     env: Any = None
     agent: Any = None
     logger: Any = None
+    #: Where the trained policy is exported after training (``dynamiccl.agents.deploy`` checks it).
+    deploy: Any = None
 
 
 ConfigStore.instance().store(name="config_schema", node=Config)
