@@ -7,5 +7,8 @@
 * :mod:`~dynamiccl.agents.registry` – ``load_policy(name_or_path)``.
 * :mod:`~dynamiccl.agents.evaluate` – scoring on a suite; :mod:`.evaluation_plots` – its figures.
 * :mod:`~dynamiccl.agents.train` / :mod:`~dynamiccl.agents.sweep` – the Hydra apps (training with
-  resume, Ray Tune sweeps); :mod:`~dynamiccl.agents.logging` – wandb (offline by default).
+  exact resume, Ray Tune sweeps), built on :mod:`.config_schema` (the configs' schema and checks),
+  :mod:`.run_folder` (lock, recorded settings), :mod:`.callbacks` (rollout-aligned checkpoints and
+  evaluations, Ctrl-C), :mod:`.resume_state` (environment streams and generators in a checkpoint),
+  :mod:`.training_plots`; :mod:`~dynamiccl.agents.logging` – wandb (offline by default).
 """

@@ -1,134 +1,139 @@
-"""Schemas for the training and sweep configs, so a misspelt key fails loudly and by name.
+"""Checks of a composed training or sweep config that its schema's types cannot express.
 
-Hydra already refuses a command-line override of a key that does not exist. A typo inside a YAML
-file (an experiment, a search space) would otherwise be merged silently and ignored; here every
-section this package reads is checked against a structured-config dataclass, and every SB3
-hyperparameter against the algorithm's constructor, with a "did you mean" suggestion.
+The schema itself (every default, every type) is :mod:`dynamiccl.configs.schema`, registered in
+Hydra's ConfigStore; Hydra refuses misspelt keys and wrong types while composing. What remains is
+checked here before any work starts, each with one message naming the key and the fix: positive
+step counts, a metric training reports, hyperparameters the chosen SB3 class accepts (and, for
+keys of another algorithm, which agents take them), keys forced in with ``+key=value``.
 """
 
 from __future__ import annotations
 
 import difflib
 import inspect
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import fields, is_dataclass
+from importlib import resources
 
+import yaml
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
+
+from dynamiccl.configs.schema import Config
 
 
 class ConfigCheckError(ValueError):
-    """A config key or value this package cannot use; the message names it and the fix."""
+    """A config value or run folder this package cannot use; the message names it and the fix."""
 
 
-@dataclass
-class TrainerSchema:
-    #: Environment steps to train for (a resumed run stops at the same total).
-    total_timesteps: int = 50_000
-    #: Parallel environments (SB3 DummyVecEnv); 1 keeps runs reproducible on 2 cores.
-    n_envs: int = 1
-    #: Steps between checkpoints (checkpoints/last.zip is replaced atomically each time).
-    checkpoint_every: int = 10_000
-    #: Continue from checkpoints/last.zip when the run folder already has one.
-    resume: bool = True
-    progress_bar: bool = True
-    #: Evaluate on ``eval.suite`` every this many steps during training (0: only at the end).
-    eval_every: int = 0
-    #: Torch CPU threads; small policy networks run fastest single-threaded on a shared machine.
-    torch_threads: int = 1
-
-
-@dataclass
-class EvalSchema:
-    #: Scenario suite of the final evaluation (configs/scenario/<name>.yaml).
-    suite: str = "heldout"
-    #: Baselines evaluated next to the trained agent.
-    baselines: list[str] = field(default_factory=lambda: ["nccl_default", "oracle", "static_best",
-                                                          "random"])
-    plots: bool = True
-
-
-@dataclass
-class AgentSchema:
-    algo: str = "maskable_ppo"
-    policy: str = "MlpPolicy"
-    hparams: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class RaySchema:
-    #: None starts a local Ray; "auto" or "ray://host:10001" joins a cluster.
-    address: str | None = None
-    num_cpus: int = 2
-    include_dashboard: bool = False
-
-
-@dataclass
-class TuneSchema:
-    name: str = "sweep"
-    metric: str = "oracle_share"
-    mode: str = "max"
-    num_samples: int = 2
-    max_concurrent_trials: int = 2
-    #: Continue an interrupted sweep stored under the same folder (unfinished trials restart from
-    #: their last checkpoint).
-    resume: bool = True
-    #: Dotted config key -> instantiable Ray Tune domain (``_target_: ray.tune.loguniform`` ...).
-    search_space: dict[str, Any] = field(default_factory=dict)
-
-
-SECTIONS: dict[str, type] = {"trainer": TrainerSchema, "eval": EvalSchema, "agent": AgentSchema,
-                             "ray": RaySchema, "tune": TuneSchema}
-#: Top-level keys owned by other config groups or by Hydra's template conventions.
-OTHER_TOP_KEYS = {"task_name", "seed", "paths", "topology", "workload",
-                  "scenario", "env", "logger", "experiment", "hparams_search", "debug", "local",
-                  "hydra", "tags", "deploy"}
+#: What a training run reports (and a sweep may optimise), with the direction that is better.
+METRICS = {"oracle_share": "max", "geomean_speedup": "max", "worst_speedup": "max"}
 
 
 def _suggest(key: str, allowed: list[str]) -> str:
     close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return f"{hint}; allowed: {', '.join(sorted(allowed))}"
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def check_section(cfg: DictConfig, name: str) -> None:
-    schema = SECTIONS[name]
-    section = cfg.get(name)
-    if section is None:
-        return
-    allowed = list(schema.__dataclass_fields__)
-    for key in section:
-        if key not in allowed:
-            raise ConfigCheckError(f"unknown config key '{name}.{key}'{_suggest(str(key), allowed)}")
+def agent_options() -> dict[str, str]:
+    """Agent name -> SB3 class path, for every ``configs/agent/*.yaml``."""
+    folder = resources.files("dynamiccl.configs") / "agent"
+    out = {}
+    for entry in folder.iterdir():
+        if entry.name.endswith(".yaml"):
+            data = yaml.safe_load(entry.read_text()) or {}
+            out[entry.name[:-5]] = str((data.get("model") or {}).get("_target_", ""))
+    return out
+
+
+def constructor_keys(target: str) -> list[str]:
+    cls = get_class(target)
+    return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "env", "args",
+                                                                                "kwargs")]
+
+
+def check_agent(agent: DictConfig) -> None:
+    """Every key under ``agent.model`` must be an argument of the SB3 class it names; a key of
+    another algorithm (an experiment written for PPO run with ``agent=dqn``) says so."""
+    target = str(OmegaConf.select(agent, "model._target_", default="") or "")
     try:
-        OmegaConf.merge(OmegaConf.structured(schema), section)
-    except (ValidationError, ConfigKeyError) as exc:
-        raise ConfigCheckError(f"config section '{name}': {exc.msg}") from None
+        params = constructor_keys(target)
+    except Exception:
+        raise ConfigCheckError(f"agent.model._target_ {target!r} is not an importable SB3 class; "
+                               "see configs/agent/ for examples") from None
+    name = agent.get("name", target)
+    unknown = [str(k) for k in agent.model if k != "_target_" and k not in params]
+    for key in unknown:
+        if not _owners(key):
+            raise ConfigCheckError(f"unknown hyperparameter 'agent.model.{key}' for {name}"
+                                   f"{_suggest(key, params)}")
+    if unknown:
+        owners = sorted(set.intersection(*(set(_owners(k)) for k in unknown))) or _owners(unknown[0])
+        keys = ", ".join(f"agent.model.{k}" for k in unknown)
+        drop = " ".join(f"~agent.model.{k}" for k in unknown)
+        raise ConfigCheckError(
+            f"{keys}: hyperparameters of {', '.join(owners)}, not of {name} (an experiment written "
+            f"for another agent?); choose agent={owners[0]}, or drop them with {drop}")
 
 
-def check_hparams(algo: str, hparams: dict[str, Any]) -> None:
-    """Every ``agent.hparams`` key must be an argument of the SB3 constructor."""
-    from dynamiccl.agents.sb3_agents import algorithm_class
-
-    try:
-        cls = algorithm_class(algo)
-    except ValueError as exc:
-        raise ConfigCheckError(f"agent.algo: {exc}") from None
-    params = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "env")]
-    for key in hparams:
-        if key not in params:
-            raise ConfigCheckError(
-                f"unknown hyperparameter 'agent.hparams.{key}' for {algo}{_suggest(key, params)}")
+def _owners(key: str) -> list[str]:
+    """The agents in configs/agent/ whose SB3 class takes ``key``."""
+    owners = []
+    for other, target in agent_options().items():
+        try:
+            if target and key in constructor_keys(target):
+                owners.append(other)
+        except Exception:
+            continue
+    return sorted(owners)
 
 
-def validate(cfg: DictConfig, sections: tuple[str, ...] = ("trainer", "eval", "agent")) -> None:
-    """Checks the top-level keys and each section this package reads; raises ConfigCheckError."""
-    allowed_top = sorted(OTHER_TOP_KEYS | set(SECTIONS))
+def _at_least(cfg: DictConfig, key: str, minimum: int) -> None:
+    value = OmegaConf.select(cfg, key)
+    if value is None or int(value) < minimum:
+        bound = "a positive number" if minimum == 1 else "0 or more"
+        raise ConfigCheckError(f"{key} must be {bound}, got {value}; set it with {key}=N")
+
+
+def check_tune(cfg: DictConfig) -> None:
+    tune = cfg.tune
+    if tune.metric not in METRICS:
+        raise ConfigCheckError(f"tune.metric {tune.metric!r} is not a metric training reports"
+                               f"{_suggest(str(tune.metric), list(METRICS))}; choose one of "
+                               f"{', '.join(METRICS)}")
+    if tune.mode not in ("max", "min"):
+        raise ConfigCheckError(f"tune.mode must be max or min, got {tune.mode!r}")
+    for key in ("tune.num_samples", "tune.max_concurrent_trials"):
+        _at_least(cfg, key, 1)
+
+
+def check_keys(cfg: DictConfig) -> None:
+    """Keys the schema does not know. Hydra refuses them in YAML files and in ``key=value``
+    overrides, but ``+key=value`` forces them in; here they are named with a suggestion."""
+    top = [f.name for f in fields(Config)]
     for key in cfg:
-        if key not in allowed_top:
-            raise ConfigCheckError(f"unknown top-level config key '{key}'{_suggest(str(key), allowed_top)}")
-    for name in sections:
-        check_section(cfg, name)
-    if "agent" in sections and cfg.get("agent") is not None:
-        hparams = OmegaConf.to_container(cfg.agent.get("hparams") or {}, resolve=True)
-        check_hparams(str(cfg.agent.algo), hparams)  # type: ignore[arg-type]
+        if key not in top:
+            raise ConfigCheckError(f"unknown config key '{key}'{_suggest(str(key), top)}")
+    for section in fields(Config):
+        if not is_dataclass(section.default_factory) or cfg.get(section.name) is None:
+            continue
+        allowed = [f.name for f in fields(section.default_factory)]
+        for key in cfg[section.name]:
+            if key not in allowed:
+                raise ConfigCheckError(f"unknown config key '{section.name}.{key}'"
+                                       f"{_suggest(str(key), allowed)}")
+
+
+def validate(cfg: DictConfig, *, sweep: bool = False) -> None:
+    """Checks what the schema's types cannot; raises ConfigCheckError naming the key and the fix."""
+    check_keys(cfg)
+    for key in ("trainer.total_timesteps", "trainer.n_envs", "trainer.torch_threads"):
+        _at_least(cfg, key, 1)
+    for key in ("seed", "trainer.checkpoint_every", "trainer.eval_every"):
+        _at_least(cfg, key, 0)
+    if cfg.get("scenario") is None:
+        raise ConfigCheckError("no scenario distribution chosen: add scenario=train (configs/scenario/)")
+    if cfg.get("agent") is None or cfg.agent.get("model") is None:
+        raise ConfigCheckError("no agent chosen: add agent=maskable_ppo (configs/agent/)")
+    check_agent(cfg.agent)
+    if sweep:
+        check_tune(cfg)

@@ -50,11 +50,13 @@ def deployable(cfg: DictConfig) -> bool:
 
 
 def make_training_env(cfg: DictConfig) -> Any:
-    """``trainer.n_envs`` copies of the environment in a DummyVecEnv, seeded from ``seed``."""
+    """``trainer.n_envs`` copies of the environment in a DummyVecEnv, seeded from ``seed``, each
+    recording its place in its stream of episodes so a checkpoint can hold it."""
     from stable_baselines3.common.env_util import make_vec_env
 
     import dynamiccl.envs  # noqa: F401  (registers the environment id)
+    from dynamiccl.agents.resume_state import StreamRecorder
 
     env_id = str(OmegaConf.select(cfg, "env.id", default=ENV_ID))
     return make_vec_env(env_id, n_envs=int(cfg.trainer.n_envs), seed=int(cfg.seed),
-                        env_kwargs=env_kwargs(cfg))
+                        env_kwargs=env_kwargs(cfg), wrapper_class=StreamRecorder)

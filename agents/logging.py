@@ -1,9 +1,14 @@
 """Experiment logging: wandb (offline by default, so nobody needs an account) or nothing.
 
-The Hydra group ``logger`` instantiates one of these classes. Training curves reach wandb through an
-SB3 ``KVWriter`` (SB3's own wandb callback logs no scalars), evaluation tables as ``wandb.Table`` and
-plots as images. A run's wandb id is kept in its output folder, so a resumed training run continues
-the same wandb run instead of starting a second one.
+The Hydra group ``logger`` instantiates one of these classes. wandb's SB3 integration
+(``wandb.integration.sb3.WandbCallback``) records the model's hyperparameters; it logs no scalars,
+so training curves reach wandb through an SB3 ``KVWriter``. Evaluation tables go as ``wandb.Table``
+and plots as images. Every value is logged against ``global_step`` (the training step), not
+wandb's own row counter, so a resumed run may log a step again without wandb dropping it.
+
+A run's wandb id is kept in its run folder, so a resumed training run continues the same wandb run.
+Offline, each start of the process writes its own ``wandb/offline-run-<time>-<id>`` directory;
+``wandb sync`` given all of them uploads them in order of start time into the one run.
 """
 
 from __future__ import annotations
@@ -15,9 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter
 
 _MODES = ("offline", "online", "disabled")
+#: The x axis of every logged value: the training step.
+STEP = "global_step"
 
 
 class NullLogger:
@@ -37,6 +45,9 @@ class NullLogger:
 
     def sb3_writer(self) -> KVWriter | None:
         return None
+
+    def sb3_callbacks(self) -> list[BaseCallback]:
+        return []
 
     def finish(self) -> None:
         """Nothing to close."""
@@ -92,13 +103,14 @@ class WandbLogger:
             name=self.name or name, dir=str(save_dir), id=run_id, resume="allow",
             mode=self.mode, config=dict(config), reinit="finish_previous",
         )
+        self.run.define_metric(STEP)
+        self.run.define_metric("*", step_metric=STEP)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Logs at ``step`` (default: the latest step seen); wandb drops anything logged at a step
-        below one it has already seen, so steps never go backwards here."""
+        """Logs at training step ``step`` (default: the latest step seen)."""
         if self.run is not None:
-            self._last_step = max(self._last_step, int(step or 0))
-            self.run.log(dict(metrics), step=self._last_step)
+            self._last_step = self._last_step if step is None else int(step)
+            self.run.log({STEP: self._last_step, **metrics})
 
     def log_table(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
         if self.run is None or not rows:
@@ -118,6 +130,13 @@ class WandbLogger:
 
     def sb3_writer(self) -> KVWriter | None:
         return WandbWriter(self) if self.run is not None else None
+
+    def sb3_callbacks(self) -> list[BaseCallback]:
+        if self.run is None:
+            return []
+        from wandb.integration.sb3 import WandbCallback
+
+        return [WandbCallback()]
 
     def finish(self) -> None:
         if self.run is not None:

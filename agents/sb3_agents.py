@@ -1,8 +1,9 @@
 """stable-baselines3 agents: construction, checkpoints, and a :class:`Policy` view of a checkpoint.
 
-A checkpoint is SB3's own zip (weights, optimizer state, hyperparameters) plus, for off-policy
-agents, the replay buffer SB3 can save beside it, plus a small JSON sidecar naming the algorithm and
-the step it was taken at. Together they are enough to continue training exactly where it stopped.
+A model is built by instantiating ``agent.model`` (``configs/agent/*.yaml``, ``_target_`` names
+the SB3 class). A checkpoint is SB3's own zip (weights, optimizer state, hyperparameters, and for a
+training checkpoint the environment stream and generators), for off-policy agents the replay buffer
+beside it, and a small JSON sidecar naming the agent, its class and the step it was taken at.
 
 PPO and DQN know nothing about action masks. At ``act()`` time we therefore never take their raw
 greedy output: PPO's action probabilities and DQN's Q-values are evaluated for every action and the
@@ -26,82 +27,81 @@ if TYPE_CHECKING:
 
     from dynamiccl.scenario import Scenario
 
-ALGORITHMS = ("ppo", "maskable_ppo", "dqn")
+#: The SB3 class of the built-in agents, for checkpoints whose sidecar (or lack of one) does not
+#: name their class.
+_BUILTIN_CLASSES = {"maskable_ppo": "sb3_contrib.MaskablePPO", "dqn": "stable_baselines3.DQN",
+                    "ppo": "stable_baselines3.PPO"}
+_RESUME_ATTR = "_dynamiccl_resume"
 
 
-def algorithm_class(algo: str) -> type[BaseAlgorithm]:
-    if algo == "ppo":
-        from stable_baselines3 import PPO
+def build_model(agent: Any, env: Any, *, seed: int = 0, verbose: int = 0) -> BaseAlgorithm:
+    """A fresh SB3 model from an ``agent`` config (``configs/agent/*.yaml``): ``agent.model`` is
+    instantiated with Hydra, so a new algorithm needs only a YAML file naming its class."""
+    import hydra
 
-        return PPO
-    if algo == "dqn":
-        from stable_baselines3 import DQN
-
-        return DQN
-    if algo == "maskable_ppo":
-        from sb3_contrib import MaskablePPO
-
-        return MaskablePPO
-    raise ValueError(f"unknown agent algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}")
+    return hydra.utils.instantiate(agent.model, env=env, seed=seed, verbose=verbose, device="cpu",
+                                   _convert_="all")
 
 
-def build_model(algo: str, env: Any, *, seed: int = 0, hparams: Mapping[str, Any] | None = None,
-                verbose: int = 0) -> BaseAlgorithm:
-    """A fresh SB3 model; an unknown hyperparameter name gets a message naming the algorithm."""
-    cls = algorithm_class(algo)
-    kwargs = dict(hparams or {})
-    policy = kwargs.pop("policy", "MlpPolicy")
-    for key in ("learning_rate", "clip_range"):
-        if isinstance(kwargs.get(key), str):
-            kwargs[key] = linear_schedule(key, kwargs[key])
-    try:
-        return cls(policy, env, seed=seed, verbose=verbose, device="cpu", **kwargs)
-    except TypeError as exc:
-        raise ValueError(f"agent {algo}: {exc}; check the keys under `agent.hparams`") from None
+def linear_schedule(start: float) -> Callable[[float], float]:
+    """A value decaying linearly from ``start`` to 0 over training (SB3 calls it with the
+    remaining progress, 1 to 0); YAML names it with ``_target_``."""
+    start = float(start)
+
+    def schedule(progress_remaining: float) -> float:
+        return progress_remaining * start
+
+    return schedule
 
 
-def linear_schedule(key: str, text: str) -> Callable[[float], float]:
-    """``lin_0.001``: a value decaying linearly to 0 over training (rl-baselines3-zoo's notation,
-    so a schedule can be written in YAML)."""
-    if not text.startswith("lin_"):
-        raise ValueError(f"agent.hparams.{key}: {text!r} is not a number or lin_<start value>")
-    try:
-        start = float(text[4:])
-    except ValueError:
-        raise ValueError(f"agent.hparams.{key}: {text!r} is not lin_<start value>, e.g. lin_1e-3") from None
-    return lambda progress_remaining: progress_remaining * start
+def class_path(model: BaseAlgorithm) -> str:
+    cls = type(model)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _sidecar(path: Path) -> Path:
     return path.with_suffix(".json")
 
 
-def _replay_path(path: Path) -> Path:
-    return path.with_name(path.stem + "_replay_buffer.pkl")
+def _replace_atomically(write: Callable[[Path], Any], path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
 
 
 def save_checkpoint(model: BaseAlgorithm, path: str | Path, algo: str,
-                    extra: Mapping[str, Any] | None = None) -> Path:
-    """Writes model, replay buffer (off-policy agents) and sidecar; each file lands atomically so a
-    kill mid-save leaves the previous checkpoint intact."""
+                    resume: Mapping[str, Any] | None = None) -> Path:
+    """Writes the model (with ``resume``, the state :mod:`~dynamiccl.agents.resume_state` captured,
+    inside SB3's zip) and a JSON sidecar; for an off-policy agent taken for resuming, also its
+    replay buffer, in a file named after the step. Every file lands atomically, the zip after the
+    buffer it names, so a kill at any moment leaves a complete checkpoint."""
     path = Path(path).with_suffix(".zip")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.zip")
-    model.save(tmp)
-    if hasattr(model, "save_replay_buffer") and getattr(model, "replay_buffer", None) is not None:
-        tmp_buf = path.with_name(path.stem + ".tmp_replay_buffer.pkl")
-        model.save_replay_buffer(tmp_buf)
-        os.replace(tmp_buf, _replay_path(path))
-    os.replace(tmp, path)
-    meta = {"algo": algo, "num_timesteps": int(model.num_timesteps), **dict(extra or {})}
-    tmp_meta = path.with_name(path.stem + ".tmp.json")
-    tmp_meta.write_text(json.dumps(meta, indent=2))
-    os.replace(tmp_meta, _sidecar(path))
+    step = int(model.num_timesteps)
+    meta = {"algo": algo, "class": class_path(model), "num_timesteps": step}
+    include = None
+    if resume is not None:
+        resume = dict(resume)
+        if getattr(model, "replay_buffer", None) is not None:
+            resume["replay_buffer"] = f"{path.stem}_replay_buffer_{step}.pkl"
+            _replace_atomically(model.save_replay_buffer, path.with_name(resume["replay_buffer"]))
+        setattr(model, _RESUME_ATTR, resume)
+        include = [_RESUME_ATTR]
+    try:
+        _replace_atomically(lambda tmp: model.save(tmp, include=include), path)
+    finally:
+        if resume is not None:
+            delattr(model, _RESUME_ATTR)
+    _replace_atomically(lambda tmp: tmp.write_text(json.dumps(meta, indent=2)), _sidecar(path))
+    keep = (resume or {}).get("replay_buffer")
+    for stale in path.parent.glob(f"{path.stem}_replay_buffer_*.pkl"):
+        if stale.name != keep:
+            stale.unlink()
     return path
 
 
 def checkpoint_meta(path: str | Path) -> dict[str, Any]:
-    """The sidecar of a checkpoint; without one, the algorithm is read from SB3's own zip."""
+    """The sidecar of a checkpoint; without one, the class is read from SB3's own zip."""
     path = Path(path)
     side = _sidecar(path)
     if side.is_file():
@@ -111,9 +111,8 @@ def checkpoint_meta(path: str | Path) -> dict[str, Any]:
     with zipfile.ZipFile(path) as zf:
         data = json.loads(zf.read("data"))
     module = data.get("policy_class", {}).get("__module__", "")
-    if "maskable" in module:
-        return {"algo": "maskable_ppo"}
-    return {"algo": "dqn" if "dqn" in module else "ppo"}
+    algo = "maskable_ppo" if "maskable" in module else "dqn" if "dqn" in module else "ppo"
+    return {"algo": algo, "class": _BUILTIN_CLASSES[algo]}
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -132,13 +131,20 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 def load_checkpoint(path: str | Path, env: Any = None) -> tuple[BaseAlgorithm, dict[str, Any]]:
-    """Model (with its replay buffer when one was saved) and its sidecar."""
+    """Model and sidecar. With ``env``, a checkpoint taken for resuming also gets its replay
+    buffer back and keeps its last observation, and ``meta["resume"]`` holds the rest of its
+    state for :func:`dynamiccl.agents.resume_state.restore`."""
+    from hydra.utils import get_class
+
     path = resolve_checkpoint(path)
     meta = checkpoint_meta(path)
-    model = algorithm_class(meta["algo"]).load(path, env=env, device="cpu")
-    replay = _replay_path(path)
-    if replay.is_file() and hasattr(model, "load_replay_buffer"):
-        model.load_replay_buffer(replay)
+    cls = get_class(meta.get("class") or _BUILTIN_CLASSES[meta["algo"]])
+    model = cls.load(path, env=env, device="cpu", force_reset=False)
+    resume = model.__dict__.pop(_RESUME_ATTR, None)
+    if env is not None and resume is not None:
+        if resume.get("replay_buffer"):
+            model.load_replay_buffer(path.with_name(resume["replay_buffer"]))
+        meta["resume"] = resume
     return model, meta
 
 
@@ -165,7 +171,7 @@ class SB3Policy:
         policy = self.model.policy
         obs_tensor, _ = policy.obs_to_tensor(np.asarray(observation, dtype=np.float32))
         with torch.no_grad():
-            if self.algo == "dqn":
+            if hasattr(policy, "q_net"):
                 values = policy.q_net(obs_tensor)
             else:
                 values = policy.get_distribution(obs_tensor).distribution.logits

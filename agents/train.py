@@ -1,11 +1,12 @@
 """Training: ``dynamiccl train experiment=…`` / ``python experiments/train.py …`` (a Hydra app).
 
-One run folder holds everything a run produces: the resolved config (``config.yaml``), SB3's
-progress log, ``checkpoints/last.zip`` (replaced every ``trainer.checkpoint_every`` steps), the final
-``model.zip``, and the evaluation against the baselines (``eval/``). Starting the same command in
-the same folder again (``run_dir=…`` or ``hydra.run.dir=…``) *resumes*: the last checkpoint is
-loaded with its optimizer state (and replay buffer, for DQN) and training continues from the saved
-step to ``trainer.total_timesteps``.
+One run folder holds one run: the resolved config (``config.yaml``), SB3's progress logs,
+``checkpoints/last.zip`` (replaced at the first rollout boundary past every
+``trainer.checkpoint_every`` steps), the final ``model.zip``, the periodic evaluations, the
+training curve and the evaluation against the baselines (``eval/``). Starting the same command in
+the same folder again (``hydra.run.dir=…``) *resumes* from the last checkpoint: weights, optimizer,
+replay buffer, the environments' streams and the generators, so the resumed run ends exactly where
+the uninterrupted one would have. Ctrl-C saves at the next rollout boundary and stops.
 """
 
 from __future__ import annotations
@@ -21,23 +22,38 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dynamiccl.agents.callbacks import CheckpointEvery, EvaluateEvery
-from dynamiccl.agents.config_schema import validate
+from dynamiccl.agents.callbacks import (
+    AtRolloutBoundary,
+    Evaluate,
+    Interrupt,
+    SaveAndStopOnInterrupt,
+    SaveCheckpoint,
+)
+from dynamiccl.agents.config_schema import ConfigCheckError, validate
 from dynamiccl.agents.deploy import export_and_score
 from dynamiccl.agents.envs_factory import deployable, make_training_env
-from dynamiccl.agents.sb3_agents import SB3Policy, build_model, load_checkpoint, save_checkpoint
+from dynamiccl.agents.resume_state import restore
+from dynamiccl.agents.run_folder import locked, record_config
+from dynamiccl.agents.sb3_agents import (
+    SB3Policy,
+    build_model,
+    checkpoint_meta,
+    load_checkpoint,
+    save_checkpoint,
+)
+from dynamiccl.config_loader import ConfigError
 
-Reporter = Callable[[dict[str, Any], Path | None], None]
+#: ``report(metrics, checkpoint_folder)``: called after every evaluation (Ray Tune's hook).
+Reporter = Callable[[dict[str, Any], Path], None]
+EVAL_METRICS = ("geomean_speedup", "oracle_share", "worst_speedup")
+
+
+class Interrupted(Exception):
+    """Training stopped by Ctrl-C; the message says what was saved."""
 
 
 def _console(msg: str) -> None:
     print(f"[dynamiccl train] {msg}", flush=True)
-
-
-def write_resolved_config(cfg: DictConfig, run_dir: Path) -> Path:
-    path = run_dir / "config.yaml"
-    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    return path
 
 
 def _sb3_logger(run_dir: Path, run_logger: Any, start: int) -> Any:
@@ -53,22 +69,31 @@ def _sb3_logger(run_dir: Path, run_logger: Any, start: int) -> Any:
     return Logger(str(run_dir), formats)
 
 
-def _load_or_build(cfg: DictConfig, env: Any, ckpt: Path) -> tuple[Any, int]:
-    """The model to train and the step it starts at (0 for a fresh model)."""
-    if cfg.trainer.resume and ckpt.is_file():
-        model, meta = load_checkpoint(ckpt, env=env)
-        if meta.get("algo") != cfg.agent.algo:
-            raise ValueError(f"{ckpt} holds a {meta.get('algo')} agent but agent.algo is "
-                             f"{cfg.agent.algo}; pick the same agent or a new run_dir")
-        return model, int(model.num_timesteps)
-    hparams = OmegaConf.to_container(cfg.agent.hparams, resolve=True)
-    model = build_model(cfg.agent.algo, env, seed=int(cfg.seed),
-                        hparams={"policy": cfg.agent.policy, **hparams})  # type: ignore[dict-item]
-    return model, 0
+def _checked_checkpoint(cfg: DictConfig, ckpt: Path) -> dict[str, Any] | None:
+    """The sidecar of the run folder's checkpoint, refused when it holds another algorithm."""
+    if not ckpt.is_file():
+        return None
+    meta = checkpoint_meta(ckpt)
+    if meta.get("algo") != cfg.agent.name:
+        raise ConfigCheckError(f"{ckpt} holds a {meta.get('algo')} agent but agent is {cfg.agent.name}; "
+                               f"choose agent={meta.get('algo')} or a new run folder (hydra.run.dir=PATH)")
+    return meta
+
+
+def _load_or_build(cfg: DictConfig, env: Any, ckpt: Path) -> tuple[Any, int, bool]:
+    """The model to train, the step it starts at, and whether the environment stream was restored."""
+    if not ckpt.is_file():
+        return build_model(cfg.agent, env, seed=int(cfg.seed)), 0, False
+    model, meta = load_checkpoint(ckpt, env=env)
+    state = meta.get("resume")
+    if state is not None and len(state["envs"]) == env.num_envs:
+        restore(model, state)
+        return model, int(model.num_timesteps), True
+    return model, int(model.num_timesteps), False
 
 
 def trained_policy(model: Any, cfg: DictConfig) -> SB3Policy:
-    return SB3Policy(model, str(cfg.agent.algo), deployable=deployable(cfg))
+    return SB3Policy(model, str(cfg.agent.name), deployable=deployable(cfg))
 
 
 def evaluate_run(cfg: DictConfig, policy: SB3Policy, run_dir: Path, run_logger: Any,
@@ -87,7 +112,7 @@ def evaluate_run(cfg: DictConfig, policy: SB3Policy, run_dir: Path, run_logger: 
     out = run_dir / "eval"
     save_reports(reports, out)
     mine = reports[-1].summary()
-    metrics = {k: mine[k] for k in ("geomean_speedup", "oracle_share", "worst_speedup")}
+    metrics = {k: mine[k] for k in EVAL_METRICS}
     run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items() if v is not None}, step=step)
     run_logger.log_table("eval/summary", [r.summary() for r in reports])
     if cfg.eval.plots:
@@ -97,27 +122,75 @@ def evaluate_run(cfg: DictConfig, policy: SB3Policy, run_dir: Path, run_logger: 
     return metrics, reports
 
 
-def quick_share(cfg: DictConfig, model: Any) -> float:
-    """Oracle share of the current model on ``eval.suite`` (for periodic evaluation)."""
+def quick_metrics(cfg: DictConfig, model: Any) -> dict[str, Any]:
+    """The current model's metrics on ``eval.suite`` (periodic evaluation, no baselines)."""
     from dynamiccl.agents.evaluate import evaluate_policy
     from dynamiccl.envs.workloads import load_suite
 
     report = evaluate_policy(trained_policy(model, cfg), load_suite(str(cfg.eval.suite)),
                              deployable=deployable(cfg))
-    return report.oracle_share
+    summary = report.summary()
+    return {k: summary[k] for k in EVAL_METRICS}
+
+
+class _Evaluations:
+    """``evaluations.jsonl``: one line per periodic evaluation; a resumed run first drops what the
+    interrupted segment evaluated past its last checkpoint, so the file describes one run."""
+
+    def __init__(self, path: Path, start: int) -> None:
+        self.path = path
+        if path.is_file():
+            kept = [line for line in path.read_text().splitlines()
+                    if line and json.loads(line)["step"] <= start]
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text("".join(f"{line}\n" for line in kept))
+            tmp.replace(path)
+
+    def append(self, row: dict[str, Any]) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def _callbacks(cfg: DictConfig, model: Any, run_dir: Path, run_logger: Any, start: int,
+               report: Reporter | None, interrupt: Interrupt) -> tuple[list[Any], SaveCheckpoint]:
+    ckpt_dir = run_dir / "checkpoints"
+    saver = SaveCheckpoint(ckpt_dir, str(cfg.agent.name), start)
+    callbacks: list[Any] = [SaveAndStopOnInterrupt(interrupt, saver), *run_logger.sb3_callbacks()]
+    if int(cfg.trainer.checkpoint_every) > 0:
+        callbacks.append(AtRolloutBoundary(int(cfg.trainer.checkpoint_every), saver))
+    if int(cfg.trainer.eval_every) > 0:
+        evaluations = _Evaluations(run_dir / "evaluations.jsonl", start)
+
+        def periodic(step: int) -> None:
+            metrics = quick_metrics(cfg, model)
+            evaluations.append({"step": step, **metrics})
+            run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items() if v is not None},
+                                   step=step)
+            if report is not None:
+                if saver.last_step != step:
+                    saver.save_now(model)
+                report({"step": step, **metrics}, ckpt_dir)
+
+        callbacks.append(AtRolloutBoundary(int(cfg.trainer.eval_every), Evaluate(periodic)))
+    return callbacks, saver
 
 
 def train(cfg: DictConfig, run_dir: str | Path, *, report: Reporter | None = None,
           run_logger: Any = None) -> dict[str, Any]:
     """Trains (or resumes) in ``run_dir``, evaluates, and returns the trained agent's metrics.
 
-    ``report(metrics, checkpoint_path)`` is called at every checkpoint and at the end (Ray Tune's
-    hook); ``run_logger`` defaults to the one ``cfg.logger`` instantiates.
+    ``report(metrics, checkpoint_folder)`` is called after every periodic evaluation and at the
+    end (Ray Tune's hook); ``run_logger`` defaults to the one ``cfg.logger`` instantiates.
     """
     validate(cfg)
-    run_dir = Path(run_dir).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_resolved_config(cfg, run_dir)
+    with locked(Path(run_dir).resolve()) as folder:
+        return _train(cfg, folder, report, run_logger)
+
+
+def _train(cfg: DictConfig, run_dir: Path, report: Reporter | None, run_logger: Any) -> dict[str, Any]:
+    ckpt_dir = run_dir / "checkpoints"
+    meta = _checked_checkpoint(cfg, ckpt_dir / "last.zip")
+    changes = record_config(cfg, run_dir, int((meta or {}).get("num_timesteps", 0)))
     own_logger = run_logger is None
     if own_logger:
         run_logger = hydra.utils.instantiate(cfg.logger)
@@ -126,49 +199,75 @@ def train(cfg: DictConfig, run_dir: str | Path, *, report: Reporter | None = Non
 
     torch.set_num_threads(int(cfg.trainer.torch_threads))
     env = make_training_env(cfg)
+    try:
+        return _learn_and_evaluate(cfg, run_dir, env, run_logger, report, changes)
+    finally:
+        if own_logger:
+            run_logger.finish()
+
+
+def _learn_and_evaluate(cfg: DictConfig, run_dir: Path, env: Any, run_logger: Any,
+                        report: Reporter | None, changes: str | None) -> dict[str, Any]:
     ckpt_dir = run_dir / "checkpoints"
-    model, start = _load_or_build(cfg, env, ckpt_dir / "last.zip")
+    model, start, restored = _load_or_build(cfg, env, ckpt_dir / "last.zip")
     total = int(cfg.trainer.total_timesteps)
-    state = {"started_at_step": start, "resumed": start > 0, "total_timesteps": total}
-    (run_dir / "train_state.json").write_text(json.dumps(state, indent=2))
-    _console(f"resuming at step {start} of {total} from {ckpt_dir / 'last.zip'}" if start
-             else f"training {cfg.agent.algo} for {total} steps in {run_dir}")
+    (run_dir / "train_state.json").write_text(json.dumps(
+        {"started_at_step": start, "resumed": start > 0, "total_timesteps": total}, indent=2))
+    if changes:
+        _console(changes)
+    if start:
+        stream = "environments and generators restored" if restored else \
+            "the checkpoint holds no environment state: environments start afresh"
+        _console(f"resuming at step {start} of {total} from {ckpt_dir / 'last.zip'} ({stream})")
+    else:
+        _console(f"training {cfg.agent.name} for {total} steps in {run_dir}")
     model.set_logger(_sb3_logger(run_dir, run_logger, start))
-
-    def on_save(path: Path, step: int) -> None:
-        if report is not None:
-            report({"step": step}, path.parent)
-
-    saver = CheckpointEvery(int(cfg.trainer.checkpoint_every), ckpt_dir, str(cfg.agent.algo),
-                            on_save=on_save)
-    callbacks: list[Any] = [saver]
-    if int(cfg.trainer.eval_every) > 0:
-        def periodic(step: int) -> None:
-            share = quick_share(cfg, model)
-            run_logger.log_metrics({"eval/oracle_share": share}, step=step)
-        callbacks.append(EvaluateEvery(int(cfg.trainer.eval_every), periodic))
+    interrupt = Interrupt()
+    callbacks, saver = _callbacks(cfg, model, run_dir, run_logger, start, report, interrupt)
     began = time.perf_counter()
     if total > start:
-        model.learn(total - start, callback=callbacks, reset_num_timesteps=start == 0,
-                    progress_bar=bool(cfg.trainer.progress_bar))
+        with interrupt.installed():
+            model.learn(total - start, callback=callbacks, reset_num_timesteps=start == 0,
+                        progress_bar=bool(cfg.trainer.progress_bar))
     seconds = time.perf_counter() - began
-    saver.save_now(model)
-    save_checkpoint(model, run_dir / "model.zip", str(cfg.agent.algo))
+    if interrupt.saved_at is not None:
+        raise Interrupted(f"interrupted: checkpoint saved at step {interrupt.saved_at} of {total} in "
+                          f"{ckpt_dir / 'last.zip'}; resume with the same command and "
+                          f"hydra.run.dir={run_dir}")
+    step = int(model.num_timesteps)
+    if step > start:
+        saver.save_now(model)
+        save_checkpoint(model, run_dir / "model.zip", str(cfg.agent.name))
     env.close()
-    metrics, reports = evaluate_run(cfg, trained_policy(model, cfg), run_dir, run_logger,
-                                    int(model.num_timesteps))
+    if interrupt.requested:
+        raise Interrupted(f"interrupted after training finished: model saved at step {step} in "
+                          f"{run_dir / 'model.zip'}; evaluate it with the same command and "
+                          f"hydra.run.dir={run_dir}")
+    from dynamiccl.agents.training_plots import plot_training
+
+    plot_training(run_dir, str(cfg.agent.name))
+    metrics, reports = evaluate_run(cfg, trained_policy(model, cfg), run_dir, run_logger, step)
     reports += export_and_score(cfg, trained_policy(model, cfg), run_dir)
-    metrics.update(step=int(model.num_timesteps), train_seconds=seconds)
+    metrics.update(step=step, train_seconds=seconds)
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if report is not None:
         report(metrics, ckpt_dir)
-    if own_logger:
-        run_logger.finish()
+    if report is None:  # a sweep prints its own table
         from dynamiccl.agents.evaluate import print_table
 
         print_table(reports, title=f"{cfg.eval.suite} suite: {reports[0].scenarios} calls "
                                    f"(results in {run_dir / 'eval'})")
     return metrics
+
+
+def refuse_search(command: str) -> None:
+    """``train hparams_search=…`` (also with ``-m``) would ignore the search space: say where it runs."""
+    from hydra.core.hydra_config import HydraConfig
+
+    search = HydraConfig.get().runtime.choices.get("hparams_search")
+    if command == "train" and search not in (None, "null"):
+        raise ConfigCheckError(f"hparams_search={search} is a Ray Tune search; run it with "
+                               f"`dynamiccl sweep hparams_search={search}`")
 
 
 @hydra.main(version_base="1.3", config_path="pkg://dynamiccl.configs", config_name="train")
@@ -177,17 +276,24 @@ def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     with user_errors_exit("train"):
+        refuse_search("train")
         metrics = train(cfg, HydraConfig.get().runtime.output_dir)
     return metrics.get("oracle_share")
 
 
 @contextmanager
 def user_errors_exit(command: str) -> Iterator[None]:
-    """Inside a Hydra app, a bad config or input ends the run with one line and exit code 2
-    (Hydra would otherwise print a traceback)."""
+    """Inside a Hydra app, a bad config or run folder ends the run with one line and exit code 2,
+    Ctrl-C with one line and exit code 130 (Hydra would otherwise print a traceback)."""
     try:
         yield
-    except (ValueError, FileNotFoundError) as exc:
+    except (ConfigCheckError, ConfigError, FileNotFoundError) as exc:
         print(f"dynamiccl {command}: error: {exc}", file=sys.stderr)
         sys.exit(2)
-
+    except Interrupted as exc:
+        print(f"dynamiccl {command}: {exc}", file=sys.stderr)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        print(f"dynamiccl {command}: interrupted; nothing saved since the last checkpoint",
+              file=sys.stderr)
+        sys.exit(130)

@@ -17,7 +17,7 @@ import time
 import torch
 from hydra import compose, initialize_config_module
 
-from dynamiccl.agents.callbacks import EvaluateEvery
+from dynamiccl.agents.callbacks import AtRolloutBoundary, Evaluate
 from dynamiccl.agents.envs_factory import make_training_env
 from dynamiccl.agents.evaluate import evaluate_policy
 from dynamiccl.agents.sb3_agents import SB3Policy, build_model
@@ -33,8 +33,7 @@ def bench_agent(algo: str, args: argparse.Namespace) -> dict:
         cfg = compose("train", overrides=overrides)
     torch.set_num_threads(int(cfg.trainer.torch_threads))
     env = make_training_env(cfg)
-    hparams = dict(cfg.agent.hparams)
-    model = build_model(algo, env, seed=args.seed, hparams={"policy": cfg.agent.policy, **hparams})
+    model = build_model(cfg.agent, env, seed=args.seed)
     suite = load_suite(args.suite)
     policy = SB3Policy(model, algo)
     curve: list[dict] = []
@@ -51,10 +50,10 @@ def bench_agent(algo: str, args: argparse.Namespace) -> dict:
                   flush=True)
         return share >= TARGET or train_s >= args.max_seconds
 
-    evaluator = EvaluateEvery(args.eval_every, evaluate)
+    evaluator = Evaluate(evaluate)
     # One learn() call over the whole budget, as a training run makes it, so learning-rate
-    # schedules see the same horizon.
-    model.learn(args.max_steps, callback=evaluator)
+    # schedules see the same horizon; evaluations at rollout boundaries, as in training.
+    model.learn(args.max_steps, callback=AtRolloutBoundary(args.eval_every, evaluator))
     if not curve or curve[-1]["step"] != model.num_timesteps:
         evaluate(int(model.num_timesteps))
     env.close()
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=600_000,
                         help="training horizon in steps (learning-rate schedules decay over it)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (e.g. agent.hparams.gamma=0)")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (e.g. agent.model.gamma=0)")
     args = parser.parse_args(argv)
     runs = {algo: bench_agent(algo, args) for algo in args.algos.split(",")}
     main_run = runs.get("maskable_ppo") or next(iter(runs.values()))

@@ -1,10 +1,10 @@
-"""Training end to end: it learns, it checkpoints, it survives SIGKILL, its entry points run."""
+"""Training end to end: it learns, one run folder holds one run, bad settings are refused in one
+line, its entry points run. (Kill -9 / Ctrl-C and resume: test_pipeline_resume.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
+from dynamiccl.agents.config_schema import ConfigCheckError
 from dynamiccl.agents.train import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,57 +42,108 @@ def test_short_maskable_ppo_run_beats_random_and_does_not_lose_to_nccl(tmp_path)
     assert (tmp_path / "model.zip").is_file() and (tmp_path / "config.yaml").is_file()
     assert "total_timesteps: 4096" in (tmp_path / "config.yaml").read_text()
     assert json.loads((tmp_path / "model.json").read_text())["num_timesteps"] == 4096
+    assert (tmp_path / "training_curve.png").stat().st_size > 0
     # The same command in the finished folder trains no further and re-evaluates the same model.
     again = train(cfg, tmp_path)
     assert again["step"] == 4096 and again["oracle_share"] == pytest.approx(metrics["oracle_share"])
     assert json.loads((tmp_path / "train_state.json").read_text())["started_at_step"] == 4096
 
 
+def smoke(*overrides: str):
+    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
+        return compose("train", overrides=["experiment=smoke", "trainer.total_timesteps=256",
+                                           "agent.model.n_steps=128", "eval.baselines=[nccl_default]",
+                                           *overrides])
+
+
+def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """``dynamiccl ARGS`` in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-c", "import sys; from dynamiccl.cli.main import main; "
+                           "sys.exit(main())", *args], capture_output=True, text=True, env=ENV,
+                          cwd=cwd, timeout=180)
+
+
+def one_line_error(out: subprocess.CompletedProcess, message: str) -> None:
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert message in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+
+
+@pytest.mark.slow
+def test_resuming_with_other_settings_is_refused_by_name_unless_allowed(tmp_path, capsys):
+    train(smoke(), tmp_path)
+    recorded = (tmp_path / "config.yaml").read_text()
+    with pytest.raises(ConfigCheckError) as err:
+        train(smoke("trainer.total_timesteps=384", "agent.model.ent_coef=0.1"), tmp_path)
+    assert "agent.model.ent_coef (0.03 -> 0.1), trainer.total_timesteps (256 -> 384)" in str(err.value)
+    assert "resume.allow_changes=true" in str(err.value)
+    assert (tmp_path / "config.yaml").read_text() == recorded, "config.yaml is never rewritten"
+    # Settings that cannot change the model may differ; the finished run is only re-evaluated.
+    assert train(smoke("trainer.progress_bar=true", "eval.plots=true"), tmp_path)["step"] == 256
+    capsys.readouterr()
+    metrics = train(smoke("trainer.total_timesteps=384", "resume.allow_changes=true"), tmp_path)
+    assert metrics["step"] == 384
+    assert "continuing with changed settings (saved in config_from_256.yaml): " \
+           "trainer.total_timesteps (256 -> 384)" in capsys.readouterr().out
+    assert (tmp_path / "config.yaml").read_text() == recorded
+    assert "total_timesteps: 384" in (tmp_path / "config_from_256.yaml").read_text()
+
+
+@pytest.mark.slow
+def test_checkpoint_of_another_algorithm_is_refused_before_work_starts(tmp_path):
+    train(smoke(), tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(ConfigCheckError, match="holds a maskable_ppo agent but agent is ppo; choose "
+                                               "agent=maskable_ppo or a new run folder"):
+        train(smoke("agent=ppo", "resume.allow_changes=true"), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 @pytest.mark.slow
 @pytest.mark.multiproc
-def test_sigkilled_run_resumes_from_its_last_checkpoint_at_the_saved_step(tmp_path):
+def test_a_second_training_into_a_busy_run_folder_is_refused(tmp_path):
     run_dir = tmp_path / "run"
-    common = ["experiment=smoke", f"hydra.run.dir={run_dir}", "trainer.checkpoint_every=256",
-              "eval.baselines=[nccl_default]"]
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "experiments" / "train.py"), *common,
-         "trainer.total_timesteps=1000000"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
-    sidecar = run_dir / "checkpoints" / "last.json"
-    deadline = time.monotonic() + 120
-    while not sidecar.is_file() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
-    assert sidecar.is_file(), proc.stdout.read().decode()[-2000:]
-    saved = json.loads(sidecar.read_text())["num_timesteps"]
-    assert saved >= 256 and not (run_dir / "model.zip").exists()
-
-    total = saved + 512
-    out = script("train.py", *common, f"trainer.total_timesteps={total}")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert f"resuming at step {saved} of {total}" in out.stdout
-    state = json.loads((run_dir / "train_state.json").read_text())
-    assert state == {"started_at_step": saved, "resumed": True, "total_timesteps": total}
-    assert json.loads((run_dir / "model.json").read_text())["num_timesteps"] == total
-    steps = [json.loads(line)["step"] for line in (run_dir / "checkpoints" / "history.jsonl")
-             .read_text().splitlines()]
-    assert steps[-1] == total and saved in steps and steps == sorted(steps)
-    assert (run_dir / "eval" / "summary.json").is_file()
-    before = (run_dir / "progress.csv").read_text().splitlines()
-    after = (run_dir / f"progress_from_{saved}.csv").read_text().splitlines()
-    assert len(before) >= 2 and len(after) >= 2, "both runs' SB3 logs are kept"
+    first = subprocess.Popen(
+        [sys.executable, str(REPO / "experiments" / "train.py"), "experiment=smoke",
+         f"hydra.run.dir={run_dir}", "trainer.total_timesteps=1000000"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "progress.csv").is_file():
+            assert time.monotonic() < deadline and first.poll() is None, "the first run did not start"
+            time.sleep(0.1)
+        second = cli("train", "experiment=smoke", f"hydra.run.dir={run_dir}")
+        one_line_error(second, f"{run_dir} is in use by process {first.pid}")
+        assert first.poll() is None, "the first run goes on"
+    finally:
+        first.kill()
+        first.wait(timeout=30)
+    assert "total_timesteps: 1000000" in (run_dir / "config.yaml").read_text()
 
 
-def test_config_typo_on_the_cli_exits_2_with_one_readable_line(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "dynamiccl.cli.main", "train", "experiment=smoke",
-         f"hydra.run.dir={tmp_path}", "+trainer.checkpoint_evry=5"],
-        capture_output=True, text=True, env=ENV, cwd=REPO, timeout=120)
-    assert out.returncode == 2
-    assert "did you mean 'checkpoint_every'" in out.stderr
-    assert "Traceback" not in out.stderr
+@pytest.mark.parametrize("args, message", [
+    (["trainer.total_timesteps=-5"], "trainer.total_timesteps must be a positive number, got -5"),
+    (["agent=dqn"], "agent.model.n_epochs: hyperparameters of maskable_ppo, ppo, not of dqn"),
+    (["hydra.run.dir={tmp}/file/run"], "cannot create the run folder {tmp}/file/run: {tmp}/file is "
+                                       "not a writable directory"),
+    (["hparams_search=smoke"], "hparams_search=smoke is a Ray Tune search; run it with "
+                               "`dynamiccl sweep hparams_search=smoke`"),
+    (["-m", "hparams_search=smoke"], "run it with `dynamiccl sweep hparams_search=smoke`"),
+])
+def test_bad_training_settings_are_one_line_on_the_cli(tmp_path, args, message):
+    (tmp_path / "file").write_text("")
+    args = [a.format(tmp=tmp_path) for a in args]
+    run_dir = [] if any(a.startswith("hydra.run.dir") for a in args) else [f"hydra.run.dir={tmp_path}/r"]
+    flags = [a for a in args if a.startswith("-")]  # `train -m ...`: Hydra's flags come first
+    out = cli("train", *flags, "experiment=smoke", *run_dir, f"hydra.sweep.dir={tmp_path}/m",
+              *[a for a in args if a not in flags], cwd=tmp_path)
+    one_line_error(out, message.format(tmp=tmp_path))
+    assert not list(tmp_path.glob("*/checkpoints"))
+
+
+def test_forced_config_typo_on_the_cli_exits_2_with_one_readable_line(tmp_path):
+    out = cli("train", "experiment=smoke", f"hydra.run.dir={tmp_path}", "+trainer.checkpoint_evry=5")
+    one_line_error(out, "unknown config key 'trainer.checkpoint_evry' (did you mean 'checkpoint_every'?)")
 
 
 def test_train_help_lists_the_config_groups():

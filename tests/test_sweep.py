@@ -11,39 +11,83 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from dynamiccl.agents.config_schema import ConfigCheckError, validate
 
 REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true",
+       "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
+
+
+def sweep(out_dir: Path, *overrides: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The sweep as a user pipes it (stdout is not a terminal)."""
+    cmd = [sys.executable, "-m", "dynamiccl.cli.main", "sweep", f"hydra.run.dir={out_dir}",
+           "hparams_search=smoke", "ray.num_cpus=2", *overrides]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**ENV, "WANDB_DIR": str(cwd)},
+                          cwd=cwd, timeout=300)
+
+
+def one_line_error(out: subprocess.CompletedProcess, message: str) -> None:
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0, out.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.multiproc
-def test_two_trial_sweep_on_local_ray_writes_results_logs_to_wandb_and_resumes(tmp_path):
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path),
-           "WANDB_DISABLE_GIT": "true", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
+def test_two_trial_sweep_reports_each_evaluation_groups_wandb_and_resumes(tmp_path):
     out_dir = tmp_path / "sweep"
-    cmd = [sys.executable, str(REPO / "experiments" / "sweep.py"), f"hydra.run.dir={out_dir}",
-           "scenario=smoke", "tune.num_samples=2", "trainer.total_timesteps=256",
-           "trainer.checkpoint_every=128", "eval.suite=smoke", "ray.num_cpus=2"]
-    first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240)
+    first = sweep(out_dir, cwd=tmp_path)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "ERROR" not in first.stdout + first.stderr and "Traceback" not in first.stderr
     rows = list(csv.DictReader((out_dir / "results.csv").open()))
-    assert len(rows) == 2 and {r["status"] for r in rows} == {"OK"}
+    assert len(rows) == 2 and "OK" in {r["status"] for r in rows} <= {"OK", "STOPPED"}
     shares = [float(r["oracle_share"]) for r in rows]
     assert shares == sorted(shares, reverse=True), "best trial first"
-    assert all(-5 < s <= 1.0 for s in shares)
-    assert len({r["agent.hparams.learning_rate"] for r in rows}) == 2, "two distinct samples"
-    assert "sweep results" in first.stdout
+    assert len({r["agent.model.learning_rate"] for r in rows}) == 2, "two distinct samples"
+    header = next(line for line in first.stdout.splitlines() if "trial" in line and "status" in line)
+    assert "train_seconds" in header and len(header) > 80, "the piped table is not cut to 80 columns"
+    assert (out_dir / "sweep_results.png").stat().st_size > 0
     data = json.loads((out_dir / "results.json").read_text())
-    assert [d["trial"] for d in data] == [r["trial"] for r in rows]
     for row in data:
         trial = Path(row["path"])
+        progress = list(csv.DictReader((trial / "progress.csv").open()))
+        # The evaluation at step 128 reaches Tune, then the final one unless ASHA stopped the trial.
+        steps = [128, 256] if row["status"] == "OK" else [128]
+        assert [int(float(p["step"])) for p in progress] == steps
+        assert all(float(p["oracle_share"]) <= 1 for p in progress)
         runs = list(trial.glob("run/wandb/offline-run-*/run-*.wandb"))
         assert len(runs) == 1 and runs[0].stat().st_size > 0, f"no wandb run in {trial}"
-        assert (trial / "run" / "model.zip").is_file()
         assert list(trial.glob("checkpoint_*/last.zip")), "the trial's checkpoint reached Tune"
+        recorded = OmegaConf.load(trial / "run" / "config.yaml")
+        assert recorded.logger.group == "smoke", "trials are grouped in wandb under the sweep's name"
 
-    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240)
+    again = sweep(out_dir, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming" in again.stdout
-    rows_again = list(csv.DictReader((out_dir / "results.csv").open()))
-    assert [r["trial"] for r in rows_again] == [r["trial"] for r in rows]
+    assert [r["trial"] for r in csv.DictReader((out_dir / "results.csv").open())] == \
+        [r["trial"] for r in rows]
+    one_line_error(sweep(out_dir, "tune.num_samples=3", cwd=tmp_path),
+                   "tune.num_samples (2 -> 3)")
+
+
+def test_infinite_sweep_is_one_line_before_ray_starts(tmp_path):
+    out = sweep(tmp_path / "s", "tune.num_samples=-1", cwd=tmp_path)
+    one_line_error(out, "tune.num_samples must be a positive number, got -1")
+    assert not (tmp_path / "s" / "ray_results").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("tune.metric=oracle_shar", "tune.metric 'oracle_shar' is not a metric training reports (did you "
+                                "mean 'oracle_share'?)"),
+    ("tune.max_concurrent_trials=0", "tune.max_concurrent_trials must be a positive number"),
+    ("tune.mode=best", "tune.mode must be max or min"),
+])
+def test_bad_sweep_settings_are_named(override, message):
+    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
+        cfg = compose("sweep", overrides=[override])
+    with pytest.raises(ConfigCheckError) as err:
+        validate(cfg, sweep=True)
+    assert message in str(err.value)

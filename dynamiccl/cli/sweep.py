@@ -10,8 +10,11 @@ EPILOG = """examples:
   dynamiccl sweep                                   the default search (hparams_search=maskable_ppo)
   dynamiccl sweep tune.num_samples=2 trainer.total_timesteps=2048
   dynamiccl sweep ray.address=auto                  run the trials on an existing Ray cluster
-  dynamiccl sweep hydra.run.dir=sweeps/a            run again with the same folder to resume
-results: <run folder>/results.csv and results.json (best first); trials log to wandb (offline)"""
+  dynamiccl sweep hparams_search=smoke              a two-trial search in about a minute
+  dynamiccl sweep hydra.run.dir=sweeps/a            run again with the same folder (and the same
+                                                    tune.num_samples) to resume
+results: <run folder>/results.csv, results.json (best first) and sweep_results.png; trials report
+every evaluation (ASHA stops weak ones early) and log to wandb (offline), grouped by tune.name"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
+
+from dynamiccl.cli.common import UserError
 
 EPILOG = """examples:
   dynamiccl train experiment=quickstart            train, then evaluate on the held-out suite
@@ -19,12 +23,29 @@ EPILOG = """examples:
                                                    run it again with the same hydra.run.dir to resume
   dynamiccl train -m agent=ppo,maskable_ppo        Hydra multirun over a grid
   dynamiccl train --cfg job                        print the composed config and exit
+resume: the same command with the same hydra.run.dir continues from the last checkpoint and ends
+  exactly where an uninterrupted run would; Ctrl-C saves a checkpoint first. Other settings are
+  refused by name unless resume.allow_changes=true. Searches (hparams_search=...) run with
+  `dynamiccl sweep`.
 config groups (configs/): topology, workload, scenario, env, agent, logger, experiment,
 hparams_search, debug"""
 
 
+def check_output_dirs(overrides: list[str]) -> None:
+    """Hydra creates its run folder before the app starts and reports a failure with a traceback;
+    a folder that cannot be created is refused here first, in one line."""
+    given = {k: v for k, _, v in (o.partition("=") for o in overrides)}
+    for key in ("hydra.run.dir", "hydra.sweep.dir"):
+        path = Path(given.get(key, "outputs")).absolute()
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise UserError(f"cannot create the run folder {path}: {existing} is not a writable "
+                            f"directory; choose another with {key}=PATH")
+
+
 def run_hydra(app: Callable[[], object], prog: str, overrides: list[str]) -> int:
     """Runs a ``@hydra.main`` app as if it had been started as ``prog OVERRIDES``."""
+    check_output_dirs(overrides)
     argv = sys.argv
     sys.argv = [prog, *overrides]
     try:

@@ -1,0 +1,123 @@
+"""Kill -9 and Ctrl-C during training, then resume: the run must end exactly where it would have."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynamiccl.agents.sb3_agents import load_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+TOTAL = 1024
+AGENTS = {
+    "maskable_ppo": ["experiment=smoke", "agent.model.n_steps=64", "agent.model.batch_size=32",
+                     "agent.model.n_epochs=2", "agent.model.policy_kwargs.net_arch=[32]"],
+    "dqn": ["agent=dqn", "scenario=smoke", "logger=none", "eval.suite=smoke",
+            "agent.model.learning_starts=64", "agent.model.buffer_size=2000",
+            "agent.model.batch_size=32", "agent.model.target_update_interval=64",
+            "agent.model.train_freq=4", "agent.model.policy_kwargs.net_arch=[32]"],
+}
+
+
+def command(run_dir: Path, algo: str, *extra: str) -> list[str]:
+    return [sys.executable, str(REPO / "experiments" / "train.py"), *AGENTS[algo],
+            f"hydra.run.dir={run_dir}", f"trainer.total_timesteps={TOTAL}",
+            "trainer.checkpoint_every=128", "trainer.progress_bar=false",
+            "eval.baselines=[nccl_default]", "eval.plots=false", *extra]
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    history = run_dir / "checkpoints" / "history.jsonl"
+    if not history.is_file():
+        return []
+    return [json.loads(line)["step"] for line in history.read_text().splitlines() if line.strip()]
+
+
+def start_and_wait(cmd: list[str], run_dir: Path, checkpoints: int) -> subprocess.Popen:
+    """Starts training and returns once ``checkpoints`` checkpoints are on disk."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
+    deadline = time.monotonic() + 240
+    while len(checkpoint_steps(run_dir)) < checkpoints and proc.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint within 4 minutes"
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+    return proc
+
+
+def parameters(run_dir: Path) -> dict[str, torch.Tensor]:
+    model, _ = load_checkpoint(run_dir / "model.zip")
+    return model.policy.state_dict()
+
+
+def assert_identical(resumed: Path, straight: Path) -> None:
+    a, b = parameters(resumed), parameters(straight)
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"parameters differ from the uninterrupted run: {different}"
+    assert json.loads((resumed / "metrics.json").read_text())["oracle_share"] == \
+        json.loads((straight / "metrics.json").read_text())["oracle_share"]
+    for name in ("calls.csv", "summary.csv"):
+        assert (resumed / "eval" / name).read_text() == (straight / "eval" / name).read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+@pytest.mark.parametrize("algo", ["maskable_ppo", "dqn"])
+def test_run_killed_with_sigkill_and_resumed_ends_bit_identical_to_the_uninterrupted_run(tmp_path, algo):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run(command(straight, algo))
+
+    proc = start_and_wait(command(resumed, algo), resumed, checkpoints=3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    model, meta = load_checkpoint(resumed / "checkpoints" / "last.zip")
+    saved = int(model.num_timesteps)
+    assert 0 < saved < TOTAL and saved % 128 == 0, "checkpoints sit on rollout boundaries"
+    assert not (resumed / "model.zip").exists()
+
+    out = run(command(resumed, algo))
+    assert f"resuming at step {saved} of {TOTAL}" in out.stdout
+    assert "environments and generators restored" in out.stdout
+    assert_identical(resumed, straight)
+    assert checkpoint_steps(resumed)[-1] == TOTAL
+    assert json.loads((resumed / "checkpoints" / "last.json").read_text())["num_timesteps"] == TOTAL
+    if algo == "dqn":
+        buffers = list((resumed / "checkpoints").glob("last_replay_buffer_*.pkl"))
+        assert [b.name for b in buffers] == [f"last_replay_buffer_{TOTAL}.pkl"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_ctrl_c_saves_at_a_rollout_boundary_exits_with_one_line_and_resume_matches(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run(command(straight, "maskable_ppo"))
+    proc = start_and_wait(command(resumed, "maskable_ppo"), resumed, checkpoints=2)
+    os.kill(proc.pid, signal.SIGINT)
+    output = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 130, output[-3000:]
+    assert "Traceback" not in output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("dynamiccl train: interrupted: checkpoint saved at step")
+    step = int(last.split("at step ")[1].split()[0])
+    model, _ = load_checkpoint(resumed / "checkpoints" / "last.zip")
+    assert model.num_timesteps == step and step % 64 == 0, "the label is the step actually trained"
+
+    out = run(command(resumed, "maskable_ppo"))
+    assert f"resuming at step {step} of {TOTAL}" in out.stdout
+    assert_identical(resumed, straight)
