@@ -53,29 +53,38 @@ class FullInfoConfig:
     epochs_per_round: int = 2
     #: Deviate from NCCL's pick only where the best predicted gain exceeds this (relative).
     margin: float = 0.02
+    #: Independently initialised networks; an action's gain is the *smallest* of their predictions,
+    #: so the policy deviates only where every member agrees (disagreement = uncertainty).
+    ensemble: int = 3
     seed: int = 0
 
 
 class GainNetwork(nn.Module):
-    """Deployable observation -> predicted log(t_NCCL / t_action) for every action."""
+    """Deployable observation -> predicted log(t_NCCL / t_action) for every action, by each of
+    ``ensemble`` independently initialised MLPs ([K, B, A])."""
 
-    def __init__(self, hidden: int, layers: int) -> None:
+    def __init__(self, hidden: int, layers: int, ensemble: int = 1) -> None:
         super().__init__()
         dims = [DEPLOYABLE_SIZE] + [hidden] * layers
-        blocks: list[nn.Module] = []
-        for d_in, d_out in zip(dims[:-1], dims[1:], strict=True):
-            blocks += [nn.Linear(d_in, d_out), nn.ReLU()]
-        self.body = nn.Sequential(*blocks, nn.Linear(dims[-1], N_ACTIONS))
+
+        def member() -> nn.Sequential:
+            blocks: list[nn.Module] = []
+            for d_in, d_out in zip(dims[:-1], dims[1:], strict=True):
+                blocks += [nn.Linear(d_in, d_out), nn.ReLU()]
+            return nn.Sequential(*blocks, nn.Linear(dims[-1], N_ACTIONS))
+
+        self.members = nn.ModuleList(member() for _ in range(ensemble))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.body(obs)
+        return torch.stack([m(obs) for m in self.members])
 
 
 def masked_loss(predicted: torch.Tensor, gains: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """Huber loss over the allowed actions of every call (clipped targets)."""
+    """Huber loss over the allowed actions of every call and every ensemble member ([K, B, A]
+    predictions against [B, A] clipped targets)."""
     target = torch.clamp(torch.where(allowed, gains, torch.zeros_like(gains)), -GAIN_CLIP, GAIN_CLIP)
-    err = nn.functional.huber_loss(predicted, target, reduction="none", delta=0.1)
-    return (err * allowed).sum() / allowed.sum().clamp(min=1)
+    err = nn.functional.huber_loss(predicted, target.expand_as(predicted), reduction="none", delta=0.1)
+    return (err * allowed).sum() / (allowed.sum() * predicted.shape[0]).clamp(min=1)
 
 
 class FullInfoLearner:
@@ -85,7 +94,7 @@ class FullInfoLearner:
         self.config = config or FullInfoConfig()
         torch.manual_seed(self.config.seed)
         self.rng = np.random.default_rng(self.config.seed)
-        self.network = GainNetwork(self.config.hidden, self.config.layers)
+        self.network = GainNetwork(self.config.hidden, self.config.layers, self.config.ensemble)
         self.optimizer = torch.optim.Adam(self.network.parameters(), lr=self.config.learning_rate)
         self.samples_seen = 0
         self.rounds = 0
@@ -167,7 +176,9 @@ class FullInfoPolicy:
 
     @torch.no_grad()
     def predict(self, observations: np.ndarray) -> np.ndarray:
-        return self.network(torch.as_tensor(observations, dtype=torch.float32)).numpy()
+        """The cautious gain of every action: the smallest prediction over the ensemble [B, A]."""
+        members = self.network(torch.as_tensor(observations, dtype=torch.float32))
+        return members.min(dim=0).values.numpy()
 
     def decide_batch(self, topology: Topology, collectives: np.ndarray, nbytes: np.ndarray,
                      contexts: list[tuple[str, str]]) -> np.ndarray:

@@ -54,12 +54,12 @@ def test_the_loss_ignores_actions_that_are_not_allowed() -> None:
 
 
 def _constant_policy(values: np.ndarray, margin: float = 0.02) -> FullInfoPolicy:
-    learner = FullInfoLearner(FullInfoConfig(hidden=8, layers=1))
-    last = learner.network.body[-1]
+    learner = FullInfoLearner(FullInfoConfig(hidden=8, layers=1, ensemble=2))
     with torch.no_grad():
         for p in learner.network.parameters():
             p.zero_()
-        last.bias.copy_(torch.as_tensor(values, dtype=torch.float32))
+        for member in learner.network.members:
+            member[-1].bias.copy_(torch.as_tensor(values, dtype=torch.float32))
     return FullInfoPolicy(learner.network, margin)
 
 
@@ -81,6 +81,15 @@ def test_policy_never_picks_what_the_plugin_cannot_deploy() -> None:
     values = np.where(EXPORTABLE_MASK, 0.0, 5.0)   # predicts huge gains only for simulator-only
     choice = _constant_policy(values).choose(scenario)
     assert choice.config.exportable
+
+
+def test_an_action_counts_only_as_much_as_the_least_confident_member_predicts() -> None:
+    policy = _constant_policy(np.zeros(len(ACTIONS)))
+    with torch.no_grad():
+        policy.network.members[0][-1].bias[5] = 0.5
+        policy.network.members[1][-1].bias[5] = 0.01
+    obs = np.zeros((1, policy.network.members[0][0].in_features), dtype=np.float32)
+    assert policy.predict(obs)[0, 5] == pytest.approx(0.01)
 
 
 def test_training_lowers_the_loss_and_a_saved_learner_predicts_the_same(tmp_path) -> None:
