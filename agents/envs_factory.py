@@ -11,10 +11,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from dynamiccl.envs.config_files import plain
+from dynamiccl import ENV_ID
+from dynamiccl.config_loader import plain
 from dynamiccl.topology import topology_from_dict
-
-ENV_ID = "dynamiccl/CollectiveTuning-v0"
 
 
 def scenario_spec(cfg: DictConfig) -> dict[str, Any] | str:

@@ -32,7 +32,8 @@ import numpy as np
 
 from dynamiccl import decisions
 from dynamiccl.agents.policy import Choice, DirectChooser, OnlinePolicy, Policy, scenario_mask
-from dynamiccl.knobs import ACTIONS, Algorithm, Config
+from dynamiccl.knobs import ACTIONS, Config
+from dynamiccl.nccl import Algorithm
 from dynamiccl.units import format_size
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 import numpy as np
 
 from dynamiccl import policy_file as pf
-from dynamiccl.knobs import ACTIONS, N_ACTIONS, Collective, valid_mask
+from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
+from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
 

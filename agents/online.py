@@ -23,6 +23,7 @@ import numpy as np
 
 from dynamiccl.agents.baselines import nccl_action
 from dynamiccl.agents.policy import allowed_actions, require_scenario, scenario_mask
+from dynamiccl.envs.observation import size_bin
 from dynamiccl.knobs import ALGO_HIERARCHY_PAIRS, ActionColumns
 
 if TYPE_CHECKING:
@@ -42,8 +43,7 @@ _LOG_CHANNELS = np.log2(ActionColumns.channels)
 
 def context_key(scenario: Scenario) -> tuple[str, int, int]:
     """(system, collective, size bin): what a tuner sees when NCCL asks it about a call."""
-    size_bin = int(math.log2(scenario.nbytes)) if scenario.nbytes > 0 else -1
-    return scenario.topology.fingerprint(), int(scenario.collective), size_bin
+    return scenario.topology.fingerprint(), int(scenario.collective), size_bin(scenario.nbytes)
 
 
 def _distance_to(action: int) -> np.ndarray:

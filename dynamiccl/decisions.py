@@ -22,16 +22,14 @@ import numpy as np
 from dynamiccl.knobs import (
     ACTIONS,
     NCCL_ALGORITHM_HIERARCHY,
-    Algorithm,
-    Collective,
     Config,
     ConfigBatch,
     Hierarchy,
-    Protocol,
     Schedule,
     invalid_reason,
     valid_mask,
 )
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate, simulate
@@ -69,7 +67,12 @@ NO_CONSTRAINTS = KnobConstraints()
 
 
 @dataclass(frozen=True)
-class Decision:
+class TimedConfig:
+    """A configuration with what the simulator says it costs: NCCL's pick or the best pick.
+
+    (What a policy file makes NCCL do is :class:`dynamiccl.policy_file.Decision`.)
+    """
+
     config: Config
     time_us: float
     time_after_straggler_us: float
@@ -119,13 +122,13 @@ def _action_times(scenario: Scenario) -> np.ndarray:
     return times
 
 
-def _decision(scenario: Scenario, config: Config) -> Decision:
+def _decision(scenario: Scenario, config: Config) -> TimedConfig:
     """Times ``config`` on the simulator and asks NCCL's model what it would have predicted."""
     return _timed_decision(_timing_key(scenario), config)
 
 
 @lru_cache(maxsize=65536)
-def _timed_decision(scenario: Scenario, config: Config) -> Decision:
+def _timed_decision(scenario: Scenario, config: Config) -> TimedConfig:
     reason = invalid_reason(scenario.topology, scenario.collective, config)
     if reason:
         raise ValueError(f"{config.label()} cannot run {scenario.collective.name.lower()} on "
@@ -136,7 +139,7 @@ def _timed_decision(scenario: Scenario, config: Config) -> Decision:
         model = nccl_model_for(scenario.topology)
         predicted = model.predicted_us(scenario.collective, scenario.nbytes, config)
         predicted = predicted if math.isfinite(predicted) else None
-    return Decision(config, timing.time_us, timing.time_after_straggler_us, timing.algbw_GBps,
+    return TimedConfig(config, timing.time_us, timing.time_after_straggler_us, timing.algbw_GBps,
                     timing.busbw_GBps, predicted)
 
 
@@ -168,7 +171,7 @@ def why_impossible(scenario: Scenario, constraints: KnobConstraints) -> str | No
     return max(set(reasons), key=reasons.count)
 
 
-def nccl_default(scenario: Scenario, constraints: KnobConstraints = NO_CONSTRAINTS) -> Decision:
+def nccl_default(scenario: Scenario, constraints: KnobConstraints = NO_CONSTRAINTS) -> TimedConfig:
     """NCCL's own pick under ``constraints``, timed by the simulator."""
     reason = why_impossible(scenario, constraints) if constraints.given() else None
     if reason:
@@ -206,7 +209,7 @@ def best(
     constraints: KnobConstraints = NO_CONSTRAINTS,
     *,
     deployable: bool = False,
-) -> Decision:
+) -> TimedConfig:
     """The fastest valid configuration under ``constraints`` (the oracle when unconstrained).
 
     NCCL's own pick is a candidate too: its channel count need not be one of the action table's

@@ -4,8 +4,8 @@ Every tunable choice is enumerated once, here, as a flat table of joint actions.
 index into :data:`ACTIONS`; the environment's ``Discrete`` space, the oracle, the policy file and the
 simulator all speak in these ids, so a decision means the same thing everywhere.
 
-NCCL's integer ids (``shared/reference/nccl_abi.md`` §1.2) are kept for collectives, algorithms and
-protocols because the policy file and the C plugin must use exactly NCCL's numbering.
+Collectives, algorithms and protocols are NCCL's own enums with NCCL's integer ids
+(:mod:`dynamiccl.nccl`), because the policy file and the C plugin must use exactly NCCL's numbering.
 
 Which joint actions are *valid* depends on the system and the collective (:func:`valid_mask`); which
 ones NCCL can be *told* to do through a tuner plugin is the ``exportable`` column, written down in
@@ -21,39 +21,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dynamiccl.nccl import (
+    CAPABILITIES,
+    MAX_CHANNELS,
+    NCCL_ALGORITHMS,
+    NCCL_ALIASES,
+    Algorithm,
+    Collective,
+    Protocol,
+)
+
 if TYPE_CHECKING:
     from dynamiccl.topology import Topology
-
-
-class Collective(enum.IntEnum):
-    """NCCL's ``ncclFunc_t`` values for the five collectives the tuner is asked about."""
-
-    BROADCAST = 0
-    REDUCE = 1
-    ALLGATHER = 2
-    REDUCESCATTER = 3
-    ALLREDUCE = 4
-
-
-class Algorithm(enum.IntEnum):
-    """NCCL's algorithm indices, plus the simulator-only StragglAR (seed 004) after them."""
-
-    TREE = 0
-    RING = 1
-    COLLNET_DIRECT = 2
-    COLLNET_CHAIN = 3
-    NVLS = 4
-    NVLS_TREE = 5
-    PAT = 6
-    STRAGGLAR = 7
-
-
-class Protocol(enum.IntEnum):
-    """NCCL's protocol indices."""
-
-    LL = 0
-    LL128 = 1
-    SIMPLE = 2
 
 
 class Hierarchy(enum.IntEnum):
@@ -77,28 +56,23 @@ class Schedule(enum.IntEnum):
 CHANNEL_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 #: Active chunks in flight per tier for pipelined hierarchical collectives.
 CHUNK_LEVELS: tuple[int, ...] = (1, 2, 4, 8)
-MAX_CHANNELS = 64
 
-# The (algorithm, hierarchy) pairs that exist. NCCL's Tree is intrinsically hierarchical (an
-# intra-node chain below an inter-node double binary tree); NVLSTree and CollNet likewise; Ring and
-# the simulator's ring-over-ring share the algorithm but differ in hierarchy.
+# The (algorithm, hierarchy) pairs that exist: every algorithm with the hierarchy it intrinsically
+# has (dynamiccl.nccl's capability table), plus the simulator's ring-over-ring, which shares Ring's
+# algorithm but is hierarchical. The order fixes the action ids.
 ALGO_HIERARCHY_PAIRS: tuple[tuple[Algorithm, Hierarchy], ...] = (
     (Algorithm.RING, Hierarchy.FLAT),
     (Algorithm.RING, Hierarchy.HIERARCHICAL),
-    (Algorithm.TREE, Hierarchy.HIERARCHICAL),
-    (Algorithm.COLLNET_DIRECT, Hierarchy.HIERARCHICAL),
-    (Algorithm.COLLNET_CHAIN, Hierarchy.HIERARCHICAL),
-    (Algorithm.NVLS, Hierarchy.FLAT),
-    (Algorithm.NVLS_TREE, Hierarchy.HIERARCHICAL),
-    (Algorithm.PAT, Hierarchy.FLAT),
-    (Algorithm.STRAGGLAR, Hierarchy.FLAT),
+    *((algo, Hierarchy(CAPABILITIES[algo].hierarchical)) for algo in Algorithm if algo != Algorithm.RING),
 )
 
 #: The one place that says which (algorithm, hierarchy) pairs exist only in the simulator: a
-#: ring-over-ring with a chosen scheduling policy, and StragglAR. Every other pair is an NCCL
-#: algorithm with the hierarchy it intrinsically has, which a tuner plugin can make NCCL run.
+#: ring-over-ring with a chosen scheduling policy, and every algorithm NCCL lacks (StragglAR). Every
+#: other pair is an NCCL algorithm with the hierarchy it intrinsically has, which a tuner plugin can
+#: make NCCL run.
 SIMULATOR_ONLY: frozenset[tuple[Algorithm, Hierarchy]] = frozenset(
-    {(Algorithm.RING, Hierarchy.HIERARCHICAL), (Algorithm.STRAGGLAR, Hierarchy.FLAT)}
+    {(Algorithm.RING, Hierarchy.HIERARCHICAL)}
+    | {pair for pair in ALGO_HIERARCHY_PAIRS if pair[0] not in NCCL_ALGORITHMS}
 )
 EXPORTABLE_ALGO_HIERARCHY: frozenset[tuple[Algorithm, Hierarchy]] = frozenset(
     pair for pair in ALGO_HIERARCHY_PAIRS if pair not in SIMULATOR_ONLY
@@ -229,28 +203,6 @@ def action_id(config: Config) -> int:
 # the CLI can say *why* a choice is impossible; valid_mask vectorizes the same rules.
 # ---------------------------------------------------------------------------------------------
 
-_ONLY_SIMPLE = {
-    Algorithm.NVLS,
-    Algorithm.NVLS_TREE,
-    Algorithm.COLLNET_DIRECT,
-    Algorithm.COLLNET_CHAIN,
-    Algorithm.PAT,
-    Algorithm.STRAGGLAR,
-}
-_ALGO_COLLECTIVES: dict[Algorithm, frozenset[Collective]] = {
-    Algorithm.RING: frozenset(Collective),
-    Algorithm.TREE: frozenset({Collective.ALLREDUCE}),
-    Algorithm.COLLNET_DIRECT: frozenset(
-        {Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER}
-    ),
-    Algorithm.COLLNET_CHAIN: frozenset({Collective.ALLREDUCE}),
-    Algorithm.NVLS: frozenset({Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER}),
-    Algorithm.NVLS_TREE: frozenset({Collective.ALLREDUCE}),
-    Algorithm.PAT: frozenset({Collective.ALLGATHER, Collective.REDUCESCATTER}),
-    Algorithm.STRAGGLAR: frozenset({Collective.ALLREDUCE}),
-}
-
-
 def _shape_problem(config: Config) -> str | None:
     if not 1 <= config.channels <= MAX_CHANNELS:
         return f"channels must be 1..{MAX_CHANNELS}, got {config.channels}"
@@ -272,7 +224,7 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
     The rules follow NCCL's own enable rules (nccl_abi.md §3.4–3.7) where NCCL has them.
     """
     algo, proto = config.algorithm, config.protocol
-    nranks, ppn, nodes = topology.nranks, topology.gpus_per_node, topology.nodes
+    nranks = topology.nranks
     shape_problem = _shape_problem(config)
     if shape_problem:
         return shape_problem
@@ -280,11 +232,13 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
         if (algo, proto, config.hierarchy) != (Algorithm.RING, Protocol.SIMPLE, Hierarchy.FLAT):
             return "a single rank only runs NCCL's local copy (ring/simple)"
         return None
-    if collective not in _ALGO_COLLECTIVES[algo]:
-        allowed = ", ".join(sorted(c.name.lower() for c in _ALGO_COLLECTIVES[algo]))
+    capability = CAPABILITIES[algo]
+    if collective not in capability.collectives:
+        allowed = ", ".join(sorted(c.name.lower() for c in capability.collectives))
         return f"{algo.name.lower()} only implements {allowed}"
-    if algo in _ONLY_SIMPLE and proto != Protocol.SIMPLE:
-        return f"{algo.name.lower()} only runs the simple protocol"
+    if proto not in capability.protocols:
+        allowed = " or ".join(p.name.lower() for p in sorted(capability.protocols))
+        return f"{algo.name.lower()} only runs the {allowed} protocol"
     if proto == Protocol.LL128 and not topology.ll128_enabled:
         return (
             "LL128 is off on this system (NCCL enables it only on sm70+ GPUs whose intra-node "
@@ -296,31 +250,9 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
         if len(topology.ring_dimensions) < 2:
             return ("a hierarchical ring needs two levels to run along: at least 2 nodes with at "
                     "least 2 GPUs each, or the two dimensions of a 2-D torus")
-    if algo in (Algorithm.NVLS, Algorithm.NVLS_TREE):
-        if not topology.features.nvls or topology.gpu.sm < 90:
-            return "NVLS needs NVSwitch multicast (features.nvls) on an sm90+ GPU"
-        if ppn < 2:
-            return "NVLS needs at least 2 GPUs per node"
-        if algo == Algorithm.NVLS and nodes > 1 and not topology.features.collnet:
-            return "multi-node NVLS needs in-network reduction (features.collnet, NVLS+SHARP)"
-        if algo == Algorithm.NVLS_TREE and nodes < 2:
-            return "NVLSTree needs more than one node"
-    if algo in (Algorithm.COLLNET_DIRECT, Algorithm.COLLNET_CHAIN):
-        if not topology.features.collnet:
-            return "CollNet needs in-network reduction (features.collnet, e.g. SHARP)"
-        if nodes < 2:
-            return "CollNet needs more than one node"
-        if algo == Algorithm.COLLNET_DIRECT and (
-            topology.tiers[0].fabric != "switch" or ppn > 8
-        ):
-            return "CollNetDirect needs an NVSwitch node with at most 8 GPUs"
-    if algo == Algorithm.PAT and ppn != 1:
-        return "PAT runs only with one GPU per node"
-    if algo == Algorithm.STRAGGLAR:
-        if nranks % 2:
-            return "StragglAR needs an even number of ranks"
-        if not topology.any_to_any:
-            return "StragglAR needs an any-to-any fabric (switch or fully_connected) at every tier"
+    for requirement in capability.requirements:
+        if not requirement.met_by(topology):
+            return requirement.missing
     return None
 
 
@@ -339,15 +271,17 @@ def valid_mask(
     return mask & EXPORTABLE_MASK if deployable else mask
 
 
+#: Other names people use for the knob-space-only choices (seed 000's policy names).
+_KNOB_ALIASES = {"BWAWARE": "BW_AWARE", "FIFO": "BASELINE", "LOCALBWAWARE": "BW_AWARE",
+                 "HIER": "HIERARCHICAL"}
+
+
 def parse_enum(enum_cls: type[enum.IntEnum], text: str | int) -> enum.IntEnum:
     """Accepts a name in any case (``nvls_tree``, ``NVLSTree``) or NCCL's integer id."""
     if isinstance(text, int) or (isinstance(text, str) and text.strip().lstrip("-").isdigit()):
         return enum_cls(int(text))
     key = str(text).strip().upper().replace("-", "_")
-    aliases = {"NVLSTREE": "NVLS_TREE", "COLLNETDIRECT": "COLLNET_DIRECT",
-               "COLLNETCHAIN": "COLLNET_CHAIN", "BWAWARE": "BW_AWARE", "FIFO": "BASELINE",
-               "LOCALBWAWARE": "BW_AWARE", "HIER": "HIERARCHICAL", "ALL_REDUCE": "ALLREDUCE",
-               "ALL_GATHER": "ALLGATHER", "REDUCE_SCATTER": "REDUCESCATTER"}
+    aliases = {**NCCL_ALIASES, **_KNOB_ALIASES}
     key = aliases.get(key.replace("_", ""), aliases.get(key, key))
     try:
         return enum_cls[key]

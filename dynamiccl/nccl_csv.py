@@ -11,6 +11,7 @@ defer rules are simply left out (those sizes then get NCCL's algorithm, on one c
 from __future__ import annotations
 
 from dynamiccl import policy_file as pf
+from dynamiccl.nccl import ALGORITHM_TOKENS, COLLECTIVE_TOKENS, PROTOCOL_TOKENS
 
 
 def _any(value: int | None) -> str:
@@ -47,13 +48,13 @@ def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.
             continue
         if d.channels is None:
             raise pf.PolicyFileError(
-                f"the rule for {pf.COLL_TOKENS[rule.collective]} {rule.min_bytes}-{rule.max_bytes}"
+                f"the rule for {COLLECTIVE_TOKENS[rule.collective]} {rule.min_bytes}-{rule.max_bytes}"
                 " keeps NCCL's channel count, which NVIDIA's example tuner cannot express (it "
                 "would run on 1 channel); export with explicit channels"
             )
         lines.append(",".join([
-            pf.COLL_TOKENS[rule.collective], str(rule.min_bytes), str(rule.max_bytes),
-            pf.ALGO_TOKENS[d.algorithm], pf.PROTO_TOKENS[d.protocol], str(d.channels),
+            COLLECTIVE_TOKENS[rule.collective], str(rule.min_bytes), str(rule.max_bytes),
+            ALGORITHM_TOKENS[d.algorithm], PROTOCOL_TOKENS[d.protocol], str(d.channels),
             _any(rule.nodes), _any(rule.ranks), _any(rule.pipe_ops), _any(rule.reg_buff),
         ]))
     return "\n".join(lines) + "\n"

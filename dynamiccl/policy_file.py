@@ -38,7 +38,10 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import ALGORITHM_TOKENS as ALGO_TOKENS
+from dynamiccl.nccl import COLLECTIVE_TOKENS as COLL_TOKENS
+from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
+from dynamiccl.nccl import PROTOCOL_TOKENS as PROTO_TOKENS
 
 MAGIC = "DYNAMICCL-POLICY"
 FORMAT_VERSION = 1
@@ -49,7 +52,6 @@ MAX_RULES = 1_000_000
 MAX_SLICES = 64
 MAX_HEADER_VALUE = 200
 MAX_BUCKET = 31
-MAX_CHANNELS = 64
 MIN_CHUNK, MAX_CHUNK = 2048, 1 << 30
 MAX_BYTES = 2**64 - 1
 MAX_DIM = 2**31 - 1
@@ -71,9 +73,6 @@ C2C_BUCKETS: dict[str, float] = {"none": 0.0, "low": 0.5, "high": 2.0}
 C2C_LOW_MAX = 1.0
 DEFAULT_CONTEXT = ("none", "none")
 
-ALGO_TOKENS = {a: a.name.lower() for a in Algorithm if a != Algorithm.STRAGGLAR}
-PROTO_TOKENS = {p: p.name.lower() for p in Protocol}
-COLL_TOKENS = {c: c.name.lower() for c in Collective}
 _TOKEN_ALGO = {v: k for k, v in ALGO_TOKENS.items()}
 _TOKEN_PROTO = {v: k for k, v in PROTO_TOKENS.items()}
 _TOKEN_COLL = {v: k for k, v in COLL_TOKENS.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.topology import Topology
 
 

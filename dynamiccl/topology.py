@@ -16,11 +16,11 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+from dynamiccl.config_loader import ConfigError, config_names, read_config
+from dynamiccl.nccl import LINK_NAMES
 
 FABRICS = ("switch", "ring", "torus2d", "fully_connected")
 #: Physical links one hop of a fabric crosses. A switch hop is GPU -> switch -> GPU: two cables. A
@@ -28,13 +28,9 @@ FABRICS = ("switch", "ring", "torus2d", "fully_connected")
 #: fabric link neighbours by one cable. Used when a tier gives ``link_latency_us`` (per cable, as
 #: seed 001's ASTRA-sim configuration does) instead of a measured per-hop ``latency_us``.
 LINKS_PER_HOP = {"switch": 2, "ring": 1, "torus2d": 1, "fully_connected": 1}
-LINKS = ("nvlink", "pcie", "net")
+LINKS = tuple(LINK_NAMES.values())
 #: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).
 ARCHS = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100}
-
-
-class TopologyError(ValueError):
-    """A topology file or preset that cannot be used; the message says where and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +127,7 @@ class Topology:
             else:
                 middle = math.prod(t.size for t in tiers[1:-1])
                 if nodes % middle:
-                    raise TopologyError(
+                    raise ConfigError(
                         f"{self.name}: --nodes {nodes} is not a multiple of the {middle} nodes the "
                         "inner network tiers already group; pick a multiple"
                     )
@@ -159,7 +155,7 @@ class Topology:
 
 def _require_positive(name: str, value: int) -> None:
     if not isinstance(value, int) or value < 1:
-        raise TopologyError(f"{name} must be a positive integer, got {value!r}")
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _retier(tier: Tier, size: int) -> Tier:
@@ -184,47 +180,26 @@ _TIER_FIELDS = {"name", "size", "fabric", "bandwidth_GBps", "latency_us", "link_
 
 
 def preset_names() -> list[str]:
-    folder = resources.files("dynamiccl.configs") / "topology"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return config_names("topology")
 
 
 def load_topology(
     name_or_path: str | Path, nodes: int | None = None, gpus_per_node: int | None = None
 ) -> Topology:
     """A preset by name or a YAML file by path, optionally resized."""
-    text, source = _read_source(str(name_or_path))
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"{source}: not valid YAML ({exc}); fix the syntax") from None
+    data, source = read_config("topology", name_or_path)
     topo = topology_from_dict(data, source=source)
     return topo.resized(nodes=nodes, gpus_per_node=gpus_per_node)
-
-
-def _read_source(name_or_path: str) -> tuple[str, str]:
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise TopologyError(f"{path}: no such topology file; check the path")
-        return path.read_text(), str(path)
-    folder = resources.files("dynamiccl.configs") / "topology"
-    candidate = folder / f"{name_or_path}.yaml"
-    if not candidate.is_file():
-        raise TopologyError(
-            f"unknown topology {name_or_path!r}: give a YAML file or one of the presets "
-            f"({', '.join(preset_names())}); `dynamiccl topologies` lists them"
-        )
-    return candidate.read_text(), f"preset {name_or_path}"
 
 
 def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     """Validates a parsed topology document; every error names ``source``, the field and a fix."""
 
-    def fail(where: str, problem: str) -> TopologyError:
-        return TopologyError(f"{source}: field '{where}' {problem}")
+    def fail(where: str, problem: str) -> ConfigError:
+        return ConfigError(f"{source}: field '{where}' {problem}")
 
     if not isinstance(data, dict):
-        raise TopologyError(f"{source}: a topology is a mapping with 'name' and 'tiers' at the top")
+        raise ConfigError(f"{source}: a topology is a mapping with 'name' and 'tiers' at the top")
     unknown = set(data) - {"name", "gpu", "features", "tiers", "_target_", "defaults"}
     if unknown:
         raise fail(sorted(unknown)[0], "is not a topology field; allowed: name, gpu, features, tiers")

@@ -1,62 +1,15 @@
-"""Reading the environment's YAML config groups (``workload/``, ``scenario/``) with readable errors.
+"""Checking the fields of the environment's YAML config groups (``workload/``, ``scenario/``).
 
-The same files are Hydra config groups, so they arrive either by name (read here from the installed
-``dynamiccl.configs`` package), as a path, or already composed by Hydra as a mapping; all three end
-up as plain Python containers checked by the same rules.
+Reading the files is :mod:`dynamiccl.config_loader`'s job; the checks here give every bad field
+one message that names the file, the field and the fix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from importlib import resources
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
-
-class ConfigError(ValueError):
-    """A workload or scenario config that cannot be used; the message says where and how to fix it."""
-
-
-def config_names(group: str) -> list[str]:
-    folder = resources.files("dynamiccl.configs") / group
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def read_config(group: str, spec: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """(document, source) for a config given by name in ``group``, by path, or as a mapping."""
-    if isinstance(spec, Mapping):
-        return plain(spec), f"{group} config {spec.get('name', '<mapping>')!r}"
-    path = Path(spec)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such {group} file; check the path")
-        text, source = path.read_text(), str(path)
-    else:
-        candidate = resources.files("dynamiccl.configs") / group / f"{spec}.yaml"
-        if not candidate.is_file():
-            raise ConfigError(
-                f"unknown {group} {str(spec)!r}: give a YAML file or one of "
-                f"{', '.join(config_names(group))} (configs/{group}/)"
-            )
-        text, source = candidate.read_text(), f"{group} {spec}"
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML ({exc}); fix the syntax") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: a {group} config is a mapping of keys at the top level")
-    return data, source
-
-
-def plain(value: Any) -> Any:
-    """Hydra's DictConfig/ListConfig (or any mapping/sequence) as dicts and lists."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return [plain(v) for v in value]
-    return value
+from dynamiccl.config_loader import ConfigError
 
 
 def check_keys(data: Mapping[str, Any], allowed: set[str], where: str, source: str) -> None:

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import FABRICS, LINKS, Topology
 

@@ -25,8 +25,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.envs.config_files import ConfigError, check_keys, integer, number, read_config
-from dynamiccl.knobs import Collective, parse_enum
+from dynamiccl.config_loader import ConfigError, read_config
+from dynamiccl.envs.config_files import check_keys, integer, number
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import Collective
 from dynamiccl.units import parse_size
 
 GROUPS = ("world", "node")
@@ -54,10 +56,6 @@ class Workload:
 
     def __iter__(self) -> Iterator[tuple[Collective, int]]:
         return iter(self.calls)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(n for _, n in self.calls)
 
 
 def _size(data: Mapping[str, Any], key: str, source: str, default: str | None,

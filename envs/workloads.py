@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from dynamiccl.envs.config_files import ConfigError, check_keys, integer, number, read_config
+from dynamiccl.config_loader import ConfigError, read_config
+from dynamiccl.envs.config_files import check_keys, integer, number
 from dynamiccl.envs.traces import Workload, load_workload
 from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology, TopologyError, load_topology
+from dynamiccl.topology import Topology, load_topology
 
 __all__ = ["Episode", "ScenarioDistribution", "StragglerSpec", "SuiteEntry", "SystemSpec",
            "Workload", "distribution_from_dict", "load_scenario_distribution", "load_suite",
@@ -119,9 +120,6 @@ class ScenarioDistribution:
         names = self.workloads_of(spec)
         workload = names[int(rng.integers(len(names)))]
         return self._episode(spec, nodes, workload, rng, length or self.episode_length)
-
-    def sample_episode(self, rng: np.random.Generator, length: int | None = None) -> list[Scenario]:
-        return list(self.sample(rng, length).scenarios)
 
     def suite(self) -> list[Episode]:
         """Every (system, node count, workload) ``suite_repeats`` times, each from its own seed.
@@ -297,7 +295,7 @@ def distribution_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> S
         for w in sorted(workload_names):
             load_workload(w)
         dist.system_keys()
-    except (ConfigError, TopologyError) as exc:
+    except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return dist
 

@@ -21,7 +21,8 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from dynamiccl.knobs import ACTIONS, Collective, ConfigBatch  # noqa: E402
+from dynamiccl.knobs import ACTIONS, ConfigBatch  # noqa: E402
+from dynamiccl.nccl import Collective  # noqa: E402
 from dynamiccl.scenario import Scenario  # noqa: E402
 from dynamiccl.simulator import evaluate, simulate  # noqa: E402
 from dynamiccl.topology import load_topology  # noqa: E402

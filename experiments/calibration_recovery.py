@@ -17,7 +17,8 @@ import json
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Collective, Protocol, nccl_config
+from dynamiccl.knobs import nccl_config
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler import synthetic as S
 from dynamiccl.profiler.calibrate import calibrate, prepare
 from dynamiccl.profiler.fit_report import error_table, format_table, heldout_table

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.knobs import ACTIONS, Algorithm, Collective, ConfigBatch, Hierarchy, Protocol, Schedule
+from dynamiccl.knobs import ACTIONS, ConfigBatch, Hierarchy, Schedule
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.simulator import simulate
 from dynamiccl.simulator.alphabeta import (
     beta_us_per_byte,

@@ -5,7 +5,7 @@
 * :mod:`~dynamiccl.profiler.launcher`, :mod:`~dynamiccl.profiler.runner`,
   :mod:`~dynamiccl.profiler.session` – local ranks that never hang the caller, nccl-tests style
   timing, persistent ranks for the live environment backend;
-* :mod:`~dynamiccl.profiler.stragglers`, :mod:`~dynamiccl.profiler.c2c`,
+* :mod:`~dynamiccl.profiler.straggler_detection`, :mod:`~dynamiccl.profiler.c2c`,
   :mod:`~dynamiccl.profiler.hooks` – who is persistently late, compute vs communication, and a
   DDP comm hook that measures both inside a user's job;
 * :mod:`~dynamiccl.profiler.records`, :mod:`~dynamiccl.profiler.nccl_tests` – measurement records

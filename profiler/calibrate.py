@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Config, ConfigBatch, Protocol, invalid_reason
+from dynamiccl.knobs import Config, ConfigBatch, invalid_reason
 from dynamiccl.knobs import nccl_config as make_nccl_config
+from dynamiccl.nccl import Algorithm, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.simulator import simulate

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import yaml
 
-from dynamiccl.knobs import Collective, Config
+from dynamiccl.knobs import Config
+from dynamiccl.nccl import Collective
 from dynamiccl.profiler.calibrate import FitResult, Problem, pick_configs, predict, scaled_bandwidth
 from dynamiccl.topology import Topology
 from dynamiccl.units import format_size

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dynamiccl.profiler import stragglers
+from dynamiccl.profiler import straggler_detection
 from dynamiccl.profiler.c2c import StepBreakdown, step_breakdown
 
 
@@ -36,7 +36,7 @@ from dynamiccl.profiler.c2c import StepBreakdown, step_breakdown
 class ProbeReport:
     steps: int
     #: Who arrives last at the step's first gradient all-reduce (None with a single rank).
-    straggler: stragglers.StragglerReport | None
+    straggler: straggler_detection.StragglerReport | None
     #: Per rank: medians over the steps of the step breakdown.
     per_rank: list[dict[str, float]]
 
@@ -135,7 +135,7 @@ class CommProbe:
         gathered = torch.empty((world * steps, 5), dtype=torch.float64, device=self._device)
         dist.all_gather_into_tensor(gathered, local, group=self.group)
         data = gathered.cpu().numpy().reshape(world, steps, 5)
-        report = (stragglers.from_exec_times(data[:, :, 0].T)
+        report = (straggler_detection.from_exec_times(data[:, :, 0].T)
                   if world > 1 and steps > 0 else None)
         per_rank = [_medians(data[r]) for r in range(world)]
         return ProbeReport(steps, report, per_rank)

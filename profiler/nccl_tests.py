@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import ALGO_ENV, MAX_CHANNELS_ENV, MIN_CHANNELS_ENV, PROTO_ENV, Collective
 from dynamiccl.profiler.records import MeasurementRecord, normalize_config
 
 
@@ -310,14 +310,14 @@ def _forced_config(env: dict[str, str], collective: Collective) -> tuple[str | N
     Only a single named choice counts as forced; a list or an exclusion (``^LL``) leaves NCCL to
     choose, so the record stays "NCCL chose" for that knob.
     """
-    algo = _single_choice(env.get("NCCL_ALGO"), collective)
-    proto = _single_choice(env.get("NCCL_PROTO"), collective)
+    algo = _single_choice(env.get(ALGO_ENV), collective)
+    proto = _single_choice(env.get(PROTO_ENV), collective)
     try:
         algo, proto = normalize_config(algo, proto)
     except ValueError:
         algo, proto = None, None
-    lo = env.get("NCCL_MIN_NCHANNELS") or env.get("NCCL_MIN_CTAS")
-    hi = env.get("NCCL_MAX_NCHANNELS") or env.get("NCCL_MAX_CTAS")
+    lo = env.get(MIN_CHANNELS_ENV) or env.get("NCCL_MIN_CTAS")
+    hi = env.get(MAX_CHANNELS_ENV) or env.get("NCCL_MAX_CTAS")
     channels = int(lo) if lo and hi and lo == hi and lo.isdigit() else None
     return algo, proto, channels
 

@@ -15,21 +15,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.knobs import Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import Algorithm, Collective, Protocol, bus_factor
 
 #: The label a record's configuration gets when NCCL chose every knob itself.
 NCCL_DEFAULT = "NCCL default"
-
-
-def bus_factor(collective: Collective, nranks: int) -> float:
-    """nccl-tests' busbw / algbw factor: the fraction of the data each rank's link must carry."""
-    if nranks <= 1:
-        return 1.0 if collective in (Collective.BROADCAST, Collective.REDUCE) else 0.0
-    if collective == Collective.ALLREDUCE:
-        return 2.0 * (nranks - 1) / nranks
-    if collective in (Collective.ALLGATHER, Collective.REDUCESCATTER):
-        return (nranks - 1) / nranks
-    return 1.0
 
 
 def bandwidths(collective: Collective, nbytes: int, nranks: int, time_us: float) -> tuple[float, float]:

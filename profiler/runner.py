@@ -5,7 +5,7 @@ Protocol (seed 003's, nccl-tests' vocabulary): ``warmup`` untimed iterations, th
 the spread beside it. Each timed iteration starts from a barrier, lets an injected straggler sleep,
 then records the rank's own arrival→completion time. Those per-rank execution times give both the
 collective time (the slowest rank's view, i.e. including any wait for a late peer) and the
-straggler analysis (:mod:`dynamiccl.profiler.stragglers`) without needing synchronised clocks.
+straggler analysis (:mod:`dynamiccl.profiler.straggler_detection`) without needing synchronised clocks.
 
 Knobs reach NCCL through its environment variables, which it reads when a communicator is created;
 every measurement here runs in fresh processes, so each gets its own communicator and settings.
@@ -16,22 +16,28 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Collective, Protocol, parse_enum
-from dynamiccl.profiler import stragglers
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import (
+    ALGO_ENV,
+    ALGORITHM_NCCL_NAMES,
+    MAX_CHANNELS_ENV,
+    MIN_CHANNELS_ENV,
+    PROTO_ENV,
+    PROTOCOL_NCCL_NAMES,
+    Algorithm,
+    Collective,
+    Protocol,
+)
+from dynamiccl.profiler import straggler_detection
 from dynamiccl.profiler.launcher import RankContext, launch
 from dynamiccl.profiler.records import MeasurementRecord, bandwidths
 
-#: NCCL's spelling of each algorithm and protocol in NCCL_ALGO / NCCL_PROTO.
-_NCCL_ALGO_NAMES = {Algorithm.TREE: "Tree", Algorithm.RING: "Ring",
-                    Algorithm.COLLNET_DIRECT: "CollnetDirect", Algorithm.COLLNET_CHAIN: "CollnetChain",
-                    Algorithm.NVLS: "NVLS", Algorithm.NVLS_TREE: "NVLSTree", Algorithm.PAT: "PAT"}
-_NCCL_PROTO_NAMES = {Protocol.LL: "LL", Protocol.LL128: "LL128", Protocol.SIMPLE: "Simple"}
 _ELEMENT_BYTES = 4  # float32, nccl-tests' default type
 
 
@@ -74,11 +80,11 @@ def nccl_env(spec: CollectiveSpec) -> dict[str, str]:
     """The NCCL environment that forces ``spec``'s knobs for the communicators a rank creates."""
     env: dict[str, str] = {}
     if spec.algorithm is not None:
-        env["NCCL_ALGO"] = _NCCL_ALGO_NAMES[Algorithm(parse_enum(Algorithm, spec.algorithm))]
+        env[ALGO_ENV] = ALGORITHM_NCCL_NAMES[Algorithm(parse_enum(Algorithm, spec.algorithm))]
     if spec.protocol is not None:
-        env["NCCL_PROTO"] = _NCCL_PROTO_NAMES[Protocol(parse_enum(Protocol, spec.protocol))]
+        env[PROTO_ENV] = PROTOCOL_NCCL_NAMES[Protocol(parse_enum(Protocol, spec.protocol))]
     if spec.channels is not None:
-        env["NCCL_MIN_NCHANNELS"] = env["NCCL_MAX_NCHANNELS"] = str(int(spec.channels))
+        env[MIN_CHANNELS_ENV] = env[MAX_CHANNELS_ENV] = str(int(spec.channels))
     return env
 
 
@@ -92,7 +98,7 @@ class CollectiveResult:
     time_after_straggler_us: float
     algbw_GBps: float
     busbw_GBps: float
-    straggler: stragglers.StragglerReport | None
+    straggler: straggler_detection.StragglerReport | None
     #: Per-rank execution times ``[rank, iteration]`` over all timed iterations (µs).
     exec_us: np.ndarray = field(repr=False)
 
@@ -154,10 +160,10 @@ def summarize(spec: CollectiveSpec, times: np.ndarray, shared_clock: bool = True
     flat = exec_us.reshape(nranks, -1)
     report = None
     if nranks > 1 and spec.coll not in (Collective.BROADCAST, Collective.REDUCE):
-        report = stragglers.from_exec_times(flat.T)
+        report = straggler_detection.from_exec_times(flat.T)
     elif nranks > 1 and shared_clock:
         arrivals = times[:, 1].reshape(nranks, -1).T
-        report = stragglers.from_arrivals(arrivals, collective_us=float(np.median(flat.min(axis=0))))
+        report = straggler_detection.from_arrivals(arrivals, collective_us=float(np.median(flat.min(axis=0))))
     delay = report.delay_us if report is not None and report.rank is not None else 0.0
     after = max(time_us - delay, 1e-3)
     algbw, busbw = bandwidths(spec.coll, spec.nbytes, nranks, after)
@@ -298,8 +304,3 @@ def _collective_op(spec: CollectiveSpec, world: int, device: Any, group: Any) ->
         return lambda: dist.all_gather_into_tensor(buf, part, group=group)
     return lambda: dist.reduce_scatter_tensor(part, buf, group=group)
 
-
-def with_config(spec: CollectiveSpec, algorithm: str | None, protocol: str | None,
-                channels: int | None) -> CollectiveSpec:
-    """The same measurement under other knobs (a convenience for sweeps and the live backend)."""
-    return replace(spec, algorithm=algorithm, protocol=protocol, channels=channels)

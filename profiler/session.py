@@ -22,10 +22,11 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
+from dynamiccl.nccl import ALGO_ENV, PROTO_ENV
 from dynamiccl.profiler.launcher import LaunchError, RankContext, Ranks
 from dynamiccl.profiler.runner import CollectiveResult, CollectiveSpec, nccl_env, summarize
 
-_NCCL_KNOB_VARS = ("NCCL_ALGO", "NCCL_PROTO")
+_NCCL_KNOB_VARS = (ALGO_ENV, PROTO_ENV)
 
 
 class RankSession:

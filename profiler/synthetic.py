@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Collective, Config, ConfigBatch, Protocol
+from dynamiccl.knobs import Config, ConfigBatch
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler.calibrate import scaled_bandwidth
 from dynamiccl.profiler.records import MeasurementRecord, bandwidths

@@ -24,7 +24,8 @@ from dynamiccl.agents.policy import (
 from dynamiccl.agents.registry import BUILTIN, load_policy
 from dynamiccl.envs.observation import encode
 from dynamiccl.envs.workloads import load_suite
-from dynamiccl.knobs import ACTIONS, EXPORTABLE_MASK, Algorithm, Collective, Config, Protocol
+from dynamiccl.knobs import ACTIONS, EXPORTABLE_MASK, Config
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
 

@@ -16,7 +16,8 @@ from dynamiccl.agents.online import (
 )
 from dynamiccl.agents.policy import OnlinePolicy, scenario_mask
 from dynamiccl.envs.observation import encode
-from dynamiccl.knobs import ACTIONS, Collective
+from dynamiccl.knobs import ACTIONS
+from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
 

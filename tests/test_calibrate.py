@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import Algorithm, Collective, Protocol, nccl_config
+from dynamiccl.knobs import nccl_config
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler import synthetic as S
 from dynamiccl.profiler.calibrate import CalibrationError, calibrate, prepare
 from dynamiccl.profiler.fit_report import efficiencies, error_table, heldout_table

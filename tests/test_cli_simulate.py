@@ -11,7 +11,8 @@ import pytest
 
 from dynamiccl.cli.main import main
 from dynamiccl.decisions import KnobConstraints, best, nccl_default
-from dynamiccl.knobs import Algorithm, Collective, Hierarchy, Protocol, Schedule
+from dynamiccl.knobs import Hierarchy, Schedule
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
 

@@ -20,7 +20,8 @@ from dynamiccl.envs.observation import (
     size_bin,
 )
 from dynamiccl.envs.workloads import load_suite
-from dynamiccl.knobs import N_ACTIONS, Collective
+from dynamiccl.knobs import N_ACTIONS
+from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology, preset_names
 

@@ -12,7 +12,8 @@ from dynamiccl import decisions
 from dynamiccl.envs.backends.sim import SimBackend
 from dynamiccl.envs.collective_tuning import INVALID_ACTION_REWARD, CollectiveTuningEnv
 from dynamiccl.envs.workloads import load_suite
-from dynamiccl.knobs import ACTION_INDEX, ACTIONS, EXPORTABLE_MASK, Collective, invalid_reason
+from dynamiccl.knobs import ACTION_INDEX, ACTIONS, EXPORTABLE_MASK, invalid_reason
+from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology, preset_names
 

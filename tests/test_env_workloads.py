@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dynamiccl.config_loader import ConfigError
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
-from dynamiccl.envs.config_files import ConfigError
 from dynamiccl.envs.observation import encode
 from dynamiccl.envs.workloads import (
     distribution_from_dict,
@@ -15,7 +15,7 @@ from dynamiccl.envs.workloads import (
     load_suite,
     load_workload,
 )
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.units import parse_size
 
 AR, AG, RS = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER
@@ -130,9 +130,9 @@ def test_straggler_appears_moves_and_vanishes_and_the_observation_follows_one_ca
 
 def test_sampling_is_deterministic_per_seed():
     dist = load_scenario_distribution("train")
-    a = dist.sample_episode(np.random.default_rng(3))
-    b = dist.sample_episode(np.random.default_rng(3))
-    c = dist.sample_episode(np.random.default_rng(4))
+    a = dist.sample(np.random.default_rng(3)).scenarios
+    b = dist.sample(np.random.default_rng(3)).scenarios
+    c = dist.sample(np.random.default_rng(4)).scenarios
     assert a == b and a != c
 
 

@@ -11,7 +11,8 @@ import pytest
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.export import MAX_BYTES, export_policy, size_grid
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import Algorithm, Collective, Config, Hierarchy, Protocol, Schedule, action_id
+from dynamiccl.knobs import Config, Hierarchy, Schedule, action_id
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_csv import to_nccl_example_csv
 from dynamiccl.topology import load_topology
 

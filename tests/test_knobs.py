@@ -8,12 +8,9 @@ import pytest
 from dynamiccl import knobs
 from dynamiccl.knobs import (
     ACTIONS,
-    Algorithm,
-    Collective,
     Config,
     ConfigBatch,
     Hierarchy,
-    Protocol,
     Schedule,
     action_id,
     invalid_reason,
@@ -21,6 +18,7 @@ from dynamiccl.knobs import (
     parse_enum,
     valid_mask,
 )
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.topology import load_topology, preset_names
 
 

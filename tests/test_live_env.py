@@ -10,7 +10,7 @@ import pytest
 from dynamiccl.envs.backends.live import LiveBackend
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 from dynamiccl.envs.observation import DELAY_BIN_EDGES_US, OBSERVATION_FIELDS, delay_bin
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
 

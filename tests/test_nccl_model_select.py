@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import Algorithm, Collective, Config, Hierarchy, Protocol, Schedule
+from dynamiccl.knobs import Config, Hierarchy, Schedule
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.nccl_model.select import log2_size_index, pick
 from dynamiccl.topology import load_topology, topology_from_dict

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from dynamiccl import nccl
 from dynamiccl.nccl_model import NcclModel
-from dynamiccl.nccl_model import constants as K
 from dynamiccl.topology import load_topology, topology_from_dict
 
 B, R, AG, RS, AR = range(5)
@@ -63,16 +63,16 @@ def _collnet_h100(fabric: str = "switch") -> NcclModel:
 
 
 @pytest.mark.parametrize(("table", "index", "value"), [
-    (K.BASE_LATENCY_US, (TREE, LL), 6.8), (K.BASE_LATENCY_US, (RING, LL128), 14.0),
-    (K.BASE_LATENCY_US, (RING, S), 8.4), (K.BASE_LATENCY_US, (PAT, S), 8.0),
-    (K.BASE_LATENCY_US, (NVLS, S), 0.0),
-    (K.HW_LATENCY_US, (0, TREE, LL128), 1.25), (K.HW_LATENCY_US, (0, RING, S), 3.4),
-    (K.HW_LATENCY_US, (0, NVLS, S), 25.0), (K.HW_LATENCY_US, (1, RING, S), 5.7),
-    (K.HW_LATENCY_US, (1, TREE, LL128), 1.9), (K.HW_LATENCY_US, (2, TREE, S), 14.0),
-    (K.HW_LATENCY_US, (2, NVLST, S), 20.9), (K.HW_LATENCY_US, (2, CND, S), 31.0),
-    (K.LL_MAX_BW, (2, 0), 141.0), (K.LL_MAX_BW, (0, 2), 20.4), (K.LL_MAX_BW, (3, 0), 282.0),
-    (K.PER_CH_MAX_TREE_LL128_BW, (3, 1), 31.67), (K.PER_CH_MAX_TREE_BW, (2, 1), 41.4),
-    (K.PER_CH_MAX_NVLS_TREE_BW, (2, 2), 45.5), (K.PER_CH_MAX_RING_LL128_BW, (2, 0), 36.7),
+    (nccl.BASE_LATENCY_US, (TREE, LL), 6.8), (nccl.BASE_LATENCY_US, (RING, LL128), 14.0),
+    (nccl.BASE_LATENCY_US, (RING, S), 8.4), (nccl.BASE_LATENCY_US, (PAT, S), 8.0),
+    (nccl.BASE_LATENCY_US, (NVLS, S), 0.0),
+    (nccl.HW_LATENCY_US, (0, TREE, LL128), 1.25), (nccl.HW_LATENCY_US, (0, RING, S), 3.4),
+    (nccl.HW_LATENCY_US, (0, NVLS, S), 25.0), (nccl.HW_LATENCY_US, (1, RING, S), 5.7),
+    (nccl.HW_LATENCY_US, (1, TREE, LL128), 1.9), (nccl.HW_LATENCY_US, (2, TREE, S), 14.0),
+    (nccl.HW_LATENCY_US, (2, NVLST, S), 20.9), (nccl.HW_LATENCY_US, (2, CND, S), 31.0),
+    (nccl.LL_MAX_BW, (2, 0), 141.0), (nccl.LL_MAX_BW, (0, 2), 20.4), (nccl.LL_MAX_BW, (3, 0), 282.0),
+    (nccl.PER_CH_MAX_TREE_LL128_BW, (3, 1), 31.67), (nccl.PER_CH_MAX_TREE_BW, (2, 1), 41.4),
+    (nccl.PER_CH_MAX_NVLS_TREE_BW, (2, 2), 45.5), (nccl.PER_CH_MAX_RING_LL128_BW, (2, 0), 36.7),
 ])
 def test_default_constants(table: object, index: tuple[int, ...], value: float) -> None:
     # §3.2, as NCCL 2.30.7 ships them (the † cells are the 2.30.7 values, not 2.32.3's).

@@ -21,7 +21,7 @@ import pytest
 
 from dynamiccl import plugin
 from dynamiccl import policy_file as pf
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 AR, AG, BC = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.BROADCAST
 WARN, INFO, TUNING = 2, 3, 0x40

@@ -8,7 +8,7 @@ import zlib
 import pytest
 
 from dynamiccl import policy_file as pf
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 AR, AG = Collective.ALLREDUCE, Collective.ALLGATHER
 HEADER = pf.Header("unit-test", "2026-01-01T00:00:00Z", "dgx_h100", "0123456789abcdef",

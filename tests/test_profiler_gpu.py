@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import Algorithm, Collective, Config, Protocol, action_id
+from dynamiccl.knobs import Config, action_id
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler.launcher import launch
 from dynamiccl.profiler.nvml import RecordedNvml
 from dynamiccl.profiler.runner import CollectiveSpec, measure_many

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective, bus_factor
 from dynamiccl.profiler.nccl_tests import (
     NcclTestsParseError,
     collective_from_name,
     parse_nccl_tests,
     parse_nccl_tests_file,
 )
-from dynamiccl.profiler.records import bus_factor, read_jsonl, write_jsonl
+from dynamiccl.profiler.records import read_jsonl, write_jsonl
 
 FIX = Path(__file__).parent / "fixtures" / "profiler" / "nccl_tests"
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from dynamiccl.cli.main import main
+from dynamiccl.nccl import bus_factor
 from dynamiccl.profiler.launcher import LaunchError, launch
-from dynamiccl.profiler.records import bus_factor, read_jsonl
+from dynamiccl.profiler.records import read_jsonl
 from dynamiccl.profiler.runner import CollectiveSpec, measure_many, nccl_env
 
 WORKERS = str(Path(__file__).parent / "profiler_workers.py")

@@ -5,17 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import (
-    ACTIONS,
-    Algorithm,
-    Collective,
-    Config,
-    ConfigBatch,
-    Hierarchy,
-    Protocol,
-    invalid_reason,
-    valid_mask,
-)
+from dynamiccl.knobs import ACTIONS, Config, ConfigBatch, Hierarchy, invalid_reason, valid_mask
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import SimResult, Timing, config_valid_mask, evaluate, simulate
 from dynamiccl.topology import load_topology

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dynamiccl.knobs import Algorithm, Collective, Config, ConfigBatch, Hierarchy, Protocol, Schedule
+from dynamiccl.knobs import Config, ConfigBatch, Hierarchy, Schedule
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.simulator import simulate
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY
 from dynamiccl.topology import load_topology, topology_from_dict

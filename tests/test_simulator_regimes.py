@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import ACTIONS, Algorithm, Collective, ConfigBatch, Hierarchy, Protocol, Schedule
+from dynamiccl.knobs import ACTIONS, ConfigBatch, Hierarchy, Schedule
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.simulator import simulate
 from dynamiccl.simulator.fabric import busbw_bound_gbps, in_network_algbw_bound_gbps
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY

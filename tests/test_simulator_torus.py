@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dynamiccl.config_loader import ConfigError
 from dynamiccl.knobs import (
     ACTIONS,
     Algorithm,
@@ -19,7 +20,7 @@ from dynamiccl.knobs import (
 from dynamiccl.simulator import simulate
 from dynamiccl.simulator.fabric import busbw_bound_gbps, ring_levels
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY, base_latency_us, hop_latency_us
-from dynamiccl.topology import TopologyError, load_topology, topology_from_dict
+from dynamiccl.topology import load_topology, topology_from_dict
 
 ALL = ConfigBatch.all_actions()
 GIB = 2**30
@@ -53,7 +54,7 @@ def test_a_switch_hop_is_two_cables_and_a_torus_hop_one() -> None:
 def test_a_tier_gives_exactly_one_kind_of_latency() -> None:
     tier = {"name": "t", "size": 4, "fabric": "switch", "bandwidth_GBps": 50}
     for extra in ({}, {"latency_us": 1.0, "link_latency_us": 0.5}):
-        with pytest.raises(TopologyError, match="exactly one of latency_us"):
+        with pytest.raises(ConfigError, match="exactly one of latency_us"):
             topology_from_dict({"name": "x", "tiers": [{**tier, **extra}]})
 
 

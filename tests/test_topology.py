@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dynamiccl.topology import TopologyError, load_topology, preset_names, topology_from_dict
+from dynamiccl.config_loader import ConfigError
+from dynamiccl.topology import load_topology, preset_names, topology_from_dict
 from dynamiccl.units import format_size, parse_duration_us, parse_size
 
 REQUIRED_PRESETS = {"dgx_h100", "dgx_a100", "pcie_cluster", "ring_ring_1to1", "ring_ring_4to1",
@@ -44,7 +45,7 @@ def test_resize_changes_only_what_was_asked() -> None:
     torus = load_topology("torus2d", gpus_per_node=16)
     assert torus.tiers[0].dims == (4, 4)
     assert load_topology("dgx_h100").fingerprint() != topo.fingerprint()
-    with pytest.raises(TopologyError, match="positive integer"):
+    with pytest.raises(ConfigError, match="positive integer"):
         load_topology("dgx_h100", nodes=0)
 
 
@@ -83,7 +84,7 @@ def test_bad_files_name_the_file_the_field_and_the_fix(
     mutate(data)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(TopologyError) as err:
+    with pytest.raises(ConfigError) as err:
         load_topology(path)
     message = str(err.value)
     assert str(path) in message and expected in message
@@ -93,13 +94,13 @@ def test_bad_files_name_the_file_the_field_and_the_fix(
 def test_unreadable_inputs_get_clear_errors(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: [unclosed\n")
-    with pytest.raises(TopologyError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="not valid YAML"):
         load_topology(broken)
-    with pytest.raises(TopologyError, match="no such topology file"):
+    with pytest.raises(ConfigError, match="no such topology file"):
         load_topology(tmp_path / "missing.yaml")
-    with pytest.raises(TopologyError, match="unknown topology 'dgx_h1000'.*dgx_h100"):
+    with pytest.raises(ConfigError, match="unknown topology 'dgx_h1000'.*dgx_h100"):
         load_topology("dgx_h1000")
-    with pytest.raises(TopologyError, match="mapping"):
+    with pytest.raises(ConfigError, match="mapping"):
         topology_from_dict(["not", "a", "mapping"], source="x")
 
 

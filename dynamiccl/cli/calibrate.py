@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    from dynamiccl.config_loader import ConfigError
     from dynamiccl.profiler.calibrate import CalibrationError, calibrate
     from dynamiccl.profiler.fit_report import (
         efficiencies,
@@ -46,11 +47,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
         report_json,
     )
     from dynamiccl.profiler.records import load_measurements
-    from dynamiccl.topology import TopologyError, load_topology
+    from dynamiccl.topology import load_topology
 
     try:
         base = load_topology(args.topology)
-    except TopologyError as exc:
+    except ConfigError as exc:
         raise UserError(str(exc)) from None
     records, warnings = load_measurements(args.measurements, args.collective)
     for w in warnings:

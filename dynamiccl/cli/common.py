@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from dynamiccl.cli.main import UserError
-from dynamiccl.knobs import Collective, parse_enum
-from dynamiccl.topology import Topology, TopologyError, load_topology
+from dynamiccl.config_loader import ConfigError
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import Collective
+from dynamiccl.topology import Topology, load_topology
 from dynamiccl.units import parse_size
 
 
@@ -21,7 +23,7 @@ def add_topology_args(parser: argparse.ArgumentParser, required: bool = True) ->
 def topology_from_args(args: argparse.Namespace) -> Topology:
     try:
         return load_topology(args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
-    except TopologyError as exc:
+    except ConfigError as exc:
         raise UserError(str(exc)) from None
 
 

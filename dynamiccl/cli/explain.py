@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dynamiccl.cli.common import add_topology_args, collective_arg, topology_from_args
 from dynamiccl.cli.main import UserError
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
 from dynamiccl.units import format_size, format_time_us, parse_size

@@ -15,7 +15,7 @@ import sys
 
 from dynamiccl.cli.common import collective_arg, size_arg
 from dynamiccl.cli.main import UserError
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective
 from dynamiccl.units import format_size, format_time_us, parse_duration_us
 
 

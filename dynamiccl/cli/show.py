@@ -25,9 +25,9 @@ def _human_range(lo: int, hi: int) -> str:
 
 
 def _title(rule, slice_name: str | None) -> str:
-    from dynamiccl import policy_file as pf
+    from dynamiccl.nccl import COLLECTIVE_TOKENS
 
-    parts = [pf.COLL_TOKENS[rule.collective], f"nodes {_dim(rule.nodes)}",
+    parts = [COLLECTIVE_TOKENS[rule.collective], f"nodes {_dim(rule.nodes)}",
              f"ranks {_dim(rule.ranks)}"]
     parts += [f"{k} {v}" for k, v in (("pipe_ops", rule.pipe_ops), ("reg_buff", rule.reg_buff))
               if v is not None]
@@ -41,7 +41,8 @@ def _run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from dynamiccl import policy_file as pf
-    from dynamiccl.knobs import Collective, parse_enum
+    from dynamiccl.knobs import parse_enum
+    from dynamiccl.nccl import ALGORITHM_TOKENS, PROTOCOL_TOKENS, Collective
 
     policy = pf.read(args.file)
     h = policy.header
@@ -78,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
                 if d is None:
                     table.add_row(*sizes, "[dim]defer", "", "", "")
                     continue
-                table.add_row(*sizes, pf.ALGO_TOKENS[d.algorithm], pf.PROTO_TOKENS[d.protocol],
+                table.add_row(*sizes, ALGORITHM_TOKENS[d.algorithm], PROTOCOL_TOKENS[d.protocol],
                               str(d.channels) if d.channels else "NCCL's",
                               str(d.chunk_bytes) if d.chunk_bytes else "NCCL's")
             console.print(table)

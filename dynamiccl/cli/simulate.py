@@ -11,7 +11,7 @@ import argparse
 import enum
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 from dynamiccl.cli.common import (
@@ -21,15 +21,8 @@ from dynamiccl.cli.common import (
     topology_from_args,
 )
 from dynamiccl.cli.main import UserError
-from dynamiccl.knobs import (
-    CHUNK_LEVELS,
-    MAX_CHANNELS,
-    Algorithm,
-    Hierarchy,
-    Protocol,
-    Schedule,
-    parse_enum,
-)
+from dynamiccl.knobs import CHUNK_LEVELS, Hierarchy, Schedule, parse_enum
+from dynamiccl.nccl import COLLECTIVE_TOKENS, MAX_CHANNELS, PROTOCOL_TOKENS, Algorithm, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.units import format_size, format_time_us, parse_duration_us
 
@@ -50,6 +43,12 @@ def _enum_arg(enum_cls: type[E]) -> Callable[[str], E]:
     return parse
 
 
+def _choices(names: Iterable[str]) -> str:
+    """``a, b or c``: the help text lists exactly the names the vocabulary has."""
+    *head, last = names
+    return f"{', '.join(head)} or {last}"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
@@ -59,13 +58,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_topology_args(p)
     p.add_argument("--collective", required=True, type=collective_arg,
-                   help="allreduce, allgather, reducescatter, broadcast or reduce")
+                   help=_choices(COLLECTIVE_TOKENS.values()))
     p.add_argument("--size", required=True, type=size_arg,
                    help="bytes as nccl-tests' size column (e.g. 100MB, 64KiB); for allgather and "
                    "reducescatter the whole gathered/scattered buffer")
     p.add_argument("--algo", type=_enum_arg(Algorithm),
-                   help="tree, ring, collnet_direct, collnet_chain, nvls, nvls_tree, pat, stragglar")
-    p.add_argument("--proto", type=_enum_arg(Protocol), help="ll, ll128 or simple")
+                   help=_choices(a.name.lower() for a in Algorithm))
+    p.add_argument("--proto", type=_enum_arg(Protocol), help=_choices(PROTOCOL_TOKENS.values()))
     p.add_argument("--channels", type=int, help=f"channels 1..{MAX_CHANNELS}")
     p.add_argument("--hierarchy", type=_enum_arg(Hierarchy), help="flat or hierarchical")
     p.add_argument("--schedule", type=_enum_arg(Schedule),

@@ -51,6 +51,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dynamiccl import nccl
+from dynamiccl.nccl import (
+    COLLNET_NODES,
+    COLLNET_SUPPORT,
+    NVLS_GPUS,
+    NVLS_MULTICAST,
+    PAT_ONE_GPU_PER_NODE,
+    compcap_index,
+)
 from dynamiccl.nccl_model import constants as K
 from dynamiccl.topology import Topology
 
@@ -153,11 +162,6 @@ class _Fabric:
         """Heads with their own NIC (approximation: the reference does not detail this search)."""
         return min(K.COLLNET_DIRECT_MAX_HEADS, self.ppn, self.nic_cap(s_inter),
                    self.intra_cap(s_intra))
-
-
-def compcap_index(sm: int) -> int:
-    """§3.3: >=100 Blackwell, >=90 Hopper, >=80 Ampere, else Volta."""
-    return K.BLACKWELL if sm >= 100 else K.HOPPER if sm >= 90 else K.AMPERE if sm >= 80 else K.VOLTA
 
 
 def nvlink_link_bw(sm: int) -> float:
@@ -297,8 +301,8 @@ def derive_system(topology: Topology) -> NcclSystem:
     speeds = _speeds(sm, fabric.multi_node)
     nvlink = topology.tiers[0].link == "nvlink" and ppn > 1
     nvswitch = topology.tiers[0].link == "nvlink" and topology.tiers[0].fabric == "switch"
-    nvls_support = topology.features.nvls and sm >= 90 and ppn >= 2
-    collnet = topology.features.collnet and nodes > 1
+    nvls_support = NVLS_MULTICAST.met_by(topology) and NVLS_GPUS.met_by(topology)
+    collnet = COLLNET_SUPPORT.met_by(topology) and COLLNET_NODES.met_by(topology)
 
     ring = search("ring", speeds, fabric.chain_cap, fabric, 1, K.RING_SEARCH_MAX_CHANNELS, sm)
     tree = search("tree", speeds, fabric.chain_cap, fabric, ring.n_channels, ring.n_channels, sm)
@@ -321,7 +325,7 @@ def derive_system(topology: Topology) -> NcclSystem:
         comm_channels=_comm_channels(ring, tree, chain, collnet, sm, nodes, ppn),
         nvls_channels=_nvls_channels(sm, nodes) if nvls.n_channels else 0,
         nvls_support=nvls.n_channels > 0, collnet_support=collnet,
-        collnet_direct_nvswitch=nvswitch, pat_enabled=nodes == nranks and nranks > 1,
+        collnet_direct_nvswitch=nvswitch, pat_enabled=PAT_ONE_GPU_PER_NODE.met_by(topology) and nranks > 1,
         ll128_enabled=topology.ll128_enabled, collnet_heads=direct.n_channels,
     )
 
@@ -329,13 +333,13 @@ def derive_system(topology: Topology) -> NcclSystem:
 def _comm_channels(ring: Graph, tree: Graph, chain: Graph, collnet: bool, sm: int, nodes: int,
                    ppn: int) -> int:
     """``ncclTopoPostset`` (src/graph/connect.cc @2.30.7) with default channel limits."""
-    nc = min(K.MAXCHANNELS, 2 * min(ring.n_channels, tree.n_channels))
+    nc = min(nccl.MAX_CHANNELS, 2 * min(ring.n_channels, tree.n_channels))
     if collnet and chain.bw_intra > chain.bw_inter and ppn > 1:
-        nc = min(K.MAXCHANNELS, nc + nc // 2)
+        nc = min(nccl.MAX_CHANNELS, nc + nc // 2)
     if (sm >= 90 and nodes > 1 and ring.bw_intra > K.HOPPER_DOUBLE_MIN_BW
             and nc < K.HOPPER_DOUBLE_BELOW_CHANNELS):
-        nc = min(K.MAXCHANNELS, 2 * nc)
-    return max(K.DEFAULT_MIN_CHANNELS, min(nc, K.MAXCHANNELS))
+        nc = min(nccl.MAX_CHANNELS, 2 * nc)
+    return max(K.DEFAULT_MIN_CHANNELS, min(nc, nccl.MAX_CHANNELS))
 
 
 def _nvls_channels(sm: int, nodes: int) -> int:
@@ -344,4 +348,4 @@ def _nvls_channels(sm: int, nodes: int) -> int:
         nc = K.NVLS_CHANNELS_SM100_MULTI if nodes > 1 else K.NVLS_CHANNELS_SM100_1NODE
     else:
         nc = K.NVLS_CHANNELS_SM90
-    return max(K.DEFAULT_MIN_CHANNELS, min(nc, K.MAXCHANNELS))
+    return max(K.DEFAULT_MIN_CHANNELS, min(nc, nccl.MAX_CHANNELS))

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Collective, Config, Protocol, nccl_config
+from dynamiccl import nccl
+from dynamiccl.knobs import Config, nccl_config
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import constants as K
 from dynamiccl.nccl_model.graph import NcclSystem, derive_system
 from dynamiccl.nccl_model.select import channels_for, cost_tables, pick
@@ -125,16 +127,16 @@ class NcclModel:
         if colls.shape != sizes.shape or colls.ndim != 1:
             raise ValueError(f"collectives {colls.shape} and nbytes {sizes.shape} must be 1-D "
                              "arrays of the same length")
-        if colls.size and (colls.min() < 0 or colls.max() >= K.N_COLLS):
-            raise ValueError(f"collective ids must be 0..{K.N_COLLS - 1} (NCCL's ncclFunc_t)")
+        if colls.size and (colls.min() < 0 or colls.max() >= nccl.N_COLLECTIVES):
+            raise ValueError(f"collective ids must be 0..{nccl.N_COLLECTIVES - 1} (NCCL's ncclFunc_t)")
         if sizes.size and sizes.min() < 0:
             raise ValueError("nbytes must not be negative")
         return colls, sizes
 
     @staticmethod
     def _pinned(channels: int | None) -> int | None:
-        if channels is not None and not 1 <= channels <= K.MAXCHANNELS:
-            raise ValueError(f"channels must be 1..{K.MAXCHANNELS}, got {channels}")
+        if channels is not None and not 1 <= channels <= nccl.MAX_CHANNELS:
+            raise ValueError(f"channels must be 1..{nccl.MAX_CHANNELS}, got {channels}")
         return channels
 
     def _decide(
@@ -170,14 +172,14 @@ def _allowed(
     """[7, 3] mask of what NCCL_ALGO/NCCL_PROTO leave; ids outside NCCL's (StragglAR) match none."""
     if algorithms is None and protocols is None:
         return None
-    mask = np.ones((K.N_ALGOS, K.N_PROTOS), dtype=bool)
+    mask = np.ones((nccl.N_ALGORITHMS, nccl.N_PROTOCOLS), dtype=bool)
     if algorithms is not None:
-        keep = [int(a) for a in algorithms if 0 <= int(a) < K.N_ALGOS]
-        rows = np.zeros(K.N_ALGOS, dtype=bool)
+        keep = [int(a) for a in algorithms if 0 <= int(a) < nccl.N_ALGORITHMS]
+        rows = np.zeros(nccl.N_ALGORITHMS, dtype=bool)
         rows[keep] = True
         mask &= rows[:, None]
     if protocols is not None:
-        cols = np.zeros(K.N_PROTOS, dtype=bool)
+        cols = np.zeros(nccl.N_PROTOCOLS, dtype=bool)
         cols[[int(p) for p in protocols]] = True
         mask &= cols[None, :]
     return mask

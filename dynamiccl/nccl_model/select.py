@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dynamiccl import nccl
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import constants as K
 from dynamiccl.nccl_model.graph import NcclSystem
 from dynamiccl.nccl_model.tables import Tables
@@ -16,7 +18,8 @@ from dynamiccl.nccl_model.tables import Tables
 _F32 = np.float32
 #: Algorithms whose channel count follows the generic size rule (§3.8); NVLS and CollNetDirect
 #: have their own.
-_GENERIC_CHANNEL_RULE = np.isin(np.arange(K.N_ALGOS), (K.TREE, K.RING, K.COLLNET_CHAIN, K.PAT))
+_GENERIC_CHANNEL_RULE = np.isin(np.arange(nccl.N_ALGORITHMS),
+                                (Algorithm.TREE, Algorithm.RING, Algorithm.COLLNET_CHAIN, Algorithm.PAT))
 
 
 def log2_size_index(nbytes: np.ndarray) -> np.ndarray:
@@ -46,27 +49,28 @@ def cost_tables(
     if num_pipe_ops < 1:
         raise ValueError(f"num_pipe_ops must be at least 1, got {num_pipe_ops}")
     if system.nranks == 1:  # §3.6: a single rank only runs the local copy, at no cost
-        out = np.full((len(colls), K.N_ALGOS, K.N_PROTOS), K.UNUSABLE, dtype=_F32)
-        ok = np.ones(len(colls), bool) if allowed is None else np.full(len(colls), allowed[K.RING, K.SIMPLE])
-        out[ok, K.RING, K.SIMPLE] = 0.0
+        out = np.full((len(colls), nccl.N_ALGORITHMS, nccl.N_PROTOCOLS), K.UNUSABLE, dtype=_F32)
+        ok = (np.ones(len(colls), bool) if allowed is None
+              else np.full(len(colls), allowed[Algorithm.RING, Protocol.SIMPLE]))
+        out[ok, Algorithm.RING, Protocol.SIMPLE] = 0.0
         return out
     bw = tables.bandwidth[colls].copy()
     lat = tables.latency[colls].copy()
     usable = (bw > 0) & tables.offered[colls]
     if allowed is not None:
         usable &= allowed
-    is_ar = colls == K.ALLREDUCE
+    is_ar = colls == Collective.ALLREDUCE
     index = log2_size_index(sizes)
-    _correct_tree(bw, K.TREE, is_ar, index, K.TREE_CORRECTION_MAX_INDEX)
+    _correct_tree(bw, Algorithm.TREE, is_ar, index, K.TREE_CORRECTION_MAX_INDEX)
     if system.sm >= 100 and system.cpu in ("intel", "amd"):  # NVLSTree on Blackwell with x86
-        _correct_tree(bw, K.NVLS_TREE, is_ar, index, K.NVLS_TREE_CORRECTION_MAX_INDEX)
+        _correct_tree(bw, Algorithm.NVLS_TREE, is_ar, index, K.NVLS_TREE_CORRECTION_MAX_INDEX)
     nc = system.comm_channels if comm_channels is None else comm_channels
     if system.nnodes > 1:
         plateau = is_ar & (sizes // (nc * system.nranks) >= K.RING_PLATEAU_MIN_BYTES_PER_CHANNEL_RANK)
         factor = K.RING_PLATEAU_FACTOR if system.sm >= 80 else K.RING_PLATEAU_FACTOR_PRE_AMPERE
-        lat[plateau, K.RING, K.SIMPLE] *= _F32(factor)
-    lat_count = np.full(K.N_ALGOS, -(-num_pipe_ops // K.WORK_BATCH_COLLS), dtype=_F32)
-    lat_count[K.RING] = num_pipe_ops
+        lat[plateau, Algorithm.RING, Protocol.SIMPLE] *= _F32(factor)
+    lat_count = np.full(nccl.N_ALGORITHMS, -(-num_pipe_ops // K.WORK_BATCH_COLLS), dtype=_F32)
+    lat_count[Algorithm.RING] = num_pipe_ops
     safe_bw = np.where(usable, bw, _F32(1.0))
     time = lat * lat_count[None, :, None] + sizes.astype(_F32)[:, None, None] / (_F32(1000) * safe_bw)
     return np.where(usable, time, _F32(K.UNUSABLE)).astype(_F32)
@@ -89,8 +93,8 @@ def pick(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     best = np.argmin(masked, axis=1)
     time = masked[np.arange(len(flat)), best]
     found = np.isfinite(time)
-    algo = np.where(found, best // K.N_PROTOS, -1)
-    proto = np.where(found, best % K.N_PROTOS, -1)
+    algo = np.where(found, best // nccl.N_PROTOCOLS, -1)
+    proto = np.where(found, best % nccl.N_PROTOCOLS, -1)
     return algo, proto, time
 
 
@@ -112,10 +116,10 @@ def channels_for(
     generic = np.clip(sizes // np.maximum(per_channel, 1), 1, comm)
     out = np.where(_GENERIC_CHANNEL_RULE[algo], generic, comm)
     nvls = system.nvls_channels
-    out = np.where(algo == K.NVLS, min(nvls, comm) if system.nnodes > 1 else nvls, out)
-    out = np.where(algo == K.NVLS_TREE, nvls, out)
-    for i in np.flatnonzero(algo == K.COLLNET_DIRECT):
-        a, p = K.COLLNET_DIRECT, proto[i]
+    out = np.where(algo == Algorithm.NVLS, min(nvls, comm) if system.nnodes > 1 else nvls, out)
+    out = np.where(algo == Algorithm.NVLS_TREE, nvls, out)
+    for i in np.flatnonzero(algo == Algorithm.COLLNET_DIRECT):
+        a, p = Algorithm.COLLNET_DIRECT, proto[i]
         out[i] = _collnet_direct_channels(int(sizes[i]), comm, int(tables.max_threads[a, p]),
                                           int(tables.thread_threshold[a, p]), system.collnet_heads)
     return out.astype(np.int64)

@@ -2,10 +2,10 @@
 
 ``simulate`` times a batch of configurations for a batch of states in one numpy call; ``evaluate``
 times one scenario and one configuration. Each algorithm lives in its own module with the reason
-for each formula beside it (``ring``, ``tree``, ``nvls``, ``collnet``, ``pat``, ``stragglar_cost``);
+for each formula beside it (``ring``, ``tree``, ``nvls``, ``collnet``, ``pat``, ``stragglar_time``);
 ``protocols`` holds the constants and their sources, ``fabric`` what a rank can push into each tier,
 ``phases`` the pipeline formula for active chunks, ``overlap`` the straggler and compute overlap,
-``stragglar`` seed 004's schedule generator and ``alphabeta`` seed 004's Table 1.
+``stragglar_schedule`` seed 004's schedule generator and ``alphabeta`` seed 004's Table 1.
 
 Modelling choices worth knowing before reading a number:
 

@@ -14,10 +14,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.knobs import Collective, Config, ConfigBatch, invalid_reason
+from dynamiccl.knobs import Config, ConfigBatch, invalid_reason
+from dynamiccl.nccl import Collective, bus_factor
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import overlap
-from dynamiccl.simulator.fabric import bus_factor
 from dynamiccl.simulator.phases import US_PER_BYTE_PER_GBPS
 from dynamiccl.simulator.tables import tables_for, valid_rows
 from dynamiccl.topology import Topology

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Collective
+from dynamiccl import nccl
+from dynamiccl.nccl import Algorithm, Collective, compcap_index
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import node_levels
 from dynamiccl.simulator.phases import Cost, single, transfer
@@ -43,8 +44,8 @@ def collnet_direct(topology: Topology, collective: Collective, proto: np.ndarray
     for level in outer:
         coef = np.maximum(coef, transfer(inter, np.full(proto.shape, level.port_bw)))
         lat = lat + P.hop_latency_us(level.link, level.latency_us, Algorithm.COLLNET_DIRECT, proto)
-    if P.compcap_index(topology.gpu.sm) >= 2:
-        coef = coef / P.COLLNET_DIRECT_HOPPER_FACTOR
+    if compcap_index(topology.gpu.sm) >= 2:
+        coef = coef / nccl.COLLNET_DIRECT_HOPPER_FACTOR
     return single(lat, coef, P.base_latency_us(Algorithm.COLLNET_DIRECT, proto))
 
 

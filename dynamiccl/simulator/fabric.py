@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from dynamiccl.knobs import Collective
+from dynamiccl.nccl import Collective, bus_factor
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY
 from dynamiccl.topology import Tier, Topology
 
@@ -93,17 +93,6 @@ def node_levels(topology: Topology) -> tuple[tuple[Level, ...], tuple[Level, ...
         return (), lv
     inner = tuple(lv_ for lv_ in lv if lv_.block == 1)
     return inner, tuple(lv_ for lv_ in lv if lv_.block > 1)
-
-
-def bus_factor(collective: int, nranks: int) -> float:
-    """nccl-tests' bus-bandwidth factor (nccl_abi §3.9)."""
-    if nranks <= 1:
-        return 1.0
-    if collective == Collective.ALLREDUCE:
-        return 2.0 * (nranks - 1) / nranks
-    if collective in (Collective.ALLGATHER, Collective.REDUCESCATTER):
-        return (nranks - 1) / nranks
-    return 1.0
 
 
 def _level_factor(collective: int, groups: int) -> float:

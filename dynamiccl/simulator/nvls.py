@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Collective
+from dynamiccl import nccl
+from dynamiccl.nccl import Algorithm, Collective, compcap_index, scale_index
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import log2ceil, node_levels
 from dynamiccl.simulator.phases import Cost, single, transfer
@@ -27,7 +28,7 @@ from dynamiccl.topology import Topology
 def _switch_rate(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> np.ndarray:
     inner, _ = node_levels(topology)
     bw = inner[0].bw if inner else topology.tiers[0].bandwidth_GBps
-    eff = P.NVLS_EFFICIENCY[P.compcap_index(topology.gpu.sm)]
+    eff = nccl.NVLS_EFFICIENCY[compcap_index(topology.gpu.sm)]
     return np.minimum(bw * eff, channels * P.per_channel_gbps(topology, proto))
 
 
@@ -60,7 +61,7 @@ def nvls(topology: Topology, collective: Collective, proto: np.ndarray, channels
 
 def nvls_tree(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
     n, ppn = topology.nranks, topology.gpus_per_node
-    cc, sc = P.compcap_index(topology.gpu.sm), P.scale_index(topology.nodes)
+    cc, sc = compcap_index(topology.gpu.sm), scale_index(topology.nodes)
     rate = _switch_rate(topology, proto, channels)
     coef = transfer(1.0, rate)
     lat = _intra_latency(topology, Algorithm.NVLS_TREE, proto)
@@ -70,7 +71,7 @@ def nvls_tree(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Co
         hop = P.hop_latency_us(level.link, level.latency_us, Algorithm.NVLS_TREE, proto)
         lat = lat + 2 * log2ceil(level.size) * hop
     # NCCL's per-channel NVLSTree limit applies to its bus bandwidth, 2(n−1)/n × algbw.
-    cap = channels * P.NVLS_TREE_PER_CHANNEL_GBPS[cc, sc]
+    cap = channels * nccl.PER_CH_MAX_NVLS_TREE_BW[cc, sc]
     with np.errstate(divide="ignore"):
         coef = np.maximum(coef, transfer(2.0 * (n - 1) / n, cap))
     return single(lat, coef, P.base_latency_us(Algorithm.NVLS_TREE, proto))

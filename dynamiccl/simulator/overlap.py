@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.simulator.fabric import bus_factor, busbw_bound_gbps
+from dynamiccl.nccl import bus_factor
+from dynamiccl.simulator.fabric import busbw_bound_gbps
 from dynamiccl.simulator.phases import US_PER_BYTE_PER_GBPS
 from dynamiccl.topology import Topology
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm
+from dynamiccl import nccl
+from dynamiccl.nccl import Algorithm
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import levels, log2ceil
 from dynamiccl.simulator.phases import Cost, single, transfer
@@ -24,4 +25,4 @@ def pat(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
         rate = np.minimum(rate, bw * P.PROTO_EFFICIENCY[proto])
         lat = lat + log2ceil(level.size) * P.hop_latency_us(level.link, level.latency_us,
                                                             Algorithm.PAT, proto)
-    return single(lat, transfer((n - 1) / n, rate * P.PAT_BW_FACTOR), P.base_latency_us(Algorithm.PAT, proto))
+    return single(lat, transfer((n - 1) / n, rate * nccl.PAT_FACTOR), P.base_latency_us(Algorithm.PAT, proto))

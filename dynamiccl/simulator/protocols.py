@@ -2,7 +2,8 @@
 
 Sources (facts only): ``shared/reference/nccl_abi.md`` (NCCL 2.30.7, the NCCL PyTorch 2.15 loads):
 §3.2 default tuner constants (``baseLatencies``, ``hwLatencies``, ``llMaxBws``, per-channel caps,
-``nvlsEfficiency``), §3.4 bandwidth rules, §3.9 per-channel graph speeds. NVIDIA calibrated these
+``nvlsEfficiency``), which live in :mod:`dynamiccl.nccl` because NCCL's own model reads them too,
+§3.4 bandwidth rules, §3.9 per-channel graph speeds. NVIDIA calibrated these
 latencies on hardware, so the simulator uses them as the *measured* per-hop protocol cost and adds the
 tier's own wire latency on top (the topology file's ``latency_us``).
 """
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Protocol
-from dynamiccl.nccl_model import constants as NCCL
+from dynamiccl import nccl
+from dynamiccl.nccl import LINK_BY_NAME, Algorithm, Protocol, compcap_index, scale_index
 from dynamiccl.topology import Topology
 
 #: Fraction of the wire bytes that is payload. LL sends 4 B of data with a 4 B flag in every 8 B
@@ -29,50 +30,17 @@ PROTO_EFFICIENCY = np.array([0.5, 120.0 / 128.0, 1.0])
 LINK_EFFICIENCY = {"nvlink": 0.82, "pcie": 0.78, "net": 0.95}
 
 
-#: NCCL's compute-capability rows (nccl_abi §1.2/§3.3): Volta, Ampere, Hopper, Blackwell.
-def compcap_index(sm: int) -> int:
-    return 3 if sm >= 100 else 2 if sm >= 90 else 1 if sm >= 80 else 0
-
-
-def scale_index(nodes: int) -> int:
-    """NCCL's tuning scale (nccl_abi §3.3): 1 node, 2 nodes, 3 or more."""
-    return min(nodes, 3) - 1
-
-
-#: ``baseLatencies`` [algo][proto] in µs (nccl_abi §3.2): a collective's fixed cost (launch, set-up).
-#: NCCL leaves CollNet/NVLS at 0 because their hardware latencies already hold the whole fixed cost.
-BASE_LATENCY_US = NCCL.BASE_LATENCY_US
-
-_LINK_ROW = {"nvlink": 0, "pcie": 1, "net": 2}
-#: ``hwLatencies`` [link][algo][proto] in µs (nccl_abi §3.2): NVIDIA's measured per-hop protocol
-#: cost (flag polling, fences; on NET the proxy round trip). Links: NVLINK, PCI, NET.
-HW_LATENCY_US = NCCL.HW_LATENCY_US
-
 #: Largest per-channel speed NCCL's topology search ever assigns on each arch (nccl_abi §3.9 intra
 #: lists: default 40, SM90 60, SM100 90 GB/s): what one CTA (one SM) can move with Simple.
 SIMPLE_PER_CHANNEL_GBPS = np.array([40.0, 40.0, 60.0, 90.0])
 #: ``perChMaxRingLL128Bws`` (nccl_abi §3.2), scale-independent: one channel's LL128 limit.
-LL128_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_RING_LL128_BW[:, 0]
-#: ``perChMaxTreeBws`` / ``perChMaxTreeLL128Bws`` [compcap][scale] (nccl_abi §3.2).
-TREE_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_TREE_BW
-TREE_LL128_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_TREE_LL128_BW
-#: ``perChMaxNVLSTreeBws`` [compcap][scale] (nccl_abi §3.2; 0 = not used on one node).
-NVLS_TREE_PER_CHANNEL_GBPS = NCCL.PER_CH_MAX_NVLS_TREE_BW
-#: ``llMaxBws`` [row][scale] (nccl_abi §3.2/§3.3): the whole LL collective's bandwidth limit. One
-#: node uses the compcap row; several nodes use row 0 (Intel host CPUs, the common case).
-LL_MAX_GBPS = NCCL.LL_MAX_BW
-#: ``nvlsEfficiency`` per compcap (nccl_abi §3.2): NVLink bandwidth NVLS multicast achieves.
-NVLS_EFFICIENCY = NCCL.NVLS_EFFICIENCY
-#: PAT's bandwidth factor (nccl_abi §3.4: PAT × 0.75).
-PAT_BW_FACTOR = NCCL.PAT_FACTOR
-#: CollNetDirect on Hopper+ (nccl_abi §3.4: × 0.85).
-COLLNET_DIRECT_HOPPER_FACTOR = NCCL.COLLNET_DIRECT_HOPPER_FACTOR
+LL128_PER_CHANNEL_GBPS = nccl.PER_CH_MAX_RING_LL128_BW[:, 0]
 
 
 def base_latency_us(algo: Algorithm, proto: np.ndarray) -> np.ndarray:
     """The fixed per-collective cost of ``algo`` for each protocol in ``proto``."""
-    row = min(int(algo), BASE_LATENCY_US.shape[0] - 1) if algo != Algorithm.STRAGGLAR else 1
-    return BASE_LATENCY_US[row][proto]
+    row = min(int(algo), nccl.BASE_LATENCY_US.shape[0] - 1) if algo != Algorithm.STRAGGLAR else 1
+    return nccl.BASE_LATENCY_US[row][proto]
 
 
 def hop_latency_us(link: str, tier_latency_us: float, algo: Algorithm, proto: np.ndarray) -> np.ndarray:
@@ -82,7 +50,7 @@ def hop_latency_us(link: str, tier_latency_us: float, algo: Algorithm, proto: np
     models by adding the network latency twice for Simple (nccl_abi §3.5).
     """
     row = int(algo) if algo != Algorithm.STRAGGLAR else int(Algorithm.RING)
-    hw = HW_LATENCY_US[_LINK_ROW[link], row][proto]
+    hw = nccl.HW_LATENCY_US[LINK_BY_NAME[link], row][proto]
     flush = np.where(proto == Protocol.SIMPLE, tier_latency_us, 0.0) if link == "net" else 0.0
     return tier_latency_us + hw + flush
 
@@ -101,8 +69,8 @@ def per_channel_gbps(topology: Topology, proto: np.ndarray) -> np.ndarray:
 def tree_per_channel_gbps(topology: Topology, proto: np.ndarray) -> np.ndarray:
     """NCCL's per-channel tree caps (its LL tree bandwidth is a third of Simple's, busBw/3.8 vs /1)."""
     cc, sc = compcap_index(topology.gpu.sm), scale_index(topology.nodes)
-    simple = TREE_PER_CHANNEL_GBPS[cc, sc]
-    table = np.array([simple * PROTO_EFFICIENCY[Protocol.LL], TREE_LL128_PER_CHANNEL_GBPS[cc, sc], simple])
+    simple = nccl.PER_CH_MAX_TREE_BW[cc, sc]
+    table = np.array([simple * PROTO_EFFICIENCY[Protocol.LL], nccl.PER_CH_MAX_TREE_LL128_BW[cc, sc], simple])
     return table[proto]
 
 
@@ -110,7 +78,7 @@ def ll_max_gbps(topology: Topology) -> float:
     """NCCL's whole-collective LL bandwidth limit for this system (nccl_abi §3.3 row rule)."""
     nodes = topology.nodes
     row = compcap_index(topology.gpu.sm) if nodes == 1 else 0
-    return float(LL_MAX_GBPS[row, scale_index(nodes)])
+    return float(nccl.LL_MAX_BW[row, scale_index(nodes)])
 
 
 def ll_cap(topology: Topology, proto: np.ndarray) -> np.ndarray:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Collective, Schedule
+from dynamiccl.knobs import Schedule
+from dynamiccl.nccl import Algorithm, Collective
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import Level, levels, ring_levels
 from dynamiccl.simulator.phases import Cost, Phase, single, transfer

@@ -13,22 +13,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.knobs import (
-    Algorithm,
-    Collective,
-    Config,
-    ConfigBatch,
-    Hierarchy,
-    Protocol,
-    Schedule,
-    invalid_reason,
-)
+from dynamiccl.knobs import Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.simulator.collnet import collnet_chain, collnet_direct
 from dynamiccl.simulator.nvls import nvls, nvls_tree
 from dynamiccl.simulator.pat import pat
 from dynamiccl.simulator.phases import Cost
 from dynamiccl.simulator.ring import flat_ring, hierarchical_ring
-from dynamiccl.simulator.stragglar_cost import stragglar
+from dynamiccl.simulator.stragglar_time import stragglar
 from dynamiccl.simulator.tree import tree_allreduce
 from dynamiccl.topology import Topology
 
@@ -37,7 +29,7 @@ _FIELDS = ("algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks
 
 
 @dataclass(frozen=True)
-class Tables:
+class CostCoefficients:
     """Coefficients indexed [collective, ...]; an invalid pair has ``lat = inf`` and ``coef = 0``.
 
     Every configuration's time is ``lat + coef · S``; a hierarchical ring with ``c > 1`` active
@@ -117,7 +109,7 @@ def _fold_pipeline(cost: Cost) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return lat, coef, (c - 1) * r_lat, (c - 1) / c * r_coef
 
 
-def build(topology: Topology, configs: ConfigBatch) -> Tables:
+def build(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
     a = len(configs)
     cols_all = {f: np.asarray(getattr(configs, f), dtype=np.int64) for f in _FIELDS}
     algo = cols_all["algorithm"]
@@ -157,15 +149,15 @@ def build(topology: Topology, configs: ConfigBatch) -> Tables:
     lat = np.where(valid, lat, np.inf)
     coef = np.where(valid, coef, 0.0)
     pre_lat = np.where(valid[:, sar_idx], pre_lat, np.inf)
-    return Tables(lat, coef, pipe_idx, extra_lat, extra_coef, sar_idx, pre_lat, pre_coef,
+    return CostCoefficients(lat, coef, pipe_idx, extra_lat, extra_coef, sar_idx, pre_lat, pre_coef,
                   cols_all["channels"].astype(np.float64))
 
 
-_CACHE: OrderedDict[tuple, Tables] = OrderedDict()
+_CACHE: OrderedDict[tuple, CostCoefficients] = OrderedDict()
 _CACHE_SIZE = 256
 
 
-def tables_for(topology: Topology, configs: ConfigBatch) -> Tables:
+def tables_for(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
     """Cached ``build``; the key is the system and the batch's contents (not its identity)."""
     key = (topology, b"".join(np.ascontiguousarray(getattr(configs, f), dtype=np.int64).tobytes()
                               for f in _FIELDS))

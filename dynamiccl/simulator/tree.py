@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm
+from dynamiccl.nccl import Algorithm
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import levels, log2ceil
 from dynamiccl.simulator.phases import Cost, single, transfer

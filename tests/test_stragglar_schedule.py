@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import Algorithm, Collective, Config, ConfigBatch, Hierarchy, Protocol
+from dynamiccl.knobs import Config, ConfigBatch, Hierarchy
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate, simulate
 from dynamiccl.simulator.alphabeta import (
@@ -17,7 +18,7 @@ from dynamiccl.simulator.alphabeta import (
     ring_allreduce_us,
     stragglar_allreduce_us,
 )
-from dynamiccl.simulator.stragglar import Match, check_schedule, generate, rounds
+from dynamiccl.simulator.stragglar_schedule import Match, check_schedule, generate, rounds
 from dynamiccl.topology import topology_from_dict
 
 GIB = 2**30

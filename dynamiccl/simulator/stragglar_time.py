@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm
+from dynamiccl.nccl import Algorithm
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import levels
 from dynamiccl.simulator.phases import Cost, Phase, single, transfer
 from dynamiccl.simulator.ring import channel_caps, flat_ring_latency, flat_ring_rate
-from dynamiccl.simulator.stragglar import rounds
+from dynamiccl.simulator.stragglar_schedule import rounds
 from dynamiccl.topology import Topology
 
 

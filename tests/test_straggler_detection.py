@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import Collective
-from dynamiccl.profiler import stragglers
+from dynamiccl.nccl import Collective
+from dynamiccl.profiler import straggler_detection
 from dynamiccl.profiler.c2c import simulator_c2c, step_breakdown
 from dynamiccl.topology import load_topology
 
@@ -22,7 +22,8 @@ def _exec_times(rng, iters=200, ranks=4, t=500.0, late=2, delay=3000.0, persist=
 
 def test_persistent_straggler_found_from_exec_times_and_from_arrivals():
     exec_us, arrivals = _exec_times(np.random.default_rng(0))
-    for report in (stragglers.from_exec_times(exec_us), stragglers.from_arrivals(arrivals, 500.0)):
+    for report in (straggler_detection.from_exec_times(exec_us),
+                   straggler_detection.from_arrivals(arrivals, 500.0)):
         assert report.rank == 2 and report.last_fraction > 0.95
         assert report.delay_us == pytest.approx(3000.0, rel=0.02)
         assert report.delay_p10_us <= report.delay_us <= report.delay_p90_us
@@ -32,15 +33,15 @@ def test_persistent_straggler_found_from_exec_times_and_from_arrivals():
 def test_no_straggler_when_lateness_is_random_or_negligible():
     rng = np.random.default_rng(1)
     random_last, _ = _exec_times(rng, persist=0.0)
-    assert stragglers.from_exec_times(random_last).rank is None
+    assert straggler_detection.from_exec_times(random_last).rank is None
     tiny, _ = _exec_times(rng, delay=10.0)  # persistent but 2 % of a 500 µs collective
-    report = stragglers.from_exec_times(tiny)
+    report = straggler_detection.from_exec_times(tiny)
     assert report.rank is None and report.candidate == 2
 
 
 def test_straggler_input_is_checked():
     with pytest.raises(ValueError, match=">= 2 ranks"):
-        stragglers.from_exec_times(np.ones((10, 1)))
+        straggler_detection.from_exec_times(np.ones((10, 1)))
 
 
 def test_step_breakdown_of_overlapping_buckets():

@@ -43,7 +43,7 @@ class Match:
     reduce: bool = False
 
 
-Schedule = list[list[Match]]
+Matchings = list[list[Match]]
 
 
 def rounds(n: int) -> int:
@@ -66,11 +66,11 @@ def _log2_exact(n: int) -> int:
     return k
 
 
-def generate(n: int) -> Schedule:
+def generate(n: int) -> Matchings:
     """The round-by-round matchings of Algorithm 1 for power-of-two ``n``."""
     logn = _log2_exact(n)
     holders: dict[int, set[int]] = {}   # active chunk -> punctual ranks holding it fully reduced
-    schedule: Schedule = []
+    schedule: Matchings = []
     for r in range(n + logn - 2):
         busy: set[int] = set()
         matches: list[Match] = []
@@ -138,7 +138,7 @@ def _apply(matches: list[Match], holders: dict[int, set[int]], n: int) -> None:
         del holders[chunk]
 
 
-def check_schedule(n: int, schedule: Schedule) -> None:
+def check_schedule(n: int, schedule: Matchings) -> None:
     """Replays ``schedule`` from the precondition; raises ValueError on the first violation."""
     sigma = n - 1
     full: list[set[int]] = [set() for _ in range(n)]
