@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError, load_policy_arg, non_negative_int
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, or a
 checkpoint path (model.zip, checkpoints/last.zip, or a training run folder)
@@ -25,7 +25,6 @@ examples:
 
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.evaluate import evaluate_policies, print_table, save_reports
-    from dynamiccl.agents.registry import load_policy
     from dynamiccl.envs.workloads import load_suite
 
     names = [n for item in args.policy for n in item.split(",") if n]
@@ -36,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
     if not suite:
         raise UserError(f"suite {args.suite!r} has no workloads; check configs/scenario/")
-    policies = [load_policy(n, deployable=args.deployable, seed=args.seed) for n in names]
+    policies = [load_policy_arg(n, deployable=args.deployable, seed=args.seed) for n in names]
     for name, policy in zip(names, policies, strict=True):
         if len(names) > 1 and Path(name).exists():
             policy.name = Path(name).stem
@@ -48,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.plots:
             from dynamiccl.agents.evaluation_plots import plot_reports
 
-            plot_reports(reports, args.out)
+            plot_reports(reports, args.out, suite=str(args.suite), deployable=args.deployable)
     if args.json:
         rows = [_contract(r.summary()) for r in reports]
         print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
@@ -77,7 +76,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="scenario suite (default: heldout)")
     parser.add_argument("--deployable", action="store_true",
                         help="restrict every policy and the oracle to exportable actions")
-    parser.add_argument("--seed", type=int, default=0, help="seed of random policies (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of random policies (default 0)")
     parser.add_argument("--budget", type=int, metavar="CALLS",
                         help="measured calls per context for online tuners (default 64)")
     parser.add_argument("--out", metavar="DIR", help="write summary.csv, summary.json, calls.csv")

@@ -10,8 +10,14 @@ import argparse
 import hashlib
 from pathlib import Path
 
-from dynamiccl.cli.common import add_topology_args, topology_from_args
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import (
+    UserError,
+    add_topology_args,
+    load_policy_arg,
+    non_negative_int,
+    positive_int,
+    topology_from_args,
+)
 
 EPILOG = """examples:
   dynamiccl export --policy oracle --topology dgx_h100 --nodes 2 -o oracle.dccl
@@ -58,12 +64,11 @@ def _checkpoint_digest(name_or_path: str) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl import policy_file as pf
     from dynamiccl.agents.export import export_policy
-    from dynamiccl.agents.registry import load_policy
-    from dynamiccl.nccl_csv import to_nccl_example_csv
+    from dynamiccl.nccl_csv import write_nccl_example_csv
 
     topology = topology_from_args(args)
     node_counts = args.node_counts or [topology.nodes]
-    policy = load_policy(args.policy, topology=topology, deployable=True, seed=args.seed)
+    policy = load_policy_arg(args.policy, topology=topology, deployable=True, seed=args.seed)
     result = export_policy(
         policy, topology, policy_name=Path(args.policy).stem if Path(args.policy).exists()
         else args.policy, node_counts=node_counts, gpus_per_node=args.gpus_per_node_list,
@@ -73,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     if out.parent and not out.parent.exists():
         raise UserError(f"{out.parent} does not exist; create the folder or pick another -o path")
     if args.format == "nccl-example-csv":
-        out.write_text(to_nccl_example_csv(result.policy_file))
+        write_nccl_example_csv(result.policy_file, out)
     else:
         pf.write(result.policy_file, out)
     n_defer = sum(1 for c in result.cells if c.decision is None)
@@ -104,9 +109,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="export several GPUs-per-node values (default: the system's own)")
     parser.add_argument("--contexts", type=_contexts, default="default",
                         help="context slices: 'default' (no straggler, no overlap) or 'all'")
-    parser.add_argument("--points-per-octave", type=int, default=8,
+    parser.add_argument("--points-per-octave", type=positive_int, default=8,
                         help="size samples per doubling before bisection (default 8)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of random policies")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of random policies")
     parser.add_argument("--format", choices=("dccl", "nccl-example-csv"), default="dccl",
                         help="dccl (DynamICCL plugin, default) or NVIDIA's example-tuner CSV")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")

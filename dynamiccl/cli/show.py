@@ -29,8 +29,6 @@ def _title(rule, slice_name: str | None) -> str:
 
     parts = [COLLECTIVE_TOKENS[rule.collective], f"nodes {_dim(rule.nodes)}",
              f"ranks {_dim(rule.ranks)}"]
-    parts += [f"{k} {v}" for k, v in (("pipe_ops", rule.pipe_ops), ("reg_buff", rule.reg_buff))
-              if v is not None]
     if slice_name:
         parts.append(slice_name)
     return " | ".join(parts)
@@ -49,8 +47,10 @@ def _run(args: argparse.Namespace) -> int:
     console = Console(width=args.width or max(110, Console().width))
     console.print(f"[bold]{args.file}[/bold]: policy [bold]{h.policy}[/bold], format "
                   f"{pf.FORMAT_VERSION}, checksum OK, {policy.n_rules} rules")
-    console.print(f"topology {h.topology} (fingerprint {h.fingerprint}), NCCL {h.nccl}, created "
-                  f"{h.created}, config {h.config_hash}")
+    console.print(f"topology {h.topology} (fingerprint {h.fingerprint}, features {h.features}), "
+                  f"NCCL {h.nccl}, created {h.created}, config {h.config_hash}")
+    console.print(f"sha256 {pf.file_hash(args.file)} (the plugin logs it at init: every rank must "
+                  "show the same)", soft_wrap=True)
     console.print(f"slices: {', '.join(s.name for s in policy.slices)}")
     want = parse_enum(Collective, args.collective) if args.collective else None
     for sl in policy.slices:
@@ -70,18 +70,17 @@ def _run(args: argparse.Namespace) -> int:
             table = Table(title=_title(rules[0], name), title_justify="left")
             table.add_column("size [from, to)")
             table.add_column("bytes", overflow="fold")
-            for col in ("algorithm", "protocol", "channels", "chunk"):
+            for col in ("algorithm", "protocol", "channels"):
                 table.add_column(col)
             for rule in rules:
                 d = rule.decision
                 sizes = (_human_range(rule.min_bytes, rule.max_bytes),
                          f"{rule.min_bytes}-{rule.max_bytes}")
                 if d is None:
-                    table.add_row(*sizes, "[dim]defer", "", "", "")
+                    table.add_row(*sizes, "[dim]defer", "", "")
                     continue
                 table.add_row(*sizes, ALGORITHM_TOKENS[d.algorithm], PROTOCOL_TOKENS[d.protocol],
-                              str(d.channels) if d.channels else "NCCL's",
-                              str(d.chunk_bytes) if d.chunk_bytes else "NCCL's")
+                              str(d.channels) if d.channels else "NCCL's")
             console.print(table)
     if not policy.n_rules:
         console.print("no rules: the plugin leaves every choice to NCCL")
