@@ -50,7 +50,7 @@ class FullInfoConfig:
     systems_per_round: int = 64
     calls_per_system: int = 128
     #: Gradient passes over a round's calls before new systems are drawn.
-    epochs_per_round: int = 2
+    epochs_per_round: int = 3
     #: Deviate from NCCL's pick only where the best predicted gain exceeds this (relative).
     margin: float = 0.02
     #: Independently initialised networks; an action's gain is the *smallest* of their predictions,

@@ -8,7 +8,8 @@ machines span, each range written with its source, instead of from a list of mac
   generation of their era
   (per-GPU unidirectional NVLink: V100 150 GB/s, A100 300, H100 450, B200 900);
 * nodes: NVSwitch boxes (4 or 8 GPUs), NVLink meshes without a switch (2-4 GPUs, GH200/DGX-1
-  style), PCIe boxes (1-8 GPUs at 12-64 GB/s: Gen3 x16 to Gen5 x16) and one-GPU nodes;
+  style), GPUs cabled in a ring (4-16, seed 000's systems), PCIe boxes (1-8 GPUs at 12-64 GB/s:
+  Gen3 x16 to Gen5 x16) and one-GPU nodes;
 * networks: 25-400 Gb/s per NIC shared by 1 to all GPUs of a node (3-100 GB/s per GPU), 1.5-10 µs
   per hop, switched or cabled as rings (seed 000's two-tier rings), optionally a third tier;
 * 1 to 2048 nodes (at most 4096 ranks), NVLS on sm90+ NVSwitch nodes, CollNet (SHARP) sometimes;
@@ -46,8 +47,12 @@ def _log_uniform(rng: np.random.Generator, low: float, high: float) -> float:
 
 def _node_tier(rng: np.random.Generator, nvlink_gbps: float) -> tuple[dict, bool]:
     """(tier 0, has an NVSwitch) for one GPU generation."""
-    kinds = ["pcie", "single"] + (["nvswitch", "nvswitch", "mesh"] if nvlink_gbps > 0 else [])
+    kinds = ["pcie", "single"] + (["nvswitch", "nvswitch", "mesh", "ring"] if nvlink_gbps > 0 else [])
     kind = kinds[int(rng.integers(len(kinds)))]
+    if kind == "ring":  # GPUs cabled in a ring (seed 000's ASTRA-sim ring_ring nodes)
+        return {"name": "nvlink", "size": int(rng.choice([4, 8, 16])), "fabric": "ring", "link": "nvlink",
+                "bandwidth_GBps": round(_log_uniform(rng, 100.0, 900.0), 1),
+                "latency_us": round(rng.uniform(0.3, 1.0), 2)}, False
     if kind == "nvswitch":
         size = int(rng.choice([4, 8]))
         return {"name": "nvlink", "size": size, "fabric": "switch", "link": "nvlink",

@@ -6,7 +6,7 @@ deployable actions (only what the tuner plugin can make NCCL do). Per policy: th
 deployable oracle's gain captured, the calls slower than NCCL by more than 2 %, the worst call, and
 per system the same share. Goals (issue 12): share >= 0.97, slower calls <= 1 %, worst >= 0.97x.
 
-    python experiments/bench_learning.py [--samples N] [--seed S] [--json] [--save PATH]
+    python experiments/bench_learning.py [--samples N] [--seed S] [--json] [--save PATH | --load PATH]
 """
 
 from __future__ import annotations
@@ -54,14 +54,19 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                         help="deviate from NCCL only above this predicted gain (default 0.02)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--save", help="write the trained learner here (.pt)")
+    parser.add_argument("--load", help="score this saved learner instead of training one (.pt)")
     args = parser.parse_args(argv)
     if args.samples < 1:
         parser.error("--samples must be a positive number of training calls")
 
     suite = load_suite("heldout")
-    learner = FullInfoLearner(FullInfoConfig(seed=args.seed, margin=args.margin))
     start = time.perf_counter()
-    learner.learn(args.samples)
+    if args.load:
+        learner = FullInfoLearner.load(args.load)
+        learner.config.margin = args.margin
+    else:
+        learner = FullInfoLearner(FullInfoConfig(seed=args.seed, margin=args.margin))
+        learner.learn(args.samples)
     train_s = time.perf_counter() - start
     if args.save:
         learner.save(args.save)
