@@ -119,5 +119,9 @@ def plot_reports(reports: Sequence[PolicyReport], out_dir: str | Path, *, suite:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     context = describe_run(suite, deployable)
+    if reports:  # the reports know their action set and the reality that timed them
+        if deployable is None:
+            context = f"{context}, {reports[0].action_set}"
+        context = f"{context}; reality: {reports[0].backend}"
     return {"choices": plot_choice_maps(reports, out / "choices.png", context),
             "speedup_vs_size": plot_speedup_vs_size(reports, out / "speedup_vs_size.png", context)}

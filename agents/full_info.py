@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from dynamiccl import decisions
-from dynamiccl.agents.policy import Choice
+from dynamiccl.agents.policy import allowed_actions, nearest_valid_action, require_scenario
+from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.action_values import ActionValues, action_values
 from dynamiccl.envs.deployable_observation import DEPLOYABLE_SIZE, encode_batch, scenario_context
 from dynamiccl.envs.system_sampler import random_calls, random_topology
@@ -164,9 +165,10 @@ class FullInfoLearner:
 class FullInfoPolicy:
     """The learned gains, deferring to NCCL unless the best predicted gain clears the margin.
 
-    It is a :class:`~dynamiccl.agents.policy.DirectChooser`: deferring means NCCL's own pick (with
-    NCCL's own channel count, which need not be an action-table level), so it is scored exactly as
-    NCCL runs it. It only ever picks deployable actions: what it learned is NCCL's knob space.
+    It is a :class:`~dynamiccl.agents.policy.ForcingPolicy`: it tells NCCL what to pin, and
+    deferring pins nothing, so NCCL runs its own pick with its own channel count (which need not be
+    an action-table level) and is scored exactly as NCCL runs it. It only ever pins deployable
+    choices: what it learned is NCCL's knob space.
     """
 
     def __init__(self, network: GainNetwork, margin: float, name: str = "full_info") -> None:
@@ -195,21 +197,25 @@ class FullInfoPolicy:
                 out[i] = best
         return out
 
-    def choose(self, scenario: Scenario, *, deployable: bool = True) -> Choice:
-        action = int(self.decide_batch(scenario.topology, np.array([int(scenario.collective)]),
-                                       np.array([scenario.nbytes]), [scenario_context(scenario)])[0])
+    def decide(self, scenario: Scenario) -> int:
+        """One call's action id, or -1 to defer (the runtime's agreed context, from the scenario)."""
+        return int(self.decide_batch(scenario.topology, np.array([int(scenario.collective)]),
+                                     np.array([scenario.nbytes]), [scenario_context(scenario)])[0])
+
+    def force(self, scenario: Scenario) -> KnobConstraints:
+        action = self.decide(scenario)
         if action < 0:
-            default = decisions.nccl_default(scenario)
-            return Choice(default.config, default.time_us)
-        return Choice(ACTIONS[action], float(decisions.action_times(scenario)[action]))
+            return KnobConstraints()
+        c = ACTIONS[action]
+        return KnobConstraints(algorithm=c.algorithm, protocol=c.protocol, channels=c.channels)
 
     def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
             action_mask: np.ndarray | None = None) -> int:
-        """An action id (for environments that need one): NCCL's pick as its nearest table entry
-        where the policy defers."""
-        from dynamiccl.agents.policy import allowed_actions, nearest_valid_action, require_scenario
-
+        """An action id, for callers that need one: NCCL's pick as its nearest table entry where
+        the policy defers."""
         scenario = require_scenario(self.name, scenario)
         mask = allowed_actions(scenario, action_mask, deployable=True)
-        choice = self.choose(scenario)
-        return nearest_valid_action(choice.config, mask)
+        action = self.decide(scenario)
+        if action >= 0 and mask[action]:
+            return action
+        return nearest_valid_action(decisions.nccl_default(scenario).config, mask)

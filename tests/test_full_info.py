@@ -8,10 +8,11 @@ import torch
 
 from dynamiccl import decisions
 from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy, masked_loss
+from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.action_values import action_values
 from dynamiccl.envs.system_sampler import MAX_RANKS, random_calls, random_topology
 from dynamiccl.envs.workloads import load_scenario_distribution
-from dynamiccl.knobs import ACTIONS, EXPORTABLE_MASK, Collective, nccl_config
+from dynamiccl.knobs import ACTIONS, EXPORTABLE_MASK, Algorithm, Collective, Protocol, nccl_config
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import ARCHS, load_topology
 
@@ -65,22 +66,20 @@ def _constant_policy(values: np.ndarray, margin: float = 0.02) -> FullInfoPolicy
 
 def test_policy_defers_to_nccl_unless_the_predicted_gain_clears_the_margin() -> None:
     scenario = Scenario(load_topology("dgx_h100", nodes=2), Collective.ALLREDUCE, 1 << 20)
-    default = decisions.nccl_default(scenario)
     ring = ACTIONS.index(nccl_config(1, 2, 16))  # ring/simple/16
     small = np.zeros(len(ACTIONS))
     small[ring] = np.log(1.015)                    # 1.5 % predicted: below the 2 % margin
-    choice = _constant_policy(small).choose(scenario)
-    assert choice.config == default.config and choice.time_us == default.time_us
+    assert _constant_policy(small).force(scenario) == KnobConstraints()  # NCCL decides
     big = np.zeros(len(ACTIONS))
     big[ring] = np.log(1.5)
-    assert _constant_policy(big).choose(scenario).config == ACTIONS[ring]
+    assert _constant_policy(big).force(scenario) == KnobConstraints(
+        algorithm=Algorithm.RING, protocol=Protocol.SIMPLE, channels=16)
 
 
 def test_policy_never_picks_what_the_plugin_cannot_deploy() -> None:
     scenario = Scenario(load_topology("ring_ring_8to1", nodes=4), Collective.ALLREDUCE, 1 << 26)
     values = np.where(EXPORTABLE_MASK, 0.0, 5.0)   # predicts huge gains only for simulator-only
-    choice = _constant_policy(values).choose(scenario)
-    assert choice.config.exportable
+    assert _constant_policy(values).force(scenario) == KnobConstraints()
 
 
 def test_an_action_counts_only_as_much_as_the_least_confident_member_predicts() -> None:
@@ -110,6 +109,16 @@ def test_training_lowers_the_loss_and_a_saved_learner_predicts_the_same(tmp_path
     obs = data.observations[:16]
     np.testing.assert_array_equal(learner.policy().predict(obs), again.policy().predict(obs))
     assert again.samples_seen == learner.samples_seen
+
+
+def test_scored_in_the_environment_it_defers_as_nccl_runs_and_pins_what_it_chose() -> None:
+    from dynamiccl.agents.evaluate import evaluate_policy
+    from dynamiccl.envs.workloads import load_suite
+
+    suite = load_suite("smoke")[:1]
+    idle = evaluate_policy(_constant_policy(np.zeros(len(ACTIONS))), suite)
+    assert idle.geomean_speedup == pytest.approx(1.0)  # every call deferred: NCCL's own times
+    assert all(c.config == "NCCL default" for c in idle.calls)
 
 
 def test_learning_is_seeded() -> None:

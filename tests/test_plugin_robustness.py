@@ -52,7 +52,8 @@ def seed_policies(tmp_path_factory) -> list[Path]:
     folder = tmp_path_factory.mktemp("seeds")
     topo = load_topology("dgx_h100", nodes=2)
     exported = export_policy(load_policy("oracle", topology=topo, deployable=True), topo,
-                             node_counts=[1, 2, 4], contexts=[pf.DEFAULT_CONTEXT, ("long", "low")])
+                             node_counts=[1, 2, 4], contexts=[pf.DEFAULT_CONTEXT, ("long", "low")],
+                             gate=None)  # ungated: a seed file rich in forced decisions
     ar = Collective.ALLREDUCE
     features = pf.PolicyFile(exported.policy_file.header, (
         pf.Slice(rules=(

@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "evaluate",
     "sweep",
     "export",
+    "tune",
     "show",
     "plugin",
     "profile",
