@@ -12,8 +12,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from dynamiccl.decisions import KnobConstraints
+from dynamiccl.decisions import KnobConstraints, nccl_model_for
 from dynamiccl.envs.backends import Backend, ForcingBackend, Measurement, make_backend
+from dynamiccl.envs.deployable_observation import (
+    DEPLOYABLE_HIGH,
+    DEPLOYABLE_LOW,
+    encode_deployable,
+    scenario_context,
+)
 from dynamiccl.envs.observation import OBS_HIGH, OBS_LOW, complete, static_features
 from dynamiccl.envs.workloads import Episode, ScenarioDistribution, load_scenario_distribution
 from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
@@ -26,6 +32,8 @@ from dynamiccl.units import format_size, format_time_us
 INVALID_ACTION_REWARD = -4.0
 #: Per-scenario facts kept at most this many at once (a long run sees many distinct calls).
 _CACHE_LIMIT = 50_000
+#: The two observation sets (see the docstring's tables).
+OBSERVATIONS = ("research", "deployable")
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,16 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
     call* (nothing at the first call of an episode), as a tuner inside a job would know them: a
     straggler that appears at call t shows in the observation of call t + 1.
 
+    With ``observation="deployable"`` the observation is instead exactly what the tuner plugin sees
+    per call, plus the deployment's constants
+    (:data:`dynamiccl.envs.deployable_observation.DEPLOYABLE_FIELDS`, 90 fields): the collective,
+    log2 of the exact byte count, ranks, nodes, numPipeOps, regBuff, NCCL's own pick (algorithm,
+    protocol, channels, predicted time) and NCCL's whole cost table (21 entries relative to its
+    pick), the context slice the runtime agrees on every rank (straggler none/short/long from the
+    delay observed on the previous call, c2c none/low/high), the SM count and the system fields
+    above (ranks and nodes once). No timing, no straggler rank, no exact c2c: a policy trained on
+    it is exported without freezing a feature it learned to use.
+
     ## Rewards
 
     ``log(t_nccl_default / t_chosen)`` for the call just made: 0 when the choice is as fast as
@@ -148,6 +166,8 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
       ``"live"``, or a :class:`~dynamiccl.envs.backends.Backend`.
     * ``deployable``: mask to what the tuner plugin can make NCCL run (the project's default in
       ``configs/env/default.yaml``; ``false`` adds the simulator-only ring-over-ring and StragglAR).
+    * ``observation``: ``"research"`` (default, the simulator's full state) or ``"deployable"``
+      (only what the tuner plugin sees).
     * ``episode_length``: calls per episode (default: the distribution's, else one iteration).
     * ``render_mode``: None or ``"ansi"`` (a line per call).
     * other keyword arguments go to the backend's constructor.
@@ -170,8 +190,11 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         deployable: bool = False,
         episode_length: int | None = None,
         render_mode: str | None = None,
+        observation: str = "research",
         **backend_kwargs: Any,
     ) -> None:
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {', '.join(OBSERVATIONS)}, got {observation!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if episode_length is not None and episode_length < 1:
@@ -182,7 +205,10 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         self.episode_length = episode_length
         self.render_mode = render_mode
         self.action_space = spaces.Discrete(N_ACTIONS)
-        self.observation_space = spaces.Box(OBS_LOW, OBS_HIGH, dtype=np.float32)
+        self.observation = observation
+        low, high = (OBS_LOW, OBS_HIGH) if observation == "research" else (DEPLOYABLE_LOW, DEPLOYABLE_HIGH)
+        self.observation_space = spaces.Box(low, high, dtype=np.float32)
+        self._deployable_obs: dict[tuple[Scenario, tuple[str, str]], np.ndarray] = {}
         self._episode = Episode("", "", 0, "", ())
         self._call = 0
         self._last_info: dict[str, Any] = {}
@@ -227,7 +253,7 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         scenario, facts = self._episode.scenarios[0], self._episode_facts[0]
         self._last_info = {"scenario": scenario, "episode_name": self._episode.name,
                            "workload": self._episode.workload}
-        observation = complete(facts.static_obs, facts.nranks, None, 0.0, 1.0)
+        observation = self._observe(scenario, facts, None, 0.0, 1.0)
         return observation, dict(self._last_info)
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -289,8 +315,9 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         self._call += 1
         terminated = self._call >= len(self._episode.scenarios)
         following = self._episode_facts[min(self._call, len(self._episode_facts) - 1)]
-        observation = complete(following.static_obs, following.nranks, m.straggler_rank,
-                               m.straggler_delay_us, time_us / m.default_time_us)
+        upcoming = self._episode.scenarios[min(self._call, len(self._episode.scenarios) - 1)]
+        observation = self._observe(upcoming, following, m.straggler_rank, m.straggler_delay_us,
+                                    time_us / m.default_time_us)
         return observation, reward, terminated, False, info
 
     def render(self) -> str | None:
@@ -319,6 +346,22 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         close = getattr(self.backend, "close", None)
         if close is not None:
             close()
+
+    def _observe(self, scenario: Scenario, facts: _CallFacts, straggler_rank: int | None,
+                 straggler_delay_us: float, last_time_ratio: float) -> np.ndarray:
+        """The next call's observation, from what the backend saw on the previous one."""
+        if self.observation == "research":
+            return complete(facts.static_obs, facts.nranks, straggler_rank, straggler_delay_us,
+                            last_time_ratio)
+        key = (scenario, scenario_context(scenario, observed_delay_us=straggler_delay_us))
+        obs = self._deployable_obs.get(key)
+        if obs is None:
+            if len(self._deployable_obs) >= _CACHE_LIMIT:
+                self._deployable_obs.clear()
+            obs = encode_deployable(scenario, nccl_model_for(scenario.topology), key[1])
+            obs.setflags(write=False)
+            self._deployable_obs[key] = obs
+        return obs.copy()
 
     def _facts_for(self, scenarios: Sequence[Scenario]) -> list[_CallFacts]:
         """Facts of every call, looked up once per episode (a sampled episode reuses one Scenario

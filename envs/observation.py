@@ -94,6 +94,12 @@ OBSERVATION_FIELDS: tuple[ObservationField, ...] = tuple(
 OBS_SIZE = len(OBSERVATION_FIELDS)
 OBS_LOW = np.array([f.low for f in OBSERVATION_FIELDS], dtype=np.float32)
 OBS_HIGH = np.array([f.high for f in OBSERVATION_FIELDS], dtype=np.float32)
+#: The fields that describe only the system, in :func:`system_features`' order.
+SYSTEM_FIELDS: tuple[ObservationField, ...] = tuple(
+    f for f in OBSERVATION_FIELDS
+    if f.name in ("ranks", "nodes", "gpus_per_node", "gpu_arch", "feature_nvls", "feature_collnet")
+    or f.name.startswith("tier")
+)
 _INDEX = {f.name: f.index for f in OBSERVATION_FIELDS}
 _STRAGGLER = _INDEX["straggler_present"]
 _LAST = _INDEX["last_time_ratio"]
@@ -149,6 +155,11 @@ def _topology_part(topology: Topology) -> np.ndarray:
         ]
         tiers[k * _TIER_WIDTH:(k + 1) * _TIER_WIDTH] = values
     return np.concatenate([head, tiers])
+
+
+def system_features(topology: Topology) -> np.ndarray:
+    """The :data:`SYSTEM_FIELDS` of ``topology`` (read-only, cached per system)."""
+    return _topology_part(topology)
 
 
 @lru_cache(maxsize=65536)

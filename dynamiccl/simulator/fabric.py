@@ -130,8 +130,11 @@ def ring_levels(topology: Topology) -> tuple[Level, ...]:
 
 
 def node_levels(topology: Topology) -> tuple[tuple[Level, ...], tuple[Level, ...]]:
-    """(levels inside a node, levels between nodes): the node is the innermost tier."""
+    """(levels inside a node, levels between nodes): the node is the innermost tier. With one
+    GPU per node nothing is inside, and the first crossed level (block 1) is already the network."""
     lv = levels(topology)
+    if topology.gpus_per_node == 1:
+        return (), lv
     inner = tuple(lv_ for lv_ in lv if lv_.block == 1)
     return inner, tuple(lv_ for lv_ in lv if lv_.block > 1)
 

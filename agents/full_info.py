@@ -1,0 +1,221 @@
+"""A full-information learner: supervised on every action's value, anchored on NCCL's own pick.
+
+The tuning problem the plugin faces is a contextual bandit (a call's best choice does not depend on
+earlier choices), and the simulator returns the time of all 336 actions of a call at once. A policy
+gradient learning from one sampled reward per step throws that away; this learner regresses the
+gain of *every* action over NCCL's default, log(t_NCCL / t_action), from the deployable observation
+(:mod:`dynamiccl.envs.deployable_observation`: only what the plugin sees, so export freezes nothing).
+
+Doing nothing is the safe default: the policy deviates from NCCL's pick only where its best predicted
+gain exceeds ``margin`` (default 2 %), so an uncertain prediction costs nothing. Training calls come
+from systems drawn around physical ranges (:mod:`dynamiccl.envs.system_sampler`), fresh ones every
+round, so the learner never sees a held-out system and never sees the same system twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from dynamiccl import decisions
+from dynamiccl.agents.policy import allowed_actions, nearest_valid_action, require_scenario
+from dynamiccl.decisions import KnobConstraints
+from dynamiccl.envs.action_values import ActionValues, action_values
+from dynamiccl.envs.deployable_observation import DEPLOYABLE_SIZE, encode_batch, scenario_context
+from dynamiccl.envs.system_sampler import random_calls, random_topology
+from dynamiccl.knobs import ACTIONS, N_ACTIONS, Collective, valid_mask
+from dynamiccl.scenario import Scenario
+from dynamiccl.topology import Topology
+
+#: Gains are learned in [-GAIN_CLIP, GAIN_CLIP]: an action 2.7x slower than NCCL is as useless as one
+#: 30x slower, and the loss should spend its capacity near the top of each call's ranking.
+GAIN_CLIP = 1.0
+
+
+@dataclass
+class FullInfoConfig:
+    """Hyper-parameters (every field is a Hydra override under ``agent.``)."""
+
+    #: Hidden units per layer and hidden layers of the MLP.
+    hidden: int = 256
+    layers: int = 3
+    learning_rate: float = 1e-3
+    batch_size: int = 512
+    #: Fresh random systems per round, and calls drawn on each.
+    systems_per_round: int = 64
+    calls_per_system: int = 128
+    #: Gradient passes over a round's calls before new systems are drawn.
+    epochs_per_round: int = 3
+    #: Deviate from NCCL's pick only where the best predicted gain exceeds this (relative).
+    margin: float = 0.02
+    #: Independently initialised networks; an action's gain is the *smallest* of their predictions,
+    #: so the policy deviates only where every member agrees (disagreement = uncertainty).
+    ensemble: int = 3
+    seed: int = 0
+
+
+class GainNetwork(nn.Module):
+    """Deployable observation -> predicted log(t_NCCL / t_action) for every action, by each of
+    ``ensemble`` independently initialised MLPs ([K, B, A])."""
+
+    def __init__(self, hidden: int, layers: int, ensemble: int = 1) -> None:
+        super().__init__()
+        dims = [DEPLOYABLE_SIZE] + [hidden] * layers
+
+        def member() -> nn.Sequential:
+            blocks: list[nn.Module] = []
+            for d_in, d_out in zip(dims[:-1], dims[1:], strict=True):
+                blocks += [nn.Linear(d_in, d_out), nn.ReLU()]
+            return nn.Sequential(*blocks, nn.Linear(dims[-1], N_ACTIONS))
+
+        self.members = nn.ModuleList(member() for _ in range(ensemble))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.stack([m(obs) for m in self.members])
+
+
+def masked_loss(predicted: torch.Tensor, gains: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Huber loss over the allowed actions of every call and every ensemble member ([K, B, A]
+    predictions against [B, A] clipped targets)."""
+    target = torch.clamp(torch.where(allowed, gains, torch.zeros_like(gains)), -GAIN_CLIP, GAIN_CLIP)
+    err = nn.functional.huber_loss(predicted, target.expand_as(predicted), reduction="none", delta=0.1)
+    return (err * allowed).sum() / (allowed.sum() * predicted.shape[0]).clamp(min=1)
+
+
+class FullInfoLearner:
+    """Trains :class:`GainNetwork` on fresh random systems, round after round."""
+
+    def __init__(self, config: FullInfoConfig | None = None) -> None:
+        self.config = config or FullInfoConfig()
+        torch.manual_seed(self.config.seed)
+        self.rng = np.random.default_rng(self.config.seed)
+        self.network = GainNetwork(self.config.hidden, self.config.layers, self.config.ensemble)
+        self.optimizer = torch.optim.Adam(self.network.parameters(), lr=self.config.learning_rate)
+        self.samples_seen = 0
+        self.rounds = 0
+
+    def draw_round(self) -> ActionValues:
+        """One round of training calls: ``systems_per_round`` new systems, their calls' values."""
+        cfg = self.config
+        parts = [action_values(random_topology(self.rng, self.rounds * cfg.systems_per_round + i),
+                               random_calls(self.rng, cfg.calls_per_system))
+                 for i in range(cfg.systems_per_round)]
+        return ActionValues(*(np.concatenate([getattr(p, f) for p in parts])
+                              for f in ("observations", "gains", "allowed", "default_us")))
+
+    def train_round(self, data: ActionValues) -> float:
+        """Gradient passes over ``data``; returns the mean loss of the last pass."""
+        cfg = self.config
+        obs = torch.as_tensor(data.observations)
+        gains = torch.as_tensor(np.where(data.allowed, data.gains, 0.0), dtype=torch.float32)
+        allowed = torch.as_tensor(data.allowed)
+        gen = torch.Generator().manual_seed(cfg.seed + self.rounds)
+        last = math.nan
+        for _ in range(cfg.epochs_per_round):
+            order = torch.randperm(len(obs), generator=gen)
+            losses = []
+            for start in range(0, len(obs), cfg.batch_size):
+                idx = order[start:start + cfg.batch_size]
+                loss = masked_loss(self.network(obs[idx]), gains[idx], allowed[idx])
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                losses.append(float(loss.detach()))
+            last = float(np.mean(losses))
+        self.samples_seen += len(obs)
+        self.rounds += 1
+        return last
+
+    def learn(self, total_samples: int, *,
+              callback: Callable[[int, float], bool | None] | None = None) -> FullInfoLearner:
+        """Trains until ``total_samples`` calls have been seen; ``callback(samples, loss)`` may
+        return False to stop early (evaluation, progress bars, wandb)."""
+        while self.samples_seen < total_samples:
+            loss = self.train_round(self.draw_round())
+            if callback is not None and callback(self.samples_seen, loss) is False:
+                break
+        return self
+
+    def policy(self, name: str = "full_info") -> FullInfoPolicy:
+        return FullInfoPolicy(self.network, self.config.margin, name=name)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save({"config": asdict(self.config), "state": self.network.state_dict(),
+                    "samples_seen": self.samples_seen, "rounds": self.rounds}, tmp)
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> FullInfoLearner:
+        blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+        learner = cls(FullInfoConfig(**blob["config"]))
+        learner.network.load_state_dict(blob["state"])
+        learner.samples_seen, learner.rounds = int(blob["samples_seen"]), int(blob["rounds"])
+        return learner
+
+
+class FullInfoPolicy:
+    """The learned gains, deferring to NCCL unless the best predicted gain clears the margin.
+
+    It is a :class:`~dynamiccl.agents.policy.ForcingPolicy`: it tells NCCL what to pin, and
+    deferring pins nothing, so NCCL runs its own pick with its own channel count (which need not be
+    an action-table level) and is scored exactly as NCCL runs it. It only ever pins deployable
+    choices: what it learned is NCCL's knob space.
+    """
+
+    def __init__(self, network: GainNetwork, margin: float, name: str = "full_info") -> None:
+        self.network = network.eval()
+        self.threshold = math.log1p(margin)
+        self.name = name
+
+    @torch.no_grad()
+    def predict(self, observations: np.ndarray) -> np.ndarray:
+        """The cautious gain of every action: the smallest prediction over the ensemble [B, A]."""
+        members = self.network(torch.as_tensor(observations, dtype=torch.float32))
+        return members.min(dim=0).values.numpy()
+
+    def decide_batch(self, topology: Topology, collectives: np.ndarray, nbytes: np.ndarray,
+                     contexts: list[tuple[str, str]]) -> np.ndarray:
+        """Action ids, or -1 where the policy defers to NCCL, for calls on one system."""
+        obs, _ = encode_batch(topology, decisions.nccl_model_for(topology), collectives, nbytes,
+                              contexts)
+        predicted = self.predict(obs)
+        out = np.full(len(obs), -1, dtype=np.int64)
+        for i, coll in enumerate(collectives):
+            allowed = valid_mask(topology, Collective(int(coll)), deployable=True)
+            scores = np.where(allowed, predicted[i], -np.inf)
+            best = int(np.argmax(scores))
+            if scores[best] > self.threshold:
+                out[i] = best
+        return out
+
+    def decide(self, scenario: Scenario) -> int:
+        """One call's action id, or -1 to defer (the runtime's agreed context, from the scenario)."""
+        return int(self.decide_batch(scenario.topology, np.array([int(scenario.collective)]),
+                                     np.array([scenario.nbytes]), [scenario_context(scenario)])[0])
+
+    def force(self, scenario: Scenario) -> KnobConstraints:
+        action = self.decide(scenario)
+        if action < 0:
+            return KnobConstraints()
+        c = ACTIONS[action]
+        return KnobConstraints(algorithm=c.algorithm, protocol=c.protocol, channels=c.channels)
+
+    def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
+            action_mask: np.ndarray | None = None) -> int:
+        """An action id, for callers that need one: NCCL's pick as its nearest table entry where
+        the policy defers."""
+        scenario = require_scenario(self.name, scenario)
+        mask = allowed_actions(scenario, action_mask, deployable=True)
+        action = self.decide(scenario)
+        if action >= 0 and mask[action]:
+            return action
+        return nearest_valid_action(decisions.nccl_default(scenario).config, mask)
