@@ -138,3 +138,15 @@ def test_console_command_runs_with_help_everywhere() -> None:
                             "--max-size", "1KiB"], capture_output=True, text=True, check=True)
     assert "NCCL picks" in table.stdout and "1024" in table.stdout  # sizes in bytes, as nccl-tests
     assert table.stderr == ""  # no progress bar drawn into a pipe
+
+
+def test_explain_counts_only_deployable_picks_unless_all_actions(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["explain", "--topology", "ring_ring_48to1", "--nodes", "4", "--collective", "allreduce",
+            "--min-size", "64M", "--json"]
+    assert main(args) == 0
+    deployable = json.loads(capsys.readouterr().out)
+    assert main([*args, "--all-actions"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert not any("hier" in r["best_config"] for r in deployable)
+    assert any("hier" in r["best_config"] for r in every)  # ring-over-ring wins at 48:1
+    assert all(e["gain"] >= d["gain"] - 1e-9 for d, e in zip(deployable, every, strict=True))

@@ -38,8 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_topology_args(p)
     p.add_argument("--collective", required=True, type=collective_arg,
                    help="allreduce, allgather, reducescatter, broadcast or reduce")
-    p.add_argument("--deployable", action="store_true",
-                   help="restrict the best pick to what a tuner plugin can make NCCL do")
+    actions = p.add_mutually_exclusive_group()
+    actions.add_argument("--all-actions", action="store_true",
+                         help="let the best pick use the simulator-only ring-over-ring and StragglAR "
+                              "(no real job can run them)")
+    actions.add_argument("--deployable", action="store_true",
+                         help="best pick among what the tuner plugin can make NCCL run (the default)")
     p.add_argument("--min-size", type=size_arg, default=MIN_SIZE, help="smallest size (default 8)")
     p.add_argument("--max-size", type=size_arg, default=MAX_SIZE, help="largest size (default 4G)")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
@@ -119,8 +123,10 @@ def run_explain(args: argparse.Namespace) -> int:
     plot = plot_path(args.plot) if args.plot else None
     if plot is not None and not plot.parent.is_dir():
         raise UserError(f"--plot {args.plot}: folder {plot.parent} does not exist; create it first")
-    rows = explain_rows(topology, args.collective, sizes, args.deployable)
-    which = "deployable configurations" if args.deployable else "all configurations"
+    deployable = not args.all_actions
+    rows = explain_rows(topology, args.collective, sizes, deployable)
+    which = ("deployable configurations" if deployable
+             else "all configurations, simulator-only ones included")
     title = f"{args.collective.name.lower()} on {topology.describe()}; best pick among {which}"
     if plot is not None:
         from dynamiccl.plots import plot_explain
