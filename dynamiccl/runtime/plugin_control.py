@@ -23,8 +23,7 @@ from pathlib import Path
 
 from dynamiccl import plugin
 
-CONTROL_SYMBOLS = ("dynamiccl_set_context", "dynamiccl_policy_hash", "dynamiccl_plugin_version",
-                   "dynamiccl_pin")
+CONTROL_SYMBOLS = plugin.RUNTIME_FUNCTIONS
 #: NCCL's environment variable naming the tuner plugin it loads.
 TUNER_ENV = "NCCL_TUNER_PLUGIN"
 _HASH_LEN = 129
