@@ -7,18 +7,37 @@ import tempfile
 from pathlib import Path
 
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
+def write_text_atomic(path: str | Path, text: str, *, encoding: str = "utf-8",
+                      durable: bool = False) -> Path:
     """Writes ``text`` to a temporary file beside ``path`` and renames it over ``path``: a crash or a
-    concurrent reader sees the old file or the new one, never a mix."""
+    concurrent reader sees the old file or the new one, never a mix.
+
+    ``durable`` also flushes the data and the rename to disk, for files other processes start from
+    (a policy every rank of a job loads). The file gets the permissions of any file the user writes,
+    not the temporary file's private 0600. An OSError leaves the previous file untouched.
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    folder = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+        with os.fdopen(fd, "w", encoding=encoding, newline="") as fh:
             fh.write(text)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if durable:
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself survives a crash
+        finally:
+            os.close(dir_fd)
     return path
 
 

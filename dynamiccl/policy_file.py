@@ -46,15 +46,14 @@ same context. Files are therefore only ever replaced atomically (:func:`replace_
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dynamiccl.files import write_text_atomic
 from dynamiccl.nccl import ALGORITHM_TOKENS as ALGO_TOKENS
 from dynamiccl.nccl import COLLECTIVE_TOKENS as COLL_TOKENS
 from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
@@ -338,37 +337,11 @@ def replace_file(path: str | Path, text: str, *, replaceable: Callable[[Path], b
         if not ours:
             raise PolicyFileError(f"refusing to overwrite {path}: it is not {what}; remove it or "
                                   "choose another output file")
-    folder = path.parent
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        return write_text_atomic(path, text, encoding="ascii", durable=True)
     except OSError as exc:
-        raise PolicyFileError(f"cannot write in {folder} ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="ascii", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # readable like any file the user writes, not mkstemp's 0600
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise PolicyFileError(f"cannot write {path} ({exc.strerror or exc}); the previous file, if "
                               "any, is unchanged") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself survives a crash
-        finally:
-            os.close(dir_fd)
-    except OSError as exc:
-        raise PolicyFileError(f"wrote {path}, but flushing {folder} failed ({exc.strerror or exc}); "
-                              "check the disk") from None
-    return path
 
 
 def write(pf: PolicyFile, path: str | Path) -> Path:

@@ -168,7 +168,7 @@ def test_write_replaces_atomically_and_only_a_policy(tmp_path, monkeypatch):
     def crash(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(pf.os, "fsync", crash)
+    monkeypatch.setattr(os, "fsync", crash)
     with pytest.raises(pf.PolicyFileError, match="No space left on device"):
         pf.write(_policy(), path)
     assert pf.read(path) == _policy()  # the old file is intact
