@@ -2,16 +2,20 @@
 
 * ``nccl_default`` – what NCCL picks by itself (its cost model, timed by the simulator).
 * ``oracle`` – the exhaustive best action per state on the simulator: the ceiling.
-* ``static_best`` – the one configuration best on average over the training suite (geometric
-  mean of its speedup over NCCL), i.e. what a careful engineer setting ``NCCL_ALGO``/``NCCL_PROTO``
-  once for the whole cluster would get. Where that configuration cannot run, NCCL's own choice
-  stands, as it would in real life.
+* ``static_best`` – the one (algorithm, protocol) pair best on average over the training suite
+  (geometric mean of its speedup over NCCL), i.e. what a careful engineer setting ``NCCL_ALGO`` and
+  ``NCCL_PROTO`` once for the whole cluster gets: NCCL keeps choosing the channel count, and where
+  the pair cannot run (tree for an allgather, LL128 where NCCL disables it) NCCL's own choice
+  stands, as with ``NCCL_ALGO``'s per-collective form (``allreduce:tree``). Only NCCL algorithms
+  qualify: no environment variable selects the simulator's ring-over-ring or StragglAR.
 * ``random`` – a uniformly random valid action (seeded): the floor.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -19,13 +23,21 @@ import numpy as np
 
 from dynamiccl import decisions
 from dynamiccl.agents.policy import (
-    Choice,
     allowed_actions,
+    forced_action,
     nearest_valid_action,
     require_scenario,
     scenario_mask,
 )
-from dynamiccl.knobs import ACTION_INDEX, ACTIONS, EXPORTABLE_MASK
+from dynamiccl.decisions import KnobConstraints
+from dynamiccl.knobs import (
+    ACTION_INDEX,
+    NCCL_ALGORITHM_HIERARCHY,
+    Algorithm,
+    Config,
+    Protocol,
+    invalid_reason,
+)
 
 if TYPE_CHECKING:
     from dynamiccl.scenario import Scenario
@@ -54,9 +66,8 @@ class NcclDefaultPolicy:
         scenario = require_scenario(self.name, scenario)
         return nccl_action(scenario, allowed_actions(scenario, action_mask, self.deployable))
 
-    def choose(self, scenario: Scenario, *, deployable: bool = False) -> Choice:
-        d = decisions.nccl_default(scenario)
-        return Choice(d.config, d.time_us)
+    def force(self, scenario: Scenario) -> KnobConstraints:
+        return KnobConstraints()
 
 
 class OraclePolicy:
@@ -87,26 +98,39 @@ def _retarget(scenario: Scenario, topology: Topology) -> Scenario:
     return dataclasses.replace(scenario, topology=topology, straggler_rank=rank)
 
 
-def static_best_action(scenarios: Iterable[Scenario], *, deployable: bool = False) -> int:
-    """The action with the best geometric-mean speedup over NCCL across ``scenarios``.
+#: What NCCL_ALGO x NCCL_PROTO can express: every NCCL algorithm with every protocol.
+NCCL_PAIRS: tuple[tuple[Algorithm, Protocol], ...] = tuple(
+    (a, p) for a in sorted(NCCL_ALGORITHM_HIERARCHY) for p in Protocol)
 
-    A scenario where the action is invalid counts as NCCL's own time (speedup 1), because that is
-    what a fixed ``NCCL_ALGO``/``NCCL_PROTO`` setting falls back to there.
+
+def pair_constraints(scenario: Scenario, pair: tuple[Algorithm, Protocol]) -> KnobConstraints:
+    """NCCL_ALGO/NCCL_PROTO pinned to ``pair`` where it can run this call, else nothing pinned."""
+    algo, proto = pair
+    probe = Config(algo, proto, 1, NCCL_ALGORITHM_HIERARCHY[algo])
+    if invalid_reason(scenario.topology, scenario.collective, probe) is not None:
+        return KnobConstraints()
+    return KnobConstraints(algorithm=algo, protocol=proto)
+
+
+def static_best_pair(scenarios: Iterable[Scenario]) -> tuple[Algorithm, Protocol] | None:
+    """The (algorithm, protocol) pair with the best geometric-mean speedup over NCCL; None when no
+    pair beats leaving both variables unset (which is what an engineer would then do).
+
+    A call where the pair cannot run counts as NCCL's own time (speedup 1), because that is what a
+    fixed ``NCCL_ALGO``/``NCCL_PROTO`` setting falls back to there.
     """
-    total = np.zeros(len(ACTIONS))
-    count = 0
-    for scenario in scenarios:
-        times = decisions.action_times(scenario)
-        t_def = decisions.nccl_default(scenario).time_us
-        with np.errstate(divide="ignore"):
-            gain = np.where(np.isfinite(times), np.log(t_def / times), 0.0)
-        total += gain
-        count += 1
-    if count == 0:
+    counts = Counter(scenarios)
+    if not counts:
         raise ValueError("static_best needs at least one training scenario")
-    if deployable:
-        total = np.where(EXPORTABLE_MASK, total, -np.inf)
-    return int(np.argmax(total))
+    total = np.zeros(len(NCCL_PAIRS))
+    for scenario, n in counts.items():
+        t_def = decisions.nccl_default(scenario).time_us
+        for i, pair in enumerate(NCCL_PAIRS):
+            pinned = pair_constraints(scenario, pair)
+            if pinned.given():
+                total[i] += n * math.log(t_def / decisions.nccl_default(scenario, pinned).time_us)
+    best = int(np.argmax(total))
+    return NCCL_PAIRS[best] if total[best] > 0 else None
 
 
 def training_scenarios(suite: str = "train", topology: Topology | None = None) -> list[Scenario]:
@@ -120,29 +144,33 @@ def training_scenarios(suite: str = "train", topology: Topology | None = None) -
 
 
 class StaticBestPolicy:
-    """One fixed configuration everywhere it is valid; NCCL's own choice elsewhere."""
+    """``NCCL_ALGO``/``NCCL_PROTO`` set once to one pair; NCCL's own choice where it cannot run."""
 
     name = "static_best"
 
-    def __init__(self, action: int, deployable: bool = False) -> None:
-        self.action = int(action)
+    def __init__(self, pair: tuple[Algorithm, Protocol] | None, deployable: bool = True) -> None:
+        self.pair = None if pair is None else (Algorithm(pair[0]), Protocol(pair[1]))
         self.deployable = deployable
 
     @classmethod
-    def fit(cls, scenarios: Iterable[Scenario], *, deployable: bool = False) -> StaticBestPolicy:
-        return cls(static_best_action(scenarios, deployable=deployable), deployable)
+    def fit(cls, scenarios: Iterable[Scenario], *, deployable: bool = True) -> StaticBestPolicy:
+        return cls(static_best_pair(scenarios), deployable)
+
+    @property
+    def description(self) -> str:
+        if self.pair is None:
+            return "no NCCL_ALGO/NCCL_PROTO setting beat NCCL's own choice on the fit calls: none set"
+        algo, proto = self.pair
+        return f"NCCL_ALGO={algo.name.lower()} NCCL_PROTO={proto.name.lower()}"
+
+    def force(self, scenario: Scenario) -> KnobConstraints:
+        return KnobConstraints() if self.pair is None else pair_constraints(scenario, self.pair)
 
     def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
             action_mask: np.ndarray | None = None) -> int:
         scenario = require_scenario(self.name, scenario)
         mask = allowed_actions(scenario, action_mask, self.deployable)
-        return self.action if mask[self.action] else nccl_action(scenario, mask)
-
-    def choose(self, scenario: Scenario, *, deployable: bool = False) -> Choice:
-        if scenario_mask(scenario, deployable=deployable)[self.action]:
-            return Choice(ACTIONS[self.action], float(decisions.action_times(scenario)[self.action]))
-        d = decisions.nccl_default(scenario)
-        return Choice(d.config, d.time_us)
+        return forced_action(scenario, self.force(scenario), mask)
 
 
 class RandomPolicy:

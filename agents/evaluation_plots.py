@@ -56,6 +56,8 @@ def plot_choice_maps(reports: Sequence[PolicyReport], path: str | Path) -> Path:
         ax.set_yticks(range(len(ranks)), [str(r) for r in ranks], fontsize=7)
         ax.set_xticks(range(len(bins)), [format_size(2**b) for b in bins], rotation=60, fontsize=6)
         ax.set_ylabel("ranks", fontsize=8)
+    fig.suptitle(f"choices per size and ranks; {reports[0].action_set}; reality: {reports[0].backend}",
+                 fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(colour[label])) for label in labels]
     fig.legend(handles, labels, loc="upper right", fontsize=7, ncol=1)
     fig.tight_layout(rect=(0, 0, 0.82, 1))
@@ -85,6 +87,8 @@ def plot_speedup_vs_size(reports: Sequence[PolicyReport], path: str | Path) -> P
     ax.set_xlabel("message size")
     ax.set_ylabel("speedup over NCCL default (geomean)")
     ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(f"speedup over NCCL per size; {reports[0].action_set}; reality: "
+                 f"{reports[0].backend}", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

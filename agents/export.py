@@ -7,6 +7,11 @@ a fine log grid and wherever two neighbouring samples disagree the exact byte wh
 changes is found by bisection, so a range boundary sits where the policy changes its mind, not on a
 fixed coarse grid. Whatever the policy cannot say (a non-exportable or masked action, sizes beyond
 the grid, other node counts) is written as an explicit "defer to NCCL" rule.
+
+Every answer passes the safety gate (:mod:`dynamiccl.agents.gate`): where the predicted gain over
+NCCL's own choice does not clear the margin and the model's uncertainty, the rule defers. Each cell
+keeps the gate's verdict, so ``show`` can say per rule what NCCL would pick, what was proposed, the
+predicted gain, its uncertainty and the evidence (:func:`rule_evidence`).
 """
 
 from __future__ import annotations
@@ -17,18 +22,24 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 
 from dynamiccl import policy_file as pf
+from dynamiccl.agents.gate import Gate, Verdict
 from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
 from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
 
 MIN_BYTES = 8
+#: The gate every export passes through unless the caller asks for none.
+DEFAULT_GATE = Gate()
 MAX_BYTES = 16 << 30
 DEFAULT_POINTS_PER_OCTAVE = 8
+#: More samples than this only cost time: boundaries are found to the byte by bisection.
+MAX_POINTS_PER_OCTAVE = 64
 
 Observe = Callable[[Scenario], np.ndarray]
 
@@ -43,6 +54,8 @@ class Cell:
     ranks: int
     context: tuple[str, str]
     decision: pf.Decision | None
+    #: The gate's verdict on what the policy proposed (None: it proposed nothing exportable).
+    verdict: Verdict | None = None
 
 
 @dataclass(frozen=True)
@@ -51,14 +64,26 @@ class ExportResult:
     #: Every call the policy was asked about; the plugin must answer each one the same way.
     cells: tuple[Cell, ...]
 
+    def predicted_slower(self) -> list[Cell]:
+        """Calls where the file overrides NCCL with a choice the model predicts slower."""
+        return [c for c in self.cells
+                if c.decision is not None and c.verdict is not None and c.verdict.gain < 0]
+
+    @property
+    def gated(self) -> int:
+        """Calls where the policy proposed an override the gate turned into a defer."""
+        return sum(1 for c in self.cells if c.decision is None and c.verdict is not None
+                   and not c.verdict.override and c.verdict.proposed != c.verdict.nccl)
+
 
 def size_grid(min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES,
               points_per_octave: int = DEFAULT_POINTS_PER_OCTAVE) -> list[int]:
     """Log-spaced integer sizes including both ends and every power of two between them."""
     if not 1 <= min_bytes <= max_bytes:
         raise ValueError(f"size range {min_bytes}..{max_bytes} is empty")
-    if points_per_octave < 1:
-        raise ValueError("points_per_octave must be at least 1")
+    if not 1 <= points_per_octave <= MAX_POINTS_PER_OCTAVE:
+        raise ValueError(f"points per octave must be 1..{MAX_POINTS_PER_OCTAVE} (bisection finds "
+                         f"every boundary exactly anyway), got {points_per_octave}")
     octaves = np.log2(max_bytes / min_bytes)
     n = int(np.ceil(octaves * points_per_octave)) + 1
     sizes = np.rint(min_bytes * np.exp2(np.linspace(0.0, octaves, n))).astype(np.int64)
@@ -85,25 +110,38 @@ def context_scenario(topology: Topology, collective: Collective, nbytes: int,
 
 
 class _Evaluator:
-    """Asks the policy once per distinct call and remembers the answer."""
+    """Asks the policy once per distinct call, gates its answer and remembers both.
 
-    def __init__(self, policy: object, observe: Observe) -> None:
+    ``gate=None`` writes every exportable answer (ungated); the verdict is still recorded so that
+    an answer predicted slower than NCCL can be refused. A policy with ``decide_rule(scenario) ->
+    (decision, verdict)`` answers with its own evidence (tune's measurements) and gates itself.
+    """
+
+    def __init__(self, policy: object, observe: Observe, gate: Gate | None) -> None:
         self.policy = policy
         self.observe = observe
+        self.gate = gate
+        self.judge = gate or Gate(margin=0.0)
         self.answers: dict[tuple, pf.Decision | None] = {}
+        self.verdicts: dict[tuple, Verdict | None] = {}
 
     def __call__(self, topology: Topology, collective: Collective, nbytes: int,
                  context: tuple[str, str]) -> pf.Decision | None:
         key = (topology, collective, nbytes, context)
         if key not in self.answers:
-            self.answers[key] = self._ask(topology, collective, nbytes, context)
+            self.answers[key] = self._ask(key, topology, collective, nbytes, context)
         return self.answers[key]
 
-    def _ask(self, topology: Topology, collective: Collective, nbytes: int,
+    def _ask(self, key: tuple, topology: Topology, collective: Collective, nbytes: int,
              context: tuple[str, str]) -> pf.Decision | None:
         scenario = context_scenario(topology, collective, nbytes, context)
+        decide_rule = getattr(self.policy, "decide_rule", None)
+        if decide_rule is not None:  # a policy that gates itself on its own evidence (tune)
+            decision, self.verdicts[key] = decide_rule(scenario)
+            return decision
         mask = valid_mask(topology, collective, deployable=True)
         action = self.policy.act(self.observe(scenario), scenario=scenario, action_mask=mask)
+        self.verdicts[key] = None
         try:
             action = int(action)
         except (TypeError, ValueError):
@@ -111,6 +149,10 @@ class _Evaluator:
         if not 0 <= action < N_ACTIONS or not mask[action] or not ACTIONS[action].exportable:
             return None
         config = ACTIONS[action]
+        verdict = self.judge.judge(scenario, config)
+        self.verdicts[key] = verdict
+        if self.gate is not None and not verdict.override:
+            return None
         return pf.Decision(config.algorithm, config.protocol, config.channels)
 
 
@@ -173,6 +215,7 @@ def export_policy(
     nccl_range: str = pf.DEFAULT_NCCL_RANGE,
     config_hash: str | None = None,
     policy_digest: str | None = None,
+    gate: Gate | None = DEFAULT_GATE,
 ) -> ExportResult:
     """Evaluates ``policy`` (a :class:`dynamiccl.agents.policy.Policy`) over the grid.
 
@@ -180,6 +223,9 @@ def export_policy(
     and every other one defers. ``observe`` builds the observation (default: the environment's
     encoder). The config hash is ``config_hash``, else the policy's own ``config_hash`` attribute,
     else a digest of the export settings and ``policy_digest`` (e.g. the checkpoint's sha256).
+    ``gate`` (default: a :class:`~dynamiccl.agents.gate.Gate` with its default margin) turns
+    answers without enough predicted gain into defers; pass ``gate=None`` only to see the policy
+    ungated.
     """
     observe = observe or _default_observe()
     nodes_list = sorted(set(node_counts or [topology.nodes]))
@@ -194,7 +240,7 @@ def export_policy(
                              f"{list(pf.STRAGGLER_BUCKETS)} and {list(pf.C2C_BUCKETS)}")
     systems = [topology.resized(nodes=n, gpus_per_node=g) for n in nodes_list for g in ppn_list]
     grid = size_grid(points_per_octave=points_per_octave)
-    evaluate = _Evaluator(policy, observe)
+    evaluate = _Evaluator(policy, observe, gate)
     cells: list[Cell] = []
     slices = []
     for context in ctx_list:
@@ -204,7 +250,8 @@ def export_policy(
                 key = dict(nodes=system.nodes, ranks=system.nranks)
                 points = _piecewise(lambda n, s=system, c=coll, x=context: evaluate(s, c, n, x),
                                     grid)
-                cells += [Cell(coll, n, system.nodes, system.nranks, context, d) for n, d in points]
+                cells += [Cell(coll, n, system.nodes, system.nranks, context, d,
+                               evaluate.verdicts.get((system, coll, n, context))) for n, d in points]
                 rules += [pf.Rule(coll, lo, hi, **key, decision=d) for lo, hi, d in _ranges(points)]
             rules.append(pf.Rule(coll, 0, pf.MAX_BYTES))  # any other nodes/ranks: NCCL decides
         slices.append(pf.Slice(*context, rules=tuple(rules)))
@@ -212,7 +259,8 @@ def export_policy(
     settings = {"policy": name, "fingerprint": topology.fingerprint(), "nodes": nodes_list,
                 "gpus_per_node": ppn_list, "collectives": [int(c) for c in colls],
                 "contexts": ctx_list, "points_per_octave": points_per_octave,
-                "format": pf.FORMAT_VERSION, "policy_digest": policy_digest}
+                "format": pf.FORMAT_VERSION, "policy_digest": policy_digest,
+                "gate": None if gate is None else [gate.margin, gate.evidence]}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     header = pf.Header(
         policy=name,
@@ -224,3 +272,68 @@ def export_policy(
                                         or digest),
     )
     return ExportResult(pf.PolicyFile(header, tuple(slices)), tuple(cells))
+
+
+def rule_evidence(result: ExportResult) -> list[dict[str, object]]:
+    """Per rule of the default slice that names a system: NCCL's pick, the file's choice, the
+    predicted gain (an override's smallest over the calls in its range, a defer's largest rejected
+    one), the largest uncertainty there, and the evidence.
+
+    ``max_bytes`` is exclusive, as in ``show --json``. Rules that cover "any other system" carry no
+    evidence (nothing was predicted for them: they defer).
+    """
+    by_group: dict[tuple, list[Cell]] = {}
+    for c in result.cells:
+        if c.context == pf.DEFAULT_CONTEXT:
+            by_group.setdefault((c.collective, c.nodes, c.ranks), []).append(c)
+    rows: list[dict[str, object]] = []
+    for rule in result.policy_file.slice(*pf.DEFAULT_CONTEXT).rules:
+        cells = [c for c in by_group.get((rule.collective, rule.nodes, rule.ranks), [])
+                 if rule.min_bytes <= c.nbytes <= rule.max_bytes and c.verdict is not None]
+        if not cells:
+            continue
+        # an override answers for its least convincing call, a defer for its most tempting one
+        pick = min if rule.decision is not None else max
+        worst = pick(cells, key=lambda c: c.verdict.gain)
+        rows.append({
+            "collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
+            "min_bytes": rule.min_bytes, "max_bytes": rule.max_bytes + 1,
+            "nccl": worst.verdict.nccl.label(),
+            "ours": "defer" if rule.decision is None else rule.decision.label(),
+            "proposed": worst.verdict.proposed.label(),
+            "gain": round(worst.verdict.gain, 6),
+            "uncertainty": round(max(c.verdict.sigma for c in cells), 6),
+            "evidence": worst.verdict.evidence,
+        })
+    return rows
+
+
+def evidence_path(policy_path: str | Path) -> Path:
+    """Where a policy file's evidence lives: beside it, ``<file>.evidence.json``."""
+    policy_path = Path(policy_path)
+    return policy_path.with_name(policy_path.name + ".evidence.json")
+
+
+def _file_checksum(policy_path: Path) -> str:
+    return policy_path.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode("ascii", "replace")
+
+
+def save_evidence(policy_path: str | Path, rows: list[dict[str, object]]) -> Path:
+    """Writes the evidence of the policy file just written (tied to it by its checksum line)."""
+    from dynamiccl.files import write_text_atomic
+
+    policy_path = Path(policy_path)
+    doc = {"policy_checksum": _file_checksum(policy_path), "rules": rows}
+    return write_text_atomic(evidence_path(policy_path), json.dumps(doc, indent=1))
+
+
+def load_evidence(policy_path: str | Path) -> list[dict[str, object]] | None:
+    """The evidence saved with this exact file; None when absent, unreadable or for another file."""
+    policy_path = Path(policy_path)
+    try:
+        doc = json.loads(evidence_path(policy_path).read_text())
+        if doc.get("policy_checksum") != _file_checksum(policy_path):
+            return None
+        return list(doc["rules"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

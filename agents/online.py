@@ -10,7 +10,9 @@ what a tuner plugin can key on at call time.
   others, move to the best point found, and repeat until a full round brings no improvement or the
   call budget is spent.
 * :class:`UcbBandit` treats every valid action as an arm and plays UCB1 on the negative log time
-  per context: it needs no structure but pays for trying arms.
+  per context: it needs no structure but pays for trying arms. With ``safety_margin`` (a bandit
+  tuner plugin's "zero regressions" gate uses 5 %) it settles on its best arm only when that arm's
+  mean time beats NCCL's own pick by the margin, and keeps NCCL's pick otherwise.
 """
 
 from __future__ import annotations
@@ -154,6 +156,8 @@ class _ArmStats:
     counts: np.ndarray
     sums: np.ndarray
     order: np.ndarray
+    #: NCCL's own pick (the arm the safety gate falls back to).
+    nccl: int
 
     @property
     def total(self) -> int:
@@ -171,10 +175,11 @@ class UcbBandit:
     name = "bandit"
 
     def __init__(self, budget: int = 64, exploration: float = 1.0, seed: int = 0,
-                 deployable: bool = False) -> None:
+                 deployable: bool = False, safety_margin: float | None = None) -> None:
         if budget < 1:
             raise ValueError(f"budget must be at least 1 call, got {budget}")
         self.budget = budget
+        self.safety_margin = safety_margin
         self.exploration = exploration
         self.deployable = deployable
         self.seed = seed
@@ -191,7 +196,8 @@ class UcbBandit:
             n = len(mask)
             order = self._rng.permutation(n).astype(float)
             order[nccl_action(scenario, mask)] = -1.0
-            self._stats[key] = _ArmStats(np.zeros(n), np.zeros(n), order)
+            self._stats[key] = _ArmStats(np.zeros(n), np.zeros(n), order,
+                                         nccl_action(scenario, mask))
         return self._stats[key]
 
     def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
@@ -202,7 +208,7 @@ class UcbBandit:
         tried = mask & (arms.counts > 0)
         means = np.where(tried, arms.sums / np.maximum(arms.counts, 1), -np.inf)
         if arms.total >= self.budget and tried.any():
-            return int(np.argmax(means))
+            return self._settle(arms, means)
         untried = mask & (arms.counts == 0)
         if untried.any():
             return int(np.argmin(np.where(untried, arms.order, np.inf)))
@@ -211,6 +217,14 @@ class UcbBandit:
         scores = np.full(len(mask), -np.inf)
         scores[tried] = means[tried] + bonus
         return int(np.argmax(scores))
+
+    def _settle(self, arms: _ArmStats, means: np.ndarray) -> int:
+        """The arm to keep once the budget is spent: the best mean, gated against NCCL's."""
+        best = int(np.argmax(means))
+        if self.safety_margin is None or arms.counts[arms.nccl] == 0:
+            return best
+        gain = means[best] - means[arms.nccl]  # log-time advantage over NCCL's pick
+        return best if gain > math.log1p(self.safety_margin) else arms.nccl
 
     def update(self, scenario: Scenario, action: int, time_us: float) -> None:
         arms = self._arms(scenario, scenario_mask(scenario, deployable=self.deployable))

@@ -10,18 +10,20 @@ Two optional extensions exist:
 
 * :class:`OnlinePolicy` – tuners that learn while they run (AutoCCL-style search, bandits) get each
   measured time back through ``update``; they never see the simulator's internals.
-* :class:`DirectChooser` – a policy whose pick may lie outside the action table (NCCL's own channel
-  heuristic picks 24 or 13 channels) hands the evaluator the configuration and its measured time,
-  so NCCL's default is judged as NCCL runs it and not as its nearest table entry.
+* :class:`ForcingPolicy` – a policy that acts the way a deployed tuner does: it names the knobs it
+  pins in NCCL (nothing pinned = NCCL decides; an algorithm and protocol with NCCL's own channel
+  count; ...). NCCL's default, a fixed ``NCCL_ALGO``/``NCCL_PROTO`` and an exported policy file are
+  such policies; the evaluator runs them with ``env.step_forced``, so NCCL's default is judged as
+  NCCL runs it (24 or 13 channels) and not as its nearest table entry.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
+from dynamiccl.decisions import KnobConstraints
 from dynamiccl.knobs import ACTIONS, Config, valid_mask
 
 if TYPE_CHECKING:
@@ -52,19 +54,13 @@ class OnlinePolicy(Policy, Protocol):
     def reset(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class Choice:
-    """A configuration and the time it took: what the evaluator scores."""
-
-    config: Config
-    time_us: float
-
-
 @runtime_checkable
-class DirectChooser(Protocol):
-    """A policy that can name (and time) its configuration without going through an action id."""
+class ForcingPolicy(Protocol):
+    """A policy that tells NCCL what to pin instead of picking an action id."""
 
-    def choose(self, scenario: Scenario, *, deployable: bool = False) -> Choice: ...
+    def force(self, scenario: Scenario) -> KnobConstraints:
+        """The knobs pinned for this call; ``KnobConstraints()`` leaves the call to NCCL."""
+        ...
 
 
 def scenario_mask(scenario: Scenario, *, deployable: bool = False) -> np.ndarray:
@@ -114,3 +110,15 @@ def nearest_valid_action(config: Config, mask: np.ndarray) -> int:
             + 0.1 * abs(np.log2(c.channels) - np.log2(max(config.channels, 1)))
         )
     return masked_argmax(-cost, mask)
+
+
+def forced_action(scenario: Scenario, constraints: KnobConstraints, mask: np.ndarray) -> int:
+    """The action id closest to what NCCL runs with ``constraints`` pinned (for callers that need an
+    id, such as export; the evaluator runs the pinned knobs themselves)."""
+    from dynamiccl import decisions
+
+    try:
+        config = decisions.nccl_default(scenario, constraints).config
+    except ValueError:
+        config = decisions.nccl_default(scenario).config
+    return nearest_valid_action(config, mask)

@@ -24,7 +24,7 @@ DEFAULT_BUDGET = 64
 
 
 def _static_best(topology: Topology | None, deployable: bool, seed: int) -> Policy:
-    return StaticBestPolicy.fit(training_scenarios(topology=topology), deployable=deployable)
+    return StaticBestPolicy.fit(training_scenarios(topology=topology))
 
 
 BUILTIN: dict[str, Callable[[Topology | None, bool, int], Policy]] = {
@@ -33,7 +33,8 @@ BUILTIN: dict[str, Callable[[Topology | None, bool, int], Policy]] = {
     "static_best": _static_best,
     "random": lambda topo, dep, seed: RandomPolicy(seed=seed, deployable=dep),
     "coordinate_descent": lambda topo, dep, seed: CoordinateDescentTuner(DEFAULT_BUDGET, dep),
-    "bandit": lambda topo, dep, seed: UcbBandit(DEFAULT_BUDGET, seed=seed, deployable=dep),
+    "bandit": lambda topo, dep, seed: UcbBandit(DEFAULT_BUDGET, seed=seed, deployable=dep,
+                                                safety_margin=0.05),
 }
 
 
@@ -48,11 +49,23 @@ def load_policy(name_or_path: str, *, topology: Topology | None = None, deployab
     if key in BUILTIN:
         return BUILTIN[key](topology, deployable, seed)
     path = Path(name_or_path)
+    from dynamiccl.agents.deployed import is_policy_file, load_deployed
+
+    if is_policy_file(path):
+        return load_deployed(path)
     if path.exists() or path.with_suffix(".zip").exists():
+        import zipfile
+
         from dynamiccl.agents.sb3_agents import SB3Policy
 
-        return SB3Policy.load(path, deployable=deployable)
+        try:
+            return SB3Policy.load(path, deployable=deployable)
+        except (zipfile.BadZipFile, KeyError):
+            raise ValueError(f"{path} is neither a checkpoint written by `dynamiccl train` (a "
+                             "model .zip) nor a policy file (.dccl, or NVIDIA example-tuner CSV)"
+                             ) from None
     raise ValueError(
-        f"unknown policy {name_or_path!r}: give one of {', '.join(BUILTIN)} or the path of a "
-        "checkpoint written by `dynamiccl train` (a .zip or its run folder)"
+        f"unknown policy {name_or_path!r}: give one of {', '.join(BUILTIN)}, the path of a "
+        "checkpoint written by `dynamiccl train` (a .zip or its run folder), or an exported "
+        "policy file (.dccl or NVIDIA example-tuner CSV)"
     )

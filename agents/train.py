@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dynamiccl.agents.callbacks import CheckpointEvery, EvaluateEvery
 from dynamiccl.agents.config_schema import validate
+from dynamiccl.agents.deploy import export_and_score
 from dynamiccl.agents.envs_factory import deployable, make_training_env
 from dynamiccl.agents.sb3_agents import SB3Policy, build_model, load_checkpoint, save_checkpoint
 
@@ -156,6 +157,7 @@ def train(cfg: DictConfig, run_dir: str | Path, *, report: Reporter | None = Non
     env.close()
     metrics, reports = evaluate_run(cfg, trained_policy(model, cfg), run_dir, run_logger,
                                     int(model.num_timesteps))
+    reports += export_and_score(cfg, trained_policy(model, cfg), run_dir)
     metrics.update(step=int(model.num_timesteps), train_seconds=seconds)
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if report is not None:

@@ -10,8 +10,18 @@ defer rules are simply left out (those sizes then get NCCL's algorithm, on one c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from dynamiccl import policy_file as pf
-from dynamiccl.nccl import ALGORITHM_TOKENS, COLLECTIVE_TOKENS, PROTOCOL_TOKENS
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import (
+    ALGORITHM_TOKENS,
+    COLLECTIVE_TOKENS,
+    PROTOCOL_TOKENS,
+    Algorithm,
+    Collective,
+    Protocol,
+)
 
 
 def _any(value: int | None) -> str:
@@ -58,3 +68,52 @@ def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.
             _any(rule.nodes), _any(rule.ranks), _any(rule.pipe_ops), _any(rule.reg_buff),
         ]))
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class CsvRule:
+    """One line of NVIDIA's example-tuner CSV; None = -1 (any, or NCCL's channel count)."""
+
+    collective: Collective
+    min_bytes: int
+    max_bytes: int
+    algorithm: Algorithm
+    protocol: Protocol
+    channels: int | None
+    nodes: int | None
+    ranks: int | None
+    pipe_ops: int | None
+    reg_buff: int | None
+
+    def matches(self, collective: Collective, nbytes: int, nnodes: int, nranks: int) -> bool:
+        return (self.collective == collective and self.min_bytes <= nbytes <= self.max_bytes
+                and self.nodes in (None, nnodes) and self.ranks in (None, nranks))
+
+
+def read_nccl_example_csv(text: str, source: str = "<csv>") -> list[CsvRule]:
+    """Parses the example tuner's CSV in file order (its first matching rule wins).
+
+    Each bad line raises one :class:`~dynamiccl.policy_file.PolicyFileError` naming the line.
+    """
+    rules: list[CsvRule] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) not in (8, 10):
+            raise pf.PolicyFileError(f"{source}: line {lineno}: expected 8 or 10 comma-separated "
+                                     "fields (collective,min_bytes,max_bytes,algorithm,protocol,"
+                                     "channels,nNodes,nRanks[,numPipeOps,regBuff])")
+        try:
+            coll = Collective(parse_enum(Collective, fields[0]))
+            lo, hi = int(fields[1]), int(fields[2])
+            algo = Algorithm(parse_enum(Algorithm, fields[3]))
+            proto = Protocol(parse_enum(Protocol, fields[4]))
+            dims = [None if int(v) < 0 else int(v) for v in fields[5:]] + [None] * (10 - len(fields))
+        except ValueError as exc:
+            raise pf.PolicyFileError(f"{source}: line {lineno}: {exc}") from None
+        if not 0 <= lo <= hi:
+            raise pf.PolicyFileError(f"{source}: line {lineno}: min_bytes must be 0..max_bytes")
+        rules.append(CsvRule(coll, lo, hi, algo, proto, *dims))
+    return rules

@@ -12,7 +12,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from dynamiccl.envs.backends import Backend, make_backend
+from dynamiccl.decisions import KnobConstraints
+from dynamiccl.envs.backends import Backend, ForcingBackend, Measurement, make_backend
 from dynamiccl.envs.observation import OBS_HIGH, OBS_LOW, complete, static_features
 from dynamiccl.envs.workloads import Episode, ScenarioDistribution, load_scenario_distribution
 from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
@@ -140,9 +141,13 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
     ## Arguments
 
     * ``scenario``: a distribution name in ``configs/scenario/`` (``train``, ``heldout``,
-      ``smoke``), a YAML path, a mapping (e.g. Hydra's composed group) or a ScenarioDistribution.
-    * ``backend``: ``"sim"`` (default), ``"live"``, or a :class:`~dynamiccl.envs.backends.Backend`.
-    * ``deployable``: mask to what the tuner plugin can export.
+      ``smoke``), a YAML path, a mapping (e.g. Hydra's composed group) or a ScenarioDistribution;
+      None when every episode is given to ``reset`` (how suites are evaluated).
+    * ``backend``: ``"sim"`` (default), ``"perturbed"`` (the simulator with a hidden seeded
+      miscalibration: a reality that is not the model), ``"replay"`` (real measurements only),
+      ``"live"``, or a :class:`~dynamiccl.envs.backends.Backend`.
+    * ``deployable``: mask to what the tuner plugin can make NCCL run (the project's default in
+      ``configs/env/default.yaml``; ``false`` adds the simulator-only ring-over-ring and StragglAR).
     * ``episode_length``: calls per episode (default: the distribution's, else one iteration).
     * ``render_mode``: None or ``"ansi"`` (a line per call).
     * other keyword arguments go to the backend's constructor.
@@ -160,7 +165,7 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
 
     def __init__(
         self,
-        scenario: str | Path | Mapping[str, Any] | ScenarioDistribution = "train",
+        scenario: str | Path | Mapping[str, Any] | ScenarioDistribution | None = "train",
         backend: str | Backend = "sim",
         deployable: bool = False,
         episode_length: int | None = None,
@@ -171,7 +176,7 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if episode_length is not None and episode_length < 1:
             raise ValueError(f"episode_length must be a positive number of calls, got {episode_length}")
-        self.distribution = load_scenario_distribution(scenario)
+        self.distribution = None if scenario is None else load_scenario_distribution(scenario)
         self.backend = make_backend(backend, **backend_kwargs)
         self.deployable = bool(deployable)
         self.episode_length = episode_length
@@ -205,6 +210,9 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         super().reset(seed=seed)
         given = (options or {}).get("episode")
         if given is None:
+            if self.distribution is None:
+                raise ValueError("this environment has no scenario distribution (scenario=None): "
+                                 "pass reset(options={'episode': ...})")
             self._episode = self.distribution.sample(self.np_random, self.episode_length)
         elif isinstance(given, Episode) and given.scenarios:
             self._episode = given
@@ -231,15 +239,48 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         scenario = self._episode.scenarios[self._call]
         facts = self._episode_facts[self._call]
         valid = bool(facts.mask[a])
-        m = self.backend.measure(scenario, a)
         # Outside the mask NCCL runs its own choice (the deployable mask also forbids actions the
         # simulator could time, which a tuner plugin cannot make NCCL run).
+        if valid:
+            m = self.backend.measure(scenario, a)
+        else:
+            m = self._forcing().measure_forced(scenario, KnobConstraints())
         time_us = m.time_us if valid else m.default_time_us
         reward = math.log(m.default_time_us / time_us) if valid else INVALID_ACTION_REWARD
+        return self._advance(scenario, facts, m, time_us, reward,
+                             {"action": a, "valid": valid, "config": ACTIONS[a] if valid else None})
+
+    def step_forced(self, constraints: KnobConstraints
+                    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """One call run the way a deployed tuner runs it: NCCL with ``constraints`` pinned.
+
+        This is how an exported policy file, NCCL's default (no constraint) or a fixed
+        ``NCCL_ALGO``/``NCCL_PROTO`` are scored through the same episode as any agent: the pinned
+        knobs may lie outside the action table (NCCL's own channel count). ``info["action"]`` is
+        -1 and ``info["constraints"]`` holds what was pinned.
+        """
+        if not self._episode.scenarios or self._call >= len(self._episode.scenarios):
+            raise RuntimeError("the episode has ended (or never started): call reset()")
+        scenario = self._episode.scenarios[self._call]
+        m = self._forcing().measure_forced(scenario, constraints)
+        return self._advance(scenario, self._episode_facts[self._call], m, m.time_us,
+                             math.log(m.default_time_us / m.time_us),
+                             {"action": -1, "valid": True, "config": None,
+                              "constraints": constraints})
+
+    def _forcing(self) -> ForcingBackend:
+        if not isinstance(self.backend, ForcingBackend):
+            raise ValueError(f"the {self.backend.name} backend cannot run NCCL with pinned knobs "
+                             "(it has no measure_forced); use sim, perturbed or replay")
+        return self.backend
+
+    def _advance(self, scenario: Scenario, facts: _CallFacts, m: Measurement, time_us: float,
+                 reward: float, chosen: dict[str, Any]
+                 ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """The episode semantics every step shares: the info, the next call, the observation."""
         info = {
             "scenario": scenario, "episode_name": self._episode.name,
-            "workload": self._episode.workload,
-            "call": self._call, "action": a, "valid": valid, "config": ACTIONS[a] if valid else None,
+            "workload": self._episode.workload, "call": self._call, **chosen,
             "time_us": time_us, "default_time_us": m.default_time_us,
             "speedup": m.default_time_us / time_us, "oracle_action": facts.oracle_action,
             "oracle_time_us": facts.oracle_time_us,
@@ -261,7 +302,14 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
         i = self._last_info
         if "action" not in i:
             return f"[{self._episode.name}] call {self._call}: {where}, nothing chosen yet"
-        chosen = i["config"].label() if i["valid"] else f"invalid action {i['action']} (NCCL's ran)"
+        if "constraints" in i:
+            pinned = i["constraints"].given()
+            chosen = "NCCL pinned to " + ", ".join(f"{k}={getattr(v, 'name', v)}".lower()
+                                                  for k, v in pinned.items()) if pinned else "NCCL"
+        elif i["valid"]:
+            chosen = i["config"].label()
+        else:
+            chosen = f"invalid action {i['action']} (NCCL's ran)"
         return (f"[{self._episode.name}] call {i['call']}: {where}: {chosen} "
                 f"{format_time_us(i['time_us'])} vs NCCL {format_time_us(i['default_time_us'])} "
                 f"({i['speedup']:.2f}x)")
@@ -289,6 +337,9 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
             if len(self._facts) >= _CACHE_LIMIT:
                 self._facts.clear()
             mask = valid_mask(scenario.topology, scenario.collective, deployable=self.deployable)
+            available = getattr(self.backend, "available", None)
+            if available is not None:  # a replay of measurements answers only what was measured
+                mask = mask & available(scenario)
             mask.setflags(write=False)
             times = self.backend.action_times(scenario)
             oracle, oracle_us = -1, math.nan

@@ -40,6 +40,8 @@ __all__ = ["Episode", "ScenarioDistribution", "StragglerSpec", "SuiteEntry", "Sy
            "load_workload"]
 
 DELAY_STEPS_PER_DECADE = 2
+#: A suite repeated more often than this is a typo, not an evaluation (it would run for days).
+MAX_SUITE_REPEATS = 100
 _TOP_KEYS = {"name", "description", "systems", "workloads", "c2c", "straggler", "episode_length",
              "suite"}
 
@@ -291,6 +293,9 @@ def distribution_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> S
         suite_repeats=integer(suite, "repeats", source, 1, where="suite."),
         description=str(data.get("description", "")).strip(),
     )
+    if dist.suite_repeats > MAX_SUITE_REPEATS:
+        raise ConfigError(f"{source}: 'suite.repeats' is {dist.suite_repeats}; at most "
+                          f"{MAX_SUITE_REPEATS} (every repeat evaluates every episode again)")
     try:
         for w in sorted(workload_names):
             load_workload(w)

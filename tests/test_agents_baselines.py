@@ -7,15 +7,17 @@ import pytest
 
 from dynamiccl import decisions
 from dynamiccl.agents.baselines import (
+    NCCL_PAIRS,
     NcclDefaultPolicy,
     OraclePolicy,
     RandomPolicy,
     StaticBestPolicy,
-    static_best_action,
+    pair_constraints,
+    static_best_pair,
     training_scenarios,
 )
 from dynamiccl.agents.policy import (
-    DirectChooser,
+    ForcingPolicy,
     Policy,
     masked_argmax,
     nearest_valid_action,
@@ -24,7 +26,7 @@ from dynamiccl.agents.policy import (
 from dynamiccl.agents.registry import BUILTIN, load_policy
 from dynamiccl.envs.observation import encode
 from dynamiccl.envs.workloads import load_suite
-from dynamiccl.knobs import ACTIONS, EXPORTABLE_MASK, Config
+from dynamiccl.knobs import ACTIONS, EXPORTABLE_MASK, Config, nccl_config
 from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
@@ -37,7 +39,7 @@ def smoke_calls() -> list[Scenario]:
 
 def test_every_builtin_name_loads_and_speaks_the_policy_protocol():
     for name in BUILTIN:
-        policy = load_policy(name) if name != "static_best" else StaticBestPolicy(0)
+        policy = load_policy(name) if name != "static_best" else StaticBestPolicy(None)
         assert isinstance(policy, Policy)
         assert policy.name == name
 
@@ -64,13 +66,12 @@ def test_oracle_is_the_fastest_allowed_action_and_nothing_beats_it(smoke_calls, 
         assert all(times[o] >= times[a] for o in others)
 
 
-def test_nccl_default_is_scored_as_nccl_runs_it_and_acts_with_its_nearest_table_entry(smoke_calls):
+def test_nccl_default_pins_nothing_and_acts_with_its_nearest_table_entry(smoke_calls):
     policy = NcclDefaultPolicy()
-    assert isinstance(policy, DirectChooser)
+    assert isinstance(policy, ForcingPolicy)
     for s in smoke_calls:
         d = decisions.nccl_default(s)
-        choice = policy.choose(s)
-        assert choice.config == d.config and choice.time_us == d.time_us
+        assert not policy.force(s).given()
         a = policy.act(encode(s), scenario=s, action_mask=scenario_mask(s))
         assert scenario_mask(s)[a]
         assert ACTIONS[a].algorithm == d.config.algorithm
@@ -104,33 +105,40 @@ def test_random_policy_is_seeded_masked_and_needs_a_mask_or_scenario(smoke_calls
         RandomPolicy().act(np.zeros(3))
 
 
-def test_static_best_maximises_mean_log_speedup_with_nccl_where_invalid(smoke_calls):
-    action = static_best_action(smoke_calls)
-    gains = np.zeros(len(ACTIONS))
-    for s in smoke_calls:
-        times = decisions.action_times(s)
+def _pair_gains(calls: list[Scenario]) -> np.ndarray:
+    gains = np.zeros(len(NCCL_PAIRS))
+    for s in calls:
         t_def = decisions.nccl_default(s).time_us
-        with np.errstate(divide="ignore"):
-            gains += np.where(np.isfinite(times), np.log(t_def / times), 0.0)
-    assert gains[action] == pytest.approx(gains.max())
-    policy = StaticBestPolicy(action)
+        for i, pair in enumerate(NCCL_PAIRS):
+            pinned = pair_constraints(s, pair)
+            if pinned.given():
+                gains[i] += np.log(t_def / decisions.nccl_default(s, pinned).time_us)
+    return gains
+
+
+def test_static_best_is_an_nccl_algo_proto_pair_or_nothing_and_falls_back_where_invalid(smoke_calls):
+    pair = static_best_pair(smoke_calls)
+    gains = _pair_gains(smoke_calls)
+    if pair is None:
+        assert gains.max() <= 0  # no setting beats leaving NCCL alone: an engineer sets none
+    else:
+        assert gains[NCCL_PAIRS.index(pair)] == pytest.approx(gains.max())
+    policy = StaticBestPolicy((Algorithm.TREE, Protocol.SIMPLE))
+    assert "NCCL_ALGO=tree NCCL_PROTO=simple" in policy.description
     for s in smoke_calls:
-        choice = policy.choose(s)
-        if scenario_mask(s)[action]:
-            assert choice.config == ACTIONS[action]
-        else:
-            assert choice.config == decisions.nccl_default(s).config
+        pinned = policy.force(s)
+        if s.collective == Collective.ALLREDUCE and s.topology.nranks > 1:
+            assert (pinned.algorithm, pinned.protocol) == (Algorithm.TREE, Protocol.SIMPLE)
+        elif s.collective != Collective.ALLREDUCE:
+            assert not pinned.given()  # tree has no allgather: NCCL's own choice stands
+        a = policy.act(encode(s), scenario=s)
+        assert scenario_mask(s, deployable=True)[a]
 
 
-def test_static_best_deployable_picks_an_exportable_action_and_falls_back_when_invalid():
-    calls = training_scenarios("smoke")
-    action = static_best_action(calls, deployable=True)
-    assert EXPORTABLE_MASK[action]
-    policy = StaticBestPolicy(action, deployable=True)
-    single = Scenario(load_topology("dgx_h100", nodes=1).resized(gpus_per_node=1),
-                      Collective.ALLREDUCE, 1 << 20)
-    a = policy.act(encode(single), scenario=single)
-    assert scenario_mask(single, deployable=True)[a]
+def test_static_best_never_names_a_simulator_only_algorithm():
+    assert all(nccl_config(a, p, 1).exportable for a, p in NCCL_PAIRS)
+    assert Algorithm.STRAGGLAR not in {a for a, _ in NCCL_PAIRS}
+    assert "none set" in StaticBestPolicy(None).description
 
 
 def test_static_best_for_a_topology_is_fitted_on_the_suite_moved_onto_that_system():
@@ -139,4 +147,4 @@ def test_static_best_for_a_topology_is_fitted_on_the_suite_moved_onto_that_syste
     assert moved and all(s.topology == pcie for s in moved)
     assert all(s.straggler_rank is None or s.straggler_rank < pcie.nranks for s in moved)
     policy = load_policy("static_best", topology=pcie)
-    assert policy.action == static_best_action(training_scenarios("train", topology=pcie))
+    assert policy.pair == static_best_pair(training_scenarios("train", topology=pcie))

@@ -56,12 +56,25 @@ def test_reference_policies_score_exactly_zero_and_one(reports, suite):
         assert min(c.speedup for c in r.calls) == pytest.approx(r.worst_speedup)
 
 
-def test_online_tuners_report_calls_to_reach_five_percent(reports):
+def test_online_tuners_report_calls_to_reach_five_percent_and_what_exploring_cost(reports):
     by = {r.policy: r for r in reports}
     for name in ("coordinate_descent", "bandit"):
         assert by[name].calls_to_5pct is not None and by[name].calls_to_5pct >= 1
         assert 0.0 < by[name].reached_5pct <= 1.0
-    assert by["oracle"].calls_to_5pct is None
+        assert by[name].exploration_calls > by[name].scenarios / 10
+        assert 0 < by[name].exploration_speedup < by["oracle"].geomean_speedup
+    assert by["oracle"].calls_to_5pct is None and by["oracle"].exploration_calls is None
+
+
+def test_every_report_names_its_action_set_and_reality(reports, suite):
+    assert {r.action_set for r in reports} == {"deployable actions"}
+    assert {r.backend for r in reports} == {"sim"}
+    everything = evaluate_policy(load_policy("oracle"), suite, deployable=False)
+    assert everything.action_set.startswith("all actions")
+    by = {r.policy: r for r in reports}
+    assert everything.geomean_speedup >= by["oracle"].geomean_speedup
+    assert by["nccl_default"].slower_calls == 0 and by["oracle"].slower_calls == 0
+    assert by["random"].slower_calls > 0
 
 
 def test_summary_files_and_figures_are_written(reports, tmp_path):
@@ -95,7 +108,7 @@ def test_policies_see_exactly_the_observations_the_environment_would_show(suite)
     assert any(s.has_straggler for s in entry.scenarios)
     recorder = Recorder(RandomPolicy(seed=3))
     evaluate_policy(recorder, [entry])
-    env = CollectiveTuningEnv("smoke")
+    env = CollectiveTuningEnv("smoke", deployable=True)
     obs, _ = env.reset(seed=0, options={"episode": entry})
     replay = RandomPolicy(seed=3)
     for seen in recorder.seen:
@@ -111,5 +124,5 @@ def test_a_policy_that_emits_an_invalid_action_is_caught(suite):
         def act(self, observation, *, scenario=None, action_mask=None):
             return int(np.flatnonzero(~action_mask)[0])
 
-    with pytest.raises(RuntimeError, match="invalid action"):
+    with pytest.raises(RuntimeError, match="which the mask forbids"):
         evaluate_policy(Broken(), suite)

@@ -54,7 +54,9 @@ def topo():
 @pytest.fixture(scope="module")
 def exported(topo):
     policy = SizeRulePolicy()
-    return policy, export_policy(policy, topo, node_counts=[1, 2], created="2026-01-01T00:00:00Z")
+    # the gate is tested in test_gate.py; here the mechanics of sampling and bisection
+    return policy, export_policy(policy, topo, node_counts=[1, 2], created="2026-01-01T00:00:00Z",
+                                 gate=None)
 
 
 def _group(policy_file, coll, nodes, ranks):
@@ -111,9 +113,9 @@ def test_header_records_what_the_policy_is_for(exported, topo):
     assert (h.policy, h.topology, h.fingerprint, h.created) == \
         ("size-rules", "dgx_h100", topo.fingerprint(), "2026-01-01T00:00:00Z")
     assert h.nccl == pf.DEFAULT_NCCL_RANGE and len(h.config_hash) == 16
-    again = export_policy(SizeRulePolicy(), topo, node_counts=[1, 2])
+    again = export_policy(SizeRulePolicy(), topo, node_counts=[1, 2], gate=None)
     assert again.policy_file.header.config_hash == h.config_hash
-    other = export_policy(SizeRulePolicy(), topo, node_counts=[2])
+    other = export_policy(SizeRulePolicy(), topo, node_counts=[2], gate=None)
     assert other.policy_file.header.config_hash != h.config_hash
 
 
@@ -127,7 +129,8 @@ def test_context_slices(topo):
 
     contexts = [(s, c) for s in pf.STRAGGLER_BUCKETS for c in pf.C2C_BUCKETS]
     result = export_policy(ContextPolicy(), topo, contexts=contexts,
-                           collectives=[Collective.ALLREDUCE], observe=lambda s: np.zeros(1))
+                           collectives=[Collective.ALLREDUCE], observe=lambda s: np.zeros(1),
+                           gate=None)
     assert [s.key for s in result.policy_file.slices] == contexts
     late = result.policy_file.decide(Collective.ALLREDUCE, 1000, 16, 2, context=("long", "low"))
     assert late.decision.protocol == Protocol.SIMPLE

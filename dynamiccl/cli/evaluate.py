@@ -1,9 +1,13 @@
 """``dynamiccl evaluate --policy NAME|PATH --suite heldout [--json]``: score policies on a suite.
 
 Every built-in baseline works without training anything; a trained agent is given by the path of
-its checkpoint (``model.zip``) or its run folder. ``--json`` prints one object per policy with the
-keys ``policy, geomean_speedup, oracle_share, worst_speedup, scenarios`` (plus ``worst_call`` and,
-for online tuners, ``calls_to_5pct`` / ``reached_5pct``); several policies print a JSON list.
+its checkpoint (``model.zip``) or its run folder; a shipped file (``.dccl`` or NVIDIA's example-tuner
+CSV) is scored with the plugin's own lookup, next to the built-in policy it was exported from.
+Only what the tuner plugin can make NCCL do counts unless ``--all-actions`` is given. ``--json``
+prints a list with one object per policy, always, with the keys ``policy, action_set, backend,
+geomean_speedup, oracle_share, slower_calls, worst_speedup, worst_call, scenarios`` (plus
+``calls_to_5pct``, ``reached_5pct``, ``exploration_calls``, ``exploration_speedup`` for online
+tuners).
 """
 
 from __future__ import annotations
@@ -14,13 +18,62 @@ from pathlib import Path
 
 from dynamiccl.cli.main import UserError
 
-EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, or a
-checkpoint path (model.zip, checkpoints/last.zip, or a training run folder)
+EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, a
+checkpoint path (model.zip, checkpoints/last.zip, or a training run folder), or an exported policy
+file (policy.dccl, or NVIDIA's example-tuner CSV)
 suites: train, heldout, smoke (configs/scenario/) or a scenario YAML file
+realities (--backend): sim (the simulator), perturbed (the simulator with the hidden
+miscalibration of system --reality-seed; seeds >= 1000 are held out), replay (--replay LOGS: real
+measurements only; calls or choices not measured cannot be scored)
 examples:
   dynamiccl evaluate --policy oracle --suite heldout --json
   dynamiccl evaluate --policy nccl_default --policy static_best --policy outputs/quickstart/runs/X \\
-      --suite heldout --out eval/ --plots"""
+      --suite heldout --out eval/ --plots
+  dynamiccl evaluate --policy policy.dccl --suite heldout --backend perturbed --reality-seed 1003"""
+
+#: The keys of ``--json`` (a contract: scripts read them).
+JSON_KEYS = ("policy", "action_set", "backend", "geomean_speedup", "oracle_share", "slower_calls",
+             "worst_speedup", "worst_call", "scenarios")
+MAX_BUDGET = 10_000
+ONLINE_KEYS = ("calls_to_5pct", "reached_5pct", "exploration_calls", "exploration_speedup")
+
+
+def _source_policy(path: Path) -> str | None:
+    """The built-in policy a ``.dccl`` file was exported from (None for checkpoints and CSV)."""
+    from dynamiccl import policy_file as pf
+    from dynamiccl.agents.registry import BUILTIN
+
+    try:
+        with path.open("rb") as fh:
+            if fh.read(len(pf.MAGIC)) != pf.MAGIC.encode():
+                return None
+        name = pf.read(path).header.policy
+    except (OSError, pf.PolicyFileError):
+        return None
+    return name if name in BUILTIN else None
+
+
+def _policy_names(items: list[str]) -> list[str]:
+    names = [n for item in items for n in item.split(",") if n]
+    if not names:
+        raise UserError("give at least one --policy (e.g. --policy nccl_default)")
+    for name in list(names):
+        source = _source_policy(Path(name)) if Path(name).is_file() else None
+        if source and source not in names:
+            names.insert(names.index(name), source)  # the file next to the policy it came from
+    return names
+
+
+def _backend(args: argparse.Namespace) -> tuple[str, dict]:
+    if args.backend == "perturbed":
+        return "perturbed", {"seed": args.reality_seed}
+    if args.backend == "replay":
+        if not args.replay:
+            raise UserError("--backend replay needs --replay LOGS (nccl-tests logs or records)")
+        from dynamiccl.envs.backends.replay import ReplayTable
+
+        return "replay", {"table": ReplayTable.load(args.replay)}
+    return "sim", {}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -28,40 +81,49 @@ def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.registry import load_policy
     from dynamiccl.envs.workloads import load_suite
 
-    names = [n for item in args.policy for n in item.split(",") if n]
-    if not names:
-        raise UserError("give at least one --policy (e.g. --policy nccl_default)")
+    deployable = not args.all_actions
+    if args.budget is not None and not 1 <= args.budget <= MAX_BUDGET:
+        raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measured calls per context")
+    names = _policy_names(args.policy)
     if args.plots and not args.out:
         raise UserError("--plots needs --out DIR to write the figures into")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UserError(f"{args.out} is a file; --out takes a folder (it writes summary.csv, "
+                        "summary.json and calls.csv into it)")
+    backend, backend_kwargs = _backend(args)
     suite = load_suite(args.suite)
     if not suite:
         raise UserError(f"suite {args.suite!r} has no workloads; check configs/scenario/")
-    policies = [load_policy(n, deployable=args.deployable, seed=args.seed) for n in names]
+    try:
+        policies = [load_policy(n, deployable=deployable, seed=args.seed) for n in names]
+    except PermissionError as exc:
+        raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     for name, policy in zip(names, policies, strict=True):
         if len(names) > 1 and Path(name).exists():
-            policy.name = Path(name).stem
+            policy.name = Path(name).name
         if args.budget is not None and hasattr(policy, "budget"):
             policy.budget = args.budget
-    reports = evaluate_policies(policies, suite, deployable=args.deployable)
+    reports = evaluate_policies(policies, suite, deployable=deployable, backend=backend,
+                                backend_kwargs=backend_kwargs)
     if args.out:
-        save_reports(reports, args.out)
+        save_reports(reports, args.out, overwrite=args.force)
         if args.plots:
             from dynamiccl.agents.evaluation_plots import plot_reports
 
             plot_reports(reports, args.out)
     if args.json:
-        rows = [_contract(r.summary()) for r in reports]
-        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
+        print(json.dumps([contract(r.summary()) for r in reports], indent=2))
     else:
         print_table(reports, title=f"{args.suite} suite: {len(suite)} workloads, "
                                    f"{reports[0].scenarios} calls")
     return 0
 
 
-def _contract(summary: dict) -> dict:
-    keys = ["policy", "geomean_speedup", "oracle_share", "worst_speedup", "scenarios", "worst_call"]
-    if summary.get("calls_to_5pct") is not None or summary.get("reached_5pct") is not None:
-        keys += ["calls_to_5pct", "reached_5pct"]
+def contract(summary: dict) -> dict:
+    """One policy's ``--json`` object: the contract keys, the online ones where they apply."""
+    keys = list(JSON_KEYS)
+    if any(summary.get(k) is not None for k in ONLINE_KEYS):
+        keys += ONLINE_KEYS
     return {k: summary.get(k) for k in keys}
 
 
@@ -69,19 +131,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "evaluate", help="score policies against NCCL's default and the oracle on a suite",
         description="Score one or more policies on a scenario suite: geometric-mean speedup over "
-                    "NCCL's default, share of the oracle's log-speedup captured, worst call.",
+                    "NCCL's default, share of the oracle's log-speedup captured, calls slower "
+                    "than NCCL, worst call. Only actions the tuner plugin can make NCCL run count "
+                    "unless --all-actions is given.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policy", action="append", required=True, metavar="NAME|PATH",
-                        help="a built-in policy or a checkpoint; repeat (or comma-separate) for more")
+                        help="a built-in policy, a checkpoint or a policy file; repeat (or "
+                             "comma-separate) for more")
     parser.add_argument("--suite", default="heldout", metavar="NAME|FILE.yaml",
                         help="scenario suite (default: heldout)")
-    parser.add_argument("--deployable", action="store_true",
-                        help="restrict every policy and the oracle to exportable actions")
+    actions = parser.add_mutually_exclusive_group()
+    actions.add_argument("--all-actions", action="store_true",
+                         help="also allow the simulator-only ring-over-ring and StragglAR (no "
+                              "real job can run them)")
+    actions.add_argument("--deployable", action="store_true",
+                         help="only actions the tuner plugin can make NCCL run (the default)")
+    parser.add_argument("--backend", choices=("sim", "perturbed", "replay"), default="sim",
+                        help="the reality that times every call (default: sim)")
+    parser.add_argument("--reality-seed", type=int, default=1000, metavar="SEED",
+                        help="system of the perturbed reality (default 1000, a held-out seed)")
+    parser.add_argument("--replay", action="append", metavar="LOGS",
+                        help="measurements for --backend replay (files or folders; repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random policies (default 0)")
     parser.add_argument("--budget", type=int, metavar="CALLS",
                         help="measured calls per context for online tuners (default 64)")
     parser.add_argument("--out", metavar="DIR", help="write summary.csv, summary.json, calls.csv")
+    parser.add_argument("--force", action="store_true",
+                        help="replace results already in --out")
     parser.add_argument("--plots", action="store_true",
                         help="also draw choices.png and speedup_vs_size.png into --out")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     parser.set_defaults(func=_run)

@@ -1,13 +1,18 @@
 """``dynamiccl export --policy NAME|PATH --topology NAME|FILE -o policy.dccl``: deploy a policy.
 
 Evaluates the policy over every collective, size (8 B..16 GiB), node count and GPUs-per-node asked
-for, and writes the policy file the NCCL tuner plugin reads (or NVIDIA's example-tuner CSV).
+for, passes every answer through the safety gate (an override only where the predicted gain clears
+the margin and the model's uncertainty; NCCL decides elsewhere), and writes the policy file the
+NCCL tuner plugin reads (or NVIDIA's example-tuner CSV) with its evidence beside it
+(``<file>.evidence.json``, what ``dynamiccl show`` prints). A file predicted slower than NCCL for
+any call is refused unless ``--allow-slower`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import sys
 from pathlib import Path
 
 from dynamiccl.cli.common import add_topology_args, topology_from_args
@@ -55,32 +60,76 @@ def _checkpoint_digest(name_or_path: str) -> str | None:
     return h.hexdigest()[:16]
 
 
+def _output(args: argparse.Namespace) -> Path:
+    """The -o path, checked before any work: never a folder, a missing or read-only place, or an
+    existing file without --force; never a file that is not a policy (e.g. the model itself)."""
+    from dynamiccl import policy_file as pf
+    from dynamiccl.files import check_writable_file
+
+    try:
+        out = check_writable_file(args.output, overwrite=args.force, what="-o")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if out.is_file() and args.format == "dccl":
+        with out.open("rb") as fh:
+            if fh.read(len(pf.MAGIC)) != pf.MAGIC.encode():
+                raise UserError(f"{out} exists and is not a policy file; refusing to replace it")
+    if Path(args.policy).exists() and out.exists() and out.resolve() == Path(args.policy).resolve():
+        raise UserError(f"-o {out} is the policy being exported; pick another path")
+    return out
+
+
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl import policy_file as pf
-    from dynamiccl.agents.export import export_policy
+    from dynamiccl.agents.export import export_policy, rule_evidence, save_evidence
+    from dynamiccl.agents.gate import Gate
     from dynamiccl.agents.registry import load_policy
+    from dynamiccl.files import write_text_atomic
     from dynamiccl.nccl_csv import to_nccl_example_csv
 
+    out = _output(args)
     topology = topology_from_args(args)
     node_counts = args.node_counts or [topology.nodes]
-    policy = load_policy(args.policy, topology=topology, deployable=True, seed=args.seed)
+    try:
+        policy = load_policy(args.policy, topology=topology, deployable=True, seed=args.seed)
+        digest = _checkpoint_digest(args.policy)
+    except PermissionError as exc:
+        raise UserError(f"{exc.filename}: permission denied; make it readable") from None
+    gate = None if args.no_gate else Gate(margin=args.margin)
     result = export_policy(
         policy, topology, policy_name=Path(args.policy).stem if Path(args.policy).exists()
         else args.policy, node_counts=node_counts, gpus_per_node=args.gpus_per_node_list,
         contexts=args.contexts, points_per_octave=args.points_per_octave,
-        policy_digest=_checkpoint_digest(args.policy))
-    out = Path(args.output)
-    if out.parent and not out.parent.exists():
-        raise UserError(f"{out.parent} does not exist; create the folder or pick another -o path")
-    if args.format == "nccl-example-csv":
-        out.write_text(to_nccl_example_csv(result.policy_file))
-    else:
-        pf.write(result.policy_file, out)
+        policy_digest=digest, gate=gate)
+    slower = result.predicted_slower()
+    if slower:
+        worst = min(slower, key=lambda c: c.verdict.gain)
+        what = (f"{len(slower)} of {len(result.cells)} evaluated calls are predicted slower than "
+                f"NCCL's own choice (worst: {worst.collective.name.lower()} {worst.nbytes} B on "
+                f"{worst.nodes} nodes, {worst.verdict.proposed.label()} vs NCCL's "
+                f"{worst.verdict.nccl.label()}, {100 * worst.verdict.gain:+.1f}%)")
+        if not args.allow_slower:
+            raise UserError(f"{what}; export with the gate (drop --no-gate) or pass "
+                            "--allow-slower to write it anyway")
+        print(f"dynamiccl export: warning: {what}; written anyway (--allow-slower)",
+              file=sys.stderr)
+    try:
+        if args.format == "nccl-example-csv":
+            write_text_atomic(out, to_nccl_example_csv(result.policy_file))
+        else:
+            write_text_atomic(out, pf.dumps(result.policy_file))
+            save_evidence(out, rule_evidence(result))
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror or exc}; pick another -o path") from None
     n_defer = sum(1 for c in result.cells if c.decision is None)
+    gate_note = ("ungated" if gate is None else
+                 f"gate: margin {100 * gate.margin:g}% and the model's uncertainty, "
+                 f"{result.gated} proposed overrides deferred")
     print(f"wrote {out}: {result.policy_file.n_rules} rules from {len(result.cells)} evaluated "
-          f"calls ({n_defer} left to NCCL), nodes {node_counts}, format {args.format}")
+          f"calls ({n_defer} left to NCCL; {gate_note}), nodes {node_counts}, format {args.format}")
     if args.format == "dccl":
         print(f"inspect: dynamiccl show {out}")
+        print(f"score:   dynamiccl evaluate --policy {out} --suite heldout")
         print(f"use:     NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY={out} "
               "torchrun ...")
     return 0
@@ -91,7 +140,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export", help="write a policy file for the NCCL tuner plugin",
         description="Evaluate a policy over collectives x sizes (8 B..16 GiB, boundaries where the "
                     "decision changes) x node counts x GPUs per node and write the policy file the "
-                    "DynamICCL tuner plugin loads. Only exportable knobs are used; anything else, "
+                    "DynamICCL tuner plugin loads. Only exportable knobs are used; an answer whose "
+                    "predicted gain does not clear the gate's margin and the model's uncertainty, "
                     "and every situation not exported, is written as 'defer to NCCL'.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policy", required=True, metavar="NAME|PATH",
@@ -105,7 +155,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--contexts", type=_contexts, default="default",
                         help="context slices: 'default' (no straggler, no overlap) or 'all'")
     parser.add_argument("--points-per-octave", type=int, default=8,
-                        help="size samples per doubling before bisection (default 8)")
+                        help="size samples per doubling before bisection (1..64, default 8)")
+    parser.add_argument("--margin", type=float, default=0.03, metavar="FRACTION",
+                        help="gate: override NCCL only where the predicted gain exceeds this and "
+                             "the model's uncertainty (default 0.03 = 3%%)")
+    parser.add_argument("--no-gate", action="store_true",
+                        help="write the policy's answers ungated (still refused where predicted "
+                             "slower than NCCL, unless --allow-slower)")
+    parser.add_argument("--allow-slower", action="store_true",
+                        help="write the file even where it is predicted slower than NCCL (warned)")
+    parser.add_argument("--force", action="store_true", help="replace an existing policy file")
     parser.add_argument("--seed", type=int, default=0, help="seed of random policies")
     parser.add_argument("--format", choices=("dccl", "nccl-example-csv"), default="dccl",
                         help="dccl (DynamICCL plugin, default) or NVIDIA's example-tuner CSV")

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "evaluate",
     "sweep",
     "export",
+    "tune",
     "show",
     "plugin",
     "profile",

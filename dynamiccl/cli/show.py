@@ -2,12 +2,27 @@
 
 A person must be able to check a policy before it steers a job, so the file is verified exactly as
 the plugin verifies it (format, version, checksum) and its rules are printed as one table per
-collective and system (nodes x ranks), a row per size range.
+collective and system (nodes x ranks), a row per size range, with what NCCL would pick there, the
+predicted gain, its uncertainty and the evidence behind it (model, calibrated model, measured) as
+export or tune recorded them beside the file (``<file>.evidence.json``).
+
+``show FILE --json`` prints the rules as a JSON list, one object per rule with the keys of
+:data:`JSON_KEYS` — a contract other tools rely on: ``nodes``/``ranks`` null = any, ``[min_bytes,
+max_bytes)`` the call's size range as NCCL's tuner sees it (max exclusive), ``algorithm``/
+``protocol`` null and ``defer`` true where NCCL decides, ``channels`` null = NCCL's count. Where
+evidence is known, ``nccl``, ``gain``, ``uncertainty`` and ``evidence`` are added.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+
+#: The keys of every ``show --json`` object (a contract; tests hold it).
+JSON_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", "algorithm", "protocol",
+             "channels", "defer")
+#: Rows printed as tables before the rest is summarised (a 10^6-rule file must not flood a terminal).
+MAX_TABLE_ROWS = 400
 
 
 def _dim(v: int | None) -> str:
@@ -36,68 +51,154 @@ def _title(rule, slice_name: str | None) -> str:
     return " | ".join(parts)
 
 
+def rule_json(rule, evidence: dict | None = None) -> dict:
+    """One rule as the ``--json`` contract spells it."""
+    from dynamiccl import policy_file as pf
+
+    d = rule.decision
+    row = {"collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
+           "min_bytes": rule.min_bytes, "max_bytes": rule.max_bytes + 1,
+           "algorithm": None if d is None else pf.ALGO_TOKENS[d.algorithm],
+           "protocol": None if d is None else pf.PROTO_TOKENS[d.protocol],
+           "channels": None if d is None else d.channels, "defer": d is None}
+    if evidence:
+        row.update({k: evidence[k] for k in ("nccl", "gain", "uncertainty", "evidence")})
+    return row
+
+
+def _evidence_index(path: str) -> dict[tuple, dict]:
+    from dynamiccl.agents.export import load_evidence
+
+    rows = load_evidence(path) or []
+    return {(r["collective"], r["nodes"], r["ranks"], r["min_bytes"], r["max_bytes"]): r
+            for r in rows}
+
+
+def _key(rule) -> tuple:
+    from dynamiccl import policy_file as pf
+
+    return (pf.COLL_TOKENS[rule.collective], rule.nodes, rule.ranks, rule.min_bytes,
+            rule.max_bytes + 1)
+
+
+def _selected(policy, args: argparse.Namespace) -> list[tuple[object, list]]:
+    """(slice, rules) pairs after the --collective/--nodes/--all-slices filters."""
+    from dynamiccl import policy_file as pf
+    from dynamiccl.knobs import Collective, parse_enum
+
+    want = parse_enum(Collective, args.collective) if args.collective else None
+    out = []
+    for sl in policy.slices:
+        if not args.all_slices and sl.key != pf.DEFAULT_CONTEXT:
+            continue
+        rules = [r for r in sl.rules if (want is None or r.collective == want)
+                 and (args.nodes is None or r.nodes in (None, args.nodes))]
+        out.append((sl, rules))
+    return out
+
+
+def _read(path: str):
+    from dynamiccl import policy_file as pf
+    from dynamiccl.cli.main import UserError
+
+    try:
+        return pf.read(path)
+    except PermissionError:
+        raise UserError(f"{path}: permission denied; make it readable") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a folder; give a policy file") from None
+
+
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
     from dynamiccl import policy_file as pf
-    from dynamiccl.knobs import parse_enum
-    from dynamiccl.nccl import ALGORITHM_TOKENS, PROTOCOL_TOKENS, Collective
 
-    policy = pf.read(args.file)
+    policy = _read(args.file)
+    evidence = _evidence_index(args.file)
+    selected = _selected(policy, args)
+    if args.json:
+        rows = []
+        for sl, rules in selected:
+            for rule in rules:
+                row = rule_json(rule, evidence.get(_key(rule)) if sl.key == pf.DEFAULT_CONTEXT
+                                else None)
+                if args.all_slices:
+                    row["slice"] = sl.name
+                rows.append(row)
+        print(json.dumps(rows, indent=1))
+        return 0
     h = policy.header
-    console = Console(width=args.width or max(110, Console().width))
+    console = Console(width=args.width or max(140, Console().width))
     console.print(f"[bold]{args.file}[/bold]: policy [bold]{h.policy}[/bold], format "
                   f"{pf.FORMAT_VERSION}, checksum OK, {policy.n_rules} rules")
     console.print(f"topology {h.topology} (fingerprint {h.fingerprint}), NCCL {h.nccl}, created "
                   f"{h.created}, config {h.config_hash}")
     console.print(f"slices: {', '.join(s.name for s in policy.slices)}")
-    want = parse_enum(Collective, args.collective) if args.collective else None
-    for sl in policy.slices:
-        if not args.all_slices and sl.key != pf.DEFAULT_CONTEXT:
-            continue
+    if not evidence:
+        console.print("no evidence file beside it (export and tune write <file>.evidence.json): "
+                      "NCCL's pick, gain and uncertainty are unknown")
+    shown = 0
+    for sl, rules in selected:
         groups: dict[tuple, list[pf.Rule]] = {}
-        for rule in sl.rules:
-            if want is not None and rule.collective != want:
-                continue
-            if args.nodes is not None and rule.nodes not in (None, args.nodes):
-                continue
+        for rule in rules:
             groups.setdefault(rule.group_key, []).append(rule)
         ordered = sorted(groups.values(), key=lambda g: (g[0].collective, g[0].nodes is None,
                                                           g[0].ranks is None, g[0].group_key))
-        for rules in ordered:
+        for group in ordered:
+            if shown >= MAX_TABLE_ROWS:
+                break
             name = None if sl.key == pf.DEFAULT_CONTEXT else sl.name
-            table = Table(title=_title(rules[0], name), title_justify="left")
-            table.add_column("size [from, to)")
-            table.add_column("bytes", overflow="fold")
-            for col in ("algorithm", "protocol", "channels", "chunk"):
-                table.add_column(col)
-            for rule in rules:
-                d = rule.decision
-                sizes = (_human_range(rule.min_bytes, rule.max_bytes),
-                         f"{rule.min_bytes}-{rule.max_bytes}")
-                if d is None:
-                    table.add_row(*sizes, "[dim]defer", "", "", "")
-                    continue
-                table.add_row(*sizes, ALGORITHM_TOKENS[d.algorithm], PROTOCOL_TOKENS[d.protocol],
-                              str(d.channels) if d.channels else "NCCL's",
-                              str(d.chunk_bytes) if d.chunk_bytes else "NCCL's")
+            table = Table(title=_title(group[0], name), title_justify="left")
+            for col in ("size [from, to)", "bytes", "NCCL's pick", "ours", "channels", "chunk",
+                        "predicted gain", "uncertainty", "evidence"):
+                table.add_column(col, overflow="fold" if col == "bytes" else None)
+            for rule in group[: MAX_TABLE_ROWS - shown]:
+                table.add_row(*_row(rule, evidence.get(_key(rule)) if name is None else None))
+                shown += 1
             console.print(table)
+    total = sum(len(rules) for _, rules in selected)
+    if total > shown:
+        console.print(f"... {total - shown} more rules not printed (narrow with --collective or "
+                      "--nodes, or read them all with --json)")
     if not policy.n_rules:
         console.print("no rules: the plugin leaves every choice to NCCL")
     return 0
+
+
+def _row(rule, ev: dict | None) -> tuple[str, ...]:
+    from dynamiccl import policy_file as pf
+
+    d = rule.decision
+    sizes = (_human_range(rule.min_bytes, rule.max_bytes), f"{rule.min_bytes}-{rule.max_bytes}")
+    known = ("", "", "", "") if ev is None else (
+        str(ev["nccl"]), f"{100 * float(ev['gain']):+.1f}%", f"±{100 * float(ev['uncertainty']):.1f}%",
+        str(ev["evidence"]))
+    nccl, gain, sigma, source = known
+    if d is None:
+        proposed = f" (proposed {ev['proposed']})" if ev and ev.get("proposed") != ev["nccl"] else ""
+        return (*sizes, nccl, f"[dim]defer{proposed}", "", "", gain if proposed else "",
+                sigma if proposed else "", source)
+    ours = f"{pf.ALGO_TOKENS[d.algorithm]}/{pf.PROTO_TOKENS[d.protocol]}"
+    return (*sizes, nccl, ours, str(d.channels) if d.channels else "NCCL's",
+            str(d.chunk_bytes) if d.chunk_bytes else "NCCL's", gain, sigma, source)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "show", help="print a policy file as tables (what the plugin will do per size)",
         description="Verify a DynamICCL policy file the way the plugin does and print its "
-                    "decisions: one table per collective and system, one row per size range.")
+                    "decisions: one table per collective and system, one row per size range, with "
+                    "NCCL's pick, the predicted gain, its uncertainty and the evidence.")
     parser.add_argument("file", help="policy file written by `dynamiccl export`")
     parser.add_argument("--collective", default=None, help="only this collective (e.g. allreduce)")
     parser.add_argument("--nodes", type=int, default=None, help="only rules for this node count")
     parser.add_argument("--all-slices", action="store_true",
                         help="also print the straggler/overlap context slices")
     parser.add_argument("--width", type=int, default=None,
-                        help="table width (default: the terminal, at least 110)")
+                        help="table width (default: the terminal, at least 140)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the rules as a JSON list (collective, nodes, ranks, min_bytes, "
+                             "max_bytes [exclusive], algorithm, protocol, channels, defer)")
     parser.set_defaults(func=_run)

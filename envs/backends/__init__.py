@@ -9,11 +9,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from dynamiccl.envs.backends.base import Backend, Measurement
+from dynamiccl.envs.backends.base import Backend, ForcingBackend, Measurement, UnmeasuredChoice
 
 BACKENDS: dict[str, str] = {
     "sim": "dynamiccl.envs.backends.sim:SimBackend",
     "live": "dynamiccl.envs.backends.live:LiveBackend",
+    "perturbed": "dynamiccl.envs.backends.perturbed:PerturbedBackend",
+    "replay": "dynamiccl.envs.backends.replay:ReplayBackend",
 }
 
 
@@ -35,4 +37,5 @@ def make_backend(backend: str | Backend, **kwargs: Any) -> Backend:
     return cls(**kwargs)
 
 
-__all__ = ["BACKENDS", "Backend", "Measurement", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "ForcingBackend", "Measurement", "UnmeasuredChoice",
+           "make_backend"]

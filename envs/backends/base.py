@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
+    from dynamiccl.decisions import KnobConstraints
     from dynamiccl.scenario import Scenario
+
+
+class UnmeasuredChoice(ValueError):
+    """A reality that answers only from measurements was asked about a choice nobody measured."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,13 @@ class Backend(Protocol):
     action is invalid) when that is cheap, which only a model can do; live backends return None and
     the environment then reports no oracle time. A backend holding resources (processes, GPUs)
     may also define ``close()``; the environment's ``close()`` calls it.
+
+    Two optional methods serve what a deployed tuner does rather than what an agent does:
+    ``measure_forced(scenario, constraints)`` runs NCCL with the knobs a tuner plugin or
+    ``NCCL_ALGO``/``NCCL_PROTO`` pins (a :class:`~dynamiccl.decisions.KnobConstraints`; no
+    constraint at all is NCCL's own choice), which may lie outside the action table (NCCL's channel
+    count); ``available(scenario)`` narrows the mask to what the backend can answer (a replay of
+    measurements only knows what was measured). See :class:`ForcingBackend`.
     """
 
     name: str
@@ -56,3 +68,10 @@ class Backend(Protocol):
     def measure(self, scenario: Scenario, action: int) -> Measurement: ...
 
     def action_times(self, scenario: Scenario) -> np.ndarray | None: ...
+
+
+@runtime_checkable
+class ForcingBackend(Backend, Protocol):
+    """A backend that can also run NCCL under pinned knobs (what an exported policy file does)."""
+
+    def measure_forced(self, scenario: Scenario, constraints: KnobConstraints) -> Measurement: ...

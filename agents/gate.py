@@ -1,0 +1,114 @@
+"""The safety gate: a rule overrides NCCL only where the evidence says it wins.
+
+A model is never exact (against public forced-algorithm nccl-tests runs on an 8xH100 node, picking
+what the simulator predicts fastest was slower than NCCL's default in 5 of 45 decisions, by 6-16 %).
+So export asks, for every call it writes a rule for: is the predicted gain over NCCL's own choice
+larger than a margin (default 3 %, what a bandit tuner's "zero regressions" gate uses in spirit),
+*and* larger than the model's uncertainty at that point? If not, the rule defers to NCCL.
+
+The uncertainty is the relative 1-sigma of a predicted time (:func:`uncertainty`). The gain compares
+two predictions, so its sigma combines both (``sqrt(s_ours^2 + s_nccl^2)``, log-space, independent
+errors: conservative when the errors are correlated). A measured pair replaces the model: where both
+choices were measured, the measurement decides and its own noise is the uncertainty.
+
+Until calibration (``dynamiccl.calibration.uncertainty``) provides calibrated sigmas, the per-size
+band defaults below are used (log-space sigmas of one predicted time). They cover the published
+discrepancies between models and measurements that the ``perturbed`` reality also draws from:
+latency floors off by up to 3x dominate small calls (seed 003: 7.9 µs measured against 17 µs; the
+8xH100 misses at 32-256 KiB), per algorithm/protocol bandwidths off by up to ±40 % large ones
+(NCCL issue #1801's tree 23 % above the ring NCCL ranks first, AutoCCL's and the NCCL-eBPF tuner's
+1.24-1.27x), and the uncalibrated simulator's 10-21 % median error against a miscalibrated system
+(``experiments/calibration_recovery.py``) everything. With them the model alone overrides NCCL
+only where it predicts a very large gain; measurements (``dynamiccl tune``) are how a rule earns
+an override elsewhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dynamiccl import decisions
+from dynamiccl.knobs import Algorithm, Collective, Config, Protocol
+from dynamiccl.scenario import Scenario
+from dynamiccl.simulator import evaluate
+from dynamiccl.topology import Topology
+
+DEFAULT_MARGIN = 0.03
+#: (upper size bound in bytes, exclusive; relative 1-sigma of a predicted time) per size band.
+DEFAULT_UNCERTAINTY_BANDS: tuple[tuple[float, float], ...] = (
+    (64 << 10, 0.45),
+    (4 << 20, 0.30),
+    (math.inf, 0.22),
+)
+
+MODEL, CALIBRATED, MEASURED = "model", "calibrated model", "measured"
+
+
+def uncertainty(topology: Topology, collective: Collective, nbytes: int, algorithm: Algorithm,
+                protocol: Protocol) -> float:
+    """Relative 1-sigma of the model's predicted time of this call and choice.
+
+    The one function every gate reads. Today: the documented per-band defaults, whatever the
+    choice; calibration will replace them with sigmas fitted to the system's measurements.
+    """
+    for upper, sigma in DEFAULT_UNCERTAINTY_BANDS:
+        if nbytes < upper:
+            return sigma
+    return DEFAULT_UNCERTAINTY_BANDS[-1][1]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the gate concluded at one call."""
+
+    nccl: Config
+    proposed: Config
+    #: Predicted (or measured) t_nccl / t_proposed - 1.
+    gain: float
+    #: Relative 1-sigma of that gain.
+    sigma: float
+    evidence: str
+    override: bool
+
+    def to_json(self) -> dict[str, object]:
+        return {"nccl": self.nccl.label(), "proposed": self.proposed.label(),
+                "gain": round(self.gain, 6), "uncertainty": round(self.sigma, 6),
+                "evidence": self.evidence, "override": self.override}
+
+
+def passes(gain: float, sigma: float, margin: float) -> bool:
+    """Override only when the gain clears both the margin and the uncertainty."""
+    return gain > margin and math.log1p(gain) > sigma
+
+
+def combined_sigma(a: float, b: float) -> float:
+    return math.hypot(a, b)
+
+
+class Gate:
+    """Judges a proposed configuration against NCCL's default on the model of ``scenario``'s system.
+
+    ``evidence`` names the model (``model`` or ``calibrated model``); ``sigma`` is the uncertainty
+    function (default :func:`uncertainty`).
+    """
+
+    def __init__(self, margin: float = DEFAULT_MARGIN, evidence: str = MODEL,
+                 sigma: object = uncertainty) -> None:
+        if not 0 <= margin < 1:
+            raise ValueError(f"the gate's margin is a fraction in [0, 1), got {margin}")
+        self.margin = margin
+        self.evidence = evidence
+        self.sigma = sigma
+
+    def judge(self, scenario: Scenario, proposed: Config) -> Verdict:
+        default = decisions.nccl_default(scenario)
+        t_ours = evaluate(scenario, proposed).time_us
+        gain = default.time_us / t_ours - 1.0
+        if proposed == default.config:
+            return Verdict(default.config, proposed, 0.0, 0.0, self.evidence, False)
+        args = (scenario.topology, scenario.collective, scenario.nbytes)
+        sigma = combined_sigma(self.sigma(*args, proposed.algorithm, proposed.protocol),
+                               self.sigma(*args, default.config.algorithm, default.config.protocol))
+        return Verdict(default.config, proposed, gain, sigma, self.evidence,
+                       passes(gain, sigma, self.margin))

@@ -1,0 +1,225 @@
+"""``dynamiccl tune``: a system's measurements -> calibrated model -> gated policy file.
+
+Give the topology and whatever was measured on it (nccl-tests logs of default and forced runs,
+``dynamiccl profile collective --record`` files); tune fits the model to them, decides per
+collective, system and size whether pinning ``NCCL_ALGO``/``NCCL_PROTO`` wins (a measured pair
+decides where one exists; elsewhere the gate needs the predicted gain to clear the margin and the
+uncertainty), writes the policy file with its evidence, and prints every decision. ``--plan``
+prints instead the nccl-tests command lines that would settle the most valuable undecided rules;
+measure them, then run tune again with the new logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dynamiccl.cli.common import add_topology_args, topology_from_args
+from dynamiccl.cli.main import UserError
+
+EPILOG = """examples:
+  dynamiccl tune --topology dgx_h100 --plan --budget 40
+  dynamiccl tune --topology dgx_h100 --measurements logs/ -o tuned.dccl
+  dynamiccl tune --topology dgx_h100 --measurements logs/ --plan --budget 40
+then: dynamiccl show tuned.dccl; dynamiccl evaluate --policy tuned.dccl"""
+
+_COLLECTIVES = ("allreduce", "allgather", "reducescatter")
+MAX_BUDGET = 100_000
+
+
+def _records(paths: list[str] | None) -> list:
+    """Every measurement given (files or folders): the one place tune reads measurements."""
+    from dynamiccl.profiler.records import load_measurements
+
+    files: list[Path] = []
+    for item in map(Path, paths or []):
+        if item.is_dir():
+            files += sorted(p for p in item.rglob("*") if p.is_file())
+        elif item.is_file():
+            files.append(item)
+        else:
+            raise UserError(f"{item}: no such measurement file or folder")
+    try:
+        records, warnings = load_measurements(files)
+    except PermissionError as exc:
+        raise UserError(f"{exc.filename}: permission denied; make it readable") from None
+    for w in warnings:
+        print(f"dynamiccl tune: warning: {w}", file=sys.stderr)
+    return records
+
+
+def _scenarios(topology, collectives: list[str], shapes: set[tuple[int, int]]) -> list:
+    from dynamiccl.agents.tune import DECISION_SIZES
+    from dynamiccl.knobs import Collective, parse_enum
+    from dynamiccl.scenario import Scenario
+
+    systems = [topology]
+    for nodes, nranks in sorted(shapes):
+        if nranks % nodes == 0 and (nodes, nranks) != (topology.nodes, topology.nranks):
+            systems.append(topology.resized(nodes=nodes, gpus_per_node=nranks // nodes))
+    return [Scenario(system, Collective(parse_enum(Collective, c)), n)
+            for system in systems for c in collectives for n in DECISION_SIZES]
+
+
+def _report_rows(tuner, scenarios: list) -> list[dict]:
+    """Every decision, consecutive sizes with the same outcome merged into one row."""
+    from dynamiccl.units import format_size
+
+    rows: list[dict] = []
+    for s in scenarios:
+        d = tuner.decide(s)
+        row = {"collective": s.collective.name.lower(), "nodes": s.topology.nodes,
+               "ranks": s.topology.nranks, "from": s.nbytes, "to": s.nbytes,
+               "nccl": d.verdict.nccl.label(), "ours": d.chosen.label(),
+               "best_alternative": d.verdict.proposed.label().rsplit("/", 1)[0],
+               "gain": round(d.verdict.gain, 4), "uncertainty": round(d.verdict.sigma, 4),
+               "evidence": d.verdict.evidence}
+        last = rows[-1] if rows else None
+        same = last is not None and all(last[k] == row[k] for k in (
+            "collective", "nodes", "ranks", "ours", "evidence", "best_alternative")) and \
+            last["to"] * 2 == s.nbytes
+        if same:
+            last["to"] = s.nbytes
+            last["gain"] = min(last["gain"], row["gain"]) if row["ours"] != "NCCL default" else \
+                max(last["gain"], row["gain"])
+            last["uncertainty"] = max(last["uncertainty"], row["uncertainty"])
+        else:
+            rows.append(row)
+    for r in rows:
+        r["sizes"] = f"{format_size(r['from'])}..{format_size(r['to'])}"
+    return rows
+
+
+def _print_report(rows: list[dict], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in ("collective", "nodes", "ranks", "sizes", "NCCL's pick", "ours", "best alternative",
+                "gain", "uncertainty", "evidence"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["collective"], str(r["nodes"]), str(r["ranks"]), r["sizes"], r["nccl"],
+                      r["ours"], r["best_alternative"], f"{100 * r['gain']:+.1f}%",
+                      f"±{100 * r['uncertainty']:.1f}%", r["evidence"])
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=170)
+    console.print(table)
+
+
+def _run_plan(planned: list, gpus_per_node: int, record: str) -> None:
+    """Measures the plan on this machine's GPUs with the project's runner (``--plan --run``)."""
+    from dynamiccl.profiler.records import write_jsonl
+    from dynamiccl.profiler.runner import CollectiveSpec, measure_many
+
+    nranks = {m.nranks for m in planned}
+    if len(nranks) != 1:
+        raise UserError("--run measures one system shape at a time; narrow the plan with --nodes")
+    specs = [CollectiveSpec(m.collective.name.lower(), m.nbytes, "nccl",
+                            algorithm=None if m.pair.is_default else m.pair.algorithm.name.lower(),
+                            protocol=None if m.pair.is_default else m.pair.protocol.name.lower())
+             for m in planned]
+    results = measure_many(specs, nranks.pop())
+    n = write_jsonl([r.to_record() for r in results], record, append=True)
+    print(f"measured {n} points into {record}; run tune again with --measurements {record}")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dynamiccl.agents import tune
+
+    if not 1 <= args.budget <= MAX_BUDGET:
+        raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measurements")
+    if not 0 <= args.margin < 1:
+        raise UserError(f"--margin {args.margin}: give a fraction in [0, 1), e.g. 0.03")
+    topology = topology_from_args(args)
+    records = _records(args.measurements)
+    measurements = tune.Measurements(records)
+    model, note = (topology, "uncalibrated (--no-calibrate)") if args.no_calibrate else \
+        tune.calibrated_topology(records, topology)
+    tuner = tune.Tuner(model, measurements, margin=args.margin,
+                  calibrated=model is not topology)
+    scenarios = _scenarios(topology, args.collective or list(_COLLECTIVES), measurements.shapes)
+    print(f"{len(records)} measurements ({len(measurements)} usable points, noise "
+          f"{100 * measurements.noise:.1f}%); model: {note}", file=sys.stderr)
+    if args.plan:
+        planned = tune.plan(tuner, scenarios, args.budget)
+        if args.json:
+            print(json.dumps([{"collective": m.collective.name.lower(), "ranks": m.nranks,
+                               "choice": m.pair.label(), "nbytes": m.nbytes,
+                               "value": round(m.value, 5), "reason": m.reason} for m in planned],
+                             indent=1))
+        else:
+            for line in tune.command_lines(planned, topology.gpus_per_node):
+                print(line)
+        if args.run:
+            _run_plan(planned, topology.gpus_per_node, args.record)
+        return 0
+    rows = _report_rows(tuner, scenarios)
+    if args.output:
+        _export(args, topology, tune.TunedPolicy(tuner), sorted({s.topology.nodes for s in scenarios}))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        _print_report(rows, f"tune: {topology.name}, deployable actions (NCCL_ALGO/NCCL_PROTO "
+                            f"pairs), margin {100 * args.margin:g}%")
+    return 0
+
+
+def _export(args: argparse.Namespace, topology, policy, node_counts: list[int]) -> None:
+    from dynamiccl import policy_file as pf
+    from dynamiccl.agents.export import export_policy, rule_evidence, save_evidence
+    from dynamiccl.files import check_writable_file, write_text_atomic
+    from dynamiccl.knobs import Collective, parse_enum
+
+    try:
+        out = check_writable_file(args.output, overwrite=args.force, what="-o")
+        collectives = [Collective(parse_enum(Collective, c))
+                       for c in (args.collective or _COLLECTIVES)]
+        result = export_policy(policy, topology, policy_name="tune", node_counts=node_counts,
+                               collectives=collectives, gate=None)
+        write_text_atomic(out, pf.dumps(result.policy_file))
+        save_evidence(out, rule_evidence(result))
+    except OSError as exc:
+        raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    overrides = sum(1 for c in result.cells if c.decision is not None)
+    print(f"wrote {out}: {result.policy_file.n_rules} rules, {overrides} of {len(result.cells)} "
+          f"evaluated calls override NCCL; inspect with `dynamiccl show {out}`", file=sys.stderr)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "tune", help="measurements -> calibrated model -> gated policy (or a measurement plan)",
+        description="Decide per collective, system and size whether pinning NCCL_ALGO/NCCL_PROTO "
+                    "beats NCCL, from the system's measurements (a measured pair decides) and the "
+                    "calibrated model (the gate needs the gain to clear the margin and the "
+                    "uncertainty); write the policy file, or plan the next measurements.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_topology_args(parser)
+    parser.add_argument("--measurements", action="append", metavar="PATH",
+                        help="nccl-tests logs or measurement records (files or folders; repeat)")
+    parser.add_argument("--collective", action="append", choices=_COLLECTIVES + (
+        "broadcast", "reduce"), help="only these collectives (default: allreduce, allgather, "
+                                     "reducescatter)")
+    parser.add_argument("--margin", type=float, default=0.03, metavar="FRACTION",
+                        help="override only where the gain exceeds this and the uncertainty "
+                             "(default 0.03)")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="use the topology as given (skip fitting it to the measurements)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the tuned policy file")
+    parser.add_argument("--force", action="store_true", help="replace an existing -o file")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the nccl-tests commands that would settle the most valuable "
+                             "undecided rules")
+    parser.add_argument("--budget", type=int, default=64, metavar="N",
+                        help="measurements the plan may use (default 64)")
+    parser.add_argument("--run", action="store_true",
+                        help="with --plan: measure the plan now on this machine's GPUs")
+    parser.add_argument("--record", default="tune_measurements.jsonl", metavar="FILE",
+                        help="where --run appends its measurements (default tune_measurements.jsonl)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(func=_run)

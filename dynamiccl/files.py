@@ -1,0 +1,42 @@
+"""Writing result files so that a reader never sees half of one and nothing is lost by accident."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Writes ``text`` to a temporary file beside ``path`` and renames it over ``path``: a crash or a
+    concurrent reader sees the old file or the new one, never a mix."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def check_writable_file(path: str | Path, *, overwrite: bool, what: str = "output") -> Path:
+    """The problems a user can fix before any work starts, each as one ValueError naming the fix:
+    an empty name, a folder where a file goes, a missing or read-only folder, an existing file
+    without ``overwrite``."""
+    text = str(path)
+    if not text.strip():
+        raise ValueError(f"the {what} path is empty; give a file name")
+    path = Path(text)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; give a file path for the {what}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ValueError(f"{parent} does not exist; create the folder or pick another {what} path")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{parent} is not writable; pick another {what} path")
+    if path.exists() and not overwrite:
+        raise ValueError(f"{path} already exists; pass --force to replace it or pick another path")
+    return path
