@@ -258,6 +258,11 @@ class OnlineTuningEnv(gym.Env[np.ndarray, np.int64]):
         self._realities: dict[int, PerturbedBackend] = {}
         self._context: Context | None = None
 
+    @property
+    def realities_seen(self) -> frozenset[int]:
+        """Every reality seed an episode of this environment has been played in."""
+        return frozenset(self._realities)
+
     def _reality(self, seed: int) -> PerturbedBackend:
         if seed not in self._realities:
             self._realities[seed] = PerturbedBackend(seed, noisy=False)
