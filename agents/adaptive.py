@@ -47,7 +47,7 @@ SlotChooser = Callable[[np.ndarray, np.ndarray, Candidates, CallLog], int]
 #: cost of exploring now is weighed against the calls left.
 HPARAMS: dict[str, Any] = {
     "n_steps": 250, "batch_size": 500, "n_epochs": 5, "gamma": 0.995, "gae_lambda": 0.95,
-    "learning_rate": 5e-4, "ent_coef": 0.005, "policy_kwargs": {"net_arch": [128, 128]},
+    "learning_rate": 2e-4, "ent_coef": 0.002, "policy_kwargs": {"net_arch": [128, 128]},
 }
 
 
@@ -94,6 +94,11 @@ class CandidateTuner:
         ctx.last_slot = slot if ctx.allowed[slot] else 0
         return ctx.action_ids[ctx.last_slot]
 
+    def measurements(self, scenario: Scenario) -> CallLog | None:
+        """What this tuner has measured in ``scenario``'s context (None before its first call)."""
+        ctx = self._contexts.get(context_key(scenario))
+        return None if ctx is None else ctx.log
+
     def update(self, scenario: Scenario, action: int, time_us: float) -> None:
         ctx = self._context(scenario, allowed_actions(scenario, None, deployable=True))
         if ctx.action_ids[ctx.last_slot] == action:
@@ -131,10 +136,51 @@ def prior_sweep_tuner(n_calls: int = N_CALLS) -> CandidateTuner:
     return CandidateTuner(prior_sweep, "prior_sweep", n_calls)
 
 
+def imitate(model: MaskablePPO, teacher: SlotChooser, episodes: int, seed: int = 0,
+            epochs: int = 20, seeds: range | None = None) -> float:
+    """Fits the policy to ``teacher``'s choices on training episodes (cross-entropy on its slots):
+    a warm start, so PPO refines a sensible explorer instead of searching from a uniform policy,
+    which settles on "always the model's favourite". Returns the final mean log-likelihood."""
+    import torch
+
+    env = OnlineTuningEnv(seeds=seeds)
+    obs_list, masks, actions = [], [], []
+    env.reset(seed=seed)
+    for _ in range(episodes):
+        obs, info = env.reset()
+        log, done = CallLog(), False
+        while not done:
+            mask = env.action_masks()
+            slot = teacher(obs, mask, info["candidates"], log)
+            obs_list.append(obs)
+            masks.append(mask)
+            actions.append(slot)
+            obs, _, done, _, step = env.step(slot)
+            log.record(step["slot"], step["time_us"])
+    policy = model.policy
+    x = torch.as_tensor(np.array(obs_list))
+    a = torch.as_tensor(np.array(actions))
+    m = np.array(masks)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(seed)
+    mean_ll = 0.0
+    for _ in range(epochs):
+        for idx in torch.randperm(len(a), generator=generator).split(256):
+            _, log_prob, _ = policy.evaluate_actions(x[idx], a[idx], action_masks=m[idx.numpy()])
+            loss = -log_prob.mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            mean_ll = -float(loss.detach())
+    return mean_ll
+
+
 def train_adaptive(total_steps: int, seed: int = 0, hparams: dict[str, Any] | None = None,
-                   n_envs: int = 8, seeds: range | None = None) -> MaskablePPO:
+                   n_envs: int = 8, seeds: range | None = None, warm_start_episodes: int = 0
+                   ) -> MaskablePPO:
     """MaskablePPO on ``dynamiccl/OnlineTuning-v0`` over training realities only: the environments
-    are built without ``heldout``, so they refuse any seed from ``HELDOUT_SEED_START`` on."""
+    are built without ``heldout``, so they refuse any seed from ``HELDOUT_SEED_START`` on. With
+    ``warm_start_episodes`` the policy first imitates :func:`prior_sweep` on that many episodes."""
     import torch
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -143,6 +189,8 @@ def train_adaptive(total_steps: int, seed: int = 0, hparams: dict[str, Any] | No
     torch.set_num_threads(1)
     envs = make_vec_env(OnlineTuningEnv, n_envs=n_envs, seed=seed, env_kwargs={"seeds": seeds})
     model = build_model("maskable_ppo", envs, seed=seed, hparams={**HPARAMS, **(hparams or {})})
+    if warm_start_episodes:
+        imitate(model, prior_sweep, warm_start_episodes, seed=seed, seeds=seeds)
     model.learn(total_timesteps=total_steps)
     return model
 

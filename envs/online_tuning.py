@@ -57,7 +57,9 @@ TRAIN_COLLECTIVES: tuple[Collective, ...] = (Collective.ALLREDUCE, Collective.AL
                                              Collective.REDUCE)
 #: The research observation's per-call fields (straggler, last time) start here; the rest is context.
 CONTEXT_SIZE = [f.name for f in OBSERVATION_FIELDS].index("straggler_present")
-SLOT_FIELDS = ("present", "prior_gain", "tries", "measured_gain")
+SLOT_FIELDS = ("present", "prior_gain", "tries", "measured_gain", "gap_to_best", "best")
+#: Lower bounds of the slot fields (upper bounds are all 1).
+_SLOT_LOW = (0.0, -1.0, 0.0, -1.0, -1.0, 0.0)
 OBS_SIZE = CONTEXT_SIZE + 2 + len(SLOT_FIELDS) * MAX_CANDIDATES
 _PAIR = ActionColumns.algorithm * 16 + ActionColumns.protocol
 
@@ -144,6 +146,10 @@ def encode(scenario: Scenario, candidates: Candidates, log: CallLog, n_calls: in
     slots[:k, 1] = _log_unit(np.log(pred[0] / pred))
     slots[:k, 2] = np.log2(1.0 + log.tries[:k]) / math.log2(1.0 + n_calls)
     slots[:k, 3] = np.where(log.tries[:k] > 0, _log_unit(ref - np.nan_to_num(means)), 0.0)
+    if log.calls:
+        best = int(np.nanargmin(means))
+        slots[:k, 4] = np.where(log.tries[:k] > 0, _log_unit(means[best] - np.nan_to_num(means)), 0.0)
+        slots[best, 5] = 1.0
     head = [min(log.calls / n_calls, 1.0), min(log.noise() / NOISE_SCALE, 1.0)]
     return np.concatenate([static_features(scenario)[:CONTEXT_SIZE], head, np.clip(slots, -1.0, 1.0).ravel()]
                           ).astype(np.float32)
@@ -187,14 +193,17 @@ class OnlineTuningEnv(gym.Env[np.ndarray, np.int64]):
     | 49             | progress           | 0   | 1   | calls made / n_calls                        |
     | 50             | noise              | 0   | 1   | pooled std of log times (slots tried twice) |
     |                |                    |     |     | / 0.1                                       |
-    | 51+4k          | slot k present     | 0   | 1   | slot k holds a choice                       |
-    | 52+4k          | slot k prior_gain  | -1  | 1   | log(model's NCCL time / model's slot time)  |
+    | 51+6k          | slot k present     | 0   | 1   | slot k holds a choice                       |
+    | 52+6k          | slot k prior_gain  | -1  | 1   | log(model's NCCL time / model's slot time)  |
     |                |                    |     |     | / log 8                                     |
-    | 53+4k          | slot k tries       | 0   | 1   | log2(1 + tries) / log2(1 + n_calls)         |
-    | 54+4k          | slot k measured    | -1  | 1   | log(reference / geomean measured time) /    |
+    | 53+6k          | slot k tries       | 0   | 1   | log2(1 + tries) / log2(1 + n_calls)         |
+    | 54+6k          | slot k measured    | -1  | 1   | log(reference / geomean measured time) /    |
     |                |  _gain             |     |     | log 8; 0 while untried. Reference: NCCL's   |
     |                |                    |     |     | measured geomean once slot 0 has run, its   |
     |                |                    |     |     | predicted time before                       |
+    | 55+6k          | slot k gap_to_best | -1  | 0   | log(best geomean / slot's geomean) / log 8; |
+    |                |                    |     |     | 0 while untried                             |
+    | 56+6k          | slot k best        | 0   | 1   | 1 for the slot with the best measured mean  |
 
     for k = 0..7. Nothing here is free: NCCL's time is known only by running slot 0.
 
@@ -252,7 +261,7 @@ class OnlineTuningEnv(gym.Env[np.ndarray, np.int64]):
         self.topologies: tuple[Topology, ...] = tuple(load_topology(n, nodes=k) for n, k in systems)
         self.action_space = spaces.Discrete(MAX_CANDIDATES)
         low = np.concatenate([np.zeros(CONTEXT_SIZE + 2),
-                              np.tile([0.0, -1.0, 0.0, -1.0], MAX_CANDIDATES)])
+                              np.tile(_SLOT_LOW, MAX_CANDIDATES)])
         self.observation_space = spaces.Box(low.astype(np.float32), np.ones(OBS_SIZE, np.float32),
                                             dtype=np.float32)
         self._realities: dict[int, PerturbedBackend] = {}
