@@ -138,40 +138,48 @@ def prior_sweep_tuner(n_calls: int = N_CALLS) -> CandidateTuner:
 
 def imitate(model: MaskablePPO, teacher: SlotChooser, episodes: int, seed: int = 0,
             epochs: int = 20, seeds: range | None = None) -> float:
-    """Fits the policy to ``teacher``'s choices on training episodes (cross-entropy on its slots):
-    a warm start, so PPO refines a sensible explorer instead of searching from a uniform policy,
-    which settles on "always the model's favourite". Returns the final mean log-likelihood."""
+    """Fits the policy to ``teacher``'s choices on training episodes (cross-entropy on its slots)
+    and the value head to the teacher's discounted returns: a warm start, so PPO refines a sensible
+    explorer instead of searching from a uniform policy, which settles on "always the model's
+    favourite". Returns the final mean log-likelihood of the teacher's choices."""
     import torch
 
     env = OnlineTuningEnv(seeds=seeds)
-    obs_list, masks, actions = [], [], []
+    obs_list, masks, actions, returns = [], [], [], []
     env.reset(seed=seed)
     for _ in range(episodes):
         obs, info = env.reset()
-        log, done = CallLog(), False
+        log, done, rewards = CallLog(), False, []
         while not done:
             mask = env.action_masks()
             slot = teacher(obs, mask, info["candidates"], log)
             obs_list.append(obs)
             masks.append(mask)
             actions.append(slot)
-            obs, _, done, _, step = env.step(slot)
+            obs, reward, done, _, step = env.step(slot)
             log.record(step["slot"], step["time_us"])
+            rewards.append(reward)
+        to_go = 0.0
+        for r in reversed(rewards):
+            to_go = r + model.gamma * to_go
+            returns.append(to_go)
+        returns[len(returns) - len(rewards):] = returns[len(returns) - len(rewards):][::-1]
     policy = model.policy
     x = torch.as_tensor(np.array(obs_list))
     a = torch.as_tensor(np.array(actions))
+    g = torch.as_tensor(np.array(returns, dtype=np.float32))
     m = np.array(masks)
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(seed)
     mean_ll = 0.0
     for _ in range(epochs):
         for idx in torch.randperm(len(a), generator=generator).split(256):
-            _, log_prob, _ = policy.evaluate_actions(x[idx], a[idx], action_masks=m[idx.numpy()])
-            loss = -log_prob.mean()
+            values, log_prob, _ = policy.evaluate_actions(x[idx], a[idx], action_masks=m[idx.numpy()])
+            loss = -log_prob.mean() + 0.5 * torch.mean((values.flatten() - g[idx]) ** 2)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            mean_ll = -float(loss.detach())
+            mean_ll = float(log_prob.mean().detach())
     return mean_ll
 
 

@@ -20,9 +20,9 @@ Tuners: NCCL's default; NVIDIA's sweep -> table (every NCCL_ALGO/NCCL_PROTO pair
 fastest measured); AutoCCL-style coordinate descent and the UCB bandit with its 5 % gate
 (:mod:`dynamiccl.agents.online`, the sweep's budget, then their pick); the prior-ordered sweep of
 the model's candidates (non-learned); the adaptive policy (MaskablePPO trained on training
-realities, :mod:`dynamiccl.agents.adaptive`). Goals (issue 12): the adaptive policy within 2 % of
-the best in <= 10 calls (median), lower regret than coordinate descent and the gated bandit, no
-call after exploration slower than NCCL.
+realities after imitating the prior sweep, :mod:`dynamiccl.agents.adaptive`). Goals (issue 12):
+the adaptive policy within 2 % of the best in <= 10 calls (median), lower regret than coordinate
+descent and the gated bandit, no call after exploration slower than NCCL.
 """
 
 from __future__ import annotations
@@ -254,13 +254,14 @@ def adaptive_policy(args: argparse.Namespace) -> tuple[CandidateTuner, dict]:
     began = time.perf_counter()
     if args.model and Path(args.model).exists():
         return load_adaptive(args.model), {"model": args.model, "trained_here": False}
-    model = train_adaptive(args.train_steps, seed=args.seed)
+    model = train_adaptive(args.train_steps, seed=args.seed, warm_start_episodes=args.warm_start)
     if args.model:
         model.save(args.model)
     from dynamiccl.agents.adaptive import adaptive_tuner
 
     return adaptive_tuner(model), {
         "trained_here": True, "steps": args.train_steps, "seed": args.seed, "hparams": HPARAMS,
+        "warm_start_episodes": args.warm_start,
         "train_seconds": round(time.perf_counter() - began, 1),
         "train_realities": f"seeds 0..{HELDOUT_SEED_START - 1}",
         "train_systems": [f"{t}x{n}" for t, n in TRAIN_SYSTEMS]}
@@ -271,7 +272,9 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3, help="held-out realities (default 3)")
     parser.add_argument("--model", help="a trained adaptive policy (.zip); trained and saved here "
                                         "when the file does not exist")
-    parser.add_argument("--train-steps", type=int, default=150_000)
+    parser.add_argument("--train-steps", type=int, default=60_000, help="PPO steps (default 60000)")
+    parser.add_argument("--warm-start", type=int, default=300,
+                        help="episodes imitating the prior sweep before PPO (default 300)")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
