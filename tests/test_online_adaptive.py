@@ -5,11 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamiccl.agents.adaptive import adaptive_tuner, prior_sweep_tuner, train_adaptive
+from dynamiccl.agents.adaptive import (
+    HPARAMS,
+    adaptive_tuner,
+    imitate,
+    prior_sweep,
+    prior_sweep_tuner,
+    train_adaptive,
+)
 from dynamiccl.agents.baselines import nccl_action
 from dynamiccl.agents.policy import OnlinePolicy
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START
-from dynamiccl.envs.online_tuning import Candidates
+from dynamiccl.envs.online_tuning import Candidates, OnlineTuningEnv
 from dynamiccl.knobs import valid_mask
 from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
@@ -50,8 +57,8 @@ def test_contexts_are_kept_apart_and_reset_forgets():
 
 
 def test_a_tiny_trained_policy_acts_as_an_online_tuner_and_never_saw_a_heldout_reality():
-    model = train_adaptive(400, seed=0, n_envs=2, hparams={"n_steps": 100, "batch_size": 100,
-                                                           "n_epochs": 1})
+    model = train_adaptive(400, seed=0, n_envs=2,
+                           hparams={"n_steps": 100, "batch_size": 100, "n_epochs": 1})
     seen = set().union(*(e.unwrapped.realities_seen for e in model.get_env().envs))
     assert seen and max(seen) < HELDOUT_SEED_START
     tuner = adaptive_tuner(model, n_calls=10)
@@ -63,6 +70,17 @@ def test_a_tiny_trained_policy_acts_as_an_online_tuner_and_never_saw_a_heldout_r
         tuner.update(SCENARIO, a, 50.0)
     log = tuner.measurements(SCENARIO)
     assert log is not None and log.calls == 12, "it kept every time it was fed"
+
+
+def test_imitation_fits_the_teachers_choices():
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from dynamiccl.agents.sb3_agents import build_model
+
+    model = build_model("maskable_ppo", make_vec_env(OnlineTuningEnv, n_envs=1, seed=0), seed=0,
+                        hparams=HPARAMS)
+    uniform = -np.log(5.0)  # about the mean slot count
+    assert imitate(model, prior_sweep, 20, seed=0) > uniform / 3
 
 
 def test_training_refuses_heldout_seeds():
