@@ -11,8 +11,10 @@ drive them exactly like coordinate descent and the bandit. They differ only in w
 * :func:`prior_sweep` – the non-learned reference: run every candidate once, fastest predicted
   first, then keep the fastest measured. What the learned policy adds is what it beats this by.
 
-NCCL's own pick (slot 0) is returned as the nearest table entry (:func:`nccl_action`), as the other
-online tuners do, since ``act`` answers with an action id.
+``act`` answers with an action id, NCCL's own pick (slot 0) as its nearest table entry
+(:func:`nccl_action`), as the other online tuners do; ``force`` answers with the knobs to pin
+(:class:`~dynamiccl.agents.policy.ForcingPolicy`), NCCL's pick as nothing pinned, which is what
+the policy was trained on and what a runtime inside a job does.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 from dynamiccl.agents.baselines import nccl_action
 from dynamiccl.agents.online import context_key
 from dynamiccl.agents.policy import allowed_actions, require_scenario
+from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.online_tuning import (
     N_CALLS,
     CallLog,
@@ -34,6 +37,7 @@ from dynamiccl.envs.online_tuning import (
     OnlineTuningEnv,
     encode,
 )
+from dynamiccl.knobs import ACTIONS
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
@@ -87,14 +91,35 @@ class CandidateTuner:
             self._contexts[key] = _Context(candidates, ids, allowed)
         return self._contexts[key]
 
-    def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
-            action_mask: np.ndarray | None = None) -> int:
-        scenario = require_scenario(self.name, scenario)
-        ctx = self._context(scenario, allowed_actions(scenario, action_mask, deployable=True))
+    def _choose(self, scenario: Scenario, mask: np.ndarray) -> _Context:
+        ctx = self._context(scenario, mask)
         obs = encode(scenario, ctx.candidates, ctx.log, self.budget)
         slot = int(self.chooser(obs, ctx.allowed, ctx.candidates, ctx.log))
         ctx.last_slot = slot if ctx.allowed[slot] else 0
+        return ctx
+
+    def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
+            action_mask: np.ndarray | None = None) -> int:
+        """The next call's choice as an action id (NCCL's pick as its nearest table entry)."""
+        scenario = require_scenario(self.name, scenario)
+        ctx = self._choose(scenario, allowed_actions(scenario, action_mask, deployable=True))
         return ctx.action_ids[ctx.last_slot]
+
+    def force(self, scenario: Scenario) -> KnobConstraints:
+        """The next call's choice as the knobs to pin: nothing for NCCL's pick (NCCL then runs
+        its own channel count, as in training), algorithm, protocol and channels otherwise. Report
+        the measured time with :meth:`record`."""
+        ctx = self._choose(scenario, allowed_actions(scenario, None, deployable=True))
+        action = ctx.candidates.actions[ctx.last_slot]
+        if action < 0:
+            return KnobConstraints()
+        c = ACTIONS[action]
+        return KnobConstraints(algorithm=c.algorithm, protocol=c.protocol, channels=c.channels)
+
+    def record(self, scenario: Scenario, time_us: float) -> None:
+        """The measured time of the call this tuner last chose in ``scenario``'s context."""
+        ctx = self._context(scenario, allowed_actions(scenario, None, deployable=True))
+        ctx.log.record(ctx.last_slot, time_us)
 
     def measurements(self, scenario: Scenario) -> CallLog | None:
         """What this tuner has measured in ``scenario``'s context (None before its first call)."""

@@ -20,7 +20,9 @@ Tuners: NCCL's default; NVIDIA's sweep -> table (every NCCL_ALGO/NCCL_PROTO pair
 fastest measured); AutoCCL-style coordinate descent and the UCB bandit with its 5 % gate
 (:mod:`dynamiccl.agents.online`, the sweep's budget, then their pick); the prior-ordered sweep of
 the model's candidates (non-learned); the adaptive policy (MaskablePPO trained on training
-realities after imitating the prior sweep, :mod:`dynamiccl.agents.adaptive`). Goals (issue 12):
+realities after imitating the prior sweep, :mod:`dynamiccl.agents.adaptive`) and that imitation
+alone. The candidate tuners pin knobs as the runtime would (NCCL's pick = nothing pinned); the
+action-id tuners run NCCL's pick as its nearest table entry, as they are written. Goals (issue 12):
 the adaptive policy within 2 % of the best in <= 10 calls (median), lower regret than coordinate
 descent and the gated bandit, no call after exploration slower than NCCL.
 """
@@ -40,6 +42,7 @@ import numpy as np
 from dynamiccl.agents.adaptive import (
     HPARAMS,
     CandidateTuner,
+    adaptive_tuner,
     load_adaptive,
     prior_sweep_tuner,
     train_adaptive,
@@ -126,6 +129,24 @@ def play_sweep(truth: Truth, n_calls: int) -> Trace:
     return trace
 
 
+def play_forced(tuner: CandidateTuner, truth: Truth, n_calls: int) -> Trace:
+    """A tuner that names the knobs to pin (NCCL's own pick = nothing pinned), as the runtime runs
+    it; fresh context, noisy times fed back."""
+    s = truth.scenario
+    noisy = PerturbedBackend(truth.seed, noisy=True)
+    exact = PerturbedBackend(truth.seed, noisy=False)
+    tuner.reset()
+    trace, true_us = Trace([], []), {}
+    for _ in range(n_calls):
+        pinned = tuner.force(s)
+        tuner.record(s, noisy.measure_forced(s, pinned).time_us)
+        trace.repeat.append(pinned in true_us)
+        if pinned not in true_us:
+            true_us[pinned] = exact.measure_forced(s, pinned).time_us
+        trace.times.append(true_us[pinned])
+    return trace
+
+
 def budget_of(s: Scenario) -> int:
     """The sweep's per-context budget: every pinned pair plus NCCL's default."""
     return 1 + len(candidate_pairs(s))
@@ -134,15 +155,12 @@ def budget_of(s: Scenario) -> int:
 Player = Callable[[Truth, int], Trace]
 
 
-def players(adaptive: CandidateTuner) -> dict[str, Player]:
+def players(adaptive: dict[str, CandidateTuner]) -> dict[str, Player]:
     def fresh(make: Callable[[Scenario], object]) -> Player:
         return lambda truth, n: play_online(make(truth.scenario), truth, n)
 
-    def reset_and_play(tuner: CandidateTuner) -> Player:
-        def run(truth: Truth, n: int) -> Trace:
-            tuner.reset()
-            return play_online(tuner, truth, n)
-        return run
+    def forced(tuner: CandidateTuner) -> Player:
+        return lambda truth, n: play_forced(tuner, truth, n)
 
     return {
         "nccl_default": lambda truth, n: Trace([truth.nccl_us] * n, [i > 0 for i in range(n)]),
@@ -150,8 +168,8 @@ def players(adaptive: CandidateTuner) -> dict[str, Player]:
         "coordinate_descent": fresh(lambda s: CoordinateDescentTuner(budget_of(s), deployable=True)),
         "bandit_5pct_gate": fresh(lambda s: UcbBandit(budget_of(s), deployable=True,
                                                       safety_margin=0.05)),
-        "prior_sweep": reset_and_play(prior_sweep_tuner()),
-        "adaptive": reset_and_play(adaptive),
+        "prior_sweep": forced(prior_sweep_tuner()),
+        **{name: forced(tuner) for name, tuner in adaptive.items()},
     }
 
 
@@ -210,7 +228,7 @@ class Score:
         }
 
 
-def run(seeds: list[int], adaptive: CandidateTuner, progress: bool) -> dict:
+def run(seeds: list[int], adaptive: dict[str, CandidateTuner], progress: bool) -> dict:
     scores = {name: Score([], []) for name in players(adaptive)}
     worst_context: dict[str, tuple[float, str]] = {}
     for seed in seeds:
@@ -247,19 +265,20 @@ def goals(results: dict) -> dict:
     }
 
 
-def adaptive_policy(args: argparse.Namespace) -> tuple[CandidateTuner, dict]:
-    """The trained policy: loaded from ``--model`` if it exists, else trained (and saved there)."""
+def adaptive_policies(args: argparse.Namespace) -> tuple[dict[str, CandidateTuner], dict]:
+    """The trained policy (loaded from ``--model`` if it exists, else trained and saved there) and
+    the same warm start without PPO, to show what PPO adds."""
     from pathlib import Path
 
     began = time.perf_counter()
+    imitation = adaptive_tuner(train_adaptive(0, seed=args.seed, warm_start_episodes=args.warm_start))
     if args.model and Path(args.model).exists():
-        return load_adaptive(args.model), {"model": args.model, "trained_here": False}
+        return ({"adaptive": load_adaptive(args.model), "adaptive_imitation_only": imitation},
+                {"model": args.model, "trained_here": False})
     model = train_adaptive(args.train_steps, seed=args.seed, warm_start_episodes=args.warm_start)
     if args.model:
         model.save(args.model)
-    from dynamiccl.agents.adaptive import adaptive_tuner
-
-    return adaptive_tuner(model), {
+    return {"adaptive": adaptive_tuner(model), "adaptive_imitation_only": imitation}, {
         "trained_here": True, "steps": args.train_steps, "seed": args.seed, "hparams": HPARAMS,
         "warm_start_episodes": args.warm_start,
         "train_seconds": round(time.perf_counter() - began, 1),
@@ -280,7 +299,7 @@ def main() -> int:
     args = parser.parse_args()
     if not 1 <= args.seeds <= 100:
         parser.error("--seeds takes 1..100")
-    adaptive, training = adaptive_policy(args)
+    adaptive, training = adaptive_policies(args)
     began = time.perf_counter()
     seeds = list(range(HELDOUT_SEED_START, HELDOUT_SEED_START + args.seeds))
     results = run(seeds, adaptive, progress=not args.json)

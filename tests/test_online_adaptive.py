@@ -14,10 +14,11 @@ from dynamiccl.agents.adaptive import (
     train_adaptive,
 )
 from dynamiccl.agents.baselines import nccl_action
-from dynamiccl.agents.policy import OnlinePolicy
+from dynamiccl.agents.policy import ForcingPolicy, OnlinePolicy
+from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START
 from dynamiccl.envs.online_tuning import Candidates, OnlineTuningEnv
-from dynamiccl.knobs import valid_mask
+from dynamiccl.knobs import ACTIONS, valid_mask
 from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
@@ -86,3 +87,17 @@ def test_imitation_fits_the_teachers_choices():
 def test_training_refuses_heldout_seeds():
     with pytest.raises(ValueError, match="held out"):
         train_adaptive(10, seeds=range(HELDOUT_SEED_START, HELDOUT_SEED_START + 2))
+
+
+def test_force_pins_nothing_for_nccls_pick_and_the_candidates_knobs_otherwise():
+    tuner = prior_sweep_tuner()
+    assert isinstance(tuner, ForcingPolicy)
+    cands = Candidates.of(SCENARIO)
+    assert tuner.force(SCENARIO) == KnobConstraints()
+    tuner.record(SCENARIO, 100.0)
+    second = tuner.force(SCENARIO)
+    c = ACTIONS[cands.actions[1]]
+    assert second == KnobConstraints(algorithm=c.algorithm, protocol=c.protocol, channels=c.channels)
+    tuner.record(SCENARIO, 40.0)
+    log = tuner.measurements(SCENARIO)
+    assert list(log.tries[:2]) == [1, 1] and log.calls == 2
