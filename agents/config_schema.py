@@ -82,7 +82,7 @@ SECTIONS: dict[str, type] = {"trainer": TrainerSchema, "eval": EvalSchema, "agen
 #: Top-level keys owned by other config groups or by Hydra's template conventions.
 OTHER_TOP_KEYS = {"task_name", "seed", "paths", "topology", "workload",
                   "scenario", "env", "logger", "experiment", "hparams_search", "debug", "local",
-                  "hydra", "tags"}
+                  "hydra", "tags", "deploy"}
 
 
 def _suggest(key: str, allowed: list[str]) -> str:

@@ -29,6 +29,10 @@ def export_and_score(cfg: DictConfig, policy: Any, run_dir: Path) -> list[Any]:
     from dynamiccl.files import write_text_atomic
     from dynamiccl.topology import load_topology
 
+    unknown = set(deploy) - {"topology", "nodes", "margin"}
+    if unknown or "topology" not in deploy:
+        raise ValueError(f"config section 'deploy' takes topology, nodes and margin (got "
+                         f"{sorted(map(str, deploy))})")
     topology = load_topology(str(deploy.topology))
     nodes = [int(n) for n in deploy.get("nodes") or [topology.nodes]]
     gate = Gate(margin=float(deploy.get("margin", DEFAULT_MARGIN)))

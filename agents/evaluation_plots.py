@@ -4,6 +4,10 @@
   coloured by the algorithm/protocol the policy picked most often there. Side by side, it shows at a
   glance where a learned policy departs from NCCL and whether it follows the oracle.
 * ``speedup_vs_size.png`` – geometric-mean speedup over NCCL per size bin, one line per policy.
+
+Colours come from :mod:`dynamiccl.plots` (an algorithm's hue, lighter for LL, darker for Simple),
+so ``ring/ll128`` is the same colour here, in the explain plot and in every run. Titles say which
+suite was evaluated and over which action set, since both change what a speedup means.
 """
 
 from __future__ import annotations
@@ -11,27 +15,36 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dynamiccl.agents.evaluate import PolicyReport
 from dynamiccl.envs.observation import size_bin
+from dynamiccl.plots import choice_colour, policy_colour, pyplot, ratio_axis, save, size_axis
 from dynamiccl.units import format_size
 
 
-def _pyplot():
-    import matplotlib
+def describe_run(suite: str | None, deployable: bool | None) -> str:
+    """``heldout suite, deployable actions``: what a figure's numbers are about."""
+    where = f"{suite} suite" if suite else "suite not named"
+    if deployable is None:
+        return where
+    actions = "deployable actions (what the plugin can make NCCL do)" if deployable else \
+        "all simulator actions"
+    return f"{where}, {actions}"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    return plt
+def plot_choice_maps(reports: Sequence[PolicyReport], path: str | Path, context: str = "") -> Path:
+    return save(choice_maps_figure(reports, context), path)
 
 
-def plot_choice_maps(reports: Sequence[PolicyReport], path: str | Path) -> Path:
+def choice_maps_figure(reports: Sequence[PolicyReport], context: str = "") -> Any:
     """Per policy, the most frequent algorithm/protocol in every (ranks × size bin) cell."""
-    plt = _pyplot()
-    path = Path(path)
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    plt = pyplot()
     cells: list[dict[tuple[int, int], str]] = []
     for report in reports:
         votes: dict[tuple[int, int], Counter] = defaultdict(Counter)
@@ -42,62 +55,73 @@ def plot_choice_maps(reports: Sequence[PolicyReport], path: str | Path) -> Path:
     ranks = sorted({k[0] for cell in cells for k in cell})
     bins = sorted({k[1] for cell in cells for k in cell})
     labels = sorted({v for cell in cells for v in cell.values()})
-    colour = {label: i for i, label in enumerate(labels)}
-    cmap = plt.get_cmap("tab20", max(len(labels), 1))
-    fig, axes = plt.subplots(len(reports), 1, figsize=(max(6, 0.45 * len(bins) + 3),
-                                                       1.2 + 0.5 * len(ranks) * len(reports)),
-                             squeeze=False)
+    index = {label: i for i, label in enumerate(labels)}
+    cmap = ListedColormap([choice_colour(label) for label in labels] or ["white"])
+    height = 1.6 + (0.45 * len(ranks) + 0.9) * len(reports)
+    fig, axes = plt.subplots(len(reports), 1, figsize=(max(7.0, 0.45 * len(bins) + 4.5), height),
+                             squeeze=False, sharex=True)
     for ax, report, cell in zip(axes[:, 0], reports, cells, strict=True):
         grid = np.full((len(ranks), len(bins)), np.nan)
         for (r, b), label in cell.items():
-            grid[ranks.index(r), bins.index(b)] = colour[label]
-        ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=len(labels) - 0.5, aspect="auto")
-        ax.set_title(report.policy, fontsize=9)
+            grid[ranks.index(r), bins.index(b)] = index[label]
+        ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=max(len(labels), 1) - 0.5, aspect="auto",
+                  interpolation="nearest")
+        ax.set_title(f"policy: {report.policy}", fontsize=9, loc="left")
         ax.set_yticks(range(len(ranks)), [str(r) for r in ranks], fontsize=7)
-        ax.set_xticks(range(len(bins)), [format_size(2**b) for b in bins], rotation=60, fontsize=6)
         ax.set_ylabel("ranks", fontsize=8)
-    fig.suptitle(f"choices per size and ranks; {reports[0].action_set}; reality: {reports[0].backend}",
+        ax.set_xticks(range(len(bins)), [format_size(2**b) for b in bins], rotation=60, fontsize=7)
+    axes[-1, 0].set_xlabel("message size bin (nccl-tests' size column, from this size up)", fontsize=8)
+    handles = [Patch(color=choice_colour(label), label=label) for label in labels]
+    fig.suptitle(f"most frequent pick per cell; {context}" if context else "most frequent pick per cell",
                  fontsize=9)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(colour[label])) for label in labels]
-    fig.legend(handles, labels, loc="upper right", fontsize=7, ncol=1)
-    fig.tight_layout(rect=(0, 0, 0.82, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    # The legend gets its own column right of the panels, so it never covers a cell or a label.
+    fig.tight_layout(rect=(0, 0, 0.78, 1))
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.79, 0.95), fontsize=7,
+               title="algorithm/protocol", title_fontsize=7, frameon=False)
+    return fig
 
 
-def plot_speedup_vs_size(reports: Sequence[PolicyReport], path: str | Path) -> Path:
+def plot_speedup_vs_size(reports: Sequence[PolicyReport], path: str | Path, context: str = "") -> Path:
+    return save(speedup_figure(reports, context), path)
+
+
+def speedup_figure(reports: Sequence[PolicyReport], context: str = "") -> Any:
     """Geometric-mean speedup over NCCL's default per size bin, per policy."""
-    plt = _pyplot()
-    path = Path(path)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 5))
+    curves = []
     for report in reports:
         per_bin: dict[int, list[float]] = defaultdict(list)
         for c in report.calls:
             per_bin[size_bin(c.scenario.nbytes)].append(np.log(c.speedup))
         bins = sorted(per_bin)
-        ax.plot([2.0**b for b in bins], [float(np.exp(np.mean(per_bin[b]))) for b in bins],
-                marker="o", ms=3, label=report.policy)
+        values = [float(np.exp(np.mean(per_bin[b]))) for b in bins]
+        curves.append(values)
+        ax.plot([2.0**b for b in bins], values, marker="o", ms=3, label=report.policy,
+                color=policy_colour(report.policy))
     ax.axhline(1.0, color="0.4", lw=0.8)
-    ax.set_xscale("log", base=2)
     bins = sorted({size_bin(c.scenario.nbytes) for r in reports for c in r.calls})
-    ticks = bins[:: max(1, len(bins) // 12)]
-    ax.set_xticks([2.0**b for b in ticks], [format_size(2**b) for b in ticks], fontsize=8)
-    ax.set_yscale("log")
-    ax.set_xlabel("message size")
-    ax.set_ylabel("speedup over NCCL default (geomean)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.set_title(f"speedup over NCCL per size; {reports[0].action_set}; reality: "
-                 f"{reports[0].backend}", fontsize=10)
-    ax.legend(fontsize=8)
+    size_axis(ax, [2**b for b in bins])
+    flat = [v for values in curves for v in values] or [1.0]
+    ratio_axis(ax, min(flat), max(flat))
+    ax.set_ylabel("speedup over NCCL's default (geomean)")
+    ax.set_title(f"speedup by message size; {context}" if context else "speedup by message size",
+                 fontsize=9)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, title="policy", title_fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def plot_reports(reports: Sequence[PolicyReport], out_dir: str | Path) -> dict[str, Path]:
+def plot_reports(reports: Sequence[PolicyReport], out_dir: str | Path, *, suite: str | None = None,
+                 deployable: bool | None = None) -> dict[str, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    return {"choices": plot_choice_maps(reports, out / "choices.png"),
-            "speedup_vs_size": plot_speedup_vs_size(reports, out / "speedup_vs_size.png")}
+    context = describe_run(suite, deployable)
+    if reports:  # the reports know their action set and the reality that timed them
+        if deployable is None:
+            context = f"{context}, {reports[0].action_set}"
+        context = f"{context}; reality: {reports[0].backend}"
+    return {"choices": plot_choice_maps(reports, out / "choices.png", context),
+            "speedup_vs_size": plot_speedup_vs_size(reports, out / "speedup_vs_size.png", context)}

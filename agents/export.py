@@ -267,6 +267,8 @@ def export_policy(
         created=created or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         topology=_clean_header_value(topology.name),
         fingerprint=topology.fingerprint(),
+        features=pf.system_features(all(s.ll128_enabled for s in systems), topology.features.nvls,
+                                    topology.features.collnet),
         nccl=nccl_range,
         config_hash=_clean_header_value(config_hash or getattr(policy, "config_hash", None)
                                         or digest),

@@ -54,16 +54,9 @@ def load_policy(name_or_path: str, *, topology: Topology | None = None, deployab
     if is_policy_file(path):
         return load_deployed(path)
     if path.exists() or path.with_suffix(".zip").exists():
-        import zipfile
-
         from dynamiccl.agents.sb3_agents import SB3Policy
 
-        try:
-            return SB3Policy.load(path, deployable=deployable)
-        except (zipfile.BadZipFile, KeyError):
-            raise ValueError(f"{path} is neither a checkpoint written by `dynamiccl train` (a "
-                             "model .zip) nor a policy file (.dccl, or NVIDIA example-tuner CSV)"
-                             ) from None
+        return SB3Policy.load(path, deployable=deployable)
     raise ValueError(
         f"unknown policy {name_or_path!r}: give one of {', '.join(BUILTIN)}, the path of a "
         "checkpoint written by `dynamiccl train` (a .zip or its run folder), or an exported "

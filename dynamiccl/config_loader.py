@@ -33,9 +33,7 @@ def read_config(group: str, spec: str | Path | Mapping[str, Any]) -> tuple[dict[
         return plain(spec), f"{group} config {spec.get('name', '<mapping>')!r}"
     path = Path(spec)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such {group} file; check the path")
-        text, source = path.read_text(), str(path)
+        text, source = _read_file(path, group), str(path)
     else:
         candidate = resources.files("dynamiccl.configs") / group / f"{spec}.yaml"
         if not candidate.is_file():
@@ -47,10 +45,31 @@ def read_config(group: str, spec: str | Path | Mapping[str, Any]) -> tuple[dict[
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML ({exc}); fix the syntax") from None
+        raise ConfigError(f"{source}: not valid YAML ({_yaml_problem(exc)}); fix the syntax") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a {group} config is a mapping of keys at the top level")
     return data, source
+
+
+def _read_file(path: Path, group: str) -> str:
+    """A file the user named, or one ConfigError saying why it cannot be read."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; give a {group} YAML file")
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such {group} file; check the path")
+    try:
+        return path.read_text()
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied; make the file readable") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read as a text {group} file ({exc})") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's several-line report as one line: what is wrong and where."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
 
 
 def plain(value: Any) -> Any:

@@ -9,13 +9,19 @@ Knob constraints behave like NCCL's environment variables: a given algorithm/pro
 choice as ``NCCL_ALGO``/``NCCL_PROTO`` do, a given channel count pins the channel count as
 ``NCCL_MIN_NCHANNELS=NCCL_MAX_NCHANNELS`` would. Knobs NCCL has no variable for (hierarchy,
 scheduling policy, active chunks, the simulator-only StragglAR) are applied on top of NCCL's pick.
+
+Every answer is cached per call; :func:`prefetch` fills those caches for many calls with one
+vectorized computation per system, so a batch of requests costs little more than its lookups.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -27,10 +33,12 @@ from dynamiccl.knobs import (
     Hierarchy,
     Schedule,
     invalid_reason,
+    nccl_config,
     valid_mask,
 )
 from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
+from dynamiccl.nccl_model.select import cost_tables
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate, simulate
 from dynamiccl.topology import Topology
@@ -64,6 +72,42 @@ class KnobConstraints:
 
 
 NO_CONSTRAINTS = KnobConstraints()
+
+
+class NcclCannotRun(ValueError):
+    """NCCL's own model has no usable algorithm/protocol for the call under the pinned knobs, so
+    NCCL would fail it (with knobs pinned, the user's choice; without, a gap in the model)."""
+
+
+class _Memo:
+    """A bounded least-recently-used cache that, unlike ``lru_cache``, :func:`prefetch` can fill in
+    bulk: many calls answered by one vectorized computation, then looked up one by one."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def get(self, key: Hashable) -> Any:
+        value = self._data.get(key)
+        if value is not None:
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: Hashable, value: Any) -> Any:
+        self._data[key] = value
+        if len(self._data) > self.maxsize:
+            self._data.popitem(last=False)
+        return value
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._data
+
+
+_ACTION_TIMES = _Memo(65536)
+_DECISIONS = _Memo(65536)
+_NCCL_CHOICES = _Memo(65536)
+_NCCL_TABLES = _Memo(65536)
+_CANDIDATE_TIMES = _Memo(65536)
 
 
 @dataclass(frozen=True)
@@ -114,10 +158,25 @@ def _simulated_times(scenario: Scenario, configs: ConfigBatch) -> np.ndarray:
     return result.time_us[0]
 
 
-@lru_cache(maxsize=65536)
 def _action_times(scenario: Scenario) -> np.ndarray:
-    all_times = _simulated_times(scenario, ConfigBatch.all_actions())
-    times = np.where(valid_mask(scenario.topology, scenario.collective), all_times, np.inf)
+    hit = _ACTION_TIMES.get(scenario)
+    if hit is not None:
+        return hit
+    valid, batch = _valid_actions(scenario.topology, scenario.collective)
+    return _ACTION_TIMES.put(scenario, _times_row(valid, _simulated_times(scenario, batch)))
+
+
+@lru_cache(maxsize=4096)
+def _valid_actions(topology: Topology, collective: Collective) -> tuple[np.ndarray, ConfigBatch]:
+    """Only valid actions reach the simulator: an action a system cannot run may have no cost model
+    there at all (a hierarchical ring on one rank has no phase to time)."""
+    valid = np.flatnonzero(valid_mask(topology, collective))
+    return valid, ConfigBatch.all_actions().take(valid)
+
+
+def _times_row(valid: np.ndarray, simulated: np.ndarray) -> np.ndarray:
+    times = np.full(len(ACTIONS), np.inf)
+    times[valid] = simulated
     times.setflags(write=False)
     return times
 
@@ -127,20 +186,37 @@ def _decision(scenario: Scenario, config: Config) -> TimedConfig:
     return _timed_decision(_timing_key(scenario), config)
 
 
-@lru_cache(maxsize=65536)
 def _timed_decision(scenario: Scenario, config: Config) -> TimedConfig:
+    hit = _DECISIONS.get((scenario, config))
+    if hit is not None:
+        return hit
     reason = invalid_reason(scenario.topology, scenario.collective, config)
     if reason:
         raise ValueError(f"{config.label()} cannot run {scenario.collective.name.lower()} on "
                          f"{scenario.topology.name}: {reason}")
     timing = evaluate(scenario, config)
+    return _DECISIONS.put((scenario, config), _make_decision(
+        scenario, config, timing.time_us, timing.time_after_straggler_us, timing.algbw_GBps,
+        timing.busbw_GBps))
+
+
+def _make_decision(scenario: Scenario, config: Config, time_us: float, after_us: float,
+                   algbw: float, busbw: float) -> TimedConfig:
     predicted = None
     if config.exportable:
-        model = nccl_model_for(scenario.topology)
-        predicted = model.predicted_us(scenario.collective, scenario.nbytes, config)
-        predicted = predicted if math.isfinite(predicted) else None
-    return TimedConfig(config, timing.time_us, timing.time_after_straggler_us, timing.algbw_GBps,
-                    timing.busbw_GBps, predicted)
+        table = _nccl_cost_table(scenario.topology, scenario.collective, scenario.nbytes)
+        value = float(table[config.algorithm, config.protocol])
+        predicted = value if value >= 0 else None  # NCCL marks what it cannot run with -1
+    return TimedConfig(config, float(time_us), float(after_us), float(algbw), float(busbw), predicted)
+
+
+def _nccl_cost_table(topology: Topology, collective: Collective, nbytes: int) -> np.ndarray:
+    """NCCL's predicted µs per (algorithm, protocol) for one call: NCCL's pick and the best pick of
+    the same call read their predictions from one table."""
+    key = (topology, collective, nbytes)
+    hit = _NCCL_TABLES.get(key)
+    return hit if hit is not None else _NCCL_TABLES.put(
+        key, nccl_model_for(topology).cost_table(collective, nbytes))
 
 
 def _nccl_algorithms(constraints: KnobConstraints) -> set[Algorithm] | None:
@@ -160,15 +236,21 @@ def _nccl_algorithms(constraints: KnobConstraints) -> set[Algorithm] | None:
 
 def why_impossible(scenario: Scenario, constraints: KnobConstraints) -> str | None:
     """The most common reason no configuration satisfies ``constraints`` (None if some does)."""
-    reasons = [invalid_reason(scenario.topology, scenario.collective, c)
-               for c in candidate_configs(constraints)]
+    return _why_impossible(scenario.topology, scenario.collective, constraints)
+
+
+@lru_cache(maxsize=4096)
+def _why_impossible(topology: Topology, collective: Collective,
+                    constraints: KnobConstraints) -> str | None:
+    """Validity depends on the system, the collective and the knobs only, so it is cached on them."""
+    reasons = [invalid_reason(topology, collective, c) for c in candidate_configs(constraints)]
     if not reasons:  # the pinned knobs contradict each other (e.g. a flat tree)
         sketch = Config(constraints.algorithm or Algorithm.RING, constraints.protocol or Protocol.SIMPLE,
                         constraints.channels or 1)
-        return invalid_reason(scenario.topology, scenario.collective, constraints.apply(sketch))
+        return invalid_reason(topology, collective, constraints.apply(sketch))
     if any(r is None for r in reasons):
         return None
-    return max(set(reasons), key=reasons.count)
+    return max(dict.fromkeys(reasons), key=reasons.count)  # ties: the first candidate's reason
 
 
 def nccl_default(scenario: Scenario, constraints: KnobConstraints = NO_CONSTRAINTS) -> TimedConfig:
@@ -180,18 +262,44 @@ def nccl_default(scenario: Scenario, constraints: KnobConstraints = NO_CONSTRAIN
     return _decision(scenario, config)
 
 
-@lru_cache(maxsize=65536)
 def _nccl_choice(topology: Topology, collective: Collective, nbytes: int,
                  constraints: KnobConstraints) -> Config:
     """NCCL's pick depends only on what its cost model sees: the system, the call and the knobs."""
-    choice = nccl_model_for(topology).choose(
-        collective,
-        nbytes,
-        algorithms=_nccl_algorithms(constraints),
-        protocols=None if constraints.protocol is None else {constraints.protocol},
-        channels=constraints.channels,
-    )
+    key = (topology, collective, nbytes, constraints)
+    hit = _NCCL_CHOICES.get(key)
+    return hit if hit is not None else _NCCL_CHOICES.put(
+        key, _nccl_choose(topology, collective, nbytes, constraints))
+
+
+def _nccl_choose(topology: Topology, collective: Collective, nbytes: int,
+                 constraints: KnobConstraints) -> Config:
+    algorithms, protocols = _nccl_allowed(topology, collective, constraints)
+    try:
+        choice = nccl_model_for(topology).choose(collective, nbytes, algorithms=algorithms,
+                                                 protocols=protocols, channels=constraints.channels)
+    except ValueError as exc:  # NCCL's model has nothing usable: NCCL would fail the call
+        raise NcclCannotRun(str(exc)) from None
     return constraints.apply(choice.config)
+
+
+@lru_cache(maxsize=4096)
+def _nccl_allowed(topology: Topology, collective: Collective, constraints: KnobConstraints
+                  ) -> tuple[frozenset[Algorithm] | None, frozenset[Protocol] | None]:
+    """What NCCL_ALGO / NCCL_PROTO would allow so that NCCL's pick, with the pinned knobs applied
+    on top, can run here: pinning the hierarchy on one node must not yield a ring-over-ring, nor
+    pinning StragglAR a protocol it does not run."""
+    algorithms = _nccl_algorithms(constraints)
+    protocols = None if constraints.protocol is None else frozenset({constraints.protocol})
+    if not constraints.given():
+        return algorithms, protocols
+    runnable, _ = _valid_candidates(topology, collective, constraints, False)
+    if not runnable:
+        return algorithms, protocols
+    nccl_algorithms = {Algorithm.RING if c.algorithm == Algorithm.STRAGGLAR else c.algorithm
+                       for c in runnable}
+    if algorithms is not None:
+        algorithms = frozenset(algorithms & nccl_algorithms)
+    return algorithms, frozenset(c.protocol for c in runnable)
 
 
 def candidate_configs(constraints: KnobConstraints = NO_CONSTRAINTS) -> tuple[Config, ...]:
@@ -202,6 +310,24 @@ def candidate_configs(constraints: KnobConstraints = NO_CONSTRAINTS) -> tuple[Co
     if constraints.channels is not None:
         matching = [replace(c, channels=constraints.channels) for c in matching]
     return tuple(dict.fromkeys(matching))
+
+
+@lru_cache(maxsize=4096)
+def _valid_candidates(topology: Topology, collective: Collective, constraints: KnobConstraints,
+                      deployable: bool) -> tuple[tuple[Config, ...], ConfigBatch | None]:
+    """The configurations ``best`` chooses among (and their simulator batch): they depend on the
+    system and the knobs, not on the size, so a sweep over sizes builds them once."""
+    configs = tuple(c for c in candidate_configs(constraints)
+                    if invalid_reason(topology, collective, c) is None and (c.exportable or not deployable))
+    return configs, ConfigBatch.from_configs(configs) if configs else None
+
+
+def _candidate_times(scenario: Scenario, constraints: KnobConstraints, deployable: bool,
+                     batch: ConfigBatch) -> np.ndarray:
+    """Simulated times of the configurations ``best`` chooses among under pinned knobs."""
+    key = (scenario, constraints, deployable)
+    hit = _CANDIDATE_TIMES.get(key)
+    return hit if hit is not None else _CANDIDATE_TIMES.put(key, _simulated_times(scenario, batch))
 
 
 def best(
@@ -226,18 +352,79 @@ def best(
                              f"{scenario.topology.name}")
         config = ACTIONS[index]
     else:
-        candidates = [
-            c for c in candidate_configs(constraints)
-            if invalid_reason(scenario.topology, scenario.collective, c) is None
-            and (c.exportable or not deployable)
-        ]
-        if not candidates:
+        candidates, batch = _valid_candidates(scenario.topology, scenario.collective, constraints,
+                                              deployable)
+        if batch is None:
             raise ValueError(why_impossible(scenario, constraints)
                              or "no exportable configuration satisfies the given knobs")
-        times = _simulated_times(scenario, ConfigBatch.from_configs(candidates))
+        times = _candidate_times(_timing_key(scenario), constraints, deployable, batch)
         config = candidates[int(np.argmin(times))]
     found = _decision(scenario, config)
     default = nccl_default(scenario, constraints)
     if default.time_us < found.time_us and (default.config.exportable or not deployable):
         return default
     return found
+
+
+def prefetch(calls: Sequence[tuple[Scenario, KnobConstraints]]) -> None:
+    """Answers many calls at once so that ``nccl_default`` and ``best`` then only look them up: one
+    vectorized simulator and NCCL-model call per system, collective and set of pinned knobs instead
+    of a few per call (what ``dynamiccl simulate --batch`` needs to answer thousands per second).
+
+    The numbers are the very ones the one-call path computes: the same functions on the same rows.
+    Calls that cannot be answered are left alone; asking for them raises as it always does.
+    """
+    groups: dict[tuple, list[Scenario]] = {}
+    for scenario, constraints in dict.fromkeys((_timing_key(s), c) for s, c in calls):
+        cached = (scenario in _ACTION_TIMES if not constraints.given()
+                  else (scenario, constraints, False) in _CANDIDATE_TIMES)
+        if not cached:
+            key = (scenario.topology, scenario.collective, scenario.straggler_rank,
+                   scenario.straggler_delay_us, scenario.c2c, constraints)
+            groups.setdefault(key, []).append(scenario)
+    for (topology, collective, _, _, c2c, constraints), group in groups.items():
+        if not constraints.given() or _why_impossible(topology, collective, constraints) is None:
+            _prefetch_group(topology, collective, c2c, constraints, group)
+
+
+def _prefetch_group(topology: Topology, collective: Collective, c2c: float,
+                    constraints: KnobConstraints, group: list[Scenario]) -> None:
+    sizes = np.array([s.nbytes for s in group], dtype=np.int64)
+    delay = group[0].straggler_delay_us if group[0].has_straggler else 0.0
+    model = nccl_model_for(topology)
+    colls = np.full(len(group), int(collective))
+    algorithms, protocols = _nccl_allowed(topology, collective, constraints)
+    try:
+        algo, proto, channels, _ = model.choose_many(colls, sizes, algorithms=algorithms,
+                                                     protocols=protocols, channels=constraints.channels)
+    except ValueError:  # NCCL has nothing usable: the one-call path says so for each call
+        return
+    if constraints.given():
+        candidates, batch = _valid_candidates(topology, collective, constraints, False)
+        if batch is None:
+            return
+    else:
+        valid, batch = _valid_actions(topology, collective)
+    tables = cost_tables(model.system, model.tables, colls, sizes)
+    sim = simulate(topology, colls, sizes.astype(np.float64), batch, straggler_delay_us=delay, c2c=c2c)
+    wanted: dict[Config, list[int]] = {}
+    for i, scenario in enumerate(group):
+        _NCCL_TABLES.put((topology, collective, scenario.nbytes), tables[i])
+        if constraints.given():
+            _CANDIDATE_TIMES.put((scenario, constraints, False), sim.time_us[i])
+            top = candidates[int(np.argmin(sim.time_us[i]))]
+        else:
+            top = ACTIONS[int(np.argmin(_ACTION_TIMES.put(scenario, _times_row(valid, sim.time_us[i]))))]
+        default = constraints.apply(nccl_config(Algorithm(int(algo[i])), Protocol(int(proto[i])),
+                                                int(channels[i])))
+        _NCCL_CHOICES.put((topology, collective, scenario.nbytes, constraints), default)
+        for config in (default, top):
+            if invalid_reason(topology, collective, config) is None:
+                wanted.setdefault(config, []).append(i)
+    for config, rows in wanted.items():
+        res = simulate(topology, colls[rows], sizes[rows].astype(np.float64),
+                       ConfigBatch.from_configs([config]), straggler_delay_us=delay, c2c=c2c)
+        for j, i in enumerate(rows):
+            _DECISIONS.put((group[i], config), _make_decision(
+                group[i], config, res.time_us[j, 0], res.time_after_straggler_us[j, 0],
+                res.algbw_GBps[j, 0], res.busbw_GBps[j, 0]))

@@ -236,14 +236,6 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
     if collective not in capability.collectives:
         allowed = ", ".join(sorted(c.name.lower() for c in capability.collectives))
         return f"{algo.name.lower()} only implements {allowed}"
-    if proto not in capability.protocols:
-        allowed = " or ".join(p.name.lower() for p in sorted(capability.protocols))
-        return f"{algo.name.lower()} only runs the {allowed} protocol"
-    if proto == Protocol.LL128 and not topology.ll128_enabled:
-        return (
-            "LL128 is off on this system (NCCL enables it only on sm70+ GPUs whose intra-node "
-            "path is NVLink)"
-        )
     if algo == Algorithm.RING and config.hierarchy == Hierarchy.HIERARCHICAL:
         if collective not in (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER):
             return "ring-over-ring is modelled for allreduce, allgather and reducescatter"
@@ -253,6 +245,16 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
     for requirement in capability.requirements:
         if not requirement.met_by(topology):
             return requirement.missing
+    # Protocol rules last: when the system cannot run the algorithm at all, that is the reason to
+    # give (NVLS on an A100 needs NVSwitch multicast), not a protocol the user could change.
+    if proto not in capability.protocols:
+        allowed = " or ".join(p.name.lower() for p in sorted(capability.protocols))
+        return f"{algo.name.lower()} only runs the {allowed} protocol"
+    if proto == Protocol.LL128 and not topology.ll128_enabled:
+        return (
+            "LL128 is off on this system (NCCL enables it only on sm70+ GPUs whose intra-node "
+            "path is NVLink)"
+        )
     return None
 
 

@@ -11,6 +11,7 @@ defer rules are simply left out (those sizes then get NCCL's algorithm, on one c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from dynamiccl import policy_file as pf
 from dynamiccl.knobs import parse_enum
@@ -23,6 +24,9 @@ from dynamiccl.nccl import (
     Protocol,
 )
 
+#: How every file written here starts, so a later export recognises one it may replace.
+FIRST_LINE_PREFIX = "# DynamICCL policy '"
+
 
 def _any(value: int | None) -> str:
     return "-1" if value is None else str(value)
@@ -32,12 +36,13 @@ def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.
                         ) -> str:
     """The CSV text for one slice (default: no straggler, no overlap).
 
-    Rules are ordered most specific first (exact nodes, then exact ranks, then exact pipe_ops /
-    reg_buff), so the example's first-match search finds the rule our plugin would apply.
+    Rules are ordered most specific first (exact nodes, then exact ranks), so the example's
+    first-match search finds the rule our plugin would apply; numPipeOps and regBuff are -1 (any):
+    DynamICCL's decisions never depend on them.
     """
     sl = policy.slice(*context)
     lines = [
-        f"# DynamICCL policy '{policy.header.policy}' for NVIDIA's example tuner "
+        f"{FIRST_LINE_PREFIX}{policy.header.policy}' for NVIDIA's example tuner "
         f"(NCCL_TUNER_CONFIG_FILE=<this file>), slice {sl.name}",
         f"# topology {policy.header.topology}, fingerprint {policy.header.fingerprint}, "
         f"created {policy.header.created}",
@@ -48,8 +53,7 @@ def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.
     ]
 
     def specificity(rule: pf.Rule) -> tuple[int, ...]:
-        exact = [v is not None for v in (rule.nodes, rule.ranks, rule.pipe_ops, rule.reg_buff)]
-        return (-(2 * exact[0] + exact[1]), -(2 * exact[2] + exact[3]), *rule.group_key,
+        return (-(2 * (rule.nodes is not None) + (rule.ranks is not None)), *rule.group_key,
                 rule.min_bytes)
 
     for rule in sorted(sl.rules, key=specificity):
@@ -65,9 +69,22 @@ def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.
         lines.append(",".join([
             COLLECTIVE_TOKENS[rule.collective], str(rule.min_bytes), str(rule.max_bytes),
             ALGORITHM_TOKENS[d.algorithm], PROTOCOL_TOKENS[d.protocol], str(d.channels),
-            _any(rule.nodes), _any(rule.ranks), _any(rule.pipe_ops), _any(rule.reg_buff),
+            _any(rule.nodes), _any(rule.ranks), "-1", "-1",
         ]))
     return "\n".join(lines) + "\n"
+
+
+def _is_ours(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(FIRST_LINE_PREFIX)) == FIRST_LINE_PREFIX.encode()
+
+
+def write_nccl_example_csv(policy: pf.PolicyFile, path: str | Path, *,
+                           context: tuple[str, str] = pf.DEFAULT_CONTEXT) -> Path:
+    """Writes the CSV atomically (ranks starting meanwhile read the old or the new file, never a
+    mixture); an existing file is replaced only if this function wrote it."""
+    return pf.replace_file(path, to_nccl_example_csv(policy, context=context), replaceable=_is_ours,
+                           what="a DynamICCL export for NVIDIA's example tuner")
 
 
 @dataclass(frozen=True)

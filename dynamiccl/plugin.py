@@ -19,14 +19,15 @@ from importlib import resources
 from pathlib import Path
 
 LIBRARY_NAME = "libnccl-tuner-dynamiccl.so"
-SOURCES = ("tuner.c", "policy.c", "view.c")
-HEADERS = ("policy.h", "nccl_tuner_abi.h")
 #: The ABI versions the plugin exports, newest first (NCCL's loader tries them in this order).
 ABI_VERSIONS = (6, 5, 4, 3, 2)
 EXPORTED_SYMBOLS = tuple(f"ncclTunerPlugin_v{v}" for v in ABI_VERSIONS)
-#: Same flags as the CMake target: C11, hidden visibility (only the structs are exported).
-CFLAGS = ("-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall", "-Wextra")
+#: The run-time entry points dynamiccl.runtime calls through ctypes (documented in csrc/tuner.c).
+RUNTIME_FUNCTIONS = ("dynamiccl_set_context", "dynamiccl_policy_hash", "dynamiccl_plugin_version",
+                     "dynamiccl_pin")
 CACHE_ENV = "DYNAMICCL_CACHE_DIR"
+#: The compiler flags, one per line, shared with the CMake build (and read by clangd).
+FLAGS_FILE = "compile_flags.txt"
 
 #: The first tuner ABI each NCCL release loads (nccl_abi.md §1.1), as (first version code, ABI).
 _FIRST_ABI_BY_NCCL = ((23003, 6), (22803, 5), (22403, 4), (22203, 3), (22105, 2))
@@ -40,7 +41,22 @@ def source_dir() -> Path | None:
     """The C sources, present in a source checkout or editable install (not in a wheel)."""
     folder = resources.files("dynamiccl") / "csrc"
     path = Path(str(folder))
-    return path if (path / SOURCES[0]).is_file() else None
+    return path if (path / FLAGS_FILE).is_file() else None
+
+
+def sources(src: Path) -> list[Path]:
+    """The plugin's translation units: every .c file of the folder, as CMake globs them."""
+    return sorted(src.glob("*.c"))
+
+
+def headers(src: Path) -> list[Path]:
+    return sorted(src.glob("*.h"))
+
+
+def cflags(src: Path) -> tuple[str, ...]:
+    """The flags both builds use: C11, hidden visibility (only the ABI structs and the run-time
+    entry points are exported), warnings on."""
+    return tuple(line.strip() for line in (src / FLAGS_FILE).read_text().splitlines() if line.strip())
 
 
 def packaged_library() -> Path | None:
@@ -124,26 +140,53 @@ def build(
     cache: Path | None = None,
     force: bool = False,
 ) -> Path:
-    """Builds the plugin from the package's C sources; ``flags`` add to :data:`CFLAGS`."""
+    """Builds the plugin from the package's C sources; ``flags`` add to :func:`cflags`."""
     src = source_dir()
     if src is None:
         raise PluginError(
             "the C sources are not installed with this package; reinstall dynamiccl from source "
             "(pip install dynamiccl --no-binary dynamiccl) so the build step compiles the plugin"
         )
-    return compile_c([src / s for s in SOURCES], LIBRARY_NAME, flags=[*CFLAGS, *flags],
-                     shared=True, cc=cc, cache=cache, depends=[src / h for h in HEADERS],
-                     force=force)
+    return compile_c(sources(src), LIBRARY_NAME, flags=[*cflags(src), *flags], shared=True, cc=cc,
+                     cache=cache, depends=[*headers(src), src / FLAGS_FILE], force=force)
 
 
 def _is_stale(library: Path, src: Path) -> bool:
-    newest = max((src / f).stat().st_mtime for f in (*SOURCES, *HEADERS))
+    newest = max(f.stat().st_mtime for f in (*sources(src), *headers(src), src / FLAGS_FILE))
     return library.stat().st_mtime < newest
 
 
+#: File in the cache naming the library ``dynamiccl plugin build`` made last.
+LAST_BUILD = "last-build"
+
+
+def remember_build(library: Path) -> None:
+    """Records ``library`` as the user's own build, so ``plugin path`` names it from now on."""
+    record = cache_dir() / LAST_BUILD
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_name(f".{LAST_BUILD}.{os.getpid()}")
+    tmp.write_text(str(library))
+    os.replace(tmp, record)
+
+
+def _remembered_build(src: Path | None) -> Path | None:
+    """The library ``plugin build`` made, while it exists and is not older than the sources."""
+    try:
+        library = Path((cache_dir() / LAST_BUILD).read_text().strip())
+    except OSError:
+        return None
+    if not library.is_file() or (src is not None and _is_stale(library, src)):
+        return None
+    return library
+
+
 def library_path(*, build_if_missing: bool = True) -> Path:
-    """The plugin NCCL should load: the packaged build if current, else a cached local build."""
+    """The plugin NCCL should load: the user's last ``plugin build`` if current, else the packaged
+    build if current, else a cached local build."""
     src = source_dir()
+    remembered = _remembered_build(src)
+    if remembered is not None:
+        return remembered
     packaged = packaged_library()
     if packaged is not None and (src is None or not _is_stale(packaged, src)):
         return packaged

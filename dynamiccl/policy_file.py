@@ -4,37 +4,54 @@ A deployed policy has to be checked by a person before it steers a production jo
 plugin that must never misread it. So the file is plain text, one rule per line, and closed by a
 CRC-32 of everything above it; a file that fails any check is refused as a whole, by this module
 with one :class:`PolicyFileError` and by the plugin with one NCCL warning (it then steps aside).
+Limits, tokens and names are in :mod:`dynamiccl.policy_format`, which also generates the plugin's
+C header, so both parsers accept exactly the same files.
 
-Format, version 1 (``dynamiccl/csrc/policy.c`` accepts exactly the same files)::
+Format, version 2::
 
-    DYNAMICCL-POLICY 1                          first line: magic and format version
+    DYNAMICCL-POLICY 2                          first line: magic and format version
     # comment                                   '#' lines and blank lines are ignored
     policy oracle                               header: key value (required keys below;
     created 2026-11-21T08:00:00Z                unknown keys are ignored for forward
     topology dgx_h100                           compatibility)
     fingerprint 1a2b3c4d5e6f7a8b
+    features ll128,nvls                         what the exported system can run ('none' or a list)
     nccl 2.21.5..2.32.3
     config_hash 0123456789abcdef
     slice straggler=none c2c=none               a context slice; the rules below belong to it
-    allreduce 0 7 2 16 * * defer - - -
-    allreduce 8 65535 2 16 * * ring ll 16 -
+    allreduce 0 7 2 16 defer - -
+    allreduce 8 65535 2 16 ring ll 16
     checksum crc32 89abcdef                     last line: CRC-32 (zlib) of all bytes above it
 
 Rule columns: collective, min_bytes, max_bytes (inclusive, NCCL's nBytes: the whole gathered
-buffer for allgather/reducescatter), nodes, ranks, pipe_ops, reg_buff (``*`` = any), algorithm
-and protocol (NCCL's names) or ``defer``, channels and chunk bytes (``-`` = keep NCCL's).
+buffer for allgather/reducescatter), nodes, ranks (``*`` = any), algorithm and protocol (NCCL's
+names) or ``defer -``, channels (``-`` = keep NCCL's). Numbers are unsigned decimal digits (leading
+zeros allowed, no sign), exactly as the plugin reads them.
 
-Lookup (identical in C): the slice is chosen once per communicator (``DYNAMICCL_CONTEXT``, default
-``straggler=none c2c=none``); among rule groups whose nodes/ranks match the communicator the most
-specific wins per (collective, pipe_ops, reg_buff) -- an exact node count outranks an exact rank
-count, which outranks ``*``; per call the group for (pipe_ops, reg_buff), else (pipe_ops, *), else
-(*, reg_buff), else (*, *) answers, and a size outside its ranges means "defer to NCCL".
+What version 1 had and version 2 dropped, and why: ``reg_buff`` (NCCL's regBuff is a property of
+one rank's buffers, so a rule keyed on it can make ranks of one communicator decide differently,
+which hangs NCCL), ``pipe_ops`` and the chunk size (nothing exported them; NCCL asks for chunk sizes
+per channel piece, so the plugin could not attribute a piece to the call a rule describes).
+
+Lookup (identical in C): the slice is the run-time context (``dynamiccl_set_context``, else
+``DYNAMICCL_CONTEXT``, else ``straggler=none c2c=none``); among rule groups whose nodes/ranks match
+the communicator the most specific wins per collective -- an exact node count outranks an exact
+rank count, which outranks ``*``; a size outside its ranges means "defer to NCCL".
+
+Every rank of a communicator must decide alike, or NCCL hangs: they must load byte-identical files
+(:func:`content_hash` is what the plugin logs at init and ``dynamiccl show`` prints) and use the
+same context. Files are therefore only ever replaced atomically (:func:`replace_file`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import tempfile
 import zlib
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,28 +59,46 @@ from dynamiccl.nccl import ALGORITHM_TOKENS as ALGO_TOKENS
 from dynamiccl.nccl import COLLECTIVE_TOKENS as COLL_TOKENS
 from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
 from dynamiccl.nccl import PROTOCOL_TOKENS as PROTO_TOKENS
+from dynamiccl.policy_format import (
+    ANY,
+    CHECKSUM_PREFIX,
+    CONTEXT_ENV,
+    CONTEXT_KEYS,
+    DEFAULT_BUCKET,
+    DEFER,
+    FEATURES,
+    FORMAT_VERSION,
+    KEEP,
+    LOG_DECISIONS_ENV,
+    MAGIC,
+    MAX_BUCKET,
+    MAX_BYTES,
+    MAX_DIM,
+    MAX_FILE_BYTES,
+    MAX_GROUP_RANGES,
+    MAX_HEADER_KEY,
+    MAX_HEADER_VALUE,
+    MAX_LINE,
+    MAX_RULES,
+    MAX_SLICES,
+    NO_FEATURES,
+    POLICY_ENV,
+    REQUIRED_HEADER,
+    RULE_FIELDS,
+    SLICE,
+    SUFFIX,
+)
 
-MAGIC = "DYNAMICCL-POLICY"
-FORMAT_VERSION = 1
-SUFFIX = ".dccl"
-MAX_FILE_BYTES = 64 << 20
-MAX_LINE = 4096
-MAX_RULES = 1_000_000
-MAX_SLICES = 64
-MAX_HEADER_VALUE = 200
-MAX_BUCKET = 31
-MIN_CHUNK, MAX_CHUNK = 2048, 1 << 30
-MAX_BYTES = 2**64 - 1
-MAX_DIM = 2**31 - 1
-REQUIRED_HEADER = ("policy", "created", "topology", "fingerprint", "nccl", "config_hash")
+#: Format facts and tokens re-exported for callers of this module (defined in
+#: dynamiccl.policy_format and dynamiccl.nccl).
+__all__ = ["ALGO_TOKENS", "COLL_TOKENS", "CONTEXT_ENV", "FORMAT_VERSION", "LOG_DECISIONS_ENV",
+           "MAGIC", "MAX_BYTES", "MAX_CHANNELS", "MAX_FILE_BYTES", "MAX_HEADER_VALUE", "MAX_RULES",
+           "POLICY_ENV", "PROTO_TOKENS", "SUFFIX", "Decision", "Header", "PolicyFile",
+           "PolicyFileError", "Rule", "Slice", "content_hash", "context_buckets", "context_spec", "dumps",
+           "file_hash", "loads", "read", "replace_file", "system_features", "write"]
+
 #: NCCL releases whose tuner loader finds one of the plugin's ABI versions (v2..v6).
 DEFAULT_NCCL_RANGE = "2.21.5..2.32.3"
-
-#: Environment variables the plugin reads. DYNAMICCL_CONTEXT is reserved for the run-time context
-#: (``straggler=BUCKET,c2c=BUCKET``); today it is read once per communicator at init.
-POLICY_ENV = "DYNAMICCL_POLICY"
-CONTEXT_ENV = "DYNAMICCL_CONTEXT"
-LOG_DECISIONS_ENV = "DYNAMICCL_LOG_DECISIONS"
 
 #: Context buckets a running job can know, with the representative value export evaluates at.
 #: Straggler: how late the persistently slowest rank arrives; c2c: compute-to-communication ratio.
@@ -71,7 +106,7 @@ STRAGGLER_BUCKETS: dict[str, float] = {"none": 0.0, "short": 50.0, "long": 1000.
 STRAGGLER_SHORT_MAX_US = 200.0
 C2C_BUCKETS: dict[str, float] = {"none": 0.0, "low": 0.5, "high": 2.0}
 C2C_LOW_MAX = 1.0
-DEFAULT_CONTEXT = ("none", "none")
+DEFAULT_CONTEXT = (DEFAULT_BUCKET, DEFAULT_BUCKET)
 
 _TOKEN_ALGO = {v: k for k, v in ALGO_TOKENS.items()}
 _TOKEN_PROTO = {v: k for k, v in PROTO_TOKENS.items()}
@@ -79,8 +114,14 @@ _TOKEN_COLL = {v: k for k, v in COLL_TOKENS.items()}
 _DIGITS = re.compile(r"[0-9]{1,20}")
 _WORD = re.compile(r"[a-z0-9_]+")
 _ALLOWED = re.compile(rb"[^\x20-\x7e\t\n\r]")
-_CHECKSUM = re.compile(r"checksum crc32 ([0-9a-f]{8})")
+_CHECKSUM = re.compile(re.escape(CHECKSUM_PREFIX) + r"([0-9a-f]{8})")
 _HEADER_LINE = re.compile(r"([^ \t\r]*)[ \t\r]*(.*)", re.DOTALL)
+
+
+def context_spec(straggler: str, c2c: str) -> str:
+    """How a context is written: in a slice line, in DYNAMICCL_CONTEXT and for
+    ``dynamiccl_set_context`` (e.g. ``straggler=long c2c=none``)."""
+    return f"{CONTEXT_KEYS[0]}={straggler} {CONTEXT_KEYS[1]}={c2c}"
 
 
 class PolicyFileError(ValueError):
@@ -99,12 +140,11 @@ def context_buckets(straggler_delay_us: float, c2c: float) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Decision:
-    """What the plugin makes NCCL do; ``None`` channels or chunk keep NCCL's own."""
+    """What the plugin makes NCCL do; ``None`` channels keep NCCL's own."""
 
     algorithm: Algorithm
     protocol: Protocol
     channels: int | None = None
-    chunk_bytes: int | None = None
 
     def label(self) -> str:
         ch = f"{self.channels}ch" if self.channels else "nccl-ch"
@@ -113,24 +153,21 @@ class Decision:
 
 @dataclass(frozen=True)
 class Rule:
-    """One line of a slice. ``None`` in nodes/ranks/pipe_ops/reg_buff means any; ``decision=None``
-    means defer to NCCL."""
+    """One line of a slice. ``None`` in nodes/ranks means any; ``decision=None`` means defer to
+    NCCL."""
 
     collective: Collective
     min_bytes: int
     max_bytes: int
     nodes: int | None = None
     ranks: int | None = None
-    pipe_ops: int | None = None
-    reg_buff: int | None = None
     decision: Decision | None = None
     line: int = field(default=0, compare=False)
 
     @property
-    def group_key(self) -> tuple[int, int, int, int, int]:
+    def group_key(self) -> tuple[int, int, int]:
         """Sort/group key; -1 stands for "any" exactly as in the C plugin."""
-        return (int(self.collective), *(-1 if v is None else v for v in
-                                        (self.nodes, self.ranks, self.pipe_ops, self.reg_buff)))
+        return (int(self.collective), *(-1 if v is None else v for v in (self.nodes, self.ranks)))
 
 
 @dataclass(frozen=True)
@@ -150,17 +187,27 @@ class Slice:
 
     @property
     def name(self) -> str:
-        return f"straggler={self.straggler} c2c={self.c2c}"
+        return context_spec(self.straggler, self.c2c)
 
 
 @dataclass(frozen=True)
 class Header:
+    """The required header lines; ``features`` lists what the exported system can run
+    (:func:`system_features`), which the plugin needs where NCCL cannot check (its v2 ABI)."""
+
     policy: str
     created: str
     topology: str
     fingerprint: str
     nccl: str
     config_hash: str
+    features: str = NO_FEATURES
+
+
+def system_features(ll128: bool, nvls: bool, collnet: bool) -> str:
+    """The ``features`` header value for a system."""
+    present = [name for name, on in zip(FEATURES, (ll128, nvls, collnet), strict=True) if on]
+    return ",".join(present) or NO_FEATURES
 
 
 @dataclass(frozen=True)
@@ -172,7 +219,7 @@ class PolicyFile:
         for s in self.slices:
             if s.key == (straggler, c2c):
                 return s
-        raise KeyError(f"no slice straggler={straggler} c2c={c2c}")
+        raise KeyError(f"no slice {context_spec(straggler, c2c)}")
 
     @property
     def n_rules(self) -> int:
@@ -184,35 +231,33 @@ class PolicyFile:
         nbytes: int,
         nranks: int,
         nnodes: int,
-        pipe_ops: int | None = None,
-        reg_buff: int | None = None,
         *,
         context: tuple[str, str] = DEFAULT_CONTEXT,
     ) -> Rule | None:
-        """The rule the plugin applies to this call (None: no rule covers it, NCCL decides)."""
+        """The rule the plugin applies to this call (None: no rule covers it, NCCL decides).
+        A context without a slice falls back to the default slice, as in the plugin at init."""
         try:
             sl = self.slice(*context)
         except KeyError:
             sl = self.slice(*DEFAULT_CONTEXT)
-        best: dict[tuple[int, int, int], tuple[int, tuple[int, ...]]] = {}
-        for rule in sl.rules:
-            if rule.nodes not in (None, nnodes) or rule.ranks not in (None, nranks):
-                continue
-            score = 2 * (rule.nodes is not None) + (rule.ranks is not None)
-            k = rule.group_key
-            sub = (k[0], k[3], k[4])
-            if sub not in best or score > best[sub][0]:
-                best[sub] = (score, k)
-        pipe = -1 if pipe_ops is None or pipe_ops < 1 else pipe_ops
-        reg = reg_buff if reg_buff in (0, 1) else -1
-        for p, r in ((pipe, reg), (pipe, -1), (-1, reg), (-1, -1)):
-            chosen = best.get((int(collective), p, r))
-            if chosen:
-                for rule in sl.rules:
-                    if rule.group_key == chosen[1] and rule.min_bytes <= nbytes <= rule.max_bytes:
-                        return rule
-                return None
-        return None
+        matching = [r for r in sl.rules if r.collective == collective
+                    and r.nodes in (None, nnodes) and r.ranks in (None, nranks)]
+        if not matching:
+            return None
+        best = max(matching, key=lambda r: 2 * (r.nodes is not None) + (r.ranks is not None))
+        return next((r for r in matching if r.group_key == best.group_key
+                     and r.min_bytes <= nbytes <= r.max_bytes), None)
+
+
+def content_hash(data: bytes) -> str:
+    """SHA-256 of a policy file's bytes, lowercase hex: the identity the plugin logs at init and
+    caches parsed files by, so ranks holding different files show different hashes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_hash(path: str | Path) -> str:
+    """:func:`content_hash` of a file on disk (what ``dynamiccl show`` prints)."""
+    return content_hash(Path(path).read_bytes())
 
 
 def checksum(body: bytes) -> str:
@@ -223,32 +268,31 @@ def checksum(body: bytes) -> str:
 # Writing
 # ---------------------------------------------------------------------------------------------
 
-_PREAMBLE = """\
+_PREAMBLE = f"""\
 # DynamICCL tuner policy, read by the NCCL tuner plugin libnccl-tuner-dynamiccl.so:
-#   NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY=<this file> torchrun ...
+#   NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) {POLICY_ENV}=<this file> torchrun ...
 # `dynamiccl show <this file>` prints it as a table. Do not edit by hand: the last line is a CRC-32
 # of everything above it and the plugin ignores a file whose checksum does not match.
 """
-_COLUMNS = """\
-# Each slice holds the rules for one run-time context; without DYNAMICCL_CONTEXT the plugin uses
-# 'straggler=none c2c=none' (no persistent straggler, no compute overlap).
-# Rule columns: collective min_bytes max_bytes nodes ranks pipe_ops reg_buff algorithm protocol
-#   channels chunk. Sizes are NCCL's nBytes, inclusive. '*' = any value, 'defer' = NCCL decides,
-#   '-' = keep NCCL's channel count / chunk size.
+_COLUMNS = f"""\
+# Each slice holds the rules for one run-time context; without one the plugin uses
+# '{context_spec(DEFAULT_BUCKET, DEFAULT_BUCKET)}' (no persistent straggler, no compute overlap).
+# Rule columns: {" ".join(RULE_FIELDS)}.
+#   Sizes are NCCL's nBytes, inclusive. '{ANY}' = any value, '{DEFER}' = NCCL decides,
+#   '{KEEP}' = keep NCCL's channel count (or nothing to say, after '{DEFER}').
 """
 
 
-def _dim(v: int | None) -> str:
-    return "*" if v is None else str(v)
+def _dim(v: int | None, none: str = ANY) -> str:
+    return none if v is None else str(v)
 
 
 def _rule_fields(rule: Rule) -> list[str]:
     d = rule.decision
-    tail = (["defer", "-", "-", "-"] if d is None else
-            [ALGO_TOKENS[d.algorithm], PROTO_TOKENS[d.protocol], _dim(d.channels).replace("*", "-"),
-             _dim(d.chunk_bytes).replace("*", "-")])
+    tail = ([DEFER, KEEP, KEEP] if d is None else
+            [ALGO_TOKENS[d.algorithm], PROTO_TOKENS[d.protocol], _dim(d.channels, KEEP)])
     return [COLL_TOKENS[rule.collective], str(rule.min_bytes), str(rule.max_bytes),
-            _dim(rule.nodes), _dim(rule.ranks), _dim(rule.pipe_ops), _dim(rule.reg_buff), *tail]
+            _dim(rule.nodes), _dim(rule.ranks), *tail]
 
 
 def dumps(pf: PolicyFile) -> str:
@@ -258,20 +302,78 @@ def dumps(pf: PolicyFile) -> str:
         lines.append(f"{key} {getattr(pf.header, key)}")
     lines.append(_COLUMNS.rstrip("\n"))
     for sl in pf.slices:
-        lines.append(f"slice straggler={sl.straggler} c2c={sl.c2c}")
+        lines.append(f"{SLICE} {sl.name}")
         rows = [_rule_fields(r) for r in sl.rules]
-        widths = [max((len(row[i]) for row in rows), default=0) for i in range(11)]
+        widths = [max((len(row[i]) for row in rows), default=0) for i in range(len(RULE_FIELDS))]
         lines += [" ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     body = "\n".join(lines) + "\n"
-    text = f"{body}checksum crc32 {checksum(body.encode('ascii', 'replace'))}\n"
+    text = f"{body}{CHECKSUM_PREFIX}{checksum(body.encode('ascii', 'replace'))}\n"
     loads(text, source="<policy being written>")
     return text
 
 
-def write(pf: PolicyFile, path: str | Path) -> Path:
+def is_policy_file(path: Path) -> bool:
+    """Whether ``path`` starts like a policy file of any version (so replacing it loses nothing
+    that is not a policy)."""
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC) + 1) == f"{MAGIC} ".encode()
+
+
+def replace_file(path: str | Path, text: str, *, replaceable: Callable[[Path], bool],
+                 what: str) -> Path:
+    """Writes ``text`` to ``path`` atomically: a temporary file in the same folder, fsync, rename.
+
+    Ranks that start while a policy is being rewritten then read either the old or the new file,
+    never a mixture. An existing ``path`` is replaced only if ``replaceable(path)`` says it holds
+    ``what`` (a policy file, say), so a mistyped ``-o model.zip`` cannot destroy a model.
+    """
     path = Path(path)
-    path.write_text(dumps(pf), encoding="ascii")
+    if path.is_dir():
+        raise PolicyFileError(f"{path} is a folder; give a file name")
+    if path.exists():
+        try:
+            ours = path.is_file() and replaceable(path)
+        except OSError as exc:
+            raise PolicyFileError(f"cannot read {path} to check what it is ({exc.strerror})") from None
+        if not ours:
+            raise PolicyFileError(f"refusing to overwrite {path}: it is not {what}; remove it or "
+                                  "choose another output file")
+    folder = path.parent
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise PolicyFileError(f"cannot write in {folder} ({exc.strerror})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="ascii", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # readable like any file the user writes, not mkstemp's 0600
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise PolicyFileError(f"cannot write {path} ({exc.strerror or exc}); the previous file, if "
+                              "any, is unchanged") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself survives a crash
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise PolicyFileError(f"wrote {path}, but flushing {folder} failed ({exc.strerror or exc}); "
+                              "check the disk") from None
     return path
+
+
+def write(pf: PolicyFile, path: str | Path) -> Path:
+    """Writes a policy file atomically; an existing file is replaced only if it is a policy."""
+    return replace_file(path, dumps(pf), replaceable=is_policy_file, what="a DynamICCL policy file")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,6 +395,13 @@ def loads(data: str | bytes, source: str = "<string>") -> PolicyFile:
     """Parses and validates a whole file; any problem raises one :class:`PolicyFileError`."""
     raw = data.encode("latin-1", "replace") if isinstance(data, str) else bytes(data)
     return _Parser(source).parse(raw)
+
+
+def _valid_features(value: str) -> bool:
+    if value == NO_FEATURES:
+        return True
+    names = value.split(",")
+    return len(set(names)) == len(names) and all(n in FEATURES for n in names)
 
 
 def _number(text: str, lo: int, hi: int) -> int | None:
@@ -331,7 +440,8 @@ class _Parser:
         if missing:
             raise self.fail(f"header '{missing[0]}' is missing", line=False)
         if not any((s, c) == DEFAULT_CONTEXT for s, c, _ in self.slices):
-            raise self.fail("no default slice ('slice straggler=none c2c=none')", line=False)
+            raise self.fail(f"no default slice ('{SLICE} {context_spec(*DEFAULT_CONTEXT)}')",
+                            line=False)
         slices = tuple(Slice(s, c, self._checked(rules)) for s, c, rules in self.slices)
         return PolicyFile(Header(**{k: self.header[k] for k in REQUIRED_HEADER}), slices)
 
@@ -351,7 +461,7 @@ class _Parser:
         m = _CHECKSUM.fullmatch(text[start:-1])
         if not m:
             raise self.fail("the file is truncated or corrupted (its last line is not "
-                            "'checksum crc32 XXXXXXXX')", line=False)
+                            f"'{CHECKSUM_PREFIX}XXXXXXXX')", line=False)
         body = text[:start]
         got = checksum(body.encode("ascii"))
         if got != m.group(1):
@@ -361,14 +471,14 @@ class _Parser:
 
     def _line(self, line: str) -> None:
         if len(line) > MAX_LINE:
-            raise self.fail("line longer than 4096 characters")
+            raise self.fail(f"line longer than {MAX_LINE} characters")
         stripped = line.strip(" \t\r")
         if not stripped or stripped.startswith("#"):
             return
         tok = stripped.split()
-        if not self.slices and tok[0] != "slice":
+        if not self.slices and tok[0] != SLICE:
             self._header(stripped)
-        elif tok[0] == "slice":
+        elif tok[0] == SLICE:
             self._slice(tok)
         else:
             self._rule(tok)
@@ -376,82 +486,82 @@ class _Parser:
     def _header(self, line: str) -> None:
         m = _HEADER_LINE.fullmatch(line)
         key, value = m.group(1), m.group(2).rstrip(" \t\r")
-        if not _WORD.fullmatch(key) or len(key) > 32:
+        if not _WORD.fullmatch(key) or len(key) > MAX_HEADER_KEY:
             raise self.fail(f"'{key[:40]}' is not a header key")
         if key in _TOKEN_COLL:
             raise self.fail(f"rule for {key} before the first 'slice' line")
         if not 1 <= len(value) <= MAX_HEADER_VALUE:
-            raise self.fail(f"header '{key}' needs a value of 1..200 characters")
+            raise self.fail(f"header '{key}' needs a value of 1..{MAX_HEADER_VALUE} characters")
         if key in REQUIRED_HEADER:
             if key in self.header:
                 raise self.fail(f"header '{key}' appears twice")
+            if key == "features" and not _valid_features(value):
+                raise self.fail(f"features is '{NO_FEATURES}' or a comma list of "
+                                f"{', '.join(FEATURES)}, each at most once")
             self.header[key] = value
 
     def _slice(self, tok: list[str]) -> None:
-        if len(tok) != 3 or not tok[1].startswith("straggler=") or not tok[2].startswith("c2c="):
-            raise self.fail("write a slice as 'slice straggler=BUCKET c2c=BUCKET'")
-        s, c = tok[1][10:], tok[2][4:]
+        prefixes = [f"{key}=" for key in CONTEXT_KEYS]
+        if len(tok) != 3 or not all(t.startswith(p) for t, p in zip(tok[1:], prefixes, strict=True)):
+            raise self.fail(f"write a slice as '{SLICE} {context_spec('BUCKET', 'BUCKET')}'")
+        s, c = (t[len(p):] for t, p in zip(tok[1:], prefixes, strict=True))
         if not all(_WORD.fullmatch(b) and len(b) <= MAX_BUCKET for b in (s, c)):
-            raise self.fail("slice buckets are 1..31 characters of a-z, 0-9, _")
+            raise self.fail(f"slice buckets are 1..{MAX_BUCKET} characters of a-z, 0-9, _")
         if any((s, c) == (s2, c2) for s2, c2, _ in self.slices):
             raise self.fail("this slice appears twice")
         if len(self.slices) == MAX_SLICES:
-            raise self.fail("more than 64 slices")
+            raise self.fail(f"more than {MAX_SLICES} slices")
         self.slices.append((s, c, []))
 
     def _rule(self, tok: list[str]) -> None:
         coll = _TOKEN_COLL.get(tok[0])
         if coll is None:
             raise self.fail(f"unknown collective '{tok[0][:40]}'")
-        if len(tok) != 11:
-            raise self.fail("a rule has 11 fields: collective min_bytes max_bytes nodes ranks "
-                            "pipe_ops reg_buff algorithm protocol channels chunk")
+        if len(tok) != len(RULE_FIELDS):
+            raise self.fail(f"a rule has {len(RULE_FIELDS)} fields: {' '.join(RULE_FIELDS)}")
         lo, hi = _number(tok[1], 0, MAX_BYTES), _number(tok[2], 0, MAX_BYTES)
         if lo is None or hi is None:
             raise self.fail("min_bytes and max_bytes must be unsigned decimal integers < 2^64")
         if lo > hi:
             raise self.fail("min_bytes is larger than max_bytes")
-        dims = [None if t == "*" else _number(t, 1, MAX_DIM) for t in tok[3:6]]
-        if any(d is None and t != "*" for d, t in zip(dims[:2], tok[3:5], strict=True)):
+        nodes, ranks = (None if t == ANY else _number(t, 1, MAX_DIM) for t in tok[3:5])
+        if (nodes is None and tok[3] != ANY) or (ranks is None and tok[4] != ANY):
             raise self.fail("nodes and ranks must be '*' or positive integers")
-        nodes, ranks, pipe = dims
         if nodes is not None and ranks is not None and ranks < nodes:
             raise self.fail("ranks must be at least nodes")
-        if pipe is None and tok[5] != "*":
-            raise self.fail("pipe_ops must be '*' or a positive integer")
-        if tok[6] not in ("*", "0", "1"):
-            raise self.fail("reg_buff must be '*', 0 or 1")
-        reg = None if tok[6] == "*" else int(tok[6])
-        decision = self._decision(tok[7:])
+        decision = self._decision(tok[5:])
         if sum(len(r) for _, _, r in self.slices) == MAX_RULES:
-            raise self.fail("more than 1000000 rules")
-        self.slices[-1][2].append(Rule(coll, lo, hi, nodes, ranks, pipe, reg, decision,
-                                       line=self.line))
+            raise self.fail(f"more than {MAX_RULES} rules")
+        self.slices[-1][2].append(Rule(coll, lo, hi, nodes, ranks, decision, line=self.line))
 
     def _decision(self, tok: list[str]) -> Decision | None:
-        if tok[0] == "defer":
-            if tok[1:] != ["-", "-", "-"]:
-                raise self.fail("a defer rule has '-' as protocol, channels and chunk")
+        if tok[0] == DEFER:
+            if tok[1:] != [KEEP, KEEP]:
+                raise self.fail(f"a defer rule has '{KEEP}' as protocol and channels")
             return None
         algo, proto = _TOKEN_ALGO.get(tok[0]), _TOKEN_PROTO.get(tok[1])
         if algo is None:
             raise self.fail(f"unknown algorithm '{tok[0][:40]}'")
         if proto is None:
             raise self.fail(f"unknown protocol '{tok[1][:40]}'")
-        channels = None if tok[2] == "-" else _number(tok[2], 1, MAX_CHANNELS)
-        if channels is None and tok[2] != "-":
-            raise self.fail("channels must be '-' or 1..64")
-        chunk = None if tok[3] == "-" else _number(tok[3], MIN_CHUNK, MAX_CHUNK)
-        if chunk is None and tok[3] != "-":
-            raise self.fail("chunk must be '-' or 2048..1073741824 bytes")
-        return Decision(algo, proto, channels, chunk)
+        channels = None if tok[2] == KEEP else _number(tok[2], 1, MAX_CHANNELS)
+        if channels is None and tok[2] != KEEP:
+            raise self.fail(f"channels must be '{KEEP}' or 1..{MAX_CHANNELS}")
+        return Decision(algo, proto, channels)
 
     def _checked(self, rules: list[Rule]) -> tuple[Rule, ...]:
         ordered = sorted(rules, key=lambda r: (r.group_key, r.min_bytes))
+        sizes = Counter(r.group_key for r in ordered)
+        crowded = next((k for k, n in sizes.items() if n > MAX_GROUP_RANGES), None)
+        if crowded is not None:
+            coll, nodes, ranks = crowded
+            raise self.fail(f"more than {MAX_GROUP_RANGES} size ranges for {COLL_TOKENS[coll]} "
+                            f"nodes {_dim(None if nodes < 0 else nodes)} ranks "
+                            f"{_dim(None if ranks < 0 else ranks)} in one slice", line=False)
         for a, b in zip(ordered, ordered[1:], strict=False):
             if a.group_key == b.group_key and a.max_bytes >= b.min_bytes:
                 lo, hi = sorted((a.line, b.line))
                 self.line = lo
                 raise self.fail(f"lines {lo} and {hi}: overlapping size ranges for the same "
-                                "collective, nodes, ranks, pipe_ops and reg_buff", line=False)
+                                "collective, nodes and ranks", line=False)
         return tuple(ordered)

@@ -213,7 +213,7 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     if arch not in ARCHS:
         raise fail("gpu.arch", f"is {arch!r}; use one of {', '.join(ARCHS)}")
     sms = gpu_d.get("sms", 132)
-    if not isinstance(sms, int) or sms < 1:
+    if not isinstance(sms, int) or isinstance(sms, bool) or sms < 1:
         raise fail("gpu.sms", f"is {sms!r}; give the GPU's SM count as a positive integer")
     feat_d = data.get("features") or {}
     if not isinstance(feat_d, dict) or set(feat_d) - {"nvls", "collnet"}:
@@ -225,6 +225,9 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     if not isinstance(tiers_d, list) or not tiers_d:
         raise fail("tiers", "must be a non-empty list of tiers, innermost (the node) first")
     tiers = tuple(_tier_from_dict(t, i, fail, len(tiers_d)) for i, t in enumerate(tiers_d))
+    if feat_d.get("nvls") and ARCHS[arch] < 90:
+        raise fail("features.nvls", f"is true on {arch}; NVLS needs NVSwitch multicast on sm90+ "
+                   "GPUs: set it false or give the GPU's real arch")
     return Topology(name, tiers, GpuSpec(arch, sms), Features(**feat_d))
 
 
@@ -251,9 +254,8 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         if key not in t:
             continue
         val = t[key]
-        if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0 or (
-            key == "bandwidth_GBps" and val == 0
-        ):
+        number = isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val)
+        if not number or val < 0 or (key == "bandwidth_GBps" and val == 0):
             raise fail(f"{where}.{key}", f"is {val!r}; it must be a positive number")
     link = t.get("link", "nvlink" if i == 0 and n_tiers > 1 else "net")
     if link not in LINKS:

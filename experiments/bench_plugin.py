@@ -1,12 +1,18 @@
-"""Cost of one DynamICCL decision inside NCCL: nanoseconds per getCollInfo call.
+"""Cost of one DynamICCL decision inside NCCL: nanoseconds per getCollInfo call, and init time.
 
 Builds the plugin as shipped, a no-op tuner with the same flags, and a small C timing driver that
 loads both (dlopen, like NCCL) and calls getCollInfo on a freshly filled cost table for a mix of
 collectives and sizes, interleaving the two plugins repetition by repetition. The policy is a real
-export (the exportable oracle on dgx_h100, 2 nodes, unless --policy-file is given). Reports medians;
-the overhead is the difference, target <= 30 ns.
+export (the exportable oracle on dgx_h100, 2 nodes), or --policy-file, or with --largest the worst
+file the parsers accept: the most rules the format allows, all in the one group every allreduce
+consults, size boundaries spread over the sizes the timing loop asks for, padded with comments to
+the byte limit. Reports medians; the overhead is the difference, target <= 30 ns; and the time of a
+communicator's init, first (read, hash, parse, index) and for a second communicator (shared copy).
 
-    python experiments/bench_plugin.py [--json] [--calls N] [--reps N] [--policy-file FILE]
+With --pinned, allreduce sizes are pinned first (dynamiccl_pin), timing the pinned path instead.
+
+    python experiments/bench_plugin.py [--json] [--calls N] [--reps N] [--policy-file FILE | --largest]
+                                       [--pinned]
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from pathlib import Path
 
 from dynamiccl import plugin
 from dynamiccl import policy_file as pf
+from dynamiccl import policy_format as fmt
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 TARGET_OVERHEAD_NS = 30.0
 
@@ -37,49 +45,108 @@ def _export_oracle(path: Path, topology: str, nodes: int) -> tuple[int, int]:
     return topo.nranks, topo.nodes
 
 
-def measure(policy_file: Path, nranks: int, nnodes: int, calls: int, reps: int) -> dict:
+def _group(nodes: int, ranks: int, n: int) -> list[pf.Rule]:
+    """n allreduce ranges for one system, log-spaced over 8 B .. 32 GiB (where the timing loop's
+    sizes fall, so every range is visited)."""
+    starts: list[int] = [0]
+    for i in range(1, n):
+        starts.append(max(starts[-1] + 1, int(8 * 2 ** (32 * i / n))))
+    ends = [s - 1 for s in starts[1:]] + [pf.MAX_BYTES]
+    return [pf.Rule(Collective.ALLREDUCE, lo, hi, nodes, ranks,
+                    decision=pf.Decision(Algorithm.RING, Protocol(i % 3), 1 + i % 64))
+            for i, (lo, hi) in enumerate(zip(starts, ends, strict=True))]
+
+
+def _write_largest(path: Path) -> tuple[int, int]:
+    """The costliest file the parsers accept (see the module docstring); (nranks, nnodes).
+
+    The timed communicator's group holds the most ranges a group may; more full groups (other node
+    counts) follow while the byte limit allows, then comments fill the file to exactly that limit.
+    """
+    ranks, nodes, n = 16, 2, fmt.MAX_GROUP_RANGES
+    header = pf.Header("largest", "2026-01-01T00:00:00Z", "synthetic", "0" * 16,
+                       pf.DEFAULT_NCCL_RANGE, "0" * 16, "ll128")
+
+    def text(groups: int) -> str:
+        rules = [r for g in range(groups) for r in _group(nodes + g, ranks * (g + 1), n)]
+        return pf.dumps(pf.PolicyFile(header, (pf.Slice(rules=tuple(rules[:fmt.MAX_RULES])),)))
+
+    groups = min(fmt.MAX_RULES // n, fmt.MAX_FILE_BYTES // len(text(1)))
+    while True:
+        try:
+            full = text(groups)
+            break
+        except pf.PolicyFileError:  # over the byte limit: one group fewer
+            groups -= 1
+    body, _, _ = full.rpartition(fmt.CHECKSUM_PREFIX)
+    filler = fmt.MAX_FILE_BYTES - len(full)
+    comment = "#" + "x" * (fmt.MAX_LINE - 2) + "\n"
+    body += comment * (filler // len(comment)) + "#" * (filler % len(comment) - 1) + "\n"
+    path.write_text(f"{body}{fmt.CHECKSUM_PREFIX}{pf.checksum(body.encode())}\n")
+    assert path.stat().st_size == fmt.MAX_FILE_BYTES, path.stat().st_size
+    pf.read(path)  # the parsers accept it
+    return ranks, nodes
+
+
+def measure(policy_file: Path, nranks: int, nnodes: int, calls: int, reps: int,
+            pinned: bool = False) -> dict:
     src = plugin.source_dir()
     if src is None:
         raise SystemExit("the benchmark needs the C sources (a source checkout)")
     tests = src / "tests"
     lib = plugin.build()
     noop = plugin.compile_c([tests / "noop_tuner.c"], "libnccl-tuner-noop.so",
-                            flags=plugin.CFLAGS, shared=True, depends=[src / "nccl_tuner_abi.h"])
+                            flags=plugin.cflags(src), shared=True, depends=[src / "nccl_tuner_abi.h"])
     driver = plugin.compile_c([tests / "bench_driver.c"], "bench_driver",
                               flags=["-std=c11", "-O2"], depends=[src / "nccl_tuner_abi.h"])
-    env = dict(os.environ, DYNAMICCL_POLICY=str(policy_file))
-    env.pop("DYNAMICCL_LOG_DECISIONS", None)
+    env = {**os.environ, fmt.POLICY_ENV: str(policy_file)}
+    for name in (fmt.LOG_DECISIONS_ENV, fmt.CONTEXT_ENV):
+        env.pop(name, None)
     out = subprocess.run([str(driver), str(lib), str(noop), str(nranks), str(nnodes), str(calls),
-                          str(reps)], capture_output=True, text=True, env=env)
+                          str(reps), *(["pinned"] if pinned else [])],
+                         capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise SystemExit(f"bench driver failed: {out.stderr.strip()}")
     result = json.loads(out.stdout)
     result["overhead_ns"] = round(result["ns_per_call"] - result["noop_ns_per_call"], 2)
     result["rules"] = pf.read(policy_file).n_rules
+    result["file_bytes"] = policy_file.stat().st_size
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON only")
-    parser.add_argument("--calls", type=int, default=200_000, help="calls per repetition")
-    parser.add_argument("--reps", type=int, default=31, help="repetitions (median reported)")
-    parser.add_argument("--policy-file", type=Path, default=None,
+    # Short repetitions, many of them: on a shared machine most then run without being preempted,
+    # so the median is the plugin's cost rather than the neighbours'.
+    parser.add_argument("--calls", type=int, default=20_000, help="calls per repetition")
+    parser.add_argument("--reps", type=int, default=301, help="repetitions (median reported)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--policy-file", type=Path, default=None,
                         help="a policy to time (default: export the oracle)")
+    source.add_argument("--largest", action="store_true",
+                        help="time the largest, slowest file the parsers accept")
+    parser.add_argument("--pinned", action="store_true",
+                        help="pin allreduce sizes first (dynamiccl_pin): time pinned calls")
     parser.add_argument("--topology", default="dgx_h100")
     parser.add_argument("--nodes", type=int, default=2)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        if args.policy_file:
+        if args.largest:
+            policy_path = Path(tmp) / "largest.dccl"
+            nranks, nnodes = _write_largest(policy_path)
+        elif args.policy_file:
             policy_path = args.policy_file
             first = next(r for s in pf.read(policy_path).slices for r in s.rules if r.nodes)
             nranks, nnodes = first.ranks or first.nodes, first.nodes
         else:
             policy_path = Path(tmp) / "oracle.dccl"
             nranks, nnodes = _export_oracle(policy_path, args.topology, args.nodes)
-        result = measure(policy_path, nranks, nnodes, args.calls, args.reps)
+        result = measure(policy_path, nranks, nnodes, args.calls, args.reps, args.pinned)
     if args.json:
-        print(json.dumps({k: result[k] for k in ("ns_per_call", "noop_ns_per_call")}))
+        print(json.dumps({k: result[k] for k in ("ns_per_call", "noop_ns_per_call", "overhead_ns",
+                                                 "rules", "file_bytes", "init_ms",
+                                                 "init_cached_ms")}))
         return 0
     print(f"policy: {result['rules']} rules, communicator nRanks {nranks} / nNodes {nnodes}, "
           f"{args.reps} x {args.calls} calls")
@@ -90,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "meets" if result["overhead_ns"] <= TARGET_OVERHEAD_NS else "MISSES"
     print(f"overhead {result['overhead_ns']:.2f} ns per decision ({verdict} the "
           f"{TARGET_OVERHEAD_NS:.0f} ns target)")
+    print(f"init (fastest of 7): {result['init_ms']:.2f} ms for a process's first communicator "
+          f"({result['file_bytes']} bytes read, hashed, parsed), {result['init_cached_ms']:.2f} ms "
+          "for one more")
     return 0
 
 

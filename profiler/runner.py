@@ -101,6 +101,18 @@ class CollectiveResult:
     straggler: straggler_detection.StragglerReport | None
     #: Per-rank execution times ``[rank, iteration]`` over all timed iterations (µs).
     exec_us: np.ndarray = field(repr=False)
+    #: Per-rank arrival instants ``[rank, iteration]`` on the host's monotonic clock (µs); only
+    #: comparable across ranks that share one host.
+    arrival_us: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def algbw_with_wait_GBps(self) -> float:
+        """size / time_us: the bandwidth the punctual ranks see, waiting for the straggler included."""
+        return self.algbw_GBps * self.time_after_straggler_us / self.time_us if self.time_us else 0.0
+
+    @property
+    def busbw_with_wait_GBps(self) -> float:
+        return self.busbw_GBps * self.time_after_straggler_us / self.time_us if self.time_us else 0.0
 
     @property
     def spread_pct(self) -> float:
@@ -118,6 +130,8 @@ class CollectiveResult:
             "straggler_rank": s.rank if found else None,
             "straggler_delay_us": s.delay_us if found else 0.0,
             "time_after_straggler_us": self.time_after_straggler_us,
+            "algbw_with_wait_GBps": self.algbw_with_wait_GBps,
+            "busbw_with_wait_GBps": self.busbw_with_wait_GBps,
             "time_us_runs": list(self.time_us_runs),
             "spread_pct": self.spread_pct,
             "collective": self.spec.collective,
@@ -167,7 +181,8 @@ def summarize(spec: CollectiveSpec, times: np.ndarray, shared_clock: bool = True
     delay = report.delay_us if report is not None and report.rank is not None else 0.0
     after = max(time_us - delay, 1e-3)
     algbw, busbw = bandwidths(spec.coll, spec.nbytes, nranks, after)
-    return CollectiveResult(spec, nranks, time_us, runs, after, algbw, busbw, report, flat)
+    arrivals = times[:, 1].reshape(nranks, -1) if shared_clock else None
+    return CollectiveResult(spec, nranks, time_us, runs, after, algbw, busbw, report, flat, arrivals)
 
 
 def measure_collective(spec: CollectiveSpec, nprocs: int, timeout_s: float = 120.0) -> CollectiveResult:

@@ -171,7 +171,7 @@ def test_cli_export_csv_and_node_counts(tmp_path):
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.dccl"
-    bad.write_text("DYNAMICCL-POLICY 1\npolicy x\n")
+    bad.write_text("DYNAMICCL-POLICY 2\npolicy x\n")
     assert main(["show", str(bad)]) == 2
     assert main(["export", "--policy", "no_such_policy", "--topology", "dgx_h100",
                  "-o", str(tmp_path / "x.dccl")]) == 2

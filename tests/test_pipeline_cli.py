@@ -89,7 +89,7 @@ def test_evaluate_refuses_what_it_cannot_read_or_must_not_overwrite(capsys, tmp_
     bad = tmp_path / "model.zip"
     bad.write_text("not a zip")
     assert main(["evaluate", "--policy", str(bad), "--suite", "smoke"]) == 2
-    assert "neither a checkpoint" in capsys.readouterr().err
+    assert "not a checkpoint" in capsys.readouterr().err
     afile = tmp_path / "results.txt"
     afile.write_text("keep me")
     assert main(["evaluate", "--policy", "oracle", "--suite", "smoke", "--out", str(afile)]) == 2

@@ -115,5 +115,6 @@ def test_evaluate_script_scores_a_baseline(tmp_path):
     out = script("evaluate.py", "--policy", "oracle", "--suite", "smoke", "--json",
                  "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout)["oracle_share"] == 1.0
+    [row] = json.loads(out.stdout)
+    assert row["oracle_share"] == 1.0 and row["action_set"] == "deployable actions"
     assert (tmp_path / "summary.csv").is_file()

@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dynamiccl
 from dynamiccl import plugin
 from dynamiccl import policy_file as pf
+from dynamiccl import policy_format as pf_format
 from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 AR, AG, BC = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.BROADCAST
@@ -31,7 +33,8 @@ WARN, INFO, TUNING = 2, 3, 0x40
 class Run:
     ctx: list[bool] = field(default_factory=list)
     res: list[tuple[int, int, int]] = field(default_factory=list)
-    chunks: list[int] = field(default_factory=list)
+    chunks: list[str] = field(default_factory=list)
+    api: list[str] = field(default_factory=list)  # SETCTX / PIN / HASH / VERSION answers, in order
     logs: list[tuple[int, int, str]] = field(default_factory=list)
 
     def messages(self, level: int) -> list[str]:
@@ -44,11 +47,12 @@ class Driver:
     def __init__(self, exe: Path, library: Path) -> None:
         self.exe, self.library = exe, library
 
-    def run(self, commands: list[str], **env: str) -> Run:
+    def run(self, commands: list[str], cwd: Path | None = None, **env: str) -> Run:
         clean = {k: v for k, v in os.environ.items()
                  if not k.startswith("DYNAMICCL_") and k not in ("NCCL_ALGO", "NCCL_PROTO")}
         proc = subprocess.run([str(self.exe), str(self.library)], input="\n".join(commands) + "\n",
-                              capture_output=True, text=True, env={**clean, **env}, timeout=120)
+                              capture_output=True, text=True, env={**clean, **env}, timeout=120,
+                              cwd=cwd)
         assert "VIOLATION" not in proc.stdout, proc.stdout
         assert proc.returncode == 0, proc.stdout + proc.stderr
         out = Run()
@@ -59,7 +63,9 @@ class Driver:
             elif kind == "RES":
                 out.res.append(tuple(int(v) for v in rest.split()))
             elif kind == "CHUNK":
-                out.chunks.append(int(rest))
+                out.chunks.append(rest)
+            elif kind in ("SETCTX", "PIN", "HASH", "VERSION"):
+                out.api.append(rest)
             elif kind == "LOG":
                 level, flags, message = rest.split(" ", 2)
                 out.logs.append((int(level), int(flags, 16), message))
@@ -78,23 +84,26 @@ def driver(tmp_path_factory) -> Driver:
 
 
 RING_LL = pf.Decision(Algorithm.RING, Protocol.LL, 16)
-TREE_SIMPLE = pf.Decision(Algorithm.TREE, Protocol.SIMPLE, None, 1 << 20)
+TREE_SIMPLE = pf.Decision(Algorithm.TREE, Protocol.SIMPLE, None)
 PAT = pf.Decision(Algorithm.PAT, Protocol.SIMPLE, 4)
 NVLS = pf.Decision(Algorithm.NVLS, Protocol.SIMPLE, 8)
+RING_LL128 = pf.Decision(Algorithm.RING, Protocol.LL128, None)
+RS = Collective.REDUCESCATTER
 HEADER = pf.Header("abi-test", "2026-01-01T00:00:00Z", "dgx_h100", "0123456789abcdef",
-                   pf.DEFAULT_NCCL_RANGE, "cafe")
+                   pf.DEFAULT_NCCL_RANGE, "cafe", "ll128,nvls")
 
 
-@pytest.fixture(scope="module")
-def policy_path(tmp_path_factory) -> Path:
+def _policy(header: pf.Header = HEADER) -> pf.PolicyFile:
     default = pf.Slice(rules=(
         pf.Rule(AR, 0, 7, 2, 16),
         pf.Rule(AR, 8, 65535, 2, 16, decision=RING_LL),
         pf.Rule(AR, 65536, 1 << 34, 2, 16, decision=TREE_SIMPLE),
         pf.Rule(AR, (1 << 34) + 1, pf.MAX_BYTES, 2, 16),
-        pf.Rule(AR, 0, pf.MAX_BYTES, 2, 16, pipe_ops=2, decision=NVLS),
-        pf.Rule(AG, 0, pf.MAX_BYTES, 2, 16, reg_buff=1, decision=PAT),
-        pf.Rule(AG, 0, pf.MAX_BYTES, 2, 16, decision=NVLS),
+        pf.Rule(AG, 0, pf.MAX_BYTES, 2, 16, decision=PAT),
+        pf.Rule(AR, 0, pf.MAX_BYTES, 4, 32, decision=NVLS),
+        pf.Rule(RS, 0, pf.MAX_BYTES, 4, 32, decision=RING_LL128),
+        pf.Rule(AR, 0, pf.MAX_BYTES, None, 8, decision=pf.Decision(Algorithm.RING,
+                                                                    Protocol.SIMPLE, 2)),
         pf.Rule(BC, 0, pf.MAX_BYTES, None, None, decision=pf.Decision(Algorithm.COLLNET_DIRECT,
                                                                        Protocol.SIMPLE, 2)),
         pf.Rule(AR, 0, pf.MAX_BYTES, None, None),
@@ -102,8 +111,12 @@ def policy_path(tmp_path_factory) -> Path:
     straggler = pf.Slice("long", "none", (pf.Rule(AR, 0, pf.MAX_BYTES, 2, 16,
                                                   decision=pf.Decision(Algorithm.RING,
                                                                        Protocol.SIMPLE, 32)),))
-    return pf.write(pf.PolicyFile(HEADER, (default, straggler)),
-                    tmp_path_factory.mktemp("abi") / "abi.dccl")
+    return pf.PolicyFile(header, (default, straggler))
+
+
+@pytest.fixture(scope="module")
+def policy_path(tmp_path_factory) -> Path:
+    return pf.write(_policy(), tmp_path_factory.mktemp("abi") / "abi.dccl")
 
 
 def _coll(k: int, coll: int, nbytes: int | str, pipe: int = 1, reg: int = 0, na: int = 7,
@@ -125,22 +138,35 @@ def test_every_cost_table_abi_forces_the_rule(driver, policy_path, version):
     assert run.ctx == [True]
     assert run.res == [(1, 0, 16), (0, 2, 0), (-1, -1, 0), (-1, -1, 0), (-1, -1, 0)]
     info = run.messages(INFO)[0]
-    assert info.startswith("DynamICCL: policy abi-test, 8 rules, for nRanks 16 / nNodes 2")
+    assert info.startswith(f"DynamICCL: policy abi-test (sha256 {pf.file_hash(policy_path)}), 6 rules, "
+                           "for nRanks 16 / nNodes 2")
     assert all(flags == TUNING for _, flags, _ in run.logs)
 
 
-def test_v2_chooses_through_out_parameters(driver, policy_path):
+def test_v2_forces_only_what_nccl_2_21_and_the_recorded_system_allow(driver, policy_path):
     run = driver.run([
-        "init 2 16 2",
-        "v2 0 4 1000 0 0 1",          # ring/ll with 16 channels
-        "v2 0 4 1000 0 1 2",          # pipe_ops 2 -> NVLS, allowed (nvlsSupport 1)
-        "v2 0 4 1000 0 0 2",          # NVLS but nvlsSupport 0 -> NCCL decides
-        "v2 0 0 1000 0 0 1",          # broadcast -> CollNet without collNetSupport -> NCCL
-        "v2 0 0 1000 1 0 1",          # ... with collNetSupport
-        "v2 0 2 1000 0 1 1",          # allgather: v2 knows no reg_buff, so not the PAT rule
-        "fin 0",
+        "init 2 16 2", "init 2 32 4", "init 2 8 1",
+        "v2 0 4 1000 0 0 1",          # ring/ll, exact system: forced with 16 channels
+        "v2 0 4 1048576 0 0 1",       # tree/simple on allreduce: forced
+        "v2 0 2 1000 0 1 1",          # allgather -> PAT: NCCL 2.21 has no PAT
+        "v2 0 0 1000 1 0 1",          # broadcast -> CollNet from a "*" rule, no collnet feature
+        "v2 1 4 1000 0 1 1",          # NVLS, recorded and supported for this call: forced
+        "v2 1 4 1000 0 0 1",          # ... NCCL says this call cannot use NVLS
+        "v2 1 3 1000 0 0 1",          # reducescatter ring/ll128, ll128 recorded: forced
+        "v2 2 4 1000 0 0 1",          # a ranks-only rule was not exported for this exact system
+        "fin 0", "fin 1", "fin 2",
     ], DYNAMICCL_POLICY=str(policy_path))
-    assert run.res == [(1, 0, 16), (4, 2, 8), (-1, -1, 0), (-1, -1, 0), (2, 2, 2), (4, 2, 8)]
+    assert run.res == [(1, 0, 16), (0, 2, 0), (-1, -1, 0), (-1, -1, 0), (4, 2, 8), (-1, -1, 0),
+                       (1, 1, 0), (-1, -1, 0)]
+
+
+def test_v2_never_forces_ll128_a_policy_did_not_record(driver, tmp_path):
+    no_ll128 = pf.write(_policy(pf.Header(*[getattr(HEADER, f) for f in (
+        "policy", "created", "topology", "fingerprint", "nccl", "config_hash")], "nvls")),
+        tmp_path / "p.dccl")
+    run = driver.run(["init 2 32 4", "init 6 32 4", "v2 0 3 1000 0 0 1", _coll(1, RS, 1000),
+                      "fin 0", "fin 1"], DYNAMICCL_POLICY=str(no_ll128))
+    assert run.res == [(-1, -1, 0), (1, 1, 0)]  # v6 has NCCL's table to check it against
 
 
 def test_only_entries_nccl_marked_usable_are_forced(driver, policy_path):
@@ -159,34 +185,28 @@ def test_only_entries_nccl_marked_usable_are_forced(driver, policy_path):
 def test_runtime_num_algo_is_respected(driver, policy_path):
     run = driver.run([
         "init 6 16 2",
-        _coll(0, AG, 1000, reg=1, na=7),  # PAT exists: forced at [6][2]
-        _coll(0, AG, 1000, reg=1, na=6),  # NCCL 2.22 has six algorithms: no PAT, NCCL decides
-        _coll(0, AG, 1000, reg=0, na=6),  # the unregistered rule (NVLS) works with six
+        _coll(0, AG, 1000, na=7),  # PAT exists: forced at [6][2]
+        _coll(0, AG, 1000, na=6),  # NCCL 2.22 has six algorithms: no PAT, NCCL decides
         "fin 0",
     ], DYNAMICCL_POLICY=str(policy_path))
-    assert run.res == [(6, 2, 4), (-1, -1, 0), (4, 2, 8)]
+    assert run.res == [(6, 2, 4), (-1, -1, 0)]
 
 
-def test_pipe_ops_and_reg_buff_groups(driver, policy_path):
-    run = driver.run([
-        "init 6 16 2", "init 3 16 2",
-        _coll(0, AR, 1000, pipe=2),       # pipe-specific group
-        _coll(0, AR, 1000, pipe=3),       # falls back to the (*, *) group
-        _coll(1, AG, 1000, reg=1),        # v3 has no regBuff: the (*, *) group answers
-        "fin 0", "fin 1",
-    ], DYNAMICCL_POLICY=str(policy_path))
-    assert run.res == [(4, 2, 8), (1, 0, 16), (4, 2, 8)]
+def test_rank_local_inputs_do_not_change_decisions(driver, policy_path):
+    """regBuff (buffer registration) is per rank and numPipeOps per group: no decision depends on
+    them, so ranks of one communicator cannot disagree through them."""
+    commands = ["init 4 16 2", "init 3 16 2"]
+    commands += [_coll(k, c, n, pipe=p, reg=g) for k in (0, 1) for c in (AR, AG)
+                 for n in (100, 1 << 20) for p in (1, 2, 7) for g in (0, 1, -1)]
+    run = driver.run(commands, DYNAMICCL_POLICY=str(policy_path))
+    assert all(run.res[i:i + 9] == run.res[i:i + 1] * 9 for i in range(0, len(run.res), 9))
+    assert run.res[0] == (1, 0, 16)
 
 
-def test_chunk_size_only_for_the_rule_nccl_followed(driver, policy_path):
-    run = driver.run([
-        "init 6 16 2",
-        "chunk 0 4 1048576 0 2 1",        # tree/simple as the rule says -> 1 MiB
-        "chunk 0 4 1048576 1 2 1",        # NCCL runs ring/simple -> untouched
-        "chunk 0 4 1000 1 0 1",           # rule without a chunk -> untouched
-        "fin 0",
-    ], DYNAMICCL_POLICY=str(policy_path))
-    assert run.chunks == [1 << 20, 777, 777]
+def test_no_chunk_size_hook(driver):
+    """The format has no chunk column (NCCL asks for chunks per channel piece, not per call), so
+    v6's optional getChunkSize is left NULL and NCCL keeps its own chunking."""
+    assert driver.run(["chunk"]).chunks == ["null"]
 
 
 def test_unset_policy_means_nothing_happens(driver):
@@ -209,7 +229,8 @@ def _corruptions(good: str) -> dict[str, tuple[bytes | None, str]]:
         "truncated": (good[: len(good) // 2].encode(), "truncated"),
         "flipped byte": (good.replace("ring", "rinG", 1).encode(), "checksum mismatch"),
         "wrong checksum": ((body + "checksum crc32 00000000\n").encode(), "checksum mismatch"),
-        "newer version": (good.replace("POLICY 1", "POLICY 7", 1).encode(), "version 7"),
+        "newer version": (good.replace(f"POLICY {pf.FORMAT_VERSION}", "POLICY 7", 1).encode(),
+                          "version 7"),
         "binary": (bytes(range(256)) * 4, "not printable ASCII"),
         "empty": (b"", "not a DynamICCL policy file"),
         "directory": (b"", "not a regular file"),
@@ -237,6 +258,31 @@ def test_bad_policy_file_warns_once_and_steps_aside(driver, policy_path, tmp_pat
             pf.read(path)
 
 
+def test_a_same_size_rewrite_with_the_old_mtime_is_seen(driver, tmp_path):
+    """The parsed-file cache is keyed on content, not (inode, size, mtime): a file rewritten in place
+    with its mtime restored must not keep serving the old rules to new communicators."""
+    ring16, ring32 = (pf.PolicyFile(HEADER, (pf.Slice(rules=(pf.Rule(AR, 0, pf.MAX_BYTES, 2, 16,
+                      decision=pf.Decision(Algorithm.RING, Protocol.LL, ch)),)),))
+                      for ch in (16, 32))
+    live, other = pf.write(ring16, tmp_path / "live.dccl"), pf.write(ring32, tmp_path / "new.dccl")
+    assert live.stat().st_size == other.stat().st_size
+    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), f"rewrite {other} {live}",
+                      "init 6 16 2", _coll(1, AR, 1000), _coll(0, AR, 1000), "fin 0", "fin 1"],
+                     DYNAMICCL_POLICY=str(live))
+    # the new communicator reads the new rules; the running one keeps the file it started with
+    assert run.res == [(1, 0, 16), (1, 0, 32), (1, 0, 16)]
+    hashes = [m.split("sha256 ")[1].split(")")[0] for m in run.messages(INFO) if "sha256" in m]
+    assert hashes == [pf.content_hash(pf.dumps(ring16).encode()), pf.file_hash(other)]
+
+
+def test_relative_policy_path_warns_with_the_absolute_path(driver, policy_path):
+    run = driver.run(["init 6 16 2", "init 6 16 2", _coll(0, AR, 1000), "fin 0", "fin 1"],
+                     cwd=policy_path.parent, DYNAMICCL_POLICY=policy_path.name)
+    assert run.ctx == [True, True] and run.res == [(1, 0, 16)]
+    warns = run.messages(WARN)
+    assert len(warns) == 1 and str(policy_path.resolve()) in warns[0] and "relative" in warns[0]
+
+
 def test_decisions_are_logged_once_each(driver, policy_path):
     run = driver.run(["init 6 16 2", "init 5 16 2"]
                      + [_coll(k, AR, n) for k in (0, 1) for n in (100, 200, 1000)]
@@ -256,7 +302,7 @@ def test_context_variable_selects_a_slice(driver, policy_path):
     late = driver.run(commands, DYNAMICCL_POLICY=str(policy_path),
                       DYNAMICCL_CONTEXT="straggler=long")
     unknown = driver.run(commands, DYNAMICCL_POLICY=str(policy_path),
-                         DYNAMICCL_CONTEXT="straggler=short,c2c=high")
+                         DYNAMICCL_CONTEXT="straggler=short c2c=high")
     assert late.res == [(1, 2, 32)]
     assert "slice straggler=long c2c=none" in late.messages(INFO)[0]
     assert unknown.res == [(1, 0, 16)]
@@ -269,14 +315,15 @@ def test_c_and_python_agree_on_random_calls(driver, policy_path):
     rng = random.Random(7)
     calls = [(rng.randrange(5), rng.choice([0, 7, 8, 65535, 65536, 1 << 34, (1 << 34) + 1,
                                             rng.randrange(1 << 36)]),
-              rng.choice([1, 2, 3]), rng.choice([0, 1]), rng.choice([(16, 2), (8, 1), (32, 2)]))
+              rng.choice([1, 2, 3]), rng.choice([0, 1]),
+              rng.choice([(16, 2), (8, 1), (8, 2), (32, 2), (32, 4)]))
              for _ in range(600)]
     systems = sorted({c[4] for c in calls})
     commands = [f"init 6 {r} {n}" for r, n in systems]
     commands += [_coll(systems.index(s), c, b, p, g) for c, b, p, g, s in calls]
     run = driver.run(commands, DYNAMICCL_POLICY=str(policy_path))
     for (coll, nbytes, pipe, reg, (nranks, nnodes)), got in zip(calls, run.res, strict=True):
-        rule = policy.decide(Collective(coll), nbytes, nranks, nnodes, pipe, reg)
+        rule = policy.decide(Collective(coll), nbytes, nranks, nnodes)
         d = rule.decision if rule else None
         want = (-1, -1, 0) if d is None else (int(d.algorithm), int(d.protocol), d.channels or 0)
         assert got == want, (coll, nbytes, pipe, reg, nranks, nnodes)
@@ -306,7 +353,8 @@ def test_exported_grid_round_trips_through_the_plugin(driver, tmp_path, which):
     policy = (load_policy("oracle", topology=topo, deployable=True) if which == "oracle"
               else LogBucketPolicy())
     contexts = [pf.DEFAULT_CONTEXT, ("long", "high")]
-    result = export_policy(policy, topo, node_counts=[1, 2, 4], contexts=contexts)
+    # ungated, so that most calls carry a forced decision for the plugin to reproduce
+    result = export_policy(policy, topo, node_counts=[1, 2, 4], contexts=contexts, gate=None)
     path = pf.write(result.policy_file, tmp_path / "grid.dccl")
     forced = 0
     for context in contexts:
@@ -326,9 +374,13 @@ def test_exported_grid_round_trips_through_the_plugin(driver, tmp_path, which):
     assert forced > len(result.cells) // 2
 
 
+#: Numeric spellings the two parsers must judge alike (leading zeros, signs, spaces, overflow) next
+#: to the format's own tokens.
 _TOKENS = ["0", "7", "-1", "*", "-", "64", "65", "2047", "2048", "1073741825", str(pf.MAX_BYTES),
-           str(pf.MAX_BYTES + 1), "007", "+5", "defer", "ring", "Ring", "ll128", "slice",
-           "straggler=none", "c2c=none", "straggler=long", "allreduce", "policy", "x" * 300, "#"]
+           str(pf.MAX_BYTES + 1), "007", "+5", "01", "00", "064", "065", "-0", "+0", "0x10", "1e3",
+           "1_0", "0" * 21, "0" * 19 + "1", "\t16", "16\t", "\u00b2", "defer", "ring", "Ring",
+           "ll128", "slice", "straggler=none", "c2c=none", "straggler=long", "allreduce", "policy",
+           "features", "ll128,nvls", "none", "x" * 300, "#"]
 
 
 def _mutant(text: str, rng: random.Random) -> str:
@@ -370,3 +422,102 @@ def test_c_and_python_parsers_accept_exactly_the_same_files(driver, policy_path,
     run = driver.run(commands)
     assert run.ctx == verdicts
     assert 50 < sum(verdicts) < 350  # both outcomes well represented
+
+
+# ---- the run-time entry points, called the way dynamiccl.runtime calls them -----------------------
+
+
+def test_set_context_switches_every_communicator(driver, policy_path):
+    run = driver.run([
+        "context straggler=long c2c=none",   # before any policy is loaded: nothing to match
+        "init 6 16 2", "init 4 16 2",
+        _coll(0, AR, 1000), _coll(1, AR, 1000),
+        "context straggler=long c2c=none",
+        _coll(0, AR, 1000), _coll(1, AR, 1000),
+        "init 5 16 2", _coll(2, AR, 1000),    # a communicator created later follows it too
+        "context straggler=short c2c=high",   # no such slice: the current one stays
+        _coll(0, AR, 1000),
+        "context c2c=none,straggler=none",   # back to the default, either separator
+        _coll(0, AR, 1000), _coll(2, AR, 1000),
+        "fin 0", "fin 1", "fin 2",
+    ], DYNAMICCL_POLICY=str(policy_path))
+    assert run.api == ["1", "0", "1", "0"]
+    late = (1, 2, 32)
+    assert run.res == [(1, 0, 16), (1, 0, 16), late, late, late, late, (1, 0, 16), (1, 0, 16)]
+
+
+@pytest.mark.parametrize("spec", ["NULL", "straggler", "straggler=", "straggler=LONG",
+                                  "straggler=long straggler=long", "bogus=1", "c2c=high;x",
+                                  "straggler=" + "a" * 32, "c2c=" + "n" * 200])
+def test_set_context_refuses_bad_specs(driver, policy_path, spec):
+    run = driver.run(["init 6 16 2", f"context {spec}", _coll(0, AR, 1000), "fin 0"],
+                     DYNAMICCL_POLICY=str(policy_path))
+    assert run.api == ["-1"] and run.res == [(1, 0, 16)]
+
+
+def test_pins_win_over_rules_and_clear(driver, policy_path):
+    run = driver.run([
+        "init 6 16 2",
+        f"pin {int(AR)} 0 4096 0 1 4",       # tree/ll128, 4 channels, for [0, 4096)
+        _coll(0, AR, 1000), _coll(0, AR, 4096), _coll(0, AR, 4095),
+        _coll(0, AR, 1000, fill="0" + "1" * 20),  # tree/ll128 usable but tree/ll not: still forced
+        _coll(0, AR, 1000, fill="1011" + "1" * 17),  # the pinned entry is unusable: NCCL decides
+        f"pin {int(AR)} 1000 2000 -1 0 0",     # unpin a hole in the middle
+        _coll(0, AR, 999), _coll(0, AR, 1500), _coll(0, AR, 2000),
+        f"pin {int(AR)} 0 max -1 0 0",         # unpin everything
+        _coll(0, AR, 1000),
+        "fin 0",
+    ], DYNAMICCL_POLICY=str(policy_path))
+    assert run.api == ["0", "0", "0"]
+    pinned, rule = (0, 1, 4), (1, 0, 16)
+    assert run.res == [pinned, rule, pinned, pinned, (-1, -1, 0), pinned, rule, pinned, rule]
+
+
+def test_pins_apply_without_a_policy_but_not_against_nccl_algo(driver):
+    pin = f"pin {int(Collective.REDUCE)} 0 max 1 2 0"
+    run = driver.run([pin, "init 6 8 1", _coll(0, Collective.REDUCE, 1 << 20), "fin 0"])
+    assert run.ctx == [False] and run.res == [(1, 2, 0)]
+    user = driver.run(["init 6 8 1", pin, _coll(0, Collective.REDUCE, 1 << 20), "fin 0"],
+                      NCCL_ALGO="Tree")
+    assert user.res == [(-1, -1, 0)]
+
+
+@pytest.mark.parametrize("args", ["5 0 10 1 2 0", "-1 0 10 1 2 0", "4 10 10 1 2 0", "4 11 10 1 2 0",
+                                  "4 0 10 7 2 0", "4 0 10 -2 2 0", "4 0 10 1 3 0", "4 0 10 1 -1 0",
+                                  "4 0 10 1 2 65", "4 0 10 1 2 -1"])
+def test_pin_refuses_bad_input(driver, args):
+    assert driver.run([f"pin {args}"]).api == ["-1"]
+
+
+def test_pins_are_bounded(driver):
+    commands = [f"pin 4 {2 * i} {2 * i + 1} 1 2 0" for i in range(pf_format.MAX_PINS + 1)]
+    answers = driver.run(commands).api
+    assert answers == ["0"] * pf_format.MAX_PINS + ["-1"]
+
+
+def test_policy_hash_and_version(driver, policy_path):
+    run = driver.run(["hash 65", "version", "init 6 16 2", "hash 65", "hash 64", "hash 0", "fin 0",
+                      "hash 65"], DYNAMICCL_POLICY=str(policy_path))
+    want = pf.file_hash(policy_path)
+    assert run.api == ["-1 ", f"{dynamiccl.__version__}", f"0 {want}", "-1 ", "-1 ", "-1 "]
+
+
+def test_both_parsers_cap_ranges_per_group_alike(driver, tmp_path):
+    """A decision binary-searches one group, so its size is capped (per-call cost stays bounded
+    whatever file is accepted): exactly the cap is accepted by both parsers, one more by neither."""
+    cap = pf_format.MAX_GROUP_RANGES
+    rules = tuple(pf.Rule(AR, 2 * i, 2 * i, 2, 16, decision=RING_LL) for i in range(cap))
+    full = pf.dumps(pf.PolicyFile(HEADER, (pf.Slice(rules=rules),)))
+    body = full[: full.rindex(pf_format.CHECKSUM_PREFIX)]
+    over = body + f"allreduce {2 * cap} {2 * cap} 2 16 ring ll 16\n"
+    over += f"{pf_format.CHECKSUM_PREFIX}{pf.checksum(over.encode())}\n"
+    paths = [tmp_path / "cap.dccl", tmp_path / "over.dccl"]
+    paths[0].write_text(full)
+    paths[1].write_text(over)
+    with pytest.raises(pf.PolicyFileError, match=f"more than {cap} size ranges"):
+        pf.read(paths[1])
+    run = driver.run([f"setenv DYNAMICCL_POLICY {paths[0]}", "init 6 16 2",
+                      _coll(0, AR, 2 * cap - 2), f"setenv DYNAMICCL_POLICY {paths[1]}",
+                      "init 6 16 2", "fin 0", "fin 1"])
+    assert run.ctx == [True, False] and run.res == [(1, 0, 16)]
+    assert f"more than {cap} size ranges" in run.messages(WARN)[0]

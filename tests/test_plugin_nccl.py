@@ -80,7 +80,8 @@ def test_real_communicator_uses_the_plugin(tmp_path):
 
     world = min(gpus, 2)
     topo = load_topology("dgx_h100", nodes=1, gpus_per_node=world)
-    result = export_policy(load_policy("oracle", topology=topo, deployable=True), topo)
+    result = export_policy(load_policy("oracle", topology=topo, deployable=True), topo,
+                           gate=None)  # ungated: the plugin must force what the file says
     policy_path = pf.write(result.policy_file, tmp_path / "gpu.dccl")
     env = dict(os.environ, NCCL_TUNER_PLUGIN=str(plugin.library_path()), NCCL_DEBUG="INFO",
                DYNAMICCL_POLICY=str(policy_path), DYNAMICCL_LOG_DECISIONS="1")

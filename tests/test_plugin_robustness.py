@@ -39,8 +39,7 @@ def _harness(name: str, cache: Path, flags: list[str], *, with_parser: bool = Fa
              cc: str | None = None) -> Path:
     sources = [TESTS / f"{name}.c"] + ([SRC / "policy.c", SRC / "view.c"] if with_parser else [])
     return plugin.compile_c(sources, name, flags=["-std=c11", "-Wall", "-Wextra", *flags],
-                            cache=cache, cc=cc,
-                            depends=[TESTS / "harness.h", SRC / "policy.h", SRC / "nccl_tuner_abi.h"])
+                            cache=cache, cc=cc, depends=[TESTS / "harness.h", *plugin.headers(SRC)])
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +52,16 @@ def seed_policies(tmp_path_factory) -> list[Path]:
     folder = tmp_path_factory.mktemp("seeds")
     topo = load_topology("dgx_h100", nodes=2)
     exported = export_policy(load_policy("oracle", topology=topo, deployable=True), topo,
-                             node_counts=[1, 2, 4], contexts=[pf.DEFAULT_CONTEXT, ("long", "low")])
+                             node_counts=[1, 2, 4], contexts=[pf.DEFAULT_CONTEXT, ("long", "low")],
+                             gate=None)  # ungated: a seed file rich in forced decisions
     ar = Collective.ALLREDUCE
     features = pf.PolicyFile(exported.policy_file.header, (
         pf.Slice(rules=(
-            pf.Rule(ar, 0, 4095, 2, 16, pipe_ops=2, reg_buff=1,
-                    decision=pf.Decision(Algorithm.PAT, Protocol.SIMPLE, 64, 1 << 30)),
-            pf.Rule(ar, 4096, pf.MAX_BYTES, 2, None, reg_buff=0,
-                    decision=pf.Decision(Algorithm.NVLS_TREE, Protocol.SIMPLE, None, 2048)),
+            pf.Rule(ar, 0, 4095, 2, 16, decision=pf.Decision(Algorithm.PAT, Protocol.SIMPLE, 64)),
+            pf.Rule(ar, 4096, pf.MAX_BYTES, 2, 16,
+                    decision=pf.Decision(Algorithm.NVLS_TREE, Protocol.SIMPLE, None)),
             pf.Rule(ar, 0, 100, None, 16, decision=pf.Decision(Algorithm.TREE, Protocol.LL, 1)),
-            pf.Rule(Collective.BROADCAST, 5, 10, None, None, pipe_ops=3),
+            pf.Rule(Collective.BROADCAST, 5, 10, None, None),
         )),
         pf.Slice("short", "high", (pf.Rule(ar, 0, 1, 2, 16),)),
     ))
@@ -100,9 +99,9 @@ def test_the_robustness_harness_catches_a_write_to_an_unusable_entry(cache, seed
     text = tuner.read_text()
     assert "!(*entry >= 0.0f)" in text
     tuner.write_text(text.replace("!(*entry >= 0.0f)", "0"))
-    library = plugin.compile_c([broken / s for s in plugin.SOURCES], plugin.LIBRARY_NAME,
-                               flags=[*plugin.CFLAGS, *ASAN], shared=True, cache=cache,
-                               depends=[broken / h for h in plugin.HEADERS])
+    library = plugin.compile_c(plugin.sources(broken), plugin.LIBRARY_NAME,
+                               flags=[*plugin.cflags(broken), *ASAN], shared=True, cache=cache,
+                               depends=plugin.headers(broken))
     robust = _harness("robust", cache, ASAN, with_parser=True)
     proc = _run([robust, library, seed_policies[0], tmp_path, 400, 3])
     assert proc.returncode != 0 and "was unusable" in proc.stdout
@@ -127,7 +126,7 @@ def test_bounded_libfuzzer_run_of_the_parser(cache, seed_policies, tmp_path):
                               "fuzz_parser", cc=clang, cache=cache,
                               flags=["-fsanitize=fuzzer,address,undefined",
                                      "-fno-sanitize-recover=all", "-g", "-O1"],
-                              depends=[SRC / "policy.h"])
+                              depends=plugin.headers(SRC))
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for seed in seed_policies:  # bodies without the checksum line: the target appends one
@@ -153,14 +152,20 @@ def _tsan_works(cache: Path) -> bool:
 
 
 @pytest.mark.parametrize("sanitizer", ["thread", "address"])
-def test_many_communicators_from_many_threads(cache, seed_policies, sanitizer):
+@pytest.mark.parametrize("runtime", [False, True], ids=["static", "with-runtime-calls"])
+def test_many_communicators_from_many_threads(cache, seed_policies, sanitizer, runtime):
+    """With runtime calls, one more thread keeps switching the context, pinning and unpinning and
+    reading the hash while the others query: the lock-free hot path must be race-free."""
     flags = TSAN if sanitizer == "thread" else ASAN
     if sanitizer == "thread" and not _tsan_works(cache):
         pytest.skip("ThreadSanitizer cannot run on this kernel/compiler")
     library = plugin.build(flags=flags, cache=cache)
     threads = _harness("threads", cache, flags)
-    proc = _run([threads, library, 8, 25], DYNAMICCL_POLICY=str(seed_policies[0]),
-                DYNAMICCL_LOG_DECISIONS="1", TSAN_OPTIONS="halt_on_error=1")
+    proc = _run([threads, library, 8, 25, *(["runtime"] if runtime else [])],
+                DYNAMICCL_POLICY=str(seed_policies[0]), DYNAMICCL_LOG_DECISIONS="1",
+                TSAN_OPTIONS="halt_on_error=1")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert proc.stdout.startswith("PASS threads=8 rounds=25")
     assert "WARNING: ThreadSanitizer" not in proc.stderr
+    if runtime:
+        assert int(proc.stdout.split("mutations=")[1]) > 0

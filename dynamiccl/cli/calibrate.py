@@ -10,8 +10,7 @@ import argparse
 import json
 import sys
 
-from dynamiccl.cli.common import collective_arg
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError, collective_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,10 +1,19 @@
-"""Argument groups several subcommands share, so every command spells them the same way."""
+"""What every subcommand shares: the user-error type, argument types and the shared argument groups.
+
+``UserError`` is defined here, once, so ``python -m dynamiccl.cli.main`` (where ``main`` is the
+``__main__`` module) and the subcommands raise and catch the same class. Argument types validate at
+the boundary: a value the user typed is checked where it is parsed, and the layers below can treat
+any exception they raise as a bug.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
 
-from dynamiccl.cli.main import UserError
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import Collective
@@ -12,11 +21,73 @@ from dynamiccl.topology import Topology, load_topology
 from dynamiccl.units import parse_size
 
 
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, exit code 2, no traceback."""
+
+
+#: Exceptions the layers raise only for bad input (a malformed file, an unknown name), by module,
+#: so they are reported as the user's mistake without importing those modules up front.
+INPUT_ERRORS = (
+    ("dynamiccl.config_loader", "ConfigError"),
+    ("dynamiccl.policy_file", "PolicyFileError"),
+    ("dynamiccl.agents.config_schema", "ConfigCheckError"),
+    ("dynamiccl.profiler.nccl_tests", "NcclTestsParseError"),
+    ("dynamiccl.profiler.calibrate", "CalibrationError"),
+)
+
+DEBUG_ENV = "DYNAMICCL_DEBUG"
+
+
+def is_input_error(exc: BaseException) -> bool:
+    """True for the layers' own bad-input exceptions and for files the user named that cannot be used."""
+    if isinstance(exc, UserError):
+        return True
+    if isinstance(exc, FileNotFoundError) or (isinstance(exc, OSError) and exc.filename is not None):
+        return True  # a path the user named (a missing one may be reported by message only)
+    for module, name in INPUT_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(exc, cls):
+            return True
+    return False
+
+
+def describe_input_error(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, UserError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return str(exc)
+
+
+def internal_error_line(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return (f"internal error: {type(exc).__name__}: {first}. This is a bug in dynamiccl, not in your "
+            f"input; please report it with the command line ({DEBUG_ENV}=1 shows the traceback)")
+
+
+class UsageError(UserError):
+    """A command line argparse rejected; ``prog`` is the (sub)command whose arguments were wrong."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(f"{message} (see `{prog} --help`)")
+        self.prog = prog
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a bad argument as one line (no usage block), exit code 2.
+
+    The usage block buries the one line that says what is wrong; ``--help`` still shows it.
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if message.endswith("expected one argument"):  # argparse took a value like -3ms for an option
+            message += "; values cannot be negative, and one starting with '-' is written --option=VALUE"
+        raise UsageError(self.prog, message)
+
+
 def add_topology_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--topology", required=required, metavar="NAME|FILE.yaml",
                         help="a preset (see `dynamiccl topologies`) or a topology YAML file")
-    parser.add_argument("--nodes", type=int, metavar="N", help="resize the preset to N nodes")
-    parser.add_argument("--gpus-per-node", type=int, metavar="G",
+    parser.add_argument("--nodes", type=positive_int, metavar="N", help="resize the preset to N nodes")
+    parser.add_argument("--gpus-per-node", type=positive_int, metavar="G",
                         help="resize the preset to G GPUs per node")
 
 
@@ -39,3 +110,79 @@ def size_arg(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < low:
+        word = "positive" if low == 1 else f"at least {low}"
+        raise argparse.ArgumentTypeError(f"must be {word}, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number ≥ 0 (``nan`` and ``inf`` parse as floats but mean nothing as a ratio or time)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def load_policy_arg(name_or_path: str, **kwargs: Any) -> Any:
+    """``agents.registry.load_policy`` for a name the user typed: a name that is no policy, or a
+    file that is no checkpoint (a policy file, a truncated zip), is one UserError naming it."""
+    import zipfile
+
+    from dynamiccl.agents.registry import BUILTIN, load_policy
+
+    path = Path(name_or_path)
+    names_something = name_or_path.strip().lower() in BUILTIN or path.exists() or \
+        path.with_suffix(".zip").exists()
+    try:
+        return load_policy(name_or_path, **kwargs)
+    except zipfile.BadZipFile:
+        hint = " (a .dccl policy file is for the plugin; inspect it with `dynamiccl show`)" \
+            if path.suffix == ".dccl" else ""
+        raise UserError(f"{name_or_path} is not a checkpoint written by `dynamiccl train` (not a zip "
+                        f"file){hint}") from None
+    except ValueError as exc:
+        if names_something:  # the name was fine: whatever failed is not the user's doing
+            raise
+        raise UserError(str(exc)) from None
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """The text of a file the user named, or one UserError saying why it cannot be read."""
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such {what}; check the path") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a folder, not a {what}; give the file inside it") from None
+    except PermissionError:
+        raise UserError(f"{path}: permission denied reading the {what}; check its permissions") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a text {what} (it is not UTF-8)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None

@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError, load_policy_arg, non_negative_int
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, a
 checkpoint path (model.zip, checkpoints/last.zip, or a training run folder), or an exported policy
@@ -35,6 +35,7 @@ examples:
 JSON_KEYS = ("policy", "action_set", "backend", "geomean_speedup", "oracle_share", "slower_calls",
              "worst_speedup", "worst_call", "scenarios")
 MAX_BUDGET = 10_000
+RESULT_FILES = ("summary.csv", "summary.json", "calls.csv")
 ONLINE_KEYS = ("calls_to_5pct", "reached_5pct", "exploration_calls", "exploration_speedup")
 
 
@@ -72,13 +73,15 @@ def _backend(args: argparse.Namespace) -> tuple[str, dict]:
             raise UserError("--backend replay needs --replay LOGS (nccl-tests logs or records)")
         from dynamiccl.envs.backends.replay import ReplayTable
 
-        return "replay", {"table": ReplayTable.load(args.replay)}
+        try:
+            return "replay", {"table": ReplayTable.load(args.replay)}
+        except ValueError as exc:
+            raise UserError(f"--replay: {exc}") from None
     return "sim", {}
 
 
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.evaluate import evaluate_policies, print_table, save_reports
-    from dynamiccl.agents.registry import load_policy
     from dynamiccl.envs.workloads import load_suite
 
     deployable = not args.all_actions
@@ -95,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
     if not suite:
         raise UserError(f"suite {args.suite!r} has no workloads; check configs/scenario/")
     try:
-        policies = [load_policy(n, deployable=deployable, seed=args.seed) for n in names]
+        policies = [load_policy_arg(n, deployable=deployable, seed=args.seed) for n in names]
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     for name, policy in zip(names, policies, strict=True):
@@ -103,14 +106,22 @@ def _run(args: argparse.Namespace) -> int:
             policy.name = Path(name).name
         if args.budget is not None and hasattr(policy, "budget"):
             policy.budget = args.budget
-    reports = evaluate_policies(policies, suite, deployable=deployable, backend=backend,
-                                backend_kwargs=backend_kwargs)
+    from dynamiccl.envs.backends import UnmeasuredChoice
+
+    if args.out and not args.force and any((Path(args.out) / f).exists() for f in RESULT_FILES):
+        raise UserError(f"{args.out} already holds results; pass --force to replace them or pick "
+                        "another --out folder")
+    try:
+        reports = evaluate_policies(policies, suite, deployable=deployable, backend=backend,
+                                    backend_kwargs=backend_kwargs)
+    except UnmeasuredChoice as exc:
+        raise UserError(f"{exc}; measure it, or evaluate a suite the replay table covers") from None
     if args.out:
-        save_reports(reports, args.out, overwrite=args.force)
+        save_reports(reports, args.out, overwrite=True)
         if args.plots:
             from dynamiccl.agents.evaluation_plots import plot_reports
 
-            plot_reports(reports, args.out)
+            plot_reports(reports, args.out, suite=str(args.suite), deployable=deployable)
     if args.json:
         print(json.dumps([contract(r.summary()) for r in reports], indent=2))
     else:
@@ -152,7 +163,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="system of the perturbed reality (default 1000, a held-out seed)")
     parser.add_argument("--replay", action="append", metavar="LOGS",
                         help="measurements for --backend replay (files or folders; repeatable)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of random policies (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of random policies (default 0)")
     parser.add_argument("--budget", type=int, metavar="CALLS",
                         help="measured calls per context for online tuners (default 64)")
     parser.add_argument("--out", metavar="DIR", help="write summary.csv, summary.json, calls.csv")

@@ -2,7 +2,7 @@
 
 This answers the most common NCCL user question with one table (and optionally a plot): for every
 power-of-two size from 8 B to 4 GiB, NCCL's own pick with its predicted and simulated time, next to
-the best configuration the simulator finds.
+the best configuration the simulator finds. Sizes are printed as nccl-tests prints them (bytes).
 """
 
 from __future__ import annotations
@@ -12,12 +12,17 @@ import json
 import sys
 from pathlib import Path
 
-from dynamiccl.cli.common import add_topology_args, collective_arg, topology_from_args
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import (
+    UserError,
+    add_topology_args,
+    collective_arg,
+    size_arg,
+    topology_from_args,
+)
 from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
-from dynamiccl.units import format_size, format_time_us, parse_size
+from dynamiccl.units import SIZE_HELP
 
 MIN_SIZE, MAX_SIZE = 8, 4 * 2**30
 
@@ -27,16 +32,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "explain",
         help="sweep 8 B … 4 GiB: NCCL's pick, the best pick and the gain at every size",
         description="For every power-of-two size from 8 B to 4 GiB print NCCL's default choice "
-        "(with NCCL's own predicted time and the simulated time), the best choice, and the gain.",
+        "(with NCCL's own predicted time and the simulated time), the best choice, and the gain. "
+        f"Sizes: {SIZE_HELP}.",
     )
     add_topology_args(p)
     p.add_argument("--collective", required=True, type=collective_arg,
                    help="allreduce, allgather, reducescatter, broadcast or reduce")
     p.add_argument("--deployable", action="store_true",
                    help="restrict the best pick to what a tuner plugin can make NCCL do")
-    p.add_argument("--min-size", default=str(MIN_SIZE), help="smallest size (default 8B)")
-    p.add_argument("--max-size", default="4GiB", help="largest size (default 4GiB)")
-    p.add_argument("--plot", type=Path, metavar="FILE.png", help="also draw the sweep to FILE.png")
+    p.add_argument("--min-size", type=size_arg, default=MIN_SIZE, help="smallest size (default 8)")
+    p.add_argument("--max-size", type=size_arg, default=MAX_SIZE, help="largest size (default 4G)")
+    p.add_argument("--plot", type=Path, metavar="FILE.png",
+                   help="also draw the sweep to FILE.png (.png is added when missing)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(func=run_explain)
 
@@ -49,52 +56,83 @@ def sweep_sizes(lo: int, hi: int) -> list[int]:
     return sizes
 
 
-def explain_rows(
-    topology: Topology, collective: Collective, sizes: list[int], deployable: bool
-) -> list[dict]:
+def explain_row(topology: Topology, collective: Collective, size: int, deployable: bool) -> dict:
     from dynamiccl.decisions import best, nccl_default
 
+    scenario = Scenario(topology, collective, size)
+    default = nccl_default(scenario)
+    top = best(scenario, deployable=deployable)
+    return {
+        "size": size,
+        "nccl_config": default.config.label(),
+        "nccl_model_us": default.nccl_model_us,
+        "nccl_time_us": default.time_us,
+        "nccl_busbw_GBps": default.busbw_GBps,
+        "best_config": top.config.label(),
+        "best_time_us": top.time_us,
+        "best_busbw_GBps": top.busbw_GBps,
+        "best_algorithm": top.config.algorithm.name.lower(),
+        "best_protocol": top.config.protocol.name.lower(),
+        "best_channels": top.config.channels,
+        "nccl_algorithm": default.config.algorithm.name.lower(),
+        "nccl_protocol": default.config.protocol.name.lower(),
+        "nccl_channels": default.config.channels,
+        "gain": default.time_us / top.time_us,
+    }
+
+
+def explain_rows(topology: Topology, collective: Collective, sizes: list[int],
+                 deployable: bool) -> list[dict]:
+    """One row per size, with a progress bar on stderr (a cold sweep takes seconds)."""
+    from rich.progress import Progress
+
     rows = []
-    for size in sizes:
-        scenario = Scenario(topology, collective, size)
-        default = nccl_default(scenario)
-        top = best(scenario, deployable=deployable)
-        rows.append({
-            "size": size,
-            "nccl_config": default.config.label(),
-            "nccl_model_us": default.nccl_model_us,
-            "nccl_time_us": default.time_us,
-            "nccl_busbw_GBps": default.busbw_GBps,
-            "best_config": top.config.label(),
-            "best_time_us": top.time_us,
-            "best_busbw_GBps": top.busbw_GBps,
-            "best_algorithm": top.config.algorithm.name.lower(),
-            "nccl_algorithm": default.config.algorithm.name.lower(),
-            "gain": default.time_us / top.time_us,
-        })
+    console = _stderr()
+    with Progress(transient=True, console=console, disable=not console.is_terminal) as progress:
+        task = progress.add_task(f"simulating {len(sizes)} sizes", total=len(sizes))
+        for size in sizes:
+            rows.append(explain_row(topology, collective, size, deployable))
+            progress.advance(task)
     return rows
+
+
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def plot_path(path: Path) -> Path:
+    """The file the plot goes to: ``x`` and ``x.v2`` become ``x.png`` and ``x.v2.png``, and that is
+    the name reported."""
+    from dynamiccl.plots import IMAGE_SUFFIXES
+
+    return path if path.suffix.lower() in IMAGE_SUFFIXES else path.with_name(path.name + ".png")
 
 
 def run_explain(args: argparse.Namespace) -> int:
     topology = topology_from_args(args)
-    try:
-        lo, hi = parse_size(args.min_size), parse_size(args.max_size)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    lo, hi = args.min_size, args.max_size
     if lo > hi:
-        raise UserError(f"--min-size {args.min_size} is larger than --max-size {args.max_size}")
-    rows = explain_rows(topology, args.collective, sweep_sizes(lo, hi), args.deployable)
-    if args.plot:
+        raise UserError(f"--min-size {lo} is larger than --max-size {hi}")
+    sizes = sweep_sizes(lo, hi)
+    plot = plot_path(args.plot) if args.plot else None
+    if plot is not None and not plot.parent.is_dir():
+        raise UserError(f"--plot {args.plot}: folder {plot.parent} does not exist; create it first")
+    rows = explain_rows(topology, args.collective, sizes, args.deployable)
+    which = "deployable configurations" if args.deployable else "all configurations"
+    title = f"{args.collective.name.lower()} on {topology.describe()}; best pick among {which}"
+    if plot is not None:
         from dynamiccl.plots import plot_explain
 
-        plot_explain(rows, args.plot, f"{args.collective.name.lower()} on {topology.describe()}")
+        plot_explain(rows, plot, title)
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()
-        return 0
-    _print_table(rows, f"{args.collective.name.lower()} on {topology.describe()}")
-    if args.plot:
-        print(f"plot written to {args.plot}")
+    else:
+        _print_table(rows, title)
+    if plot is not None:
+        print(f"plot written to {plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -103,15 +141,14 @@ def _print_table(rows: list[dict], title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title)
-    for col, justify in (("size", "right"), ("NCCL picks", "left"), ("NCCL model", "right"),
-                         ("simulated", "right"), ("best pick", "left"), ("best time", "right"),
+    for col, justify in (("size (B)", "right"), ("NCCL picks", "left"), ("NCCL model (us)", "right"),
+                         ("simulated (us)", "right"), ("best pick", "left"), ("best (us)", "right"),
                          ("gain", "right")):
         table.add_column(col, justify=justify)
     for r in rows:
-        model = "n/a" if r["nccl_model_us"] is None else format_time_us(r["nccl_model_us"])
+        model = "n/a" if r["nccl_model_us"] is None else f"{r['nccl_model_us']:.2f}"
         gain = f"{r['gain']:.2f}x"
-        table.add_row(format_size(r["size"]), r["nccl_config"], model,
-                      format_time_us(r["nccl_time_us"]), r["best_config"],
-                      format_time_us(r["best_time_us"]),
+        table.add_row(str(r["size"]), r["nccl_config"], model, f"{r['nccl_time_us']:.2f}",
+                      r["best_config"], f"{r['best_time_us']:.2f}",
                       f"[bold green]{gain}[/]" if r["gain"] >= 1.05 else gain)
     Console(width=max(120, Console().width)).print(table)

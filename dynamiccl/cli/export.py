@@ -15,8 +15,14 @@ import hashlib
 import sys
 from pathlib import Path
 
-from dynamiccl.cli.common import add_topology_args, topology_from_args
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import (
+    UserError,
+    add_topology_args,
+    load_policy_arg,
+    non_negative_int,
+    positive_int,
+    topology_from_args,
+)
 
 EPILOG = """examples:
   dynamiccl export --policy oracle --topology dgx_h100 --nodes 2 -o oracle.dccl
@@ -81,22 +87,25 @@ def _output(args: argparse.Namespace) -> Path:
 
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl import policy_file as pf
-    from dynamiccl.agents.export import export_policy, rule_evidence, save_evidence
+    from dynamiccl.agents import export as exporting
     from dynamiccl.agents.gate import Gate
-    from dynamiccl.agents.registry import load_policy
-    from dynamiccl.files import write_text_atomic
-    from dynamiccl.nccl_csv import to_nccl_example_csv
+    from dynamiccl.nccl_csv import write_nccl_example_csv
 
+    if args.points_per_octave > exporting.MAX_POINTS_PER_OCTAVE:
+        raise UserError(f"--points-per-octave {args.points_per_octave}: points per octave must be "
+                        f"1..{exporting.MAX_POINTS_PER_OCTAVE} (boundaries are bisected to the byte anyway)")
+    if not 0 <= args.margin < 1:
+        raise UserError(f"--margin {args.margin}: give a fraction in [0, 1), e.g. 0.03")
     out = _output(args)
     topology = topology_from_args(args)
     node_counts = args.node_counts or [topology.nodes]
     try:
-        policy = load_policy(args.policy, topology=topology, deployable=True, seed=args.seed)
+        policy = load_policy_arg(args.policy, topology=topology, deployable=True, seed=args.seed)
         digest = _checkpoint_digest(args.policy)
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     gate = None if args.no_gate else Gate(margin=args.margin)
-    result = export_policy(
+    result = exporting.export_policy(
         policy, topology, policy_name=Path(args.policy).stem if Path(args.policy).exists()
         else args.policy, node_counts=node_counts, gpus_per_node=args.gpus_per_node_list,
         contexts=args.contexts, points_per_octave=args.points_per_octave,
@@ -115,10 +124,10 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     try:
         if args.format == "nccl-example-csv":
-            write_text_atomic(out, to_nccl_example_csv(result.policy_file))
+            write_nccl_example_csv(result.policy_file, out)
         else:
-            write_text_atomic(out, pf.dumps(result.policy_file))
-            save_evidence(out, rule_evidence(result))
+            pf.write(result.policy_file, out)
+            exporting.save_evidence(out, exporting.rule_evidence(result))
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}; pick another -o path") from None
     n_defer = sum(1 for c in result.cells if c.decision is None)
@@ -154,7 +163,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="export several GPUs-per-node values (default: the system's own)")
     parser.add_argument("--contexts", type=_contexts, default="default",
                         help="context slices: 'default' (no straggler, no overlap) or 'all'")
-    parser.add_argument("--points-per-octave", type=int, default=8,
+    parser.add_argument("--points-per-octave", type=positive_int, default=8,
                         help="size samples per doubling before bisection (1..64, default 8)")
     parser.add_argument("--margin", type=float, default=0.03, metavar="FRACTION",
                         help="gate: override NCCL only where the predicted gain exceeds this and "
@@ -165,7 +174,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--allow-slower", action="store_true",
                         help="write the file even where it is predicted slower than NCCL (warned)")
     parser.add_argument("--force", action="store_true", help="replace an existing policy file")
-    parser.add_argument("--seed", type=int, default=0, help="seed of random policies")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of random policies")
     parser.add_argument("--format", choices=("dccl", "nccl-example-csv"), default="dccl",
                         help="dccl (DynamICCL plugin, default) or NVIDIA's example-tuner CSV")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")

@@ -3,14 +3,30 @@
 Each subcommand lives in its own module with a ``register(subparsers)`` function that adds its
 parser and sets ``func``; heavy libraries (torch, ray, wandb) are imported inside the command that
 needs them, so ``dynamiccl --help`` stays fast.
+
+Errors are sorted here, once: the user's mistakes (``UserError``, the input-validation errors the
+layers define, a file the user named that cannot be opened) are one line and exit code 2; anything
+else is a bug in dynamiccl and says so in one line with exit code 1 (``DYNAMICCL_DEBUG=1`` shows the
+traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from dynamiccl.cli.common import (
+    DEBUG_ENV,
+    ArgumentParser,
+    UsageError,
+    describe_input_error,
+    internal_error_line,
+    is_input_error,
+)
 
 #: Subcommand modules under ``dynamiccl.cli``, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -27,39 +43,65 @@ COMMAND_MODULES = (
     "calibrate",
 )
 
-
-class UserError(Exception):
-    """An error caused by the user's input: printed as one line, exit code 2, no traceback."""
+def _version() -> str:
+    try:
+        return version("dynamiccl")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="dynamiccl",
         description="Learn better NCCL algorithm/protocol/channel choices and ship them into jobs.",
     )
+    parser.add_argument("--version", action="version", version=f"dynamiccl {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"dynamiccl.cli.{name}").register(sub)
     return parser
 
 
+def _prog(args: argparse.Namespace) -> str:
+    words = ["dynamiccl", args.command, getattr(args, "what", None)]
+    return " ".join(w for w in words if w)
+
+
 def main(argv: list[str] | None = None) -> int:
     # Piping into `head` must end quietly, as it does for any Unix tool.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "accepts_overrides", False):
+            raise UsageError(_prog(args), f"unrecognized arguments: {' '.join(extra)}")
+    except UsageError as exc:
+        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help and --version
+        return int(exc.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    if extra and not getattr(args, "accepts_overrides", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "accepts_overrides", False):
         args.overrides = extra
+    prog = _prog(args)
     try:
         return int(args.func(args) or 0)
-    except (UserError, ValueError, FileNotFoundError) as exc:
-        print(f"dynamiccl {args.command}: error: {exc}", file=sys.stderr)
+    except UsageError as exc:
+        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if is_input_error(exc):
+            print(f"{prog}: error: {describe_input_error(exc)}", file=sys.stderr)
+            return 2
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"{prog}: {internal_error_line(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

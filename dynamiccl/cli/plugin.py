@@ -1,15 +1,15 @@
 """``dynamiccl plugin path|build``: where the NCCL tuner plugin is, and (re)building it.
 
-``path`` is what goes into ``NCCL_TUNER_PLUGIN``; it builds the plugin into the user cache first if
-the package build did not (or its sources changed since). ``build`` compiles it with the machine's
-C compiler (``cc``, or ``$CC``) and prints the path of the result.
+``path`` is what goes into ``NCCL_TUNER_PLUGIN``: the library ``build`` made last (while its sources
+are unchanged), else the package's build, else one it builds into the user cache. ``build`` compiles
+it with the machine's C compiler (``cc``, or ``$CC``) and prints the path of the result.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -18,6 +18,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.action == "build":
             path = plugin.build(cc=args.cc, force=args.force)
+            plugin.remember_build(path)
         else:
             path = plugin.library_path()
     except plugin.PluginError as exc:
@@ -27,10 +28,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from dynamiccl.policy_format import POLICY_ENV
+
     parser = subparsers.add_parser(
         "plugin", help="print the tuner plugin's path, or build it",
         description="The DynamICCL NCCL tuner plugin (libnccl-tuner-dynamiccl.so). Use it as\n"
-                    "  NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY=policy.dccl "
+                    f"  NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) {POLICY_ENV}=policy.dccl "
                     "torchrun ...",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=("path", "build"),

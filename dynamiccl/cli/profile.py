@@ -3,7 +3,9 @@
 ``profile collective --json`` is a contract other tools parse: the first five keys are
 ``time_us`` (median over runs, first arrival to completion), ``algbw_GBps``, ``busbw_GBps``
 (nccl-tests factors, from the time after the last rank arrived), ``straggler_rank`` (or null) and
-``straggler_delay_us``; context follows them.
+``straggler_delay_us``; context follows them, among it ``time_after_straggler_us`` and the
+bandwidths of ``time_us`` (``algbw_with_wait_GBps``, ``busbw_with_wait_GBps``), so each time has
+its own bandwidth.
 """
 
 from __future__ import annotations
@@ -12,11 +14,28 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dynamiccl.cli.common import collective_arg, size_arg
-from dynamiccl.cli.main import UserError
-from dynamiccl.nccl import Collective
-from dynamiccl.units import format_size, format_time_us, parse_duration_us
+from dynamiccl.cli.common import (
+    UserError,
+    collective_arg,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    read_text,
+    size_arg,
+)
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
+from dynamiccl.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
+
+if TYPE_CHECKING:
+    from dynamiccl.profiler.runner import CollectiveResult, CollectiveSpec
+
+#: nccl-tests' default data type; the count column counts its elements.
+ELEMENT_TYPE, ELEMENT_BYTES = "float", 4
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,17 +54,19 @@ def _register_topology(kinds: argparse._SubParsersAction) -> None:
         "schema. NVML sees one node; the tiers above it come from the flags below or defaults, and "
         "the file marks every value that was not measured.")
     t.add_argument("-o", "--output", metavar="FILE", help="write the YAML here (default: stdout)")
+    t.add_argument("--force", action="store_true", help="replace existing --output / --record files")
     t.add_argument("--from", dest="recorded", metavar="FILE",
                    help="use NVML answers recorded earlier (--record) instead of the driver")
     t.add_argument("--record", metavar="FILE", help="also save the raw NVML answers to FILE")
     t.add_argument("--name", help="the topology's name (default: from the GPU model)")
-    t.add_argument("--nodes", type=int, default=1, metavar="N", help="number of nodes (default 1)")
-    t.add_argument("--network-bandwidth-GBps", type=float, metavar="X",
+    t.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="number of nodes (default 1)")
+    t.add_argument("--network-bandwidth-GBps", type=positive_float, metavar="X",
                    help="per-NIC network bandwidth each way (default 50, a 400 Gb/s NIC)")
-    t.add_argument("--network-latency-us", type=float, metavar="Y",
+    t.add_argument("--network-latency-us", type=positive_float, metavar="Y",
                    help="network hop latency in µs (default 3)")
-    t.add_argument("--nics-per-node", type=int, metavar="K", help="NICs per node (default: one per GPU)")
-    t.add_argument("--intra-latency-us", type=float, metavar="Z",
+    t.add_argument("--nics-per-node", type=positive_int, metavar="K",
+                   help="NICs per node (default: one per GPU)")
+    t.add_argument("--intra-latency-us", type=positive_float, metavar="Z",
                    help="intra-node hop latency in µs (default: 0.6 NVLink, 1.0 PCIe)")
     t.set_defaults(func=run_topology)
 
@@ -58,22 +79,28 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
         "Under torchrun (WORLD_SIZE set) it joins the job instead of starting ranks.")
     c.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                    help="nccl (GPUs) or gloo (CPU); default: nccl when a GPU is visible")
-    c.add_argument("--nprocs", type=int, metavar="N", help="ranks to start (default: GPUs, or 2)")
+    c.add_argument("--nprocs", type=positive_int, metavar="N",
+                   help="ranks to start (default: GPUs, or 2)")
     c.add_argument("--collective", type=collective_arg, default=Collective.ALLREDUCE,
                    help="allreduce (default), allgather, reducescatter, broadcast or reduce")
     c.add_argument("--size", type=size_arg, default=2**20,
-                   help="bytes as nccl-tests' size column, e.g. 1MB (default 1MiB)")
+                   help=f"nccl-tests' size column (default 1M): {SIZE_HELP}")
     c.add_argument("--inject-straggler", type=_straggler_arg, metavar="RANK:DELAY",
                    help="make RANK sleep DELAY (e.g. 1:5ms) before every collective")
-    c.add_argument("--warmup", type=int, default=10, help="untimed iterations (default 10)")
-    c.add_argument("--iters", type=int, default=100, help="timed iterations per run (default 100)")
-    c.add_argument("--runs", type=int, default=5, help="runs; the median is reported (default 5)")
-    c.add_argument("--algorithm", help="nccl only: force NCCL_ALGO (ring, tree, nvls, …)")
-    c.add_argument("--protocol", help="nccl only: force NCCL_PROTO (ll, ll128, simple)")
-    c.add_argument("--channels", type=int, help="nccl only: pin NCCL_MIN/MAX_NCHANNELS")
-    c.add_argument("--timeout", type=float, default=300.0, metavar="S",
+    c.add_argument("--warmup", type=non_negative_int, default=10, help="untimed iterations (default 10)")
+    c.add_argument("--iters", type=positive_int, default=100,
+                   help="timed iterations per run (default 100)")
+    c.add_argument("--runs", type=positive_int, default=5, help="runs; the median is reported (default 5)")
+    c.add_argument("--algorithm", type=_nccl_name(Algorithm),
+                   help="nccl only: force NCCL_ALGO (ring, tree, nvls, …)")
+    c.add_argument("--protocol", type=_nccl_name(Protocol),
+                   help="nccl only: force NCCL_PROTO (ll, ll128, simple)")
+    c.add_argument("--channels", type=_channels_arg, help="nccl only: pin NCCL_MIN/MAX_NCHANNELS")
+    c.add_argument("--timeout", type=positive_float, default=300.0, metavar="S",
                    help="give up (and stop every rank) after S seconds (default 300)")
     c.add_argument("--record", metavar="FILE.jsonl", help="append the measurement record to FILE")
+    c.add_argument("--plot", type=Path, metavar="FILE.png",
+                   help="draw every rank's arrival time per iteration to FILE.png")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     c.set_defaults(func=run_collective)
 
@@ -83,35 +110,108 @@ def _straggler_arg(text: str) -> tuple[int, float]:
     try:
         if not sep or not rank.strip().isdigit():
             raise ValueError
-        return int(rank), parse_duration_us(delay)
+        late = int(rank), parse_duration_us(delay)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not RANK:DELAY; write e.g. 1:5ms (rank 1 sleeps 5 ms)") from None
+    if late[1] == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} has no delay; write e.g. 1:5ms (rank 1 sleeps 5 ms)")
+    return late
+
+
+def _nccl_name(enum_cls: type[Algorithm] | type[Protocol]):
+    """An algorithm or protocol NCCL knows (the simulator-only StragglAR is not one)."""
+
+    def parse(text: str) -> str:
+        try:
+            value = parse_enum(enum_cls, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if value == Algorithm.STRAGGLAR and enum_cls is Algorithm:
+            raise argparse.ArgumentTypeError("stragglar exists only in the simulator; NCCL cannot run it")
+        return value.name.lower()
+
+    parse.__name__ = enum_cls.__name__.lower()
+    return parse
+
+
+def _channels_arg(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_CHANNELS:
+        raise argparse.ArgumentTypeError(f"must be 1..{MAX_CHANNELS}, got {value}")
+    return value
 
 
 def run_topology(args: argparse.Namespace) -> int:
     from dynamiccl.profiler.discover import NetworkSpec, discover
     from dynamiccl.profiler.nvml import NoDriverError, local_provider, save_snapshot
 
+    for flag, path in (("-o", args.output), ("--record", args.record)):
+        if path and Path(path).exists() and not args.force:
+            raise UserError(f"{path} exists; pass --force to replace it or pick another {flag} path")
+    if args.recorded:
+        read_text(args.recorded, "NVML recording")  # unreadable: one line, before anything else
     try:
         snapshot = local_provider(args.recorded).snapshot()
     except NoDriverError as exc:
         raise UserError(f"no NVIDIA driver found: {exc}, use --from FILE (NVML answers recorded "
                         "with --record on a GPU machine) or a preset (`dynamiccl topologies`)") from None
+    except ValueError as exc:  # only a recording is parsed here; the driver path raises NoDriverError
+        raise UserError(f"{args.recorded} is not an NVML recording written by --record: {exc}") from None
     if args.record:
-        save_snapshot(snapshot, args.record)
+        _replace_atomically(Path(args.record), lambda tmp: save_snapshot(snapshot, tmp))
     network = NetworkSpec(args.nodes, args.network_bandwidth_GBps, args.network_latency_us,
                           args.nics_per_node, args.intra_latency_us)
     found = discover(snapshot, network, name=args.name)
     for warning in found.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.output:
-        with open(args.output, "w") as fh:
-            fh.write(found.yaml_text)
+        _replace_atomically(Path(args.output), lambda tmp: tmp.write_text(found.yaml_text))
         print(f"wrote {args.output}: {found.topology.describe()}", file=sys.stderr)
     else:
         sys.stdout.write(found.yaml_text)
     return 0
+
+
+def _replace_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """``write`` fills a temporary file that is then renamed over ``path``: a reader (or a crash)
+    never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) -> None:
+    """Everything the ranks would otherwise fail on minutes later, said before they start."""
+    if backend == "gloo" and (args.algorithm or args.protocol or args.channels):
+        raise UserError("--algorithm/--protocol/--channels are NCCL knobs; use --backend nccl")
+    if args.inject_straggler and args.inject_straggler[0] >= nprocs:
+        raise UserError(f"--inject-straggler rank {args.inject_straggler[0]} is outside "
+                        f"0..{nprocs - 1} ({nprocs} ranks)")
+    split = args.collective in (Collective.ALLGATHER, Collective.REDUCESCATTER)
+    least = ELEMENT_BYTES * (nprocs if split else 1)
+    if args.size < least:
+        raise UserError(f"--size {args.size} is too small: {args.collective.name.lower()} of "
+                        f"{ELEMENT_TYPE} on {nprocs} ranks needs at least {least} bytes")
+    if backend == "gloo":
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if 2 * args.size * nprocs > memory:
+            raise UserError(f"--size {args.size} on {nprocs} CPU ranks needs about "
+                            f"{format_size(2 * args.size * nprocs)} of memory; this machine has "
+                            f"{format_size(memory)}")
+    if backend == "nccl":
+        import torch
+
+        if nprocs > torch.cuda.device_count():
+            raise UserError(f"--nprocs {nprocs} needs a GPU per rank; {torch.cuda.device_count()} "
+                            "visible (use --backend gloo on CPU)")
+    if args.record and not Path(args.record).resolve().parent.is_dir():
+        raise UserError(f"--record {args.record}: its folder does not exist; create it first")
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+        raise UserError(f"--plot {args.plot}: its folder does not exist; create it first")
 
 
 def run_collective(args: argparse.Namespace) -> int:
@@ -119,46 +219,93 @@ def run_collective(args: argparse.Namespace) -> int:
     from dynamiccl.profiler.runner import CollectiveSpec, measure_collective, run_under_torchrun
 
     backend = args.backend or _default_backend()
-    if backend == "gloo" and (args.algorithm or args.protocol or args.channels):
-        raise UserError("--algorithm/--protocol/--channels are NCCL knobs; use --backend nccl")
+    under_torchrun = "WORLD_SIZE" in os.environ and args.nprocs is None
+    nprocs = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nprocs or _default_nprocs(backend)
+    _check_collective_args(args, backend, nprocs)
     rank, delay = args.inject_straggler or (None, 0.0)
     spec = CollectiveSpec(args.collective.name.lower(), args.size, backend, args.warmup,
                           args.iters, args.runs, rank, delay, args.algorithm, args.protocol,
                           args.channels)
     try:
-        if "WORLD_SIZE" in os.environ and args.nprocs is None:
+        if under_torchrun:
             result = run_under_torchrun(spec)
             if result is None:  # not rank 0
                 return 0
         else:
-            result = measure_collective(spec, args.nprocs or _default_nprocs(backend),
-                                        timeout_s=args.timeout)
+            with _stderr().status(f"measuring {spec.collective} of {spec.nbytes} B on {nprocs} "
+                                  f"{backend} ranks: {spec.warmup} warmup + {spec.runs} runs × "
+                                  f"{spec.iters} iterations"):
+                result = measure_collective(spec, nprocs, timeout_s=args.timeout)
     except LaunchError as exc:
         raise UserError(f"the measurement failed: {exc}") from None
     if args.record:
         from dynamiccl.profiler.records import write_jsonl
 
         write_jsonl([result.to_record()], args.record, append=True)
-    out = result.to_json()
+    plot = _plot(result, args.plot) if args.plot else None
     if args.json:
-        json.dump(out, sys.stdout, indent=2)
+        json.dump(result.to_json(), sys.stdout, indent=2)
         print()
-        return 0
-    print(f"{spec.collective} of {format_size(spec.nbytes)} on {result.nranks} {backend} ranks "
-          f"({out['config']}): {format_time_us(result.time_us)} (spread {result.spread_pct:.1f}% "
-          f"over {spec.runs} runs), algbw {result.algbw_GBps:.3f} GB/s, busbw "
-          f"{result.busbw_GBps:.3f} GB/s")
-    s = result.straggler
-    if s is None:
-        return 0
-    if s.rank is not None:
-        print(f"straggler: rank {s.rank} is last in {100 * s.last_fraction:.0f}% of iterations, "
-              f"late by {format_time_us(s.delay_us)} (p10 {format_time_us(s.delay_p10_us)}, "
-              f"p90 {format_time_us(s.delay_p90_us)})")
     else:
-        print(f"no persistent straggler (rank {s.candidate} was last most often, in "
-              f"{100 * s.last_fraction:.0f}% of iterations, by {format_time_us(s.delay_us)})")
+        _print_result(spec, result, backend)
+    if plot is not None:
+        print(f"plot written to {plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _plot(result: CollectiveResult, path: Path) -> Path:
+    from dynamiccl.cli.explain import plot_path
+    from dynamiccl.plots import plot_arrivals
+
+    if result.arrival_us is None:
+        raise UserError("--plot needs the ranks on one host (their arrival clocks must agree)")
+    s = result.straggler
+    title = (f"{result.spec.collective} of {result.spec.nbytes} B on {result.nranks} "
+             f"{result.spec.backend} ranks: arrival of each rank per iteration")
+    return plot_arrivals(result.arrival_us, plot_path(path), title,
+                         straggler=s.rank if s is not None else None)
+
+
+def _print_result(spec: CollectiveSpec, result: CollectiveResult, backend: str) -> None:
+    """nccl-tests' columns; with a straggler one row per time (first and last arrival)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    s = result.straggler
+    late = s is not None and s.rank is not None
+    out = result.to_json()
+    table = Table(title=f"{spec.collective} on {result.nranks} {backend} ranks ({out['config']}), median "
+                        f"of {spec.runs} runs (spread {result.spread_pct:.1f}%)")
+    for col in ("size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        table.add_column(col, justify="right")
+    if late:
+        table.add_column("timed from", no_wrap=True)
+    cells = [str(spec.nbytes), str(elements(spec.nbytes, ELEMENT_BYTES)), ELEMENT_TYPE]
+    rows = [(result.time_us, result.algbw_GBps, result.busbw_GBps, None)]
+    if late:
+        rows = [(result.time_us, result.algbw_with_wait_GBps, result.busbw_with_wait_GBps,
+                 "first arrival (with the wait)"),
+                (result.time_after_straggler_us, result.algbw_GBps, result.busbw_GBps,
+                 "the straggler's arrival")]
+    for time_us, algbw, busbw, since in rows:
+        table.add_row(*cells, f"{time_us:.2f}", f"{algbw:.3f}", f"{busbw:.3f}", *([since] if late else []))
+    console = Console(width=max(120, Console().width))
+    console.print(table)
+    if s is None:
+        return
+    if late:
+        console.print(f"straggler: rank {s.rank} is last in {100 * s.last_fraction:.0f}% of iterations, "
+                      f"late by {format_time_us(s.delay_us)} (p10 {format_time_us(s.delay_p10_us)}, "
+                      f"p90 {format_time_us(s.delay_p90_us)})")
+    else:
+        console.print(f"no persistent straggler (rank {s.candidate} was last most often, in "
+                      f"{100 * s.last_fraction:.0f}% of iterations, by {format_time_us(s.delay_us)})")
+
+
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def _default_backend() -> str:

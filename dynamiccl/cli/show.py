@@ -44,8 +44,6 @@ def _title(rule, slice_name: str | None) -> str:
 
     parts = [COLLECTIVE_TOKENS[rule.collective], f"nodes {_dim(rule.nodes)}",
              f"ranks {_dim(rule.ranks)}"]
-    parts += [f"{k} {v}" for k, v in (("pipe_ops", rule.pipe_ops), ("reg_buff", rule.reg_buff))
-              if v is not None]
     if slice_name:
         parts.append(slice_name)
     return " | ".join(parts)
@@ -84,7 +82,8 @@ def _key(rule) -> tuple:
 def _selected(policy, args: argparse.Namespace) -> list[tuple[object, list]]:
     """(slice, rules) pairs after the --collective/--nodes/--all-slices filters."""
     from dynamiccl import policy_file as pf
-    from dynamiccl.knobs import Collective, parse_enum
+    from dynamiccl.knobs import parse_enum
+    from dynamiccl.nccl import Collective
 
     want = parse_enum(Collective, args.collective) if args.collective else None
     out = []
@@ -99,7 +98,7 @@ def _selected(policy, args: argparse.Namespace) -> list[tuple[object, list]]:
 
 def _read(path: str):
     from dynamiccl import policy_file as pf
-    from dynamiccl.cli.main import UserError
+    from dynamiccl.cli.common import UserError
 
     try:
         return pf.read(path)
@@ -133,8 +132,10 @@ def _run(args: argparse.Namespace) -> int:
     console = Console(width=args.width or max(140, Console().width))
     console.print(f"[bold]{args.file}[/bold]: policy [bold]{h.policy}[/bold], format "
                   f"{pf.FORMAT_VERSION}, checksum OK, {policy.n_rules} rules")
-    console.print(f"topology {h.topology} (fingerprint {h.fingerprint}), NCCL {h.nccl}, created "
-                  f"{h.created}, config {h.config_hash}")
+    console.print(f"topology {h.topology} (fingerprint {h.fingerprint}, features {h.features}), "
+                  f"NCCL {h.nccl}, created {h.created}, config {h.config_hash}")
+    console.print(f"sha256 {pf.file_hash(args.file)} (the plugin logs it at init: every rank must "
+                  "show the same)", soft_wrap=True)
     console.print(f"slices: {', '.join(s.name for s in policy.slices)}")
     if not evidence:
         console.print("no evidence file beside it (export and tune write <file>.evidence.json): "
@@ -151,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
                 break
             name = None if sl.key == pf.DEFAULT_CONTEXT else sl.name
             table = Table(title=_title(group[0], name), title_justify="left")
-            for col in ("size [from, to)", "bytes", "NCCL's pick", "ours", "channels", "chunk",
+            for col in ("size [from, to)", "bytes", "NCCL's pick", "ours", "channels",
                         "predicted gain", "uncertainty", "evidence"):
                 table.add_column(col, overflow="fold" if col == "bytes" else None)
             for rule in group[: MAX_TABLE_ROWS - shown]:
@@ -178,11 +179,10 @@ def _row(rule, ev: dict | None) -> tuple[str, ...]:
     nccl, gain, sigma, source = known
     if d is None:
         proposed = f" (proposed {ev['proposed']})" if ev and ev.get("proposed") != ev["nccl"] else ""
-        return (*sizes, nccl, f"[dim]defer{proposed}", "", "", gain if proposed else "",
+        return (*sizes, nccl, f"[dim]defer{proposed}", "", gain if proposed else "",
                 sigma if proposed else "", source)
     ours = f"{pf.ALGO_TOKENS[d.algorithm]}/{pf.PROTO_TOKENS[d.protocol]}"
-    return (*sizes, nccl, ours, str(d.channels) if d.channels else "NCCL's",
-            str(d.chunk_bytes) if d.chunk_bytes else "NCCL's", gain, sigma, source)
+    return (*sizes, nccl, ours, str(d.channels) if d.channels else "NCCL's", gain, sigma, source)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,8 +1,12 @@
 """``dynamiccl simulate`` and ``dynamiccl topologies``: one collective on one system, and the presets.
 
-The JSON output is a contract other tools parse (see the README): top-level times describe NCCL's
-default configuration under the given knobs, ``nccl_default`` adds NCCL's own predicted time, and
-``best`` is the fastest configuration under the same knobs.
+The JSON output is a contract other tools parse (see the README): ``input`` echoes the request with
+every value resolved (keyed by the long flag names, so it can be fed back through ``--batch``);
+top-level times describe NCCL's default configuration under the given knobs, ``nccl_default`` adds
+NCCL's own predicted time, and ``best`` is the fastest configuration under the same knobs. With a
+straggler, ``time_us`` counts from the first arrival (what the punctual ranks wait) and
+``time_after_straggler_us`` from the last (what nccl-tests times with punctual ranks); each has its
+own bandwidths (``*_with_wait_GBps`` and ``algbw_GBps``/``busbw_GBps``), so time and bandwidth agree.
 """
 
 from __future__ import annotations
@@ -12,24 +16,32 @@ import enum
 import json
 import sys
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dynamiccl.cli.common import (
+    UserError,
     add_topology_args,
     collective_arg,
+    non_negative_float,
+    non_negative_int,
     size_arg,
     topology_from_args,
 )
-from dynamiccl.cli.main import UserError
 from dynamiccl.knobs import CHUNK_LEVELS, Hierarchy, Schedule, parse_enum
 from dynamiccl.nccl import COLLECTIVE_TOKENS, MAX_CHANNELS, PROTOCOL_TOKENS, Algorithm, Protocol
 from dynamiccl.scenario import Scenario
-from dynamiccl.units import format_size, format_time_us, parse_duration_us
+from dynamiccl.topology import Topology
+from dynamiccl.units import SIZE_HELP, format_size, format_time_us, parse_duration_us
 
 if TYPE_CHECKING:
-    from dynamiccl.decisions import KnobConstraints
+    from dynamiccl.decisions import Decision, KnobConstraints
 
 E = TypeVar("E", bound=enum.IntEnum)
+
+#: The flags that describe one request, in the order ``input`` echoes them.
+REQUEST_FLAGS = ("topology", "nodes", "gpus_per_node", "collective", "size", "algo", "proto",
+                 "channels", "hierarchy", "schedule", "chunks", "straggler_rank", "straggler_delay",
+                 "c2c")
 
 
 def _enum_arg(enum_cls: type[E]) -> Callable[[str], E]:
@@ -49,19 +61,32 @@ def _choices(names: Iterable[str]) -> str:
     return f"{', '.join(head)} or {last}"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "simulate",
-        help="time one collective: NCCL's default pick, the best pick, or a given configuration",
-        description="Simulate one collective. Knobs you give constrain the choice like NCCL_ALGO / "
-        "NCCL_PROTO / channel limits do; with every knob given both picks are that configuration.",
-    )
-    add_topology_args(p)
-    p.add_argument("--collective", required=True, type=collective_arg,
-                   help=_choices(COLLECTIVE_TOKENS.values()))
-    p.add_argument("--size", required=True, type=size_arg,
-                   help="bytes as nccl-tests' size column (e.g. 100MB, 64KiB); for allgather and "
-                   "reducescatter the whole gathered/scattered buffer")
+def _delay_arg(text: str) -> float:
+    try:
+        return parse_duration_us(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+#: Compute a thousand times longer than the collective already hides it completely; beyond that a
+#: ratio only overflows the arithmetic.
+MAX_C2C = 1000.0
+
+
+def _c2c_arg(text: str) -> float:
+    value = non_negative_float(text)
+    if value > MAX_C2C:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_C2C:g}, got {text}")
+    return value
+
+
+def add_request_args(p: argparse.ArgumentParser) -> None:
+    """The flags of one request; ``--batch`` lines are parsed by a parser holding exactly these."""
+    add_topology_args(p, required=False)
+    p.add_argument("--collective", type=collective_arg, help=_choices(COLLECTIVE_TOKENS.values()))
+    p.add_argument("--size", type=size_arg,
+                   help=f"nccl-tests' size column: {SIZE_HELP}; for allgather and reducescatter the "
+                   "whole gathered/scattered buffer")
     p.add_argument("--algo", type=_enum_arg(Algorithm),
                    help=_choices(a.name.lower() for a in Algorithm))
     p.add_argument("--proto", type=_enum_arg(Protocol), help=_choices(PROTOCOL_TOKENS.values()))
@@ -70,12 +95,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--schedule", type=_enum_arg(Schedule),
                    help="baseline or bw_aware (hierarchical ring only)")
     p.add_argument("--chunks", type=int, help=f"active chunks, one of {CHUNK_LEVELS}")
-    p.add_argument("--straggler-rank", type=int, metavar="R", help="rank that arrives late")
-    p.add_argument("--straggler-delay", default="0", metavar="DELAY",
-                   help="how late the straggler arrives, e.g. 10ms or 250us")
-    p.add_argument("--c2c", type=float, default=0.0,
-                   help="compute-to-communication ratio of compute overlapping the collective")
+    p.add_argument("--straggler-rank", type=non_negative_int, metavar="R",
+                   help="rank that arrives late (needs --straggler-delay)")
+    p.add_argument("--straggler-delay", type=_delay_arg, default=0.0, metavar="DELAY",
+                   help="how late the straggler arrives, e.g. 10ms or 250us (a bare number is µs)")
+    p.add_argument("--c2c", type=_c2c_arg, default=0.0,
+                   help=f"compute-to-communication ratio of compute overlapping the collective "
+                   f"(0..{MAX_C2C:g})")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="time one collective: NCCL's default pick, the best pick, or a given configuration",
+        description="Simulate one collective. Knobs you give constrain the choice like NCCL_ALGO / "
+        "NCCL_PROTO / channel limits do; with every knob given both picks are that configuration. "
+        "--topology, --collective and --size are required unless --batch gives them.",
+    )
+    add_request_args(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--batch", metavar="FILE|-",
+                   help="JSON lines in (one request per line, keyed by the long flag names with _ "
+                   "for -, e.g. {\"topology\": \"dgx_h100\", \"collective\": \"allreduce\", \"size\": "
+                   "\"1MiB\"}), one --json result per line out, in order; flags given here are "
+                   "defaults for every line; an invalid line gets {\"error\": ...}")
     p.set_defaults(func=run_simulate)
 
     t = sub.add_parser("topologies", help="list the topology presets",
@@ -84,18 +127,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=run_topologies)
 
 
-def scenario_from_args(args: argparse.Namespace) -> Scenario:
-    topology = topology_from_args(args)
-    try:
-        delay = parse_duration_us(args.straggler_delay)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+def scenario_from_args(args: argparse.Namespace,
+                       load: Callable[[argparse.Namespace], Topology] = topology_from_args) -> Scenario:
+    missing = [f"--{name.replace('_', '-')}" for name in ("topology", "collective", "size")
+               if getattr(args, name) is None]
+    if missing:
+        raise UserError(f"give {', '.join(missing)} (or --batch FILE with one request per line)")
+    topology = load(args)
+    delay = args.straggler_delay
     if args.straggler_rank is None and delay > 0:
         raise UserError("--straggler-delay needs --straggler-rank (which rank is late)")
-    try:
-        return Scenario(topology, args.collective, args.size, args.straggler_rank, delay, args.c2c)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    if args.straggler_rank is not None and delay == 0:
+        raise UserError("--straggler-rank needs --straggler-delay (how late it is, e.g. 10ms)")
+    if args.straggler_rank is not None and args.straggler_rank >= topology.nranks:
+        raise UserError(f"--straggler-rank {args.straggler_rank} is outside 0..{topology.nranks - 1} "
+                        f"({topology.nranks} ranks)")
+    return Scenario(topology, args.collective, args.size, args.straggler_rank, delay, args.c2c)
 
 
 def constraints_from_args(args: argparse.Namespace) -> KnobConstraints:
@@ -109,45 +156,126 @@ def constraints_from_args(args: argparse.Namespace) -> KnobConstraints:
                            args.chunks)
 
 
-def run_simulate(args: argparse.Namespace) -> int:
-    from dynamiccl.decisions import best, nccl_default
-
-    scenario = scenario_from_args(args)
-    constraints = constraints_from_args(args)
-    try:
-        default = nccl_default(scenario, constraints)
-        top = best(scenario, constraints)
-    except ValueError as exc:
-        raise UserError(f"invalid combination: {exc}") from None
-    out = {
-        "time_us": default.time_us,
-        "time_after_straggler_us": default.time_after_straggler_us,
-        "algbw_GBps": default.algbw_GBps,
-        "busbw_GBps": default.busbw_GBps,
-        "config": default.config.to_dict(),
-        "nccl_default": {"config": default.config.to_dict(), "time_us": default.time_us,
-                         "nccl_model_us": default.nccl_model_us},
-        "best": {"config": top.config.to_dict(), "time_us": top.time_us},
+def _timing(decision: Decision) -> dict[str, Any]:
+    """Both times of a decision with the bandwidths of each (nccl-tests factors)."""
+    wait = decision.time_after_straggler_us / decision.time_us if decision.time_us > 0 else 1.0
+    return {
+        "time_us": decision.time_us,
+        "algbw_with_wait_GBps": decision.algbw_GBps * wait,
+        "busbw_with_wait_GBps": decision.busbw_GBps * wait,
+        "time_after_straggler_us": decision.time_after_straggler_us,
+        "algbw_GBps": decision.algbw_GBps,
+        "busbw_GBps": decision.busbw_GBps,
     }
+
+
+def _echo(args: argparse.Namespace, scenario: Scenario) -> dict[str, Any]:
+    """The request as resolved: flag names as keys, values a ``--batch`` line would accept."""
+    topo = scenario.topology
+
+    def name(value: enum.IntEnum | None) -> str | None:
+        return None if value is None else value.name.lower()
+
+    return {"topology": args.topology, "nodes": topo.nodes, "gpus_per_node": topo.gpus_per_node,
+            "collective": name(scenario.collective), "size": scenario.nbytes,
+            "algo": name(args.algo), "proto": name(args.proto), "channels": args.channels,
+            "hierarchy": name(args.hierarchy), "schedule": name(args.schedule),
+            "chunks": args.chunks, "straggler_rank": scenario.straggler_rank,
+            "straggler_delay": scenario.straggler_delay_us, "c2c": scenario.c2c}
+
+
+def decide(args: argparse.Namespace,
+           load: Callable[[argparse.Namespace], Topology] = topology_from_args
+           ) -> tuple[Scenario, Decision, Decision]:
+    """The scenario of one request, NCCL's pick and the best pick; UserError for a bad request."""
+    from dynamiccl.decisions import NcclCannotRun, best, nccl_default, why_impossible
+
+    scenario = scenario_from_args(args, load)
+    constraints = constraints_from_args(args)
+    reason = why_impossible(scenario, constraints) if constraints.given() else None
+    if reason:
+        raise UserError(f"invalid combination: {reason}")
+    try:
+        return scenario, nccl_default(scenario, constraints), best(scenario, constraints)
+    except NcclCannotRun as exc:
+        if not constraints.given():
+            raise
+        raise UserError(f"invalid combination: {exc}") from None
+
+
+def result_json(args: argparse.Namespace, scenario: Scenario, default: Decision,
+                top: Decision) -> dict[str, Any]:
+    """The ``--json`` object of one request (also each ``--batch`` line's answer)."""
+    return {
+        "input": _echo(args, scenario),
+        "nranks": scenario.topology.nranks,
+        **_timing(default),
+        "config": default.config.to_dict(),
+        "nccl_default": {"config": default.config.to_dict(), **_timing(default),
+                         "nccl_model_us": default.nccl_model_us},
+        "best": {"config": top.config.to_dict(), **_timing(top)},
+        "gain": _gain(default, top),
+    }
+
+
+def _gain(default: Decision, top: Decision) -> float:
+    return default.time_us / top.time_us if top.time_us > 0 else 1.0
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    if args.batch is not None:
+        from dynamiccl.cli.simulate_batch import run_batch
+
+        return run_batch(args)
+    scenario, default, top = decide(args)
     if args.json:
-        json.dump(out, sys.stdout, indent=2)
+        json.dump(result_json(args, scenario, default, top), sys.stdout, indent=2)
         print()
         return 0
-    topo = scenario.topology
-    print(f"{args.collective.name.lower()} of {format_size(args.size)} on {topo.describe()}")
-    if scenario.has_straggler:
-        print(f"straggler: rank {scenario.straggler_rank} arrives "
-              f"{format_time_us(scenario.straggler_delay_us)} late")
-    model = "n/a" if default.nccl_model_us is None else format_time_us(default.nccl_model_us)
-    print(f"  NCCL default  {default.config.label():34s} {format_time_us(default.time_us):>10s}"
-          f"  busbw {default.busbw_GBps:8.2f} GB/s  (NCCL's own model: {model})")
-    print(f"  best          {top.config.label():34s} {format_time_us(top.time_us):>10s}"
-          f"  busbw {top.busbw_GBps:8.2f} GB/s")
-    print(f"  gain          {default.time_us / top.time_us:.2f}x")
+    _print_result(scenario, default, top)
     return 0
 
 
+def _print_result(scenario: Scenario, default: Decision, top: Decision) -> None:
+    """One row per pick; with a straggler two, one per time (from the first and the last arrival)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    late = scenario.has_straggler
+    title = (f"{scenario.collective.name.lower()} of {scenario.nbytes} B ({format_size(scenario.nbytes)}) "
+             f"on {scenario.topology.describe()}")
+    caption = None
+    if late:
+        caption = (f"rank {scenario.straggler_rank} arrives {format_time_us(scenario.straggler_delay_us)} "
+                   "late: 'first arrival' is what the punctual ranks spend, 'last arrival' what "
+                   "nccl-tests would time with punctual ranks")
+    table = Table(title=title, caption=caption)
+    table.add_column("pick", no_wrap=True)
+    table.add_column("configuration", no_wrap=True)
+    if late:
+        table.add_column("timed from", no_wrap=True)
+    for header in ("time (us)", "algbw (GB/s)", "busbw (GB/s)", "NCCL's own model (us)"):
+        table.add_column(header, justify="right")
+    model = "n/a" if default.nccl_model_us is None else f"{default.nccl_model_us:.2f}"
+    for label, pick, predicted in (("NCCL default", default, model), ("best", top, "")):
+        t = _timing(pick)
+        rows = [("first arrival", "time_us", "algbw_with_wait_GBps", "busbw_with_wait_GBps"),
+                ("last arrival", "time_after_straggler_us", "algbw_GBps", "busbw_GBps")]
+        if not late:
+            rows = [(None, "time_us", "algbw_GBps", "busbw_GBps")]
+        for i, (since, *keys) in enumerate(rows):
+            lead = [label, pick.config.label()] if i == 0 else ["", ""]
+            table.add_row(*lead, *([since] if late else []), *(f"{t[k]:.2f}" for k in keys),
+                          predicted if i == 0 else "")
+    console = Console(width=max(120, Console().width))
+    console.print(table)
+    console.print(f"gain of the best pick over NCCL's: {_gain(default, top):.2f}x")
+
+
 def run_topologies(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from dynamiccl.topology import load_topology, preset_names
 
     presets = [load_topology(name) for name in preset_names()]
@@ -155,6 +283,13 @@ def run_topologies(args: argparse.Namespace) -> int:
         json.dump({t.name: t.to_dict() for t in presets}, sys.stdout, indent=2)
         print()
         return 0
+    table = Table(title="topology presets (--topology NAME)")
+    for col, justify in (("name", "left"), ("ranks", "right"), ("nodes", "right"),
+                         ("GPUs/node", "right"), ("GPU", "left"), ("tiers", "left")):
+        table.add_column(col, justify=justify)
     for topo in presets:
-        print(topo.describe())
+        tiers = " × ".join(f"{t.size} {t.name} ({t.fabric}, {t.bandwidth_GBps:g} GB/s)" for t in topo.tiers)
+        table.add_row(topo.name, str(topo.nranks), str(topo.nodes), str(topo.gpus_per_node),
+                      topo.gpu.arch, tiers)
+    Console(width=max(120, Console().width)).print(table)
     return 0

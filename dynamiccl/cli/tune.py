@@ -16,8 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from dynamiccl.cli.common import add_topology_args, topology_from_args
-from dynamiccl.cli.main import UserError
+from dynamiccl.cli.common import UserError, add_topology_args, topology_from_args
 
 EPILOG = """examples:
   dynamiccl tune --topology dgx_h100 --plan --budget 40
@@ -45,6 +44,8 @@ def _records(paths: list[str] | None) -> list:
         records, warnings = load_measurements(files)
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     for w in warnings:
         print(f"dynamiccl tune: warning: {w}", file=sys.stderr)
     return records

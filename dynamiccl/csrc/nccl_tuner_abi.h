@@ -15,18 +15,10 @@
 typedef int ncclResult_t; /* ncclSuccess = 0; a tuner never returns anything else */
 #define DCCL_NCCL_SUCCESS 0
 
-typedef int ncclFunc_t; /* 0 Broadcast, 1 Reduce, 2 AllGather, 3 ReduceScatter, 4 AllReduce */
-#define DCCL_NUM_COLLS 5
-
-enum { DCCL_ALGO_TREE, DCCL_ALGO_RING, DCCL_ALGO_COLLNET_DIRECT, DCCL_ALGO_COLLNET_CHAIN,
-       DCCL_ALGO_NVLS, DCCL_ALGO_NVLS_TREE, DCCL_ALGO_PAT, DCCL_NUM_ALGOS };
-enum { DCCL_PROTO_LL, DCCL_PROTO_LL128, DCCL_PROTO_SIMPLE, DCCL_NUM_PROTOS };
-#define DCCL_ALGO_UNDEF (-1)
-#define DCCL_PROTO_UNDEF (-1)
-#define DCCL_COST_IGNORE (-1.0f) /* NCCL's "unusable" marker in the cost table */
+typedef int ncclFunc_t; /* NCCL's collective ids (DCCL_COLL_* in policy_format.h) */
 
 /* Logger (§1.2). Levels and the TUNING subsystem bit are all we use. */
-enum { DCCL_LOG_NONE = 0, DCCL_LOG_VERSION = 1, DCCL_LOG_WARN = 2, DCCL_LOG_INFO = 3 };
+enum { DCCL_LOG_WARN = 2, DCCL_LOG_INFO = 3 };
 #define DCCL_LOG_SUBSYS_TUNING 0x40UL
 typedef void (*ncclDebugLogger_t)(int level, unsigned long flags, const char* file, int line,
                                   const char* fmt, ...);

@@ -12,16 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char* const dccl_coll_names[5] = {"broadcast", "reduce", "allgather", "reducescatter",
-                                        "allreduce"};
-const char* const dccl_algo_names[7] = {"tree", "ring", "collnet_direct", "collnet_chain",
-                                        "nvls", "nvls_tree", "pat"};
-const char* const dccl_proto_names[3] = {"ll", "ll128", "simple"};
-
-static const char* const k_required_keys[] = {"policy", "created", "topology", "fingerprint",
-                                              "nccl", "config_hash"};
-#define N_REQUIRED (sizeof(k_required_keys) / sizeof(k_required_keys[0]))
-#define MAX_TOKENS 12
+#define MAX_TOKENS (DCCL_RULE_FIELDS + 1) /* one more than a rule has: "too many" is detected */
 
 static void set_err(char* err, size_t errlen, const char* fmt, ...) {
   if (!err || !errlen) return;
@@ -45,8 +36,7 @@ uint32_t dccl_crc32(const void* data, size_t len) {
   return crc ^ 0xFFFFFFFFu;
 }
 
-int dccl_read_file(const char* path, char** data, size_t* len, uint64_t file_id[4], char* err,
-                   size_t errlen) {
+int dccl_read_file(const char* path, char** data, size_t* len, char* err, size_t errlen) {
   char reason[128];
   *data = NULL;
   *len = 0;
@@ -96,10 +86,6 @@ int dccl_read_file(const char* path, char** data, size_t* len, uint64_t file_id[
     free(buf);
     return -1;
   }
-  file_id[0] = (uint64_t)st.st_dev;
-  file_id[1] = (uint64_t)st.st_ino;
-  file_id[2] = (uint64_t)st.st_size;
-  file_id[3] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
   *data = buf;
   *len = got;
   return 0;
@@ -124,8 +110,8 @@ static int parse_u64(const char* s, uint64_t* out) {
 static int parse_field(const char* s, int star_ok, int dash_ok, uint64_t lo, uint64_t hi,
                        int64_t* out) {
   uint64_t v;
-  if (star_ok && strcmp(s, "*") == 0) { *out = DCCL_ANY; return 0; }
-  if (dash_ok && strcmp(s, "-") == 0) { *out = 0; return 0; }
+  if (star_ok && strcmp(s, DCCL_TOKEN_ANY) == 0) { *out = DCCL_ANY; return 0; }
+  if (dash_ok && strcmp(s, DCCL_TOKEN_KEEP) == 0) { *out = 0; return 0; }
   if (parse_u64(s, &v) != 0 || v < lo || v > hi) return -1;
   *out = (int64_t)v;
   return 0;
@@ -163,8 +149,8 @@ static int split(char* line, char** tok, int maxtok) {
 /* ---- the parser ----------------------------------------------------------------------------- */
 
 typedef struct {
-  uint64_t lo, hi, chunk;
-  int32_t slice, coll, nodes, ranks, pipe, reg, line;
+  uint64_t lo, hi;
+  int32_t slice, coll, nodes, ranks, line;
   int8_t algo, proto;
   uint8_t channels;
 } raw_rule_t;
@@ -177,15 +163,44 @@ typedef struct {
   size_t nrules, cap;
   dccl_slice_t slices[DCCL_MAX_SLICES];
   int nslices;
-  int seen[N_REQUIRED];
+  int seen[DCCL_NUM_REQUIRED_HEADER];
   dccl_policy_t* pol;
 } parser_t;
 
-static int perr(parser_t* ps, const char* fmt, const char* arg) {
-  char msg[160];
-  snprintf(msg, sizeof(msg), fmt, arg);
+static int perr(parser_t* ps, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static int perr(parser_t* ps, const char* fmt, ...) {
+  char msg[200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
   set_err(ps->err, ps->errlen, "line %d: %s", ps->line, msg);
   return -1;
+}
+
+/* "none", or a comma list of distinct feature names. */
+static int parse_features(const char* value, unsigned* out) {
+  *out = 0;
+  if (strcmp(value, DCCL_NO_FEATURES) == 0) return 0;
+  for (const char* p = value;;) {
+    size_t n = strcspn(p, ",");
+    int found = -1;
+    for (int f = 0; f < DCCL_NUM_FEATURES; f++)
+      if (strlen(dccl_feature_names[f]) == n && strncmp(p, dccl_feature_names[f], n) == 0) found = f;
+    if (found < 0 || (*out & (1u << found))) return -1;
+    *out |= 1u << found;
+    if (p[n] == '\0') return 0;
+    p += n + 1;
+  }
+}
+
+static const char* feature_list(char* buf, size_t len) {
+  buf[0] = '\0';
+  for (int f = 0; f < DCCL_NUM_FEATURES; f++) {
+    size_t used = strlen(buf);
+    snprintf(buf + used, len - used, "%s%s", f ? ", " : "", dccl_feature_names[f]);
+  }
+  return buf;
 }
 
 static int parse_header(parser_t* ps, char* line) {
@@ -196,32 +211,40 @@ static int parse_header(parser_t* ps, char* line) {
   while (is_space(*value)) value++;
   size_t vlen = strlen(value);
   while (vlen && is_space(value[vlen - 1])) value[--vlen] = '\0';
-  if (!is_word(line, 32)) return perr(ps, "'%.40s' is not a header key", line);
-  if (lookup_name(line, dccl_coll_names, 5) >= 0)
-    return perr(ps, "rule for %.40s before the first 'slice' line", line);
+  if (!is_word(line, DCCL_MAX_HEADER_KEY)) return perr(ps, "'%.40s' is not a header key", line);
+  if (lookup_name(line, dccl_coll_names, DCCL_NUM_COLLS) >= 0)
+    return perr(ps, "rule for %.40s before the first '" DCCL_TOKEN_SLICE "' line", line);
   if (vlen == 0 || vlen > DCCL_MAX_HEADER_VALUE)
-    return perr(ps, "header '%.40s' needs a value of 1..200 characters", line);
-  for (size_t k = 0; k < N_REQUIRED; k++) {
-    if (strcmp(line, k_required_keys[k]) != 0) continue;
+    return perr(ps, "header '%.40s' needs a value of 1..%d characters", line, DCCL_MAX_HEADER_VALUE);
+  for (size_t k = 0; k < DCCL_NUM_REQUIRED_HEADER; k++) {
+    if (strcmp(line, dccl_required_header[k]) != 0) continue;
     if (ps->seen[k]) return perr(ps, "header '%.40s' appears twice", line);
     ps->seen[k] = 1;
-    if (k == 0) memcpy(ps->pol->name, value, vlen + 1);
+    if (strcmp(line, "policy") == 0) memcpy(ps->pol->name, value, vlen + 1);
     if (strcmp(line, "nccl") == 0) memcpy(ps->pol->nccl, value, vlen + 1);
+    char names[64];
+    if (strcmp(line, "features") == 0 && parse_features(value, &ps->pol->features) != 0)
+      return perr(ps, "features is '" DCCL_NO_FEATURES "' or a comma list of %s, each at most once",
+                  feature_list(names, sizeof(names)));
   }
   return 0; /* unknown keys: ignored, for forward compatibility */
 }
 
 static int parse_slice(parser_t* ps, char** tok, int n) {
-  if (n != 3 || strncmp(tok[1], "straggler=", 10) != 0 || strncmp(tok[2], "c2c=", 4) != 0)
-    return perr(ps, "%s", "write a slice as 'slice straggler=BUCKET c2c=BUCKET'");
-  const char* s = tok[1] + 10;
-  const char* c = tok[2] + 4;
+  static const char k_straggler[] = DCCL_CONTEXT_KEY_STRAGGLER "=";
+  static const char k_c2c[] = DCCL_CONTEXT_KEY_C2C "=";
+  if (n != 3 || strncmp(tok[1], k_straggler, sizeof(k_straggler) - 1) != 0 ||
+      strncmp(tok[2], k_c2c, sizeof(k_c2c) - 1) != 0)
+    return perr(ps, "write a slice as '" DCCL_TOKEN_SLICE " " DCCL_CONTEXT_KEY_STRAGGLER
+                "=BUCKET " DCCL_CONTEXT_KEY_C2C "=BUCKET'");
+  const char* s = tok[1] + sizeof(k_straggler) - 1;
+  const char* c = tok[2] + sizeof(k_c2c) - 1;
   if (!is_word(s, DCCL_MAX_BUCKET) || !is_word(c, DCCL_MAX_BUCKET))
-    return perr(ps, "%s", "slice buckets are 1..31 characters of a-z, 0-9, _");
+    return perr(ps, "slice buckets are 1..%d characters of a-z, 0-9, _", DCCL_MAX_BUCKET);
   for (int i = 0; i < ps->nslices; i++)
     if (!strcmp(ps->slices[i].straggler, s) && !strcmp(ps->slices[i].c2c, c))
-      return perr(ps, "%s", "this slice appears twice");
-  if (ps->nslices == DCCL_MAX_SLICES) return perr(ps, "%s", "more than 64 slices");
+      return perr(ps, "this slice appears twice");
+  if (ps->nslices == DCCL_MAX_SLICES) return perr(ps, "more than %d slices", DCCL_MAX_SLICES);
   dccl_slice_t* sl = &ps->slices[ps->nslices++];
   memset(sl, 0, sizeof(*sl));
   strcpy(sl->straggler, s);
@@ -231,51 +254,42 @@ static int parse_slice(parser_t* ps, char** tok, int n) {
 
 static int parse_rule(parser_t* ps, char** tok, int n) {
   raw_rule_t r;
-  int64_t v[6];
+  int64_t v[3];
   memset(&r, 0, sizeof(r));
-  if ((r.coll = lookup_name(tok[0], dccl_coll_names, 5)) < 0)
+  if ((r.coll = lookup_name(tok[0], dccl_coll_names, DCCL_NUM_COLLS)) < 0)
     return perr(ps, "unknown collective '%.40s'", tok[0]);
-  if (n != 11) return perr(ps, "%s", "a rule has 11 fields: collective min_bytes max_bytes "
-                                      "nodes ranks pipe_ops reg_buff algorithm protocol channels "
-                                      "chunk");
+  if (n != DCCL_RULE_FIELDS)
+    return perr(ps, "a rule has %d fields: %s", DCCL_RULE_FIELDS, DCCL_RULE_FIELD_NAMES);
   if (parse_u64(tok[1], &r.lo) || parse_u64(tok[2], &r.hi))
-    return perr(ps, "%s", "min_bytes and max_bytes must be unsigned decimal integers < 2^64");
-  if (r.lo > r.hi) return perr(ps, "%s", "min_bytes is larger than max_bytes");
+    return perr(ps, "min_bytes and max_bytes must be unsigned decimal integers < 2^64");
+  if (r.lo > r.hi) return perr(ps, "min_bytes is larger than max_bytes");
   if (parse_field(tok[3], 1, 0, 1, INT32_MAX, &v[0]) || parse_field(tok[4], 1, 0, 1, INT32_MAX, &v[1]))
-    return perr(ps, "%s", "nodes and ranks must be '*' or positive integers");
+    return perr(ps, "nodes and ranks must be '*' or positive integers");
   if (v[0] != DCCL_ANY && v[1] != DCCL_ANY && v[1] < v[0])
-    return perr(ps, "%s", "ranks must be at least nodes");
-  if (parse_field(tok[5], 1, 0, 1, INT32_MAX, &v[2]))
-    return perr(ps, "%s", "pipe_ops must be '*' or a positive integer");
-  if (parse_field(tok[6], 1, 0, 0, 1, &v[3])) return perr(ps, "%s", "reg_buff must be '*', 0 or 1");
+    return perr(ps, "ranks must be at least nodes");
   r.nodes = (int32_t)v[0];
   r.ranks = (int32_t)v[1];
-  r.pipe = (int32_t)v[2];
-  r.reg = (int32_t)v[3];
-  if (strcmp(tok[7], "defer") == 0) {
-    if (strcmp(tok[8], "-") || strcmp(tok[9], "-") || strcmp(tok[10], "-"))
-      return perr(ps, "%s", "a defer rule has '-' as protocol, channels and chunk");
+  if (strcmp(tok[5], DCCL_TOKEN_DEFER) == 0) {
+    if (strcmp(tok[6], DCCL_TOKEN_KEEP) || strcmp(tok[7], DCCL_TOKEN_KEEP))
+      return perr(ps, "a defer rule has '" DCCL_TOKEN_KEEP "' as protocol and channels");
     r.algo = DCCL_DEFER;
     r.proto = -1;
   } else {
-    int a = lookup_name(tok[7], dccl_algo_names, 7);
-    int p = lookup_name(tok[8], dccl_proto_names, 3);
-    if (a < 0) return perr(ps, "unknown algorithm '%.40s'", tok[7]);
-    if (p < 0) return perr(ps, "unknown protocol '%.40s'", tok[8]);
-    if (parse_field(tok[9], 0, 1, 1, DCCL_MAX_CHANNELS, &v[4]))
-      return perr(ps, "%s", "channels must be '-' or 1..64");
-    if (parse_field(tok[10], 0, 1, DCCL_MIN_CHUNK, DCCL_MAX_CHUNK, &v[5]))
-      return perr(ps, "%s", "chunk must be '-' or 2048..1073741824 bytes");
+    int a = lookup_name(tok[5], dccl_algo_names, DCCL_NUM_ALGOS);
+    int p = lookup_name(tok[6], dccl_proto_names, DCCL_NUM_PROTOS);
+    if (a < 0) return perr(ps, "unknown algorithm '%.40s'", tok[5]);
+    if (p < 0) return perr(ps, "unknown protocol '%.40s'", tok[6]);
+    if (parse_field(tok[7], 0, 1, 1, DCCL_MAX_CHANNELS, &v[2]))
+      return perr(ps, "channels must be '" DCCL_TOKEN_KEEP "' or 1..%d", DCCL_MAX_CHANNELS);
     r.algo = (int8_t)a;
     r.proto = (int8_t)p;
-    r.channels = (uint8_t)v[4];
-    r.chunk = (uint64_t)v[5];
+    r.channels = (uint8_t)v[2];
   }
-  if (ps->nrules == DCCL_MAX_RULES) return perr(ps, "%s", "more than 1000000 rules");
+  if (ps->nrules == DCCL_MAX_RULES) return perr(ps, "more than %u rules", DCCL_MAX_RULES);
   if (ps->nrules == ps->cap) {
     size_t cap = ps->cap ? ps->cap * 2 : 256;
     raw_rule_t* grown = realloc(ps->rules, cap * sizeof(*grown));
-    if (!grown) return perr(ps, "%s", "out of memory");
+    if (!grown) return perr(ps, "out of memory");
     ps->rules = grown;
     ps->cap = cap;
   }
@@ -288,7 +302,7 @@ static int parse_rule(parser_t* ps, char** tok, int n) {
 static int parse_line(parser_t* ps, const char* start, size_t len) {
   char buf[DCCL_MAX_LINE + 1];
   char* tok[MAX_TOKENS];
-  if (len > DCCL_MAX_LINE) return perr(ps, "%s", "line longer than 4096 characters");
+  if (len > DCCL_MAX_LINE) return perr(ps, "line longer than %d characters", DCCL_MAX_LINE);
   memcpy(buf, start, len);
   buf[len] = '\0';
   char* p = buf;
@@ -297,7 +311,7 @@ static int parse_line(parser_t* ps, const char* start, size_t len) {
     int n = split(p, tok, MAX_TOKENS);
     uint64_t version;
     if (n != 2 || strcmp(tok[0], DCCL_FORMAT_MAGIC) != 0 || parse_u64(tok[1], &version))
-      return perr(ps, "%s", "not a DynamICCL policy file (no 'DYNAMICCL-POLICY <version>' line)");
+      return perr(ps, "not a DynamICCL policy file (no '" DCCL_FORMAT_MAGIC " <version>' line)");
     if (version != DCCL_FORMAT_VERSION) {
       set_err(ps->err, ps->errlen, "format version %.20s is not supported (this plugin reads %d); "
               "re-export the policy", tok[1], DCCL_FORMAT_VERSION);
@@ -307,19 +321,19 @@ static int parse_line(parser_t* ps, const char* start, size_t len) {
   }
   if (*p == '\0' || *p == '#') return 0;
   size_t klen = strcspn(p, " \t\r");
-  int is_slice = klen == 5 && strncmp(p, "slice", 5) == 0;
+  int is_slice = klen == strlen(DCCL_TOKEN_SLICE) && strncmp(p, DCCL_TOKEN_SLICE, klen) == 0;
   if (ps->nslices == 0 && !is_slice) return parse_header(ps, p);
   int n = split(p, tok, MAX_TOKENS);
-  if (strcmp(tok[0], "slice") == 0) return parse_slice(ps, tok, n);
+  if (is_slice) return parse_slice(ps, tok, n);
   return parse_rule(ps, tok, n);
 }
 
 static int cmp_raw(const void* a, const void* b) {
   const raw_rule_t* x = a;
   const raw_rule_t* y = b;
-  const int32_t kx[6] = {x->slice, x->coll, x->nodes, x->ranks, x->pipe, x->reg};
-  const int32_t ky[6] = {y->slice, y->coll, y->nodes, y->ranks, y->pipe, y->reg};
-  for (int i = 0; i < 6; i++)
+  const int32_t kx[4] = {x->slice, x->coll, x->nodes, x->ranks};
+  const int32_t ky[4] = {y->slice, y->coll, y->nodes, y->ranks};
+  for (int i = 0; i < 4; i++)
     if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
   if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
   return 0;
@@ -327,7 +341,7 @@ static int cmp_raw(const void* a, const void* b) {
 
 static int same_key(const raw_rule_t* x, const raw_rule_t* y) {
   return x->slice == y->slice && x->coll == y->coll && x->nodes == y->nodes &&
-         x->ranks == y->ranks && x->pipe == y->pipe && x->reg == y->reg;
+         x->ranks == y->ranks;
 }
 
 /* Sorts the rules, rejects overlapping ranges and lays out groups and ranges. */
@@ -335,13 +349,20 @@ static int build(parser_t* ps) {
   dccl_policy_t* pol = ps->pol;
   size_t n = ps->nrules;
   if (n) qsort(ps->rules, n, sizeof(raw_rule_t), cmp_raw);
-  size_t ngroups = 0;
+  size_t ngroups = 0, in_group = 0;
   for (size_t i = 0; i < n; i++) {
+    in_group = i && same_key(&ps->rules[i - 1], &ps->rules[i]) ? in_group + 1 : 1;
+    if (in_group > DCCL_MAX_GROUP_RANGES) {
+      set_err(ps->err, ps->errlen, "more than %u size ranges for %s nodes %d ranks %d in one slice",
+              DCCL_MAX_GROUP_RANGES, dccl_coll_names[ps->rules[i].coll], ps->rules[i].nodes,
+              ps->rules[i].ranks);
+      return -1;
+    }
     if (i && same_key(&ps->rules[i - 1], &ps->rules[i])) {
       if (ps->rules[i - 1].hi >= ps->rules[i].lo) {
         int a = ps->rules[i - 1].line, b = ps->rules[i].line;
         set_err(ps->err, ps->errlen, "lines %d and %d: overlapping size ranges for the same "
-                "collective, nodes, ranks, pipe_ops and reg_buff", a < b ? a : b, a < b ? b : a);
+                "collective, nodes and ranks", a < b ? a : b, a < b ? b : a);
         return -1;
       }
     } else {
@@ -352,7 +373,8 @@ static int build(parser_t* ps) {
   pol->groups = calloc(ngroups ? ngroups : 1, sizeof(dccl_group_t));
   pol->slices = calloc((size_t)ps->nslices, sizeof(dccl_slice_t));
   pol->logged = calloc(n ? n : 1, 1);
-  if (!pol->ranges || !pol->groups || !pol->slices || !pol->logged) {
+  pol->los = calloc(n ? n : 1, sizeof(uint64_t));
+  if (!pol->ranges || !pol->groups || !pol->slices || !pol->logged || !pol->los) {
     set_err(ps->err, ps->errlen, "out of memory");
     return -1;
   }
@@ -363,14 +385,15 @@ static int build(parser_t* ps) {
     const raw_rule_t* r = &ps->rules[i];
     if (!g || !same_key(&ps->rules[i - 1], r)) {
       g = &pol->groups[pol->ngroups];
-      *g = (dccl_group_t){r->coll, r->nodes, r->ranks, r->pipe, r->reg, (uint32_t)i, 0};
+      *g = (dccl_group_t){r->coll, r->nodes, r->ranks, (uint32_t)i, 0};
       if (pol->slices[r->slice].ngroups == 0) pol->slices[r->slice].first_group = pol->ngroups;
       pol->slices[r->slice].ngroups++;
       pol->ngroups++;
     }
     g->count++;
-    pol->ranges[i] = (dccl_range_t){r->lo, r->hi, r->chunk, r->algo, r->proto, r->channels,
-                                    (uint8_t)r->coll, r->nodes, r->ranks};
+    pol->ranges[i] = (dccl_range_t){r->lo, r->hi, r->algo, r->proto, r->channels, (uint8_t)r->coll,
+                                    r->nodes, r->ranks};
+    pol->los[i] = r->lo;
   }
   pol->nranges = (uint32_t)n;
   return 0;
@@ -386,10 +409,10 @@ static int check_checksum(const char* data, size_t len, size_t* body_len, char* 
   while (start > 0 && data[start - 1] != '\n') start--;
   const char* line = data + start;
   size_t llen = len - 1 - start;
-  const char prefix[] = "checksum crc32 ";
+  const char prefix[] = DCCL_CHECKSUM_PREFIX;
   if (llen != sizeof(prefix) - 1 + 8 || memcmp(line, prefix, sizeof(prefix) - 1) != 0) {
     set_err(err, errlen, "the file is truncated or corrupted (its last line is not "
-            "'checksum crc32 XXXXXXXX')");
+            "'" DCCL_CHECKSUM_PREFIX "XXXXXXXX')");
     return -1;
   }
   uint32_t want = 0;
@@ -447,18 +470,20 @@ int dccl_policy_parse(const char* data, size_t len, dccl_policy_t** out, char* e
     rc = parse_line(&ps, data + pos, l);
     pos += l + 1;
   }
-  for (size_t k = 0; rc == 0 && k < N_REQUIRED; k++) {
+  for (size_t k = 0; rc == 0 && k < DCCL_NUM_REQUIRED_HEADER; k++) {
     if (!ps.seen[k]) {
-      set_err(err, errlen, "header '%s' is missing", k_required_keys[k]);
+      set_err(err, errlen, "header '%s' is missing", dccl_required_header[k]);
       rc = -1;
     }
   }
   if (rc == 0) {
     int has_default = 0;
     for (int i = 0; i < ps.nslices; i++)
-      has_default |= !strcmp(ps.slices[i].straggler, "none") && !strcmp(ps.slices[i].c2c, "none");
+      has_default |= !strcmp(ps.slices[i].straggler, DCCL_DEFAULT_BUCKET) &&
+                     !strcmp(ps.slices[i].c2c, DCCL_DEFAULT_BUCKET);
     if (!has_default) {
-      set_err(err, errlen, "no default slice ('slice straggler=none c2c=none')");
+      set_err(err, errlen, "no default slice ('" DCCL_TOKEN_SLICE " " DCCL_CONTEXT_KEY_STRAGGLER "="
+              DCCL_DEFAULT_BUCKET " " DCCL_CONTEXT_KEY_C2C "=" DCCL_DEFAULT_BUCKET "')");
       rc = -1;
     }
   }
@@ -478,6 +503,13 @@ void dccl_policy_free(dccl_policy_t* policy) {
   free(policy->groups);
   free(policy->slices);
   free(policy->logged);
-  free(policy->path);
+  free(policy->los);
   free(policy);
+}
+
+int dccl_policy_find_slice(const dccl_policy_t* policy, const char* straggler, const char* c2c) {
+  for (uint32_t i = 0; i < policy->nslices; i++)
+    if (!strcmp(policy->slices[i].straggler, straggler) && !strcmp(policy->slices[i].c2c, c2c))
+      return (int)i;
+  return -1;
 }

@@ -6,23 +6,42 @@
  *  - a problem with the policy file is one WARN, then the plugin steps aside for that communicator;
  *  - a cost-table entry is written (0.0, "force") only if NCCL marked it usable (>= 0), so neither
  *    NCCL <= 2.30 (negative = disabled) nor 2.31+ (negative = preferred) can be misled;
- *  - decisions depend only on the call's arguments, nRanks/nNodes and the file, never on clocks,
- *    ranks or randomness, so every rank decides alike;
+ *  - through the v2 ABI (NCCL 2.21, no cost table, nothing checked by NCCL) only what NCCL 2.21
+ *    could run and the policy's recorded system allows is forced (force_v2_ok);
+ *  - decisions depend only on the call's arguments, nRanks/nNodes, the file and the run-time
+ *    context/pins the job sets identically on every rank, never on clocks, ranks or randomness;
  *  - NCCL_ALGO / NCCL_PROTO set by the user win: the plugin then does nothing.
  *
  * Environment: DYNAMICCL_POLICY (policy file; unset = do nothing), DYNAMICCL_LOG_DECISIONS=1 (log
- * each distinct decision once), DYNAMICCL_CONTEXT (reserved for run-time context such as
- * "straggler=long,c2c=high": selects a slice at init; unset = the "no straggler, no overlap"
- * slice). */
+ * each distinct decision once), DYNAMICCL_CONTEXT (the context slice at init, e.g.
+ * "straggler=long c2c=high"; dynamiccl_set_context changes it at run time).
+ *
+ * Run-time entry points (exported next to the ncclTunerPlugin_vN structs, for dynamiccl.runtime
+ * through ctypes; all thread-safe, none ever crashes on bad input):
+ *   int dynamiccl_set_context(const char* slice_spec);
+ *       "straggler=B c2c=B": the slice every communicator of the process uses from now on.
+ *       0 a slice of the loaded policy matched, 1 none matched (the current slice stays),
+ *       -1 bad input (NULL, longer than DCCL_MAX_CONTEXT_SPEC, malformed; or a 257th distinct
+ *       context in one process: contexts are interned, never freed).
+ *   int dynamiccl_policy_hash(char* out, size_t len);
+ *       SHA-256 of the loaded policy file, 64 lowercase hex digits + NUL (the hash logged at init
+ *       and printed by `dynamiccl show`). 0 ok, -1 no policy loaded or len < 65.
+ *   const char* dynamiccl_plugin_version(void);   the package version the plugin was built from.
+ *   int dynamiccl_pin(int collective, uint64_t min_bytes, uint64_t max_bytes, int algorithm,
+ *                     int protocol, int channels);
+ *       calls of that collective with nBytes in [min_bytes, max_bytes) use this choice where
+ *       NCCL's cost table allows it (else NCCL decides), in every communicator, before any policy
+ *       rule; channels 0 keeps NCCL's. algorithm -1 unpins [min_bytes, max_bytes). 0 ok, -1 bad
+ *       input or more than DCCL_MAX_PINS pinned ranges. */
 #define _POSIX_C_SOURCE 200809L
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "nccl_tuner_abi.h"
 #include "policy.h"
+#include "process.h"
+#include "view.h"
 
 #define DCCL_EXPORT __attribute__((visibility("default")))
 #define MAX_TABLE_ALGOS 32 /* sanity bounds on NCCL's runtime numAlgo / numProto */
@@ -31,82 +50,13 @@ enum { LOGGED_APPLIED = 1, LOGGED_UNUSABLE = 2, LOGGED_DEFER = 4 };
 
 typedef struct {
   dccl_policy_t* policy;
-  dccl_view_t view;
+  dccl_view_t* views;  /* one per slice of the policy */
+  uint32_t default_view;
+  uint64_t active;     /* (context word << 32) | view index, refreshed when the word changes */
   ncclDebugLogger_t log;
   int log_decisions;
-  unsigned char gap_logged[DCCL_NUM_COLLS_IN_FILE];
+  unsigned char gap_logged[DCCL_NUM_COLLS];
 } dccl_comm_t;
-
-static void dccl_log(ncclDebugLogger_t log, int level, int line, const char* fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void dccl_log(ncclDebugLogger_t log, int level, int line, const char* fmt, ...) {
-  char msg[640];
-  if (!log) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  log(level, DCCL_LOG_SUBSYS_TUNING, __FILE__, line, "%s", msg);
-}
-#define LOG_INFO(log, ...) dccl_log(log, DCCL_LOG_INFO, __LINE__, __VA_ARGS__)
-#define LOG_WARN(log, ...) dccl_log(log, DCCL_LOG_WARN, __LINE__, __VA_ARGS__)
-
-/* ---- one parsed policy shared by all communicators of the process --------------------------- */
-
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static dccl_policy_t* g_policy;  /* the newest loaded file, while a communicator uses it */
-static char g_last_failure[640]; /* so an unusable file is warned about once, not per comm */
-
-static dccl_policy_t* acquire_policy(const char* path, ncclDebugLogger_t log) {
-  char err[400] = "";
-  char* data = NULL;
-  size_t len = 0;
-  uint64_t id[4];
-  dccl_policy_t* p = NULL;
-  pthread_mutex_lock(&g_lock);
-  if (dccl_read_file(path, &data, &len, id, err, sizeof(err)) == 0) {
-    if (g_policy && strcmp(g_policy->path, path) == 0 && memcmp(g_policy->file_id, id, sizeof(id)) == 0) {
-      p = g_policy; /* same file, unchanged: share the parsed copy */
-      p->refs++;
-    } else if (dccl_policy_parse(data, len, &p, err, sizeof(err)) == 0) {
-      p->path = strdup(path);
-      if (!p->path) {
-        dccl_policy_free(p);
-        p = NULL;
-        snprintf(err, sizeof(err), "out of memory");
-      } else {
-        memcpy(p->file_id, id, sizeof(id));
-        p->refs = 1;
-        g_policy = p;
-      }
-    }
-    free(data);
-  }
-  char failure[sizeof(g_last_failure)];
-  int first_report = 0;
-  if (!p) {
-    snprintf(failure, sizeof(failure), "%s: %s", path, err);
-    first_report = strcmp(failure, g_last_failure) != 0;
-    memcpy(g_last_failure, failure, sizeof(failure));
-  } else {
-    g_last_failure[0] = '\0';
-  }
-  pthread_mutex_unlock(&g_lock);
-  if (!p && first_report)
-    LOG_WARN(log, "DynamICCL: not using policy file %s: %s. NCCL's own choices stand.", path, err);
-  else if (!p)
-    LOG_INFO(log, "DynamICCL: policy file %s is still unusable (%s); stepping aside", path, err);
-  return p;
-}
-
-static void release_policy(dccl_policy_t* p) {
-  pthread_mutex_lock(&g_lock);
-  if (--p->refs == 0) {
-    if (g_policy == p) g_policy = NULL;
-    dccl_policy_free(p);
-  }
-  pthread_mutex_unlock(&g_lock);
-}
 
 /* ---- init / finalize ------------------------------------------------------------------------ */
 
@@ -115,40 +65,66 @@ static int env_set(const char* name) {
   return v && *v;
 }
 
+/* The view a context word selects; a slice this policy lacks means the default slice. */
+static uint32_t view_for_word(const dccl_comm_t* c, uint32_t word) {
+  const char *straggler, *c2c;
+  dccl_context_buckets(word, &straggler, &c2c);
+  int i = dccl_policy_find_slice(c->policy, straggler, c2c);
+  return i >= 0 ? (uint32_t)i : c->default_view;
+}
+
+static uint32_t initial_view(dccl_comm_t* c, uint32_t word) {
+  if (word) return view_for_word(c, word);
+  const char* text = getenv(DCCL_ENV_CONTEXT);
+  if (!text || !*text) return c->default_view;
+  char straggler[DCCL_MAX_BUCKET + 1], c2c[DCCL_MAX_BUCKET + 1];
+  int i = dccl_parse_context(text, straggler, c2c) == 0
+              ? dccl_policy_find_slice(c->policy, straggler, c2c) : -1;
+  if (i < 0)
+    DCCL_INFO(c->log, "DynamICCL: " DCCL_ENV_CONTEXT "=%.100s matches no slice of the policy; "
+              "using the default slice", text);
+  return i >= 0 ? (uint32_t)i : c->default_view;
+}
+
 static void init_common(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** context) {
   if (!context) return;
   *context = NULL;
-  const char* path = getenv("DYNAMICCL_POLICY");
-  if (!path || !*path) return; /* no policy: NCCL decides everything */
-  if (env_set("NCCL_ALGO") || env_set("NCCL_PROTO")) {
-    LOG_INFO(log, "DynamICCL: NCCL_ALGO/NCCL_PROTO are set; respecting them, the policy is not used");
+  if (env_set(DCCL_ENV_NCCL_ALGO) || env_set(DCCL_ENV_NCCL_PROTO)) {
+    dccl_note_user_override();
+    DCCL_INFO(log, "DynamICCL: " DCCL_ENV_NCCL_ALGO "/" DCCL_ENV_NCCL_PROTO " are set; respecting "
+              "them, the policy and pins are not used");
     return;
   }
+  const char* path = getenv(DCCL_ENV_POLICY);
+  if (!path || !*path) return; /* no policy: NCCL decides everything (pins aside) */
   dccl_comm_t* c = calloc(1, sizeof(*c));
   if (!c) return;
   c->log = log;
-  c->policy = acquire_policy(path, log);
+  c->policy = dccl_acquire_policy(path, log);
   if (!c->policy) {
     free(c);
     return;
   }
-  const char* ctx_text = getenv("DYNAMICCL_CONTEXT");
-  int context_used = 1;
-  if (dccl_view_build(c->policy, ctx_text, nRanks, nNodes, &c->view, &context_used) != 0) {
-    LOG_WARN(log, "DynamICCL: out of memory preparing policy %s; NCCL's own choices stand",
-             c->policy->name);
-    release_policy(c->policy);
+  c->views = calloc(c->policy->nslices, sizeof(dccl_view_t));
+  if (!c->views) {
+    DCCL_WARN(log, "DynamICCL: out of memory preparing policy %s; NCCL's own choices stand",
+              c->policy->name);
+    dccl_release_policy(c->policy);
     free(c);
     return;
   }
-  if (!context_used)
-    LOG_INFO(log, "DynamICCL: DYNAMICCL_CONTEXT=%s matches no slice of the policy; using the "
-             "default slice", ctx_text);
-  const char* ld = getenv("DYNAMICCL_LOG_DECISIONS");
+  dccl_views_build(c->policy, nRanks, nNodes, c->views);
+  c->default_view = (uint32_t)dccl_policy_find_slice(c->policy, DCCL_DEFAULT_BUCKET,
+                                                     DCCL_DEFAULT_BUCKET);
+  uint32_t word = dccl_context_word();
+  uint32_t view = initial_view(c, word);
+  c->active = (uint64_t)word << 32 | view;
+  const char* ld = getenv(DCCL_ENV_LOG_DECISIONS);
   c->log_decisions = ld && strcmp(ld, "1") == 0;
-  LOG_INFO(log, "DynamICCL: policy %s, %u rules, for nRanks %zu / nNodes %zu (slice straggler=%s "
-           "c2c=%s, trained for NCCL %s, file %s)", c->policy->name, c->view.nrules, nRanks,
-           nNodes, c->view.slice->straggler, c->view.slice->c2c, c->policy->nccl, c->policy->path);
+  DCCL_INFO(log, "DynamICCL: policy %s (sha256 %s), %u rules, for nRanks %zu / nNodes %zu (slice "
+            "straggler=%s c2c=%s, trained for NCCL %s)", c->policy->name, c->policy->hash,
+            c->views[view].nrules, nRanks, nNodes, c->views[view].slice->straggler,
+            c->views[view].slice->c2c, c->policy->nccl);
   *context = c;
 }
 
@@ -170,13 +146,24 @@ static ncclResult_t init_v5(void** context, uint64_t commId, size_t nRanks, size
 static ncclResult_t finalize(void* context) {
   dccl_comm_t* c = context;
   if (!c) return DCCL_NCCL_SUCCESS;
-  dccl_view_free(&c->view);
-  release_policy(c->policy);
+  free(c->views);
+  dccl_release_policy(c->policy);
   free(c);
   return DCCL_NCCL_SUCCESS;
 }
 
-/* ---- decision logging (DYNAMICCL_LOG_DECISIONS=1) ------------------------------------------- */
+/* ---- per call ------------------------------------------------------------------------------- */
+
+/* The view for the process's current context: two relaxed-cost loads while it is unchanged. */
+static const dccl_view_t* active_view(dccl_comm_t* c) {
+  uint32_t word = dccl_context_word();
+  uint64_t active = __atomic_load_n(&c->active, __ATOMIC_RELAXED);
+  if ((uint32_t)(active >> 32) != word) {
+    active = (uint64_t)word << 32 | view_for_word(c, word);
+    __atomic_store_n(&c->active, active, __ATOMIC_RELAXED); /* racing writers store the same */
+  }
+  return &c->views[(uint32_t)active];
+}
 
 static const char* dim(int32_t v, char* buf) {
   if (v == DCCL_ANY) return "*";
@@ -190,109 +177,151 @@ static void note(dccl_comm_t* c, const dccl_range_t* r, int bit) {
   if (__atomic_fetch_or(flag, (unsigned char)bit, __ATOMIC_RELAXED) & bit) return;
   const char* coll = dccl_coll_names[r->coll];
   if (bit == LOGGED_DEFER) {
-    LOG_INFO(c->log, "DynamICCL decision: %s %llu-%llu B, nNodes %s nRanks %s: defer to NCCL", coll,
-             (unsigned long long)r->lo, (unsigned long long)r->hi, dim(r->nodes, nodes),
-             dim(r->ranks, ranks));
+    DCCL_INFO(c->log, "DynamICCL decision: %s %llu-%llu B, nNodes %s nRanks %s: defer to NCCL",
+              coll, (unsigned long long)r->lo, (unsigned long long)r->hi, dim(r->nodes, nodes),
+              dim(r->ranks, ranks));
     return;
   }
   if (r->channels) snprintf(channels, sizeof(channels), "%d channels", r->channels);
   else snprintf(channels, sizeof(channels), "NCCL's channels");
-  LOG_INFO(c->log, "DynamICCL decision: %s %llu-%llu B, nNodes %s nRanks %s: %s/%s, %s%s", coll,
-           (unsigned long long)r->lo, (unsigned long long)r->hi, dim(r->nodes, nodes),
-           dim(r->ranks, ranks), dccl_algo_names[r->algo], dccl_proto_names[r->proto], channels,
-           bit == LOGGED_UNUSABLE ? " -- not usable here, NCCL's choice stands" : "");
+  DCCL_INFO(c->log, "DynamICCL decision: %s %llu-%llu B, nNodes %s nRanks %s: %s/%s, %s%s", coll,
+            (unsigned long long)r->lo, (unsigned long long)r->hi, dim(r->nodes, nodes),
+            dim(r->ranks, ranks), dccl_algo_names[r->algo], dccl_proto_names[r->proto], channels,
+            bit == LOGGED_UNUSABLE ? " -- not usable here, NCCL's choice stands" : "");
 }
 
 static void note_gap(dccl_comm_t* c, int coll, size_t nBytes) {
-  if ((unsigned)coll >= DCCL_NUM_COLLS_IN_FILE) return;
+  if ((unsigned)coll >= DCCL_NUM_COLLS) return;
   if (__atomic_exchange_n(&c->gap_logged[coll], 1, __ATOMIC_RELAXED)) return;
-  LOG_INFO(c->log, "DynamICCL decision: %s %zu B: no rule covers it, NCCL decides (logged once "
-           "per collective)", dccl_coll_names[coll], nBytes);
+  DCCL_INFO(c->log, "DynamICCL decision: %s %zu B: no rule covers it, NCCL decides (logged once "
+            "per collective)", dccl_coll_names[coll], nBytes);
 }
 
-/* ---- the per-collective hooks --------------------------------------------------------------- */
+/* The policy's rule for this call (NULL: none). */
+static const dccl_range_t* policy_rule(dccl_comm_t* c, int coll, size_t nBytes) {
+  const dccl_range_t* r = dccl_view_lookup(active_view(c), coll, nBytes);
+  if ((!r || r->algo == DCCL_DEFER) && c->log_decisions)
+    r ? note(c, r, LOGGED_DEFER) : note_gap(c, coll, nBytes);
+  return r && r->algo != DCCL_DEFER ? r : NULL;
+}
 
-static void apply(void* context, int coll, size_t nBytes, int pipe, int reg, float** table,
-                  int numAlgo, int numProto, int* nChannels) {
-  dccl_comm_t* c = context;
-  if (!c || !table) return;
-  const dccl_range_t* r = dccl_view_lookup(&c->view, coll, nBytes, pipe, reg);
-  if (!r || r->algo == DCCL_DEFER) {
-    if (c->log_decisions) r ? note(c, r, LOGGED_DEFER) : note_gap(c, coll, nBytes);
-    return;
-  }
+/* Forces r in the cost table if NCCL marked its entry usable; returns whether it did. */
+static int force_in_table(const dccl_range_t* r, float** table, int numAlgo, int numProto,
+                          int* nChannels) {
   /* The table is one contiguous float[numAlgo][numProto] (declared float**, it is not). */
-  float* entry = NULL;
-  if (numAlgo <= MAX_TABLE_ALGOS && numProto <= MAX_TABLE_PROTOS && r->algo < numAlgo &&
-      r->proto < numProto)
-    entry = (float*)table + (size_t)r->algo * (size_t)numProto + (size_t)r->proto;
-  if (!entry || !(*entry >= 0.0f)) { /* unusable here (or NaN): NCCL's choice stands */
-    if (c->log_decisions) note(c, r, LOGGED_UNUSABLE);
-    return;
-  }
+  if (!table || numAlgo > MAX_TABLE_ALGOS || numProto > MAX_TABLE_PROTOS || r->algo >= numAlgo ||
+      r->proto >= numProto)
+    return 0;
+  float* entry = (float*)table + (size_t)r->algo * (size_t)numProto + (size_t)r->proto;
+  if (!(*entry >= 0.0f)) return 0; /* unusable here (or NaN): NCCL's choice stands */
   *entry = 0.0f;
   if (r->channels && nChannels) *nChannels = r->channels;
-  if (c->log_decisions) note(c, r, LOGGED_APPLIED);
+  return 1;
+}
+
+static void apply(void* context, int coll, size_t nBytes, float** table, int numAlgo, int numProto,
+                  int* nChannels) {
+  dccl_comm_t* c = context;
+  if (dccl_any_pins()) {
+    const dccl_range_t* pin = dccl_pins_lookup(coll, nBytes);
+    if (pin) force_in_table(pin, table, numAlgo, numProto, nChannels);
+    dccl_pins_done();
+    if (pin) return; /* a pin the table refuses leaves the call to NCCL, not to the policy */
+  }
+  if (!c || !table) return;
+  const dccl_range_t* r = policy_rule(c, coll, nBytes);
+  if (!r) return;
+  int forced = force_in_table(r, table, numAlgo, numProto, nChannels);
+  if (c->log_decisions) note(c, r, forced ? LOGGED_APPLIED : LOGGED_UNUSABLE);
+}
+
+/* What the v2 ABI may force: NCCL 2.21 takes the answer unchecked, so only a pair NCCL 2.21
+ * implements for this collective, whose features the exported system had and which NCCL reports
+ * supported for this call (CollNet, NVLS). A policy rule must also be for exactly this system
+ * (nodes and ranks both exact): a "*" rule was not exported for it. */
+static int force_v2_ok(const dccl_range_t* r, int coll, unsigned features, int collNetSupport,
+                       int nvlsSupport, int is_pin) {
+  if (r->algo < 0 || r->algo >= DCCL_NUM_ALGOS || r->proto < 0 || r->proto >= DCCL_NUM_PROTOS)
+    return 0;
+  unsigned need = dccl_v2_allowed[r->algo].feature | dccl_v2_proto_feature[r->proto];
+  if (!(dccl_v2_allowed[r->algo].colls >> coll & 1u) ||
+      !(dccl_v2_allowed[r->algo].protos >> r->proto & 1u) || (features & need) != need)
+    return 0;
+  if ((need & DCCL_FEATURE_COLLNET) && collNetSupport != 1) return 0;
+  if ((need & DCCL_FEATURE_NVLS) && nvlsSupport != 1) return 0;
+  return is_pin || (r->nodes != DCCL_ANY && r->ranks != DCCL_ANY);
 }
 
 static ncclResult_t coll_v2(void* context, ncclFunc_t collType, size_t nBytes, int collNetSupport,
                             int nvlsSupport, int numPipeOps, int* algorithm, int* protocol,
                             int* nChannels) {
+  (void)numPipeOps;
   dccl_comm_t* c = context;
-  if (!c || !algorithm || !protocol) return DCCL_NCCL_SUCCESS;
-  const dccl_range_t* r = dccl_view_lookup(&c->view, collType, nBytes, numPipeOps, -1);
-  if (!r || r->algo == DCCL_DEFER) {
-    if (c->log_decisions) r ? note(c, r, LOGGED_DEFER) : note_gap(c, collType, nBytes);
-    return DCCL_NCCL_SUCCESS;
+  if (!algorithm || !protocol || (unsigned)collType >= DCCL_NUM_COLLS) return DCCL_NCCL_SUCCESS;
+  unsigned features = c ? c->policy->features : 0;
+  const dccl_range_t* r = NULL;
+  int ok = 0, pinned = 0;
+  if (dccl_any_pins()) {
+    const dccl_range_t* pin = dccl_pins_lookup(collType, nBytes);
+    if (pin) {
+      pinned = 1;
+      ok = force_v2_ok(pin, collType, features, collNetSupport, nvlsSupport, 1);
+      if (ok) *algorithm = pin->algo, *protocol = pin->proto;
+      if (ok && pin->channels && nChannels) *nChannels = pin->channels;
+    }
+    dccl_pins_done();
   }
-  /* v2 has no cost table: only NCCL 2.21 loads it (six algorithms, no PAT); CollNet and NVLS
-   * only where NCCL says this call supports them. */
-  int a = r->algo;
-  int usable = a < DCCL_ALGO_PAT &&
-               !((a == DCCL_ALGO_COLLNET_DIRECT || a == DCCL_ALGO_COLLNET_CHAIN) && collNetSupport != 1) &&
-               !((a == DCCL_ALGO_NVLS || a == DCCL_ALGO_NVLS_TREE) && nvlsSupport != 1);
-  if (!usable) {
-    if (c->log_decisions) note(c, r, LOGGED_UNUSABLE);
-    return DCCL_NCCL_SUCCESS;
+  if (pinned || !c) return DCCL_NCCL_SUCCESS;
+  r = policy_rule(c, collType, nBytes);
+  if (!r) return DCCL_NCCL_SUCCESS;
+  ok = force_v2_ok(r, collType, features, collNetSupport, nvlsSupport, 0);
+  if (ok) {
+    *algorithm = r->algo;
+    *protocol = r->proto;
+    if (r->channels && nChannels) *nChannels = r->channels;
   }
-  *algorithm = a;
-  *protocol = r->proto;
-  if (r->channels && nChannels) *nChannels = r->channels;
-  if (c->log_decisions) note(c, r, LOGGED_APPLIED);
+  if (c->log_decisions) note(c, r, ok ? LOGGED_APPLIED : LOGGED_UNUSABLE);
   return DCCL_NCCL_SUCCESS;
 }
 
 static ncclResult_t coll_v3(void* context, ncclFunc_t collType, size_t nBytes, int numPipeOps,
                             float** table, int numAlgo, int numProto, int* nChannels) {
-  apply(context, collType, nBytes, numPipeOps, -1, table, numAlgo, numProto, nChannels);
+  (void)numPipeOps;
+  apply(context, collType, nBytes, table, numAlgo, numProto, nChannels);
   return DCCL_NCCL_SUCCESS;
 }
 
 static ncclResult_t coll_v4(void* context, ncclFunc_t collType, size_t nBytes, int numPipeOps,
                             float** table, int numAlgo, int numProto, int regBuff, int* nChannels) {
-  apply(context, collType, nBytes, numPipeOps, regBuff, table, numAlgo, numProto, nChannels);
-  return DCCL_NCCL_SUCCESS;
-}
-
-/* NCCL asks per work piece (for Ring/Tree/NVLS/PAT nBytes is one channel's piece), after it chose
- * the algorithm: the rule for (collType, nBytes) answers only if it chose that same pair. */
-static ncclResult_t chunk_v6(void* context, ncclFunc_t collType, size_t nBytes, int algorithm,
-                             int protocol, int nChannels, size_t* chunkSize) {
-  (void)nChannels;
-  const dccl_comm_t* c = context;
-  if (!c || !chunkSize) return DCCL_NCCL_SUCCESS;
-  const dccl_range_t* r = dccl_view_lookup(&c->view, collType, nBytes, -1, -1);
-  if (r && r->algo != DCCL_DEFER && r->chunk && r->algo == algorithm && r->proto == protocol)
-    *chunkSize = (size_t)r->chunk;
+  (void)numPipeOps;
+  (void)regBuff; /* rank-local (buffer registration): deciding on it could split a communicator */
+  apply(context, collType, nBytes, table, numAlgo, numProto, nChannels);
   return DCCL_NCCL_SUCCESS;
 }
 
 /* ---- the only exported symbols -------------------------------------------------------------- */
 
 #define PLUGIN_NAME "DynamICCL"
+/* getChunkSize is NULL (optional in v6): NCCL asks it per channel piece, so no rule about a whole
+ * call could be applied to it faithfully; the policy format has no chunk column. */
 DCCL_EXPORT const dccl_tuner_v6_t ncclTunerPlugin_v6 = {PLUGIN_NAME, init_v5, coll_v4, finalize,
-                                                        chunk_v6};
+                                                        NULL};
 DCCL_EXPORT const dccl_tuner_v5_t ncclTunerPlugin_v5 = {PLUGIN_NAME, init_v5, coll_v4, finalize};
 DCCL_EXPORT const dccl_tuner_v4_t ncclTunerPlugin_v4 = {PLUGIN_NAME, init_v2, coll_v4, finalize};
 DCCL_EXPORT const dccl_tuner_v3_t ncclTunerPlugin_v3 = {PLUGIN_NAME, init_v2, coll_v3, finalize};
 DCCL_EXPORT const dccl_tuner_v2_t ncclTunerPlugin_v2 = {PLUGIN_NAME, init_v2, coll_v2, finalize};
+
+DCCL_EXPORT int dynamiccl_set_context(const char* slice_spec) {
+  return dccl_set_context(slice_spec);
+}
+
+DCCL_EXPORT int dynamiccl_policy_hash(char* out, size_t len) {
+  return dccl_loaded_policy_hash(out, len);
+}
+
+DCCL_EXPORT const char* dynamiccl_plugin_version(void) { return DCCL_PLUGIN_VERSION; }
+
+DCCL_EXPORT int dynamiccl_pin(int collective, uint64_t min_bytes, uint64_t max_bytes, int algorithm,
+                              int protocol, int channels) {
+  return dccl_pin(collective, min_bytes, max_bytes, algorithm, protocol, channels);
+}

@@ -32,7 +32,7 @@ import numpy as np
 
 from dynamiccl import decisions
 from dynamiccl.envs.backends.base import Measurement
-from dynamiccl.envs.backends.sim import forced_decision
+from dynamiccl.envs.backends.sim import forced_decision, observed
 from dynamiccl.knobs import ActionColumns, Algorithm, Config, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate
@@ -104,19 +104,13 @@ class PerturbedBackend:
         default_us = self._default(scenario)
         if not math.isfinite(time_us):
             time_us = default_us
-        return _observed(scenario, self._noise(time_us), self._noise(default_us))
+        return observed(scenario, self._noise(time_us), self._noise(default_us))
 
     def measure_forced(self, scenario: Scenario, constraints: decisions.KnobConstraints
                        ) -> Measurement:
         config = forced_decision(scenario, constraints).config
-        return _observed(scenario, self._noise(self.true_time(scenario, config)),
+        return observed(scenario, self._noise(self.true_time(scenario, config)),
                          self._noise(self._default(scenario)))
-
-
-def _observed(scenario: Scenario, time_us: float, default_us: float) -> Measurement:
-    straggler = scenario.straggler_rank if scenario.has_straggler else None
-    delay = scenario.straggler_delay_us if scenario.has_straggler else 0.0
-    return Measurement(time_us, default_us, straggler, delay)
 
 
 def _calm(scenario: Scenario, nbytes: int | None = None) -> Scenario:
@@ -130,8 +124,8 @@ def _true_action_times(seed: int, scenario: Scenario) -> np.ndarray:
     truth = Miscalibration.draw(seed)
     calm = decisions.action_times(_calm(scenario))
     floor = decisions.action_times(_calm(scenario, FLOOR_BYTES))
-    wait = decisions.action_times(scenario) - calm if scenario.has_straggler else 0.0
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # inf - inf where an action cannot run
+        wait = decisions.action_times(scenario) - calm if scenario.has_straggler else 0.0
         times = truth.scale(ActionColumns.algorithm, ActionColumns.protocol, calm, floor) + wait
     times = np.where(np.isfinite(calm), times, np.inf)
     times.setflags(write=False)

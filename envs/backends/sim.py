@@ -18,7 +18,8 @@ from dynamiccl.envs.backends.base import Measurement
 from dynamiccl.scenario import Scenario
 
 
-def forced_decision(scenario: Scenario, constraints: decisions.KnobConstraints) -> decisions.Decision:
+def forced_decision(scenario: Scenario, constraints: decisions.KnobConstraints
+                    ) -> decisions.TimedConfig:
     """What NCCL runs with these knobs pinned, timed by the simulator. A pin NCCL cannot honour in
     this call (an algorithm the collective lacks) leaves NCCL's own choice, as the tuner plugin's
     cost table does: NCCL ignores an entry it has marked unusable."""
@@ -64,16 +65,16 @@ class SimBackend:
         time_us = float(times[action])
         if not math.isfinite(time_us):
             time_us = default_us  # an invalid choice: NCCL falls back to its own pick
-        return _measurement(scenario, time_us, default_us)
+        return observed(scenario, time_us, default_us)
 
     def measure_forced(self, scenario: Scenario, constraints: decisions.KnobConstraints
                        ) -> Measurement:
         _, default_us = self._timed(scenario)
-        return _measurement(scenario, forced_decision(scenario, constraints).time_us, default_us)
+        return observed(scenario, forced_decision(scenario, constraints).time_us, default_us)
 
 
-def _measurement(scenario: Scenario, time_us: float, default_us: float) -> Measurement:
-    """The simulator sees the scenario's straggler exactly as it is."""
+def observed(scenario: Scenario, time_us: float, default_us: float) -> Measurement:
+    """A model sees the scenario's straggler exactly as it is."""
     straggler = scenario.straggler_rank if scenario.has_straggler else None
     delay = scenario.straggler_delay_us if scenario.has_straggler else 0.0
     return Measurement(time_us, default_us, straggler, delay)

@@ -6,14 +6,23 @@
  *                                        -> RES algo proto nChannels   (v3..v6 getCollInfo)
  *        FILL = all | none | a '0'/'1' string of NUMALGO*NUMPROTO usable flags
  *   v2 k COLL NBYTES COLLNET NVLS PIPE   -> RES algo proto nChannels   (v2 getCollInfo)
- *   chunk k COLL NBYTES ALGO PROTO NCH   -> CHUNK size      (v6 getChunkSize; 777 = untouched)
+ *   chunk                                -> CHUNK null|set  (whether v6 has a getChunkSize)
  *   fin k                                -> FIN rc
  *   setenv NAME VALUE                    (so one process can try many policy files)
+ *   rewrite SRC DST                      (DST overwritten in place by SRC's bytes, its mtime kept:
+ *                                         what `cp -p` or `rsync --inplace -t` do)
+ *   context SPEC...                      -> SETCTX rc       (dynamiccl_set_context; "NULL" = NULL)
+ *   pin COLL MIN MAX ALGO PROTO CH       -> PIN rc          (dynamiccl_pin; MIN/MAX may be "max")
+ *   hash LEN                             -> HASH rc text    (dynamiccl_policy_hash, buffer of LEN)
+ *   version                              -> VERSION text    (dynamiccl_plugin_version)
  * NBYTES may be "max" (SIZE_MAX). Log calls are printed as "LOG level flags message". Any broken
  * contract (non-zero return, a write to an unusable entry, a changed constants block) prints
  * "VIOLATION ..." and makes the exit status 1. */
 #define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -31,6 +40,20 @@ static void logger(int level, unsigned long flags, const char* file, int line, c
   printf("LOG %d %lx %s\n", level, flags, msg);
 }
 
+static int rewrite_in_place(const char* src, const char* dst) {
+  char buf[1 << 16];
+  struct stat st;
+  int in = open(src, O_RDONLY), out = stat(dst, &st) == 0 ? open(dst, O_WRONLY | O_TRUNC) : -1;
+  ssize_t n;
+  while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+    if (write(out, buf, (size_t)n) != n) break;
+  if (in >= 0) close(in);
+  if (out < 0) return -1;
+  close(out);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  return utimensat(AT_FDCWD, dst, times, 0);
+}
+
 static size_t parse_size(const char* s) {
   return strcmp(s, "max") == 0 ? SIZE_MAX : (size_t)strtoull(s, NULL, 10);
 }
@@ -44,10 +67,15 @@ int main(int argc, char** argv) {
   plugin_t plugins[MAX_CTX];
   void* ctxs[MAX_CTX];
   int nctx = 0, failed = 0;
-  char line[8192], a[64], b[64], c[64], fill[256], val[4096];
+  char line[8192], a[64], b[64], fill[256], val[4096], val2[4096];
+  runtime_api_t api = {0};
+  int have_api = 0;
   unsigned char constants[1152], constants_before[1152];
   for (size_t i = 0; i < sizeof(constants); i++) constants[i] = (unsigned char)(i * 7);
   memcpy(constants_before, constants, sizeof(constants));
+  plugin_t v6;
+  if (plugin_load(argv[1], 6, &v6) != 0) return 2; /* NCCL's first lookup */
+  have_api = runtime_api(&api) == 0;
   while (fgets(line, sizeof(line), stdin)) {
     int k, v, coll, pipe, reg, na, np, collnet, nvls, algo, proto, nch;
     if (sscanf(line, "init %d %63s %63s", &v, a, b) == 3) {
@@ -87,13 +115,25 @@ int main(int argc, char** argv) {
                               &algo, &proto, &nch);
       if (rc != 0) printf("VIOLATION getCollInfo returned %d\n", rc), failed = 1;
       printf("RES %d %d %d\n", algo, proto, nch);
-    } else if (sscanf(line, "chunk %d %d %63s %d %d %63s", &k, &coll, a, &algo, &proto, c) == 6 &&
-               k >= 0 && k < nctx) {
-      size_t chunk = 777;
-      const dccl_tuner_v6_t* t6 = plugins[k].table;
-      int rc = t6->getChunkSize(ctxs[k], coll, parse_size(a), algo, proto, atoi(c), &chunk);
-      if (rc != 0) printf("VIOLATION getChunkSize returned %d\n", rc), failed = 1;
-      printf("CHUNK %zu\n", chunk);
+    } else if (strncmp(line, "chunk", 5) == 0) {
+      const dccl_tuner_v6_t* t6 = v6.table;
+      printf("CHUNK %s\n", t6->getChunkSize ? "set" : "null");
+    } else if (strncmp(line, "context ", 8) == 0 && have_api) {
+      line[strcspn(line, "\n")] = '\0';
+      printf("SETCTX %d\n", api.set_context(strcmp(line + 8, "NULL") == 0 ? NULL : line + 8));
+    } else if (sscanf(line, "pin %d %63s %63s %d %d %d", &coll, a, b, &algo, &proto, &nch) == 6 &&
+               have_api) {
+      printf("PIN %d\n", api.pin(coll, parse_size(a), parse_size(b), algo, proto, nch));
+    } else if (sscanf(line, "hash %d", &k) == 1 && have_api && k >= 0 && k <= 4096) {
+      memset(val, 'x', sizeof(val));
+      int rc = api.policy_hash(k ? val : NULL, (size_t)k);
+      printf("HASH %d %.*s\n", rc, rc == 0 ? (int)strnlen(val, (size_t)k) : 0, val);
+      if (rc == 0 && strnlen(val, (size_t)k) == (size_t)k)
+        printf("VIOLATION hash not NUL-terminated\n"), failed = 1;
+    } else if (strncmp(line, "version", 7) == 0 && have_api) {
+      printf("VERSION %s\n", api.version());
+    } else if (sscanf(line, "rewrite %4095s %4095s", val, val2) == 2) {
+      if (rewrite_in_place(val, val2) != 0) printf("VIOLATION cannot rewrite %s\n", val2), failed = 1;
     } else if (sscanf(line, "setenv %63s %4095s", a, val) == 2) {
       setenv(a, val, 1);
     } else if (sscanf(line, "fin %d", &k) == 1 && k >= 0 && k < nctx) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../policy.h"
+#include "../view.h"
 
 static void exercise(const char* data, size_t len) {
   dccl_policy_t* p;
@@ -18,25 +18,23 @@ static void exercise(const char* data, size_t len) {
     return;
   }
   static const size_t sys[][2] = {{1, 1}, {8, 1}, {16, 2}, {64, 8}, {3, 3}};
-  static const char* const ctx[] = {NULL, "straggler=long", "c2c=high", "x=y"};
   static const uint64_t sizes[] = {0, 7, 8, 4096, 65535, 65536, 1 << 20, 1ULL << 34, UINT64_MAX};
+  dccl_view_t* views = calloc(p->nslices, sizeof(dccl_view_t));
+  if (!views) abort();
   for (size_t s = 0; s < sizeof(sys) / sizeof(sys[0]); s++) {
-    dccl_view_t v;
-    int used;
-    if (dccl_view_build(p, ctx[s % 4], sys[s][0], sys[s][1], &v, &used) != 0) abort();
-    for (int coll = -1; coll <= 5; coll++)
-      for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-        for (int pipe = -1; pipe <= 2; pipe++)
-          for (int reg = -1; reg <= 1; reg++) {
-            const dccl_range_t* r = dccl_view_lookup(&v, coll, sizes[i], pipe, reg);
-            if (!r) continue;
-            if (sizes[i] < r->lo || sizes[i] > r->hi || r->coll != coll) abort();
-            if (r->algo != DCCL_DEFER && (r->algo < 0 || r->algo > 6 || r->proto < 0 ||
-                                          r->proto > 2 || r->channels > DCCL_MAX_CHANNELS))
-              abort();
-          }
-    dccl_view_free(&v);
+    dccl_views_build(p, sys[s][0], sys[s][1], views);
+    for (uint32_t v = 0; v < p->nslices; v++)
+      for (int coll = -1; coll <= 5; coll++)
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+          const dccl_range_t* r = dccl_view_lookup(&views[v], coll, sizes[i]);
+          if (!r) continue;
+          if (sizes[i] < r->lo || sizes[i] > r->hi || r->coll != coll) abort();
+          if (r->algo != DCCL_DEFER && (r->algo < 0 || r->algo >= DCCL_NUM_ALGOS || r->proto < 0 ||
+                                        r->proto >= DCCL_NUM_PROTOS || r->channels > DCCL_MAX_CHANNELS))
+            abort();
+        }
   }
+  free(views);
   dccl_policy_free(p);
 }
 
@@ -48,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   memcpy(buf, data, size);
   size_t n = size;
   if (n == 0 || buf[n - 1] != '\n') buf[n++] = '\n';
-  n += (size_t)snprintf(buf + n, 48, "checksum crc32 %08x\n", dccl_crc32(buf, n));
+  n += (size_t)snprintf(buf + n, 48, DCCL_CHECKSUM_PREFIX "%08x\n", dccl_crc32(buf, n));
   exercise(buf, n);
   free(buf);
   return 0;

@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,11 @@ typedef struct {
   const void* table; /* the exported struct for that version */
 } plugin_t;
 
+static void* g_plugin_handle;
+
 static int plugin_load(const char* path, int version, plugin_t* out) {
-  static void* handle;
-  if (!handle) handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!g_plugin_handle) g_plugin_handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  void* handle = g_plugin_handle;
   if (!handle) {
     fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
     return -1;
@@ -35,6 +38,27 @@ static int plugin_load(const char* path, int version, plugin_t* out) {
     return -1;
   }
   return 0;
+}
+
+/* The run-time entry points (after plugin_load), as dynamiccl.runtime finds them with ctypes. */
+typedef int (*set_context_fn)(const char*);
+typedef int (*policy_hash_fn)(char*, size_t);
+typedef const char* (*version_fn)(void);
+typedef int (*pin_fn)(int, uint64_t, uint64_t, int, int, int);
+typedef struct {
+  set_context_fn set_context;
+  policy_hash_fn policy_hash;
+  version_fn version;
+  pin_fn pin;
+} runtime_api_t;
+
+static int runtime_api(runtime_api_t* api) {
+  if (!g_plugin_handle) return -1;
+  *(void**)&api->set_context = dlsym(g_plugin_handle, "dynamiccl_set_context");
+  *(void**)&api->policy_hash = dlsym(g_plugin_handle, "dynamiccl_policy_hash");
+  *(void**)&api->version = dlsym(g_plugin_handle, "dynamiccl_plugin_version");
+  *(void**)&api->pin = dlsym(g_plugin_handle, "dynamiccl_pin");
+  return api->set_context && api->policy_hash && api->version && api->pin ? 0 : -1;
 }
 
 /* init with the version's argument order: v2-v4 (nRanks, nNodes, logger, &ctx), v5/v6 (&ctx,

@@ -1,6 +1,7 @@
 /* Robustness run (meant for an AddressSanitizer + UndefinedBehaviorSanitizer build): thousands of
  * corrupted, truncated, oversized and valid-but-strange policy files, each loaded through a random
- * ABI version's init, then random getCollInfo / getChunkSize calls with hostile arguments. Checks,
+ * ABI version's init, then random getCollInfo calls and run-time entry point calls (contexts, pins,
+ * hash buffers) with hostile arguments. Checks,
  * per file: init returns ncclSuccess; a file the parser rejects yields no context and exactly one
  * WARN; every call returns ncclSuccess; no cost-table entry NCCL marked unusable is ever written;
  * at most one entry changes and only to 0.0; nChannels stays 0 or becomes 1..64.
@@ -17,6 +18,8 @@
 
 #include "../policy.h"
 #include "harness.h"
+
+static runtime_api_t g_api;
 
 static uint64_t rng_state;
 static uint64_t rnd(void) { /* xorshift64*: reproducible from the seed */
@@ -108,7 +111,7 @@ static void mutate(buf_t* b) {
       buf_t extra = {0};
       char line[6000];
       for (int k = (int)below(2000); k > 0; k--) {
-        int len = snprintf(line, sizeof(line), "allreduce %llu %llu * * * * ring ll %d -\n",
+        int len = snprintf(line, sizeof(line), "allreduce %llu %llu * * ring ll %d\n",
                            (unsigned long long)below(1u << 30), (unsigned long long)rnd(),
                            (int)below(70));
         if (below(50) == 0) {
@@ -140,7 +143,7 @@ static void fix_checksum(buf_t* b) {
   }
   if (b->n && b->d[b->n - 1] != '\n') insert(b, b->n, "\n", 1);
   char line[40];
-  int len = snprintf(line, sizeof(line), "checksum crc32 %08x\n", dccl_crc32(b->d, b->n));
+  int len = snprintf(line, sizeof(line), DCCL_CHECKSUM_PREFIX "%08x\n", dccl_crc32(b->d, b->n));
   insert(b, b->n, line, (size_t)len);
 }
 
@@ -205,13 +208,16 @@ static int hostile_call(const plugin_t* p, void* ctx, char* why, size_t whylen) 
     if (forced != -2) snprintf(why, whylen, "rc %d nChannels %d", rc, nch);
     return -1;
   }
-  if (p->version == 6) {
-    size_t chunk = 777;
-    const dccl_tuner_v6_t* t6 = p->table;
-    rc = t6->getChunkSize(ctx, coll, nbytes, (int)below(9) - 1, (int)below(5) - 1, (int)below(3),
-                          below(10) ? &chunk : NULL);
-    if (rc != 0 || (chunk != 777 && (chunk < DCCL_MIN_CHUNK || chunk > DCCL_MAX_CHUNK))) {
-      snprintf(why, whylen, "getChunkSize rc %d chunk %zu", rc, chunk);
+  if (below(50) == 0) { /* the run-time entry points, hostile arguments included */
+    static const char* const specs[] = {"straggler=long", "straggler=none c2c=none", "c2c=high,x=1",
+                                        "straggler=", "", "straggler=long straggler=long", NULL};
+    int rc1 = g_api.set_context(specs[below(7)]);
+    int rc2 = g_api.pin((int)below(8) - 1, (uint64_t)pick_bytes(), (uint64_t)pick_bytes(),
+                        (int)below(9) - 2, (int)below(5) - 1, (int)below(70) - 2);
+    char hash[80];
+    int rc3 = g_api.policy_hash(below(2) ? hash : NULL, below(80));
+    if (rc1 < -1 || rc1 > 1 || rc2 < -1 || rc2 > 0 || rc3 < -1 || rc3 > 0) {
+      snprintf(why, whylen, "run-time API returned %d %d %d", rc1, rc2, rc3);
       return -1;
     }
   }
@@ -226,9 +232,8 @@ int main(int argc, char** argv) {
   }
   char* seed_data;
   size_t seed_len;
-  uint64_t id[4];
   char err[256], path[4096], why[256];
-  if (dccl_read_file(argv[2], &seed_data, &seed_len, id, err, sizeof(err)) != 0) {
+  if (dccl_read_file(argv[2], &seed_data, &seed_len, err, sizeof(err)) != 0) {
     fprintf(stderr, "cannot read %s: %s\n", argv[2], err);
     return 2;
   }
@@ -238,6 +243,7 @@ int main(int argc, char** argv) {
   plugin_t plugins[7];
   for (int v = 2; v <= 6; v++)
     if (plugin_load(argv[1], v, &plugins[v]) != 0) return 2;
+  if (runtime_api(&g_api) != 0) return 2;
   static const size_t ranks[] = {0, 1, 2, 8, 16, 32, (size_t)1 << 40};
   static const size_t nodes[] = {0, 1, 2, 4, (size_t)1 << 40};
   static const char* const contexts[] = {NULL, "straggler=long", "c2c=high,straggler=short",

@@ -1,0 +1,235 @@
+/* Process-wide state shared by all communicators (see process.h). */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include "process.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "sha256.h"
+#include "view.h"
+
+/* ---- the parsed-policy cache ---------------------------------------------------------------- */
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static dccl_policy_t* g_policy;             /* the newest loaded file, while a communicator uses it */
+static char g_last_failure[640];            /* so an unusable file is warned about once */
+static char g_warned_relative[PATH_MAX + 1]; /* so a relative path is warned about once */
+
+/* A relative path resolves against each process's working directory, which can differ between
+ * nodes: use the absolute path, and say which one, once. */
+static const char* absolute_path(const char* path, char* buf, ncclDebugLogger_t log) {
+  if (path[0] == '/' || !realpath(path, buf)) return path; /* a failure is reported by the read */
+  pthread_mutex_lock(&g_lock);
+  int first = strcmp(g_warned_relative, buf) != 0;
+  if (first) snprintf(g_warned_relative, sizeof(g_warned_relative), "%s", buf);
+  pthread_mutex_unlock(&g_lock);
+  if (first)
+    DCCL_WARN(log, "DynamICCL: " DCCL_ENV_POLICY "=%s is a relative path; using %s. Give an "
+              "absolute path: every rank must read the same file", path, buf);
+  return buf;
+}
+
+/* The cached copy when it has this content (a reference is taken), else NULL. Under g_lock. */
+static dccl_policy_t* share_locked(const char* hash) {
+  if (!g_policy || strcmp(g_policy->hash, hash) != 0) return NULL;
+  g_policy->refs++;
+  return g_policy;
+}
+
+/* Reading, hashing and parsing run outside the lock, so communicators initialising on other
+ * threads wait only for the cache lookup. */
+dccl_policy_t* dccl_acquire_policy(const char* path, ncclDebugLogger_t log) {
+  char err[400] = "", hash[DCCL_HASH_HEX_LEN + 1], abs[PATH_MAX + 1];
+  char* data = NULL;
+  size_t len = 0;
+  dccl_policy_t *p = NULL, *parsed = NULL;
+  path = absolute_path(path, abs, log);
+  int readable = dccl_read_file(path, &data, &len, err, sizeof(err)) == 0;
+  if (readable) {
+    dccl_sha256_hex(data, len, hash);
+    pthread_mutex_lock(&g_lock);
+    p = share_locked(hash);
+    pthread_mutex_unlock(&g_lock);
+    if (!p && dccl_policy_parse(data, len, &parsed, err, sizeof(err)) == 0) {
+      memcpy(parsed->hash, hash, sizeof(hash));
+      parsed->refs = 1;
+    }
+    free(data);
+  }
+  pthread_mutex_lock(&g_lock);
+  if (!p && parsed) {
+    p = share_locked(hash); /* another thread may have published the same file meanwhile */
+    if (p) {
+      dccl_policy_free(parsed);
+    } else {
+      p = g_policy = parsed;
+    }
+  }
+  char failure[sizeof(g_last_failure)];
+  int first_report = 0;
+  if (!p) {
+    snprintf(failure, sizeof(failure), "%.300s: %.300s", path, err);
+    first_report = strcmp(failure, g_last_failure) != 0;
+    memcpy(g_last_failure, failure, sizeof(failure));
+  } else {
+    g_last_failure[0] = '\0';
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (!p && first_report)
+    DCCL_WARN(log, "DynamICCL: not using policy file %s: %s. NCCL's own choices stand.", path, err);
+  else if (!p)
+    DCCL_INFO(log, "DynamICCL: policy file %s is still unusable (%s); stepping aside", path, err);
+  return p;
+}
+
+void dccl_release_policy(dccl_policy_t* p) {
+  pthread_mutex_lock(&g_lock);
+  if (--p->refs == 0) {
+    if (g_policy == p) g_policy = NULL;
+    dccl_policy_free(p);
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+int dccl_loaded_policy_hash(char* out, size_t len) {
+  int rc = -1;
+  pthread_mutex_lock(&g_lock);
+  if (g_policy && out && len > DCCL_HASH_HEX_LEN) {
+    memcpy(out, g_policy->hash, DCCL_HASH_HEX_LEN + 1);
+    rc = 0;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return rc;
+}
+
+/* ---- the run-time context ------------------------------------------------------------------- */
+
+#define MAX_CONTEXTS 256 /* distinct contexts a process may ever set; entries are never freed */
+
+typedef struct {
+  char straggler[DCCL_MAX_BUCKET + 1], c2c[DCCL_MAX_BUCKET + 1];
+} context_t;
+
+uint32_t dccl_g_context_word;
+static context_t g_contexts[MAX_CONTEXTS];
+static int g_ncontexts;
+
+void dccl_context_buckets(uint32_t word, const char** straggler, const char** c2c) {
+  *straggler = g_contexts[word - 1].straggler;
+  *c2c = g_contexts[word - 1].c2c;
+}
+
+int dccl_set_context(const char* spec) {
+  context_t want;
+  if (dccl_parse_context(spec, want.straggler, want.c2c) != 0) return -1;
+  int rc = 1;
+  pthread_mutex_lock(&g_lock);
+  if (g_policy && dccl_policy_find_slice(g_policy, want.straggler, want.c2c) >= 0) {
+    int i = 0;
+    while (i < g_ncontexts && memcmp(&g_contexts[i], &want, sizeof(want)) != 0) i++;
+    if (i == g_ncontexts && g_ncontexts < MAX_CONTEXTS) g_contexts[g_ncontexts++] = want;
+    if (i < g_ncontexts) {
+      __atomic_store_n(&dccl_g_context_word, (uint32_t)i + 1, __ATOMIC_RELEASE);
+      rc = 0;
+    } else {
+      rc = -1; /* more distinct contexts than any policy has slices: not a real job */
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
+  return rc;
+}
+
+/* ---- pins ----------------------------------------------------------------------------------- */
+
+typedef struct {
+  uint32_t first[DCCL_NUM_COLLS], count[DCCL_NUM_COLLS], n;
+  uint64_t lo[DCCL_MAX_PINS];
+  dccl_range_t r[]; /* sorted by (collective, lo), disjoint per collective */
+} pinset_t;
+
+void* dccl_g_pins;                 /* pinset_t*, NULL when nothing is pinned */
+static unsigned long g_pin_readers; /* getCollInfo calls inside a pin lookup right now */
+static int g_user_override;
+static pthread_mutex_t g_pin_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void dccl_note_user_override(void) { __atomic_store_n(&g_user_override, 1, __ATOMIC_RELAXED); }
+
+const dccl_range_t* dccl_pins_lookup(int coll, uint64_t nbytes) {
+  __atomic_add_fetch(&g_pin_readers, 1, __ATOMIC_SEQ_CST);
+  const pinset_t* p = __atomic_load_n(&dccl_g_pins, __ATOMIC_SEQ_CST);
+  if (!p || (unsigned)coll >= DCCL_NUM_COLLS || __atomic_load_n(&g_user_override, __ATOMIC_RELAXED))
+    return NULL;
+  return dccl_find_range(p->r + p->first[coll], p->lo + p->first[coll], p->count[coll], nbytes);
+}
+
+void dccl_pins_done(void) { __atomic_sub_fetch(&g_pin_readers, 1, __ATOMIC_RELEASE); }
+
+static int cmp_pin(const void* a, const void* b) {
+  const dccl_range_t* x = a;
+  const dccl_range_t* y = b;
+  if (x->coll != y->coll) return x->coll < y->coll ? -1 : 1;
+  return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+int dccl_pin(int coll, uint64_t min_bytes, uint64_t max_bytes, int algo, int proto, int channels) {
+  if (coll < 0 || coll >= DCCL_NUM_COLLS || min_bytes >= max_bytes || algo < -1 ||
+      algo >= DCCL_NUM_ALGOS)
+    return -1;
+  if (algo >= 0 && (proto < 0 || proto >= DCCL_NUM_PROTOS || channels < 0 ||
+                    channels > DCCL_MAX_CHANNELS))
+    return -1;
+  uint64_t lo = min_bytes, hi = max_bytes - 1; /* [min, max) as an inclusive range */
+  pthread_mutex_lock(&g_pin_lock);
+  pinset_t* old = dccl_g_pins;
+  uint32_t had = old ? old->n : 0;
+  /* Each old pin loses the part inside [lo, hi], which can split it in two. */
+  pinset_t* next = malloc(sizeof(pinset_t) + sizeof(dccl_range_t) * (2 * (size_t)had + 1));
+  if (!next) {
+    pthread_mutex_unlock(&g_pin_lock);
+    return -1;
+  }
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < had; i++) {
+    dccl_range_t r = old->r[i];
+    if (r.coll != coll || r.hi < lo || r.lo > hi) {
+      next->r[n++] = r;
+      continue;
+    }
+    if (r.lo < lo) next->r[n] = r, next->r[n++].hi = lo - 1;
+    if (r.hi > hi) next->r[n] = r, next->r[n++].lo = hi + 1;
+  }
+  if (algo >= 0)
+    next->r[n++] = (dccl_range_t){lo, hi, (int8_t)algo, (int8_t)proto, (uint8_t)channels,
+                                  (uint8_t)coll, DCCL_ANY, DCCL_ANY};
+  if (n > DCCL_MAX_PINS) {
+    free(next);
+    pthread_mutex_unlock(&g_pin_lock);
+    return -1;
+  }
+  qsort(next->r, n, sizeof(dccl_range_t), cmp_pin);
+  next->n = n;
+  memset(next->first, 0, sizeof(next->first));
+  memset(next->count, 0, sizeof(next->count));
+  for (uint32_t i = n; i-- > 0;) {
+    next->first[next->r[i].coll] = i;
+    next->count[next->r[i].coll]++;
+    next->lo[i] = next->r[i].lo;
+  }
+  if (n == 0) {
+    free(next);
+    next = NULL;
+  }
+  __atomic_store_n(&dccl_g_pins, next, __ATOMIC_SEQ_CST);
+  /* Readers that loaded the old table announced themselves first: wait for them to leave. */
+  while (__atomic_load_n(&g_pin_readers, __ATOMIC_SEQ_CST) != 0) sched_yield();
+  free(old);
+  pthread_mutex_unlock(&g_pin_lock);
+  return 0;
+}
+
+__attribute__((destructor)) static void free_pins(void) { free(dccl_g_pins); }

@@ -1,0 +1,222 @@
+"""The policy file format's facts, written once: limits, tokens, header keys, the plugin's environment.
+
+Two parsers read a policy file -- :mod:`dynamiccl.policy_file` in Python and the C plugin
+(``dynamiccl/csrc``) -- and they must accept exactly the same files. So every limit, token and name
+they share lives here, and the C side's copy (``dynamiccl/csrc/policy_format.h``) is generated from
+this module::
+
+    python -m dynamiccl.policy_format            # rewrite the header
+    python -m dynamiccl.policy_format --check    # exit 1 if the checked-in header is stale
+
+A test regenerates the header and fails on any difference, so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dynamiccl import __version__
+from dynamiccl.nccl import (
+    ALGO_ENV,
+    ALGORITHM_TOKENS,
+    CAPABILITIES,
+    COLLECTIVE_TOKENS,
+    MAX_CHANNELS,
+    PROTO_ENV,
+    PROTOCOL_TOKENS,
+    Algorithm,
+    Collective,
+    Protocol,
+)
+
+MAGIC = "DYNAMICCL-POLICY"
+#: Version 2 dropped the reg_buff, pipe_ops and chunk columns of version 1 (nothing exported them;
+#: regBuff is a rank-local input, and getChunkSize sees per-channel pieces, not calls) and added the
+#: required ``features`` header.
+FORMAT_VERSION = 2
+SUFFIX = ".dccl"
+
+#: MAX_CHANNELS (NCCL's MAXCHANNELS) and the rule tokens of collectives, algorithms and protocols
+#: are NCCL facts from dynamiccl.nccl; the rest are the format's own.
+#: Bounds that keep init time and the per-call lookup cost small for any file the parsers accept
+#: (experiments/bench_plugin.py --largest measures the worst case).
+MAX_FILE_BYTES = 4 << 20
+MAX_LINE = 4096
+MAX_RULES = 65536
+#: Size ranges of one group (one collective, nodes, ranks, slice): a decision binary-searches one
+#: group, and 1024 ranges (24 KiB) stay in a core's L1 cache. Exports have tens per group.
+MAX_GROUP_RANGES = 1024
+MAX_SLICES = 64
+MAX_HEADER_KEY = 32
+MAX_HEADER_VALUE = 200
+MAX_BUCKET = 31
+MAX_BYTES = 2**64 - 1
+MAX_DIM = 2**31 - 1
+#: Longest run-time context spec ("straggler=B c2c=B") the plugin accepts.
+MAX_CONTEXT_SPEC = 96
+#: The content hash (SHA-256) as lowercase hex digits.
+HASH_HEX_LEN = 64
+#: Pins held at once by dynamiccl_pin (a run-time tuner pins a handful of size bins).
+MAX_PINS = 256
+
+RULE_FIELDS = ("collective", "min_bytes", "max_bytes", "nodes", "ranks", "algorithm", "protocol",
+               "channels")
+ANY = "*"          # nodes / ranks: any value
+KEEP = "-"         # channels: keep NCCL's
+DEFER = "defer"    # algorithm: leave the call to NCCL
+SLICE = "slice"
+CHECKSUM_PREFIX = "checksum crc32 "
+REQUIRED_HEADER = ("policy", "created", "topology", "fingerprint", "features", "nccl",
+                   "config_hash")
+
+#: System features a policy records in its ``features`` header ("none" or a comma list), so the
+#: plugin knows what the system it was exported for could run (NCCL's v2 ABI cannot tell it).
+FEATURES = ("ll128", "nvls", "collnet")
+NO_FEATURES = "none"
+
+#: Context buckets: the default slice (no persistent straggler, no compute overlap) is mandatory.
+DEFAULT_BUCKET = "none"
+CONTEXT_KEYS = ("straggler", "c2c")
+
+#: Environment variables the plugin reads.
+POLICY_ENV = "DYNAMICCL_POLICY"
+CONTEXT_ENV = "DYNAMICCL_CONTEXT"
+LOG_DECISIONS_ENV = "DYNAMICCL_LOG_DECISIONS"
+
+#: What the v2 ABI (NCCL 2.21) may be told to run: NCCL 2.21 takes the plugin's algorithm and
+#: protocol without checking that the algorithm implements the collective, that the protocol is
+#: enabled or that the pair has bandwidth. Keyed by algorithm: (collectives the plugin forces it
+#: for, the system feature it needs or None); its protocols are NCCL's (dynamiccl.nccl). Only
+#: allreduce for CollNet and NVLS (what every release since 2.21 implements); PAT does not exist in
+#: 2.21.
+V2_ALLOWED: dict[Algorithm, tuple[frozenset[Collective], str | None]] = {
+    Algorithm.TREE: (frozenset({Collective.ALLREDUCE}), None),
+    Algorithm.RING: (frozenset(Collective), None),
+    Algorithm.COLLNET_DIRECT: (frozenset({Collective.ALLREDUCE}), "collnet"),
+    Algorithm.COLLNET_CHAIN: (frozenset({Collective.ALLREDUCE}), "collnet"),
+    Algorithm.NVLS: (frozenset({Collective.ALLREDUCE}), "nvls"),
+    Algorithm.NVLS_TREE: (frozenset({Collective.ALLREDUCE}), "nvls"),
+}
+#: The protocol that needs a recorded feature wherever it is forced through v2.
+V2_PROTO_FEATURE = {Protocol.LL128: "ll128"}
+
+HEADER_PATH = Path(__file__).parent / "csrc" / "policy_format.h"
+
+
+def _c_string(text: str) -> str:
+    assert all(0x20 <= ord(ch) < 0x7F and ch not in '"\\' for ch in text), text
+    return f'"{text}"'
+
+
+def _c_names(name: str, tokens: dict) -> list[str]:
+    ordered = [tokens[k] for k in sorted(tokens)]
+    assert [int(k) for k in sorted(tokens)] == list(range(len(ordered))), "ids must be 0..n-1"
+    body = ", ".join(_c_string(t) for t in ordered)
+    return [f"static const char* const {name}[{len(ordered)}] = {{{body}}};"]
+
+
+def _bitmask(items) -> str:
+    return f"0x{sum(1 << int(i) for i in items):x}u"
+
+
+def c_header() -> str:
+    """The text of ``csrc/policy_format.h`` for the facts above."""
+    feature_bit = {f: 1 << i for i, f in enumerate(FEATURES)}
+    lines = [
+        "/* generated by `python -m dynamiccl.policy_format` from dynamiccl/policy_format.py; do not",
+        " * edit (a test regenerates it and fails on any difference). */",
+        "#ifndef DYNAMICCL_POLICY_FORMAT_H",
+        "#define DYNAMICCL_POLICY_FORMAT_H",
+        "",
+        f"#define DCCL_PLUGIN_VERSION {_c_string(__version__)}",
+        f"#define DCCL_FORMAT_MAGIC {_c_string(MAGIC)}",
+        f"#define DCCL_FORMAT_VERSION {FORMAT_VERSION}",
+        f"#define DCCL_MAX_FILE_BYTES {MAX_FILE_BYTES}u",
+        f"#define DCCL_MAX_LINE {MAX_LINE}",
+        f"#define DCCL_MAX_RULES {MAX_RULES}u",
+        f"#define DCCL_MAX_GROUP_RANGES {MAX_GROUP_RANGES}u",
+        f"#define DCCL_MAX_SLICES {MAX_SLICES}",
+        f"#define DCCL_MAX_HEADER_KEY {MAX_HEADER_KEY}",
+        f"#define DCCL_MAX_HEADER_VALUE {MAX_HEADER_VALUE}",
+        f"#define DCCL_MAX_BUCKET {MAX_BUCKET}",
+        f"#define DCCL_MAX_CHANNELS {MAX_CHANNELS}",
+        f"#define DCCL_MAX_CONTEXT_SPEC {MAX_CONTEXT_SPEC}",
+        f"#define DCCL_HASH_HEX_LEN {HASH_HEX_LEN}",
+        f"#define DCCL_MAX_PINS {MAX_PINS}",
+        f"#define DCCL_RULE_FIELDS {len(RULE_FIELDS)}",
+        f"#define DCCL_RULE_FIELD_NAMES {_c_string(' '.join(RULE_FIELDS))}",
+        f"#define DCCL_TOKEN_ANY {_c_string(ANY)}",
+        f"#define DCCL_TOKEN_KEEP {_c_string(KEEP)}",
+        f"#define DCCL_TOKEN_DEFER {_c_string(DEFER)}",
+        f"#define DCCL_TOKEN_SLICE {_c_string(SLICE)}",
+        f"#define DCCL_CHECKSUM_PREFIX {_c_string(CHECKSUM_PREFIX)}",
+        f"#define DCCL_DEFAULT_BUCKET {_c_string(DEFAULT_BUCKET)}",
+        f"#define DCCL_CONTEXT_KEY_STRAGGLER {_c_string(CONTEXT_KEYS[0])}",
+        f"#define DCCL_CONTEXT_KEY_C2C {_c_string(CONTEXT_KEYS[1])}",
+        f"#define DCCL_NO_FEATURES {_c_string(NO_FEATURES)}",
+        f"#define DCCL_ENV_POLICY {_c_string(POLICY_ENV)}",
+        f"#define DCCL_ENV_CONTEXT {_c_string(CONTEXT_ENV)}",
+        f"#define DCCL_ENV_LOG_DECISIONS {_c_string(LOG_DECISIONS_ENV)}",
+        f"#define DCCL_ENV_NCCL_ALGO {_c_string(ALGO_ENV)}",
+        f"#define DCCL_ENV_NCCL_PROTO {_c_string(PROTO_ENV)}",
+        f"#define DCCL_NUM_COLLS {len(COLLECTIVE_TOKENS)}",
+        f"#define DCCL_NUM_ALGOS {len(ALGORITHM_TOKENS)}",
+        f"#define DCCL_NUM_PROTOS {len(PROTOCOL_TOKENS)}",
+        f"#define DCCL_NUM_REQUIRED_HEADER {len(REQUIRED_HEADER)}",
+        f"#define DCCL_NUM_FEATURES {len(FEATURES)}",
+        "",
+        "enum {",
+        *[f"  DCCL_COLL_{c.name} = {int(c)}," for c in COLLECTIVE_TOKENS],
+        *[f"  DCCL_ALGO_{a.name} = {int(a)}," for a in ALGORITHM_TOKENS],
+        *[f"  DCCL_PROTO_{p.name} = {int(p)}," for p in PROTOCOL_TOKENS],
+        *[f"  DCCL_FEATURE_{f.upper()} = {bit}," for f, bit in feature_bit.items()],
+        "};",
+        "",
+        *_c_names("dccl_coll_names", COLLECTIVE_TOKENS),
+        *_c_names("dccl_algo_names", ALGORITHM_TOKENS),
+        *_c_names("dccl_proto_names", PROTOCOL_TOKENS),
+        *_c_names("dccl_feature_names", dict(enumerate(FEATURES))),
+        *_c_names("dccl_required_header", dict(enumerate(REQUIRED_HEADER))),
+        "",
+        "/* The v2 ABI (NCCL 2.21): per algorithm, the collectives (bit = collective id) and",
+        " * protocols (bit = protocol id) it may be forced for, and the feature bit it needs (0: none). */",
+        "static const struct {",
+        "  unsigned colls, protos, feature;",
+        "} dccl_v2_allowed[DCCL_NUM_ALGOS] = {",
+    ]
+    for algo in ALGORITHM_TOKENS:
+        colls, feature = V2_ALLOWED.get(algo, (frozenset(), None))
+        protos = CAPABILITIES[algo].protocols if algo in V2_ALLOWED else frozenset()
+        bit = feature_bit[feature] if feature else 0
+        lines.append(f"  {{{_bitmask(colls)}, {_bitmask(protos)}, {bit}u}}, /* {ALGORITHM_TOKENS[algo]} */")
+    lines += ["};"]
+    lines += ["static const unsigned dccl_v2_proto_feature[DCCL_NUM_PROTOS] = {"
+              + ", ".join(f"{feature_bit[V2_PROTO_FEATURE[p]] if p in V2_PROTO_FEATURE else 0}u"
+                          for p in PROTOCOL_TOKENS) + "};"]
+    lines += ["", "#endif", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate dynamiccl/csrc/policy_format.h.")
+    parser.add_argument("--check", action="store_true",
+                        help="do not write; exit 1 if the checked-in header differs")
+    parser.add_argument("--output", type=Path, default=HEADER_PATH)
+    args = parser.parse_args(argv)
+    text = c_header()
+    if args.check:
+        current = args.output.read_text() if args.output.is_file() else ""
+        if current != text:
+            print(f"{args.output} is stale: run python -m dynamiccl.policy_format", file=sys.stderr)
+            return 1
+        return 0
+    tmp = args.output.with_name(f".{args.output.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

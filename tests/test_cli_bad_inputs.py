@@ -1,0 +1,241 @@
+"""Bad input to `simulate`, `explain`, `profile`, `plugin` and the top level: one line, exit code 2.
+
+Every case runs through ``dynamiccl.cli.main.main`` as a user would type it. A user's mistake must
+end in exactly one line on stderr that names the problem, never in a traceback; a bug inside the
+layers must say "internal error" with exit code 1, never blame the user.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dynamiccl.cli.main import main
+
+SIM = ["simulate", "--topology", "dgx_h100"]
+AR = [*SIM, "--collective", "allreduce"]
+AR1M = [*AR, "--size", "1M"]
+EXPLAIN = ["explain", "--topology", "dgx_h100", "--collective", "allreduce"]
+GLOO = ["profile", "collective", "--backend", "gloo"]
+
+CASES = [
+    # sizes (items 11 and 13)
+    ([*AR, "--size", "1e400"], "too large"),
+    ([*AR, "--size", str(2**63)], "below 2^63"),
+    ([*AR, "--size", "99999999999999999999T"], "too large"),
+    ([*AR, "--size", "1e9999999999"], "too large"),
+    ([*AR, "--size", "0.5"], "whole number of bytes"),
+    ([*AR, "--size", "ten"], "cannot read size"),
+    ([*AR, "--size", "nan"], "cannot read size"),
+    ([*AR, "--size", "-1"], "--size"),
+    ([*AR, "--size", "1Q"], "cannot read size"),
+    ([*AR, "--size", ""], "cannot read size"),
+    ([*EXPLAIN, "--max-size", "1e400"], "too large"),
+    ([*EXPLAIN, "--min-size", "1G", "--max-size", "1K"], "larger than --max-size"),
+    ([*GLOO, "--size", "1e400"], "too large"),
+    ([*GLOO, "--size", "2", "--nprocs", "2"], "too small"),
+    ([*GLOO, "--collective", "allgather", "--size", "4", "--nprocs", "2"], "at least 8 bytes"),
+    # numbers that parse but mean nothing
+    ([*AR1M, "--c2c", "nan"], "finite"),
+    ([*AR1M, "--c2c", "inf"], "finite"),
+    ([*AR1M, "--c2c", "-1"], "--c2c"),
+    ([*AR1M, "--c2c", "lots"], "not a number"),
+    ([*AR1M, "--c2c", "1e300"], "at most 1000"),
+    (["simulate", "--topology", "dgx_h100", "--gpus-per-node", "64", "--collective", "allgather",
+      "--size", "8", "--algo", "nvls"], "like NCCL_ALGO/NCCL_PROTO"),
+    ([*AR1M, "--channels", "0"], "between 1 and 64"),
+    ([*AR1M, "--channels", "65"], "between 1 and 64"),
+    ([*AR1M, "--channels", "x"], "--channels"),
+    ([*AR1M, "--chunks", "3"], "--chunks must be one of"),
+    ([*AR1M, "--nodes", "0"], "--nodes"),
+    ([*AR1M, "--nodes", "-2"], "--nodes"),
+    ([*AR1M, "--gpus-per-node", "0"], "--gpus-per-node"),
+    # stragglers (items 11 and 14)
+    ([*AR1M, "--straggler-rank", "2"], "--straggler-rank needs --straggler-delay"),
+    ([*AR1M, "--straggler-rank", "2", "--straggler-delay", "0"], "needs --straggler-delay"),
+    ([*AR1M, "--straggler-delay", "5ms"], "needs --straggler-rank"),
+    ([*AR1M, "--straggler-rank", "8", "--straggler-delay", "1ms"], "outside 0..7"),
+    ([*AR1M, "--straggler-rank", "-1", "--straggler-delay", "1ms"], "at least 0"),
+    ([*AR1M, "--straggler-rank", "1", "--straggler-delay", "inf"], "cannot read duration"),
+    ([*AR1M, "--straggler-rank", "1", "--straggler-delay", "1e400ms"], "finite"),
+    ([*AR1M, "--straggler-rank", "1", "--straggler-delay", "-3ms"], "--option=VALUE"),
+    ([*AR1M, "--straggler-rank", "1", "--straggler-delay", "soon"], "cannot read duration"),
+    ([*GLOO, "--inject-straggler", "1:0ms"], "has no delay"),
+    ([*GLOO, "--inject-straggler", "1"], "RANK:DELAY"),
+    ([*GLOO, "--inject-straggler", "x:1ms"], "RANK:DELAY"),
+    ([*GLOO, "--nprocs", "2", "--inject-straggler", "5:1ms"], "outside 0..1"),
+    # knob combinations (items 12 and 15)
+    ([*AR1M, "--algo", "pat"], "pat only implements"),
+    (["simulate", "--topology", "dgx_a100", "--collective", "allreduce", "--size", "1M", "--algo",
+      "nvls"], "needs NVSwitch multicast (features.nvls) on an sm90+ GPU"),
+    (["simulate", "--topology", "dgx_a100", "--collective", "allreduce", "--size", "1M", "--algo",
+      "nvls_tree", "--nodes", "2"], "sm90+"),
+    ([*AR1M, "--algo", "nvls", "--proto", "ll"], "only runs the simple protocol"),
+    ([*AR1M, "--algo", "tree", "--hierarchy", "flat"], "tree is not flat"),
+    ([*AR1M, "--schedule", "bw_aware"], "hierarchical ring needs two levels"),
+    ([*AR1M, "--algo", "collnet_direct", "--nodes", "2"], "CollNet needs"),
+    ([*AR1M, "--algo", "stragglar", "--gpus-per-node", "3"], "even number of ranks"),
+    ([*AR1M, "--algo", "warp"], "unknown algorithm"),
+    ([*AR1M, "--proto", "ll64"], "unknown protocol"),
+    ([*AR, "--size", "1M", "--collective", "allreduce", "--hierarchy", "diagonal"], "unknown hierarchy"),
+    (["simulate", "--topology", "dgx_h100", "--collective", "alltoall", "--size", "1M"],
+     "unknown collective"),
+    # what is missing or unknown
+    (["simulate"], "give --topology, --collective, --size"),
+    ([*SIM, "--collective", "allreduce"], "give --size"),
+    (["simulate", "--topology", "dgx_h200", "--collective", "allreduce", "--size", "1"],
+     "unknown topology 'dgx_h200'"),
+    (["simulate", "--topology", "/nonexistent/sys.yaml", "--collective", "allreduce", "--size", "1"],
+     "no such topology file"),
+    ([*AR1M, "--seed", "-1"], "unrecognized arguments: --seed -1"),
+    (["evaluate", "--policy", "random", "--suite", "smoke", "--seed", "-1"], "argument --seed"),
+    (["export", "--policy", "random", "--topology", "dgx_h100", "--seed", "-1", "-o", "x.dccl"],
+     "argument --seed"),
+    ([*AR1M, "--json", "--batch", "-"], "drop --json"),
+    (["simulate", "--batch", "/nonexistent/requests.jsonl"], "no such batch file"),
+    (["--bogus"], "unrecognized arguments"),
+    (["frobnicate"], "invalid choice"),
+    (["explain", "--topology", "dgx_h100"], "--collective"),
+    ([*EXPLAIN, "--plot", "/nonexistent/dir/sweep.png"], "does not exist"),
+    (["profile"], "required"),
+    (["profile", "gpu"], "invalid choice"),
+    ([*GLOO, "--nprocs", "0"], "--nprocs: must be positive"),
+    ([*GLOO, "--nprocs", "-3"], "--nprocs"),
+    ([*GLOO, "--iters", "0"], "--iters"),
+    ([*GLOO, "--runs", "0"], "--runs"),
+    ([*GLOO, "--warmup", "-1"], "--warmup"),
+    ([*GLOO, "--timeout", "nan"], "--timeout"),
+    ([*GLOO, "--timeout", "0"], "--timeout"),
+    ([*GLOO, "--algorithm", "ring"], "NCCL knobs; use --backend nccl"),
+    (["profile", "collective", "--backend", "nccl", "--algorithm", "stragglar"], "only in the simulator"),
+    (["profile", "collective", "--backend", "nccl", "--channels", "65"], "--channels"),
+    (["profile", "collective", "--backend", "tcp"], "invalid choice"),
+    ([*GLOO, "--record", "/nonexistent/dir/m.jsonl"], "does not exist"),
+    ([*GLOO, "--plot", "/nonexistent/dir/a.png"], "does not exist"),
+    (["profile", "topology", "--nodes", "0"], "--nodes"),
+    (["profile", "topology", "--network-bandwidth-GBps", "inf"], "finite"),
+    (["profile", "topology", "--from", "/nonexistent/nvml.yaml"], "no such NVML recording"),
+    (["export", "--policy", "oracle", "--topology", "dgx_h100", "--points-per-octave", "0", "-o",
+      "x.dccl"], "--points-per-octave: must be positive"),
+    (["calibrate", "/nonexistent/run.txt", "--topology", "dgx_h100", "-o", "fitted.yaml"],
+     "no such measurement file"),
+    (["plugin"], "required"),
+    (["plugin", "frob"], "invalid choice"),
+    (["plugin", "build", "--cc", "no-such-cc"], "no-such-cc"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), CASES, ids=[" ".join(a)[-60:] for a, _ in CASES])
+def test_bad_input_is_one_line_and_exit_code_2(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                               message: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+
+
+def _bad_files(tmp: Path) -> dict[str, Path]:
+    """Files a user might hand over by mistake."""
+    files = {"folder": tmp / "folder.yaml", "binary": tmp / "binary.yaml", "text": tmp / "notes.yaml",
+             "nan": tmp / "nan.yaml", "nvls80": tmp / "nvls80.yaml", "recording": tmp / "rec.yaml"}
+    files["folder"].mkdir()
+    files["binary"].write_bytes(b"\xff\xfe\x00garbage")
+    files["text"].write_text("just: [some, notes\n")
+    files["nan"].write_text("name: x\ntiers:\n  - {size: 8, fabric: switch, bandwidth_GBps: .nan, "
+                            "latency_us: 1}\n")
+    files["nvls80"].write_text("name: a100ish\ngpu: {arch: sm80, sms: 108}\nfeatures: {nvls: true}\n"
+                               "tiers:\n  - {size: 8, fabric: switch, bandwidth_GBps: 300, latency_us: 1}\n")
+    files["recording"].write_text("not: a recording\n")
+    return files
+
+
+@pytest.mark.parametrize(("kind", "message"), [
+    ("folder", "is a folder"), ("binary", "cannot be read as a text topology"),
+    ("text", "not valid YAML"), ("nan", "bandwidth_GBps"),
+    ("nvls80", "NVLS needs NVSwitch multicast on sm90+"),
+])
+def test_a_bad_topology_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         kind: str, message: str) -> None:
+    path = _bad_files(tmp_path)[kind]
+    for argv in (["simulate", "--topology", str(path), "--collective", "allreduce", "--size", "1M"],
+                 ["explain", "--topology", str(path), "--collective", "allreduce"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_a_file_that_is_not_an_nvml_recording_is_one_line(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = _bad_files(tmp_path)["recording"]
+    assert main(["profile", "topology", "--from", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "not an NVML recording" in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_files_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("name: x\n")
+    secret.chmod(0)
+    for argv in (["simulate", "--topology", str(secret), "--collective", "allreduce", "--size", "1"],
+                 ["simulate", "--batch", str(secret)],
+                 ["profile", "topology", "--from", str(secret)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "permission denied" in err and err.count("\n") == 1
+
+
+def test_permission_errors_are_one_line_even_as_root(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root can read any file, so the operating system's refusal is injected for one path."""
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("name: x\n")
+    real = Path.read_text
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> str:
+        if self == secret:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    for argv in (["simulate", "--topology", str(secret), "--collective", "allreduce", "--size", "1"],
+                 ["explain", "--topology", str(secret), "--collective", "allreduce"],
+                 ["simulate", "--batch", str(secret)],
+                 ["profile", "topology", "--from", str(secret)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "permission denied" in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_a_bug_inside_is_an_internal_error_not_the_users(capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ValueError from the simulator is a bug: exit 1, 'internal error', a hint to report it."""
+    from dynamiccl import decisions
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("max() arg is an empty sequence")
+
+    monkeypatch.setattr(decisions, "best", broken)
+    assert main(AR1M) == 1
+    err = capsys.readouterr().err
+    assert "internal error" in err and "report" in err and "empty sequence" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    monkeypatch.setenv("DYNAMICCL_DEBUG", "1")
+    with pytest.raises(ValueError, match="empty sequence"):
+        main(AR1M)
+
+
+def test_a_policy_name_that_names_nothing_or_a_file_that_is_no_checkpoint(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    not_a_zip = tmp_path / "policy.dccl"
+    not_a_zip.write_text("DYNAMICCL-POLICY 1\n")
+    for argv, message in (
+            (["evaluate", "--policy", str(not_a_zip), "--suite", "smoke"], "not a checkpoint"),
+            (["evaluate", "--policy", "oracel", "--suite", "smoke"], "unknown policy 'oracel'"),
+            (["export", "--policy", "no_such_policy", "--topology", "dgx_h100", "-o",
+              str(tmp_path / "out.dccl")], "unknown policy 'no_such_policy'")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err, err

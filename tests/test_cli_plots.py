@@ -1,0 +1,168 @@
+"""Plots a person can read: fixed colours, ratio axes in ×, legends that explain and never cover."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dynamiccl.cli.explain import explain_rows
+from dynamiccl.cli.main import main
+from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.plots import (
+    ALGORITHM_COLOURS,
+    PROTOCOL_MARKERS,
+    algorithm_colour,
+    choice_colour,
+    explain_figure,
+    format_ratio,
+    policy_colour,
+    pyplot,
+    ratio_axis,
+)
+from dynamiccl.topology import load_topology
+
+
+def test_every_algorithm_and_protocol_has_a_fixed_distinct_look() -> None:
+    assert {a.name.lower() for a in Algorithm} <= set(ALGORITHM_COLOURS)
+    assert len(set(ALGORITHM_COLOURS.values())) == len(ALGORITHM_COLOURS)
+    assert {p.name.lower() for p in Protocol} == set(PROTOCOL_MARKERS)
+    assert algorithm_colour("ring-hier(bw_aware,4ck)") == ALGORITHM_COLOURS["ring-hier"]
+    shades = {choice_colour(f"ring/{p}") for p in ("ll", "ll128", "simple")}
+    assert len(shades) == 3 and choice_colour("tree/ll") != choice_colour("ring/ll")
+    # a trained policy's colour depends on its name only, so every figure and run agree
+    assert policy_colour("runs/2024-01-01/model") == policy_colour("runs/2024-01-01/model")
+    assert policy_colour("nccl_default") != policy_colour("oracle")
+
+
+@pytest.mark.parametrize(("value", "text"), [(0.98, "0.98×"), (1.0, "1×"), (1.1, "1.1×"), (2.0, "2×"),
+                                             (0.5, "0.5×"), (20.0, "20×"), (1.25, "1.25×")])
+def test_ratios_read_as_people_say_them(value: float, text: str) -> None:
+    assert format_ratio(value) == text
+
+
+def _tick_labels(ax) -> list[str]:
+    ax.figure.canvas.draw()
+    return [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+
+
+@pytest.mark.parametrize(("low", "high"), [(1.0, 1.1), (0.9, 2.0), (0.5, 30.0), (1.0, 1.0)])
+def test_a_ratio_axis_shows_x_ticks_and_room_for_a_small_gain(low: float, high: float) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [low, high])
+    ratio_axis(ax, low, high)
+    labels = _tick_labels(ax)
+    assert "1×" in labels and all(label.endswith("×") for label in labels)
+    assert 2 <= len(labels) <= 9
+    bottom, top = ax.get_ylim()
+    assert bottom < low <= high < top
+    plt.close(fig)
+
+
+def test_the_explain_figure_makes_a_ten_percent_gain_visible_and_explains_its_marks() -> None:
+    rows = explain_rows(load_topology("dgx_h100", nodes=2), Collective.ALLREDUCE,
+                        [2**k for k in range(3, 31, 3)], deployable=False)
+    fig = explain_figure(rows, "allreduce on dgx_h100 x2; best pick among all configurations")
+    top, bottom = fig.axes
+    lo, hi = bottom.get_ylim()
+    import math
+
+    assert lo < 1.0 and hi >= max(r["gain"] for r in rows)
+    assert (math.log(1.1) - math.log(lo)) / (math.log(hi) - math.log(lo)) > 0.1  # 1.1× stands out
+    assert all(label.endswith("×") for label in _tick_labels(bottom))
+    legend = [t.get_text() for t in top.get_legend().get_texts()]
+    assert "NCCL's default pick" in legend and "best pick (simulated)" in legend
+    assert any(t.startswith("protocol: ") for t in legend) and "64 channels" in legend
+    assert any(t.startswith("algorithm: ") for t in legend)
+    assert bottom.get_xlabel().startswith("message size") and top.get_ylabel().startswith("bus bandwidth")
+    pyplot().close(fig)
+
+
+@pytest.fixture(scope="module")
+def smoke_reports():
+    from dynamiccl.agents.evaluate import evaluate_policies
+    from dynamiccl.agents.registry import load_policy
+    from dynamiccl.envs.workloads import load_suite
+
+    suite = load_suite("smoke")
+    return evaluate_policies([load_policy("nccl_default"), load_policy("oracle")], suite)
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_heatmaps_have_labels_a_title_and_a_legend_beside_them(smoke_reports) -> None:
+    from dynamiccl.agents.evaluation_plots import choice_maps_figure, describe_run
+
+    fig = choice_maps_figure(smoke_reports, describe_run("smoke", deployable=True))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(renderer)
+    for ax in fig.axes:
+        assert ax.get_ylabel() == "ranks" and ax.get_title(loc="left").startswith("policy: ")
+        assert not _overlaps(legend, ax.get_tightbbox(renderer))  # panels, tick labels included
+    assert fig.axes[-1].get_xlabel().startswith("message size")
+    assert "smoke suite" in fig._suptitle.get_text() and "deployable actions" in fig._suptitle.get_text()
+    pyplot().close(fig)
+
+
+def test_speedup_plot_reads_in_ratios_and_names_the_run(smoke_reports) -> None:
+    from dynamiccl.agents.evaluation_plots import describe_run, speedup_figure
+
+    fig = speedup_figure(smoke_reports, describe_run("heldout", deployable=False))
+    ax = fig.axes[0]
+    assert all(label.endswith("×") for label in _tick_labels(ax))
+    assert "heldout suite, all simulator actions" in ax.get_title()
+    colours = {line.get_label(): line.get_color() for line in ax.get_lines() if line.get_label()[0] != "_"}
+    assert colours == {"nccl_default": policy_colour("nccl_default"), "oracle": policy_colour("oracle")}
+    pyplot().close(fig)
+
+
+@pytest.mark.multiproc
+def test_profile_collective_reports_both_times_and_draws_arrivals(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    plot = tmp_path / "arrivals"
+    assert main(["profile", "collective", "--backend", "gloo", "--nprocs", "2", "--size", "64K",
+                 "--warmup", "1", "--iters", "8", "--runs", "1", "--inject-straggler", "1:30ms",
+                 "--plot", str(plot), "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    size = 64 * 2**10
+    assert out["algbw_with_wait_GBps"] == pytest.approx(size / out["time_us"] / 1e3)
+    assert out["algbw_GBps"] == pytest.approx(size / out["time_after_straggler_us"] / 1e3)
+    assert out["time_us"] >= 30_000  # the punctual rank waited for the late one
+    assert f"plot written to {plot}.png" in captured.err
+    assert Path(f"{plot}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_profile_table_has_nccl_tests_columns_and_one_row_per_time(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A measurement with rank 1 arriving 30 ms late, summarized by the runner's own code."""
+    import numpy as np
+
+    from dynamiccl.cli.profile import _plot, _print_result
+    from dynamiccl.profiler.runner import CollectiveSpec, summarize
+
+    spec = CollectiveSpec("allreduce", 2**20, "gloo", warmup=0, iters=10, runs=1, straggler_rank=1,
+                          straggler_delay_us=30_000.0)
+    rng = np.random.default_rng(0)
+    times = np.zeros((2, 2, 1, 10))
+    arrival = np.cumsum(np.full(10, 50_000.0))
+    times[0, 1, 0], times[1, 1, 0] = arrival, arrival + 30_000 + rng.uniform(0, 500, 10)
+    times[1, 0, 0] = 400 + rng.uniform(0, 20, 10)  # the late rank finds everyone waiting
+    times[0, 0, 0] = times[1, 1, 0] - times[0, 1, 0] + times[1, 0, 0]
+    result = summarize(spec, times)
+    assert result.straggler.rank == 1
+    _print_result(spec, result, "gloo")
+    table = capsys.readouterr().out
+    for column in ("size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        assert column in table
+    assert "1048576" in table and "262144" in table and "float" in table
+    assert "first arrival (with the wait)" in table and "the straggler's arrival" in table
+    assert f"{result.time_us:.2f}" in table and f"{result.time_after_straggler_us:.2f}" in table
+    assert result.algbw_with_wait_GBps == pytest.approx(2**20 / result.time_us / 1e3)
+    plot = _plot(result, tmp_path / "arrivals")
+    assert plot.name == "arrivals.png" and plot.read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,160 @@
+"""The safety gate at export, the evidence it leaves, and ``show``'s contract."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from dynamiccl import decisions
+from dynamiccl import policy_file as pf
+from dynamiccl.agents.baselines import OraclePolicy
+from dynamiccl.agents.export import export_policy, load_evidence, rule_evidence, save_evidence
+from dynamiccl.agents.gate import DEFAULT_MARGIN, Gate, passes, uncertainty
+from dynamiccl.cli.main import main
+from dynamiccl.cli.show import JSON_KEYS
+from dynamiccl.knobs import ACTION_INDEX, Algorithm, Collective, Config, Protocol
+from dynamiccl.scenario import Scenario
+from dynamiccl.topology import load_topology
+
+TOPO = load_topology("dgx_h100", nodes=2)
+#: On this call the model predicts tree/LL on 2 channels 21 % faster than NCCL's tree/LL128.
+CALL = Scenario(TOPO, Collective.ALLREDUCE, 1 << 18)
+PROPOSAL = Config(Algorithm.TREE, Protocol.LL, 2, decisions.nccl_default(CALL).config.hierarchy)
+
+
+def test_the_gate_defers_when_the_model_is_unsure_and_overrides_when_it_is_sure():
+    unsure = Gate(sigma=lambda *call: 0.5).judge(CALL, PROPOSAL)
+    sure = Gate(sigma=lambda *call: 0.02).judge(CALL, PROPOSAL)
+    assert unsure.gain == pytest.approx(sure.gain) and 0.15 < sure.gain < 0.3
+    assert not unsure.override and sure.override
+    assert unsure.sigma == pytest.approx(math.hypot(0.5, 0.5))
+    assert unsure.nccl == decisions.nccl_default(CALL).config and unsure.evidence == "model"
+
+
+def test_the_margin_holds_even_when_the_model_is_certain():
+    assert not passes(0.02, 0.0, DEFAULT_MARGIN)
+    assert passes(0.04, 0.0, DEFAULT_MARGIN)
+    assert not passes(0.04, 0.05, DEFAULT_MARGIN)
+    with pytest.raises(ValueError, match="fraction"):
+        Gate(margin=1.5)
+
+
+def test_uncertainty_is_one_documented_value_per_size_band():
+    small, mid, large = (uncertainty(TOPO, Collective.ALLREDUCE, n, Algorithm.RING,
+                                     Protocol.SIMPLE) for n in (1 << 10, 1 << 20, 1 << 30))
+    assert small > mid > large > 0
+
+
+@pytest.fixture(scope="module")
+def gated():
+    return export_policy(OraclePolicy(deployable=True), TOPO)
+
+
+def test_an_export_overrides_nccl_only_where_the_gate_let_it(gated):
+    overrides = [c for c in gated.cells if c.decision is not None]
+    assert overrides, "the model is sure of some gains on dgx_h100 x2"
+    for c in overrides:
+        assert c.verdict.override and c.verdict.gain > DEFAULT_MARGIN
+        assert math.log1p(c.verdict.gain) > c.verdict.sigma
+    assert not gated.predicted_slower()
+    assert gated.gated > 0  # the oracle proposed more than the gate let through
+    ungated = export_policy(OraclePolicy(deployable=True), TOPO, gate=None)
+    assert sum(c.decision is not None for c in ungated.cells) > len(overrides)
+
+
+class RingLLOneChannel:
+    """Always ring/LL on one channel: far slower than NCCL for large calls."""
+
+    name = "ring_ll_1ch"
+
+    def act(self, observation, *, scenario=None, action_mask=None) -> int:
+        return ACTION_INDEX[Config(Algorithm.RING, Protocol.LL, 1)]
+
+
+def test_export_refuses_a_policy_predicted_slower_unless_told(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("dynamiccl.agents.registry.load_policy",
+                        lambda *a, **k: RingLLOneChannel())
+    out = tmp_path / "bad.dccl"
+    args = ["export", "--policy", "ring_ll_1ch", "--topology", "dgx_h100", "-o", str(out)]
+    assert main([*args, "--no-gate"]) == 2
+    err = capsys.readouterr().err
+    assert "predicted slower than NCCL" in err and "--allow-slower" in err and not out.exists()
+    assert main([*args, "--no-gate", "--allow-slower"]) == 0
+    assert "warning" in capsys.readouterr().err and out.exists()
+    assert main([*args, "--force"]) == 0  # gated: the same policy is safe to ship
+    assert "gate: margin 3%" in capsys.readouterr().out
+    shipped = pf.read(out)
+    assert all(r.decision is None or r.decision.channels == 1 for r in shipped.slice().rules)
+
+
+@pytest.mark.parametrize("target, message", [
+    ("", "empty"),
+    (".", "is a folder"),
+    ("nosuchdir/p.dccl", "does not exist"),
+])
+def test_export_output_problems_are_named_before_any_work(tmp_path, capsys, monkeypatch,
+                                                          target, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "-o", target]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_export_never_replaces_a_file_that_is_not_a_policy(tmp_path, capsys):
+    model = tmp_path / "model.zip"
+    model.write_bytes(b"PK\x03\x04 the trained model")
+    base = ["export", "--policy", "oracle", "--topology", "dgx_h100", "-o", str(model)]
+    assert main(base) == 2 and "--force" in capsys.readouterr().err
+    assert main([*base, "--force"]) == 2
+    assert "not a policy file" in capsys.readouterr().err
+    assert model.read_bytes().startswith(b"PK")
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "-o",
+                 str(tmp_path / "p.dccl"), "--points-per-octave", "100000"]) == 2
+    assert "points per octave must be 1..64" in capsys.readouterr().err
+
+
+def test_show_json_is_the_rule_contract(gated, tmp_path, capsys):
+    path = tmp_path / "o.dccl"
+    path.write_text(pf.dumps(gated.policy_file))
+    save_evidence(path, rule_evidence(gated))
+    assert main(["show", str(path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == gated.policy_file.slice().rules.__len__()
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        assert set(JSON_KEYS) <= set(row)
+        assert row["defer"] == (row["algorithm"] is None) == (row["protocol"] is None)
+        assert row["nodes"] in (None, 2) and row["ranks"] in (None, 16)
+        assert row["min_bytes"] < row["max_bytes"]
+        if not row["defer"]:
+            assert row["channels"] is None or 1 <= row["channels"] <= 64
+            assert row["evidence"] == "model" and row["gain"] > DEFAULT_MARGIN
+        groups.setdefault((row["collective"], row["nodes"], row["ranks"]), []).append(row)
+    for rules in groups.values():  # [min, max) ranges tile every size NCCL can ask about
+        spans = sorted((r["min_bytes"], r["max_bytes"]) for r in rules)
+        assert spans[0][0] == 0 and spans[-1][1] == 2**64
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    rule = gated.policy_file.decide(Collective.ALLREDUCE, 1 << 18, 16, 2)
+    row = next(r for r in rows if r["collective"] == "allreduce" and r["nodes"] == 2
+               and r["min_bytes"] <= 1 << 18 < r["max_bytes"])
+    assert row["defer"] == (rule.decision is None)
+
+
+def test_show_prints_evidence_and_bounds_a_huge_file(gated, tmp_path, capsys, monkeypatch):
+    path = tmp_path / "o.dccl"
+    path.write_text(pf.dumps(gated.policy_file))
+    assert main(["show", str(path)]) == 0
+    assert "no evidence file" in capsys.readouterr().out
+    save_evidence(path, rule_evidence(gated))
+    assert load_evidence(path)
+    assert main(["show", str(path), "--width", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "NCCL's pick" in out and "model" in out and "±" in out
+    monkeypatch.setattr("dynamiccl.cli.show.MAX_TABLE_ROWS", 3)
+    assert main(["show", str(path)]) == 0
+    assert "more rules not printed" in capsys.readouterr().out
+    other = export_policy(OraclePolicy(deployable=True), TOPO, gate=None)
+    path.write_text(pf.dumps(other.policy_file))
+    assert load_evidence(path) is None  # evidence is tied to the exact file it was written with

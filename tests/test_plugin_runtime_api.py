@@ -1,0 +1,150 @@
+"""The plugin's run-time entry points from Python, through ctypes on the loaded library, as
+dynamiccl.runtime uses them: each test runs in a fresh process (the plugin's state is per process),
+which plays NCCL's part by calling the tuner ABI on the same loaded library."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import dynamiccl
+from dynamiccl import plugin
+from dynamiccl import policy_file as pf
+from dynamiccl.nccl import Algorithm, Collective, Protocol
+
+AR = Collective.ALLREDUCE
+HEADER = pf.Header("runtime-api", "2026-01-01T00:00:00Z", "dgx_h100", "0123456789abcdef",
+                   pf.DEFAULT_NCCL_RANGE, "cafe", "ll128,nvls")
+
+#: Loads the plugin with ctypes, inits one v6 communicator (16 ranks, 2 nodes) and answers
+#: JSON commands from argv: ["decide", bytes] -> [algo, proto, channels]; ["context", spec];
+#: ["pin", coll, lo, hi, algo, proto, ch]; ["hash", len]; ["version"].
+_PROGRAM = textwrap.dedent("""
+    import ctypes, json, os, sys
+    lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    lib.dynamiccl_set_context.argtypes = [ctypes.c_char_p]
+    lib.dynamiccl_policy_hash.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.dynamiccl_plugin_version.restype = ctypes.c_char_p
+    lib.dynamiccl_pin.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,
+                                  ctypes.c_int, ctypes.c_int]
+    INIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64,
+                            ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                            ctypes.c_void_p)
+    COLL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t,
+                            ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                            ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+    FIN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+    class V6(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_char_p), ("init", INIT), ("coll", COLL), ("fin", FIN),
+                    ("chunk", ctypes.c_void_p)]
+    v6 = V6.in_dll(lib, "ncclTunerPlugin_v6")
+    ctx = ctypes.c_void_p()
+    assert v6.init(ctypes.byref(ctx), 1, 16, 2, None, None, None) == 0
+    out = []
+    for cmd in json.loads(sys.argv[2]):
+        if cmd[0] == "decide":
+            table = (ctypes.c_float * 21)(*[10.0 + i for i in range(21)])
+            nch = ctypes.c_int(0)
+            assert v6.coll(ctx, int(cmd[2]) if len(cmd) > 2 else 4, cmd[1], 1, table, 7, 3, 0,
+                           ctypes.byref(nch)) == 0
+            forced = [i for i in range(21) if table[i] == 0.0]
+            out.append([forced[0] // 3, forced[0] % 3, nch.value] if forced else None)
+        elif cmd[0] == "context":
+            out.append(lib.dynamiccl_set_context(None if cmd[1] is None else cmd[1].encode()))
+        elif cmd[0] == "pin":
+            out.append(lib.dynamiccl_pin(*cmd[1:]))
+        elif cmd[0] == "hash":
+            buf = ctypes.create_string_buffer(b"x" * 100) if cmd[1] else None
+            rc = lib.dynamiccl_policy_hash(buf, cmd[1])
+            out.append([rc, buf.value.decode() if rc == 0 else None])
+        elif cmd[0] == "version":
+            out.append(lib.dynamiccl_plugin_version().decode())
+    v6.fin(ctx)
+    print(json.dumps(out))
+""")
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    return plugin.build(cache=tmp_path_factory.getbasetemp() / "dynamiccl-c-builds")
+
+
+@pytest.fixture(scope="module")
+def policy_path(tmp_path_factory):
+    default = pf.Slice(rules=(
+        pf.Rule(AR, 0, 65535, 2, 16, decision=pf.Decision(Algorithm.RING, Protocol.LL, 16)),
+        pf.Rule(AR, 65536, pf.MAX_BYTES, 2, 16, decision=pf.Decision(Algorithm.TREE,
+                                                                      Protocol.SIMPLE)),
+    ))
+    late = pf.Slice("long", "none", (pf.Rule(AR, 0, pf.MAX_BYTES, 2, 16,
+                                             decision=pf.Decision(Algorithm.RING, Protocol.SIMPLE,
+                                                                  32)),))
+    overlap = pf.Slice("none", "high", (pf.Rule(AR, 0, pf.MAX_BYTES, None, None,
+                                                decision=pf.Decision(Algorithm.NVLS,
+                                                                     Protocol.SIMPLE, 8)),))
+    return pf.write(pf.PolicyFile(HEADER, (default, late, overlap)),
+                    tmp_path_factory.mktemp("rt") / "rt.dccl")
+
+
+def _run(library, commands, policy=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DYNAMICCL_", "NCCL_"))}
+    if policy:
+        env["DYNAMICCL_POLICY"] = str(policy)
+    proc = subprocess.run([sys.executable, "-c", _PROGRAM, str(library), json.dumps(commands)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+RING_LL, TREE, LATE, NVLS = [1, 0, 16], [0, 2, 0], [1, 2, 32], [4, 2, 8]
+
+
+def test_context_switching_changes_decisions(library, policy_path):
+    out = _run(library, [["decide", 1000], ["decide", 1 << 20],
+                         ["context", "straggler=long c2c=none"], ["decide", 1000], ["decide", 1 << 20],
+                         ["context", "c2c=high"], ["decide", 1000],
+                         ["context", "straggler=short"], ["decide", 1000],
+                         ["context", "straggler=none c2c=none"], ["decide", 1000]], policy_path)
+    assert out == [RING_LL, TREE, 0, LATE, LATE, 0, NVLS, 1, NVLS, 0, RING_LL]
+
+
+def test_pins_win_over_rules_and_clear(library, policy_path):
+    ar = int(AR)
+    out = _run(library, [["pin", ar, 0, 4096, int(Algorithm.TREE), int(Protocol.LL128), 2],
+                         ["decide", 4095], ["decide", 4096], ["decide", 100, 2],
+                         ["pin", ar, 0, 2**64 - 1, -1, 0, 0], ["decide", 4095]], policy_path)
+    assert out == [0, [0, 1, 2], RING_LL, None, 0, RING_LL]
+
+
+def test_hash_matches_the_python_content_hash(library, policy_path):
+    out = _run(library, [["hash", 65], ["hash", 64], ["hash", 0]], policy_path)
+    assert out == [[0, pf.file_hash(policy_path)], [-1, None], [-1, None]]
+    assert _run(library, [["hash", 65]]) == [[-1, None]]  # no policy loaded
+
+
+def test_version_is_the_package_version(library):
+    assert _run(library, [["version"]]) == [dynamiccl.__version__]
+
+
+@pytest.mark.parametrize("spec", [None, "", "straggler", "straggler=long,", "straggler=long x=1",
+                                  "straggler=Long", "straggler=l\u00f6ng", "c2c=" + "a" * 32,
+                                  "straggler=long " * 20, "c2c=high c2c=high"])
+def test_hostile_context_specs_are_refused(library, policy_path, spec):
+    out = _run(library, [["context", spec], ["decide", 1000]], policy_path)
+    if spec == "":
+        assert out == [0, RING_LL]  # nothing named: the default slice
+    elif spec == "straggler=long,":
+        assert out == [0, LATE]  # a trailing separator is harmless
+    else:
+        assert out == [-1, RING_LL]
+
+
+@pytest.mark.parametrize("args", [[9, 0, 10, 1, 2, 0], [4, 10, 10, 1, 2, 0], [4, 0, 10, 9, 2, 0],
+                                  [4, 0, 10, 1, 5, 0], [4, 0, 10, 1, 2, 99], [-5, 0, 10, -1, 0, 0]])
+def test_hostile_pins_are_refused(library, policy_path, args):
+    assert _run(library, [["pin", *args], ["decide", 5]], policy_path) == [-1, RING_LL]

@@ -1,0 +1,128 @@
+"""``dynamiccl tune``: measurements decide, the plan measures what can change a decision."""
+
+from __future__ import annotations
+
+import json
+
+from dynamiccl.agents.tune import (
+    DEFAULT,
+    Measurements,
+    Pair,
+    Tuner,
+    _model_time,
+    command_lines,
+    plan,
+)
+from dynamiccl.cli.main import main
+from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.profiler.records import MeasurementRecord, write_jsonl
+from dynamiccl.scenario import Scenario
+from dynamiccl.topology import load_topology
+
+TOPO = load_topology("dgx_h100", nodes=1)
+NVLS = Pair(Algorithm.NVLS, Protocol.SIMPLE)
+RING_LL = Pair(Algorithm.RING, Protocol.LL)
+
+
+def record(s: Scenario, pair: Pair, time_us: float) -> MeasurementRecord:
+    return MeasurementRecord(
+        s.collective.name.lower(), s.nbytes, s.topology.nranks, time_us, 1.0, 1.0,
+        algorithm=None if pair.is_default else pair.algorithm.name.lower(),
+        protocol=None if pair.is_default else pair.protocol.name.lower(), nnodes=s.topology.nodes)
+
+
+def at(nbytes: int) -> Scenario:
+    return Scenario(TOPO, Collective.ALLREDUCE, nbytes)
+
+
+def test_without_measurements_the_uncertain_model_leaves_nccl_alone():
+    d = Tuner(TOPO, Measurements([])).decide(at(1 << 20))
+    assert d.chosen == DEFAULT and d.verdict.evidence == "model"
+    assert not d.verdict.override
+
+
+def test_a_measured_pair_decides_whatever_the_model_says():
+    s = at(1 << 20)
+    model_nvls = _model_time(s, NVLS)
+    records = [record(s, DEFAULT, 100.0), record(s, NVLS, 70.0), record(s, RING_LL, 130.0)]
+    d = Tuner(TOPO, Measurements(records)).decide(s)
+    assert d.chosen == NVLS and d.verdict.evidence == "measured"
+    assert abs(d.verdict.gain - (100 / 70 - 1)) < 1e-9
+    assert d.estimates[NVLS].time_us == 70.0 != model_nvls
+    slower = [record(s, DEFAULT, 100.0), record(s, NVLS, 120.0)]
+    d = Tuner(TOPO, Measurements(slower)).decide(s)
+    assert d.chosen == DEFAULT  # measured slower: NCCL keeps the call, whatever the model thinks
+
+
+def test_a_measured_gain_within_the_noise_is_not_trusted():
+    s = at(1 << 20)
+    noisy = [record(s, DEFAULT, 100.0), record(s, NVLS, 97.0)]
+    assert Tuner(TOPO, Measurements(noisy)).decide(s).chosen == DEFAULT
+
+
+def test_measurements_of_a_choice_correct_the_model_at_nearby_sizes():
+    sizes = [1 << k for k in range(18, 23)]
+    records = [record(at(n), p, f * _model_time(at(n), p))
+               for n in sizes for p, f in ((DEFAULT, 1.0), (NVLS, 0.6))]
+    tuner = Tuner(TOPO, Measurements(records))
+    between = at(3 << 19)
+    est = tuner.estimate(between, NVLS)
+    assert est.evidence == "calibrated model"
+    assert abs(est.time_us / _model_time(between, NVLS) - 0.6) < 0.05
+    assert tuner.decide(between).chosen == NVLS
+    far = tuner.estimate(at(1 << 33), NVLS)
+    assert far.evidence == "model"  # too far from anything measured: no correction claimed
+
+
+def test_plan_measures_first_the_pair_whose_measurement_changes_a_decision():
+    """The plan's first two measurements (a pair and NCCL's default at one size) are enough to
+    flip that size's decision when the measurement shows the predicted gain is real."""
+    scenarios = [at(1 << k) for k in range(10, 31)]
+    tuner = Tuner(TOPO, Measurements([]))
+    planned = plan(tuner, scenarios, 2)
+    assert len(planned) == 2
+    assert {m.pair.is_default for m in planned} == {True, False}
+    assert planned[0].nbytes == planned[1].nbytes
+    target = at(planned[0].nbytes)
+    pair = next(m.pair for m in planned if not m.pair.is_default)
+    assert tuner.decide(target).chosen == DEFAULT
+    truth = {DEFAULT: _model_time(target, DEFAULT), pair: 0.5 * _model_time(target, DEFAULT)}
+    measured = Tuner(TOPO, Measurements([record(target, p, t) for p, t in truth.items()]))
+    assert measured.decide(target).chosen == pair
+    values = [m.value for m in plan(tuner, scenarios, 50)]
+    assert values == sorted(values, reverse=True)
+
+
+def test_command_lines_pin_nccl_and_merge_consecutive_sizes():
+    from dynamiccl.agents.tune import PlannedMeasurement
+
+    items = [PlannedMeasurement(Collective.ALLREDUCE, 8, NVLS, n, 1.0, "") for n in
+             (1 << 20, 1 << 21, 1 << 22, 1 << 25)]
+    items.append(PlannedMeasurement(Collective.ALLGATHER, 8, DEFAULT, 1 << 10, 1.0, ""))
+    lines = command_lines(items, gpus_per_node=8)
+    assert lines[0].startswith("all_gather_perf -b 1024 -e 1024 -f 2 -g 8")
+    assert lines[1].startswith("NCCL_ALGO=NVLS NCCL_PROTO=Simple all_reduce_perf -b 1048576 "
+                               "-e 4194304 -f 2 -g 8")
+    assert "-b 33554432 -e 33554432" in lines[2]
+
+
+def test_tune_cli_writes_a_gated_policy_and_plans(tmp_path, capsys):
+    s = at(1 << 20)
+    logs = tmp_path / "runs.jsonl"
+    write_jsonl([record(s, DEFAULT, 100.0), record(s, NVLS, 60.0)], logs)
+    out = tmp_path / "tuned.dccl"
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--measurements", str(logs),
+                 "--collective", "allreduce", "--no-calibrate", "-o", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    measured = [r for r in rows if r["evidence"] == "measured"]
+    assert measured and measured[0]["ours"] == "nvls/simple"
+    assert main(["show", str(out), "--json"]) == 0
+    rules = json.loads(capsys.readouterr().out)
+    hit = [r for r in rules if r["nodes"] == 1 and r["min_bytes"] <= s.nbytes < r["max_bytes"]]
+    assert hit[0]["algorithm"] == "nvls" and hit[0]["channels"] is None
+    assert hit[0]["evidence"] in ("measured", "calibrated model")  # the range's weakest call
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--measurements", str(logs),
+                 "--collective", "allreduce", "--no-calibrate", "--plan", "--budget", "4"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert 1 <= len(lines) <= 4 and all("all_reduce_perf" in line for line in lines)
+    assert main(["tune", "--topology", "dgx_h100", "--plan", "--budget", "0"]) == 2
