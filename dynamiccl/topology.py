@@ -19,8 +19,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dynamiccl.calibration import Calibration, CalibrationFormatError, calibration_from_dict
 from dynamiccl.config_loader import ConfigError, config_names, read_config
 from dynamiccl.nccl import LINK_NAMES
+from dynamiccl.transports import DEFAULT_TRANSPORT, TRANSPORTS
 
 FABRICS = ("switch", "ring", "torus2d", "fully_connected")
 #: Physical links one hop of a fabric crosses. A switch hop is GPU -> switch -> GPU: two cables. A
@@ -29,6 +31,17 @@ FABRICS = ("switch", "ring", "torus2d", "fully_connected")
 #: seed 001's ASTRA-sim configuration does) instead of a measured per-hop ``latency_us``.
 LINKS_PER_HOP = {"switch": 2, "ring": 1, "torus2d": 1, "fully_connected": 1}
 LINKS = tuple(LINK_NAMES.values())
+#: How the measured program drives the GPUs: one process (or thread) per GPU, as ``mpirun -np N``
+#: with nccl-tests ``-g 1`` and every training framework do, or one thread launching every local
+#: GPU's kernel in turn (nccl-tests ``-g 8``), whose host launch cost grows with the GPU count.
+LAUNCH_MODES = ("process_per_gpu", "single_process")
+#: NCCL's path types between two GPUs of a node, best first (src/graph/topo.h): NVLink, one PCIe
+#: switch, several PCIe switches, through the CPU's host bridge, across the CPU socket interconnect.
+PATH_TYPES = ("NVL", "PIX", "PXB", "PHB", "SYS")
+#: GB/s NCCL assigns to a CPU socket interconnect for GPU traffic (nccl_abi.md §3.9, its QPI/UPI,
+#: AMD, Zhaoxin, POWER and ARM constants): Intel Broadwell, Skylake, Sapphire Rapids, Emerald Rapids.
+SOCKET_LINK_GBPS = {"bdw": 6.0, "skl": 10.0, "srp": 22.0, "erp": 40.0, "amd": 16.0, "p9": 32.0,
+                    "arm": 6.0}
 #: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).
 ARCHS = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100}
 
@@ -48,11 +61,47 @@ class Tier:
     link_share: int = 1
     #: For torus2d: the two dimensions (their product is ``size``).
     dims: tuple[int, ...] = ()
+    #: Network tiers: the transport kind (``dynamiccl.transports``); empty for NVLink and PCIe.
+    transport: str = ""
+    #: A PCIe node tier's tree of switches and sockets (None: every GPU on one switch).
+    pcie: PcieTree | None = None
+
+    @property
+    def path(self) -> str:
+        """NCCL's worst path type between two GPUs of this tier (``PATH_TYPES``; NET across a
+        network tier)."""
+        if self.link != "pcie":
+            return "NVL" if self.link == "nvlink" else "NET"
+        return self.pcie.path if self.pcie is not None else "PIX"
 
     @property
     def port_bandwidth_GBps(self) -> float:
         """What one rank gets when every rank of a node crosses this tier at once."""
         return self.bandwidth_GBps / self.link_share
+
+
+@dataclass(frozen=True)
+class PcieTree:
+    """How a node's GPUs hang off PCIe: ``gpus_per_switch`` GPUs under each switch,
+    ``switches_per_socket`` switches under each CPU socket, sockets joined by ``socket_link``.
+
+    "2 GPUs per socket, 2 sockets, no NVLink" is ``{gpus_per_switch: 2, switches_per_socket: 1,
+    socket_link: skl}`` on a 4-GPU ``link: pcie`` tier.
+    """
+
+    gpus_per_switch: int
+    switches_per_socket: int = 1
+    #: GB/s a GPU-to-GPU stream gets across the socket interconnect (``SOCKET_LINK_GBPS``).
+    socket_link_GBps: float = SOCKET_LINK_GBPS["skl"]
+    sockets: int = 1
+
+    @property
+    def path(self) -> str:
+        if self.sockets > 1:
+            return "SYS"
+        if self.switches_per_socket > 1 or self.gpus_per_switch == 1:
+            return "PHB"
+        return "PIX"
 
 
 @dataclass(frozen=True)
@@ -77,6 +126,9 @@ class Topology:
     tiers: tuple[Tier, ...]
     gpu: GpuSpec = field(default_factory=GpuSpec)
     features: Features = field(default_factory=Features)
+    launch: str = LAUNCH_MODES[0]
+    #: Values fitted to this system's own measurements (``dynamiccl.calibration``), if any.
+    calibration: Calibration | None = None
 
     @property
     def nranks(self) -> int:
@@ -123,7 +175,8 @@ class Topology:
             _require_positive("nodes", nodes)
             if len(tiers) == 1:
                 if nodes != 1:
-                    tiers.append(Tier("network", nodes, "switch", 50.0, 3.0, "net"))
+                    tiers.append(Tier("network", nodes, "switch", 50.0, 3.0, "net",
+                                      transport=DEFAULT_TRANSPORT))
             else:
                 middle = math.prod(t.size for t in tiers[1:-1])
                 if nodes % middle:
@@ -137,9 +190,24 @@ class Topology:
         return replace(self, tiers=tuple(tiers))
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data; fields still at their defaults are left out, so a file written before they
+        existed keeps its fingerprint."""
         d = asdict(self)
         for t in d["tiers"]:
             t["dims"] = list(t["dims"])
+            if t["transport"] in ("", DEFAULT_TRANSPORT):
+                del t["transport"]
+            if t["pcie"] is None:
+                del t["pcie"]
+            else:  # the file's form: the socket count follows from the tier size
+                t["pcie"] = {"gpus_per_switch": t["pcie"]["gpus_per_switch"],
+                             "switches_per_socket": t["pcie"]["switches_per_socket"],
+                             "socket_link": t["pcie"]["socket_link_GBps"]}
+        if d["launch"] == LAUNCH_MODES[0]:
+            del d["launch"]
+        del d["calibration"]
+        if self.calibration is not None:
+            d["calibration"] = self.calibration.to_dict()
         return d
 
     def fingerprint(self) -> str:
@@ -160,7 +228,13 @@ def _require_positive(name: str, value: int) -> None:
 
 def _retier(tier: Tier, size: int) -> Tier:
     dims = _torus_dims(size) if tier.fabric == "torus2d" else ()
-    return replace(tier, size=size, dims=dims)
+    pcie = tier.pcie
+    if pcie is not None:  # more or fewer GPUs fill more or fewer sockets of the same kind
+        per_switch = min(pcie.gpus_per_switch, size)
+        per_socket = max(1, min(pcie.switches_per_socket, size // per_switch))
+        pcie = replace(pcie, gpus_per_switch=per_switch, switches_per_socket=per_socket,
+                       sockets=max(1, size // (per_switch * per_socket)))
+    return replace(tier, size=size, dims=dims, pcie=pcie)
 
 
 def _torus_dims(size: int) -> tuple[int, int]:
@@ -176,7 +250,8 @@ def _torus_dims(size: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------
 
 _TIER_FIELDS = {"name", "size", "fabric", "bandwidth_GBps", "latency_us", "link_latency_us", "link",
-                "link_share", "dims"}
+                "link_share", "dims", "transport", "pcie"}
+_TOP_FIELDS = ("name", "gpu", "features", "launch", "tiers", "calibration")
 
 
 def preset_names() -> list[str]:
@@ -200,9 +275,9 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
 
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a topology is a mapping with 'name' and 'tiers' at the top")
-    unknown = set(data) - {"name", "gpu", "features", "tiers", "_target_", "defaults"}
+    unknown = set(data) - {*_TOP_FIELDS, "_target_", "defaults"}
     if unknown:
-        raise fail(sorted(unknown)[0], "is not a topology field; allowed: name, gpu, features, tiers")
+        raise fail(sorted(unknown)[0], f"is not a topology field; allowed: {', '.join(_TOP_FIELDS)}")
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise fail("name", "is missing; give the system a name, e.g. name: my_cluster")
@@ -228,7 +303,17 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     if feat_d.get("nvls") and ARCHS[arch] < 90:
         raise fail("features.nvls", f"is true on {arch}; NVLS needs NVSwitch multicast on sm90+ "
                    "GPUs: set it false or give the GPU's real arch")
-    return Topology(name, tiers, GpuSpec(arch, sms), Features(**feat_d))
+    launch = data.get("launch", LAUNCH_MODES[0])
+    if launch not in LAUNCH_MODES:
+        raise fail("launch", f"is {launch!r}; use one of {', '.join(LAUNCH_MODES)} (nccl-tests -g 1 "
+                   "under mpirun is process_per_gpu, -g 8 in one process is single_process)")
+    calibration = None
+    if data.get("calibration") is not None:
+        try:
+            calibration = calibration_from_dict(data["calibration"])
+        except CalibrationFormatError as exc:
+            raise fail(f"calibration.{exc.field}", str(exc)) from None
+    return Topology(name, tiers, GpuSpec(arch, sms), Features(**feat_d), launch, calibration)
 
 
 def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
@@ -242,9 +327,16 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
     for key in ("size", "fabric", "bandwidth_GBps"):
         if key not in t:
             raise fail(f"{where}.{key}", "is missing")
-    if ("latency_us" in t) == ("link_latency_us" in t):
+    link = t.get("link", "nvlink" if i == 0 and n_tiers > 1 else "net")
+    if link not in LINKS:
+        raise fail(f"{where}.link", f"is {link!r}; use one of {', '.join(LINKS)}")
+    if "latency_us" in t and "link_latency_us" in t:
         raise fail(f"{where}.latency_us", "needs exactly one of latency_us (measured per hop) and "
                    "link_latency_us (per cable; a switch hop crosses two)")
+    if "latency_us" not in t and "link_latency_us" not in t and not (link == "net" and "transport" in t):
+        raise fail(f"{where}.latency_us", "needs exactly one of latency_us (measured per hop) and "
+                   "link_latency_us (per cable; a switch hop crosses two); a network tier that names "
+                   "its transport may leave both out and get the kind's latency")
     size = t["size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise fail(f"{where}.size", f"is {size!r}; it must be a positive integer")
@@ -257,9 +349,6 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         number = isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val)
         if not number or val < 0 or (key == "bandwidth_GBps" and val == 0):
             raise fail(f"{where}.{key}", f"is {val!r}; it must be a positive number")
-    link = t.get("link", "nvlink" if i == 0 and n_tiers > 1 else "net")
-    if link not in LINKS:
-        raise fail(f"{where}.link", f"is {link!r}; use one of {', '.join(LINKS)}")
     share = t.get("link_share", 1)
     if not isinstance(share, int) or share < 1:
         raise fail(f"{where}.link_share", f"is {share!r}; it must be a positive integer")
@@ -268,7 +357,46 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         dims = tuple(t.get("dims") or _torus_dims(size))
         if len(dims) != 2 or math.prod(dims) != size:
             raise fail(f"{where}.dims", f"is {list(dims)}; give two numbers whose product is {size}")
+    transport = ""
+    if link == "net":
+        transport = t.get("transport", DEFAULT_TRANSPORT)
+        if transport not in TRANSPORTS:
+            raise fail(f"{where}.transport", f"is {transport!r}; use one of {', '.join(TRANSPORTS)}")
+    elif t.get("transport"):
+        raise fail(f"{where}.transport", f"is only for network tiers (link: net), not link: {link}")
     per_link = t.get("link_latency_us")
-    hop_us = float(t["latency_us"]) if per_link is None else LINKS_PER_HOP[t["fabric"]] * float(per_link)
+    if per_link is not None:
+        latency = LINKS_PER_HOP[t["fabric"]] * float(per_link)
+    else:
+        latency = float(t["latency_us"]) if "latency_us" in t else TRANSPORTS[transport].wire_latency_us
+    pcie = _pcie_from_dict(t.get("pcie"), size, link, f"{where}.pcie", fail)
     return Tier(str(t.get("name", f"tier{i}")), size, t["fabric"], float(t["bandwidth_GBps"]),
-                hop_us, link, share, dims)
+                latency, link, share, dims, transport, pcie)
+
+
+def _pcie_from_dict(p: Any, size: int, link: str, where: str, fail: Any) -> PcieTree | None:
+    """The optional PCIe tree of a node tier; sockets = size / (GPUs per switch × switches)."""
+    if p is None:
+        return None
+    if link != "pcie":
+        raise fail(where, f"describes PCIe switches and sockets; it needs link: pcie, not {link}")
+    if not isinstance(p, dict) or set(p) - {"gpus_per_switch", "switches_per_socket", "socket_link"}:
+        raise fail(where, "must be a mapping with gpus_per_switch, switches_per_socket and "
+                   f"socket_link ({', '.join(SOCKET_LINK_GBPS)} or GB/s)")
+    per_switch, per_socket = p.get("gpus_per_switch", size), p.get("switches_per_socket", 1)
+    for key, val in (("gpus_per_switch", per_switch), ("switches_per_socket", per_socket)):
+        if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+            raise fail(f"{where}.{key}", f"is {val!r}; it must be a positive integer")
+    if size % (per_switch * per_socket):
+        raise fail(where, f"puts {per_switch} x {per_socket} GPUs under a socket, which does not "
+                   f"divide the tier's {size} GPUs")
+    sockets = size // (per_switch * per_socket)
+    link_bw = p.get("socket_link", "skl")
+    if isinstance(link_bw, str):
+        if link_bw not in SOCKET_LINK_GBPS:
+            raise fail(f"{where}.socket_link", f"is {link_bw!r}; use one of "
+                       f"{', '.join(SOCKET_LINK_GBPS)} or a bandwidth in GB/s")
+        link_bw = SOCKET_LINK_GBPS[link_bw]
+    if not isinstance(link_bw, (int, float)) or isinstance(link_bw, bool) or link_bw <= 0:
+        raise fail(f"{where}.socket_link", f"is {link_bw!r}; give a CPU kind or a positive GB/s")
+    return PcieTree(per_switch, per_socket, float(link_bw), sockets)

@@ -10,6 +10,10 @@
   DDP comm hook that measures both inside a user's job;
 * :mod:`~dynamiccl.profiler.records`, :mod:`~dynamiccl.profiler.nccl_tests` – measurement records
   and the nccl-tests output parser;
+* :mod:`~dynamiccl.profiler.measurements` – ``load(path)`` for every format users already have
+  (nccl-tests text and ``-J`` JSON, NVIDIA's tuner measurement CSV, runner records);
+  :mod:`~dynamiccl.profiler.nccl_debug_log` – NCCL's printed tuning table and picks;
+  :mod:`~dynamiccl.profiler.published` – published runs kept as fixtures, and their replay tables;
 * :mod:`~dynamiccl.profiler.calibrate`, :mod:`~dynamiccl.profiler.fit_report`,
   :mod:`~dynamiccl.profiler.synthetic` – least-squares calibration, its report, and a known-truth
   system to check it on.

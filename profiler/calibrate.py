@@ -1,18 +1,34 @@
-"""Fit the simulator's per-tier bandwidth and latency to measured collective times.
+"""Fit the simulator to measured collective times: tier values plus the refinements of ``fit_params``.
 
 The fit minimises the squared error of log-times (so a 10 % miss weighs the same at 8 B and at
-8 GB) over the log of every tier parameter, with Levenberg–Marquardt on a finite-difference
-Jacobian: the simulator is a black box with kinks (minimums over caps), small and fast, so no
-analytic derivatives and no SciPy are needed.
+8 GB), each divided by the run-to-run scatter of a measurement (``MEASUREMENT_SIGMA``), plus the
+refinements' prior terms, with ``scipy.optimize.least_squares`` (trust-region reflective, bounds
+keep latencies non-negative, finite-difference Jacobian: the simulator is a black box with kinks).
 
 Each measurement is re-simulated on the base topology resized to the measurement's node and rank
 count, with the configuration NCCL actually ran: the one recorded, or — for "NCCL default" and
 partly forced runs — the one the NCCL-default model picks on the topology being fitted (re-picked
 after each fit until the picks stop changing, since NCCL's choice depends on the system too).
 
-A parameter the data cannot pin down is *refused*, not guessed: a tier no measurement crosses,
+A network tier's latency and its transport's per-message overhead are both paid per network hop,
+so the data sees their sum: the overhead's prior keeps it near the transport's value unless the
+tier latency cannot absorb the difference (it cannot go below zero), and it is written only if the
+data determined it.
+
+Tier bandwidths and efficiencies only show as products, so one (algorithm, protocol) — the one
+whose bandwidth the measurements see most — keeps efficiency 1 and defines the tier bandwidths;
+the other efficiencies are relative to it.
+
+A tier parameter the data cannot pin down is *refused*, not guessed: a tier no measurement crosses,
 a latency only huge messages were timed for, two parameters the data only sees as a product. The
-caller decides whether to keep those at their base values (``keep_undetermined``).
+caller decides whether to keep those at their base values (``keep_undetermined``). Whether a
+tier parameter is determined is judged conditional on the refinements (these are deviations *from*
+the tier values, held by their priors); the uncertainty reported for it is the marginal one, which
+includes what it shares with them. A refinement whose posterior is not clearly narrower than its
+prior (sigma above ``REFINEMENT_SHRINK`` of the prior's) is not written: the physical model's value
+stands for it.
+Each reported uncertainty is a relative 1-sigma from the Jacobian at the solution, scaled up by the
+misfit when the residuals are larger than the measurement scatter.
 """
 
 from __future__ import annotations
@@ -22,32 +38,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from scipy.optimize import least_squares
 
+from dynamiccl.calibration import Calibration, Fitted
 from dynamiccl.knobs import Config, ConfigBatch, invalid_reason
 from dynamiccl.knobs import nccl_config as make_nccl_config
 from dynamiccl.nccl import Algorithm, Protocol
 from dynamiccl.nccl_model import NcclModel
+from dynamiccl.profiler import fit_params as FP
+from dynamiccl.profiler.fit_params import Param
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.simulator import simulate
 from dynamiccl.topology import Topology
 
 #: d log(time) / d log(parameter) below this for every measurement: the data cannot see it.
 MIN_SENSITIVITY = 0.02
-#: Relative standard error above which a fitted parameter counts as undetermined.
+#: Relative standard error above which a fitted tier parameter counts as undetermined.
 MAX_REL_STD = 0.25
+#: Run-to-run scatter of one nccl-tests measurement (log-time 1-sigma; a few percent is typical).
+MEASUREMENT_SIGMA = 0.05
+#: A refinement counts as determined when its posterior sigma is below this share of its prior's.
+REFINEMENT_SHRINK = 0.5
 _FD_STEP = 1e-4
 _MAX_PICK_ROUNDS = 4
 
 
 class CalibrationError(ValueError):
     """The measurements cannot be used, or cannot determine what was asked for."""
-
-
-@dataclass(frozen=True)
-class Param:
-    tier: int
-    field: str  # "bandwidth_GBps" or "latency_us"
-    label: str
 
 
 @dataclass(frozen=True)
@@ -87,12 +104,17 @@ class Problem:
 
 @dataclass
 class FitResult:
+    """``topology`` is what gets written: fitted tiers plus a ``calibration`` section."""
+
     topology: Topology
+    #: The tier parameters (bandwidth and latency of every tier), in tier order.
     params: list[ParamFit]
     problem: Problem
     predicted_base_us: np.ndarray
     predicted_us: np.ndarray
     iterations: int
+    #: The refinements (fit_params), determined or not.
+    refinements: list[ParamFit] = field(default_factory=list)
 
     def rms_log(self, fitted: bool = True) -> float:
         pred = self.predicted_us if fitted else self.predicted_base_us
@@ -123,19 +145,6 @@ def prepare(records: Sequence[MeasurementRecord], base: Topology) -> Problem:
             raise CalibrationError(f"the base topology cannot take the shape of the "
                                    f"measurements ({shape[0]} nodes x {shape[1]} GPUs): {exc}") from None
     return problem
-
-
-def parameters(base: Topology) -> list[Param]:
-    """Bandwidth and latency of every tier (whether the data can see them is decided later)."""
-    return [Param(i, f, f"{t.name}.{f}") for i, t in enumerate(base.tiers)
-            for f in ("bandwidth_GBps", "latency_us")]
-
-
-def with_values(base: Topology, params: Sequence[Param], values: np.ndarray) -> Topology:
-    tiers = list(base.tiers)
-    for p, v in zip(params, values, strict=True):
-        tiers[p.tier] = replace(tiers[p.tier], **{p.field: float(v)})
-    return replace(base, tiers=tuple(tiers))
 
 
 def scaled_bandwidth(topology: Topology, factor: float) -> Topology:
@@ -193,49 +202,229 @@ def predict(problem: Problem, topology: Topology, configs: Sequence[Config]) -> 
     return out
 
 
+
 def calibrate(records: Sequence[MeasurementRecord], base: Topology,
-              keep_undetermined: bool = False, max_iter: int = 60) -> FitResult:
-    """Fits every tier parameter the data determines; refuses (or keeps at base) the others."""
+              keep_undetermined: bool = False, refine: bool = True) -> FitResult:
+    """Fits every tier parameter the data determines (refusing or keeping the others) and, with
+    ``refine``, the refinements of ``fit_params`` the data determines."""
     problem = prepare(records, base)
-    params = parameters(base)
-    base_values = np.array([getattr(base.tiers[p.tier], p.field) for p in params])
     problem.configs = pick_configs(problem, base)
     predicted_base = predict(problem, base, problem.configs)
-    x0 = np.log(np.maximum(base_values, 1e-3))
-    jac0 = _jacobian(problem, params, x0, np.arange(len(params)), problem.configs)
-    blind = np.max(np.abs(jac0), axis=0) < MIN_SENSITIVITY
+    crosses = any(shape[0] > 1 for shape in problem.shapes)
+    params = FP.tier_params(base)
+    n_tier = len(params)
+    if refine:
+        params += FP.refinement_params(base, problem.configs, crosses)
+    x0 = np.array([FP.encode(p, FP.natural_value(base, p)) for p in params])
+    sens = _data_jacobian(problem, base, params, x0, np.arange(n_tier), problem.configs)
+    blind = np.max(np.abs(sens), axis=0) < MIN_SENSITIVITY
     notes = {i: _blind_reason(problem, params[i]) for i in np.flatnonzero(blind)}
     _refuse_or_keep(notes, params, keep_undetermined)
     free = np.flatnonzero(~blind)
-    x, iterations = x0.copy(), 0
-    for _ in range(_MAX_PICK_ROUNDS):
-        x, n = _levenberg_marquardt(problem, params, x, free, problem.configs, max_iter)
+    start = x0.copy()
+    if refine:  # the refinements some measurement is sensitive to, fitted jointly with the tiers
+        cand = np.arange(n_tier, len(params))
+        start = _starts(problem, params, x0)
+        jac = np.abs(_data_jacobian(problem, base, params, start, cand, problem.configs))
+        seen = [i for k, i in enumerate(cand) if jac[:, k].max() >= _sensitivity_floor(params[i])]
+        effs = [i for i in seen if params[i].kind == "efficiency"]
+        bandwidth_free = any(params[i].field != "latency_us" for i in free)
+        if effs and bandwidth_free:  # the most measured (algorithm, protocol) defines the tiers
+            reference = max(effs, key=lambda i: jac[:, i - n_tier].sum())
+            seen.remove(reference)
+        free = np.concatenate([free, np.array(seen, dtype=int)])
+        start = np.where(np.isin(np.arange(len(params)), free), start, x0)
+    x, iterations = _fit_with_picks(problem, base, params, start, free)
+    weak = _weak_tiers(problem, base, params, x, free[free < n_tier])
+    if weak:
+        _refuse_or_keep(weak, params, keep_undetermined)
+        notes.update(weak)
+        x[list(weak)] = x0[list(weak)]
+        free = np.array([i for i in free if i not in weak], dtype=int)
+        x, n = _fit_with_picks(problem, base, params, x, free)
         iterations += n
-        picks = pick_configs(problem, with_values(base, params, np.exp(x)))
+    info = _posterior_std(problem, base, params, x, free, inflate=False)
+    vague = [i for i in free if i >= n_tier and info[i] > REFINEMENT_SHRINK * params[i].prior_sigma]
+    if vague:  # the physical model's value stands for what the data cannot tell
+        x[vague] = x0[vague]
+        free = np.array([i for i in free if i not in vague], dtype=int)
+        x, n = _fit_with_picks(problem, base, params, x, free)
+        iterations += n
+    std = _posterior_std(problem, base, params, x, free)  # marginal: tiers share with refinements
+    rel = np.array([_relative(params[i], x[i], std[i]) for i in range(len(params))])
+    fits = [ParamFit(p.label, FP.decode(p, x0[i]), FP.decode(p, x[i]),
+                     float(rel[i]) if i in free else math.nan, bool(i in free), notes.get(i, ""))
+            for i, p in enumerate(params)]
+    topology = _written(base, params, x, rel, free, n_tier, len(problem.records))
+    return FitResult(replace(topology, name=f"{base.name}_calibrated"), fits[:n_tier], problem,
+                     predicted_base, predict(problem, topology, problem.configs), iterations,
+                     fits[n_tier:])
+
+
+def _written(base: Topology, params: list[Param], x: np.ndarray, rel: np.ndarray, free: np.ndarray,
+             n_tier: int, n_records: int) -> Topology:
+    """Fitted tiers, and a calibration section with the determined refinements and tier fits."""
+    keep = [i for i in free]  # parameters not fitted keep the base topology's exact values
+    topo = FP.apply(base, [params[i] for i in keep], x[keep], rel[keep])
+    tier_fits = tuple((params[i].label, Fitted(FP.decode(params[i], x[i]), float(rel[i])))
+                      for i in free if i < n_tier)
+    cal = topo.calibration or Calibration()
+    return replace(topo, calibration=replace(cal, measurements=n_records, tiers=tier_fits))
+
+
+def _weak_tiers(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
+                tiers: np.ndarray) -> dict[int, str]:
+    """Tier parameters the data does not pin down, dropped worst first: of two parameters the data
+    sees only together, the better determined one stays once its partner is gone."""
+    weak: dict[int, str] = {}
+    tiers = np.array(tiers, dtype=int)
+    while len(tiers):
+        rel_std, partner = _tier_uncertainty(problem, base, params, x, tiers)
+        worst = int(tiers[np.argmax(np.nan_to_num(rel_std[tiers], nan=np.inf))])
+        if not rel_std[worst] > MAX_REL_STD:
+            break
+        weak[worst] = (f"only determined to ±{100 * rel_std[worst]:.0f}% (the data sees it together "
+                       f"with {params[partner[worst]].label}); add measurements that separate them")
+        tiers = tiers[tiers != worst]
+    return weak
+
+
+def _starts(problem: Problem, params: list[Param], x0: np.ndarray) -> np.ndarray:
+    """Where the solver starts. A launch floor below every prediction has no gradient, so it starts
+    just under the fastest measurement, where it binds if the system has one; the prior stays
+    centred on the model's value."""
+    start = x0.copy()
+    for i, p in enumerate(params):
+        if p.kind == "launch_floor":
+            start[i] = max(x0[i], 0.8 * float(problem.measured_us.min()))
+    return start
+
+
+def _sensitivity_floor(p: Param) -> float:
+    """Least |d log(time) / d parameter| for a refinement to be worth fitting: a 10 % effect from
+    its prior's 1-sigma (a factor e^0.5 of efficiency, 10 µs of latency)."""
+    return 0.1 / p.prior_sigma
+
+
+def _relative(p: Param, x: float, std: float) -> float:
+    """Relative 1-sigma of a parameter's decoded value from its sigma in solver units."""
+    if not math.isfinite(std):
+        return math.inf
+    if p.log_coded:
+        return math.expm1(std) if std < 50 else math.inf
+    return std / max(FP.decode(p, x), 1.0)  # below 1 µs: relative to 1 µs
+
+
+def _fit_with_picks(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
+                    free: np.ndarray) -> tuple[np.ndarray, int]:
+    """Solves, re-picks what NCCL would run on the fitted system, and solves again until stable."""
+    iterations = 0
+    for _ in range(_MAX_PICK_ROUNDS):
+        x, n = _solve(problem, base, params, x, free)
+        iterations += n
+        picks = pick_configs(problem, FP.apply(base, params, x))
         if picks == problem.configs:
             break
         problem.configs = picks
-    rel_std, partner = _uncertainty(problem, params, x, free)
-    weak = {i: f"only determined to ±{100 * rel_std[i]:.0f}% (the data sees it together with "
-               f"{params[partner[i]].label}); add measurements that separate them"
-            for i in free if rel_std[i] > MAX_REL_STD}
-    if weak:
-        _refuse_or_keep(weak, params, keep_undetermined)
-        for i in weak:
-            x[i] = x0[i]
-        free = np.array([i for i in free if i not in weak], dtype=int)
-        x, n = _levenberg_marquardt(problem, params, x, free, problem.configs, max_iter)
-        iterations += n
-        rel_std, _ = _uncertainty(problem, params, x, free)
-        notes.update(weak)
-    values = base_values.copy()
-    values[free] = np.exp(x[free])
-    fitted = with_values(base, params, values)
-    fits = [ParamFit(p.label, float(base_values[i]), float(values[i]),
-                     float(rel_std[i]) if i in free else math.nan, i in free, notes.get(i, ""))
-            for i, p in enumerate(params)]
-    return FitResult(replace(fitted, name=f"{base.name}_calibrated"), fits, problem,
-                     predicted_base, predict(problem, fitted, problem.configs), iterations)
+    return x, iterations
+
+
+def _residuals(problem: Problem, base: Topology, params: list[Param], x: np.ndarray) -> np.ndarray:
+    """Data residuals in units of the measurement scatter."""
+    topo = FP.apply(base, params, x)
+    return np.log(predict(problem, topo, problem.configs) / problem.measured_us) / MEASUREMENT_SIGMA
+
+
+def _priors(base: Topology, params: list[Param], x: np.ndarray, free: np.ndarray) -> np.ndarray:
+    rows = [(x[i] - FP.encode(params[i], FP.natural_value(base, params[i]))) / params[i].prior_sigma
+            for i in free if params[i].prior_sigma is not None]
+    return np.array(rows, dtype=float)
+
+
+def _solve(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
+           free: np.ndarray) -> tuple[np.ndarray, int]:
+    if not len(free):
+        return x, 0
+    full = x.copy()
+
+    def fun(z: np.ndarray) -> np.ndarray:
+        full[free] = z
+        return np.concatenate([_residuals(problem, base, params, full), _priors(base, params, full, free)])
+
+    lower = np.array([FP.lower_bound(params[i]) for i in free])
+    start = np.maximum(x[free], lower)
+    res = least_squares(fun, start, bounds=(lower, np.inf), method="trf", diff_step=_FD_STEP,
+                        x_scale="jac", max_nfev=200 * len(free))
+    out = x.copy()
+    out[free] = res.x
+    return out, int(res.nfev)
+
+
+def _data_jacobian(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
+                   cols: np.ndarray, configs: Sequence[Config]) -> np.ndarray:
+    """Central differences of log-time in solver units (elasticities for log-coded parameters)."""
+    jac = np.zeros((len(problem.records), len(cols)))
+    for k, i in enumerate(cols):
+        step = np.zeros_like(x)
+        step[i] = _FD_STEP * max(1.0, abs(x[i])) if not params[i].log_coded else _FD_STEP
+        up = _residuals(problem, base, params, x + step)
+        down = _residuals(problem, base, params, x - step)
+        jac[:, k] = (up - down) * MEASUREMENT_SIGMA / (2 * step[i])
+    return jac
+
+
+def _tier_uncertainty(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
+                      tiers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Relative standard errors of the free tier parameters, conditional on the refinements, and
+    each one's most correlated partner.
+
+    The noise level is estimated from the residuals, with a floor of 1 % so that a perfect fit to
+    too few points cannot make a parameter look determined; a direction the data cannot see at all
+    gets an enormous variance from the tiny ridge instead of a misleading pseudo-inverse.
+    """
+    rel = np.full(len(params), math.nan)
+    partner = np.zeros(len(params), dtype=int)
+    if not len(tiers):
+        return rel, partner
+    jac = _data_jacobian(problem, base, params, x, tiers, problem.configs)
+    r = _residuals(problem, base, params, x) * MEASUREMENT_SIGMA
+    sigma2 = max(float(r @ r) / max(1, len(r) - len(tiers)), 1e-4)
+    h = jac.T @ jac
+    cov = sigma2 * np.linalg.inv(h + 1e-10 * max(float(np.max(np.diag(h))), 1e-30) * np.eye(len(h)))
+    std = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corr = cov / np.outer(std, std)
+    np.fill_diagonal(corr, 0.0)
+    for k, i in enumerate(tiers):
+        rel[i] = _relative(params[i], x[i], std[k])
+        partner[i] = tiers[int(np.argmax(np.abs(np.nan_to_num(corr[k]))))] if len(tiers) > 1 else i
+    return rel, partner
+
+
+def _posterior_std(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
+                   free: np.ndarray, inflate: bool = True) -> np.ndarray:
+    """Sigma in solver units of every free parameter.
+
+    With ``inflate``: the marginal posterior from data and priors together, scaled up by the misfit
+    when the residuals exceed the measurement scatter (the uncertainty reported). Without it: each
+    parameter's own information with the others held (whether the data sees it at all), so that two
+    parameters the data sees only as a sum are both kept when the data moves the sum.
+    """
+    std = np.full(len(params), math.inf)
+    if not len(free):
+        return std
+    jac = _data_jacobian(problem, base, params, x, free, problem.configs) / MEASUREMENT_SIGMA
+    prior = np.array([0.0 if params[i].prior_sigma is None else 1.0 / params[i].prior_sigma ** 2
+                      for i in free])
+    h = jac.T @ jac + np.diag(prior)
+    if not inflate:
+        std[free] = 1.0 / np.sqrt(np.maximum(np.diag(h), 1e-30))
+        return std
+    r = _residuals(problem, base, params, x)
+    scale = max(1.0, float(r @ r) / max(1, len(r) - len(free)))
+    cov = scale * np.linalg.inv(h + 1e-10 * max(float(np.max(np.diag(h))), 1e-30) * np.eye(len(h)))
+    std[free] = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    return std
 
 
 def _refuse_or_keep(notes: dict[int, str], params: list[Param], keep: bool) -> None:
@@ -255,78 +444,3 @@ def _blind_reason(problem: Problem, p: Param) -> str:
     if p.field == "latency_us":
         return "no measurement is small enough for this tier's latency to show; add small sizes"
     return "no measurement is limited by this tier's bandwidth; add large sizes that cross it"
-
-
-def _residuals(problem: Problem, params: list[Param], x: np.ndarray,
-               configs: Sequence[Config]) -> np.ndarray:
-    topo = with_values(problem.base, params, np.exp(x))
-    return np.log(predict(problem, topo, configs) / problem.measured_us)
-
-
-def _jacobian(problem: Problem, params: list[Param], x: np.ndarray, free: np.ndarray,
-              configs: Sequence[Config]) -> np.ndarray:
-    """Central differences of log-time in log-parameter (elasticities), free columns only."""
-    jac = np.zeros((len(problem.records), len(params)))
-    for i in free:
-        step = np.zeros_like(x)
-        step[i] = _FD_STEP
-        up = _residuals(problem, params, x + step, configs)
-        down = _residuals(problem, params, x - step, configs)
-        jac[:, i] = (up - down) / (2 * _FD_STEP)
-    return jac
-
-
-def _levenberg_marquardt(problem: Problem, params: list[Param], x: np.ndarray,
-                         free: np.ndarray, configs: Sequence[Config],
-                         max_iter: int) -> tuple[np.ndarray, int]:
-    if not len(free):
-        return x, 0
-    r = _residuals(problem, params, x, configs)
-    cost, lam = float(r @ r), 1e-3
-    for it in range(1, max_iter + 1):
-        jac = _jacobian(problem, params, x, free, configs)[:, free]
-        g, h = jac.T @ r, jac.T @ jac
-        improved = False
-        while lam < 1e8:
-            delta = np.linalg.solve(h + lam * np.diag(np.diag(h) + 1e-12), -g)
-            delta = np.clip(delta, -1.0, 1.0)  # at most a factor e per step
-            trial = x.copy()
-            trial[free] += delta
-            r_trial = _residuals(problem, params, trial, configs)
-            c_trial = float(r_trial @ r_trial)
-            if c_trial < cost:
-                improved = abs(cost - c_trial) > 1e-12 * max(cost, 1e-30)
-                x, r, cost, lam = trial, r_trial, c_trial, max(lam / 3, 1e-9)
-                break
-            lam *= 4
-        if not improved or np.max(np.abs(delta)) < 1e-7:
-            return x, it
-    return x, max_iter
-
-
-def _uncertainty(problem: Problem, params: list[Param], x: np.ndarray,
-                 free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Relative standard errors of the free parameters and each one's most correlated partner.
-
-    The noise level is estimated from the residuals, with a floor of 1 % so that a perfect fit to
-    too few points cannot make a parameter look determined; a direction the data cannot see at all
-    gets an enormous variance from the tiny ridge instead of a misleading pseudo-inverse.
-    """
-    rel = np.full(len(params), math.nan)
-    partner = np.zeros(len(params), dtype=int)
-    if not len(free):
-        return rel, partner
-    jac = _jacobian(problem, params, x, free, problem.configs)[:, free]
-    r = _residuals(problem, params, x, problem.configs)
-    dof = max(1, len(r) - len(free))
-    sigma2 = max(float(r @ r) / dof, 1e-4)
-    h = jac.T @ jac
-    cov = sigma2 * np.linalg.inv(h + 1e-10 * max(float(np.max(np.diag(h))), 1e-30) * np.eye(len(h)))
-    std = np.sqrt(np.maximum(np.diag(cov), 0.0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        corr = cov / np.outer(std, std)
-    np.fill_diagonal(corr, 0.0)
-    for k, i in enumerate(free):
-        rel[i] = math.expm1(std[k]) if std[k] < 50 else math.inf
-        partner[i] = free[int(np.argmax(np.abs(np.nan_to_num(corr[k]))))] if len(free) > 1 else i
-    return rel, partner

@@ -1,10 +1,10 @@
-"""What a calibration achieved: error tables, efficiency diagnostics, and the fitted YAML file.
+"""What a calibration achieved: error tables, the held-out check, and the fitted YAML file.
 
-The error table is computed with exactly what gets written (the fitted topology alone), so the
-numbers a user reads are the numbers training will see. Protocol/algorithm efficiencies are fitted
-afterwards as *diagnostics*: how much faster or slower each (algorithm, protocol) ran than the
-fitted model says, expressed as the factor on the tier bandwidths that would explain it. The
-topology schema has no place for them, so they are reported, not written.
+The error tables are computed with exactly what gets written (the fitted topology with its
+calibration section), so the numbers a user reads are the numbers training will see. The held-out
+check fits again on every other size of each run and predicts the sizes in between, per collective
+and size band (the issue's bands: < 64 KiB, 64 KiB - 16 MiB, >= 16 MiB); its per-band error is
+written into the calibration section, where ``dynamiccl.calibration.uncertainty`` reads it.
 """
 
 from __future__ import annotations
@@ -12,20 +12,20 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import yaml
 
-from dynamiccl.knobs import Config
+from dynamiccl.calibration import SIZE_BANDS
 from dynamiccl.nccl import Collective
-from dynamiccl.profiler.calibrate import FitResult, Problem, pick_configs, predict, scaled_bandwidth
+from dynamiccl.profiler.calibrate import FitResult, Problem, calibrate, pick_configs, predict, prepare
+from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.topology import Topology
 from dynamiccl.units import format_size
 
-#: Size ranges of the error table: latency-bound, in between, bandwidth-bound.
-SIZE_BINS = ((0, 64 * 2**10), (64 * 2**10, 4 * 2**20), (4 * 2**20, math.inf))
-_MIN_EFFICIENCY_SENSITIVITY = 0.05
+#: Size ranges of the error tables: latency-bound, where NCCL's switch points lie, bandwidth-bound.
+SIZE_BINS = tuple((lo, hi) for _, lo, hi in SIZE_BANDS)
 
 
 @dataclass(frozen=True)
@@ -42,18 +42,12 @@ class ErrorRow:
         return self.__dict__.copy()
 
 
-@dataclass(frozen=True)
-class Efficiency:
-    algorithm: str
-    protocol: str
-    n: int
-    #: Bandwidth factor that best explains this group's times (1 = the model is right); None when
-    #: no measurement of the group is bandwidth-bound.
-    factor: float | None
-    median_abs_pct_after: float | None
+@dataclass
+class Heldout:
+    """The every-other-size check: its error rows and relative 1-sigma error per band name."""
 
-    def to_json(self) -> dict:
-        return self.__dict__.copy()
+    rows: list[ErrorRow]
+    band_rel_std: dict[str, float]
 
 
 def _range_label(lo: float, hi: float) -> str:
@@ -90,67 +84,62 @@ def heldout_table(fit: FitResult, problem: Problem) -> list[ErrorRow]:
     return error_table(problem, predict(problem, fit.topology, configs), base)
 
 
-def efficiencies(fit: FitResult) -> list[Efficiency]:
-    """Per (algorithm, protocol): the bandwidth factor that best explains its measurements."""
-    problem = fit.problem
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, c in enumerate(problem.configs):
-        groups.setdefault((c.algorithm.name.lower(), c.protocol.name.lower()), []).append(i)
-    out = []
-    for (algo, proto), rows in sorted(groups.items()):
-        sub = _subproblem(problem, rows)
-        configs = [problem.configs[i] for i in rows]
-        factor = _fit_factor(sub, fit.topology, configs)
-        after = None
-        if factor is not None:
-            pred = predict(sub, scaled_bandwidth(fit.topology, factor), configs)
-            after = float(np.median(100 * np.abs(pred / sub.measured_us - 1)))
-        out.append(Efficiency(algo, proto, len(rows), factor, after))
-    return out
+def split_every_other(records: Sequence[MeasurementRecord]) -> tuple[list, list]:
+    """Per run (same source file, collective, shape and forced configuration), sizes in order:
+    even positions are fitted, odd positions held out."""
+    runs: dict[tuple, list[MeasurementRecord]] = {}
+    for rec in records:
+        key = (rec.source.rsplit(":", 1)[0], rec.collective, rec.nranks, rec.nnodes, rec.algorithm,
+               rec.protocol, rec.channels)
+        runs.setdefault(key, []).append(rec)
+    train: list[MeasurementRecord] = []
+    test: list[MeasurementRecord] = []
+    for run in runs.values():
+        ordered = sorted(run, key=lambda r: r.nbytes)
+        train += ordered[0::2]
+        test += ordered[1::2]
+    return train, test
 
 
-def _subproblem(problem: Problem, rows: list[int]) -> Problem:
-    return Problem([problem.records[i] for i in rows], problem.base,
-                   [problem.shapes[i] for i in rows], problem.measured_us[rows],
-                   [problem.configs[i] for i in rows])
+def heldout_check(records: Sequence[MeasurementRecord], base: Topology,
+                  keep_undetermined: bool = False) -> Heldout | None:
+    """Fits every other size and predicts the rest; None when too few sizes remain to hold out."""
+    train, test = split_every_other(records)
+    if not test or not train:
+        return None
+    fit = calibrate(train, base, keep_undetermined=keep_undetermined)
+    problem = prepare(test, base)
+    pred = predict(problem, fit.topology, pick_configs(problem, fit.topology))
+    log_err = np.log(pred / problem.measured_us)
+    sizes = problem.sizes
+    bands = {name: math.expm1(float(np.sqrt(np.mean(log_err[sel] ** 2))))
+             for name, lo, hi in SIZE_BANDS if (sel := (sizes >= lo) & (sizes < hi)).any()}
+    base_pred = predict(problem, base, pick_configs(problem, base))
+    return Heldout(error_table(problem, pred, base_pred), bands)
 
 
-def _fit_factor(sub: Problem, topology: Topology, configs: Sequence[Config]) -> float | None:
-    """1-D Gauss-Newton on log(factor); None when the group's times do not depend on it."""
-
-    def resid(log_f: float) -> np.ndarray:
-        return np.log(predict(sub, scaled_bandwidth(topology, math.exp(log_f)), configs) / sub.measured_us)
-
-    log_f, h = 0.0, 1e-4
-    for _ in range(30):
-        r = resid(log_f)
-        d = (resid(log_f + h) - resid(log_f - h)) / (2 * h)
-        if np.max(np.abs(d)) < _MIN_EFFICIENCY_SENSITIVITY:
-            return None
-        step = float(np.clip(-(d @ r) / (d @ d), -0.5, 0.5))
-        log_f += step
-        if abs(step) < 1e-6:
-            break
-    return math.exp(log_f)
+def with_heldout(fit: FitResult, held: Heldout | None, source: str) -> FitResult:
+    """``fit`` whose written calibration section also records the held-out error and the source."""
+    cal = fit.topology.calibration
+    if cal is None:
+        return fit
+    cal = replace(cal, source=source,
+                  heldout_error=tuple(held.band_rel_std.items()) if held else cal.heldout_error)
+    return replace(fit, topology=replace(fit.topology, calibration=cal))
 
 
-def fitted_yaml(fit: FitResult, sources: Sequence[str], effs: Sequence[Efficiency]) -> str:
-    """A normal topology file whose comments say how it was obtained and how well it fits."""
+def fitted_yaml(fit: FitResult, sources: Sequence[str]) -> str:
+    """A normal topology file whose comments say how it was obtained and how well it fits; its
+    ``calibration:`` section carries the refinements, the uncertainties and the held-out error."""
     lines = [f"# Calibrated by `dynamiccl calibrate` on {_dt.date.today().isoformat()} from "
              f"{len(fit.problem.records)} measurements ({', '.join(sources) or 'records'}),",
              f"# starting from {fit.problem.base.name}. RMS log error {fit.rms_log(False):.3f} -> "
              f"{fit.rms_log(True):.3f}."]
-    for p in fit.params:
+    for p in fit.params + fit.refinements:
         if p.determined:
             lines.append(f"#   {p.label}: {p.base:g} -> {p.fitted:.4g} (±{100 * p.rel_std:.1f}%)")
-        else:
+        elif p.note:
             lines.append(f"#   {p.label}: kept at {p.base:g}, NOT determined: {p.note}")
-    known = [e for e in effs if e.factor is not None]
-    if known:
-        lines.append("# Efficiency diagnostics (not used by the simulator; bandwidth factor per "
-                     "algorithm/protocol):")
-        lines += [f"#   {e.algorithm}/{e.protocol}: x{e.factor:.3f} over {e.n} measurements"
-                  for e in known]
     return "\n".join(lines) + "\n" + topology_yaml(fit.topology)
 
 
@@ -158,31 +147,37 @@ def topology_yaml(topology: Topology) -> str:
     """The topology as the presets are written: one tier per line, values to 4 digits."""
 
     def tier(t: dict) -> dict:
-        t = {k: round(v, 4 - int(math.floor(math.log10(abs(v)))) - 1) if isinstance(v, float)
-             and v else v for k, v in t.items()}
+        t = {k: _digits(v) if isinstance(v, float) else v for k, v in t.items()}
         return {k: v for k, v in t.items() if not (k == "dims" and not v)
                 and not (k == "link_share" and v == 1)}
 
     d = topology.to_dict()
-    head = yaml.safe_dump({"name": d["name"], "gpu": d["gpu"], "features": d["features"]},
-                          sort_keys=False, default_flow_style=None)
-    tiers = "".join("  - " + yaml.safe_dump(tier(t), default_flow_style=True, sort_keys=False,
-                                             width=200)
-                    for t in d["tiers"])
-    return head + "tiers:\n" + tiers
+    head = {k: d[k] for k in ("name", "gpu", "features", "launch") if k in d}
+    out = yaml.safe_dump(head, sort_keys=False, default_flow_style=None)
+    out += "tiers:\n" + "".join("  - " + yaml.safe_dump(tier(t), default_flow_style=True,
+                                                         sort_keys=False, width=200)
+                                for t in d["tiers"])
+    if "calibration" in d:
+        out += yaml.safe_dump({"calibration": d["calibration"]}, sort_keys=False, width=100,
+                              default_flow_style=None)
+    return out
 
 
-def report_json(fit: FitResult, effs: Sequence[Efficiency],
-                heldout: Sequence[ErrorRow] = ()) -> dict:
+def _digits(v: float) -> float:
+    return round(v, 4 - int(math.floor(math.log10(abs(v)))) - 1) if v else v
+
+
+def report_json(fit: FitResult, heldout: Heldout | None = None) -> dict:
     return {
         "topology": fit.topology.name,
         "measurements": len(fit.problem.records),
         "rms_log_error": {"base": fit.rms_log(False), "fitted": fit.rms_log(True)},
         "parameters": [p.to_json() for p in fit.params],
+        "refinements": [p.to_json() for p in fit.refinements],
         "fit_error": [r.to_json() for r in error_table(fit.problem, fit.predicted_us,
                                                        fit.predicted_base_us)],
-        "heldout_error": [r.to_json() for r in heldout],
-        "efficiencies": [e.to_json() for e in effs],
+        "heldout_error": [r.to_json() for r in heldout.rows] if heldout else [],
+        "heldout_rel_std": heldout.band_rel_std if heldout else {},
     }
 
 

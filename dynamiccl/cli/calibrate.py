@@ -1,7 +1,11 @@
-"""``dynamiccl calibrate``: fit a topology's tier bandwidths and latencies to measurements.
+"""``dynamiccl calibrate``: fit a topology to measurements and write it, calibration section included.
 
-``--json`` prints the fit report (parameters, fit error per collective and size range, efficiency
-diagnostics); the written file is a normal topology YAML that training and evaluation use as is.
+The fit (``profiler.calibrate``) sets tier bandwidths and latencies plus the refinements the data
+determines (per algorithm/protocol efficiency and base latency, launch floor, transport overhead).
+Before the final fit on everything, a held-out check fits every other size of each run and predicts
+the others; its error per collective and size band is printed and its per-band error is written
+into the file, where the safety gate's ``dynamiccl.calibration.uncertainty`` reads it.
+``--json`` prints the fit report; ``--plot FILE`` draws measured against predicted times per run.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from dynamiccl.cli.common import UserError, collective_arg
 
@@ -16,13 +21,14 @@ from dynamiccl.cli.common import UserError, collective_arg
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "calibrate", help="fit a topology to measured collective times",
-        description="Fit the base topology's per-tier bandwidth and latency to measurements "
-        "(nccl-tests outputs or `dynamiccl profile collective --record` JSONL files) by least "
-        "squares in log-time, report the fit error per collective and size range, and write the "
-        "fitted topology. Parameters the data cannot determine are refused unless "
-        "--keep-undetermined keeps their base values.")
+        description="Fit the base topology to measurements (nccl-tests output or its -J JSON, "
+        "NVIDIA's tuner measurement CSV, or `dynamiccl profile collective --record` JSONL files) "
+        "by least squares in log-time: per-tier bandwidth and latency plus the refinements the "
+        "data determines. Reports the error on held-out sizes per collective and size band and "
+        "writes the fitted topology with a calibration section. Tier parameters the data cannot "
+        "determine are refused unless --keep-undetermined keeps their base values.")
     p.add_argument("measurements", nargs="+", metavar="MEASUREMENTS",
-                   help="nccl-tests output files and/or JSONL measurement records")
+                   help="measurement files, any of the formats above")
     p.add_argument("--topology", required=True, metavar="NAME|FILE.yaml",
                    help="the base topology: a preset or a YAML file (e.g. from `profile topology`)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.yaml",
@@ -31,46 +37,80 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the collective of nccl-tests files whose name and content do not say it")
     p.add_argument("--keep-undetermined", action="store_true",
                    help="keep parameters the data cannot determine at their base values")
+    p.add_argument("--plot", metavar="FILE.png", help="draw measured vs predicted time per run")
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
     p.set_defaults(func=run_calibrate)
+
+
+def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
+    """Records from every file, whatever its format; one readable line for any file that fails."""
+    from dynamiccl.profiler.measurements import MeasurementFormatError, detect_format, load
+    from dynamiccl.profiler.records import load_measurements
+
+    records, warnings = [], []
+    for path in paths:
+        if not Path(path).exists():
+            raise UserError(f"{path}: no such measurement file; check the path")
+        try:
+            if detect_format(path) == "nccl-tests":  # keeps the --collective hint and warnings
+                recs, warns = load_measurements([path], collective)
+                warnings += warns
+            else:
+                recs = load(path)
+        except (MeasurementFormatError, ValueError, OSError) as exc:
+            message = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+            raise UserError(message.splitlines()[0]) from None
+        records += recs
+    return records, warnings
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from dynamiccl.config_loader import ConfigError
     from dynamiccl.profiler.calibrate import CalibrationError, calibrate
     from dynamiccl.profiler.fit_report import (
-        efficiencies,
         error_table,
         fitted_yaml,
         format_table,
+        heldout_check,
         report_json,
+        with_heldout,
     )
-    from dynamiccl.profiler.records import load_measurements
     from dynamiccl.topology import load_topology
 
     try:
         base = load_topology(args.topology)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
-    records, warnings = load_measurements(args.measurements, args.collective)
+    records, warnings = read_measurements(args.measurements, args.collective)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     try:
         fit = calibrate(records, base, keep_undetermined=args.keep_undetermined)
+        held = heldout_check(records, base, keep_undetermined=True)
     except CalibrationError as exc:
         raise UserError(str(exc)) from None
-    effs = efficiencies(fit)
-    with open(args.output, "w") as fh:
-        fh.write(fitted_yaml(fit, args.measurements, effs))
+    fit = with_heldout(fit, held, ", ".join(Path(m).name for m in args.measurements))
+    try:
+        Path(args.output).write_text(fitted_yaml(fit, args.measurements))
+    except OSError as exc:
+        raise UserError(f"{args.output}: cannot write the fitted topology ({exc.strerror})") from None
+    if args.plot:
+        from dynamiccl.profiler.fit_plot import plot_fit
+
+        plot_fit(fit, Path(args.plot))
     if args.json:
-        json.dump(report_json(fit, effs), sys.stdout, indent=2)
+        json.dump(report_json(fit, held), sys.stdout, indent=2)
         print()
         return 0
     print(f"fitted {len(records)} measurements: RMS log error {fit.rms_log(False):.3f} (base) -> "
           f"{fit.rms_log(True):.3f}; wrote {args.output}")
-    for p in fit.params:
-        status = (f"{p.base:g} -> {p.fitted:.4g} (±{100 * p.rel_std:.1f}%)" if p.determined
-                  else f"kept at {p.base:g} ({p.note})")
-        print(f"  {p.label:32s} {status}")
+    for p in fit.params + fit.refinements:
+        if p.determined:
+            print(f"  {p.label:36s} {p.base:g} -> {p.fitted:.4g} (±{100 * p.rel_std:.1f}%)")
+        elif p.note:
+            print(f"  {p.label:36s} kept at {p.base:g} ({p.note})")
     print(format_table(error_table(fit.problem, fit.predicted_us, fit.predicted_base_us)))
+    if held is not None:
+        print("\nheld-out sizes (fitted on every other size of each run, predicted in between):")
+        print(format_table(held.rows))
     return 0

@@ -21,6 +21,11 @@ Mapping from our Topology to NCCL's inputs (each a documented choice):
   total: an H100 with 18 links is 18 x 20.6 = 370.8 GB/s to NCCL (the ``totalBw 370.8`` NCCL
   prints on sm90 NVSwitch nodes), an A100 12 x 20 = 240. The link count is the tier bandwidth
   over the generation's physical lane rate. PCIe and NIC bandwidths are taken as given.
+* A PCIe node's path type (``Tier.path``: PIX, PXB, PHB, SYS from its ``pcie`` tree) is what
+  NCCL's topology detection finds; a path is as fast as its slowest link, so on SYS every GPU pair
+  that crosses sockets gets the socket interconnect's bandwidth (NCCL's QPI/AMD/ARM constants,
+  §3.9) and the search lays out its channels at that speed. Whether NCCL then uses P2P or its
+  host-memory SHM transport (P2P level PXB by default) does not enter its cost model.
 * NVLS support = ``features.nvls`` and sm90+ and ppn >= 2; CollNet = ``features.collnet`` on more
   than one node; CollNetDirect additionally needs an NVSwitch node (``fabric: switch`` over
   NVLink); PAT auto-enable = one GPU per node (nNodes == nRanks, §3.7).
@@ -179,6 +184,8 @@ def _intra_view(topology: Topology) -> tuple[int, float]:
         sm = topology.gpu.sm
         links = max(1, round(total / K.NVLINK_LANE_GBPS[sm]))
         total = links * nvlink_link_bw(sm)
+    if tier.path == "SYS":  # NCCL's path bandwidth is its slowest link: the socket interconnect
+        total = min(total, tier.pcie.socket_link_GBps)
     ppn = tier.size
     ports = {"switch": 1, "ring": 2 if ppn > 2 else 1, "torus2d": 4 if ppn > 4 else 2,
              "fully_connected": max(1, ppn - 1)}[tier.fabric]

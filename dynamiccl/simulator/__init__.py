@@ -4,14 +4,18 @@
 times one scenario and one configuration. Each algorithm lives in its own module with the reason
 for each formula beside it (``ring``, ``tree``, ``nvls``, ``collnet``, ``pat``, ``stragglar_time``);
 ``protocols`` holds the constants and their sources, ``fabric`` what a rank can push into each tier,
-``phases`` the pipeline formula for active chunks, ``overlap`` the straggler and compute overlap,
+``phases`` the pipeline formula for active chunks, ``launch`` the host's floor under every call
+(one process per GPU or one thread driving them all), ``overlap`` the straggler and compute overlap,
 ``stragglar_schedule`` seed 004's schedule generator and ``alphabeta`` seed 004's Table 1.
 
 Modelling choices worth knowing before reading a number:
 
-* per-hop latency = the tier's wire latency + NCCL's measured per-protocol hop cost (hwLatencies),
+* per-hop latency = the tier's wire latency + NCCL's measured per-protocol hop cost (hwLatencies)
+  + the network transport's per-message overhead (or host-memory staging beyond a PCIe switch),
   plus NCCL's base latency once per collective; bandwidth = the slowest link on the algorithm's
   path, per protocol efficiency, capped per channel (one CTA) and, for LL, by ``llMaxBws``;
+* a topology's ``calibration:`` section (``dynamiccl.calibration``) replaces base latencies,
+  scales bandwidths per (algorithm, protocol), sets the launch floor and the transport overhead;
 * on a switched outer tier (an InfiniBand fat-tree with a NIC per GPU) a flat ring's or tree's
   channels spread over the node's NICs, as NCCL builds them; on a direct-connect tier (``ring``,
   ``torus2d``: seed 000's ASTRA-sim ``ring_ring``) a flat ring is the seed's single ``oneRing`` and

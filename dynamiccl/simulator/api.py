@@ -67,6 +67,8 @@ def simulate(topology: Topology, collective: np.ndarray | int, nbytes: np.ndarra
             np.maximum(busiest, x_lat[:, r] + x_coef[:, r] * sb, out=busiest)
         t_alg[:, tab.pipe_idx] += busiest
     t_pre = tab.pre_lat[coll] + tab.pre_coef[coll] * sb if tab.sar_idx.size else None
+    if tab.floor_us:  # the host cannot issue calls faster (launch.py)
+        np.maximum(t_alg, tab.floor_us, out=t_alg)
     if noise_sigma > 0:
         gen = rng if rng is not None else np.random.default_rng()
         factor = gen.lognormal(0.0, noise_sigma, size=t_alg.shape)

@@ -17,6 +17,16 @@ ASTRA-sim ``ring_ring``) a flat ring is the seed's single embedded ``oneRing``: 
 boundary on one cable and its channels pipeline along that same path. Algorithms that put every
 rank on the tier at once (the hierarchical ring's inter-node phase, NVLSTree, CollNetDirect,
 StragglAR) use every port, each rank at ``port_bw``.
+
+Two properties of a tier's *path* change a level's bandwidth and per-hop latency:
+
+* a PCIe node whose GPUs sit on several CPU sockets (path SYS) sends every ring edge between sockets
+  across the socket interconnect, at the speed NCCL itself assigns it (``SOCKET_LINK_GBPS``); and
+  beyond one PCIe switch (paths PHB/SYS) NCCL's default P2P level (PXB, src/graph/paths.cc) stops
+  GPU peer-to-peer and stages every message through host memory (its SHM transport), which costs
+  ``SHM_HOP_US`` more per hop;
+* a network tier's transport kind adds its per-message overhead to every hop
+  (``dynamiccl.transports``), or the overhead a calibration measured.
 """
 
 from __future__ import annotations
@@ -25,9 +35,17 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from dynamiccl.nccl import Collective, bus_factor
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY
 from dynamiccl.topology import Tier, Topology
+from dynamiccl.transports import TRANSPORTS
+
+#: Extra µs per hop when NCCL stages a GPU-to-GPU message through host memory (SHM transport): the
+#: sender's posted write to host memory and the receiver's read of it are two PCIe crossings
+#: (a posted write ~0.5 µs, a read round trip ~1 µs: typical PCIe Gen3/4 latencies).
+SHM_HOP_US = 1.5
 
 
 @dataclass(frozen=True)
@@ -41,14 +59,21 @@ class Level:
     latency_us: float
     link: str
     switched: bool
+    #: Direct peer links of a fully connected (mesh) tier without a switch: a ring hop uses one.
+    peers: int = 1
 
 
-def _level(tier: Tier, size: int, block: int) -> Level:
+def _level(topology: Topology, tier: Tier, size: int, block: int) -> Level:
     payload = LINK_EFFICIENCY[tier.link]
-    port_bw = tier.bandwidth_GBps if block == 1 else tier.port_bandwidth_GBps
-    return Level(size, block, tier.bandwidth_GBps * payload, port_bw * payload,
-                 max(1, block // tier.link_share), tier.latency_us, tier.link,
-                 tier.fabric in ("switch", "fully_connected"))
+    bw = tier.bandwidth_GBps * payload
+    port_bw = (tier.bandwidth_GBps if block == 1 else tier.port_bandwidth_GBps) * payload
+    if tier.path == "SYS":
+        bw = min(bw, tier.pcie.socket_link_GBps)
+        port_bw = min(port_bw, tier.pcie.socket_link_GBps)
+    peers = size - 1 if tier.fabric == "fully_connected" and tier.link != "net" else 1
+    return Level(size, block, bw, port_bw, max(1, block // tier.link_share),
+                 hop_wire_latency_us(topology, tier), tier.link,
+                 tier.fabric in ("switch", "fully_connected"), peers)
 
 
 @lru_cache(maxsize=1024)
@@ -58,9 +83,28 @@ def levels(topology: Topology) -> tuple[Level, ...]:
     block = 1
     for tier in topology.tiers:
         if tier.size > 1:
-            out.append(_level(tier, tier.size, block))
+            out.append(_level(topology, tier, tier.size, block))
         block *= tier.size
     return tuple(out)
+
+
+def hop_wire_latency_us(topology: Topology, tier: Tier) -> float:
+    """The tier's own latency plus what its path or transport adds per hop (module docstring)."""
+    extra = SHM_HOP_US if tier.path in ("PHB", "SYS") else 0.0
+    if tier.link == "net":
+        cal = topology.calibration
+        fitted = cal.transport_overhead_us if cal is not None else None
+        extra += fitted.value if fitted is not None else TRANSPORTS[tier.transport].message_overhead_us
+    return tier.latency_us + extra
+
+
+def mesh_link_gbps(level: Level, channels: np.ndarray) -> np.ndarray | float:
+    """What ``channels`` one-peer-per-hop channels get on a level: on a mesh each hop rides one
+    direct peer link (1/peers of the GPU's links), and channels spread over at most ``peers`` of
+    them; through a switch a single channel may use the whole port."""
+    if level.peers == 1:
+        return level.bw
+    return np.minimum(channels, level.peers) * (level.bw / level.peers)
 
 
 @lru_cache(maxsize=1024)
@@ -80,7 +124,7 @@ def ring_levels(topology: Topology) -> tuple[Level, ...]:
         parts = tier.dims if tier.fabric == "torus2d" and tier.dims else (tier.size,)
         for part in parts:
             if part > 1:
-                out.append(_level(tier, part, block))
+                out.append(_level(topology, tier, part, block))
             block *= part
     return tuple(out)
 

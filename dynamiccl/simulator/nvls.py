@@ -9,7 +9,8 @@ All-gather / reduce-scatter move (n−1)/n · S per GPU through the switch.
 
 Across nodes: multi-node NVLS needs in-network reduction (NVLS+SHARP): each GPU sends its 1/ppn
 shard through its own NIC once. NVLSTree reduces in the switch and runs a tree across nodes on each
-GPU's 1/ppn shard, every GPU through its own NIC (2 · S/ppn per NIC, as in a tree).
+GPU's 1/ppn shard, every GPU through its own NIC: a tree's load per NIC (``tree.dtree_load``: 2 for
+large trees, 1 on 2 nodes, where each node is one tree's root and the other's leaf) times S/ppn.
 Latency: NCCL's NVLS hardware latencies (25 µs NVLink, 18/20.9 µs network; nccl_abi §3.2/§3.5).
 """
 
@@ -22,6 +23,7 @@ from dynamiccl.nccl import Algorithm, Collective, compcap_index, scale_index
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import log2ceil, node_levels
 from dynamiccl.simulator.phases import Cost, single, transfer
+from dynamiccl.simulator.tree import dtree_load
 from dynamiccl.topology import Topology
 
 
@@ -67,7 +69,8 @@ def nvls_tree(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Co
     lat = _intra_latency(topology, Algorithm.NVLS_TREE, proto)
     _, outer = node_levels(topology)
     for level in outer:
-        coef = np.maximum(coef, transfer(2.0 / ppn, np.full(proto.shape, level.port_bw)))
+        load = dtree_load(level.size) / ppn
+        coef = np.maximum(coef, transfer(load, np.full(proto.shape, level.port_bw)))
         hop = P.hop_latency_us(level.link, level.latency_us, Algorithm.NVLS_TREE, proto)
         lat = lat + 2 * log2ceil(level.size) * hop
     # NCCL's per-channel NVLSTree limit applies to its bus bandwidth, 2(n−1)/n × algbw.

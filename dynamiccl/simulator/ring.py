@@ -22,7 +22,7 @@ import numpy as np
 from dynamiccl.knobs import Schedule
 from dynamiccl.nccl import Algorithm, Collective
 from dynamiccl.simulator import protocols as P
-from dynamiccl.simulator.fabric import Level, levels, ring_levels
+from dynamiccl.simulator.fabric import Level, levels, mesh_link_gbps, ring_levels
 from dynamiccl.simulator.phases import Cost, Phase, single, transfer
 from dynamiccl.topology import Topology
 
@@ -53,7 +53,7 @@ def flat_ring_rate(topology: Topology, proto: np.ndarray, channels: np.ndarray) 
     rate = channel_caps(topology, proto, channels)
     for level in levels(topology):
         if level.block == 1:
-            link = np.full(proto.shape, level.bw)
+            link = np.broadcast_to(mesh_link_gbps(level, channels), proto.shape)
         elif level.switched:
             link = np.minimum(channels, level.ports) * level.bw
         else:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from dynamiccl.knobs import Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
 from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.collnet import collnet_chain, collnet_direct
+from dynamiccl.simulator.launch import launch_floor_us
 from dynamiccl.simulator.nvls import nvls, nvls_tree
 from dynamiccl.simulator.pat import pat
 from dynamiccl.simulator.phases import Cost
@@ -46,6 +47,8 @@ class CostCoefficients:
     pre_lat: np.ndarray      # [C, S] its precondition (inf where invalid)
     pre_coef: np.ndarray     # [C, S]
     channels: np.ndarray     # [A] float
+    #: The host's launch floor (launch.py); 0 when no configuration's fixed cost is below it.
+    floor_us: float
 
 
 def _cost(topology: Topology, collective: Collective, algo: Algorithm, hier: bool,
@@ -74,21 +77,39 @@ def _finite(a: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(a), a, 0.0)
 
 
-@lru_cache(maxsize=65536)
-def _valid(topology: Topology, collective: int, row: tuple[int, ...]) -> bool:
-    try:
-        config = Config(Algorithm(row[0]), Protocol(row[1]), int(row[2]), Hierarchy(row[3]),
-                        Schedule(row[4]), int(row[5]))
-    except ValueError:  # an id outside NCCL's enums
-        return False
-    return invalid_reason(topology, Collective(collective), config) is None
+_VALID: dict[tuple, bool] = {}
+
+
+def _structure(topology: Topology) -> tuple:
+    """What ``knobs.invalid_reason`` reads: shapes, link kinds and features, never the numbers, so a
+    calibration trying thousands of bandwidths reuses one validity cache."""
+    return (tuple((t.size, t.fabric, t.link) for t in topology.tiers), topology.gpu.arch,
+            topology.features.nvls, topology.features.collnet)
+
+
+def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]) -> bool:
+    hit = _VALID.get((key, collective, row))
+    if hit is None:
+        try:
+            config = Config(Algorithm(row[0]), Protocol(row[1]), int(row[2]), Hierarchy(row[3]),
+                            Schedule(row[4]), int(row[5]))
+        except ValueError:  # an id outside NCCL's enums
+            hit = False
+        else:
+            hit = invalid_reason(topology, Collective(collective), config) is None
+        if len(_VALID) > 1 << 18:
+            _VALID.clear()
+        _VALID[(key, collective, row)] = hit
+    return hit
 
 
 def valid_rows(topology: Topology, collective: int, configs: ConfigBatch) -> np.ndarray:
     """``knobs.invalid_reason`` per configuration, cached per unique configuration."""
     rows = np.stack([getattr(configs, f) for f in _FIELDS], axis=1)
     uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
-    ok = np.array([_valid(topology, int(collective), tuple(int(x) for x in r)) for r in uniq], dtype=bool)
+    key = _structure(topology)
+    ok = np.array([_valid(topology, key, int(collective), tuple(int(x) for x in r)) for r in uniq],
+                  dtype=bool)
     return ok[inverse.reshape(-1)]
 
 
@@ -107,6 +128,29 @@ def _fold_pipeline(cost: Cost) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
             r_lat[r] += np.where(on, _finite(ph.lat_us), 0.0)
             r_coef[r] += np.where(on, _finite(ph.us_per_byte), 0.0)
     return lat, coef, (c - 1) * r_lat, (c - 1) / c * r_coef
+
+
+def _calibrated(topology: Topology, algo: np.ndarray, proto: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column: the calibrated bandwidth efficiency and the shift from the modelled base
+    latency to the calibrated one (1 and 0 where the topology's calibration says nothing)."""
+    eff, shift = np.ones(algo.size), np.zeros(algo.size)
+    cal = topology.calibration
+    for fit in cal.algorithms if cal is not None else ():
+        cols = (algo == int(fit.algorithm)) & (proto == int(fit.protocol))
+        if fit.bw_efficiency is not None:
+            eff[cols] = fit.bw_efficiency.value
+        if fit.base_latency_us is not None:
+            default = float(P.base_latency_us(fit.algorithm, np.array([int(fit.protocol)]))[0])
+            shift[cols] = fit.base_latency_us.value - default
+    return eff, shift
+
+
+def _binding_floor(topology: Topology, lat: np.ndarray) -> float:
+    """The launch floor, or 0 when every fixed cost already exceeds it (then ``simulate`` skips the
+    pass over the whole batch that applying it costs)."""
+    floor = launch_floor_us(topology)
+    finite = lat[np.isfinite(lat)]
+    return floor if finite.size and floor > float(finite.min()) else 0.0
 
 
 def build(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
@@ -145,12 +189,17 @@ def build(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
     extra_coef = np.zeros((N_COLLECTIVES, n_res, pipe_idx.size))
     for c, (x_lat, x_coef) in enumerate(extras):
         extra_lat[c, : x_lat.shape[0]], extra_coef[c, : x_coef.shape[0]] = x_lat, x_coef
+    eff, shift = _calibrated(topology, cols_all["algorithm"], cols_all["protocol"])
+    lat += shift
+    coef /= eff
+    extra_coef /= eff[pipe_idx]
+    pre_coef /= eff[sar_idx]
     valid = np.stack([valid_rows(topology, c, configs) for c in range(N_COLLECTIVES)])
     lat = np.where(valid, lat, np.inf)
     coef = np.where(valid, coef, 0.0)
     pre_lat = np.where(valid[:, sar_idx], pre_lat, np.inf)
     return CostCoefficients(lat, coef, pipe_idx, extra_lat, extra_coef, sar_idx, pre_lat, pre_coef,
-                  cols_all["channels"].astype(np.float64))
+                            cols_all["channels"].astype(np.float64), _binding_floor(topology, lat))
 
 
 _CACHE: OrderedDict[tuple, CostCoefficients] = OrderedDict()

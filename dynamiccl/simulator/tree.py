@@ -2,36 +2,75 @@
 
 Latency (nccl_abi §3.5): the reduction climbs the chain and the tree and the result comes back down,
 2 · ((ppn − 1) · intra hop + log2(nodes) · inter hop). Bandwidth: the whole buffer streams up
-(reduce) and down (broadcast) at once; every rank of the chain sends S up and S down, and in a double
-binary tree every node sends S/2 up each tree and S/2 to two children in the tree where it is
-interior, so every rank's (and node's) egress carries 2S: T_bw = 2S / rate. Unlike a ring there is
-no (n−1)/n saving, which is why a ring wins for large all-reduce on one node and the tree only wins
-on latency (log2 instead of linear in the node count). Across nodes NCCL runs each channel's tree
-through a different NIC on a switched fabric, as for rings.
+(reduce) and down (broadcast) at once; every rank of the chain sends S up and S down (2S through its
+port). Across nodes each of the two trees carries half the buffer, and a node sends S/2 per tree
+edge it has (to its parent, and to each child on the way down): ``dtree_load`` counts, with NCCL's
+own tree construction (src/graph/trees.cc: a binary tree and its mirror or shifted copy), the most
+edges any node has in both trees. A large tree's interior nodes have 3 + 1 edges, so the busiest
+NIC carries 2S; on 2 nodes each node is a root with one child in one tree and a leaf in the other,
+2 edges: S per direction, which is why a 2-node tree beats the ring's NIC ceiling (NCCL's own model
+doubles its 2-node NVLSTree bandwidth for the same reason, nccl_abi §3.4); 3 nodes carry 1.5S.
+Unlike a ring there is no (n−1)/n saving, which is why a ring wins for large all-reduce on one node.
+Across nodes NCCL runs each channel's tree through a different NIC on a switched fabric, as for rings.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 
 from dynamiccl.nccl import Algorithm
 from dynamiccl.simulator import protocols as P
-from dynamiccl.simulator.fabric import levels, log2ceil
+from dynamiccl.simulator.fabric import levels, log2ceil, mesh_link_gbps
 from dynamiccl.simulator.phases import Cost, single, transfer
 from dynamiccl.topology import Topology
+
+
+def _btree_edges(nranks: int, rank: int) -> int:
+    """Edges (parent + children) of ``rank`` in NCCL's binary tree over ``nranks`` (rank 0 is the
+    root with one child; a rank's parent flips its lowest set bit, its children are ± half of it)."""
+    bit = 1
+    while bit < nranks and not bit & rank:
+        bit <<= 1
+    if rank == 0:
+        return 1 if nranks > 1 else 0
+    edges, low = 1, bit >> 1
+    if low:
+        edges += 1                 # rank − low is always in range
+        while low and rank + low >= nranks:
+            low >>= 1
+        edges += 1 if low else 0
+    return edges
+
+
+@lru_cache(maxsize=256)
+def dtree_load(nodes: int) -> float:
+    """The busiest node's share of S per direction in NCCL's double binary tree (module docstring)."""
+    if nodes < 2:
+        return 0.0
+
+    def twin(r: int) -> int:  # the second tree: shifted by one for odd counts, mirrored for even
+        return (r - 1) % nodes if nodes % 2 else nodes - 1 - r
+
+    return max(_btree_edges(nodes, r) + _btree_edges(nodes, twin(r)) for r in range(nodes)) / 2
 
 
 def tree_allreduce(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
     eff = P.PROTO_EFFICIENCY[proto]
     rate = np.minimum(channels * P.tree_per_channel_gbps(topology, proto), P.ll_cap(topology, proto))
     lat = np.zeros(proto.shape)
+    coef = np.zeros(proto.shape)
     for level in levels(topology):
         hop = P.hop_latency_us(level.link, level.latency_us, Algorithm.TREE, proto)
         if level.block == 1:  # the intra-node chain
             lat = lat + 2 * (level.size - 1) * hop
-            link = level.bw
-        else:                 # a binary tree over this level's groups
+            link, load = mesh_link_gbps(level, channels), 2.0
+        else:                 # a double binary tree over this level's groups
             lat = lat + 2 * log2ceil(level.size) * hop
             link = (np.minimum(channels, level.ports) if level.switched else 1) * level.bw
-        rate = np.minimum(rate, link * eff)
-    return single(lat, transfer(2.0, rate), P.base_latency_us(Algorithm.TREE, proto))
+            load = dtree_load(level.size)
+        coef = np.maximum(coef, transfer(load, np.minimum(rate, link * eff)))
+    if not levels(topology):
+        coef = transfer(2.0, rate)
+    return single(lat, coef, P.base_latency_us(Algorithm.TREE, proto))

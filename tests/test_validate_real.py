@@ -1,0 +1,94 @@
+"""experiments/validate_real.py runs on the published fixtures and reports in a stable JSON shape."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "experiments" / "validate_real.py"
+BANDS = ["< 64 KiB", "64 KiB - 16 MiB", ">= 16 MiB"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
+def test_json_shape_on_two_systems() -> None:
+    out = _run("--json", "--system", "h100_nvswitch_node", "--system", "sophia_dgx_a100_ib")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["bands"] == BANDS and report["error"] == "max(pred/meas, meas/pred)"
+    systems = {s["system"]: s for s in report["systems"]}
+    assert set(systems) == {"h100_nvswitch_node", "sophia_dgx_a100_ib"}
+    for system in systems.values():
+        assert set(system["datasheet"]) == set(BANDS) == set(system["calibrated_heldout"])
+        for stats in system["datasheet"].values():
+            assert stats["n"] > 0 and 1.0 <= stats["median"] <= stats["worst"]
+    for which in ("datasheet", "calibrated_heldout"):
+        for band in BANDS:
+            line = report["overall"][which][band]
+            assert {"n", "median", "worst", "systems", "worst_system_median"} <= set(line)
+    details = systems["h100_nvswitch_node"]["runs_detail"]
+    assert {d["run"] for d in details} >= {"all_reduce_ring", "all_reduce_default"}
+    ring = next(d for d in details if d["run"] == "all_reduce_ring")
+    assert ring["forced"] == {"NCCL_ALGO": "RING"} and ring["launch"] == "single_process"
+    assert ring["datasheet"][">= 16 MiB"]["median_pred_over_meas"] > 0
+    # Large messages on a single NVSwitch node: the datasheet model is close (x1.05 measured).
+    assert systems["h100_nvswitch_node"]["datasheet"][">= 16 MiB"]["median"] < 1.2
+
+
+def test_table_and_help() -> None:
+    out = _run("--system", "sophia_dgx_a100_ib")
+    assert out.returncode == 0, out.stderr
+    assert "sophia_dgx_a100_ib" in out.stdout and "worst system median" in out.stdout
+    helped = _run("--help")
+    assert helped.returncode == 0 and "--json" in helped.stdout
+
+
+def test_unknown_system_is_a_usage_error() -> None:
+    out = _run("--system", "no_such_system")
+    assert out.returncode == 2 and "no system folder" in out.stderr
+
+
+def test_every_other_size_split_and_error_ratio() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import validate_real as vr
+    finally:
+        sys.path.pop(0)
+    from dynamiccl.profiler.published import load_system
+
+    runs = load_system(ROOT / "tests" / "fixtures" / "real" / "sophia_dgx_a100_ib")
+    train, test = vr.split_every_other(runs)
+    sizes = sorted(r.nbytes for r in runs[0].records)
+    assert [r.nbytes for r in train if r.coll == runs[0].collective] == sizes[0::2]
+    assert len(train) + len(test) == sum(len(r.records) for r in runs)
+    assert np.allclose(vr.error_ratio(np.array([2.0, 1.0]), np.array([1.0, 2.0])), [2.0, 2.0])
+
+
+def test_forced_tree_and_ll_are_simulated_as_forced() -> None:
+    """Enum members whose value is 0 (Tree, LL) must still count as forced."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import validate_real as vr
+    finally:
+        sys.path.pop(0)
+    from dynamiccl.profiler.calibrate import prepare
+    from dynamiccl.profiler.published import load_system
+    from dynamiccl.topology import load_topology
+
+    fixtures = ROOT / "tests" / "fixtures" / "real"
+    b200 = [r for run in load_system(fixtures / "dgx_b200_ib") for r in run.records
+            if r.algorithm == "tree"]
+    topo = load_topology(fixtures / "dgx_b200_ib" / "topology.yaml")
+    assert {c.algorithm.name for c in vr.ran_configs(prepare(b200, topo), topo)} == {"TREE"}
+    ll = [r for run in load_system(fixtures / "rtx5090_socket_2ranks") for r in run.records
+          if r.protocol == "ll"]
+    topo = load_topology(fixtures / "rtx5090_socket_2ranks" / "topology.yaml")
+    assert {c.protocol.name for c in vr.ran_configs(prepare(ll, topo), topo)} == {"LL"}
