@@ -52,7 +52,7 @@ SlotChooser = Callable[[np.ndarray, np.ndarray, Candidates, CallLog], int]
 #: PPO refines a warm-started policy (a uniform start settles on "always the model's favourite").
 HPARAMS: dict[str, Any] = {
     "n_steps": 1000, "batch_size": 1000, "n_epochs": 4, "gamma": 0.995, "gae_lambda": 0.95,
-    "learning_rate": 1e-4, "clip_range": 0.1, "ent_coef": 0.0,
+    "learning_rate": 3e-5, "clip_range": 0.1, "ent_coef": 0.0,
     "policy_kwargs": {"net_arch": [128, 128]},
 }
 

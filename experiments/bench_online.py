@@ -292,8 +292,8 @@ def main() -> int:
     parser.add_argument("--model", help="a trained adaptive policy (.zip); trained and saved here "
                                         "when the file does not exist")
     parser.add_argument("--train-steps", type=int, default=160_000, help="PPO steps (default 160000)")
-    parser.add_argument("--warm-start", type=int, default=300,
-                        help="episodes imitating the prior sweep before PPO (default 300)")
+    parser.add_argument("--warm-start", type=int, default=1000,
+                        help="episodes imitating the prior sweep before PPO (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
