@@ -29,11 +29,10 @@ from dynamiccl.knobs import Collective
 from dynamiccl.profiler.nccl_tests import _forced_config
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.profiler.tuner_measurements_csv import COLUMNS, tuner_csv_rows
-from dynamiccl.topology import Topology, load_topology
+from dynamiccl.topology import LAUNCH_MODES, Topology, load_topology
 
 #: Files in a system folder that are not run sidecars.
 SYSTEM_FILES = ("topology.yaml", "system.yaml")
-LAUNCH_MODES = ("process_per_gpu", "single_process")
 _REQUIRED = ("log", "collective", "nodes", "gpus_per_node", "launch", "forced", "source")
 
 

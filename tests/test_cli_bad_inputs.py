@@ -229,10 +229,13 @@ def test_a_bug_inside_is_an_internal_error_not_the_users(capsys: pytest.CaptureF
 
 def test_a_policy_name_that_names_nothing_or_a_file_that_is_no_checkpoint(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    not_a_zip = tmp_path / "policy.dccl"
-    not_a_zip.write_text("DYNAMICCL-POLICY 1\n")
+    not_a_zip = tmp_path / "model.zip"
+    not_a_zip.write_text("not a zip\n")
+    old_policy = tmp_path / "policy.dccl"  # evaluate scores policy files; this one is unreadable
+    old_policy.write_text("DYNAMICCL-POLICY 1\n")
     for argv, message in (
             (["evaluate", "--policy", str(not_a_zip), "--suite", "smoke"], "not a checkpoint"),
+            (["evaluate", "--policy", str(old_policy), "--suite", "smoke"], "re-export"),
             (["evaluate", "--policy", "oracel", "--suite", "smoke"], "unknown policy 'oracel'"),
             (["export", "--policy", "no_such_policy", "--topology", "dgx_h100", "-o",
               str(tmp_path / "out.dccl")], "unknown policy 'no_such_policy'")):

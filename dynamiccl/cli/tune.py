@@ -30,25 +30,22 @@ MAX_BUDGET = 100_000
 
 def _records(paths: list[str] | None) -> list:
     """Every measurement given (files or folders): the one place tune reads measurements."""
-    from dynamiccl.profiler.records import load_measurements
+    from dynamiccl.profiler.measurements import load
 
     files: list[Path] = []
     for item in map(Path, paths or []):
         if item.is_dir():
-            files += sorted(p for p in item.rglob("*") if p.is_file())
+            files += sorted(p for p in item.rglob("*") if p.is_file() and p.suffix != ".md")
         elif item.is_file():
             files.append(item)
         else:
             raise UserError(f"{item}: no such measurement file or folder")
     try:
-        records, warnings = load_measurements(files)
+        return [r for f in files for r in load(f)]
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    for w in warnings:
-        print(f"dynamiccl tune: warning: {w}", file=sys.stderr)
-    return records
 
 
 def _scenarios(topology, collectives: list[str], shapes: set[tuple[int, int]]) -> list:

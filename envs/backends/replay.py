@@ -71,14 +71,14 @@ class ReplayTable:
 
     @classmethod
     def load(cls, paths: str | Path | Sequence[str | Path]) -> ReplayTable:
-        from dynamiccl.profiler.records import load_measurements
+        from dynamiccl.profiler.measurements import load
 
         items = [paths] if isinstance(paths, str | Path) else list(paths)
         files: list[Path] = []
         for item in map(Path, items):
-            files += sorted(p for p in item.rglob("*") if p.is_file()) if item.is_dir() else [item]
-        records, _ = load_measurements(files)
-        return cls(records)
+            files += sorted(p for p in item.rglob("*") if p.is_file() and p.suffix != ".md") \
+                if item.is_dir() else [item]
+        return cls([r for f in files for r in load(f)])
 
     def choices(self, scenario: Scenario) -> dict[Choice, float]:
         """Every measured choice of this call (empty when the call was never measured)."""
