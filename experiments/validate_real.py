@@ -23,9 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.knobs import Algorithm, Config, Protocol
-from dynamiccl.nccl_model import NcclModel
-from dynamiccl.profiler.calibrate import CalibrationError, Problem, calibrate, predict, prepare
+from dynamiccl.profiler.calibrate import CalibrationError, calibrate, pick_configs, predict, prepare
 from dynamiccl.profiler.published import PublishedRun, load_system, system_dirs, system_topology
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.topology import Topology
@@ -91,27 +89,7 @@ def band_stats(records: Sequence[MeasurementRecord], ratios: np.ndarray) -> dict
 def predicted_us(records: Sequence[MeasurementRecord], topology: Topology) -> np.ndarray:
     """Each record re-simulated on ``topology`` resized to its shape, with what NCCL ran."""
     problem = prepare(records, topology)
-    return predict(problem, topology, ran_configs(problem, topology))
-
-
-def ran_configs(problem: Problem, topology: Topology) -> list[Config]:
-    """What NCCL ran for each record: the forced knobs, NCCL's own choice for the rest.
-
-    profiler.calibrate.pick_configs does the same but tests the knobs with ``if algo``, which drops
-    the enum members whose value is 0 (Algorithm.TREE, Protocol.LL): forced Tree and LL runs would
-    be simulated as NCCL's default. Until that is fixed there, the validation picks here.
-    """
-    models: dict[tuple[int, int], NcclModel] = {}
-    out = []
-    for rec, shape in zip(problem.records, problem.shapes, strict=True):
-        if shape not in models:
-            models[shape] = NcclModel(topology.resized(nodes=shape[0], gpus_per_node=shape[1]))
-        algo = None if rec.algorithm is None else Algorithm[rec.algorithm.upper()]
-        proto = None if rec.protocol is None else Protocol[rec.protocol.upper()]
-        out.append(models[shape].choose(
-            rec.coll, rec.nbytes, algorithms=None if algo is None else {algo},
-            protocols=None if proto is None else {proto}, channels=rec.channels).config)
-    return out
+    return predict(problem, topology, pick_configs(problem, topology))
 
 
 def fit_topology(records: Sequence[MeasurementRecord], base: Topology) -> Topology:

@@ -174,8 +174,11 @@ def _record_config(rec: MeasurementRecord, topo: Topology, model: NcclModel) -> 
         config = make_nccl_config(algo, proto, rec.channels)
     else:
         try:
-            config = model.choose(rec.coll, rec.nbytes, algorithms={algo} if algo else None,
-                                  protocols={proto} if proto else None,
+            # Tree and LL are id 0: test for None, not truthiness, or a forced Tree/LL run reads
+            # as NCCL's default.
+            config = model.choose(rec.coll, rec.nbytes,
+                                  algorithms=None if algo is None else {algo},
+                                  protocols=None if proto is None else {proto},
                                   channels=rec.channels).config
         except ValueError as exc:
             raise CalibrationError(f"{where}: NCCL could not have run this on the base topology "

@@ -1,13 +1,17 @@
-"""Starts N local ranks of a function and never waits forever for them.
+"""Starts N local ranks of a function with torch's process launcher, and never waits forever.
 
-A distributed run has two classic ways to hang a terminal: one rank dies and the others block in
-the next collective, or one rank stalls. The launcher watches every rank, stops the rest as soon as
-one fails, and gives up after a deadline, raising :class:`LaunchError` that names the rank and what
-it said. Ranks rendezvous through a fresh ``FileStore`` in a private temporary directory, so nothing
-listens on a network port and parallel test runs cannot collide.
+Process management is :func:`torch.multiprocessing.start_processes` (what ``torch.multiprocessing.spawn``
+uses): fresh interpreters, the first failure reported with the rank's own traceback, the other ranks
+stopped at once. What this module adds is what that launcher leaves to its caller: a deadline for the
+whole run (a rank that stalls without failing), each rank's return value, a rendezvous through a
+``FileStore`` in a private temporary directory (nothing listens on a network port, so parallel test
+runs cannot collide), and an environment in place before torch loads in the rank
+(``OMP_NUM_THREADS=1``, NCCL knobs).
 
-Each rank is a fresh interpreter started with the environment already in place
-(``OMP_NUM_THREADS=1``, NCCL knobs), because torch and NCCL read it when they load.
+Ranks are spawned, so a caller's ``__main__`` must guard its entry point with
+``if __name__ == "__main__":`` (a rank re-imports it, as with any spawned process). Targets are named
+as text (``"package.module:function"`` or ``"/path/to/file.py:function"``) and resolved inside the
+rank, so functions defined in files that are not importable packages (test helpers) work too.
 """
 
 from __future__ import annotations
@@ -16,21 +20,20 @@ import importlib
 import importlib.util
 import os
 import pickle
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch.multiprocessing as mp
+
 #: Environment every rank gets unless the caller overrides it: one thread per rank, because ranks
 #: share the machine's cores and oversubscription would show up as fake stragglers.
 BASE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-_POLL_S = 0.02
+_POLL_S = 0.05
 _GRACE_S = 1.0
 
 
@@ -59,10 +62,8 @@ def launch(
 ) -> list[Any]:
     """Runs ``target(ctx, **kwargs)`` on ``nprocs`` fresh interpreters; returns each rank's result.
 
-    ``target`` is ``"package.module:function"`` or ``"/path/to/file.py:function"``; kwargs and
-    results must be picklable. Raises :class:`LaunchError` when a rank raises, exits without a
-    result, is killed, or the whole run exceeds ``timeout_s``. Ranks are plain subprocesses (not
-    multiprocessing children), so the caller's ``__main__`` is never re-imported.
+    Raises :class:`LaunchError` when a rank raises, exits without a result, is killed, or the
+    whole run exceeds ``timeout_s``.
     """
     with tempfile.TemporaryDirectory(prefix="dynamiccl-launch-") as workdir:
         ranks = Ranks(target, nprocs, kwargs, workdir, timeout_s, env)
@@ -80,39 +81,31 @@ class Ranks:
                  timeout_s: float, env: dict[str, str] | None = None) -> None:
         if nprocs < 1:
             raise ValueError(f"nprocs must be at least 1, got {nprocs}")
-        _resolve(target)  # fail here, in the parent, on a misspelt target
+        resolve(target)  # fail here, in the parent, on a misspelt target
         self.workdir = workdir
-        rank_env = {**os.environ, **BASE_ENV, **(env or {})}
-        init = f"file://{workdir}/store"
-        self.procs: list[subprocess.Popen] = []
-        try:
-            for r in range(nprocs):
-                ctx = RankContext(r, nprocs, init, timeout_s)
-                Path(workdir, f"rank{r}.in").write_bytes(pickle.dumps((ctx, target, kwargs or {})))
-                with open(Path(workdir, f"rank{r}.log"), "wb") as log:
-                    self.procs.append(subprocess.Popen(
-                        [sys.executable, "-m", "dynamiccl.profiler.launcher", workdir, str(r)],
-                        env=rank_env, stdout=log, stderr=subprocess.STDOUT))
-        except BaseException:
-            self.stop()
-            raise
+        args = (nprocs, workdir, target, kwargs or {}, f"file://{workdir}/store", timeout_s)
+        with _environment({**BASE_ENV, **(env or {})}):
+            self._context = mp.start_processes(_rank_main, args=args, nprocs=nprocs, join=False,
+                                               start_method="spawn")
 
     def check(self) -> bool:
         """True when every rank finished cleanly; raises LaunchError as soon as one failed."""
-        codes = [p.poll() for p in self.procs]
-        if any(c not in (None, 0) for c in codes):
-            if any(c is None for c in codes):
-                time.sleep(_GRACE_S)  # let peers that fail because of it report their own error
-            codes = [p.poll() for p in self.procs]
-            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            raise LaunchError(_failure_message(failed, codes, self.workdir))
-        return all(c == 0 for c in codes)
+        try:
+            return self._context.join(timeout=0, grace_period=_GRACE_S)
+        except mp.ProcessRaisedException as exc:
+            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            raise LaunchError(f"rank {exc.error_index} failed: {lines[-1] if lines else 'unknown error'}"
+                              "; stopped the other ranks") from exc
+        except mp.ProcessExitedException as exc:
+            why = (f"was killed by signal {exc.signal_name}" if exc.signal_name
+                   else f"exited with code {exc.exit_code} without a result")
+            raise LaunchError(f"rank {exc.error_index} {why}; stopped the other ranks") from exc
 
     def wait(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while not self.check():
             if time.monotonic() > deadline:
-                hung = [r for r, p in enumerate(self.procs) if p.poll() is None]
+                hung = [r for r, p in enumerate(self._context.processes) if p.is_alive()]
                 raise LaunchError(
                     f"rank{'s' if len(hung) > 1 else ''} {', '.join(map(str, hung))} did not "
                     f"finish within {timeout_s:g} s (hung, or too slow for this size); stopped "
@@ -120,32 +113,31 @@ class Ranks:
             time.sleep(_POLL_S)
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
+        processes = self._context.processes
+        for p in processes:
+            if p.is_alive():
                 p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(2.0)
-            except subprocess.TimeoutExpired:
+        for p in processes:
+            p.join(2.0)
+            if p.is_alive():
                 p.kill()
-                p.wait(2.0)
+                p.join(2.0)
 
 
-def _failure_message(failed: list[int], codes: list[int | None], workdir: str) -> str:
-    """The first failing rank's own error first: later failures are usually its consequences."""
-    parts = []
-    for r in failed:
-        err, log = Path(workdir, f"rank{r}.err"), Path(workdir, f"rank{r}.log")
-        if err.is_file():
-            lines = [ln for ln in err.read_text().strip().splitlines() if ln.strip()]
-            parts.append(f"rank {r} failed: {lines[-1] if lines else 'unknown error'}")
-        elif codes[r] is not None and codes[r] < 0:
-            parts.append(f"rank {r} was killed by signal {signal.Signals(-codes[r]).name}")
-        else:
-            tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.is_file() else []
-            parts.append(f"rank {r} exited with code {codes[r]} without a result"
-                         + (f" ({tail[0].strip()})" if tail else ""))
-    return "; ".join(parts) + "; stopped the other ranks"
+@contextmanager
+def _environment(overrides: dict[str, str]) -> Iterator[None]:
+    """``overrides`` in ``os.environ`` while ranks are spawned (they copy it at start), then the
+    caller's own environment back."""
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _result(rank: int, workdir: str) -> Any:
@@ -156,7 +148,8 @@ def _result(rank: int, workdir: str) -> Any:
         return pickle.load(fh)
 
 
-def _resolve(target: str) -> Callable[..., Any]:
+def resolve(target: str) -> Callable[..., Any]:
+    """The function ``target`` names (``"package.module:function"`` or ``"file.py:function"``)."""
     module_name, sep, func = target.rpartition(":")
     if not sep or not module_name or not func:
         raise ValueError(f"target {target!r} must look like 'package.module:function' or "
@@ -175,18 +168,10 @@ def _resolve(target: str) -> Callable[..., Any]:
         raise ValueError(f"{module_name} has no function {func!r}") from None
 
 
-def _rank_main(workdir: str, rank: int) -> None:
-    ctx, target, kwargs = pickle.loads(Path(workdir, f"rank{rank}.in").read_bytes())
-    try:
-        result = _resolve(target)(ctx, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as text
-        Path(workdir, f"rank{rank}.err").write_text(
-            traceback.format_exc() + f"\n{type(exc).__name__}: {exc}\n")
-        sys.exit(1)
+def _rank_main(rank: int, nprocs: int, workdir: str, target: str, kwargs: dict[str, Any],
+               init_method: str, timeout_s: float) -> None:
+    """Rank side: run the target; a raise reaches the parent through torch's error file."""
+    result = resolve(target)(RankContext(rank, nprocs, init_method, timeout_s), **kwargs)
     tmp = Path(workdir, f"rank{rank}.pkl.tmp")
     tmp.write_bytes(pickle.dumps(result))
     tmp.rename(Path(workdir, f"rank{rank}.pkl"))
-
-
-if __name__ == "__main__":
-    _rank_main(sys.argv[1], int(sys.argv[2]))

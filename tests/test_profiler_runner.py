@@ -36,9 +36,10 @@ def test_a_dying_rank_ends_the_run_and_frees_the_rank_blocked_on_it():
 
 def test_a_hanging_rank_ends_the_run_after_the_timeout():
     start = time.monotonic()
-    with pytest.raises(LaunchError, match=r"^rank 1 did not finish within 3 s"):
+    # each spawned rank imports torch first: give rank 0 time to finish on a loaded machine
+    with pytest.raises(LaunchError, match=r"^rank 1 did not finish within 20 s"):
         launch(f"{WORKERS}:misbehave_without_torch", 2, {"bad_rank": 1, "mode": "hang"},
-               timeout_s=3)
+               timeout_s=20)
     assert time.monotonic() - start < 60  # gave up at the timeout, not never
 
 

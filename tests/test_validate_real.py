@@ -73,13 +73,9 @@ def test_every_other_size_split_and_error_ratio() -> None:
 
 
 def test_forced_tree_and_ll_are_simulated_as_forced() -> None:
-    """Enum members whose value is 0 (Tree, LL) must still count as forced."""
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import validate_real as vr
-    finally:
-        sys.path.pop(0)
-    from dynamiccl.profiler.calibrate import prepare
+    """Enum members whose value is 0 (Tree, LL) must still count as forced, in the calibration
+    and so in the validation that predicts through it."""
+    from dynamiccl.profiler.calibrate import pick_configs, prepare
     from dynamiccl.profiler.published import load_system
     from dynamiccl.topology import load_topology
 
@@ -87,8 +83,8 @@ def test_forced_tree_and_ll_are_simulated_as_forced() -> None:
     b200 = [r for run in load_system(fixtures / "dgx_b200_ib") for r in run.records
             if r.algorithm == "tree"]
     topo = load_topology(fixtures / "dgx_b200_ib" / "topology.yaml")
-    assert {c.algorithm.name for c in vr.ran_configs(prepare(b200, topo), topo)} == {"TREE"}
+    assert {c.algorithm.name for c in pick_configs(prepare(b200, topo), topo)} == {"TREE"}
     ll = [r for run in load_system(fixtures / "rtx5090_socket_2ranks") for r in run.records
           if r.protocol == "ll"]
     topo = load_topology(fixtures / "rtx5090_socket_2ranks" / "topology.yaml")
-    assert {c.protocol.name for c in vr.ran_configs(prepare(ll, topo), topo)} == {"LL"}
+    assert {c.protocol.name for c in pick_configs(prepare(ll, topo), topo)} == {"LL"}

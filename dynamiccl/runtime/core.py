@@ -1,0 +1,285 @@
+"""The in-job runtime: one object per process, one DDP communication hook, decisions every rank shares.
+
+Per gradient bucket it runs what the agreed decision says:
+
+* ``nccl`` — the backend's own all-reduce, issued asynchronously exactly as DDP's default hook does
+  (with NCCL, the tuner plugin steers it; nothing else is added on this path);
+* ``stragglar`` — a persistent straggler was found: seed 004's all-reduce
+  (:mod:`dynamiccl.runtime.stragglar`) for the step's first bucket, the one that waits for the
+  straggler, where the world size makes it move fewer bytes than a ring (later buckets find the
+  ranks aligned again, where its extra reduce-scatter would only cost);
+* ``hierarchical`` — ``ranks_per_node`` was given: reduce-scatter in the node, all-reduce across
+  nodes on 1/k of the data, all-gather in the node (:mod:`dynamiccl.runtime.hierarchical`).
+
+Control traffic runs after a step's last bucket, on every rank at the same point of the collective
+sequence, over a gloo group (CPU tensors; the default group when it is gloo), where the ranks are
+aligned already so it waits for nobody: every ``measure_every`` steps a tiny all-reduce marks the
+common end of the step, every rank's time from its first bucket to that end is all-gathered with its
+c2c ratio (the last rank to arrive has the shortest such time, and no clocks need to agree), rank 0
+updates the decision window and broadcasts the decision, and every rank applies it from the next
+step on and tells the plugin the new context. Online tuning (:mod:`dynamiccl.runtime.tuning`) uses
+the same boundary. Nothing any rank acts on is a value it measured alone.
+
+The StragglAR and hierarchical paths complete inside the hook (they are sequences of collectives
+whose later steps depend on earlier ones), so their buckets do not overlap with the rest of the
+backward pass the way the asynchronous ``nccl`` path does; with one bucket late anyway because of a
+straggler, that overlap is what the straggler already took away.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dynamiccl.runtime.decide import Decision, DecisionWindow
+from dynamiccl.runtime.hierarchical import HierarchicalAllReduce
+from dynamiccl.runtime.matchings import worthwhile
+from dynamiccl.runtime.plugin_control import Pin, PluginControl
+from dynamiccl.runtime.stragglar import StragglAR
+from dynamiccl.runtime.tuning import OnlineTuner, SizeBin, Tuning, TuningEvent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RuntimeConfig:
+    """Knobs of the runtime; the defaults suit a training job of hundreds of steps or more."""
+
+    #: Steps between two arrival/c2c measurements (and decisions).
+    measure_every: int = 10
+    #: Measurements a decision looks back over.
+    window: int = 5
+    #: A rank counts as late in a measurement when it arrived this much after the next-latest.
+    straggler_threshold_us: float = 1000.0
+    #: Share of the window in which the same rank must be late to be a persistent straggler.
+    majority: float = 0.6
+    #: Use StragglAR for a persistent straggler (where it pays, see ``matchings.worthwhile``).
+    stragglar: bool = True
+    #: Ranks per node for the hierarchical path; None keeps the backend's flat all-reduce.
+    ranks_per_node: int | None = None
+    #: Pipelined pieces of the hierarchical path (seed 000's active chunks).
+    hierarchical_chunks: int = 1
+    #: Buckets smaller than this stay on the backend's all-reduce on the hierarchical path.
+    hierarchical_min_bytes: int = 1 << 20
+    #: Online tuning: first step, steps per trial, and the trial budget per size bin.
+    tune_start_step: int = 3
+    tune_steps_per_trial: int = 2
+    tune_max_trials: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("measure_every", "window", "hierarchical_chunks", "tune_steps_per_trial"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RuntimeConfig.{name} must be at least 1, got {getattr(self, name)}")
+
+
+@dataclass
+class StepRecord:
+    """One control boundary as this rank saw it (tests compare these across ranks)."""
+
+    step: int
+    decision: Decision
+    paths: dict[str, int] = field(default_factory=dict)
+
+
+class Runtime:
+    """DDP comm-hook state; create it on every rank after ``init_process_group``, before training."""
+
+    def __init__(self, config: RuntimeConfig | None = None, *, tuner: OnlineTuner | None = None,
+                 control: PluginControl | None = None) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("create the runtime after torch.distributed.init_process_group")
+        self.config = config or RuntimeConfig()
+        self.control = control
+        self.world, self.rank = dist.get_world_size(), dist.get_rank()
+        self.ctrl = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+        self.window = DecisionWindow(self.config.window, self.config.straggler_threshold_us,
+                                     self.config.majority)
+        self.decision = Decision()
+        self.stragglar = StragglAR()
+        k = self.config.ranks_per_node
+        self.hierarchical = (HierarchicalAllReduce(k, self.config.hierarchical_chunks)
+                             if k and k < self.world else None)
+        self.tuner = tuner
+        self.tuning: Tuning | None = None
+        self.tuning_log: list[TuningEvent] = []
+        self.history: list[StepRecord] = []
+        self.step = 0
+        self._in_step = False
+        self._last_begin: float | None = None
+        self._step_us = 0.0
+        self._comm_us = 0.0
+        self._c2c = 0.0
+        self._bucket_bytes: list[int] = []
+        self._trial_us: list[float] = []
+        self._paths: dict[str, int] = {}
+
+    # ---- the hook -----------------------------------------------------------------------------
+    def hook(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        """DDP's contract: average the bucket over ranks, return a future of the result."""
+        buf = bucket.buffer()
+        fut = self.all_reduce(buf)
+        if bucket.is_last():
+            self.end_step()
+        world = self.world
+        return fut.then(lambda f: f.value().div_(world))
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        """Sum over all ranks along the agreed path; also usable without DDP (call :meth:`end_step`
+        after a step's last call)."""
+        if not self._in_step:
+            self.begin_step()
+        nbytes = tensor.numel() * tensor.element_size()
+        path = self.path_for(nbytes, first=not self._bucket_bytes)
+        self._bucket_bytes.append(nbytes)
+        self._paths[path] = self._paths.get(path, 0) + 1
+        timed = self._timed(nbytes)
+        start = time.perf_counter()
+        if path == "nccl" and not timed:
+            work = dist.all_reduce(tensor, async_op=True)
+            return work.get_future().then(lambda f: self._done(f.value()[0], start))
+        events = _cuda_events() if timed and tensor.is_cuda else None
+        if path == "nccl":
+            dist.all_reduce(tensor)
+        elif path == "stragglar":
+            assert self.decision.straggler is not None
+            self.stragglar.all_reduce(tensor, self.decision.straggler)
+        else:
+            assert self.hierarchical is not None
+            self.hierarchical.all_reduce(tensor)
+        if events is not None:  # the collective's own time on the GPU, not the host's queueing
+            events[1].record()
+            events[1].synchronize()
+            self._trial_us.append(events[0].elapsed_time(events[1]) * 1e3)
+        elif timed:
+            self._trial_us.append((time.perf_counter() - start) * 1e6)
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        fut.set_result(self._done(tensor, start))
+        return fut
+
+    def path_for(self, nbytes: int, first: bool = True) -> str:
+        """Which implementation a bucket of ``nbytes`` (the step's first or not) runs now."""
+        if first and self._stragglar_on():
+            return "stragglar"
+        if self.hierarchical is not None and nbytes >= self.config.hierarchical_min_bytes:
+            return "hierarchical"
+        return "nccl"
+
+    def _stragglar_on(self) -> bool:
+        return self.decision.straggler is not None and self.config.stragglar and worthwhile(self.world)
+
+    def _done(self, tensor: torch.Tensor, start: float) -> torch.Tensor:
+        self._comm_us += (time.perf_counter() - start) * 1e6
+        return tensor
+
+    def _timed(self, nbytes: int) -> bool:
+        state = self.tuning.active if self.tuning is not None else None
+        return state is not None and nbytes in state.size_bin
+
+    # ---- step boundaries ----------------------------------------------------------------------
+    def begin_step(self) -> None:
+        """A step's first bucket: only local timestamps (the straggler may still be on its way)."""
+        now = time.perf_counter()
+        if self._last_begin is not None:
+            self._step_us = (now - self._last_begin) * 1e6
+            comm = max(self._comm_us, 1e-3)
+            self._c2c = max(self._step_us - self._comm_us, 0.0) / comm
+        self._last_begin, self._comm_us, self._in_step = now, 0.0, True
+        self.step += 1
+
+    def end_step(self) -> None:
+        """After a step's last bucket: the control point, at the same place on every rank."""
+        self._in_step = False
+        if self.step % self.config.measure_every == 0:
+            self._measure_and_decide()
+        if self.tuner is not None:
+            self._tune_boundary()
+        self._bucket_bytes = []
+
+    def _measure_and_decide(self) -> None:
+        dist.all_reduce(torch.zeros(1), group=self.ctrl)
+        assert self._last_begin is not None
+        since_ready_us = (time.perf_counter() - self._last_begin) * 1e6
+        mine = torch.tensor([since_ready_us, self._c2c], dtype=torch.float64)
+        everyone = torch.empty(self.world * 2, dtype=torch.float64)
+        dist.all_gather_into_tensor(everyone, mine, group=self.ctrl)
+        if self.rank == 0:
+            table = everyone.view(self.world, 2)
+            self.window.add(table[:, 0].tolist(), table[:, 1].tolist())
+            encoded = self.window.decide().encode()
+        else:
+            encoded = torch.empty(3, dtype=torch.float64)
+        dist.broadcast(encoded, src=0, group=self.ctrl)
+        self._apply(Decision.decode(encoded))
+
+    def _apply(self, decision: Decision) -> None:
+        previous, self.decision = self.decision, decision
+        if self._stragglar_on():
+            assert decision.straggler is not None
+            self.stragglar.prepare(decision.straggler)
+        if self.control is not None and decision.context != previous.context:
+            self._set_context(*decision.context)
+        self.history.append(StepRecord(self.step, decision, dict(self._paths)))
+        self._paths = {}
+
+    def _set_context(self, straggler: str, c2c: str) -> None:
+        """The measured slice, else the same straggler bucket without c2c (a policy exported without
+        c2c slices), else the plugin keeps its slice. Every rank runs this with the same inputs."""
+        for candidate in dict.fromkeys([(straggler, c2c), (straggler, "none")]):
+            if self.control is not None and self.control.set_context(*candidate):
+                return
+        log.info("the policy has no slice for straggler=%s (c2c=%s); the plugin keeps its current one",
+                 straggler, c2c)
+
+    # ---- online tuning ------------------------------------------------------------------------
+    def _tune_boundary(self) -> None:
+        cfg = self.config
+        since = self.step - cfg.tune_start_step
+        if since < 0 or since % cfg.tune_steps_per_trial:
+            return
+        if self.tuning is None:
+            box: list[Any] = [sorted({SizeBin.of(b) for b in self._bucket_bytes},
+                                     key=lambda b: -b.min_bytes)]
+            dist.broadcast_object_list(box, src=0, group=self.ctrl)
+            assert self.tuner is not None
+            self.tuning = Tuning(self.tuner, box[0], cfg.tune_max_trials)
+            agreed = None
+        else:
+            state = self.tuning.active
+            if state is None:
+                return
+            local = torch.tensor([statistics.median(self._trial_us) if self._trial_us else 0.0],
+                                 dtype=torch.float64)
+            dist.all_reduce(local, op=dist.ReduceOp.MAX, group=self.ctrl)
+            agreed = float(local.item())
+        self._trial_us = []
+        state = self.tuning.active
+        if state is None:
+            return
+        ended = None if agreed is None else (state.size_bin, state.current, agreed)
+        action = self.tuning.next_action(agreed) if self.rank == 0 else torch.empty(4, dtype=torch.int64)
+        dist.broadcast(action, src=0, group=self.ctrl)
+        kind, candidate = self.tuning.apply(action)
+        self._pin(state.size_bin, candidate)
+        self.tuning_log.append(TuningEvent(self.step, state.size_bin, kind, candidate, ended))
+
+    def _pin(self, size_bin: SizeBin, candidate: Any) -> None:
+        if self.control is None:
+            return
+        if candidate is None:
+            self.control.unpin(size_bin.collective, size_bin.min_bytes, size_bin.max_bytes)
+        else:
+            self.control.pin(Pin(size_bin.collective, size_bin.min_bytes, size_bin.max_bytes,
+                                 *candidate))
+
+
+def _cuda_events() -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    """A start event recorded now on the current stream, and an end event to record later."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    return start, end

@@ -1,0 +1,108 @@
+"""The tuner plugin's run-time controls, bound with ctypes — the only place that knows their C names.
+
+NCCL loads ``libnccl-tuner-dynamiccl.so`` with dlopen; opening the same file again here returns the
+same loaded library (the dynamic loader keeps one copy per file), so a context switched or a choice
+pinned through these functions is what the plugin's next ``getCollInfo`` sees. On a CPU-only job
+NCCL never loads the library, and these calls run the plugin's real code in this process.
+
+The C side (exported by the plugin next to its ``ncclTunerPlugin_vN`` structs)::
+
+    int dynamiccl_set_context(const char* slice_spec);   /* 0 matched, 1 no slice matched, -1 bad */
+    int dynamiccl_policy_hash(char* out, size_t len);     /* 0 ok, -1 none loaded / too small */
+    const char* dynamiccl_plugin_version(void);
+    int dynamiccl_pin(int collective, uint64_t min_bytes, uint64_t max_bytes,
+                      int algorithm, int protocol, int channels);  /* 0 ok, -1 bad input */
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from dynamiccl import plugin
+
+CONTROL_SYMBOLS = ("dynamiccl_set_context", "dynamiccl_policy_hash", "dynamiccl_plugin_version",
+                   "dynamiccl_pin")
+#: NCCL's environment variable naming the tuner plugin it loads.
+TUNER_ENV = "NCCL_TUNER_PLUGIN"
+_HASH_LEN = 129
+
+
+class PluginControlError(RuntimeError):
+    """The plugin cannot be controlled: missing, too old, or it refused an input."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One pinned choice: ``collective`` (NCCL's id) calls of [min_bytes, max_bytes) run
+    ``algorithm``/``protocol`` (NCCL ids) on ``channels`` channels (0: NCCL's count)."""
+
+    collective: int
+    min_bytes: int
+    max_bytes: int
+    algorithm: int
+    protocol: int
+    channels: int = 0
+
+
+def library_to_control() -> Path:
+    """The library NCCL loads: ``NCCL_TUNER_PLUGIN`` when it names a file, else the package's build."""
+    named = os.environ.get(TUNER_ENV, "")
+    if named and Path(named).is_file():
+        return Path(named)
+    return plugin.library_path(build_if_missing=False)
+
+
+class PluginControl:
+    """ctypes handle on the plugin's control functions."""
+
+    def __init__(self, library: Path | None = None) -> None:
+        try:
+            path = library or library_to_control()
+        except plugin.PluginError as exc:
+            raise PluginControlError(str(exc)) from None
+        self.path = Path(path)
+        lib = ctypes.CDLL(str(self.path))
+        missing = [s for s in CONTROL_SYMBOLS if not hasattr(lib, s)]
+        if missing:
+            raise PluginControlError(
+                f"{self.path} does not export {', '.join(missing)}: it predates the run-time controls; "
+                "rebuild it (`dynamiccl plugin build`) or point NCCL_TUNER_PLUGIN at a current build")
+        lib.dynamiccl_set_context.argtypes = [ctypes.c_char_p]
+        lib.dynamiccl_set_context.restype = ctypes.c_int
+        lib.dynamiccl_policy_hash.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.dynamiccl_policy_hash.restype = ctypes.c_int
+        lib.dynamiccl_plugin_version.argtypes = []
+        lib.dynamiccl_plugin_version.restype = ctypes.c_char_p
+        lib.dynamiccl_pin.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,
+                                      ctypes.c_int, ctypes.c_int]
+        lib.dynamiccl_pin.restype = ctypes.c_int
+        self._lib = lib
+
+    def set_context(self, straggler: str, c2c: str) -> bool:
+        """Makes ``straggler=… c2c=…`` the active slice; False when the policy has no such slice
+        (the plugin keeps the current one)."""
+        code = self._lib.dynamiccl_set_context(f"straggler={straggler} c2c={c2c}".encode())
+        if code < 0:
+            raise PluginControlError(f"the plugin rejected the context straggler={straggler} c2c={c2c}")
+        return code == 0
+
+    def policy_hash(self) -> str | None:
+        """The loaded policy's content hash, None when the plugin has not loaded one."""
+        out = ctypes.create_string_buffer(_HASH_LEN)
+        return out.value.decode() if self._lib.dynamiccl_policy_hash(out, _HASH_LEN) == 0 else None
+
+    def version(self) -> str:
+        raw = self._lib.dynamiccl_plugin_version()
+        return raw.decode() if raw else "unknown"
+
+    def pin(self, p: Pin) -> None:
+        if self._lib.dynamiccl_pin(p.collective, p.min_bytes, p.max_bytes, p.algorithm, p.protocol,
+                                   p.channels) != 0:
+            raise PluginControlError(f"the plugin rejected the pin {p}")
+
+    def unpin(self, collective: int, min_bytes: int, max_bytes: int) -> None:
+        """Gives [min_bytes, max_bytes) of ``collective`` back to the policy (algorithm −1)."""
+        self.pin(Pin(collective, min_bytes, max_bytes, -1, -1, 0))

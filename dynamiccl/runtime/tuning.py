@@ -1,0 +1,143 @@
+"""Online tuning inside the job: try configurations for a size bin, keep the fastest, never a loser.
+
+AutoCCL needs a forked NCCL to switch configurations while a job runs; here the plugin's pin does it
+(:mod:`dynamiccl.runtime.plugin_control`). The runtime drives a trial at a time: at a step boundary
+every rank pins the same candidate (rank 0 asks the tuner and broadcasts its answer), the bucket
+all-reduces of that bin are timed on every rank for ``steps_per_trial`` steps, and the per-rank
+medians are agreed as their maximum over ranks (what the job waits for), so the tuner on rank 0
+learns from a number every rank holds too. NCCL's own choice (nothing pinned) is measured first and
+is the gate: the winner is pinned only if it beat NCCL's time, otherwise the bin is unpinned.
+Exploration ends when the tuner has nothing more to propose or ``max_trials`` is reached.
+
+The tuner is any object with this protocol (rank 0 calls it; see :class:`OnlineTuner`)::
+
+    propose(size_bin) -> Candidate | None   # the next configuration to measure; None: done
+    observe(size_bin, candidate, time_us)    # the agreed time of a proposed candidate
+
+``dynamiccl.agents.runtime_tuner`` adapts the project's coordinate descent and UCB bandit to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+import torch
+
+from dynamiccl.knobs import Collective
+
+
+class Candidate(NamedTuple):
+    """A configuration in NCCL's own ids; ``channels`` 0 leaves the count to NCCL."""
+
+    algorithm: int
+    protocol: int
+    channels: int = 0
+
+
+@dataclass(frozen=True)
+class SizeBin:
+    """Calls of ``collective`` with ``min_bytes`` ≤ size < ``max_bytes`` (a power-of-two bin)."""
+
+    collective: int
+    min_bytes: int
+    max_bytes: int
+
+    @classmethod
+    def of(cls, nbytes: int, collective: int = int(Collective.ALLREDUCE)) -> SizeBin:
+        low = 1 << max(int(nbytes).bit_length() - 1, 0)
+        return cls(collective, low, 2 * low)
+
+    def __contains__(self, nbytes: int) -> bool:
+        return self.min_bytes <= nbytes < self.max_bytes
+
+
+class OnlineTuner(Protocol):
+    """What the runtime needs from an online tuner (called on rank 0 only)."""
+
+    def propose(self, size_bin: SizeBin) -> Candidate | None: ...
+
+    def observe(self, size_bin: SizeBin, candidate: Candidate, time_us: float) -> None: ...
+
+
+#: Encoded step actions broadcast from rank 0: (kind, algorithm, protocol, channels).
+MEASURE_DEFAULT, MEASURE_CANDIDATE, PIN_WINNER, KEEP_DEFAULT = 0, 1, 2, 3
+
+
+@dataclass
+class TuningEvent:
+    """What every rank did at one tuning boundary (the tests compare these across ranks)."""
+
+    step: int
+    #: What runs from here on: ``kind`` for ``candidate`` (None: NCCL's own choice) in ``size_bin``.
+    size_bin: SizeBin
+    kind: int
+    candidate: Candidate | None
+    #: The trial that just ended, as (bin, configuration, agreed time); None at the first boundary.
+    ended: tuple[SizeBin, Candidate | None, float] | None
+
+
+@dataclass
+class BinState:
+    size_bin: SizeBin
+    current: Candidate | None = None          # what runs now (None: NCCL's own choice)
+    default_us: float | None = None
+    measured: dict[Candidate, float] = field(default_factory=dict)
+    trials: int = 0
+    done: bool = False
+
+
+class Tuning:
+    """Rank 0's bookkeeping plus the encoding every rank decodes; one bin at a time."""
+
+    def __init__(self, tuner: OnlineTuner, bins: list[SizeBin], max_trials: int = 16) -> None:
+        self.tuner, self.max_trials = tuner, max_trials
+        self.queue = [BinState(b) for b in bins]
+
+    @property
+    def active(self) -> BinState | None:
+        return next((b for b in self.queue if not b.done), None)
+
+    def next_action(self, agreed_us: float | None) -> torch.Tensor:
+        """Rank 0: record the trial that just ended and choose what runs next."""
+        state = self.active
+        if state is None:
+            return torch.tensor([KEEP_DEFAULT, -1, -1, 0], dtype=torch.int64)
+        if agreed_us is not None:
+            if state.current is None:
+                state.default_us = agreed_us
+            else:
+                state.measured[state.current] = min(agreed_us, state.measured.get(state.current, agreed_us))
+                self.tuner.observe(state.size_bin, state.current, agreed_us)
+        if state.default_us is None:
+            return self._encode(MEASURE_DEFAULT, None)
+        proposal = self.tuner.propose(state.size_bin) if state.trials < self.max_trials else None
+        if proposal is not None:
+            state.trials += 1
+            return self._encode(MEASURE_CANDIDATE, Candidate(*proposal))
+        return self._encode(*self._gate(state))
+
+    def _gate(self, state: BinState) -> tuple[int, Candidate | None]:
+        """The fastest candidate if it beat NCCL's own choice, else NCCL's own choice."""
+        if state.measured:
+            best = min(state.measured, key=state.measured.__getitem__)
+            assert state.default_us is not None
+            if state.measured[best] < state.default_us:
+                return PIN_WINNER, best
+        return KEEP_DEFAULT, None
+
+    @staticmethod
+    def _encode(kind: int, c: Candidate | None) -> torch.Tensor:
+        values = [kind, -1, -1, 0] if c is None else [kind, c.algorithm, c.protocol, c.channels]
+        return torch.tensor(values, dtype=torch.int64)
+
+    def apply(self, action: torch.Tensor) -> tuple[int, Candidate | None]:
+        """Every rank: follow rank 0's broadcast action; returns (kind, candidate)."""
+        kind, algo, proto, channels = (int(v) for v in action.tolist())
+        candidate = None if algo < 0 else Candidate(algo, proto, channels)
+        state = self.active
+        if state is not None:
+            state.current = candidate
+            if kind in (PIN_WINNER, KEEP_DEFAULT):
+                state.done = True
+        return kind, candidate

@@ -1,0 +1,203 @@
+"""Rank functions the runtime tests start through the launcher (loaded by file path in each rank)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+DTYPES = (torch.int64, torch.float32, torch.bfloat16)
+SIZES = (5, 4099, 4098)
+
+
+def _join(ctx, backend: str = "gloo") -> torch.device:
+    device = torch.device("cpu")
+    extra = {}
+    if backend == "nccl":
+        device = torch.device("cuda", ctx.rank)
+        torch.cuda.set_device(device)
+        extra = {"device_id": device}
+    dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
+                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s), **extra)
+    return device
+
+
+def _data(rank: int, size: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype.is_floating_point:
+        return torch.randn(size, generator=gen).to(dtype)
+    return torch.randint(-(2**20), 2**20, (size,), generator=gen).to(dtype)
+
+
+def compare_with_all_reduce(ctx, stragglers: list[int], layouts: list[tuple[int, int]]):
+    """Every case's result next to all_reduce's, gathered on rank 0 as (case, max error, exact,
+    identical on every rank)."""
+    from dynamiccl.runtime.hierarchical import HierarchicalAllReduce
+    from dynamiccl.runtime.stragglar import StragglAR
+
+    _join(ctx)
+    sar = StragglAR()
+    hier = {layout: HierarchicalAllReduce(*layout) for layout in layouts}
+    out = []
+    for seed, (size, dtype) in enumerate((s, d) for s in SIZES for d in DTYPES):
+        ref = _data(ctx.rank, size, dtype, seed)
+        dist.all_reduce(ref)
+        cases = [(f"stragglar s={s}", lambda t, s=s: sar.all_reduce(t, s)) for s in stragglers]
+        cases += [(f"hierarchical k={k} chunks={c}", h.all_reduce) for (k, c), h in hier.items()]
+        for name, op in cases:
+            got = _data(ctx.rank, size, dtype, seed)
+            if size % 2:  # any shape, contiguous or not: the ops write the result back in place
+                op(got.view(-1, 1))
+            else:
+                op(got.view(2, -1).t())
+            everyone = [torch.empty_like(got) for _ in range(ctx.world_size)]
+            dist.all_gather(everyone, got)
+            same = all(torch.equal(everyone[0], e) for e in everyone)
+            err = float((got.double() - ref.double()).abs().max())
+            scale = float(ref.double().abs().max()) or 1.0
+            out.append({"case": f"{name} n={ctx.world_size} size={size} {dtype}", "exact":
+                        torch.equal(got, ref), "rel_err": err / scale, "identical": same,
+                        "float": dtype.is_floating_point, "dtype": str(dtype)})
+    dist.destroy_process_group()
+    return out if ctx.rank == 0 else None
+
+
+def _model(seed: int = 0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                               torch.nn.ReLU(), torch.nn.Linear(64, 4))
+
+
+def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: dict,
+                       plugin: dict | None = None, backend: str = "gloo"):
+    """DDP through ``dynamiccl.runtime.ddp`` next to plain DDP on the same data; ``late_rank``
+    sleeps before each backward. Returns the runtime's history, both models' parameters and the
+    plugin's all-reduce decision for 1000 B before and after."""
+    import time
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dynamiccl import runtime
+
+    nccl = _with_plugin(ctx, plugin)  # before the process group: NCCL reads it at init
+    device = _join(ctx, backend)
+    before = nccl.decide(1000) if nccl else None
+    ids = [device.index] if backend == "nccl" else None
+    tuned = runtime.ddp(_model().to(device), runtime.RuntimeConfig(**config), bucket_cap_mb=0.01,
+                        device_ids=ids)
+    plain = DDP(_model().to(device), device_ids=ids)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (tuned, plain)]
+    gen = torch.Generator().manual_seed(10 + ctx.rank)
+    for _ in range(steps):
+        x = torch.randn(16, 32, generator=gen).to(device)
+        for model, opt in zip((tuned, plain), opts, strict=True):
+            loss = model(x).square().mean()
+            if ctx.rank == late_rank and model is tuned:
+                time.sleep(late_ms / 1e3)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    rt = tuned.dynamiccl_runtime
+    params = [[p.detach().cpu().clone() for p in m.parameters()] for m in (tuned, plain)]
+    dist.destroy_process_group()
+    return {"history": [(h.step, h.decision, h.paths) for h in rt.history],
+            "tuned": params[0], "plain": params[1], "plugin": rt.control is not None,
+            "decided": (before, nccl.decide(1000) if nccl else None)}
+
+
+def job_check(ctx, rounds: list[list[str]]):
+    """Per round, each rank points DYNAMICCL_POLICY at its own file and starts the runtime;
+    returns the error each round gave this rank (None: the job started)."""
+    import os
+
+    from dynamiccl import runtime
+
+    _join(ctx)
+    errors = []
+    for policies in rounds:
+        os.environ["DYNAMICCL_POLICY"] = policies[ctx.rank]
+        try:
+            runtime.start()
+            errors.append(None)
+        except runtime.JobMismatchError as exc:
+            errors.append(str(exc))
+        t = torch.ones(1)
+        dist.all_reduce(t)  # the group is still usable: every rank stopped at the same point
+    dist.destroy_process_group()
+    return errors
+
+
+def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = None,
+                     backend: str = "gloo"):
+    """Plain torch.distributed use of the runtime with an online tuner; returns the tuning log and
+    what the plugin decides afterwards for each size."""
+    from dynamiccl.agents.online import CoordinateDescentTuner
+    from dynamiccl.agents.runtime_tuner import RuntimeTunerAdapter
+    from dynamiccl.runtime import Runtime, RuntimeConfig
+    from dynamiccl.runtime.plugin_control import PluginControl
+    from dynamiccl.topology import load_topology
+
+    nccl = _with_plugin(ctx, plugin)
+    device = _join(ctx, backend)
+    topology = load_topology("dgx_h100").resized(nodes=1, gpus_per_node=ctx.world_size)
+    tuner = RuntimeTunerAdapter(CoordinateDescentTuner(budget=4, deployable=True), topology, budget=4)
+    control = PluginControl() if nccl else None
+    rt = Runtime(RuntimeConfig(measure_every=1000, tune_start_step=2, tune_steps_per_trial=1),
+                 tuner=tuner, control=control)
+    tensors = [torch.full((n // 4,), float(ctx.rank), device=device) for n in sizes]
+    for _ in range(steps):
+        for t in tensors:
+            rt.all_reduce(t).wait()
+        rt.end_step()
+    events = [(e.step, e.size_bin, e.kind, e.candidate, e.ended) for e in rt.tuning_log]
+    done = rt.tuning is not None and rt.tuning.active is None
+    dist.destroy_process_group()
+    return {"events": events, "done": done,
+            "decided": {n: nccl.decide(n) for n in sizes} if nccl else None}
+
+
+class NcclStandIn:
+    """Plays NCCL's part towards the tuner plugin (NCCL itself needs a GPU): loads the library the
+    runtime controls, inits one v6 communicator and asks getCollInfo with every entry usable."""
+
+    def __init__(self, library: str, nranks: int) -> None:
+        import ctypes
+        import os
+
+        self.ct = ctypes
+        lib = ctypes.CDLL(library, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        init = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64,
+                                ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p)
+        coll = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t,
+                                ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+        fin = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+        class V6(ctypes.Structure):
+            _fields_ = [("name", ctypes.c_char_p), ("init", init), ("coll", coll), ("fin", fin),
+                        ("chunk", ctypes.c_void_p)]
+
+        self.v6 = V6.in_dll(lib, "ncclTunerPlugin_v6")
+        self.ctx = ctypes.c_void_p()
+        assert self.v6.init(ctypes.byref(self.ctx), 1, nranks, 1, None, None, None) == 0
+
+    def decide(self, nbytes: int, collective: int = 4) -> tuple[int, int, int] | None:
+        """(algorithm, protocol, channels) the plugin forces for an all-reduce, None: NCCL's."""
+        table = (self.ct.c_float * 21)(*[10.0 + i for i in range(21)])
+        nch = self.ct.c_int(0)
+        assert self.v6.coll(self.ctx, collective, nbytes, 1, table, 7, 3, 0, self.ct.byref(nch)) == 0
+        forced = [i for i in range(21) if table[i] == 0.0]
+        return (forced[0] // 3, forced[0] % 3, nch.value) if forced else None
+
+
+def _with_plugin(ctx, plugin: dict | None) -> NcclStandIn | None:
+    """Points the process at the plugin and policy as a job would, and plays NCCL's init."""
+    import os
+
+    if plugin is None:
+        return None
+    os.environ["NCCL_TUNER_PLUGIN"] = plugin["library"]
+    os.environ["DYNAMICCL_POLICY"] = plugin["policy"]
+    return NcclStandIn(plugin["library"], ctx.world_size)

@@ -1,0 +1,47 @@
+"""StragglAR and hierarchical all-reduce against all_reduce, in real gloo processes (no GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dynamiccl.profiler.launcher import launch
+from dynamiccl.runtime.matchings import matchings_for, worthwhile
+from dynamiccl.simulator.stragglar_schedule import check_schedule, rounds
+
+WORKERS = str(Path(__file__).parent / "runtime_workers.py")
+#: Relative error allowed for a float sum added up in another order (bfloat16 keeps 8 bits).
+TOLERANCE = {"torch.float32": 1e-5, "torch.bfloat16": 3e-2}
+
+
+@pytest.mark.parametrize("n", range(2, 17))
+def test_every_schedule_is_verified_and_powers_of_two_take_the_papers_rounds(n):
+    schedule = matchings_for(n)
+    check_schedule(n, schedule)
+    if n >= 4 and n & (n - 1) == 0:
+        assert len(schedule) == rounds(n) == n + n.bit_length() - 3
+
+
+def test_schedules_that_move_more_than_a_ring_are_not_used():
+    assert [n for n in range(2, 9) if not worthwhile(n)] == [2, 3, 5]
+
+
+LAYOUTS = {3: [(1, 1), (3, 2)], 4: [(2, 1), (2, 3)], 5: [(1, 2), (5, 1)], 6: [(2, 1), (3, 2)],
+           7: [(7, 1), (1, 3)], 8: [(4, 1), (2, 2)]}
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.parametrize("n", range(3, 9))
+def test_stragglar_and_hierarchical_equal_all_reduce(n):
+    stragglers = sorted({0, n // 2, n - 1})
+    results = launch(f"{WORKERS}:compare_with_all_reduce", n,
+                     {"stragglers": stragglers, "layouts": LAYOUTS[n]}, timeout_s=300)[0]
+    assert len(results) == 3 * 3 * (len(stragglers) + 2)
+    for r in results:
+        assert r["identical"], r["case"]  # every rank holds the same bits (DDP replicas agree)
+        if r["float"]:
+            assert r["rel_err"] <= TOLERANCE[r["dtype"]], r
+        else:
+            assert r["exact"], r["case"]
