@@ -70,6 +70,9 @@ class _Context:
 class CandidateTuner:
     """An online tuner that runs one of the model's candidates per call, chosen by ``chooser``."""
 
+    #: Every candidate is a deployable action (what the runtime's adapter requires).
+    deployable = True
+
     def __init__(self, chooser: SlotChooser, name: str, n_calls: int = N_CALLS) -> None:
         self.chooser = chooser
         self.name = name

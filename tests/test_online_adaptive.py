@@ -101,3 +101,16 @@ def test_force_pins_nothing_for_nccls_pick_and_the_candidates_knobs_otherwise():
     tuner.record(SCENARIO, 40.0)
     log = tuner.measurements(SCENARIO)
     assert list(log.tries[:2]) == [1, 1] and log.calls == 2
+
+
+def test_the_runtimes_adapter_drives_a_candidate_tuner():
+    from dynamiccl.agents.runtime_tuner import RuntimeTunerAdapter
+    from dynamiccl.runtime.tuning import SizeBin
+
+    adapter = RuntimeTunerAdapter(prior_sweep_tuner(), TOPO, budget=16)
+    size_bin = SizeBin.of(64 << 10)
+    proposed = []
+    while (candidate := adapter.propose(size_bin)) is not None:
+        adapter.observe(size_bin, candidate, 100.0 - len(proposed))
+        proposed.append(candidate)
+    assert len(proposed) == len(Candidates.of(SCENARIO)), "each candidate once, then it exploits"
