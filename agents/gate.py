@@ -11,16 +11,11 @@ two predictions, so its sigma combines both (``sqrt(s_ours^2 + s_nccl^2)``, log-
 errors: conservative when the errors are correlated). A measured pair replaces the model: where both
 choices were measured, the measurement decides and its own noise is the uncertainty.
 
-Until calibration (``dynamiccl.calibration.uncertainty``) provides calibrated sigmas, the per-size
-band defaults below are used (log-space sigmas of one predicted time). They cover the published
-discrepancies between models and measurements that the ``perturbed`` reality also draws from:
-latency floors off by up to 3x dominate small calls (seed 003: 7.9 µs measured against 17 µs; the
-8xH100 misses at 32-256 KiB), per algorithm/protocol bandwidths off by up to ±40 % large ones
-(NCCL issue #1801's tree 23 % above the ring NCCL ranks first, AutoCCL's and the NCCL-eBPF tuner's
-1.24-1.27x), and the uncalibrated simulator's 10-21 % median error against a miscalibrated system
-(``experiments/calibration_recovery.py``) everything. With them the model alone overrides NCCL
-only where it predicts a very large gain; measurements (``dynamiccl tune``) are how a rule earns
-an override elsewhere.
+The sigma comes from one function, :func:`dynamiccl.calibration.uncertainty`: the fit's held-out
+error where the topology carries a ``calibration:`` section, else the datasheet model's measured
+error per size band (issue 10's validation against public nccl-tests runs). With those the model
+alone overrides NCCL only where it predicts a very large gain; measurements (``dynamiccl tune``) are
+how a rule earns an override elsewhere.
 """
 
 from __future__ import annotations
@@ -29,33 +24,13 @@ import math
 from dataclasses import dataclass
 
 from dynamiccl import decisions
-from dynamiccl.knobs import Algorithm, Collective, Config, Protocol
+from dynamiccl.calibration import uncertainty
+from dynamiccl.knobs import Config
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate
-from dynamiccl.topology import Topology
 
 DEFAULT_MARGIN = 0.03
-#: (upper size bound in bytes, exclusive; relative 1-sigma of a predicted time) per size band.
-DEFAULT_UNCERTAINTY_BANDS: tuple[tuple[float, float], ...] = (
-    (64 << 10, 0.45),
-    (4 << 20, 0.30),
-    (math.inf, 0.22),
-)
-
 MODEL, CALIBRATED, MEASURED = "model", "calibrated model", "measured"
-
-
-def uncertainty(topology: Topology, collective: Collective, nbytes: int, algorithm: Algorithm,
-                protocol: Protocol) -> float:
-    """Relative 1-sigma of the model's predicted time of this call and choice.
-
-    The one function every gate reads. Today: the documented per-band defaults, whatever the
-    choice; calibration will replace them with sigmas fitted to the system's measurements.
-    """
-    for upper, sigma in DEFAULT_UNCERTAINTY_BANDS:
-        if nbytes < upper:
-            return sigma
-    return DEFAULT_UNCERTAINTY_BANDS[-1][1]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ NCCL alone. Evidence, strongest first:
    the nearest measurement of that choice; where that reaches the band default the correction is
    dropped.
 3. **model** — nothing measured for that choice: the simulator and the band defaults of
-   :func:`dynamiccl.agents.gate.uncertainty`.
+   :func:`dynamiccl.calibration.uncertainty`.
 
 Every decision goes through the same gate as export (:func:`dynamiccl.agents.gate.passes`): an
 override only where the gain clears the margin and its uncertainty.

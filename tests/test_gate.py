@@ -12,6 +12,7 @@ from dynamiccl import policy_file as pf
 from dynamiccl.agents.baselines import OraclePolicy
 from dynamiccl.agents.export import export_policy, load_evidence, rule_evidence, save_evidence
 from dynamiccl.agents.gate import DEFAULT_MARGIN, Gate, passes, uncertainty
+from dynamiccl.calibration import DATASHEET_REL_STD
 from dynamiccl.cli.main import main
 from dynamiccl.cli.show import JSON_KEYS
 from dynamiccl.knobs import ACTION_INDEX, Algorithm, Collective, Config, Protocol
@@ -41,10 +42,13 @@ def test_the_margin_holds_even_when_the_model_is_certain():
         Gate(margin=1.5)
 
 
-def test_uncertainty_is_one_documented_value_per_size_band():
+def test_uncalibrated_uncertainty_is_the_datasheet_error_of_each_size_band():
+    """Issue 10's measured datasheet errors: x1.5 below 64 KiB, x1.7 up to 16 MiB, x1.1 above."""
     small, mid, large = (uncertainty(TOPO, Collective.ALLREDUCE, n, Algorithm.RING,
                                      Protocol.SIMPLE) for n in (1 << 10, 1 << 20, 1 << 30))
-    assert small > mid > large > 0
+    assert (small, mid, large) == (DATASHEET_REL_STD["small"], DATASHEET_REL_STD["medium"],
+                                   DATASHEET_REL_STD["large"])
+    assert mid > small > large > 0
 
 
 @pytest.fixture(scope="module")
