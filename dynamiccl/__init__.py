@@ -1,9 +1,10 @@
 """DynamICCL: learn better NCCL algorithm/protocol/channel choices and ship them into real jobs.
 
-Importing the package registers the gymnasium environment ``dynamiccl/CollectiveTuning-v0`` by a
-string entry point, without importing gymnasium: the CLI, the simulator and the knob space never
-need it (importing it costs more than the rest of the core). If gymnasium is already loaded the id
-is registered at once, otherwise the moment gymnasium finishes loading, so
+Importing the package registers the gymnasium environments ``dynamiccl/CollectiveTuning-v0`` and
+``dynamiccl/OnlineTuning-v0`` by string entry points, without importing gymnasium: the CLI, the
+simulator and the knob space never need it (importing it costs more than the rest of the core). If
+gymnasium is already loaded the ids are registered at once, otherwise the moment gymnasium finishes
+loading, so
 ``import dynamiccl; gymnasium.make(ENV_ID)`` works in either order.
 """
 
@@ -22,14 +23,19 @@ __version__ = "0.1.0"
 #: The environment's id, the one place it is written; the class lives in ``dynamiccl.envs``.
 ENV_ID = "dynamiccl/CollectiveTuning-v0"
 ENV_ENTRY_POINT = "dynamiccl.envs.collective_tuning:CollectiveTuningEnv"
+#: The online-tuning environment (one context in a hidden perturbed reality, call after call).
+ONLINE_ENV_ID = "dynamiccl/OnlineTuning-v0"
+ONLINE_ENV_ENTRY_POINT = "dynamiccl.envs.online_tuning:OnlineTuningEnv"
 
 
 def register_environment() -> None:
-    """Registers :data:`ENV_ID` with gymnasium (idempotent; imports gymnasium)."""
+    """Registers :data:`ENV_ID` and :data:`ONLINE_ENV_ID` with gymnasium (idempotent; imports
+    gymnasium)."""
     from gymnasium.envs.registration import register, registry
 
-    if ENV_ID not in registry:
-        register(id=ENV_ID, entry_point=ENV_ENTRY_POINT)
+    for env_id, entry_point in ((ENV_ID, ENV_ENTRY_POINT), (ONLINE_ENV_ID, ONLINE_ENV_ENTRY_POINT)):
+        if env_id not in registry:
+            register(id=env_id, entry_point=entry_point)
 
 
 class _RegisteringLoader(importlib.abc.Loader):
