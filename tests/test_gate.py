@@ -162,3 +162,20 @@ def test_show_prints_evidence_and_bounds_a_huge_file(gated, tmp_path, capsys, mo
     other = export_policy(OraclePolicy(deployable=True), TOPO, gate=None)
     path.write_text(pf.dumps(other.policy_file))
     assert load_evidence(path) is None  # evidence is tied to the exact file it was written with
+
+
+def test_show_reads_the_nvidia_csv_the_project_writes_with_the_same_json_contract(tmp_path, capsys):
+    out = tmp_path / "nccl_tuner.conf"
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "2",
+                 "--no-gate", "--format", "nccl-example-csv", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["show", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(tuple(r) == JSON_KEYS for r in rows)
+    assert all(r["nodes"] == 2 and r["ranks"] == 16 and not r["defer"] for r in rows)
+    assert all(r["min_bytes"] < r["max_bytes"] for r in rows)
+    assert main(["show", str(out)]) == 0
+    assert "NVIDIA example-tuner CSV" in capsys.readouterr().out
+    junk = tmp_path / "notes.txt"
+    junk.write_text("hello\n")
+    assert main(["show", str(junk)]) == 2

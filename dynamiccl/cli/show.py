@@ -108,12 +108,76 @@ def _read(path: str):
         raise UserError(f"{path} is a folder; give a policy file") from None
 
 
+def _is_nccl_example_csv(path: str) -> bool:
+    """True for NVIDIA's example-tuner CSV (anything that is not a DynamICCL policy file)."""
+    from dynamiccl import policy_file as pf
+
+    try:
+        with open(path, "rb") as fh:
+            return not fh.read(len(pf.MAGIC)).startswith(pf.MAGIC.encode())
+    except OSError:
+        return False  # _read names the problem
+
+
+def csv_rule_json(rule) -> dict:
+    """One example-tuner CSV line in the ``--json`` contract (its max_bytes is inclusive)."""
+    from dynamiccl import policy_file as pf
+
+    return {"collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
+            "min_bytes": rule.min_bytes, "max_bytes": rule.max_bytes + 1,
+            "algorithm": pf.ALGO_TOKENS[rule.algorithm], "protocol": pf.PROTO_TOKENS[rule.protocol],
+            "channels": rule.channels, "defer": False}
+
+
+def _show_csv(args: argparse.Namespace) -> int:
+    """The example tuner's CSV (what ``export --format nccl-example-csv`` writes): its lines in
+    file order, since the example tuner applies the first line that matches a call."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from dynamiccl import policy_file as pf
+    from dynamiccl.cli.common import UserError
+    from dynamiccl.nccl_csv import read_nccl_example_csv
+
+    try:
+        text = open(args.file, encoding="ascii", errors="replace").read()
+    except PermissionError:
+        raise UserError(f"{args.file}: permission denied; make it readable") from None
+    rules = read_nccl_example_csv(text, source=args.file)
+    if not rules:
+        raise UserError(f"{args.file}: neither a DynamICCL policy file nor NVIDIA example-tuner CSV "
+                        "lines; give a file written by `dynamiccl export`")
+    rows = [csv_rule_json(r) for r in rules]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    console = Console(width=args.width or max(140, Console().width))
+    console.print(f"[bold]{args.file}[/bold]: NVIDIA example-tuner CSV, {len(rules)} rules; the "
+                  "first line matching a call wins, calls no line matches are left to NCCL")
+    table = Table(title_justify="left")
+    for col in ("#", "collective", "nodes", "ranks", "size [from, to)", "algorithm", "protocol",
+                "channels"):
+        table.add_column(col)
+    for i, row in enumerate(rows[:MAX_TABLE_ROWS], 1):
+        table.add_row(str(i), row["collective"], _dim(row["nodes"]), _dim(row["ranks"]),
+                      _human_range(row["min_bytes"], min(row["max_bytes"] - 1, pf.MAX_BYTES)),
+                      row["algorithm"], row["protocol"],
+                      "NCCL's" if row["channels"] is None else str(row["channels"]))
+    console.print(table)
+    if len(rows) > MAX_TABLE_ROWS:
+        console.print(f"... {len(rows) - MAX_TABLE_ROWS} more rules not printed (read them all "
+                      "with --json)")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
     from dynamiccl import policy_file as pf
 
+    if _is_nccl_example_csv(args.file):
+        return _show_csv(args)
     policy = _read(args.file)
     evidence = _evidence_index(args.file)
     selected = _selected(policy, args)
@@ -191,7 +255,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Verify a DynamICCL policy file the way the plugin does and print its "
                     "decisions: one table per collective and system, one row per size range, with "
                     "NCCL's pick, the predicted gain, its uncertainty and the evidence.")
-    parser.add_argument("file", help="policy file written by `dynamiccl export`")
+    parser.add_argument("file", help="policy file written by `dynamiccl export` (a .dccl, or NVIDIA's "
+                                     "example-tuner CSV from --format nccl-example-csv)")
     parser.add_argument("--collective", default=None, help="only this collective (e.g. allreduce)")
     parser.add_argument("--nodes", type=int, default=None, help="only rules for this node count")
     parser.add_argument("--all-slices", action="store_true",
