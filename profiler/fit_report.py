@@ -10,6 +10,7 @@ written into the calibration section, where ``dynamiccl.calibration.uncertainty`
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -182,10 +183,17 @@ def report_json(fit: FitResult, heldout: Heldout | None = None) -> dict:
 
 
 def format_table(rows: Sequence[ErrorRow]) -> str:
-    head = f"{'collective':14s} {'sizes':20s} {'n':>4s} {'base med%':>10s} {'med%':>7s} {'max%':>7s}"
-    out = [head, "-" * len(head)]
+    """The error table as text (a rich table rendered at its natural width, for print or logs)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None)
+    for col in ("collective", "sizes", "n", "base med%", "med%", "max%"):
+        table.add_column(col, justify="left" if col in ("collective", "sizes") else "right")
     for r in rows:
-        base = "" if r.base_median_abs_pct is None else f"{r.base_median_abs_pct:10.1f}"
-        out.append(f"{r.collective:14s} {r.size_range:20s} {r.n:4d} {base:>10s} "
-                   f"{r.median_abs_pct:7.2f} {r.max_abs_pct:7.2f}")
-    return "\n".join(out)
+        base = "" if r.base_median_abs_pct is None else f"{r.base_median_abs_pct:.1f}"
+        table.add_row(r.collective, r.size_range, str(r.n), base, f"{r.median_abs_pct:.2f}",
+                      f"{r.max_abs_pct:.2f}")
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(table)
+    return console.export_text().rstrip()
