@@ -213,6 +213,15 @@ def imitate(model: MaskablePPO, teacher: SlotChooser, episodes: int, seed: int =
     return mean_ll
 
 
+def adaptive_agent(hparams: dict[str, Any] | None = None) -> Any:
+    """The agent config (as ``configs/agent/*.yaml`` spell it) of the adaptive policy: MaskablePPO
+    with :data:`HPARAMS`, ``hparams`` overriding single keys."""
+    from omegaconf import OmegaConf
+
+    model = {"_target_": "sb3_contrib.MaskablePPO", "policy": "MlpPolicy", **HPARAMS, **(hparams or {})}
+    return OmegaConf.create({"name": "maskable_ppo", "model": model})
+
+
 def train_adaptive(total_steps: int, seed: int = 0, hparams: dict[str, Any] | None = None,
                    n_envs: int = 8, seeds: range | None = None, warm_start_episodes: int = 0
                    ) -> MaskablePPO:
@@ -226,7 +235,7 @@ def train_adaptive(total_steps: int, seed: int = 0, hparams: dict[str, Any] | No
 
     torch.set_num_threads(1)
     envs = make_vec_env(OnlineTuningEnv, n_envs=n_envs, seed=seed, env_kwargs={"seeds": seeds})
-    model = build_model("maskable_ppo", envs, seed=seed, hparams={**HPARAMS, **(hparams or {})})
+    model = build_model(adaptive_agent(hparams), envs, seed=seed)
     if warm_start_episodes:
         imitate(model, prior_sweep, warm_start_episodes, seed=seed, seeds=seeds)
     model.learn(total_timesteps=total_steps)

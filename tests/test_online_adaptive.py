@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dynamiccl.agents.adaptive import (
-    HPARAMS,
+    adaptive_agent,
     adaptive_tuner,
     imitate,
     prior_sweep,
@@ -78,8 +78,7 @@ def test_imitation_fits_the_teachers_choices():
 
     from dynamiccl.agents.sb3_agents import build_model
 
-    model = build_model("maskable_ppo", make_vec_env(OnlineTuningEnv, n_envs=1, seed=0), seed=0,
-                        hparams=HPARAMS)
+    model = build_model(adaptive_agent(), make_vec_env(OnlineTuningEnv, n_envs=1, seed=0), seed=0)
     uniform = -np.log(5.0)  # about the mean slot count
     assert imitate(model, prior_sweep, 20, seed=0) > uniform / 3
 
