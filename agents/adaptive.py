@@ -19,6 +19,7 @@ the policy was trained on and what a runtime inside a job does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,15 @@ if TYPE_CHECKING:
 
 #: Picks a slot from (observation, slot mask, candidates, log).
 SlotChooser = Callable[[np.ndarray, np.ndarray, Candidates, CallLog], int]
+
+#: The gate on re-running a measured choice (:func:`gated_slot`): the relative margin and the
+#: standard errors its advantage over NCCL's pick must clear, the tries taken to confirm a choice
+#: that merely looks faster, and the smallest noise assumed (nccl-tests' run-to-run spread is
+#: 1-5 %).
+GATE_MARGIN = 0.02
+GATE_Z = 2.0
+CONFIRM_TRIES = 3
+NOISE_FLOOR = 0.02
 
 #: MaskablePPO settings for the online environment: 50-call episodes, undiscounted enough that the
 #: cost of exploring now is weighed against the calls left; large batches and small steps, since
@@ -98,7 +108,8 @@ class CandidateTuner:
         ctx = self._context(scenario, mask)
         obs = encode(scenario, ctx.candidates, ctx.log, self.budget)
         slot = int(self.chooser(obs, ctx.allowed, ctx.candidates, ctx.log))
-        ctx.last_slot = slot if ctx.allowed[slot] else 0
+        slot = slot if ctx.allowed[slot] else 0
+        ctx.last_slot = gated_slot(ctx.log, slot)
         return ctx
 
     def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
@@ -138,6 +149,30 @@ class CandidateTuner:
         else:
             return  # a call this tuner did not choose tells it nothing about its candidates
         ctx.log.record(slot, time_us)
+
+
+def gated_slot(log: CallLog, slot: int) -> int:
+    """The safety gate on re-running a choice, so that a held choice is never one that only
+    looked faster on lucky calls (timings are noisy: the fastest of a few single measurements is
+    often a slower choice). NCCL's pick (slot 0) and a first try pass as they are (exploration,
+    which the chooser is charged for). A measured choice is run again when its mean beats NCCL's
+    by more than :data:`GATE_MARGIN` and :data:`GATE_Z` standard errors of the difference; while
+    it merely looks faster, up to :data:`CONFIRM_TRIES` tries of it and of NCCL's pick are taken
+    alternately (the one with fewer tries runs); otherwise NCCL's pick runs. The noise is the
+    log's pooled estimate, never below :data:`NOISE_FLOOR`."""
+    if slot == 0 or log.tries[slot] == 0:
+        return slot
+    if log.tries[0] == 0:
+        return 0
+    means = log.mean_log()
+    sigma = max(log.noise(), NOISE_FLOOR)
+    stderr = sigma * math.sqrt(1.0 / log.tries[slot] + 1.0 / log.tries[0])
+    advantage = means[0] - means[slot]
+    if advantage > max(math.log1p(GATE_MARGIN), GATE_Z * stderr):
+        return slot
+    if advantage > 0 and log.tries[slot] < CONFIRM_TRIES:
+        return slot if log.tries[slot] < log.tries[0] else 0
+    return 0
 
 
 def prior_sweep(obs: np.ndarray, allowed: np.ndarray, candidates: Candidates, log: CallLog) -> int:

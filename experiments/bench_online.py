@@ -10,8 +10,12 @@ noisy backend per tuner and context). Scored against the reality's noise-free tr
   exploration call counts;
 * ``calls_to_2pct``: the first call from which every call is within 2 % of t_best (51 = never);
   median, and the share of contexts at or under 10 calls;
-* ``slower_after_exploration``: calls that re-run a choice already tried (exploitation) and are
-  > 2 % slower than NCCL's default; ``worst_exploited`` their worst speedup;
+* ``slower_after_exploration``: calls of the settled phase — the trailing run of calls in which the
+  tuner holds its final choice, after every first try and every confirming re-run — that are
+  > 2 % slower than NCCL's default; ``held_calls`` the calls in that phase;
+* ``slower_repeats``: the stricter count of every call that re-runs a choice already tried and is
+  > 2 % slower than NCCL's default (a confirming re-run of a choice that looked faster counts too);
+  ``worst_exploited`` their worst speedup;
 * ``final_headroom_share``: Σ log(t_nccl / t_last) / Σ log(t_nccl / t_best), the 50th call's
   choice as the decision; ``final_slower_2pct`` decisions > 2 % slower than NCCL;
 * ``explored``: distinct choices run per context; ``speedup_50``: geomean speedup over all calls.
@@ -35,7 +39,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -92,6 +96,17 @@ class Trace:
 
     times: list[float]
     repeat: list[bool]
+    #: What each call ran (an action id, a pinned pair or pinned knobs), to find the held choice.
+    choices: list = field(default_factory=list)
+
+    def held(self) -> int:
+        """Calls in the trailing run of the final choice (the settled phase)."""
+        last, n = self.choices[-1], 0
+        for c in reversed(self.choices):
+            if c != last:
+                break
+            n += 1
+        return n
 
 
 def play_online(tuner: object, truth: Truth, n_calls: int) -> Trace:
@@ -106,6 +121,7 @@ def play_online(tuner: object, truth: Truth, n_calls: int) -> Trace:
         tuner.update(s, a, noisy.measure(s, a).time_us)
         trace.times.append(float(truth.actions_us[a]))
         trace.repeat.append(a in seen)
+        trace.choices.append(a)
         seen.add(a)
     return trace
 
@@ -126,6 +142,7 @@ def play_sweep(truth: Truth, n_calls: int) -> Trace:
             measured[pair] = noisy.measure_forced(s, pair.constraints).time_us
         trace.times.append(true_us[pair])
         trace.repeat.append(i >= len(pairs))
+        trace.choices.append(pair)
     return trace
 
 
@@ -141,6 +158,7 @@ def play_forced(tuner: CandidateTuner, truth: Truth, n_calls: int) -> Trace:
         pinned = tuner.force(s)
         tuner.record(s, noisy.measure_forced(s, pinned).time_us)
         trace.repeat.append(pinned in true_us)
+        trace.choices.append(pinned)
         if pinned not in true_us:
             true_us[pinned] = exact.measure_forced(s, pinned).time_us
         trace.times.append(true_us[pinned])
@@ -163,7 +181,8 @@ def players(adaptive: dict[str, CandidateTuner]) -> dict[str, Player]:
         return lambda truth, n: play_forced(tuner, truth, n)
 
     return {
-        "nccl_default": lambda truth, n: Trace([truth.nccl_us] * n, [i > 0 for i in range(n)]),
+        "nccl_default": lambda truth, n: Trace([truth.nccl_us] * n, [i > 0 for i in range(n)],
+                                               [DEFAULT] * n),
         "sweep_table": play_sweep,
         "coordinate_descent": fresh(lambda s: CoordinateDescentTuner(budget_of(s), deployable=True)),
         "bandit_5pct_gate": fresh(lambda s: UcbBandit(budget_of(s), deployable=True,
@@ -181,6 +200,8 @@ class Score:
     settle: list[int]
     slower_exploited: int = 0
     exploited: int = 0
+    slower_held: int = 0
+    held: int = 0
     worst_exploited: float = math.inf
     worst_call: float = math.inf
     final_gain: float = 0.0
@@ -199,6 +220,9 @@ class Score:
         speedup = truth.nccl_us / t
         self.exploited += int(repeat.sum())
         self.slower_exploited += int(np.sum(repeat & (t > SLOWER * truth.nccl_us)))
+        held = trace.held()
+        self.held += held
+        self.slower_held += int(np.sum(t[-held:] > SLOWER * truth.nccl_us))
         if repeat.any():
             self.worst_exploited = min(self.worst_exploited, float(speedup[repeat].min()))
         self.worst_call = min(self.worst_call, float(speedup.min()))
@@ -216,7 +240,9 @@ class Score:
             "calls_to_2pct_median": float(np.median(settle)),
             "within_10_calls": round(float(np.mean(settle <= GOAL_CALLS)), 3),
             "never_within_2pct": int(np.sum(settle > N_CALLS)),
-            "slower_after_exploration": self.slower_exploited,
+            "slower_after_exploration": self.slower_held,
+            "held_calls": self.held,
+            "slower_repeats": self.slower_exploited,
             "exploitation_calls": self.exploited,
             "worst_exploited": None if math.isinf(self.worst_exploited) else round(self.worst_exploited, 4),
             "worst_call": round(self.worst_call, 4),
@@ -313,15 +339,22 @@ def main() -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
-    print(f"{doc['reality']}; {', '.join(doc['systems'])}; {N_CALLS} calls per context; deployable")
-    print(f"{'tuner':20} {'regret50':>8} {'calls2%':>7} {'<=10':>5} {'slow-expl':>9} {'worst-expl':>10} "
-          f"{'final':>6} {'final-slow':>10} {'explored':>8} {'speedup':>7}")
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Online tuners on {doc['reality']} ({', '.join(doc['systems'])}; "
+                        f"{N_CALLS} calls per context; deployable actions)")
+    for col in ("tuner", "regret50", "calls to 2 %", "<= 10 calls", "slower held", "slower repeats",
+                "worst repeat", "final share", "final slower", "explored", "speedup"):
+        table.add_column(col, justify="left" if col == "tuner" else "right")
     for name, r in results.items():
         we = "-" if r["worst_exploited"] is None else f"{r['worst_exploited']:.3f}x"
         fs = "n/a" if r["final_headroom_share"] is None else f"{r['final_headroom_share']:.3f}"
-        print(f"{name:20} {r['regret_50']:>8.3f} {r['calls_to_2pct_median']:>7.1f} "
-              f"{r['within_10_calls']:>5.2f} {r['slower_after_exploration']:>9} {we:>10} {fs:>6} "
-              f"{r['final_slower_2pct']:>10} {r['explored_per_context']:>8.2f} {r['speedup_50']:>6.3f}x")
+        table.add_row(name, f"{r['regret_50']:.3f}", f"{r['calls_to_2pct_median']:.1f}",
+                      f"{r['within_10_calls']:.2f}", str(r["slower_after_exploration"]),
+                      str(r["slower_repeats"]), we, fs, str(r["final_slower_2pct"]),
+                      f"{r['explored_per_context']:.2f}", f"{r['speedup_50']:.3f}x")
+    Console().print(table)
     print("goals:", ", ".join(f"{k}={'met' if v else 'NOT met'}" for k, v in doc["goals"].items()))
     return 0
 

@@ -8,6 +8,7 @@ import pytest
 from dynamiccl.agents.adaptive import (
     adaptive_agent,
     adaptive_tuner,
+    gated_slot,
     imitate,
     prior_sweep,
     prior_sweep_tuner,
@@ -17,7 +18,7 @@ from dynamiccl.agents.baselines import nccl_action
 from dynamiccl.agents.policy import ForcingPolicy, OnlinePolicy
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START
-from dynamiccl.envs.online_tuning import Candidates, OnlineTuningEnv
+from dynamiccl.envs.online_tuning import CallLog, Candidates, OnlineTuningEnv
 from dynamiccl.knobs import ACTIONS, valid_mask
 from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
@@ -113,3 +114,29 @@ def test_the_runtimes_adapter_drives_a_candidate_tuner():
         adapter.observe(size_bin, candidate, 100.0 - len(proposed))
         proposed.append(candidate)
     assert len(proposed) == len(Candidates.of(SCENARIO)), "each candidate once, then it exploits"
+
+
+def _log(times_by_slot: dict[int, list[float]]) -> CallLog:
+    log = CallLog()
+    for slot, times in times_by_slot.items():
+        for t in times:
+            log.record(slot, t)
+    return log
+
+
+def test_the_gate_never_holds_a_choice_that_only_looked_faster_once():
+    # Confirmed three times at under 2 % faster: within the noise, NCCL's pick is kept.
+    log = _log({0: [100.0, 101.0, 99.0, 100.0], 1: [97.0, 98.5, 99.0]})
+    assert gated_slot(log, 1) == 0
+    # It looks faster and has few tries: confirm it, alternating with NCCL's pick by tries.
+    assert gated_slot(_log({0: [100.0, 100.0], 1: [97.0]}), 1) == 1
+    assert gated_slot(_log({0: [100.0], 1: [97.0]}), 1) == 0
+    # A choice measured slower is never re-run; first tries and NCCL's pick always pass.
+    assert gated_slot(_log({0: [100.0], 1: [104.0]}), 1) == 0
+    assert gated_slot(_log({0: [100.0]}), 2) == 2
+    assert gated_slot(_log({0: [100.0], 1: [50.0]}), 0) == 0
+
+
+def test_the_gate_holds_a_choice_clearly_faster_than_nccls_pick():
+    log = _log({0: [100.0, 102.0, 98.0, 101.0], 1: [80.0, 81.0, 79.5]})
+    assert gated_slot(log, 1) == 1
