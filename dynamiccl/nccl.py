@@ -82,9 +82,8 @@ class ComputeCapability(enum.IntEnum):
     BLACKWELL = 3
 
 
-N_COLLECTIVES = 5  # NCCL_NUM_FUNCTIONS
-N_ALGORITHMS = 7  # NCCL_NUM_ALGORITHMS (2.23+): StragglAR is not one of them
-N_PROTOCOLS = 3  # NCCL_NUM_PROTOCOLS
+N_COLLECTIVES = len(Collective)  # NCCL_NUM_FUNCTIONS
+N_PROTOCOLS = len(Protocol)  # NCCL_NUM_PROTOCOLS
 MAX_CHANNELS = 64  # MAXCHANNELS: the most channels a collective runs on (also NCCL_MAX_NCHANNELS' default)
 
 #: How a topology file names each link class (``tiers[].link``).
@@ -202,6 +201,9 @@ CAPABILITIES: dict[Algorithm, Capability] = {
 
 #: The algorithms NCCL has, in NCCL's order.
 NCCL_ALGORITHMS: tuple[Algorithm, ...] = tuple(a for a in Algorithm if CAPABILITIES[a].nccl_name)
+#: NCCL_NUM_ALGORITHMS (7 since 2.23): the size of NCCL's per-algorithm tables, which index them by
+#: id, so NCCL's algorithms must be ids 0..N-1 and a simulator-only one (StragglAR) comes after.
+N_ALGORITHMS = len(NCCL_ALGORITHMS)
 #: NCCL's names (src/init.cc @2.30.7): the tokens of NCCL_ALGO and what NCCL's logs print.
 ALGORITHM_NCCL_NAMES: dict[Algorithm, str] = {a: str(CAPABILITIES[a].nccl_name) for a in NCCL_ALGORITHMS}
 

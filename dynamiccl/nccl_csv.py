@@ -107,16 +107,33 @@ class CsvRule:
                 and self.nodes in (None, nnodes) and self.ranks in (None, nranks))
 
 
+def read_nccl_example_csv_file(path: str | Path) -> list[CsvRule]:
+    """The rules of a CSV file; one over the policy format's size limit is refused before it is
+    read (a file of 10^6 lines took 19 s to show)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > pf.MAX_FILE_BYTES:
+        raise pf.PolicyFileError(f"{path}: {size} bytes, over the {pf.MAX_FILE_BYTES}-byte limit of a "
+                                 "policy file")
+    return read_nccl_example_csv(path.read_text(encoding="ascii", errors="replace"), source=str(path))
+
+
 def read_nccl_example_csv(text: str, source: str = "<csv>") -> list[CsvRule]:
     """Parses the example tuner's CSV in file order (its first matching rule wins).
 
-    Each bad line raises one :class:`~dynamiccl.policy_file.PolicyFileError` naming the line.
+    Each bad line raises one :class:`~dynamiccl.policy_file.PolicyFileError` naming the line. The
+    limits of a ``.dccl`` file apply (bytes, rules), so any file accepted is read in about a second.
     """
+    if len(text) > pf.MAX_FILE_BYTES:
+        raise pf.PolicyFileError(f"{source}: over the {pf.MAX_FILE_BYTES}-byte limit of a policy file")
     rules: list[CsvRule] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
+        if len(rules) == pf.MAX_RULES:
+            raise pf.PolicyFileError(f"{source}: line {lineno}: more than {pf.MAX_RULES} rules, the "
+                                     "limit of a policy file")
         fields = [f.strip() for f in line.split(",")]
         if len(fields) not in (8, 10):
             raise pf.PolicyFileError(f"{source}: line {lineno}: expected 8 or 10 comma-separated "

@@ -91,7 +91,7 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
                       "plain_stderr_ms": _stderr(times["plain"]),
                       "hook_stderr_ms": _stderr(times["hook"]),
                       "hook_path": rt.path_for(grad_bytes),
-                      "detected_delay_ms": rt.decision.delay_us / 1e3})
+                      "detected_delay_ms": rt.job_state.delay_us / 1e3})
     dist.destroy_process_group()
     if ctx.rank:
         return None

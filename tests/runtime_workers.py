@@ -101,7 +101,7 @@ def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: 
     rt = tuned.dynamiccl_runtime
     params = [[p.detach().cpu().clone() for p in m.parameters()] for m in (tuned, plain)]
     dist.destroy_process_group()
-    return {"history": [(h.step, h.decision, h.paths) for h in rt.history],
+    return {"history": [(h.step, h.state, h.paths) for h in rt.history],
             "tuned": params[0], "plain": params[1], "plugin": rt.control is not None,
             "decided": (before, nccl.decide(1000) if nccl else None)}
 

@@ -8,6 +8,7 @@ it names, and checked against :data:`ALLOWED`.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 #: Source folder -> installed package (pyproject's ``[tool.scikit-build.wheel.packages]``).
 PACKAGES = {"dynamiccl": "dynamiccl", "envs": "dynamiccl.envs", "agents": "dynamiccl.agents",
-            "profiler": "dynamiccl.profiler"}
+            "profiler": "dynamiccl.profiler", "configs": "dynamiccl.configs"}
 
 #: Layers, most specific prefix first; ``core`` is every other module of ``dynamiccl``.
 LAYERS = (
@@ -81,6 +82,16 @@ def violations(module: str, source: str) -> list[str]:
 
 def _installed_modules() -> list[Path]:
     return sorted(p for folder in PACKAGES for p in (REPO / folder).rglob("*.py"))
+
+
+def test_every_installed_folder_is_scanned() -> None:
+    """A folder pyproject installs but this test does not read (``configs/`` once) could import
+    anything unnoticed."""
+    section = (REPO / "pyproject.toml").read_text().split("[tool.scikit-build.wheel.packages]")[1]
+    section = section.split("\n[", 1)[0]
+    installed = {folder: package.replace("/", ".")
+                 for package, folder in re.findall(r'^"([^"]+)"\s*=\s*"([^"]+)"', section, re.M)}
+    assert installed == PACKAGES
 
 
 def test_every_layer_is_written_down() -> None:

@@ -7,6 +7,7 @@ layers must say "internal error" with exit code 1, never blame the user.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -106,6 +107,12 @@ CASES = [
     ([*GLOO, "--iters", "0"], "--iters"),
     ([*GLOO, "--runs", "0"], "--runs"),
     ([*GLOO, "--warmup", "-1"], "--warmup"),
+    # unbounded work (item 11)
+    ([*GLOO, "--nprocs", "100000"], "--nprocs: must be 1..256, got 100000"),
+    ([*GLOO, "--iters", "1000000"], "--iters: must be 1..100000"),
+    ([*GLOO, "--runs", "100000"], "--runs: must be 1..1000"),
+    ([*GLOO, "--warmup", "1000000"], "--warmup: must be 0..100000"),
+    ([*GLOO, "--runs", "1000", "--iters", "1000"], "1000000 timed iterations, over the limit of 100000"),
     ([*GLOO, "--timeout", "nan"], "--timeout"),
     ([*GLOO, "--timeout", "0"], "--timeout"),
     ([*GLOO, "--algorithm", "ring"], "NCCL knobs; use --backend nccl"),
@@ -119,8 +126,33 @@ CASES = [
     (["profile", "topology", "--from", "/nonexistent/nvml.yaml"], "no such NVML recording"),
     (["export", "--policy", "oracle", "--topology", "dgx_h100", "--points-per-octave", "0", "-o",
       "x.dccl"], "--points-per-octave: must be positive"),
+    (["export", "--policy", "oracle", "--topology", "dgx_h100", "--points-per-octave", "100000", "-o",
+      "x.dccl"], "points per octave must be 1..64"),
+    (["export", "--policy", "/nonexistent/model.zip", "--topology", "dgx_h100", "-o", "x.dccl"],
+     "/nonexistent/model.zip does not exist"),
+    (["evaluate", "--policy", "/nonexistent.zip", "--suite", "smoke"], "/nonexistent.zip does not exist"),
     (["calibrate", "/nonexistent/run.txt", "--topology", "dgx_h100", "-o", "fitted.yaml"],
      "no such measurement file"),
+    # an empty path (an unset shell variable) is refused, never read as '.' or as "not given"
+    (["evaluate", "--policy", "oracle", "--suite", "smoke", "--out", ""], "argument --out: empty"),
+    (["evaluate", "--policy", "oracle", "--suite", ""], "argument --suite: empty"),
+    (["evaluate", "--policy", "oracle", "--backend", "replay", "--replay", ""], "argument --replay: empty"),
+    ([*EXPLAIN, "--plot", ""], "argument --plot: empty"),
+    ([*GLOO, "--plot", ""], "argument --plot: empty"),
+    ([*GLOO, "--record", ""], "argument --record: empty"),
+    (["profile", "topology", "-o", ""], "argument -o/--output: empty"),
+    (["profile", "topology", "--record", ""], "argument --record: empty"),
+    (["profile", "topology", "--from", ""], "argument --from: empty"),
+    (["calibrate", "", "--topology", "dgx_h100", "-o", "f.yaml"], "argument MEASUREMENTS: empty"),
+    (["calibrate", "run.txt", "--topology", "dgx_h100", "-o", ""], "argument -o/--output: empty"),
+    (["calibrate", "run.txt", "--topology", "dgx_h100", "-o", "f.yaml", "--plot", ""],
+     "argument --plot: empty"),
+    (["tune", "--topology", "dgx_h100", "-o", ""], "argument -o/--output: empty"),
+    (["tune", "--topology", "dgx_h100", "--plan", "--measurements", ""], "argument --measurements: empty"),
+    (["simulate", "--batch", ""], "argument --batch: empty"),
+    (["simulate", "--topology", "", "--collective", "allreduce", "--size", "1"],
+     "argument --topology: empty"),
+    (["show", ""], "argument file: empty"),
     (["plugin"], "required"),
     (["plugin", "frob"], "invalid choice"),
     (["plugin", "build", "--cc", "no-such-cc"], "no-such-cc"),
@@ -242,3 +274,81 @@ def test_a_policy_name_that_names_nothing_or_a_file_that_is_no_checkpoint(
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def _not_policies(tmp: Path) -> dict[str, Path]:
+    """Files handed to `show`/`evaluate --policy` that are no shipped policy."""
+    import zipfile
+
+    files = {"folder": tmp / "adir", "no_magic": tmp / "fake.dccl", "zip": tmp / "model_copy.dccl",
+             "binary": tmp / "fake.csv", "yaml": tmp / "topo.csv", "empty": tmp / "empty.conf"}
+    files["folder"].mkdir()
+    files["no_magic"].write_text("hello world\nsecond line\n")
+    with zipfile.ZipFile(files["zip"], "w") as zf:
+        zf.writestr("data", "a checkpoint")
+    files["binary"].write_bytes(bytes(range(256)) * 8)
+    files["yaml"].write_text("# a topology\nname: x\ntiers: []\n")
+    files["empty"].write_bytes(b"")
+    return files
+
+
+@pytest.mark.parametrize(("kind", "message"), [
+    ("folder", "is a folder, not a policy file"),
+    ("no_magic", "does not start with the 'DYNAMICCL-POLICY <version>' line"),
+    ("zip", "is a zip archive"),
+    ("binary", "is a binary file, not a policy file"),
+    ("yaml", "neither a DynamICCL policy file (no 'DYNAMICCL-POLICY' first line) nor NVIDIA "
+             "example-tuner CSV (its first rule line has no commas)"),
+    ("empty", "is empty"),
+])
+def test_show_and_evaluate_name_what_a_file_that_is_no_policy_is(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, message: str) -> None:
+    """Item 15: a folder was "no such policy file", a binary file or a .dccl without its first line
+    "expected 8 or 10 comma-separated fields"."""
+    path = _not_policies(tmp_path)[kind]
+    argvs = [["show", str(path)]]
+    if kind != "folder":  # evaluate reads a folder as a training run folder
+        argvs.append(["evaluate", "--policy", str(path), "--suite", "smoke"])
+    for argv in argvs:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def _csv_lines(n: int) -> str:
+    return "".join(f"allreduce,{64 * i},{64 * i + 63},ring,simple,8,-1,-1\n" for i in range(n))
+
+
+def test_show_refuses_a_csv_over_the_policy_format_limits(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A 10^6-line example-tuner CSV took 19 s to show: the limits of a .dccl file apply."""
+    from dynamiccl import policy_file as pf
+
+    too_many = tmp_path / "many.csv"
+    too_many.write_text(_csv_lines(pf.MAX_RULES + 1))
+    assert too_many.stat().st_size <= pf.MAX_FILE_BYTES  # the rule limit, not the byte limit
+    assert main(["show", str(too_many), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert f"line {pf.MAX_RULES + 1}: more than {pf.MAX_RULES} rules" in err and err.count("\n") == 1
+    too_big = tmp_path / "big.csv"
+    too_big.write_text(_csv_lines(10) + "#" * pf.MAX_FILE_BYTES + "\n")
+    assert main(["show", str(too_big)]) == 2
+    err = capsys.readouterr().err
+    assert f"over the {pf.MAX_FILE_BYTES}-byte limit" in err and err.count("\n") == 1
+    at_limit = tmp_path / "ok.csv"
+    at_limit.write_text(_csv_lines(pf.MAX_RULES))
+    assert main(["show", str(at_limit), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == pf.MAX_RULES
+
+
+def test_a_suite_repeated_without_end_is_refused(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 11: `repeats: 100000000` would evaluate for days; the cap is in envs/workloads.py."""
+    from importlib import resources
+
+    smoke = (resources.files("dynamiccl.configs") / "scenario" / "smoke.yaml").read_text()
+    suite = tmp_path / "forever.yaml"
+    suite.write_text(smoke.replace("repeats: 1}", "repeats: 100000000}"))
+    assert main(["evaluate", "--policy", "oracle", "--suite", str(suite)]) == 2
+    err = capsys.readouterr().err
+    assert "'suite.repeats' is 100000000; at most 100" in err and err.count("\n") == 1

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,6 +38,17 @@ def test_ids_are_nccls() -> None:
     assert [int(a) for a in (Algorithm.TREE, Algorithm.RING, Algorithm.PAT)] == [0, 1, 6]
     assert (nccl.N_COLLECTIVES, nccl.N_ALGORITHMS, nccl.N_PROTOCOLS) == (5, 7, 3)
     assert nccl.NCCL_ALGORITHMS == tuple(Algorithm)[: nccl.N_ALGORITHMS]
+
+
+def test_table_sizes_are_counted_from_the_enums_not_written_again() -> None:
+    """An algorithm is added to the enum and the capability table; no count is updated by hand."""
+    tree = ast.parse(Path(nccl.__file__).read_text(encoding="utf-8"))
+    written = [target.id for node in tree.body if isinstance(node, ast.Assign | ast.AnnAssign)
+               and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int)
+               for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+               if isinstance(target, ast.Name) and target.id.startswith("N_")]
+    assert written == []
+    assert nccl.N_ALGORITHMS == sum(1 for c in CAPABILITIES.values() if c.nccl_name)
 
 
 def test_policy_tokens_cover_exactly_what_nccl_can_be_told() -> None:

@@ -74,7 +74,9 @@ def test_several_policies_give_a_list_and_the_table_files_and_plots(capsys, tmp_
     (["--policy", "oracel"], "unknown policy 'oracel'"),
     (["--policy", "oracle", "--suite", "nosuch"], "unknown scenario 'nosuch'"),
     (["--policy", "oracle", "--plots"], "--plots needs --out"),
-    (["--policy", "/nonexistent/model.zip"], "unknown policy"),
+    (["--policy", "/nonexistent/model.zip"], "/nonexistent/model.zip does not exist"),
+    (["--policy", "/nonexistent.zip"], "/nonexistent.zip does not exist"),
+    (["--policy", "oracle", "--out", ""], "argument --out: empty"),
     (["--policy", "oracle", "--budget", "0"], "give 1..10000"),
     (["--policy", "oracle", "--backend", "replay"], "needs --replay"),
 ])

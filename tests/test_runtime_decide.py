@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynamiccl.runtime.decide import Decision, DecisionWindow
+from dynamiccl.runtime.decide import DecisionWindow, JobState
 from dynamiccl.runtime.tuning import (
     KEEP_DEFAULT,
     MEASURE_CANDIDATE,
@@ -28,12 +28,12 @@ def test_a_persistent_straggler_needs_most_of_the_window():
     assert d.straggler == 2 and d.delay_us == pytest.approx(6000.0) and d.context == ("long", "low")
     for _ in range(4):
         w.add(calm, [3.0] * 4)
-    assert w.decide() == Decision(None, 0.0, 3.0)  # gone again once the window forgets it
+    assert w.decide() == JobState(None, 0.0, 3.0)  # gone again once the window forgets it
 
 
 def test_decisions_survive_the_broadcast_encoding():
-    for d in (Decision(), Decision(5, 1234.5, 0.25)):
-        assert Decision.decode(d.encode()) == d
+    for d in (JobState(), JobState(5, 1234.5, 0.25)):
+        assert JobState.decode(d.encode()) == d
 
 
 def test_bad_window_settings_are_refused_with_the_fix():

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, collective_arg
+from dynamiccl.cli.common import UserError, collective_arg, path_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,17 +27,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "data determines. Reports the error on held-out sizes per collective and size band and "
         "writes the fitted topology with a calibration section. Tier parameters the data cannot "
         "determine are refused unless --keep-undetermined keeps their base values.")
-    p.add_argument("measurements", nargs="+", metavar="MEASUREMENTS",
+    p.add_argument("measurements", nargs="+", type=path_arg, metavar="MEASUREMENTS",
                    help="measurement files, any of the formats above")
-    p.add_argument("--topology", required=True, metavar="NAME|FILE.yaml",
+    p.add_argument("--topology", required=True, type=path_arg, metavar="NAME|FILE.yaml",
                    help="the base topology: a preset or a YAML file (e.g. from `profile topology`)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE.yaml",
+    p.add_argument("-o", "--output", required=True, type=path_arg, metavar="FILE.yaml",
                    help="where to write the fitted topology")
     p.add_argument("--collective", type=collective_arg,
                    help="the collective of nccl-tests files whose name and content do not say it")
     p.add_argument("--keep-undetermined", action="store_true",
                    help="keep parameters the data cannot determine at their base values")
-    p.add_argument("--plot", metavar="FILE.png", help="draw measured vs predicted time per run")
+    p.add_argument("--plot", type=path_arg, metavar="FILE.png",
+                   help="draw measured vs predicted time per run")
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
     p.set_defaults(func=run_calibrate)
 

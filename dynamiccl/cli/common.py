@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +86,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def add_topology_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    parser.add_argument("--topology", required=required, metavar="NAME|FILE.yaml",
+    parser.add_argument("--topology", required=required, type=path_arg, metavar="NAME|FILE.yaml",
                         help="a preset (see `dynamiccl topologies`) or a topology YAML file")
     parser.add_argument("--nodes", type=positive_int, metavar="N", help="resize the preset to N nodes")
     parser.add_argument("--gpus-per-node", type=positive_int, metavar="G",
@@ -118,6 +120,19 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type for a whole number in ``low..high``: the upper bound keeps a slip (an extra
+    zero) from turning into hours of work or a machine out of memory."""
+
+    def parse(text: str) -> int:
+        value = _int_at_least(text, low)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be {low}..{high}, got {value}")
+        return value
+
+    return parse
 
 
 def _int_at_least(text: str, low: int) -> int:
@@ -154,22 +169,42 @@ def load_policy_arg(name_or_path: str, **kwargs: Any) -> Any:
     file that is no checkpoint (a policy file, a truncated zip), is one UserError naming it."""
     import zipfile
 
+    from dynamiccl.agents.deployed import is_policy_file
     from dynamiccl.agents.registry import BUILTIN, load_policy
+    from dynamiccl.cli.policy_sniff import policy_file_kind
 
     path = Path(name_or_path)
-    names_something = name_or_path.strip().lower() in BUILTIN or path.exists() or \
-        path.with_suffix(".zip").exists()
+    builtin = name_or_path.strip().lower() in BUILTIN
+    names_something = builtin or path.exists() or path.with_suffix(".zip").exists()
+    if not names_something and _looks_like_path(name_or_path):
+        raise UserError(f"{name_or_path} does not exist; give the path of a checkpoint, its run "
+                        f"folder or an exported policy file, or a built-in policy ({', '.join(BUILTIN)})")
+    if not builtin and is_policy_file(path):
+        policy_file_kind(path)  # a file that is no shipped policy is named for what it is
     try:
         return load_policy(name_or_path, **kwargs)
     except zipfile.BadZipFile:
-        hint = " (a .dccl policy file is for the plugin; inspect it with `dynamiccl show`)" \
-            if path.suffix == ".dccl" else ""
         raise UserError(f"{name_or_path} is not a checkpoint written by `dynamiccl train` (not a zip "
-                        f"file){hint}") from None
+                        "file)") from None
     except ValueError as exc:
         if names_something:  # the name was fine: whatever failed is not the user's doing
             raise
         raise UserError(str(exc)) from None
+
+
+def _looks_like_path(text: str) -> bool:
+    """A name with a folder or a suffix (``runs/x``, ``model.zip``) was meant as a file, so a missing
+    one is reported as a missing file rather than as an unknown built-in name."""
+    return any(sep in text for sep in (os.sep, os.altsep) if sep) or bool(Path(text).suffix)
+
+
+def path_arg(text: str) -> str:
+    """A file or folder name (or a preset's name) the user typed. An empty one (often an unset
+    shell variable) is refused: some commands would read it as the current folder, others as
+    "not given" and silently skip the output."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty; give a name or a path (is a shell variable unset?)")
+    return text
 
 
 def read_text(path: str | Path, what: str) -> str:

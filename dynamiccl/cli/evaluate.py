@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, load_policy_arg, non_negative_int
+from dynamiccl.cli.common import UserError, load_policy_arg, non_negative_int, path_arg
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, a
 checkpoint path (model.zip, checkpoints/last.zip, or a training run folder), or an exported policy
@@ -149,7 +149,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--policy", action="append", required=True, metavar="NAME|PATH",
                         help="a built-in policy, a checkpoint or a policy file; repeat (or "
                              "comma-separate) for more")
-    parser.add_argument("--suite", default="heldout", metavar="NAME|FILE.yaml",
+    parser.add_argument("--suite", default="heldout", type=path_arg, metavar="NAME|FILE.yaml",
                         help="scenario suite (default: heldout)")
     actions = parser.add_mutually_exclusive_group()
     actions.add_argument("--all-actions", action="store_true",
@@ -161,13 +161,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the reality that times every call (default: sim)")
     parser.add_argument("--reality-seed", type=int, default=1000, metavar="SEED",
                         help="system of the perturbed reality (default 1000, a held-out seed)")
-    parser.add_argument("--replay", action="append", metavar="LOGS",
+    parser.add_argument("--replay", action="append", type=path_arg, metavar="LOGS",
                         help="measurements for --backend replay (files or folders; repeatable)")
     parser.add_argument("--seed", type=non_negative_int, default=0,
                         help="seed of random policies (default 0)")
     parser.add_argument("--budget", type=int, metavar="CALLS",
                         help="measured calls per context for online tuners (default 64)")
-    parser.add_argument("--out", metavar="DIR", help="write summary.csv, summary.json, calls.csv")
+    parser.add_argument("--out", type=path_arg, metavar="DIR",
+                        help="write summary.csv, summary.json, calls.csv")
     parser.add_argument("--force", action="store_true",
                         help="replace results already in --out")
     parser.add_argument("--plots", action="store_true",

@@ -16,6 +16,7 @@ from dynamiccl.cli.common import (
     UserError,
     add_topology_args,
     collective_arg,
+    path_arg,
     size_arg,
     topology_from_args,
 )
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="best pick among what the tuner plugin can make NCCL run (the default)")
     p.add_argument("--min-size", type=size_arg, default=MIN_SIZE, help="smallest size (default 8)")
     p.add_argument("--max-size", type=size_arg, default=MAX_SIZE, help="largest size (default 4G)")
-    p.add_argument("--plot", type=Path, metavar="FILE.png",
+    p.add_argument("--plot", type=path_arg, metavar="FILE.png",
                    help="also draw the sweep to FILE.png (.png is added when missing)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(func=run_explain)
@@ -120,7 +121,7 @@ def run_explain(args: argparse.Namespace) -> int:
     if lo > hi:
         raise UserError(f"--min-size {lo} is larger than --max-size {hi}")
     sizes = sweep_sizes(lo, hi)
-    plot = plot_path(args.plot) if args.plot else None
+    plot = plot_path(Path(args.plot)) if args.plot else None
     if plot is not None and not plot.parent.is_dir():
         raise UserError(f"--plot {args.plot}: folder {plot.parent} does not exist; create it first")
     deployable = not args.all_actions

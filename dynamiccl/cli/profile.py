@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 from dynamiccl.cli.common import (
     UserError,
     collective_arg,
-    non_negative_int,
+    int_between,
+    path_arg,
     positive_float,
     positive_int,
     read_text,
@@ -36,6 +37,13 @@ if TYPE_CHECKING:
 
 #: nccl-tests' default data type; the count column counts its elements.
 ELEMENT_TYPE, ELEMENT_BYTES = "float", 4
+#: Ranks started on this host: each is a process holding torch (a few hundred MB), and no single
+#: host has more GPUs.
+MAX_LOCAL_RANKS = 256
+#: Iterations per run, runs, and warmup iterations; runs x iters is bounded too, since every rank
+#: keeps the timing of each timed iteration and rank 0 gathers them all.
+MAX_ITERS, MAX_RUNS, MAX_WARMUP = 100_000, 1_000, 100_000
+MAX_TIMED_ITERATIONS = 100_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,11 +61,12 @@ def _register_topology(kinds: argparse._SubParsersAction) -> None:
         description="Read the local GPUs through NVML and write a topology file in the simulator's "
         "schema. NVML sees one node; the tiers above it come from the flags below or defaults, and "
         "the file marks every value that was not measured.")
-    t.add_argument("-o", "--output", metavar="FILE", help="write the YAML here (default: stdout)")
+    t.add_argument("-o", "--output", type=path_arg, metavar="FILE",
+                   help="write the YAML here (default: stdout)")
     t.add_argument("--force", action="store_true", help="replace existing --output / --record files")
-    t.add_argument("--from", dest="recorded", metavar="FILE",
+    t.add_argument("--from", dest="recorded", type=path_arg, metavar="FILE",
                    help="use NVML answers recorded earlier (--record) instead of the driver")
-    t.add_argument("--record", metavar="FILE", help="also save the raw NVML answers to FILE")
+    t.add_argument("--record", type=path_arg, metavar="FILE", help="also save the raw NVML answers to FILE")
     t.add_argument("--name", help="the topology's name (default: from the GPU model)")
     t.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="number of nodes (default 1)")
     t.add_argument("--network-bandwidth-GBps", type=positive_float, metavar="X",
@@ -79,18 +88,21 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
         "Under torchrun (WORLD_SIZE set) it joins the job instead of starting ranks.")
     c.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                    help="nccl (GPUs) or gloo (CPU); default: nccl when a GPU is visible")
-    c.add_argument("--nprocs", type=positive_int, metavar="N",
-                   help="ranks to start (default: GPUs, or 2)")
+    c.add_argument("--nprocs", type=int_between(1, MAX_LOCAL_RANKS), metavar="N",
+                   help=f"ranks to start, 1..{MAX_LOCAL_RANKS} (default: GPUs, or 2)")
     c.add_argument("--collective", type=collective_arg, default=Collective.ALLREDUCE,
                    help="allreduce (default), allgather, reducescatter, broadcast or reduce")
     c.add_argument("--size", type=size_arg, default=2**20,
                    help=f"nccl-tests' size column (default 1M): {SIZE_HELP}")
     c.add_argument("--inject-straggler", type=_straggler_arg, metavar="RANK:DELAY",
                    help="make RANK sleep DELAY (e.g. 1:5ms) before every collective")
-    c.add_argument("--warmup", type=non_negative_int, default=10, help="untimed iterations (default 10)")
-    c.add_argument("--iters", type=positive_int, default=100,
-                   help="timed iterations per run (default 100)")
-    c.add_argument("--runs", type=positive_int, default=5, help="runs; the median is reported (default 5)")
+    c.add_argument("--warmup", type=int_between(0, MAX_WARMUP), default=10,
+                   help=f"untimed iterations, 0..{MAX_WARMUP} (default 10)")
+    c.add_argument("--iters", type=int_between(1, MAX_ITERS), default=100,
+                   help=f"timed iterations per run, 1..{MAX_ITERS} (default 100)")
+    c.add_argument("--runs", type=int_between(1, MAX_RUNS), default=5,
+                   help=f"runs, 1..{MAX_RUNS}; the median is reported (default 5; runs x iters "
+                        f"at most {MAX_TIMED_ITERATIONS})")
     c.add_argument("--algorithm", type=_nccl_name(Algorithm),
                    help="nccl only: force NCCL_ALGO (ring, tree, nvls, …)")
     c.add_argument("--protocol", type=_nccl_name(Protocol),
@@ -98,8 +110,9 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
     c.add_argument("--channels", type=_channels_arg, help="nccl only: pin NCCL_MIN/MAX_NCHANNELS")
     c.add_argument("--timeout", type=positive_float, default=300.0, metavar="S",
                    help="give up (and stop every rank) after S seconds (default 300)")
-    c.add_argument("--record", metavar="FILE.jsonl", help="append the measurement record to FILE")
-    c.add_argument("--plot", type=Path, metavar="FILE.png",
+    c.add_argument("--record", type=path_arg, metavar="FILE.jsonl",
+                   help="append the measurement record to FILE")
+    c.add_argument("--plot", type=path_arg, metavar="FILE.png",
                    help="draw every rank's arrival time per iteration to FILE.png")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     c.set_defaults(func=run_collective)
@@ -188,6 +201,9 @@ def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) 
     """Everything the ranks would otherwise fail on minutes later, said before they start."""
     if backend == "gloo" and (args.algorithm or args.protocol or args.channels):
         raise UserError("--algorithm/--protocol/--channels are NCCL knobs; use --backend nccl")
+    if args.runs * args.iters > MAX_TIMED_ITERATIONS:
+        raise UserError(f"--runs {args.runs} x --iters {args.iters} is {args.runs * args.iters} timed "
+                        f"iterations, over the limit of {MAX_TIMED_ITERATIONS}; lower one of them")
     if args.inject_straggler and args.inject_straggler[0] >= nprocs:
         raise UserError(f"--inject-straggler rank {args.inject_straggler[0]} is outside "
                         f"0..{nprocs - 1} ({nprocs} ranks)")
@@ -242,7 +258,7 @@ def run_collective(args: argparse.Namespace) -> int:
         from dynamiccl.profiler.records import write_jsonl
 
         write_jsonl([result.to_record()], args.record, append=True)
-    plot = _plot(result, args.plot) if args.plot else None
+    plot = _plot(result, Path(args.plot)) if args.plot else None
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         print()

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from dynamiccl.cli.common import UserError, path_arg
+
 #: The keys of every ``show --json`` object (a contract; tests hold it).
 JSON_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", "algorithm", "protocol",
              "channels", "defer")
@@ -96,29 +98,6 @@ def _selected(policy, args: argparse.Namespace) -> list[tuple[object, list]]:
     return out
 
 
-def _read(path: str):
-    from dynamiccl import policy_file as pf
-    from dynamiccl.cli.common import UserError
-
-    try:
-        return pf.read(path)
-    except PermissionError:
-        raise UserError(f"{path}: permission denied; make it readable") from None
-    except IsADirectoryError:
-        raise UserError(f"{path} is a folder; give a policy file") from None
-
-
-def _is_nccl_example_csv(path: str) -> bool:
-    """True for NVIDIA's example-tuner CSV (anything that is not a DynamICCL policy file)."""
-    from dynamiccl import policy_file as pf
-
-    try:
-        with open(path, "rb") as fh:
-            return not fh.read(len(pf.MAGIC)).startswith(pf.MAGIC.encode())
-    except OSError:
-        return False  # _read names the problem
-
-
 def csv_rule_json(rule) -> dict:
     """One example-tuner CSV line in the ``--json`` contract (its max_bytes is inclusive)."""
     from dynamiccl import policy_file as pf
@@ -136,14 +115,9 @@ def _show_csv(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from dynamiccl import policy_file as pf
-    from dynamiccl.cli.common import UserError
-    from dynamiccl.nccl_csv import read_nccl_example_csv
+    from dynamiccl.nccl_csv import read_nccl_example_csv_file
 
-    try:
-        text = open(args.file, encoding="ascii", errors="replace").read()
-    except PermissionError:
-        raise UserError(f"{args.file}: permission denied; make it readable") from None
-    rules = read_nccl_example_csv(text, source=args.file)
+    rules = read_nccl_example_csv_file(args.file)
     if not rules:
         raise UserError(f"{args.file}: neither a DynamICCL policy file nor NVIDIA example-tuner CSV "
                         "lines; give a file written by `dynamiccl export`")
@@ -175,10 +149,11 @@ def _run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from dynamiccl import policy_file as pf
+    from dynamiccl.cli.policy_sniff import policy_file_kind
 
-    if _is_nccl_example_csv(args.file):
+    if policy_file_kind(args.file) == "csv":
         return _show_csv(args)
-    policy = _read(args.file)
+    policy = pf.read(args.file)
     evidence = _evidence_index(args.file)
     selected = _selected(policy, args)
     if args.json:
@@ -255,8 +230,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Verify a DynamICCL policy file the way the plugin does and print its "
                     "decisions: one table per collective and system, one row per size range, with "
                     "NCCL's pick, the predicted gain, its uncertainty and the evidence.")
-    parser.add_argument("file", help="policy file written by `dynamiccl export` (a .dccl, or NVIDIA's "
-                                     "example-tuner CSV from --format nccl-example-csv)")
+    parser.add_argument("file", type=path_arg,
+                        help="policy file written by `dynamiccl export` (a .dccl, or NVIDIA's "
+                             "example-tuner CSV from --format nccl-example-csv)")
     parser.add_argument("--collective", default=None, help="only this collective (e.g. allreduce)")
     parser.add_argument("--nodes", type=int, default=None, help="only rules for this node count")
     parser.add_argument("--all-slices", action="store_true",

@@ -24,6 +24,7 @@ from dynamiccl.cli.common import (
     collective_arg,
     non_negative_float,
     non_negative_int,
+    path_arg,
     size_arg,
     topology_from_args,
 )
@@ -114,7 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_request_args(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--batch", metavar="FILE|-",
+    p.add_argument("--batch", type=path_arg, metavar="FILE|-",
                    help="JSON lines in (one request per line, keyed by the long flag names with _ "
                    "for -, e.g. {\"topology\": \"dgx_h100\", \"collective\": \"allreduce\", \"size\": "
                    "\"1MiB\"}), one --json result per line out, in order; flags given here are "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dynamiccl.cli.train import add_hydra_command
+from dynamiccl.cli.hydra_app import add_hydra_command
 
 EPILOG = """examples:
   dynamiccl sweep                                   the default search (hparams_search=maskable_ppo)

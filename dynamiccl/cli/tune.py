@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, add_topology_args, topology_from_args
+from dynamiccl.cli.common import UserError, add_topology_args, path_arg, topology_from_args
 
 EPILOG = """examples:
   dynamiccl tune --topology dgx_h100 --plan --budget 40
@@ -198,7 +198,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "uncertainty); write the policy file, or plan the next measurements.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_topology_args(parser)
-    parser.add_argument("--measurements", action="append", metavar="PATH",
+    parser.add_argument("--measurements", action="append", type=path_arg, metavar="PATH",
                         help="nccl-tests logs or measurement records (files or folders; repeat)")
     parser.add_argument("--collective", action="append", choices=_COLLECTIVES + (
         "broadcast", "reduce"), help="only these collectives (default: allreduce, allgather, "
@@ -208,7 +208,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(default 0.03)")
     parser.add_argument("--no-calibrate", action="store_true",
                         help="use the topology as given (skip fitting it to the measurements)")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the tuned policy file")
+    parser.add_argument("-o", "--output", type=path_arg, metavar="FILE", help="write the tuned policy file")
     parser.add_argument("--force", action="store_true", help="replace an existing -o file")
     parser.add_argument("--plan", action="store_true",
                         help="print the nccl-tests commands that would settle the most valuable "
@@ -217,7 +217,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="measurements the plan may use (default 64)")
     parser.add_argument("--run", action="store_true",
                         help="with --plan: measure the plan now on this machine's GPUs")
-    parser.add_argument("--record", default="tune_measurements.jsonl", metavar="FILE",
+    parser.add_argument("--record", default="tune_measurements.jsonl", type=path_arg, metavar="FILE",
                         help="where --run appends its measurements (default tune_measurements.jsonl)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=_run)

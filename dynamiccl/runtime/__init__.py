@@ -13,10 +13,10 @@ Modules: ``core`` (the runtime), ``hook`` (DDP integration), ``decide`` (the dec
 """
 
 from dynamiccl.runtime.core import Runtime, RuntimeConfig
-from dynamiccl.runtime.decide import Decision
+from dynamiccl.runtime.decide import JobState
 from dynamiccl.runtime.hook import comm_hook, ddp, install, start
 from dynamiccl.runtime.jobcheck import JobMismatchError, check_job
 from dynamiccl.runtime.tuning import Candidate, OnlineTuner, SizeBin
 
-__all__ = ["Candidate", "Decision", "JobMismatchError", "OnlineTuner", "Runtime", "RuntimeConfig",
+__all__ = ["Candidate", "JobMismatchError", "JobState", "OnlineTuner", "Runtime", "RuntimeConfig",
            "SizeBin", "check_job", "comm_hook", "ddp", "install", "start"]

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dynamiccl.runtime.decide import Decision, DecisionWindow
+from dynamiccl.runtime.decide import DecisionWindow, JobState
 from dynamiccl.runtime.hierarchical import HierarchicalAllReduce
 from dynamiccl.runtime.matchings import worthwhile
 from dynamiccl.runtime.plugin_control import Pin, PluginControl
@@ -83,7 +83,7 @@ class StepRecord:
     """One control boundary as this rank saw it (tests compare these across ranks)."""
 
     step: int
-    decision: Decision
+    state: JobState
     paths: dict[str, int] = field(default_factory=dict)
 
 
@@ -100,7 +100,7 @@ class Runtime:
         self.ctrl = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         self.window = DecisionWindow(self.config.window, self.config.straggler_threshold_us,
                                      self.config.majority)
-        self.decision = Decision()
+        self.job_state = JobState()
         self.stragglar = StragglAR()
         k = self.config.ranks_per_node
         self.hierarchical = (HierarchicalAllReduce(k, self.config.hierarchical_chunks)
@@ -147,8 +147,8 @@ class Runtime:
         if path == "nccl":
             dist.all_reduce(tensor)
         elif path == "stragglar":
-            assert self.decision.straggler is not None
-            self.stragglar.all_reduce(tensor, self.decision.straggler)
+            assert self.job_state.straggler is not None
+            self.stragglar.all_reduce(tensor, self.job_state.straggler)
         else:
             assert self.hierarchical is not None
             self.hierarchical.all_reduce(tensor)
@@ -171,7 +171,7 @@ class Runtime:
         return "nccl"
 
     def _stragglar_on(self) -> bool:
-        return self.decision.straggler is not None and self.config.stragglar and worthwhile(self.world)
+        return self.job_state.straggler is not None and self.config.stragglar and worthwhile(self.world)
 
     def _done(self, tensor: torch.Tensor, start: float) -> torch.Tensor:
         self._comm_us += (time.perf_counter() - start) * 1e6
@@ -215,16 +215,16 @@ class Runtime:
         else:
             encoded = torch.empty(3, dtype=torch.float64)
         dist.broadcast(encoded, src=0, group=self.ctrl)
-        self._apply(Decision.decode(encoded))
+        self._apply(JobState.decode(encoded))
 
-    def _apply(self, decision: Decision) -> None:
-        previous, self.decision = self.decision, decision
+    def _apply(self, state: JobState) -> None:
+        previous, self.job_state = self.job_state, state
         if self._stragglar_on():
-            assert decision.straggler is not None
-            self.stragglar.prepare(decision.straggler)
-        if self.control is not None and decision.context != previous.context:
-            self._set_context(*decision.context)
-        self.history.append(StepRecord(self.step, decision, dict(self._paths)))
+            assert state.straggler is not None
+            self.stragglar.prepare(state.straggler)
+        if self.control is not None and state.context != previous.context:
+            self._set_context(*state.context)
+        self.history.append(StepRecord(self.step, state, dict(self._paths)))
         self._paths = {}
 
     def _set_context(self, straggler: str, c2c: str) -> None:

@@ -22,8 +22,9 @@ from dynamiccl.policy_file import context_buckets
 
 
 @dataclass(frozen=True)
-class Decision:
-    """What every rank acts on. ``straggler`` None: no persistent straggler."""
+class JobState:
+    """The job's measured state that every rank acts on: the persistent straggler (None: none),
+    how late it is, and the compute/comm ratio."""
 
     straggler: int | None = None
     delay_us: float = 0.0
@@ -39,7 +40,7 @@ class Decision:
                              self.delay_us, self.c2c], dtype=torch.float64)
 
     @classmethod
-    def decode(cls, t: torch.Tensor) -> Decision:
+    def decode(cls, t: torch.Tensor) -> JobState:
         s, delay, c2c = (float(v) for v in t.tolist())
         return cls(None if s < 0 else int(s), delay, c2c)
 
@@ -62,7 +63,7 @@ class Sample:
 
 
 class DecisionWindow:
-    """The last ``window`` samples and the decision they support."""
+    """The last ``window`` samples and the job state they support."""
 
     def __init__(self, window: int = 5, threshold_us: float = 1000.0, majority: float = 0.6) -> None:
         if window < 1 or threshold_us < 0 or not 0.5 <= majority <= 1.0:
@@ -74,17 +75,17 @@ class DecisionWindow:
     def add(self, since_ready_us: Sequence[float], c2c: Sequence[float]) -> None:
         self.samples.append(Sample(tuple(map(float, since_ready_us)), tuple(map(float, c2c))))
 
-    def decide(self) -> Decision:
+    def decide(self) -> JobState:
         if not self.samples:
-            return Decision()
+            return JobState()
         c2c = _median([_median(s.c2c) for s in self.samples])
         needed = math.ceil(self.majority * self.samples.maxlen)
         late = [x for x in (s.late(self.threshold_us) for s in self.samples) if x is not None]
         for rank in sorted({r for r, _ in late}):
             gaps = [g for r, g in late if r == rank]
             if len(gaps) >= needed:
-                return Decision(rank, _median(gaps), c2c)
-        return Decision(None, 0.0, c2c)
+                return JobState(rank, _median(gaps), c2c)
+        return JobState(None, 0.0, c2c)
 
 
 def _median(values: Sequence[float]) -> float:
