@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from dynamiccl.profiler.calibrate import CalibrationError, calibrate, pick_configs, predict, prepare
+from dynamiccl.profiler.fit_report import split_every_other
 from dynamiccl.profiler.published import PublishedRun, load_system, system_dirs, system_topology
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.topology import Topology
@@ -97,29 +98,6 @@ def fit_topology(records: Sequence[MeasurementRecord], base: Topology) -> Topolo
     return calibrate(records, base, keep_undetermined=True).topology
 
 
-def split_every_other(runs: Sequence[PublishedRun]) -> tuple[list, list]:
-    """Per run, sizes in order: even positions train the fit, odd positions are held out.
-
-    Runs of a single size (published summary tables: one number per node count) are pooled per
-    collective and configuration and alternate by node count instead.
-    """
-    train, test = [], []
-    single: dict[tuple[str, str], list[MeasurementRecord]] = {}
-    for run in runs:
-        if len(run.records) == 1:
-            rec = run.records[0]
-            single.setdefault((rec.collective, rec.config_label), []).append(rec)
-            continue
-        ordered = sorted(run.records, key=lambda r: r.nbytes)
-        train += ordered[0::2]
-        test += ordered[1::2]
-    for recs in single.values():
-        ordered = sorted(recs, key=lambda r: (r.nnodes or 0, r.nbytes))
-        train += ordered[0::2]
-        test += ordered[1::2]
-    return train, test
-
-
 def evaluate_system(system_dir: Path) -> SystemResult:
     runs = load_system(system_dir)
     topology = system_topology(system_dir)
@@ -131,7 +109,7 @@ def evaluate_system(system_dir: Path) -> SystemResult:
     measured = np.array([r.time_us for r in records])
     ratios = error_ratio(pred, measured)
     datasheet = band_stats(records, ratios)
-    train, test = split_every_other(runs)
+    train, test = split_every_other(records)
     note, held_points = "", []
     try:
         fitted = fit_topology(train, topology)

@@ -19,16 +19,19 @@ Tier bandwidths and efficiencies only show as products, so one (algorithm, proto
 whose bandwidth the measurements see most — keeps efficiency 1 and defines the tier bandwidths;
 the other efficiencies are relative to it.
 
-A tier parameter the data cannot pin down is *refused*, not guessed: a tier no measurement crosses,
-a latency only huge messages were timed for, two parameters the data only sees as a product. The
-caller decides whether to keep those at their base values (``keep_undetermined``). Whether a
-tier parameter is determined is judged conditional on the refinements (these are deviations *from*
-the tier values, held by their priors); the uncertainty reported for it is the marginal one, which
-includes what it shares with them. A refinement whose posterior is not clearly narrower than its
-prior (sigma above ``REFINEMENT_SHRINK`` of the prior's) is not written: the physical model's value
+Each reported uncertainty is a relative 1-sigma from the Jacobian at the solution (data at the
+measurement scatter and priors together, marginal over every other free parameter): how precisely
+the logs pin the value *given the model*. How far the model itself is off is a separate figure, the
+error on held-out sizes (``fit_report``), which is written beside it and which the safety gate adds
+to it; scaling the parameters' uncertainty by the misfit as well would count the model's error
+twice, and would call nothing determined on exactly the systems the model fits worst, where
+calibration helps most. A parameter is *determined* exactly when its reported figure is within
+``MAX_REL_STD``; one criterion, so no value is written with an uncertainty that says it is
+unknown. A tier parameter the data cannot pin down is *refused*, not guessed: a tier no
+measurement crosses, a latency only huge messages were timed for, two parameters the data only sees
+as a product. The caller decides whether to keep those at their base values
+(``keep_undetermined``). An undetermined refinement is not written: the physical model's value
 stands for it.
-Each reported uncertainty is a relative 1-sigma from the Jacobian at the solution, scaled up by the
-misfit when the residuals are larger than the measurement scatter.
 """
 
 from __future__ import annotations
@@ -53,13 +56,13 @@ from dynamiccl.topology import Topology
 
 #: d log(time) / d log(parameter) below this for every measurement: the data cannot see it.
 MIN_SENSITIVITY = 0.02
-#: Relative standard error above which a fitted tier parameter counts as undetermined.
+#: Reported relative 1-sigma above which a fitted parameter counts as undetermined.
 MAX_REL_STD = 0.25
 #: Run-to-run scatter of one nccl-tests measurement (log-time 1-sigma; a few percent is typical).
 MEASUREMENT_SIGMA = 0.05
-#: A refinement counts as determined when its posterior sigma is below this share of its prior's.
-REFINEMENT_SHRINK = 0.5
 _FD_STEP = 1e-4
+#: A latency this close to its bound (µs) sits on it.
+_AT_BOUND = 1e-6
 _MAX_PICK_ROUNDS = 4
 
 
@@ -238,22 +241,14 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
         free = np.concatenate([free, np.array(seen, dtype=int)])
         start = np.where(np.isin(np.arange(len(params)), free), start, x0)
     x, iterations = _fit_with_picks(problem, base, params, start, free)
-    weak = _weak_tiers(problem, base, params, x, free[free < n_tier])
-    if weak:
-        _refuse_or_keep(weak, params, keep_undetermined)
-        notes.update(weak)
-        x[list(weak)] = x0[list(weak)]
-        free = np.array([i for i in free if i not in weak], dtype=int)
-        x, n = _fit_with_picks(problem, base, params, x, free)
-        iterations += n
-    info = _posterior_std(problem, base, params, x, free, inflate=False)
-    vague = [i for i in free if i >= n_tier and info[i] > REFINEMENT_SHRINK * params[i].prior_sigma]
-    if vague:  # the physical model's value stands for what the data cannot tell
-        x[vague] = x0[vague]
-        free = np.array([i for i in free if i not in vague], dtype=int)
-        x, n = _fit_with_picks(problem, base, params, x, free)
-        iterations += n
-    std = _posterior_std(problem, base, params, x, free)  # marginal: tiers share with refinements
+    x, free, dropped, n = _drop_undetermined(problem, base, params, x, x0, free, n_tier)
+    iterations += n
+    # the solver stops a hair inside a bound: a latency it holds at 0 is written as 0, not 1e-11
+    x = np.array([FP.lower_bound(p) if x[i] - FP.lower_bound(p) < _AT_BOUND else x[i]
+                  for i, p in enumerate(params)])
+    notes.update(dropped)
+    _refuse_or_keep({i: why for i, why in dropped.items() if i < n_tier}, params, keep_undetermined)
+    std = _posterior(problem, base, params, x, free).std
     rel = np.array([_relative(params[i], x[i], std[i]) for i in range(len(params))])
     fits = [ParamFit(p.label, FP.decode(p, x0[i]), FP.decode(p, x[i]),
                      float(rel[i]) if i in free else math.nan, bool(i in free), notes.get(i, ""))
@@ -275,21 +270,59 @@ def _written(base: Topology, params: list[Param], x: np.ndarray, rel: np.ndarray
     return replace(topo, calibration=replace(cal, measurements=n_records, tiers=tier_fits))
 
 
-def _weak_tiers(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
-                tiers: np.ndarray) -> dict[int, str]:
-    """Tier parameters the data does not pin down, dropped worst first: of two parameters the data
-    sees only together, the better determined one stays once its partner is gone."""
-    weak: dict[int, str] = {}
-    tiers = np.array(tiers, dtype=int)
-    while len(tiers):
-        rel_std, partner = _tier_uncertainty(problem, base, params, x, tiers)
-        worst = int(tiers[np.argmax(np.nan_to_num(rel_std[tiers], nan=np.inf))])
-        if not rel_std[worst] > MAX_REL_STD:
+def _drop_undetermined(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
+                       x0: np.ndarray, free: np.ndarray,
+                       n_tier: int) -> tuple[np.ndarray, np.ndarray, dict[int, str], int]:
+    """Sets parameters whose reported uncertainty exceeds ``MAX_REL_STD`` back to their base values
+    and refits, until every parameter left is determined by the very figure reported for it.
+
+    One at a time, because of two parameters the data sees only together the one left is
+    determined once its partner is gone; refinements before tier parameters (a tier value is the
+    model, a refinement only a deviation from it); and of those, the one whose return to its base
+    value costs the fit least. Not simply the most uncertain one: when the data pins a sum (a
+    network hop's latency plus the transport's overhead) near a bound, only one of the two can go
+    back to its base value without the other having to go below zero. Returns the new solution,
+    the free parameters, a note per dropped one and the solver's function evaluations.
+    """
+    dropped: dict[int, str] = {}
+    iterations = 0
+    while len(free):
+        post = _posterior(problem, base, params, x, free)
+        rel = {int(i): _relative(params[i], x[i], post.std[i]) for i in free}
+        over = [i for i in rel if rel[i] > MAX_REL_STD]
+        if not over:
             break
-        weak[worst] = (f"only determined to ±{100 * rel_std[worst]:.0f}% (the data sees it together "
-                       f"with {params[partner[worst]].label}); add measurements that separate them")
-        tiers = tiers[tiers != worst]
-    return weak
+        candidates = [i for i in over if i >= n_tier] or over
+        if len(candidates) > 1:
+            costs = {c: _cost_at_base(problem, base, params, x, x0, free, c) for c in candidates}
+            iterations += sum(n for _, n in costs.values())
+            drop = min(candidates, key=lambda c: costs[c][0])
+        else:
+            drop = candidates[0]
+        partner = post.partner.get(drop)
+        seen_with = "" if partner is None else \
+            f" (the data sees it together with {params[partner].label})"
+        advice = ("add measurements that separate them" if partner is not None else
+                  "add measurements where it shows")
+        if drop >= n_tier:
+            advice = "the physical model's value stands"
+        dropped[drop] = f"only determined to ±{100 * rel[drop]:.0f}%{seen_with}; {advice}"
+        x[drop] = x0[drop]
+        free = free[free != drop]
+        x, n = _fit_with_picks(problem, base, params, x, free)
+        iterations += n
+    return x, free, dropped, iterations
+
+
+def _cost_at_base(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
+                  x0: np.ndarray, free: np.ndarray, i: int) -> tuple[float, int]:
+    """The data's squared misfit once parameter ``i`` is back at its base value and the others
+    refitted, and the solver's function evaluations."""
+    trial = x.copy()
+    trial[i] = x0[i]
+    trial, n = _solve(problem, base, params, trial, free[free != i])
+    r = _residuals(problem, base, params, trial)
+    return float(r @ r), n
 
 
 def _starts(problem: Problem, params: list[Param], x0: np.ndarray) -> np.ndarray:
@@ -376,58 +409,59 @@ def _data_jacobian(problem: Problem, base: Topology, params: list[Param], x: np.
     return jac
 
 
-def _tier_uncertainty(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
-                      tiers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Relative standard errors of the free tier parameters, conditional on the refinements, and
-    each one's most correlated partner.
+@dataclass(frozen=True)
+class Posterior:
+    """What the data and the priors say about the free parameters at a solution (solver units)."""
 
-    The noise level is estimated from the residuals, with a floor of 1 % so that a perfect fit to
-    too few points cannot make a parameter look determined; a direction the data cannot see at all
-    gets an enormous variance from the tiny ridge instead of a misleading pseudo-inverse.
-    """
-    rel = np.full(len(params), math.nan)
-    partner = np.zeros(len(params), dtype=int)
-    if not len(tiers):
-        return rel, partner
-    jac = _data_jacobian(problem, base, params, x, tiers, problem.configs)
-    r = _residuals(problem, base, params, x) * MEASUREMENT_SIGMA
-    sigma2 = max(float(r @ r) / max(1, len(r) - len(tiers)), 1e-4)
-    h = jac.T @ jac
-    cov = sigma2 * np.linalg.inv(h + 1e-10 * max(float(np.max(np.diag(h))), 1e-30) * np.eye(len(h)))
-    std = np.sqrt(np.maximum(np.diag(cov), 0.0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        corr = cov / np.outer(std, std)
-    np.fill_diagonal(corr, 0.0)
-    for k, i in enumerate(tiers):
-        rel[i] = _relative(params[i], x[i], std[k])
-        partner[i] = tiers[int(np.argmax(np.abs(np.nan_to_num(corr[k]))))] if len(tiers) > 1 else i
-    return rel, partner
+    #: Marginal sigma of every parameter (inf where not free): the uncertainty reported.
+    std: np.ndarray
+    #: Sigma of each free parameter were every other one known: the least it could ever reach.
+    alone: np.ndarray
+    #: Each free parameter's most correlated free partner, where the correlation is strong (> 0.5).
+    partner: dict[int, int]
 
 
-def _posterior_std(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
-                   free: np.ndarray, inflate: bool = True) -> np.ndarray:
-    """Sigma in solver units of every free parameter.
+def _posterior(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
+               free: np.ndarray) -> Posterior:
+    """The Gauss-Newton posterior of the free parameters from data (at the measurement scatter) and
+    priors together. A direction the data cannot see at all gets an enormous variance from the tiny
+    ridge instead of a misleading pseudo-inverse.
 
-    With ``inflate``: the marginal posterior from data and priors together, scaled up by the misfit
-    when the residuals exceed the measurement scatter (the uncertainty reported). Without it: each
-    parameter's own information with the others held (whether the data sees it at all), so that two
-    parameters the data sees only as a sum are both kept when the data moves the sum.
+    A latency the data pushes against its bound of 0 µs is pinned by the bound, which a Gaussian
+    cannot say: two latencies the data only sees as a sum near 0 would each read as "anything
+    within ±10 µs" although neither can be above the sum. Such a parameter counts as fixed for the
+    others' covariance (an active constraint, as in constrained least squares), and its own
+    uncertainty is how far its information alone lets it rise above 0.
     """
     std = np.full(len(params), math.inf)
+    alone = np.full(len(params), math.inf)
     if not len(free):
-        return std
+        return Posterior(std, alone, {})
     jac = _data_jacobian(problem, base, params, x, free, problem.configs) / MEASUREMENT_SIGMA
     prior = np.array([0.0 if params[i].prior_sigma is None else 1.0 / params[i].prior_sigma ** 2
                       for i in free])
     h = jac.T @ jac + np.diag(prior)
-    if not inflate:
-        std[free] = 1.0 / np.sqrt(np.maximum(np.diag(h), 1e-30))
-        return std
     r = _residuals(problem, base, params, x)
-    scale = max(1.0, float(r @ r) / max(1, len(r) - len(free)))
-    cov = scale * np.linalg.inv(h + 1e-10 * max(float(np.max(np.diag(h))), 1e-30) * np.eye(len(h)))
-    std[free] = np.sqrt(np.maximum(np.diag(cov), 0.0))
-    return std
+    alone[free] = np.sqrt(1.0 / np.maximum(np.diag(h), 1e-30))
+    centre = np.array([FP.encode(params[i], FP.natural_value(base, params[i])) for i in free])
+    gradient = jac.T @ r + prior * (x[free] - centre)  # of half the squared residuals
+    pinned = np.array([x[i] - FP.lower_bound(params[i]) < _AT_BOUND and gradient[k] > 0
+                       for k, i in enumerate(free)], dtype=bool)
+    inner = np.flatnonzero(~pinned)
+    std[free[pinned]] = alone[free[pinned]]
+    partner: dict[int, int] = {}
+    if len(inner):
+        hi = h[np.ix_(inner, inner)]
+        ridge = 1e-10 * max(float(np.max(np.diag(hi))), 1e-30)
+        cov = np.linalg.inv(hi + ridge * np.eye(len(hi)))
+        idx = free[inner]
+        std[idx] = np.sqrt(np.maximum(np.diag(cov), 0.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            corr = np.nan_to_num(cov / np.outer(std[idx], std[idx]))
+        np.fill_diagonal(corr, 0.0)
+        partner = {int(i): int(idx[np.argmax(np.abs(corr[k]))]) for k, i in enumerate(idx)
+                   if len(idx) > 1 and np.max(np.abs(corr[k])) > 0.5}
+    return Posterior(std, alone, partner)
 
 
 def _refuse_or_keep(notes: dict[int, str], params: list[Param], keep: bool) -> None:

@@ -86,20 +86,37 @@ def heldout_table(fit: FitResult, problem: Problem) -> list[ErrorRow]:
 
 
 def split_every_other(records: Sequence[MeasurementRecord]) -> tuple[list, list]:
-    """Per run (same source file, collective, shape and forced configuration), sizes in order:
-    even positions are fitted, odd positions held out."""
-    runs: dict[tuple, list[MeasurementRecord]] = {}
+    """Per run (collective, shape and configuration), its distinct sizes in order: even positions
+    are fitted, odd positions held out.
+
+    The split is by size, not by record: nccl-tests prints an out-of-place and an in-place time
+    for every size, and repeated runs repeat sizes, so alternating over records would fit every
+    size the check claims it never saw. Runs of a single size (published summary tables: one
+    number per node count) are pooled per collective and configuration and alternate by shape.
+    ``dynamiccl calibrate`` and ``experiments/validate_real.py`` both hold out with this.
+    """
+    runs: dict[tuple, dict[int, list[MeasurementRecord]]] = {}
     for rec in records:
-        key = (rec.source.rsplit(":", 1)[0], rec.collective, rec.nranks, rec.nnodes, rec.algorithm,
-               rec.protocol, rec.channels)
-        runs.setdefault(key, []).append(rec)
+        key = (rec.collective, rec.nnodes or 0, rec.nranks, rec.config_label)
+        runs.setdefault(key, {}).setdefault(rec.nbytes, []).append(rec)
     train: list[MeasurementRecord] = []
     test: list[MeasurementRecord] = []
-    for run in runs.values():
-        ordered = sorted(run, key=lambda r: r.nbytes)
-        train += ordered[0::2]
-        test += ordered[1::2]
+    pooled: dict[tuple, dict[tuple, list[MeasurementRecord]]] = {}
+    for (coll, nodes, nranks, config), by_size in runs.items():
+        if len(by_size) == 1:
+            ((size, recs),) = by_size.items()
+            pooled.setdefault((coll, config), {}).setdefault((nodes, nranks, size), []).extend(recs)
+        else:
+            _alternate(by_size, train, test)
+    for by_shape in pooled.values():
+        _alternate(by_shape, train, test)
     return train, test
+
+
+def _alternate(groups: dict, train: list, test: list) -> None:
+    """Whole groups, in key order, to ``train`` and ``test`` by turns."""
+    for i, key in enumerate(sorted(groups)):
+        (train if i % 2 == 0 else test).extend(groups[key])
 
 
 def heldout_check(records: Sequence[MeasurementRecord], base: Topology,

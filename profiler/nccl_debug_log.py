@@ -9,9 +9,10 @@ protocol) — latency in µs, *algorithm* bandwidth in GB/s, ``0.0`` bandwidth m
     AllReduce: 1048576 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..3}
 
 Those two are exactly what :mod:`dynamiccl.nccl_model` claims to reproduce, so a real log is the
-check (and, later, a calibration target) for the NCCL-default model. Indices follow NCCL's print
-order, which is also the model's: functions Broadcast, Reduce, AllGather, ReduceScatter, AllReduce;
-algorithms Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT; protocols LL, LL128, Simple.
+check (and, later, a calibration target) for the NCCL-default model: :func:`compare_tables` and
+:func:`compare_picks` put them side by side (``dynamiccl check-model`` prints them). NCCL prints its
+functions, algorithms and protocols in id order, which is also the model's, and spells them as
+``dynamiccl.nccl`` records.
 """
 
 from __future__ import annotations
@@ -19,14 +20,29 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dynamiccl.knobs import Collective
+from dynamiccl.knobs import Config, parse_enum
+from dynamiccl.nccl import (
+    ALGORITHM_NCCL_NAMES,
+    COLLECTIVE_NCCL_NAMES,
+    N_ALGORITHMS,
+    N_COLLECTIVES,
+    N_PROTOCOLS,
+    PROTOCOL_NCCL_NAMES,
+    Algorithm,
+    Collective,
+    Protocol,
+)
 
-FUNCTIONS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
-ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-PROTOCOLS = ("LL", "LL128", "Simple")
+if TYPE_CHECKING:
+    from dynamiccl.nccl_model import NcclModel
+
+_FUNCTION_BY_NAME = {name: coll for coll, name in COLLECTIVE_NCCL_NAMES.items()}
+_ALGORITHM_BY_NAME = {name: algo for algo, name in ALGORITHM_NCCL_NAMES.items()}
+_SHAPE = (N_COLLECTIVES, N_ALGORITHMS, N_PROTOCOLS)
 
 _INFO_RE = re.compile(r"NCCL INFO (.*)$")
 _VERSION_RE = re.compile(r"NCCL version (\S+)")
@@ -45,9 +61,9 @@ class NcclDebugLogError(ValueError):
 class TuningTable:
     """One communicator's table as printed: NaN where the log printed nothing."""
 
-    latency_us: np.ndarray = field(default_factory=lambda: np.full((5, 7, 3), np.nan))
-    bandwidth_GBps: np.ndarray = field(default_factory=lambda: np.full((5, 7, 3), np.nan))
-    max_threads: np.ndarray = field(default_factory=lambda: np.full((7, 3), -1))
+    latency_us: np.ndarray = field(default_factory=lambda: np.full(_SHAPE, np.nan))
+    bandwidth_GBps: np.ndarray = field(default_factory=lambda: np.full(_SHAPE, np.nan))
+    max_threads: np.ndarray = field(default_factory=lambda: np.full(_SHAPE[1:], -1))
 
 
 @dataclass(frozen=True)
@@ -56,14 +72,19 @@ class Pick:
 
     collective: Collective
     nbytes: int
-    algorithm: str
-    protocol: str
+    algorithm: Algorithm
+    protocol: Protocol
     channel_lo: int | None
     channel_hi: int | None
 
     @property
     def channels(self) -> int | None:
         return None if self.channel_hi is None else self.channel_hi - (self.channel_lo or 0) + 1
+
+    def label(self) -> str:
+        """As :meth:`Config.label` writes a configuration (``ring/simple/4ch``)."""
+        channels = "" if self.channels is None else f"/{self.channels}ch"
+        return f"{self.algorithm.name.lower()}/{self.protocol.name.lower()}{channels}"
 
 
 @dataclass
@@ -115,10 +136,10 @@ def parse_debug_log(text: str, source: str = "<log>") -> NcclDebugLog:
             if block and block[0] == 0:
                 tables.append(TuningTable())
         elif sep and label == "Max NThreads" and tables:
-            for i, value in enumerate(_cells(rest)[: 3 * len(block)]):
-                tables[-1].max_threads[block[i // 3], i % 3] = int(value)
-        elif sep and label in FUNCTIONS and tables:
-            _read_row(tables[-1], FUNCTIONS.index(label), block, rest, source, lineno)
+            for i, value in enumerate(_cells(rest)[: N_PROTOCOLS * len(block)]):
+                tables[-1].max_threads[block[i // N_PROTOCOLS], i % N_PROTOCOLS] = int(value)
+        elif sep and label in _FUNCTION_BY_NAME and tables:
+            _read_row(tables[-1], _FUNCTION_BY_NAME[label], block, rest, source, lineno)
         elif m := _PICK_RE.search(body):
             picks.append(_pick(m, source, lineno))
     if not tables and not picks:
@@ -134,78 +155,181 @@ def _cells(rest: str) -> list[str]:
 
 def _block_algorithms(rest: str, source: str, lineno: int) -> list[int]:
     names = _cells(rest)
-    try:
-        return [ALGORITHMS.index(name) for name in names]
-    except ValueError:
-        raise NcclDebugLogError(f"{source}:{lineno}: unknown algorithm in {names}; this parser "
-                                f"knows {', '.join(ALGORITHMS)}") from None
+    unknown = [name for name in names if name not in _ALGORITHM_BY_NAME]
+    if unknown:
+        raise NcclDebugLogError(f"{source}:{lineno}: unknown algorithm {unknown[0]!r}; this parser "
+                                f"knows {', '.join(_ALGORITHM_BY_NAME)}")
+    return [int(_ALGORITHM_BY_NAME[name]) for name in names]
 
 
-def _read_row(table: TuningTable, func: int, block: list[int], rest: str, source: str,
+def _read_row(table: TuningTable, func: Collective, block: list[int], rest: str, source: str,
               lineno: int) -> None:
     cells = _CELL_RE.findall(rest)
-    if len(cells) < 3 * len(block):
-        raise NcclDebugLogError(f"{source}:{lineno}: a {FUNCTIONS[func]} row needs "
-                                f"{3 * len(block)} latency/bandwidth cells, found {len(cells)}")
-    for i, (lat, bw) in enumerate(cells[: 3 * len(block)]):
-        algo, proto = block[i // 3], i % 3
+    if len(cells) < N_PROTOCOLS * len(block):
+        raise NcclDebugLogError(f"{source}:{lineno}: a {COLLECTIVE_NCCL_NAMES[func]} row needs "
+                                f"{N_PROTOCOLS * len(block)} latency/bandwidth cells, found "
+                                f"{len(cells)}")
+    for i, (lat, bw) in enumerate(cells[: N_PROTOCOLS * len(block)]):
+        algo, proto = block[i // N_PROTOCOLS], i % N_PROTOCOLS
         table.latency_us[func, algo, proto] = float(lat)
         table.bandwidth_GBps[func, algo, proto] = float(bw)
 
 
 def _pick(m: re.Match, source: str, lineno: int) -> Pick:
     func = m.group(1)
-    if func not in FUNCTIONS:
+    if func not in _FUNCTION_BY_NAME:
         raise NcclDebugLogError(f"{source}:{lineno}: unknown collective {func!r} in a pick line")
+    try:
+        algo, proto = parse_enum(Algorithm, m.group(3)), parse_enum(Protocol, m.group(4))
+    except ValueError as exc:
+        raise NcclDebugLogError(f"{source}:{lineno}: {exc} in a pick line") from None
     lo, hi = m.group(5), m.group(6)
-    return Pick(Collective[func.upper()], int(m.group(2)), m.group(3).lower(),
-                m.group(4).lower(), None if lo is None else int(lo), None if hi is None else int(hi))
+    return Pick(_FUNCTION_BY_NAME[func], int(m.group(2)), Algorithm(algo), Protocol(proto),
+                None if lo is None else int(lo), None if hi is None else int(hi))
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One (collective, algorithm, protocol) entry as NCCL printed it and as the model has it."""
+
+    collective: Collective
+    algorithm: Algorithm
+    protocol: Protocol
+    log_latency_us: float
+    log_bandwidth_GBps: float
+    model_latency_us: float
+    model_bandwidth_GBps: float
+    #: Both sides can use the entry and their bandwidths are within the tolerance.
+    bandwidth_agrees: bool
+    #: Within the tolerance, or within the print's 0.15 µs rounding.
+    latency_agrees: bool
+
+    @property
+    def agrees(self) -> bool:
+        return self.bandwidth_agrees and self.latency_agrees
+
+    @property
+    def label(self) -> str:
+        return (f"{COLLECTIVE_NCCL_NAMES[self.collective]}/{ALGORITHM_NCCL_NAMES[self.algorithm]}/"
+                f"{PROTOCOL_NCCL_NAMES[self.protocol]}")
+
+    @property
+    def usable_in_one_only(self) -> bool:
+        return (self.log_bandwidth_GBps <= 0) != (self.model_bandwidth_GBps <= 0)
+
+    @property
+    def bandwidth_ratio(self) -> float:
+        """model / log (1 = equal); nan where either side cannot use the entry."""
+        if self.usable_in_one_only:
+            return float("nan")
+        return self.model_bandwidth_GBps / self.log_bandwidth_GBps
+
+    @property
+    def latency_ratio(self) -> float:
+        return max(self.model_latency_us, 1e-9) / max(self.log_latency_us, 1e-9)
+
+    def problem(self) -> str:
+        """What differs, in words ('' when the entry agrees)."""
+        if self.agrees:
+            return ""
+        if self.usable_in_one_only:
+            return (f"{self.label}: log bandwidth {self.log_bandwidth_GBps:g}, model "
+                    f"{self.model_bandwidth_GBps:.3g} (usable in one, not the other)")
+        return (f"{self.label}: log {self.log_latency_us:g} µs / {self.log_bandwidth_GBps:g} GB/s, "
+                f"model {self.model_latency_us:.3g} µs / {self.model_bandwidth_GBps:.3g} GB/s")
+
+    def to_json(self) -> dict:
+        return {"collective": self.collective.name.lower(), "algorithm": self.algorithm.name.lower(),
+                "protocol": self.protocol.name.lower(), "nccl_latency_us": self.log_latency_us,
+                "nccl_bandwidth_GBps": self.log_bandwidth_GBps,
+                "model_latency_us": self.model_latency_us,
+                "model_bandwidth_GBps": self.model_bandwidth_GBps, "agrees": self.agrees}
 
 
 @dataclass(frozen=True)
 class TableAgreement:
-    """How a model's table compares with a printed one, over the entries NCCL can use."""
+    """How a model's table compares with a printed one, over the entries either side can use."""
 
-    entries: int
-    #: Entries within 10 % (latency: or within 0.15 µs, the print's rounding) in both numbers.
-    matching: int
-    worst_latency_ratio: float
-    worst_bandwidth_ratio: float
-    mismatches: list[str]
+    rows: list[TableEntry]
+
+    @property
+    def entries(self) -> int:
+        return len(self.rows)
+
+    @property
+    def matching(self) -> int:
+        return sum(r.agrees for r in self.rows)
 
     @property
     def share(self) -> float:
         return self.matching / self.entries if self.entries else 0.0
 
+    @property
+    def worst_bandwidth_ratio(self) -> float:
+        """The largest factor between the two bandwidths of an entry both sides can use (>= 1)."""
+        ratios = [r.bandwidth_ratio for r in self.rows if not r.usable_in_one_only]
+        return max([max(x, 1 / x) for x in ratios], default=1.0)
+
+    @property
+    def worst_latency_ratio(self) -> float:
+        ratios = [r.latency_ratio for r in self.rows if not r.usable_in_one_only]
+        return max([max(x, 1 / x) for x in ratios], default=1.0)
+
+    @property
+    def mismatches(self) -> list[str]:
+        return [r.problem() for r in self.rows if not r.agrees]
+
 
 def compare_tables(printed: TuningTable, latency_us: np.ndarray,
                    bandwidth_GBps: np.ndarray, tolerance: float = 0.10) -> TableAgreement:
-    """Entry-by-entry agreement where the log prints a usable entry (bandwidth > 0).
+    """Entry-by-entry agreement where the log prints an entry that either side can use.
 
-    An entry NCCL marks unusable but the model offers (or the reverse) counts as a mismatch too.
+    An entry NCCL marks unusable (bandwidth 0) but the model offers, or the reverse, disagrees.
     """
-    entries = matching = 0
-    worst_lat = worst_bw = 1.0
-    mismatches = []
+    rows = []
     for f, a, p in zip(*np.nonzero(~np.isnan(printed.bandwidth_GBps)), strict=True):
-        log_bw, log_lat = printed.bandwidth_GBps[f, a, p], printed.latency_us[f, a, p]
+        log_bw, log_lat = float(printed.bandwidth_GBps[f, a, p]), float(printed.latency_us[f, a, p])
         model_bw, model_lat = float(bandwidth_GBps[f, a, p]), float(latency_us[f, a, p])
         if log_bw <= 0 and model_bw <= 0:
             continue
-        entries += 1
-        where = f"{FUNCTIONS[f]}/{ALGORITHMS[a]}/{PROTOCOLS[p]}"
-        if (log_bw <= 0) != (model_bw <= 0):
-            mismatches.append(f"{where}: log bandwidth {log_bw:g}, model {model_bw:.3g} "
-                              "(usable in one, not the other)")
-            continue
-        bw_ratio = max(model_bw / log_bw, log_bw / model_bw)
-        lat_ok = abs(model_lat - log_lat) <= max(0.15, tolerance * log_lat)
-        lat_ratio = max(model_lat, 1e-9) / max(log_lat, 1e-9)
-        worst_bw = max(worst_bw, bw_ratio)
-        worst_lat = max(worst_lat, lat_ratio, 1 / lat_ratio)
-        if bw_ratio <= 1 + tolerance and lat_ok:
-            matching += 1
-        else:
-            mismatches.append(f"{where}: log {log_lat:g} µs / {log_bw:g} GB/s, model "
-                              f"{model_lat:.3g} µs / {model_bw:.3g} GB/s")
-    return TableAgreement(entries, matching, worst_lat, worst_bw, mismatches)
+        bandwidth_agrees = log_bw > 0 and model_bw > 0 and \
+            max(model_bw / log_bw, log_bw / model_bw) <= 1 + tolerance
+        latency_agrees = abs(model_lat - log_lat) <= max(0.15, tolerance * log_lat)
+        rows.append(TableEntry(Collective(f), Algorithm(a), Protocol(p), log_lat, log_bw,
+                               model_lat, model_bw, bool(bandwidth_agrees), bool(latency_agrees)))
+    return TableAgreement(rows)
+
+
+@dataclass(frozen=True)
+class PickComparison:
+    """NCCL's logged pick for one call and the model's pick for the same call."""
+
+    nccl: Pick
+    #: None when the model finds nothing usable for the call.
+    model: Config | None
+
+    @property
+    def agrees(self) -> bool:
+        """Same algorithm and protocol, and the same channel count where the log prints one."""
+        if self.model is None:
+            return False
+        return (self.model.algorithm == self.nccl.algorithm
+                and self.model.protocol == self.nccl.protocol
+                and self.nccl.channels in (None, self.model.channels))
+
+    def to_json(self) -> dict:
+        return {"collective": self.nccl.collective.name.lower(), "size": self.nccl.nbytes,
+                "nccl": self.nccl.label(), "model": None if self.model is None else self.model.label(),
+                "agrees": self.agrees}
+
+
+def compare_picks(log: NcclDebugLog, model: NcclModel) -> list[PickComparison]:
+    """Every distinct logged call next to what the model picks for it."""
+    out = []
+    for pick in log.distinct_picks():
+        try:
+            config = model.choose(pick.collective, pick.nbytes).config
+        except ValueError:  # NCCL found something usable where the model finds nothing
+            config = None
+        out.append(PickComparison(pick, config))
+    return out

@@ -5,7 +5,8 @@ format drifted across nccl-tests versions (``redop``/``root`` columns appeared, 
 ``#wrong`` and may read ``N/A``, ``agg iters``/``graph`` joined the header, ``Group`` joined the rank
 lines), so columns are located through the header line rather than by position. Anything the
 parser cannot read is reported with the file and line number: silently dropping rows would bias
-a fit.
+a fit. The one exception is a row of size 0 (``records.is_no_op``): nothing moved, so there is
+nothing to fit.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dynamiccl.nccl import ALGO_ENV, MAX_CHANNELS_ENV, MIN_CHANNELS_ENV, PROTO_ENV, Collective
-from dynamiccl.profiler.records import MeasurementRecord, normalize_config
+from dynamiccl.profiler.records import MeasurementRecord, is_no_op, normalize_config
 
 
 class NcclTestsParseError(ValueError):
@@ -220,14 +221,17 @@ class _Parser:
         nnodes = len({r.host for r in self.ranks}) or None
         collective = self._collective(nranks)
         algo, proto, channels = _forced_config(self.env, collective)
-        records = []
+        records, no_ops = [], 0
         for lineno, row in self.rows:
+            if is_no_op(_int(row, "size", lineno, self)):
+                no_ops += sum(f"{prefix}time" in row for prefix in ("", "ip_"))
+                continue
             records += self._row_records(lineno, row, collective, nranks, nnodes,
                                          (algo, proto, channels), warnings)
         if self.avg is None:
             warnings.append("no '# Avg bus bandwidth' footer: the output may be truncated")
-        elif records:
-            mean = sum(r.busbw_GBps for r in records) / len(records)
+        elif records:  # nccl-tests averages every printed row, the no-ops' zero bandwidth included
+            mean = sum(r.busbw_GBps for r in records) / (len(records) + no_ops)
             if abs(mean - self.avg) > 0.05 * max(self.avg, 1e-3):
                 warnings.append(f"the rows average {mean:.3g} GB/s bus bandwidth but the footer "
                                 f"says {self.avg:.3g}: rows may be missing")
@@ -239,7 +243,9 @@ class _Parser:
             return self.binary
         if self.fallback is not None:
             return self.fallback
-        lineno, row = self.rows[0]
+        # the first row that moved data: a no-op row's count and size are both 0 and say nothing
+        lineno, row = next(((n, r) for n, r in self.rows if not is_no_op(_int(r, "size", n, self))),
+                           self.rows[0])
         redop, root = row.get("redop"), row.get("root")
         if root not in (None, "-1"):
             return Collective.REDUCE if redop not in (None, "none") else Collective.BROADCAST

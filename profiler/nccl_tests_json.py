@@ -21,7 +21,7 @@ from typing import Any
 
 from dynamiccl.knobs import Collective
 from dynamiccl.profiler.nccl_tests import _TYPE_SIZES, _forced_config, collective_from_name
-from dynamiccl.profiler.records import MeasurementRecord
+from dynamiccl.profiler.records import MeasurementRecord, is_no_op
 
 
 class NcclTestsJsonError(ValueError):
@@ -37,17 +37,19 @@ class NcclTestsJsonRun:
     warnings: list[str] = field(default_factory=list)
 
 
-def parse_nccl_tests_json_file(path: str | Path) -> NcclTestsJsonRun:
+def parse_nccl_tests_json_file(path: str | Path, collective: Collective | None = None) -> NcclTestsJsonRun:
     path = Path(path)
     try:
         report = json.loads(path.read_text(errors="replace"))
     except json.JSONDecodeError as exc:
         raise NcclTestsJsonError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); an nccl-tests "
                                  "-J report is one JSON object — was the run cut short?") from None
-    return parse_nccl_tests_json(report, source=str(path))
+    return parse_nccl_tests_json(report, source=str(path), collective=collective)
 
 
-def parse_nccl_tests_json(report: Any, source: str = "<json>") -> NcclTestsJsonRun:
+def parse_nccl_tests_json(report: Any, source: str = "<json>",
+                          collective: Collective | None = None) -> NcclTestsJsonRun:
+    """``collective`` is the fallback when neither ``args`` nor the file name names the binary."""
     if not isinstance(report, dict) or not isinstance(report.get("results"), list):
         raise NcclTestsJsonError(f"{source}: no 'results' list; expected the report nccl-tests "
                                  "writes with -J FILE.json")
@@ -60,13 +62,16 @@ def parse_nccl_tests_json(report: Any, source: str = "<json>") -> NcclTestsJsonR
         nranks = int(config.get("nthreads", 1)) * int(config.get("ngpus", 1))
         warnings.append(f"no devices listed; assuming {nranks} ranks from nthreads x ngpus")
     nnodes = len({d.get("hostname") for d in devices if isinstance(d, dict)}) or None
-    collective = _collective(report, source, nranks)
+    collective = _collective(report, source, nranks, collective)
     algo, proto, channels = _forced_config(env, collective)
     records = []
     for i, row in enumerate(report["results"]):
         where = f"{source}:results[{i}]"
-        if not isinstance(row, dict) or "size" not in row:
-            raise NcclTestsJsonError(f"{where}: a result needs 'size' and timing objects")
+        if not isinstance(row, dict) or not isinstance(row.get("size"), int) or row["size"] < 0:
+            raise NcclTestsJsonError(f"{where}: a result needs a whole-number 'size' and timing "
+                                     "objects")
+        if is_no_op(row["size"]):
+            continue
         for key, in_place in (("out_of_place", False), ("in_place", True)):
             half = row.get(key)
             if half is None:
@@ -79,7 +84,7 @@ def parse_nccl_tests_json(report: Any, source: str = "<json>") -> NcclTestsJsonR
                 warnings.append(f"{where}.{key}: {half['nwrong']:g} wrong values; skipped")
                 continue
             records.append(MeasurementRecord(
-                collective.name.lower(), int(row["size"]), nranks, float(time_us),
+                collective.name.lower(), row["size"], nranks, float(time_us),
                 float(half.get("alg_bw", 0.0)), float(half.get("bus_bw", 0.0)), algo, proto,
                 channels, nnodes, in_place, source=where, env=dict(env)))
     version = report.get("nccl_version")
@@ -95,12 +100,15 @@ def _env(entries: Any) -> dict[str, str]:
     return out
 
 
-def _collective(report: dict[str, Any], source: str, nranks: int) -> Collective:
+def _collective(report: dict[str, Any], source: str, nranks: int,
+                fallback: Collective | None) -> Collective:
     for text in [*(report.get("args") or [])[:1], source]:
         found = collective_from_name(str(text))
         if found is not None:
             return found
-    rows = [r for r in report["results"] if isinstance(r, dict)]
+    if fallback is not None:
+        return fallback
+    rows = [r for r in report["results"] if isinstance(r, dict) and r.get("size")]  # no no-ops
     if rows:
         root, redop = str(rows[0].get("root", "-1")).strip(), rows[0].get("redop")
         if root != "-1":
@@ -114,7 +122,7 @@ def _collective(report: dict[str, Any], source: str, nranks: int) -> Collective:
             return Collective.ALLREDUCE
     raise NcclTestsJsonError(f"{source}: cannot tell which collective this report is from ('args' "
                              "does not name the binary); name the file after it, e.g. "
-                             "all_reduce_perf.json")
+                             "all_reduce_perf.json, or pass --collective")
 
 
 def _version(code: Any) -> str | None:

@@ -96,8 +96,8 @@ def load_all(root: str | Path) -> dict[str, list[PublishedRun]]:
 def load_run(sidecar: str | Path) -> PublishedRun:
     """Parses the log a sidecar names and rewrites its records with the sidecar's facts.
 
-    Out-of-place rows only (the in-place column repeats the measurement), and no rows of size 0
-    (nccl-tests prints them when a size is below one element per rank; nothing is moved).
+    Out-of-place rows only (the in-place column repeats the measurement); the loader has already
+    dropped the no-op rows of size 0.
     """
     from dynamiccl.profiler.measurements import load
 
@@ -110,7 +110,7 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     nodes, gpn = int(meta["nodes"]), int(meta["gpus_per_node"])
     records = []
     for rec in load(log):
-        if rec.in_place or rec.nbytes == 0:
+        if rec.in_place:
             continue
         if rec.coll != collective:
             raise PublishedRunError(f"{sidecar}: says {collective.name.lower()} but {log.name} "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,17 @@ from dynamiccl.nccl import Algorithm, Collective, Protocol, bus_factor
 
 #: The label a record's configuration gets when NCCL chose every knob itself.
 NCCL_DEFAULT = "NCCL default"
+
+
+def is_no_op(nbytes: int) -> bool:
+    """A size-0 call, which every loader drops.
+
+    nccl-tests prints a row of size 0 for every requested size below one element per rank: nothing
+    moves, and its ~0.2 µs is the call returning, not a collective. Read as a measurement it drags
+    the fitted launch floor to zero (every small message then predicted tens of times too fast)
+    and cannot be drawn on a log-size axis.
+    """
+    return nbytes == 0
 
 
 def bandwidths(collective: Collective, nbytes: int, nranks: int, time_us: float) -> tuple[float, float]:
@@ -82,12 +93,20 @@ class MeasurementRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], source: str = "") -> MeasurementRecord:
+        missing = [name for name in REQUIRED_FIELDS if name not in data]
+        if missing:
+            raise ValueError(f"lacks {', '.join(missing)}")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["time_us_runs"] = tuple(kwargs.get("time_us_runs") or ())
         if source and not kwargs.get("source"):
             kwargs["source"] = source
         return cls(**kwargs)
+
+
+#: The fields a record cannot be made without (what a JSON object must hold to be one).
+REQUIRED_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in fields(MeasurementRecord) if f.default is MISSING and f.default_factory is MISSING)
 
 
 def normalize_config(
@@ -110,7 +129,8 @@ def write_jsonl(records: Iterable[MeasurementRecord], path: str | Path, append: 
 
 
 def read_jsonl(path: str | Path) -> list[MeasurementRecord]:
-    """Reads records back; a bad line raises ValueError naming the file and line number."""
+    """Reads records back (no-op sizes dropped); a bad line raises ValueError naming the file and
+    line number."""
     out: list[MeasurementRecord] = []
     with open(path) as fh:
         for lineno, line in enumerate(fh, 1):
@@ -118,37 +138,14 @@ def read_jsonl(path: str | Path) -> list[MeasurementRecord]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                out.append(MeasurementRecord.from_json(json.loads(line), source=where))
+                data = json.loads(line)
+                if not isinstance(data, dict):
+                    raise ValueError(f"a JSON {type(data).__name__}, not an object")
+                record = MeasurementRecord.from_json(data, source=where)
             except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
                 raise ValueError(f"{where}: not a measurement record ({exc}); "
                                  "expected one JSON object per line as `dynamiccl profile "
                                  "collective --record` writes") from None
+            if not is_no_op(record.nbytes):
+                out.append(record)
     return out
-
-
-def load_measurements(
-    paths: Iterable[str | Path], collective: Collective | None = None
-) -> tuple[list[MeasurementRecord], list[str]]:
-    """Records from JSONL files (ours) and nccl-tests outputs, told apart by content.
-
-    Returns the records and the parser's warnings (each prefixed with its file).
-    """
-    from dynamiccl.profiler.nccl_tests import looks_like_nccl_tests, parse_nccl_tests_file
-
-    records: list[MeasurementRecord] = []
-    warnings: list[str] = []
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such measurement file")
-        text = path.read_text(errors="replace")
-        if text.lstrip().startswith("{"):
-            records += read_jsonl(path)
-        elif looks_like_nccl_tests(text):
-            for run in parse_nccl_tests_file(path, collective):
-                records += run.records
-                warnings += [f"{path}: {w}" for w in run.warnings]
-        else:
-            raise ValueError(f"{path}: neither measurement records (JSON lines) nor nccl-tests "
-                             "output; give `dynamiccl profile collective --record` files or the "
-                             "stdout of all_reduce_perf and friends")
-    return records, warnings

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dynamiccl.knobs import Collective
-from dynamiccl.profiler.records import MeasurementRecord, bandwidths, normalize_config
+from dynamiccl.profiler.records import MeasurementRecord, bandwidths, is_no_op, normalize_config
 
 #: The columns optimize_config.py reads; ``cost_metric`` is optional.
 REQUIRED = ("collective", "size_bytes", "algorithm", "protocol", "channels", "nodes", "ranks",
@@ -51,7 +51,8 @@ def read_tuner_csv(path: str | Path) -> list[MeasurementRecord]:
 
 
 def parse_tuner_csv(text: str, source: str = "<csv>") -> list[MeasurementRecord]:
-    """One record per row; a malformed row raises with ``source:line`` and the fix."""
+    """One record per row (no-op sizes dropped); a malformed row raises with ``source:line`` and
+    the fix."""
     reader = csv.DictReader(io.StringIO(text.lstrip()))
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
@@ -61,11 +62,13 @@ def parse_tuner_csv(text: str, source: str = "<csv>") -> list[MeasurementRecord]
     for lineno, row in enumerate(reader, 2):
         where = f"{source}:{lineno}"
         try:
-            records.append(_record(row, where))
+            record = _record(row, where)
         except (KeyError, ValueError) as exc:
             raise TunerCsvError(f"{where}: {exc}; each row needs a collective name, integer "
                                 "size_bytes/channels/nodes/ranks (-1 = unset) and a positive "
                                 "latency_us") from None
+        if not is_no_op(record.nbytes):
+            records.append(record)
     if not records:
         raise TunerCsvError(f"{source}: a header but no measurement rows")
     return records

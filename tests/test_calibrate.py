@@ -15,12 +15,14 @@ from dynamiccl.cli.main import main
 from dynamiccl.knobs import nccl_config
 from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler import synthetic as S
-from dynamiccl.profiler.calibrate import CalibrationError, calibrate, prepare
-from dynamiccl.profiler.fit_report import error_table, heldout_table
+from dynamiccl.profiler.calibrate import MAX_REL_STD, CalibrationError, calibrate, prepare
+from dynamiccl.profiler.fit_report import error_table, heldout_table, split_every_other
+from dynamiccl.profiler.measurements import read
 from dynamiccl.profiler.records import write_jsonl
 from dynamiccl.topology import load_topology
 
 FIX = Path(__file__).parent / "fixtures" / "profiler" / "nccl_tests"
+SOPHIA = Path(__file__).parent / "fixtures" / "real" / "sophia_dgx_a100_ib"
 TRUE_FACTORS = {"nvlink.bandwidth_GBps": 0.8, "nvlink.latency_us": 1.5,
                 "infiniband.bandwidth_GBps": 0.7, "infiniband.latency_us": 1.4}
 COLLECTIVES = (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER)
@@ -186,8 +188,6 @@ def test_cli_calibrates_from_an_nccl_tests_json_report(tmp_path, capsys):
 
 
 def test_held_out_sizes_alternate_within_every_run():
-    from dynamiccl.profiler.fit_report import split_every_other
-
     base = load_topology("dgx_h100")
     records = S.measurements(base, _sweeps(nodes=(1, 2)), seed=7)
     train, test = split_every_other(records)
@@ -197,3 +197,83 @@ def test_held_out_sizes_alternate_within_every_run():
         fitted = sorted(r.nbytes for r in train if (r.source, r.collective, r.algorithm) == run)
         held = sorted(r.nbytes for r in test if (r.source, r.collective, r.algorithm) == run)
         assert all(a < b < c for a, b, c in zip(fitted, held, fitted[1:], strict=False))
+
+
+def test_held_out_sizes_are_never_fitted_in_either_placement():
+    """nccl-tests prints an out-of-place and an in-place time for every size: a size is held out
+    with both, or the held-out error is measured on sizes the fit saw."""
+    records, _ = read(SOPHIA / "all_reduce_n2.txt")
+    assert {r.in_place for r in records} == {False, True}
+    train, test = split_every_other(records)
+    assert {r.nbytes for r in train}.isdisjoint({r.nbytes for r in test})
+    sizes = sorted({r.nbytes for r in records})
+    assert sorted({r.nbytes for r in test}) == sizes[1::2] and len(train) + len(test) == len(records)
+
+
+def _sophia_records():
+    return [r for name in ("all_reduce_n2.txt", "all_gather_n2.txt") for r in read(SOPHIA / name)[0]]
+
+
+def test_determined_means_the_reported_uncertainty_is_within_the_limit():
+    """One criterion: what is written as fitted carries a reported uncertainty within the limit,
+    and whatever exceeds it is kept at its base value with the reason (real DGX A100 logs, whose
+    data cannot tell the network latency from the transport's overhead)."""
+    base = load_topology(SOPHIA / "topology.yaml")
+    fit = calibrate(_sophia_records(), base, keep_undetermined=True)
+    fitted = [p for p in fit.params + fit.refinements if p.determined]
+    assert fitted and all(p.rel_std <= MAX_REL_STD for p in fitted), \
+        [(p.label, p.rel_std) for p in fitted if p.rel_std > MAX_REL_STD]
+    kept = {p.label: p for p in fit.params + fit.refinements if not p.determined and p.note}
+    assert "infiniband.latency_us" in kept and "only determined to" in kept["infiniband.latency_us"].note
+    assert all(p.fitted == p.base for p in kept.values())
+    cal = fit.topology.calibration
+    written = [f for _, f in cal.tiers] + [f for a in cal.algorithms
+                                          for f in (a.bw_efficiency, a.base_latency_us) if f]
+    written += [f for f in (cal.launch_floor_us, cal.transport_overhead_us) if f]
+    assert written and all(f.rel_std <= MAX_REL_STD for f in written)
+    assert fit.topology.tiers[1].latency_us == base.tiers[1].latency_us
+    with pytest.raises(CalibrationError, match="infiniband.latency_us: only determined to"):
+        calibrate(_sophia_records(), base)
+
+
+def test_cli_calibrates_real_logs_without_their_no_op_rows(tmp_path, capsys):
+    """The size-0 rows of all_gather_n2.txt (6 sizes, ~0.2 µs each) are no measurements: read as
+    ones they wreck the fit and a log-size axis cannot draw them."""
+    out, plot = tmp_path / "fitted.yaml", tmp_path / "fit.png"
+    assert main(["calibrate", str(SOPHIA / "all_reduce_n2.txt"), str(SOPHIA / "all_gather_n2.txt"),
+                 "--topology", str(SOPHIA / "topology.yaml"), "-o", str(out), "--keep-undetermined",
+                 "--plot", str(plot), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["measurements"] == 2 * 29 + 2 * (29 - 6)
+    assert report["rms_log_error"]["base"] < 0.3 and report["rms_log_error"]["fitted"] < 0.15
+    assert max(r["max_abs_pct"] for r in report["fit_error"]) < 100
+    assert plot.stat().st_size > 10_000
+
+
+def test_cli_refuses_a_json_that_is_no_measurement_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "j.json"
+    bad.write_text('{"a": 1}\n')
+    assert main(["calibrate", str(bad), "--topology", "dgx_h100", "-o", str(tmp_path / "f.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bad) in err and "__init__" not in err
+    assert all(f in err for f in ("-J", "tuner measurement CSV", "--record"))
+
+
+def test_a_latency_pair_seen_only_as_a_sum_near_zero_keeps_the_fit():
+    """TCP between two L40S hosts: a hop's latency and the socket transport's overhead only show as
+    their sum, which the data puts near 0 µs. Both bounds bind, so the latency is determined (at 0)
+    and the overhead is the one sent back to its base value, with the fit still good; sending the
+    overhead back first (8 µs, above the whole sum) would force the rest below zero and wreck it."""
+    from dataclasses import replace
+
+    from dynamiccl.profiler.published import load_system, system_topology
+
+    system = Path(__file__).parent / "fixtures" / "real" / "l40s_tcp_socket"
+    runs = load_system(system)
+    base = replace(system_topology(system), launch=runs[0].launch)
+    fit = calibrate([r for run in runs for r in run.records], base, keep_undetermined=True)
+    assert fit.rms_log(fitted=True) < 0.1 < fit.rms_log(fitted=False)
+    by_label = {p.label: p for p in fit.params + fit.refinements}
+    latency = by_label["socket.latency_us"]
+    assert latency.determined and latency.fitted == 0.0 and latency.rel_std <= MAX_REL_STD
+    assert all(p.rel_std <= MAX_REL_STD for p in by_label.values() if p.determined)

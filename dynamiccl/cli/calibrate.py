@@ -3,8 +3,9 @@
 The fit (``profiler.calibrate``) sets tier bandwidths and latencies plus the refinements the data
 determines (per algorithm/protocol efficiency and base latency, launch floor, transport overhead).
 Before the final fit on everything, a held-out check fits every other size of each run and predicts
-the others; its error per collective and size band is printed and its per-band error is written
-into the file, where the safety gate's ``dynamiccl.calibration.uncertainty`` reads it.
+the others (``fit_report.split_every_other``: by size, so a size's out-of-place and in-place times
+stay on one side); its error per collective and size band is printed and its per-band error is
+written into the file, where the safety gate's ``dynamiccl.calibration.uncertainty`` reads it.
 ``--json`` prints the fit report; ``--plot FILE`` draws measured against predicted times per run.
 """
 
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, type=path_arg, metavar="FILE.yaml",
                    help="where to write the fitted topology")
     p.add_argument("--collective", type=collective_arg,
-                   help="the collective of nccl-tests files whose name and content do not say it")
+                   help="the collective of nccl-tests outputs whose name and content do not say it")
     p.add_argument("--keep-undetermined", action="store_true",
                    help="keep parameters the data cannot determine at their base values")
     p.add_argument("--plot", type=path_arg, metavar="FILE.png",
@@ -45,23 +46,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
     """Records from every file, whatever its format; one readable line for any file that fails."""
-    from dynamiccl.profiler.measurements import MeasurementFormatError, detect_format, load
-    from dynamiccl.profiler.records import load_measurements
+    from dynamiccl.profiler.measurements import MeasurementFormatError, read
 
     records, warnings = [], []
     for path in paths:
         if not Path(path).exists():
             raise UserError(f"{path}: no such measurement file; check the path")
         try:
-            if detect_format(path) == "nccl-tests":  # keeps the --collective hint and warnings
-                recs, warns = load_measurements([path], collective)
-                warnings += warns
-            else:
-                recs = load(path)
+            recs, warns = read(path, collective)
         except (MeasurementFormatError, ValueError, OSError) as exc:
             message = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
             raise UserError(message.splitlines()[0]) from None
         records += recs
+        warnings += warns
     return records, warnings
 
 

@@ -41,6 +41,7 @@ COMMAND_MODULES = (
     "plugin",
     "profile",
     "calibrate",
+    "check_model",
 )
 
 def _version() -> str:

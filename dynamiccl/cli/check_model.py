@@ -1,0 +1,131 @@
+"""``dynamiccl check-model``: NCCL's own tuning table and picks, from a debug log, next to the model's.
+
+Every "NCCL default" DynamICCL reports (explain's NCCL column, the baseline every gain is measured
+against, the gate's reference) comes from its model of NCCL's cost model. NCCL prints that cost
+model at init and, per call, what it picked, when run with ``NCCL_DEBUG=INFO
+NCCL_DEBUG_SUBSYS=INIT,TUNING``; this command lays both beside the model's for the user's topology,
+so a model that does not match NCCL on that system is seen before a decision is built on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dynamiccl.cli.common import UserError, add_topology_args, topology_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check-model", help="compare NCCL's tuning table and picks in its debug log with the model's",
+        description="Read rank 0's log of a run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING "
+        "and print NCCL's latency/bandwidth table next to the NCCL-default model's for the same "
+        "system, then every call where NCCL's pick (algorithm, protocol, channels) and the model's "
+        "differ. Table bandwidths are NCCL's algorithm bandwidths (GB/s), latencies µs; an entry "
+        "agrees within 10 % (latency: or 0.15 µs, the print's rounding).")
+    p.add_argument("log", metavar="LOG", help="the NCCL debug log (rank 0 prints the table)")
+    add_topology_args(p)
+    p.add_argument("--json", action="store_true", help="print every entry and pick as JSON")
+    p.set_defaults(func=run_check_model)
+
+
+def run_check_model(args: argparse.Namespace) -> int:
+    from dynamiccl.nccl_model import NcclModel
+    from dynamiccl.profiler.nccl_debug_log import (
+        NcclDebugLogError,
+        compare_picks,
+        compare_tables,
+        parse_debug_log_file,
+    )
+
+    topology = topology_from_args(args)
+    try:
+        log = parse_debug_log_file(args.log)
+    except NcclDebugLogError as exc:
+        raise UserError(str(exc)) from None
+    if log.nranks is not None and log.nranks != topology.nranks:
+        raise UserError(f"{args.log}: NCCL's communicator has {log.nranks} ranks, the topology "
+                        f"{topology.nranks}; give --nodes and --gpus-per-node of the logged run")
+    model = NcclModel(topology)
+    table = compare_tables(log.tables[0], model.tables.latency, model.tables.bandwidth) \
+        if log.tables else None
+    picks = compare_picks(log, model)
+    if args.json:
+        json.dump(_report(args.log, log, topology, table, picks), sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{args.log} (NCCL {log.nccl_version or 'version not logged'}) against the NCCL-default "
+          f"model on {topology.name} ({topology.nodes} nodes x {topology.gpus_per_node} GPUs)")
+    if table is None:
+        print("table: the log holds no tuning table (rank 0 prints it at init with "
+              "NCCL_DEBUG_SUBSYS=INIT,TUNING)")
+    else:
+        more = f"; the first of the log's {len(log.tables)} tables" if len(log.tables) > 1 else ""
+        print(f"table: {table.matching} of {table.entries} entries agree; worst bandwidth factor "
+              f"x{table.worst_bandwidth_ratio:.2f}, worst latency factor "
+              f"x{table.worst_latency_ratio:.2f}{more}")
+        _print(_entries_table(table))
+    differ = [c for c in picks if not c.agrees]
+    print(f"\npicks: {len(picks) - len(differ)} of {len(picks)} logged calls agree")
+    if differ:
+        _print(_picks_table(differ))
+    return 0
+
+
+def _report(path: str, log, topology, table, picks) -> dict:
+    return {
+        "log": path, "nccl_version": log.nccl_version, "topology": topology.name,
+        "nodes": topology.nodes, "gpus_per_node": topology.gpus_per_node,
+        "tables_in_log": len(log.tables),
+        "table": None if table is None else {
+            "entries": table.entries, "agreeing": table.matching,
+            "worst_bandwidth_ratio": table.worst_bandwidth_ratio,
+            "worst_latency_ratio": table.worst_latency_ratio,
+            "rows": [r.to_json() for r in table.rows]},
+        "picks": {"calls": len(picks), "agreeing": sum(c.agrees for c in picks),
+                  "rows": [c.to_json() for c in picks]},
+    }
+
+
+def _print(table) -> None:
+    from rich.console import Console
+
+    Console(width=max(120, Console().width)).print(table)
+
+
+def _entries_table(agreement):
+    from rich.table import Table
+
+    table = Table(box=None)
+    for col in ("collective", "algorithm", "protocol", "NCCL µs", "NCCL GB/s", "model µs",
+                "model GB/s", "differs"):
+        table.add_column(col, justify="left" if col in ("collective", "algorithm", "protocol",
+                                                         "differs") else "right")
+    for r in agreement.rows:
+        table.add_row(r.collective.name.lower(), r.algorithm.name.lower(), r.protocol.name.lower(),
+                      f"{r.log_latency_us:g}", f"{r.log_bandwidth_GBps:g}",
+                      f"{r.model_latency_us:.3g}", f"{r.model_bandwidth_GBps:.3g}", _difference(r))
+    return table
+
+
+def _difference(entry) -> str:
+    """'' when the entry agrees; else what differs, as the model's value over NCCL's."""
+    if entry.usable_in_one_only:
+        return "usable by the model only" if entry.log_bandwidth_GBps <= 0 else "usable by NCCL only"
+    parts = [] if entry.bandwidth_agrees else [f"bandwidth x{entry.bandwidth_ratio:.2f}"]
+    if not entry.latency_agrees:
+        parts.append(f"latency x{entry.latency_ratio:.2f}")
+    return ", ".join(parts)
+
+
+def _picks_table(comparisons):
+    from rich.table import Table
+
+    table = Table(box=None)
+    for col in ("collective", "size", "NCCL's pick", "model's pick"):
+        table.add_column(col, justify="right" if col == "size" else "left")
+    for c in comparisons:
+        table.add_row(c.nccl.collective.name.lower(), str(c.nccl.nbytes), c.nccl.label(),
+                      "nothing usable" if c.model is None else c.model.label())
+    return table
