@@ -39,8 +39,8 @@ import numpy as np
 from dynamiccl.agents.online import CoordinateDescentTuner, UcbBandit
 from dynamiccl.agents.tune import (
     DEFAULT,
+    Choice,
     Measurements,
-    Pair,
     Tuner,
     _model_time,
     calibrated_topology,
@@ -70,10 +70,10 @@ class Reality:
         self.truth_backend = PerturbedBackend(seed, noisy=False)
         self.calls = 0
 
-    def truth(self, s: Scenario, pair: Pair) -> float:
+    def truth(self, s: Scenario, pair: Choice) -> float:
         return self.truth_backend.measure_forced(s, pair.constraints).time_us
 
-    def measure(self, s: Scenario, pair: Pair) -> float:
+    def measure(self, s: Scenario, pair: Choice) -> float:
         self.calls += 1
         return self.noisy.measure_forced(s, pair.constraints).time_us
 
@@ -128,14 +128,14 @@ def _best_action(reality: Reality, s: Scenario) -> float:
                                  np.inf)))
 
 
-def choices(s: Scenario) -> list[Pair]:
+def choices(s: Scenario) -> list[Choice]:
     return [DEFAULT, *candidate_pairs(s)]
 
 
 Picker = Callable[[Reality, list[Scenario]], tuple[dict[Scenario, float], int, list[float]]]
 
 
-def _pairs_picker(decide: Callable[[Reality, list[Scenario]], tuple[dict[Scenario, Pair], int]]
+def _pairs_picker(decide: Callable[[Reality, list[Scenario]], tuple[dict[Scenario, Choice], int]]
                   ) -> Picker:
     """A tuner that picks pairs, scored by the truth of its picks."""
     def run(reality: Reality, scenarios: list[Scenario]):
@@ -161,9 +161,9 @@ def sweep_table(every: int) -> Callable:
     """NVIDIA's optimize_config: measure every choice at every ``every``-th size, keep the fastest
     measured per size; a size not measured takes the rule of the measured size below it."""
     def decide(reality: Reality, scenarios: list[Scenario]):
-        picks: dict[Scenario, Pair] = {}
+        picks: dict[Scenario, Choice] = {}
         used = 0
-        last: dict[Collective, Pair] = {}
+        last: dict[Collective, Choice] = {}
         for s in scenarios:
             if SIZES.index(s.nbytes) % every == 0:
                 measured = {p: reality.measure(s, p) for p in choices(s)}
@@ -212,7 +212,7 @@ def tune(fraction: float, calibrate: bool) -> Callable:
             share = budget // TUNE_ROUNDS if r < TUNE_ROUNDS - 1 else budget - len(records)
             for m in plan(tuner, scenarios, share):
                 s = Scenario(base, m.collective, m.nbytes)
-                records.append(_record(s, m.pair, reality.measure(s, m.pair)))
+                records.append(_record(s, m.choice, reality.measure(s, m.choice)))
             if calibrate:
                 model, _ = calibrated_topology(records, base)
             tuner = Tuner(model, Measurements(records), calibrated=calibrate)
@@ -220,7 +220,7 @@ def tune(fraction: float, calibrate: bool) -> Callable:
     return decide
 
 
-def _record(s: Scenario, pair: Pair, time_us: float) -> MeasurementRecord:
+def _record(s: Scenario, pair: Choice, time_us: float) -> MeasurementRecord:
     algbw, busbw = bandwidths(s.collective, s.nbytes, s.topology.nranks, time_us)
     return MeasurementRecord(
         s.collective.name.lower(), s.nbytes, s.topology.nranks, time_us, algbw, busbw,
