@@ -3,9 +3,11 @@
 For users who would rather run NVIDIA's plugin. Its format (nccl_abi.md §1.7): one rule per line,
 ``collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff``,
 first matching rule wins, -1 = any. Two properties of that plugin shape what is written here:
-it sets ``nChannels = 1`` before matching, so a rule saying -1 (or no rule at all) runs on ONE
-channel -- every rule therefore carries an explicit channel count; and it has no "defer", so
-defer rules are simply left out (those sizes then get NCCL's algorithm, on one channel).
+it sets ``nChannels = 1`` before matching (``plugins/tuner/example/plugin.c``), so a rule saying
+-1, or no rule at all, runs on ONE channel -- every rule therefore carries an explicit channel
+count; and it has no "defer", so a file meant to leave NCCL alone somewhere must spell out NCCL's
+own choice there (``dynamiccl.agents.export.for_example_tuner``). Rules that still defer (the
+"any other system" ones) are left out: the systems they stand for run on one channel.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.
         f"(NCCL_TUNER_CONFIG_FILE=<this file>), slice {sl.name}",
         f"# topology {policy.header.topology}, fingerprint {policy.header.fingerprint}, "
         f"created {policy.header.created}",
-        "# Sizes without a rule are left to NCCL's algorithm choice, but NVIDIA's example tuner "
-        "runs them on 1 channel.",
+        "# NVIDIA's example tuner runs any call no line matches on 1 channel: load this file only "
+        "on the systems (nNodes, nRanks) it lists.",
         "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,"
         "regBuff",
     ]
