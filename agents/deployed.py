@@ -21,7 +21,7 @@ import numpy as np
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.policy import allowed_actions, forced_action, require_scenario
 from dynamiccl.decisions import KnobConstraints, why_impossible
-from dynamiccl.nccl_csv import CsvRule, read_nccl_example_csv
+from dynamiccl.nccl_csv import CsvRule, exported_from, read_nccl_example_csv
 
 if TYPE_CHECKING:
     from dynamiccl.scenario import Scenario
@@ -49,6 +49,8 @@ class PolicyFilePolicy(_Forcing):
     def __init__(self, policy: pf.PolicyFile, name: str) -> None:
         self.policy = policy
         self.name = name
+        #: The policy the file was exported from, as its header records it (None: not recorded).
+        self.source = policy.header.source
 
     def force(self, scenario: Scenario) -> KnobConstraints:
         topo = scenario.topology
@@ -62,9 +64,11 @@ class PolicyFilePolicy(_Forcing):
 class NcclExampleCsvPolicy(_Forcing):
     """NVIDIA's example tuner reading its CSV."""
 
-    def __init__(self, rules: list[CsvRule], name: str) -> None:
+    def __init__(self, rules: list[CsvRule], name: str, source: str | None = None) -> None:
         self.rules = rules
         self.name = name
+        #: The policy the file was exported from (its ``# source`` comment; None: not recorded).
+        self.source = source
 
     def lists(self, scenario: Scenario) -> bool:
         """Whether any line names this call's collective and system (else: one channel)."""
@@ -105,4 +109,4 @@ def load_deployed(path: str | Path) -> PolicyFilePolicy | NcclExampleCsvPolicy:
     if not rules:
         raise pf.PolicyFileError(f"{path}: no rules (neither a DynamICCL policy file nor NVIDIA "
                                  "example-tuner CSV lines)")
-    return NcclExampleCsvPolicy(rules, name=path.name)
+    return NcclExampleCsvPolicy(rules, name=path.name, source=exported_from(text))

@@ -211,6 +211,15 @@ def _clean_header_value(text: str) -> str:
     return value or "unnamed"
 
 
+def _source_value(source: str | None) -> str | None:
+    """``source`` as a header value, or None where the file cannot record it faithfully (a
+    truncated or altered path would name something else)."""
+    value = (source or "").strip()
+    if not 1 <= len(value) <= pf.MAX_HEADER_VALUE or not all(" " <= ch <= "~" for ch in value):
+        return None
+    return value
+
+
 def export_policy(
     policy: object,
     topology: Topology,
@@ -227,6 +236,7 @@ def export_policy(
     config_hash: str | None = None,
     policy_digest: str | None = None,
     gate: Gate | None = DEFAULT_GATE,
+    source: str | None = None,
 ) -> ExportResult:
     """Evaluates ``policy`` (a :class:`dynamiccl.agents.policy.Policy`) over the grid.
 
@@ -236,7 +246,8 @@ def export_policy(
     else a digest of the export settings and ``policy_digest`` (e.g. the checkpoint's sha256).
     ``gate`` (default: a :class:`~dynamiccl.agents.gate.Gate` with its default margin) turns
     answers without enough predicted gain into defers; pass ``gate=None`` only to see the policy
-    ungated.
+    ungated. ``source`` (a built-in policy's name or a checkpoint's absolute path) is recorded in
+    the header, so the shipped file can be scored next to the policy it came from.
     """
     observe = observe or _default_observe()
     nodes_list = sorted(set(node_counts or [topology.nodes]))
@@ -283,6 +294,7 @@ def export_policy(
         nccl=nccl_range,
         config_hash=_clean_header_value(config_hash or getattr(policy, "config_hash", None)
                                         or digest),
+        source=_source_value(source),
     )
     return ExportResult(pf.PolicyFile(header, tuple(slices)), tuple(cells))
 

@@ -28,6 +28,8 @@ from dynamiccl.nccl import (
 
 #: How every file written here starts, so a later export recognises one it may replace.
 FIRST_LINE_PREFIX = "# DynamICCL policy '"
+#: The comment naming the policy a file was exported from (``policy_file.Header.source``).
+SOURCE_PREFIX = "# source "
 
 
 def _any(value: int | None) -> str:
@@ -48,6 +50,7 @@ def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.
         f"(NCCL_TUNER_CONFIG_FILE=<this file>), slice {sl.name}",
         f"# topology {policy.header.topology}, fingerprint {policy.header.fingerprint}, "
         f"created {policy.header.created}",
+        *([f"{SOURCE_PREFIX}{policy.header.source}"] if policy.header.source else []),
         "# NVIDIA's example tuner runs any call no line matches on 1 channel: load this file only "
         "on the systems (nNodes, nRanks) it lists.",
         "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,"
@@ -107,6 +110,16 @@ class CsvRule:
     def matches(self, collective: Collective, nbytes: int, nnodes: int, nranks: int) -> bool:
         return (self.collective == collective and self.min_bytes <= nbytes <= self.max_bytes
                 and self.nodes in (None, nnodes) and self.ranks in (None, nranks))
+
+
+def exported_from(text: str) -> str | None:
+    """The policy a CSV this module wrote was exported from (its ``# source`` comment), if any."""
+    for line in text.splitlines():
+        if line.startswith(SOURCE_PREFIX):
+            return line[len(SOURCE_PREFIX):].strip() or None
+        if line.strip() and not line.startswith("#"):
+            return None
+    return None
 
 
 def read_nccl_example_csv(text: str, source: str = "<csv>") -> list[CsvRule]:

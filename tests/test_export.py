@@ -244,3 +244,34 @@ def test_a_csv_line_nccl_cannot_run_is_passed_over_as_the_example_tuner_does():
                                                                     Protocol.LL128, 4)
     big = Scenario(s.topology, Collective.ALLGATHER, 1 << 30)
     assert policy.force(big).channels == 1 and policy.force(big).algorithm is None
+
+
+def test_evaluate_shows_a_shipped_file_next_to_the_checkpoint_or_policy_it_came_from(tmp_path,
+                                                                                      capsys):
+    """The file records its source (header ``source``, the CSV's ``# source`` comment)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from dynamiccl.agents.sb3_agents import build_model, save_checkpoint
+    from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
+
+    agent = OmegaConf.create({"name": "a2c", "model": {"_target_": "stable_baselines3.A2C",
+                                                       "policy": "MlpPolicy", "n_steps": 8}})
+    checkpoint = save_checkpoint(build_model(agent, CollectiveTuningEnv("smoke")),
+                                 tmp_path / "run" / "model", "a2c")
+    dccl, csv = tmp_path / "p.dccl", tmp_path / "p.csv"
+    assert main(["export", "--policy", str(checkpoint), "--topology", "dgx_h100", "--nodes", "2",
+                 "-o", str(dccl)]) == 0
+    assert pf.read(dccl).header.source == str(checkpoint.resolve())
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "2",
+                 "--format", "nccl-example-csv", "-o", str(csv)]) == 0
+    capsys.readouterr()
+    args = ["evaluate", "--policy", str(dccl), "--policy", str(csv), "--suite", "smoke", "--json"]
+    assert main(args) == 0
+    shown = [r["policy"] for r in json.loads(capsys.readouterr().out)]
+    assert shown == ["model.zip", "p.dccl", "oracle", "p.csv"]
+    checkpoint.unlink()  # a source that can no longer be loaded is not shown
+    assert main(args) == 0
+    assert [r["policy"] for r in json.loads(capsys.readouterr().out)] == ["p.dccl", "oracle",
+                                                                          "p.csv"]

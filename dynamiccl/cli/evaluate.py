@@ -2,7 +2,8 @@
 
 Every built-in baseline works without training anything; a trained agent is given by the path of
 its checkpoint (``model.zip``) or its run folder; a shipped file (``.dccl`` or NVIDIA's example-tuner
-CSV) is scored with the plugin's own lookup, next to the built-in policy it was exported from.
+CSV) is scored with the plugin's own lookup, next to the policy it was exported from (the built-in
+policy or checkpoint its header records) when that can still be loaded.
 Only what the tuner plugin can make NCCL do counts unless ``--all-actions`` is given. ``--json``
 prints a list with one object per policy, always, with the keys ``policy, action_set, backend,
 geomean_speedup, oracle_share, slower_calls, worst_speedup, worst_call, scenarios`` (plus
@@ -40,18 +41,19 @@ ONLINE_KEYS = ("calls_to_5pct", "reached_5pct", "exploration_calls", "exploratio
 
 
 def _source_policy(path: Path) -> str | None:
-    """The built-in policy a ``.dccl`` file was exported from (None for checkpoints and CSV)."""
+    """The policy a shipped file (``.dccl`` or NVIDIA's CSV) records it was exported from, where
+    that can be loaded: a built-in policy, or a checkpoint that is still there."""
     from dynamiccl import policy_file as pf
+    from dynamiccl.agents.deployed import is_policy_file, load_deployed
     from dynamiccl.agents.registry import BUILTIN
 
     try:
-        with path.open("rb") as fh:
-            if fh.read(len(pf.MAGIC)) != pf.MAGIC.encode():
-                return None
-        name = pf.read(path).header.policy
+        source = load_deployed(path).source if is_policy_file(path) else None
     except (OSError, pf.PolicyFileError):
         return None
-    return name if name in BUILTIN else None
+    if source is None or (source not in BUILTIN and not Path(source).exists()):
+        return None
+    return source
 
 
 def _policy_names(items: list[str]) -> list[str]:

@@ -66,6 +66,15 @@ def _checkpoint_digest(name_or_path: str) -> str | None:
     return h.hexdigest()[:16]
 
 
+def _source(name_or_path: str) -> str:
+    """What the file records as its source: a built-in policy's name, else the checkpoint's
+    absolute path (so ``evaluate`` finds it from any folder)."""
+    from dynamiccl.agents.registry import BUILTIN
+
+    key = name_or_path.strip().lower()
+    return key if key in BUILTIN else str(Path(name_or_path).resolve())
+
+
 def _output(args: argparse.Namespace) -> Path:
     """The -o path, checked before any work: never a folder, a missing or read-only place, or an
     existing file without --force; never a file that is not a policy (e.g. the model itself)."""
@@ -110,9 +119,10 @@ def _run(args: argparse.Namespace) -> int:
         policy, topology, policy_name=Path(args.policy).stem if Path(args.policy).exists()
         else args.policy, node_counts=node_counts, gpus_per_node=args.gpus_per_node_list,
         contexts=args.contexts, points_per_octave=args.points_per_octave,
-        policy_digest=digest, gate=gate)
+        policy_digest=digest, gate=gate, source=_source(args.policy))
     shipped = result.policy_file
-    slower = {c: c.verdict.gain for c in result.predicted_slower()}
+    slower = {c: (c.verdict.gain, f"{c.verdict.proposed.label()} vs NCCL's "
+                                  f"{c.verdict.nccl.label()}") for c in result.predicted_slower()}
     if args.format == "nccl-example-csv":
         shipped = exporting.for_example_tuner(result, topology)
         try:
@@ -121,13 +131,15 @@ def _run(args: argparse.Namespace) -> int:
             raise UserError(str(exc)) from None
         as_run = exporting.predicted_slower_as_shipped(NcclExampleCsvPolicy(rules, out.name),
                                                        result, topology)
-        slower.update((c, min(gain, slower.get(c, gain))) for c, gain in as_run)
+        for cell, gain in as_run:
+            if gain < slower.get(cell, (0.0, ""))[0]:
+                slower[cell] = (gain, "as NVIDIA's example tuner runs the CSV")
     if slower:
-        worst = min(slower, key=slower.__getitem__)
-        how = " as NVIDIA's example tuner runs the file" if args.format != "dccl" else ""
+        worst = min(slower, key=lambda c: slower[c][0])
+        gain, how = slower[worst]
         what = (f"{len(slower)} of {len(result.cells)} evaluated calls are predicted slower than "
-                f"NCCL's own choice{how} (worst: {worst.collective.name.lower()} {worst.nbytes} B "
-                f"on {worst.nodes} nodes, {100 * slower[worst]:+.1f}%)")
+                f"NCCL's own choice (worst: {worst.collective.name.lower()} {worst.nbytes} B on "
+                f"{worst.nodes} nodes, {how}, {100 * gain:+.1f}%)")
         if not args.allow_slower:
             raise UserError(f"{what}; export with the gate (drop --no-gate) or pass "
                             "--allow-slower to write it anyway")
