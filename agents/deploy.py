@@ -37,7 +37,7 @@ def export_and_score(cfg: DictConfig, policy: Any, run_dir: Path) -> list[Any]:
     nodes = [int(n) for n in deploy.get("nodes") or [topology.nodes]]
     gate = Gate(margin=float(deploy.get("margin", DEFAULT_MARGIN)))
     result = export_policy(policy, topology, policy_name=str(cfg.task_name), node_counts=nodes,
-                           gate=gate)
+                           gate=gate, source=str((run_dir / "model.zip").resolve()))
     if result.predicted_slower():  # the gate makes this impossible; refuse rather than ship
         raise ValueError("the exported policy is predicted slower than NCCL somewhere; not shipped")
     path = write_text_atomic(run_dir / "policy.dccl", pf.dumps(result.policy_file))

@@ -4,13 +4,15 @@ A policy file is not the policy it came from: export samples the policy, bisects
 defers. So ``evaluate --policy FILE.dccl`` scores the file itself, looking each call up exactly
 as the C plugin does (:meth:`dynamiccl.policy_file.PolicyFile.decide`, the same lookup in Python,
 default context slice: a job without ``DYNAMICCL_CONTEXT``), and pinning in NCCL what the rule
-says. NVIDIA's example-tuner CSV is scored with that plugin's own semantics: the first matching
-line wins, and because it sets one channel before matching, a line with channels -1 or a call no
-line matches runs on one channel (nccl_abi.md §1.7).
+says. NVIDIA's example-tuner CSV is scored with that plugin's own semantics (``plugins/tuner/example/
+plugin.c``): the first matching line whose algorithm/protocol NCCL can run for the call wins (a
+line NCCL's cost table marks unusable is passed over), and because it sets one channel before
+matching, a line with channels -1 or a call no line matches runs on one channel (nccl_abi.md §1.7).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,8 +20,8 @@ import numpy as np
 
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.policy import allowed_actions, forced_action, require_scenario
-from dynamiccl.decisions import KnobConstraints
-from dynamiccl.nccl_csv import CsvRule, read_nccl_example_csv
+from dynamiccl.decisions import KnobConstraints, why_impossible
+from dynamiccl.nccl_csv import CsvRule, exported_from, read_nccl_example_csv
 
 if TYPE_CHECKING:
     from dynamiccl.scenario import Scenario
@@ -47,6 +49,8 @@ class PolicyFilePolicy(_Forcing):
     def __init__(self, policy: pf.PolicyFile, name: str) -> None:
         self.policy = policy
         self.name = name
+        #: The policy the file was exported from, as its header records it (None: not recorded).
+        self.source = policy.header.source
 
     def force(self, scenario: Scenario) -> KnobConstraints:
         topo = scenario.topology
@@ -60,16 +64,26 @@ class PolicyFilePolicy(_Forcing):
 class NcclExampleCsvPolicy(_Forcing):
     """NVIDIA's example tuner reading its CSV."""
 
-    def __init__(self, rules: list[CsvRule], name: str) -> None:
+    def __init__(self, rules: list[CsvRule], name: str, source: str | None = None) -> None:
         self.rules = rules
         self.name = name
+        #: The policy the file was exported from (its ``# source`` comment; None: not recorded).
+        self.source = source
+
+    def lists(self, scenario: Scenario) -> bool:
+        """Whether any line names this call's collective and system (else: one channel)."""
+        topo = scenario.topology
+        return any(r.collective == scenario.collective and r.nodes in (None, topo.nodes)
+                   and r.ranks in (None, topo.nranks) for r in self.rules)
 
     def force(self, scenario: Scenario) -> KnobConstraints:
         topo = scenario.topology
         for rule in self.rules:
-            if rule.matches(scenario.collective, scenario.nbytes, topo.nodes, topo.nranks):
-                return KnobConstraints(algorithm=rule.algorithm, protocol=rule.protocol,
-                                       channels=rule.channels or 1)
+            if not rule.matches(scenario.collective, scenario.nbytes, topo.nodes, topo.nranks):
+                continue
+            pair = KnobConstraints(algorithm=rule.algorithm, protocol=rule.protocol)
+            if why_impossible(scenario, pair) is None:
+                return replace(pair, channels=rule.channels or 1)
         return KnobConstraints(channels=1)
 
 
@@ -95,4 +109,4 @@ def load_deployed(path: str | Path) -> PolicyFilePolicy | NcclExampleCsvPolicy:
     if not rules:
         raise pf.PolicyFileError(f"{path}: no rules (neither a DynamICCL policy file nor NVIDIA "
                                  "example-tuner CSV lines)")
-    return NcclExampleCsvPolicy(rules, name=path.name)
+    return NcclExampleCsvPolicy(rules, name=path.name, source=exported_from(text))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -26,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dynamiccl import decisions
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.gate import Gate, Verdict
+from dynamiccl.decisions import KnobConstraints
 from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
 from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
@@ -40,6 +43,8 @@ MAX_BYTES = 16 << 30
 DEFAULT_POINTS_PER_OCTAVE = 8
 #: More samples than this only cost time: boundaries are found to the byte by bisection.
 MAX_POINTS_PER_OCTAVE = 64
+#: Relative difference below which two model times are the same (rounding, not a regression).
+SAME_TIME = 1e-6
 
 Observe = Callable[[Scenario], np.ndarray]
 
@@ -184,20 +189,35 @@ def _ranges(points: list[tuple[int, pf.Decision | None]]
             ) -> list[tuple[int, int, pf.Decision | None]]:
     """Inclusive byte ranges covering 0..2^64-1: the grid's decisions, "defer" outside the grid,
     neighbours with the same decision merged."""
-    starts = [(0, None), *points, (MAX_BYTES + 1, None)]
+    return _runs([(0, None), *points, (MAX_BYTES + 1, None)], pf.MAX_BYTES)
+
+
+def _runs(points: list[tuple[int, pf.Decision | None]], last: int
+          ) -> list[tuple[int, int, pf.Decision | None]]:
+    """Inclusive byte ranges from the first point's size to ``last``, one per run of equal
+    decisions (a point's decision holds up to the next point's size)."""
     ranges: list[tuple[int, int, pf.Decision | None]] = []
-    for size, decision in starts:
+    for size, decision in points:
         if ranges and ranges[-1][2] == decision:
             continue
         if ranges:
             ranges[-1] = (ranges[-1][0], size - 1, ranges[-1][2])
-        ranges.append((size, pf.MAX_BYTES, decision))
+        ranges.append((size, last, decision))
     return ranges
 
 
 def _clean_header_value(text: str) -> str:
     value = re.sub(r"[^A-Za-z0-9._:+@=/-]", "_", text.strip())[: pf.MAX_HEADER_VALUE]
     return value or "unnamed"
+
+
+def _source_value(source: str | None) -> str | None:
+    """``source`` as a header value, or None where the file cannot record it faithfully (a
+    truncated or altered path would name something else)."""
+    value = (source or "").strip()
+    if not 1 <= len(value) <= pf.MAX_HEADER_VALUE or not all(" " <= ch <= "~" for ch in value):
+        return None
+    return value
 
 
 def export_policy(
@@ -216,6 +236,7 @@ def export_policy(
     config_hash: str | None = None,
     policy_digest: str | None = None,
     gate: Gate | None = DEFAULT_GATE,
+    source: str | None = None,
 ) -> ExportResult:
     """Evaluates ``policy`` (a :class:`dynamiccl.agents.policy.Policy`) over the grid.
 
@@ -225,7 +246,8 @@ def export_policy(
     else a digest of the export settings and ``policy_digest`` (e.g. the checkpoint's sha256).
     ``gate`` (default: a :class:`~dynamiccl.agents.gate.Gate` with its default margin) turns
     answers without enough predicted gain into defers; pass ``gate=None`` only to see the policy
-    ungated.
+    ungated. ``source`` (a built-in policy's name or a checkpoint's absolute path) is recorded in
+    the header, so the shipped file can be scored next to the policy it came from.
     """
     observe = observe or _default_observe()
     nodes_list = sorted(set(node_counts or [topology.nodes]))
@@ -272,6 +294,7 @@ def export_policy(
         nccl=nccl_range,
         config_hash=_clean_header_value(config_hash or getattr(policy, "config_hash", None)
                                         or digest),
+        source=_source_value(source),
     )
     return ExportResult(pf.PolicyFile(header, tuple(slices)), tuple(cells))
 
@@ -339,3 +362,73 @@ def load_evidence(policy_path: str | Path) -> list[dict[str, object]] | None:
         return list(doc["rules"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+# ---------------------------------------------------------------------------------------------
+# NVIDIA's example tuner: no "defer", one channel for whatever no line matches
+# ---------------------------------------------------------------------------------------------
+
+
+def for_example_tuner(result: ExportResult, topology: Topology,
+                      context: tuple[str, str] = pf.DEFAULT_CONTEXT) -> pf.PolicyFile:
+    """The export's ``context`` slice as NVIDIA's example tuner must get it.
+
+    That tuner sets one channel before it looks for a matching line (``plugins/tuner/example/
+    plugin.c``, nccl_abi.md §1.7), so a call no line matches, or a line with channels -1, runs on
+    ONE channel; it has no way to say "NCCL decides". So on every exported system each range the
+    policy defers is written as what the model predicts NCCL runs there (algorithm, protocol and
+    channel count, split where that changes), and each rule keeping NCCL's channel count gets the
+    count the model predicts NCCL picks for its pair. Rules for any other system stay deferring:
+    the CSV cannot express them, and those systems run on one channel.
+    """
+    rules: list[pf.Rule] = []
+    for rule in result.policy_file.slice(*context).rules:
+        d = rule.decision
+        if rule.nodes is None or rule.ranks is None or (d is not None and d.channels is not None):
+            rules.append(rule)
+            continue
+        system = topology.resized(nodes=rule.nodes, gpus_per_node=rule.ranks // rule.nodes)
+        pin = KnobConstraints() if d is None else KnobConstraints(algorithm=d.algorithm,
+                                                                  protocol=d.protocol)
+
+        def nccl_runs(n: int, s: Topology = system, c: Collective = rule.collective,
+                      k: KnobConstraints = pin) -> pf.Decision:
+            scenario = context_scenario(s, c, min(max(n, MIN_BYTES), MAX_BYTES), context)
+            config = decisions.nccl_default(scenario, k).config
+            return pf.Decision(config.algorithm, config.protocol, config.channels)
+
+        grid = sorted({rule.min_bytes, rule.max_bytes}
+                      | {n for n in size_grid() if rule.min_bytes < n < rule.max_bytes})
+        rules += [pf.Rule(rule.collective, lo, hi, nodes=rule.nodes, ranks=rule.ranks, decision=dec)
+                  for lo, hi, dec in _runs(_piecewise(nccl_runs, grid), rule.max_bytes)]
+    return pf.PolicyFile(result.policy_file.header, (pf.Slice(*context, rules=tuple(rules)),))
+
+
+def predicted_slower_as_shipped(shipped: object, result: ExportResult, topology: Topology,
+                                context: tuple[str, str] = pf.DEFAULT_CONTEXT
+                                ) -> list[tuple[Cell, float]]:
+    """Evaluated calls where the shipped file, looked up the way its plugin looks it up
+    (``shipped.force(scenario)``, :mod:`dynamiccl.agents.deployed`), makes NCCL run something
+    the model predicts slower than NCCL's own choice; with that predicted gain (negative).
+
+    What a file executes is not always what the policy answered: NVIDIA's example tuner runs a
+    call no line matches on one channel, so the file is judged, not the answers.
+    """
+    slower: list[tuple[Cell, float]] = []
+    for cell in result.cells:
+        if cell.context != context:
+            continue
+        system = topology.resized(nodes=cell.nodes, gpus_per_node=cell.ranks // cell.nodes)
+        scenario = context_scenario(system, cell.collective, cell.nbytes, context)
+        pinned = shipped.force(scenario)
+        if not pinned.given():
+            continue
+        t_nccl = decisions.nccl_default(scenario).time_us
+        try:
+            t_shipped = decisions.nccl_default(scenario, pinned).time_us
+        except ValueError:  # NCCL could not run it at all
+            t_shipped = math.inf
+        gain = t_nccl / t_shipped - 1.0
+        if gain < -SAME_TIME:
+            slower.append((cell, gain))
+    return slower

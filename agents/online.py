@@ -116,7 +116,9 @@ class CoordinateDescentTuner:
         if not state.measured:
             return state.current
         self._plan(state, mask)
-        choice = state.pending[0] if state.pending else state.best()
+        # Once done (budget spent or converged) keep the fastest measured point, even when the
+        # budget ran out with candidates of a coordinate still pending: those were never measured.
+        choice = state.best() if state.done or not state.pending else state.pending[0]
         return choice if mask[choice] else state.current
 
     def _plan(self, state: _DescentState, mask: np.ndarray) -> None:

@@ -2,7 +2,10 @@
 
 The decisions are the ones a user can verify with nccl-tests: per collective, system shape and
 message size, pin ``NCCL_ALGO``/``NCCL_PROTO`` to one pair (NCCL keeps choosing channels) or leave
-NCCL alone. Evidence, strongest first:
+NCCL alone. A channel count pinned with the pair (``NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS``) is a
+candidate only where it was measured on the system: the model alone never proposes one (seven
+channel levels per pair would dilute the plan's budget for the few percent of headroom they hold,
+and on NCCL 2.31+ the plugin can only lower NCCL's channel count). Evidence, strongest first:
 
 1. **measured** — both NCCL's default and the pair were measured at this size on this shape: the
    measurement decides; its noise is the uncertainty.
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -38,8 +41,16 @@ from dynamiccl import decisions
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.baselines import NCCL_PAIRS, pair_constraints
 from dynamiccl.agents.gate import CALIBRATED, DEFAULT_MARGIN, MEASURED, MODEL, Verdict, passes, uncertainty
-from dynamiccl.decisions import KnobConstraints
-from dynamiccl.knobs import Algorithm, Collective, Config, Protocol, parse_enum
+from dynamiccl.decisions import KnobConstraints, TimedConfig
+from dynamiccl.knobs import Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.nccl import (
+    ALGO_ENV,
+    ALGORITHM_NCCL_NAMES,
+    MAX_CHANNELS_ENV,
+    MIN_CHANNELS_ENV,
+    PROTO_ENV,
+    PROTOCOL_NCCL_NAMES,
+)
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
@@ -54,54 +65,64 @@ SIGMA_PER_OCTAVE = 0.04
 DECISION_SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
 
 
-@dataclass(frozen=True, order=True)
-class Pair:
-    """A pinned (algorithm, protocol); both None = NCCL's default (nothing pinned)."""
+@dataclass(frozen=True)
+class Choice:
+    """What NCCL is told for a call: each knob pinned or left to NCCL (all None = NCCL's default).
+
+    Tune's own candidates pin algorithm and protocol (what a policy rule must name); measurements
+    may pin fewer knobs (``NCCL_ALGO`` alone) or the channel count as well, and are kept as such.
+    """
 
     algorithm: Algorithm | None = None
     protocol: Protocol | None = None
+    channels: int | None = None
 
     @property
     def constraints(self) -> KnobConstraints:
-        return KnobConstraints(algorithm=self.algorithm, protocol=self.protocol)
+        return KnobConstraints(algorithm=self.algorithm, protocol=self.protocol,
+                               channels=self.channels)
 
     @property
     def is_default(self) -> bool:
-        return self.algorithm is None and self.protocol is None
+        return self.algorithm is None and self.protocol is None and self.channels is None
+
+    @property
+    def exportable(self) -> bool:
+        """A policy rule can pin it: algorithm and protocol both named."""
+        return self.algorithm is not None and self.protocol is not None
 
     def label(self) -> str:
         if self.is_default:
             return "NCCL default"
-        return f"{self.algorithm.name.lower()}/{self.protocol.name.lower()}"
+        knobs = [self.algorithm.name.lower() if self.algorithm is not None else "auto",
+                 self.protocol.name.lower() if self.protocol is not None else "auto"]
+        return "/".join(knobs + ([f"{self.channels}ch"] if self.channels is not None else []))
 
 
-DEFAULT = Pair()
+DEFAULT = Choice()
 
 
-def _record_pair(rec: MeasurementRecord) -> Pair | None:
-    """The pair a record measured; None for records tune cannot use (pinned channels, one knob)."""
-    if rec.channels is not None or rec.backend != "nccl" or rec.straggler_delay_us > 0:
+def _record_choice(rec: MeasurementRecord) -> Choice | None:
+    """What a record measured; None for records tune cannot use (another backend, a straggler)."""
+    if rec.backend != "nccl" or rec.straggler_delay_us > 0:
         return None
-    if rec.algorithm is None and rec.protocol is None:
-        return DEFAULT
-    if rec.algorithm is None or rec.protocol is None:
-        return None
-    return Pair(Algorithm(parse_enum(Algorithm, rec.algorithm)),
-                Protocol(parse_enum(Protocol, rec.protocol)))
+    return Choice(None if rec.algorithm is None else Algorithm(parse_enum(Algorithm, rec.algorithm)),
+                  None if rec.protocol is None else Protocol(parse_enum(Protocol, rec.protocol)),
+                  rec.channels)
 
 
 class Measurements:
-    """Measured times per (collective, ranks, pair, size): the median of out-of-place runs."""
+    """Measured times per (collective, ranks, choice, size): the median of out-of-place runs."""
 
     def __init__(self, records: Iterable[MeasurementRecord]) -> None:
         raw: dict[tuple, list[float]] = defaultdict(list)
         spreads: list[float] = []
         self.shapes: set[tuple[int, int]] = set()
         for rec in records:
-            pair = _record_pair(rec)
-            if pair is None or rec.in_place:
+            choice = _record_choice(rec)
+            if choice is None or rec.in_place:
                 continue
-            raw[(rec.coll, rec.nranks, pair, rec.nbytes)].append(rec.time_us)
+            raw[(rec.coll, rec.nranks, choice, rec.nbytes)].append(rec.time_us)
             if rec.nnodes:
                 self.shapes.add((rec.nnodes, rec.nranks))
             if len(rec.time_us_runs) > 1:
@@ -113,18 +134,23 @@ class Measurements:
                 spreads.append(float(np.std(np.log(times))))
         self.noise = max(float(np.median(spreads)), 0.01) if spreads else DEFAULT_NOISE
         self.sizes: dict[tuple, list[int]] = defaultdict(list)
-        for coll, nranks, pair, nbytes in sorted(self.times, key=lambda k: k[3]):
-            self.sizes[(coll, nranks, pair)].append(nbytes)
+        for coll, nranks, choice, nbytes in sorted(self.times, key=lambda k: k[3]):
+            self.sizes[(coll, nranks, choice)].append(nbytes)
 
     def __len__(self) -> int:
         return len(self.times)
 
-    def time(self, scenario: Scenario, pair: Pair) -> float | None:
-        return self.times.get((scenario.collective, scenario.topology.nranks, pair,
+    def time(self, scenario: Scenario, choice: Choice) -> float | None:
+        return self.times.get((scenario.collective, scenario.topology.nranks, choice,
                                scenario.nbytes))
 
-    def measured_sizes(self, scenario: Scenario, pair: Pair) -> list[int]:
-        return self.sizes.get((scenario.collective, scenario.topology.nranks, pair), [])
+    def measured_sizes(self, scenario: Scenario, choice: Choice) -> list[int]:
+        return self.sizes.get((scenario.collective, scenario.topology.nranks, choice), [])
+
+    def choices(self, scenario: Scenario) -> list[Choice]:
+        """Every choice measured for this collective on this many ranks (at any size)."""
+        key = (scenario.collective, scenario.topology.nranks)
+        return [c for (coll, nranks, c) in self.sizes if (coll, nranks) == key]
 
 
 def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
@@ -140,7 +166,7 @@ def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
     if not usable:
         return topology, "no measurements: the uncalibrated model"
     try:
-        fit = calibrate(usable, topology, keep_undetermined=True, max_iter=30)
+        fit = calibrate(usable, topology, keep_undetermined=True)
     except (CalibrationError, ValueError) as exc:
         return topology, f"calibration failed ({exc}); the uncalibrated model"
     fitted = [f.label for f in fit.params if f.determined]
@@ -150,10 +176,23 @@ def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
 
 
 @lru_cache(maxsize=131072)
-def _model_time(scenario: Scenario, pair: Pair) -> float:
-    if pair.is_default:
-        return decisions.nccl_default(scenario).time_us
-    return decisions.nccl_default(scenario, pair.constraints).time_us
+def _model_run(scenario: Scenario, choice: Choice) -> TimedConfig:
+    """What NCCL runs on the model when told ``choice`` (its own pick for the knobs left free)."""
+    return decisions.nccl_default(scenario, choice.constraints)
+
+
+def _model_time(scenario: Scenario, choice: Choice) -> float:
+    return _model_run(scenario, choice).time_us
+
+
+def model_can_run(scenario: Scenario, choice: Choice) -> bool:
+    """Whether NCCL could run ``choice`` for this call on the model's system (a fitted system may
+    lose a pair the datasheet one has, e.g. one whose fitted bandwidth NCCL's table deems unusable)."""
+    try:
+        _model_run(scenario, choice)
+    except ValueError:  # decisions.NcclCannotRun included
+        return False
+    return True
 
 
 #: The size whose time stands for a choice's latency floor (as small as nccl-tests measures).
@@ -161,28 +200,27 @@ FLOOR_BYTES = 8
 
 
 @lru_cache(maxsize=131072)
-def _latency_split(scenario: Scenario, pair: Pair, nbytes: int) -> tuple[float, float]:
+def _latency_split(scenario: Scenario, choice: Choice, nbytes: int) -> tuple[float, float]:
     """A modelled time at ``nbytes`` as (latency floor, the rest): the Hockney alpha/beta split,
     the floor being the same choice's time at :data:`FLOOR_BYTES`."""
-    t = _model_time(replace(scenario, nbytes=nbytes), pair)
-    floor = min(_model_time(replace(scenario, nbytes=FLOOR_BYTES), pair), t)
+    t = _model_time(replace(scenario, nbytes=nbytes), choice)
+    floor = min(_model_time(replace(scenario, nbytes=FLOOR_BYTES), choice), t)
     return floor, t - floor
 
 
-@lru_cache(maxsize=131072)
 def _nccl_pair(scenario: Scenario) -> tuple[Algorithm, Protocol]:
-    config = decisions.nccl_default(scenario).config
+    config = _model_run(scenario, DEFAULT).config
     return config.algorithm, config.protocol
 
 
-def candidate_pairs(scenario: Scenario) -> list[Pair]:
+def candidate_pairs(scenario: Scenario) -> list[Choice]:
     """Every NCCL algorithm/protocol pair that can run this call."""
-    return [Pair(a, p) for a, p in NCCL_PAIRS if pair_constraints(scenario, (a, p)).given()]
+    return [Choice(a, p) for a, p in NCCL_PAIRS if pair_constraints(scenario, (a, p)).given()]
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A pair's time at one call as the evidence has it."""
+    """A choice's time at one call as the evidence has it."""
 
     time_us: float
     sigma: float
@@ -190,66 +228,87 @@ class Estimate:
 
 
 @dataclass(frozen=True)
-class Decision:
+class CallDecision:
+    """What tune decided for one call: the choice it pins (``DEFAULT``: leave NCCL alone), the
+    gate's verdict on the best alternative to NCCL's default, and the evidence for every candidate."""
+
     scenario: Scenario
-    chosen: Pair
+    chosen: Choice
+    #: The most convincing alternative to NCCL's default (the one the verdict judges).
+    alternative: Choice
     verdict: Verdict
     #: Every candidate's estimate (the default included), for the report and the plan.
-    estimates: dict[Pair, Estimate]
+    estimates: dict[Choice, Estimate]
+
+
+#: Which choices tune weighs for a call (besides NCCL's default).
+Candidates = Callable[[Scenario], Sequence[Choice]]
 
 
 class Tuner:
     """Decisions from a model (``model_topology``: the system as fitted) and measurements.
 
     ``calibrated`` says whether the model was fitted (the evidence label of model-only estimates).
+    ``candidates`` (default :meth:`deployable_candidates`) says which choices are weighed; a
+    choice the model cannot run is never weighed.
     """
 
     def __init__(self, model_topology: Topology, measurements: Measurements, *,
-                 margin: float = DEFAULT_MARGIN, calibrated: bool = False) -> None:
+                 margin: float = DEFAULT_MARGIN, calibrated: bool = False,
+                 candidates: Candidates | None = None) -> None:
         self.model = model_topology
         self.measurements = measurements
         self.margin = margin
         self.model_evidence = CALIBRATED if calibrated else MODEL
+        self.candidates = candidates or self.deployable_candidates
+
+    def deployable_candidates(self, scenario: Scenario) -> list[Choice]:
+        """Every algorithm/protocol pair that can run the call, and each such pair with a channel
+        count pinned wherever that was measured on this system."""
+        pairs = candidate_pairs(scenario)
+        pinned = [c for c in self.measurements.choices(scenario) if c.channels is not None
+                  and Choice(c.algorithm, c.protocol) in pairs]
+        return pairs + sorted(pinned, key=Choice.label)
 
     def _on_model(self, scenario: Scenario) -> Scenario:
         topo = self.model.resized(nodes=scenario.topology.nodes,
                                   gpus_per_node=scenario.topology.gpus_per_node)
         return replace(scenario, topology=topo)
 
-    def estimate(self, scenario: Scenario, pair: Pair) -> Estimate:
-        measured = self.measurements.time(scenario, pair)
+    def estimate(self, scenario: Scenario, choice: Choice) -> Estimate:
+        measured = self.measurements.time(scenario, choice)
         if measured is not None:
             return Estimate(measured, self.measurements.noise, MEASURED)
         model_scn = self._on_model(scenario)
-        predicted = _model_time(model_scn, pair)
+        run = _model_run(model_scn, choice)
         band = uncertainty(scenario.topology, scenario.collective, scenario.nbytes,
-                           pair.algorithm or Algorithm.RING, pair.protocol or Protocol.SIMPLE)
-        sizes = self.measurements.measured_sizes(scenario, pair)
-        if pair.is_default:  # NCCL's default is another configuration where NCCL's pick differs
+                           run.config.algorithm, run.config.protocol)
+        sizes = self.measurements.measured_sizes(scenario, choice)
+        if choice.is_default:  # NCCL's default is another configuration where NCCL's pick differs
             pick = _nccl_pair(model_scn)
             sizes = [n for n in sizes if _nccl_pair(replace(model_scn, nbytes=n)) == pick]
         if not sizes:
-            return Estimate(predicted, band, self.model_evidence)
-        floor, rest = _latency_split(model_scn, pair, scenario.nbytes)
-        a, b, residual = self._factors(scenario, model_scn, pair, tuple(sizes))
+            return Estimate(run.time_us, band, self.model_evidence)
+        floor, rest = _latency_split(model_scn, choice, scenario.nbytes)
+        a, b, residual = self._factors(scenario, model_scn, choice, tuple(sizes))
         x = math.log2(max(scenario.nbytes, 1))
         octaves = float(np.min(np.abs(np.log2(sizes) - x)))
         sigma = self.measurements.noise + residual + SIGMA_PER_OCTAVE * octaves
         if sigma >= band:  # too far from anything measured: the correction says nothing here
-            return Estimate(predicted, band, self.model_evidence)
+            return Estimate(run.time_us, band, self.model_evidence)
         return Estimate(a * floor + b * rest, sigma, CALIBRATED)
 
-    def _factors(self, scenario: Scenario, model_scn: Scenario, pair: Pair,
+    def _factors(self, scenario: Scenario, model_scn: Scenario, choice: Choice,
                  sizes: tuple[int, ...]) -> tuple[float, float, float]:
-        """Latency and bandwidth correction factors of ``pair`` fitted to its measured sizes
+        """Latency and bandwidth correction factors of ``choice`` fitted to its measured sizes
         (relative least squares of ``t = a * floor + b * rest``), and the fit's RMS log residual.
 
         One regime measured (only small or only large calls) pins one factor; the other then
         takes the same value, and the octave distance keeps far sizes uncertain.
         """
-        measured = np.array([self.measurements.time(replace(scenario, nbytes=n), pair)
+        measured = np.array([self.measurements.time(replace(scenario, nbytes=n), choice)
                              for n in sizes])
-        split = np.array([_latency_split(model_scn, pair, n) for n in sizes])
+        split = np.array([_latency_split(model_scn, choice, n) for n in sizes])
         rows = split / measured[:, None]
         ratio = float(np.exp(np.mean(np.log(measured / split.sum(axis=1)))))
         a = b = ratio
@@ -261,16 +320,18 @@ class Tuner:
         residual = float(np.sqrt(np.mean(np.log(measured / fitted) ** 2)))
         return float(a), float(b), residual
 
-    def decide(self, scenario: Scenario) -> Decision:
+    def decide(self, scenario: Scenario) -> CallDecision:
+        model_scn = self._on_model(scenario)
         estimates = {DEFAULT: self.estimate(scenario, DEFAULT)}
-        for pair in candidate_pairs(scenario):
-            estimates[pair] = self.estimate(scenario, pair)
+        for choice in self.candidates(scenario):
+            if not choice.is_default and model_can_run(model_scn, choice):
+                estimates[choice] = self.estimate(scenario, choice)
         default = estimates[DEFAULT]
-        nccl_config = decisions.nccl_default(scenario).config
+        nccl_config = _model_run(scenario, DEFAULT).config
         best, best_verdict = DEFAULT, None
-        model_default = _model_time(self._on_model(scenario), DEFAULT)
-        for pair, est in estimates.items():
-            if pair.is_default:
+        model_default = _model_time(model_scn, DEFAULT)
+        for choice, est in estimates.items():
+            if choice.is_default:
                 continue
             sigma = math.hypot(est.sigma, default.sigma)
             if est.evidence == self.model_evidence != default.evidence:
@@ -278,32 +339,25 @@ class Tuner:
                 # its absolute time (a system the model misjudges misjudges both alike). That
                 # ratio carries the model's error on both choices, measured default or not.
                 est = replace(est, time_us=est.time_us * default.time_us / model_default)
-                estimates[pair] = est
+                estimates[choice] = est
                 sigma = math.hypot(est.sigma, est.sigma)
             gain = default.time_us / est.time_us - 1.0
             evidence = MEASURED if MEASURED == est.evidence == default.evidence else (
                 MODEL if MODEL == est.evidence == default.evidence else CALIBRATED)
-            verdict = Verdict(nccl_config, _pair_config(pair, nccl_config), gain, sigma, evidence,
-                              passes(gain, sigma, self.margin))
+            verdict = Verdict(nccl_config, _model_run(model_scn, choice).config, gain, sigma,
+                              evidence, passes(gain, sigma, self.margin))
             better = best_verdict is None or (verdict.override, verdict.gain) > (
                 best_verdict.override, best_verdict.gain)
             if better:
-                best, best_verdict = pair, verdict
+                best, best_verdict = choice, verdict
         if best_verdict is None:
             best_verdict = Verdict(nccl_config, nccl_config, 0.0, 0.0, default.evidence, False)
         chosen = best if best_verdict.override else DEFAULT
-        return Decision(scenario, chosen, best_verdict, estimates)
-
-
-def _pair_config(pair: Pair, nccl: Config) -> Config:
-    """A label-able configuration for a pair (the channel count shown is NCCL's)."""
-    from dynamiccl.knobs import nccl_config
-
-    return nccl_config(pair.algorithm, pair.protocol, nccl.channels)
+        return CallDecision(scenario, chosen, best, best_verdict, estimates)
 
 
 class TunedPolicy:
-    """A :class:`Tuner`'s decisions as something export can write: pinned pair or defer."""
+    """A :class:`Tuner`'s decisions as something export can write: pinned choice or defer."""
 
     name = "tune"
 
@@ -312,9 +366,9 @@ class TunedPolicy:
 
     def decide_rule(self, scenario: Scenario) -> tuple[pf.Decision | None, Verdict]:
         d = self.tuner.decide(scenario)
-        if d.chosen.is_default:
+        if d.chosen.is_default or not d.chosen.exportable:
             return None, d.verdict
-        return pf.Decision(d.chosen.algorithm, d.chosen.protocol), d.verdict
+        return pf.Decision(d.chosen.algorithm, d.chosen.protocol, d.chosen.channels), d.verdict
 
     def force(self, scenario: Scenario) -> KnobConstraints:
         return self.tuner.decide(scenario).chosen.constraints
@@ -346,48 +400,48 @@ def _expected_positive(mean: float, sigma: float) -> float:
 class PlannedMeasurement:
     collective: Collective
     nranks: int
-    pair: Pair
+    choice: Choice
     nbytes: int
     #: Expected log-gain this measurement could unlock or regression it could prevent.
     value: float
     reason: str
 
 
-def measurement_value(decision: Decision, pair: Pair) -> tuple[float, str]:
-    """How much measuring ``pair`` (and NCCL's default, if missing) here could be worth."""
+def measurement_value(decision: CallDecision, choice: Choice) -> tuple[float, str]:
+    """How much measuring ``choice`` (and NCCL's default, if missing) here could be worth."""
     default = decision.estimates[DEFAULT]
-    est = decision.estimates[pair]
+    est = decision.estimates[choice]
     if MEASURED == est.evidence == default.evidence:
         return 0.0, "already measured"
     log_gain = math.log(default.time_us / est.time_us)
     sigma = math.hypot(est.sigma, default.sigma)
-    if decision.chosen == pair:
+    if decision.chosen == choice:
         return _expected_positive(-log_gain, sigma), "the override rests on the model: check it"
     return _expected_positive(log_gain, sigma), "could beat NCCL if measured"
 
 
 def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int) -> list[PlannedMeasurement]:
-    """The ``budget`` most valuable (pair, size) measurements, NCCL's default counted too: a pair
-    is only decisive next to a measured default, so a missing default is planned first."""
+    """The ``budget`` most valuable (choice, size) measurements, NCCL's default counted too: a
+    choice is only decisive next to a measured default, so a missing default is planned first."""
     items: dict[tuple, PlannedMeasurement] = {}
     for scenario in scenarios:
         decision = tuner.decide(scenario)
         key = (scenario.collective, scenario.topology.nranks)
-        for pair in decision.estimates:
-            if pair.is_default:
+        for choice in decision.estimates:
+            if choice.is_default:
                 continue
-            value, reason = measurement_value(decision, pair)
+            value, reason = measurement_value(decision, choice)
             if value <= 0:
                 continue
-            for p in (DEFAULT, pair):
-                if tuner.measurements.time(scenario, p) is not None:
+            for c in (DEFAULT, choice):
+                if tuner.measurements.time(scenario, c) is not None:
                     continue
-                item = PlannedMeasurement(scenario.collective, scenario.topology.nranks, p,
+                item = PlannedMeasurement(scenario.collective, scenario.topology.nranks, c,
                                           scenario.nbytes, value, reason)
-                k = (*key, p, scenario.nbytes)
+                k = (*key, c, scenario.nbytes)
                 if k not in items or items[k].value < value:
                     items[k] = item
-    ranked = sorted(items.values(), key=lambda m: (-m.value, not m.pair.is_default))
+    ranked = sorted(items.values(), key=lambda m: (-m.value, not m.choice.is_default))
     return ranked[:max(budget, 0)]
 
 
@@ -396,14 +450,27 @@ _BINARIES = {Collective.ALLREDUCE: "all_reduce_perf", Collective.ALLGATHER: "all
              Collective.REDUCE: "reduce_perf"}
 
 
+def nccl_environment(choice: Choice) -> dict[str, str]:
+    """The environment that makes NCCL run ``choice`` (empty for NCCL's default): NCCL_ALGO and
+    NCCL_PROTO in NCCL's spelling, a channel count as NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS."""
+    env: dict[str, str] = {}
+    if choice.algorithm is not None:
+        env[ALGO_ENV] = ALGORITHM_NCCL_NAMES[choice.algorithm]
+    if choice.protocol is not None:
+        env[PROTO_ENV] = PROTOCOL_NCCL_NAMES[choice.protocol]
+    if choice.channels is not None:
+        env[MIN_CHANNELS_ENV] = env[MAX_CHANNELS_ENV] = str(choice.channels)
+    return env
+
+
 def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> list[str]:
-    """nccl-tests commands covering the plan: one per (collective, ranks, pair) and contiguous run
-    of powers of two (``-b/-e -f 2``), pinned with NCCL_ALGO/NCCL_PROTO (nothing for the default)."""
+    """nccl-tests commands covering the plan: one per (collective, ranks, choice) and contiguous
+    run of powers of two (``-b/-e -f 2``), pinned through :func:`nccl_environment`."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for m in planned:
-        groups[(m.collective, m.nranks, m.pair)].append(m.nbytes)
+        groups[(m.collective, m.nranks, m.choice)].append(m.nbytes)
     lines = []
-    for (coll, nranks, pair), sizes in sorted(groups.items(), key=lambda kv: (
+    for (coll, nranks, choice), sizes in sorted(groups.items(), key=lambda kv: (
             kv[0][0], kv[0][1], kv[0][2].label())):
         sizes = sorted(set(sizes))
         runs: list[list[int]] = [[sizes[0]]]
@@ -412,21 +479,11 @@ def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> 
                 runs[-1].append(n)
             else:
                 runs.append([n])
-        env = "" if pair.is_default else (f"NCCL_ALGO={_nccl_name(pair.algorithm)} "
-                                          f"NCCL_PROTO={_nccl_name(pair.protocol)} ")
+        env = "".join(f"{k}={v} " for k, v in nccl_environment(choice).items())
         nodes = max(1, nranks // max(gpus_per_node, 1))
         launcher = (f"mpirun -np {nranks} -N {min(gpus_per_node, nranks)} " if nodes > 1 else "")
         gpus = "-g 1" if nodes > 1 else f"-g {nranks}"
         for run in runs:
             lines.append(f"{env}{launcher}{_BINARIES[coll]} -b {run[0]} -e {run[-1]} -f 2 {gpus}"
-                         f"  # {pair.label()}, {format_size(run[0])}..{format_size(run[-1])}")
+                         f"  # {choice.label()}, {format_size(run[0])}..{format_size(run[-1])}")
     return lines
-
-
-def _nccl_name(value: Algorithm | Protocol) -> str:
-    """NCCL's spelling in NCCL_ALGO/NCCL_PROTO (case-insensitive, as NCCL parses them)."""
-    names = {Algorithm.NVLS_TREE: "NVLSTree", Algorithm.COLLNET_DIRECT: "CollnetDirect",
-             Algorithm.COLLNET_CHAIN: "CollnetChain", Algorithm.NVLS: "NVLS", Algorithm.PAT: "PAT",
-             Algorithm.TREE: "Tree", Algorithm.RING: "Ring", Protocol.LL: "LL",
-             Protocol.LL128: "LL128", Protocol.SIMPLE: "Simple"}
-    return names[value]

@@ -3,9 +3,11 @@
 For users who would rather run NVIDIA's plugin. Its format (nccl_abi.md §1.7): one rule per line,
 ``collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff``,
 first matching rule wins, -1 = any. Two properties of that plugin shape what is written here:
-it sets ``nChannels = 1`` before matching, so a rule saying -1 (or no rule at all) runs on ONE
-channel -- every rule therefore carries an explicit channel count; and it has no "defer", so
-defer rules are simply left out (those sizes then get NCCL's algorithm, on one channel).
+it sets ``nChannels = 1`` before matching (``plugins/tuner/example/plugin.c``), so a rule saying
+-1, or no rule at all, runs on ONE channel -- every rule therefore carries an explicit channel
+count; and it has no "defer", so a file meant to leave NCCL alone somewhere must spell out NCCL's
+own choice there (``dynamiccl.agents.export.for_example_tuner``). Rules that still defer (the
+"any other system" ones) are left out: the systems they stand for run on one channel.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from dynamiccl.nccl import (
 
 #: How every file written here starts, so a later export recognises one it may replace.
 FIRST_LINE_PREFIX = "# DynamICCL policy '"
+#: The comment naming the policy a file was exported from (``policy_file.Header.source``).
+SOURCE_PREFIX = "# source "
 
 
 def _any(value: int | None) -> str:
@@ -46,8 +50,9 @@ def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.
         f"(NCCL_TUNER_CONFIG_FILE=<this file>), slice {sl.name}",
         f"# topology {policy.header.topology}, fingerprint {policy.header.fingerprint}, "
         f"created {policy.header.created}",
-        "# Sizes without a rule are left to NCCL's algorithm choice, but NVIDIA's example tuner "
-        "runs them on 1 channel.",
+        *([f"{SOURCE_PREFIX}{policy.header.source}"] if policy.header.source else []),
+        "# NVIDIA's example tuner runs any call no line matches on 1 channel: load this file only "
+        "on the systems (nNodes, nRanks) it lists.",
         "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,"
         "regBuff",
     ]
@@ -116,6 +121,16 @@ def read_nccl_example_csv_file(path: str | Path) -> list[CsvRule]:
         raise pf.PolicyFileError(f"{path}: {size} bytes, over the {pf.MAX_FILE_BYTES}-byte limit of a "
                                  "policy file")
     return read_nccl_example_csv(path.read_text(encoding="ascii", errors="replace"), source=str(path))
+
+
+def exported_from(text: str) -> str | None:
+    """The policy a CSV this module wrote was exported from (its ``# source`` comment), if any."""
+    for line in text.splitlines():
+        if line.startswith(SOURCE_PREFIX):
+            return line[len(SOURCE_PREFIX):].strip() or None
+        if line.strip() and not line.startswith("#"):
+            return None
+    return None
 
 
 def read_nccl_example_csv(text: str, source: str = "<csv>") -> list[CsvRule]:

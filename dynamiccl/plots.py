@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,10 @@ def _channel_marker_size(channels: int) -> float:
     return 14 + 10 * math.log2(max(channels, 1))
 
 
+#: Characters per line of the explain figure's title (its axes are ~850 px wide at 10 pt).
+EXPLAIN_TITLE_CHARS = 100
+
+
 def plot_explain(rows: list[dict], path: Path, title: str) -> Path:
     """Draws :func:`explain_figure` to ``path``."""
     return save(explain_figure(rows, title), path)
@@ -173,7 +178,9 @@ def explain_figure(rows: list[dict], title: str) -> Any:
                         zorder=2)
     top.set_yscale("log")
     top.set_ylabel("bus bandwidth (GB/s)")
-    top.set_title(title, fontsize=10)
+    # A system's description makes long titles; centred over the axes (which the legend pushes
+    # left) a long line runs off the figure's left edge, so it is wrapped to the axes' width.
+    top.set_title(textwrap.fill(title, EXPLAIN_TITLE_CHARS), fontsize=10)
     top.grid(True, which="both", alpha=0.3)
     algos = sorted({r["nccl_algorithm"] for r in rows} | {r["best_algorithm"] for r in rows})
     protos = sorted({r["nccl_protocol"] for r in rows} | {r["best_protocol"] for r in rows})

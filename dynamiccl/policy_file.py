@@ -18,6 +18,7 @@ Format, version 2::
     features ll128,nvls                         what the exported system can run ('none' or a list)
     nccl 2.21.5..2.32.3
     config_hash 0123456789abcdef
+    source /runs/quickstart/model.zip           optional: the policy it was exported from
     slice straggler=none c2c=none               a context slice; the rules below belong to it
     allreduce 0 7 2 16 defer - -
     allreduce 8 65535 2 16 ring ll 16
@@ -81,6 +82,7 @@ from dynamiccl.policy_format import (
     MAX_RULES,
     MAX_SLICES,
     NO_FEATURES,
+    OPTIONAL_HEADER,
     POLICY_ENV,
     REQUIRED_HEADER,
     RULE_FIELDS,
@@ -191,8 +193,10 @@ class Slice:
 
 @dataclass(frozen=True)
 class Header:
-    """The required header lines; ``features`` lists what the exported system can run
-    (:func:`system_features`), which the plugin needs where NCCL cannot check (its v2 ABI)."""
+    """The header lines; ``features`` lists what the exported system can run
+    (:func:`system_features`), which the plugin needs where NCCL cannot check (its v2 ABI).
+    ``source`` (optional) names the policy the file was exported from: a built-in policy or the
+    checkpoint's absolute path."""
 
     policy: str
     created: str
@@ -201,6 +205,7 @@ class Header:
     nccl: str
     config_hash: str
     features: str = NO_FEATURES
+    source: str | None = None
 
 
 def system_features(ll128: bool, nvls: bool, collnet: bool) -> str:
@@ -297,8 +302,9 @@ def _rule_fields(rule: Rule) -> list[str]:
 def dumps(pf: PolicyFile) -> str:
     """The file text; the result is re-read, so only a file the plugin accepts is ever produced."""
     lines = [f"{MAGIC} {FORMAT_VERSION}", _PREAMBLE.rstrip("\n")]
-    for key in REQUIRED_HEADER:
-        lines.append(f"{key} {getattr(pf.header, key)}")
+    for key in (*REQUIRED_HEADER, *OPTIONAL_HEADER):
+        if getattr(pf.header, key) is not None:
+            lines.append(f"{key} {getattr(pf.header, key)}")
     lines.append(_COLUMNS.rstrip("\n"))
     for sl in pf.slices:
         lines.append(f"{SLICE} {sl.name}")
@@ -416,7 +422,8 @@ class _Parser:
             raise self.fail(f"no default slice ('{SLICE} {context_spec(*DEFAULT_CONTEXT)}')",
                             line=False)
         slices = tuple(Slice(s, c, self._checked(rules)) for s, c, rules in self.slices)
-        return PolicyFile(Header(**{k: self.header[k] for k in REQUIRED_HEADER}), slices)
+        return PolicyFile(Header(**{k: self.header[k] for k in REQUIRED_HEADER},
+                                 **{k: self.header.get(k) for k in OPTIONAL_HEADER}), slices)
 
     def _first_line(self, line: str) -> None:
         tok = line.split()
@@ -465,7 +472,7 @@ class _Parser:
             raise self.fail(f"rule for {key} before the first 'slice' line")
         if not 1 <= len(value) <= MAX_HEADER_VALUE:
             raise self.fail(f"header '{key}' needs a value of 1..{MAX_HEADER_VALUE} characters")
-        if key in REQUIRED_HEADER:
+        if key in REQUIRED_HEADER or key in OPTIONAL_HEADER:
             if key in self.header:
                 raise self.fail(f"header '{key}' appears twice")
             if key == "features" and not _valid_features(value):

@@ -70,6 +70,10 @@ SLICE = "slice"
 CHECKSUM_PREFIX = "checksum crc32 "
 REQUIRED_HEADER = ("policy", "created", "topology", "fingerprint", "features", "nccl",
                    "config_hash")
+#: Header keys a file may carry, at most once each. ``source``: the policy the file was exported
+#: from (a built-in policy's name, or the absolute path of the checkpoint), so ``evaluate`` can
+#: score the shipped file next to it. The plugin reads nothing from them.
+OPTIONAL_HEADER = ("source",)
 
 #: System features a policy records in its ``features`` header ("none" or a comma list), so the
 #: plugin knows what the system it was exported for could run (NCCL's v2 ABI cannot tell it).
@@ -165,6 +169,7 @@ def c_header() -> str:
         f"#define DCCL_NUM_ALGOS {len(ALGORITHM_TOKENS)}",
         f"#define DCCL_NUM_PROTOS {len(PROTOCOL_TOKENS)}",
         f"#define DCCL_NUM_REQUIRED_HEADER {len(REQUIRED_HEADER)}",
+        f"#define DCCL_NUM_OPTIONAL_HEADER {len(OPTIONAL_HEADER)}",
         f"#define DCCL_NUM_FEATURES {len(FEATURES)}",
         "",
         "enum {",
@@ -179,6 +184,7 @@ def c_header() -> str:
         *_c_names("dccl_proto_names", PROTOCOL_TOKENS),
         *_c_names("dccl_feature_names", dict(enumerate(FEATURES))),
         *_c_names("dccl_required_header", dict(enumerate(REQUIRED_HEADER))),
+        *_c_names("dccl_optional_header", dict(enumerate(OPTIONAL_HEADER))),
         "",
         "/* The v2 ABI (NCCL 2.21): per algorithm, the collectives (bit = collective id) and",
         " * protocols (bit = protocol id) it may be forced for, and the feature bit it needs (0: none). */",

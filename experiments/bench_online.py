@@ -52,7 +52,7 @@ from dynamiccl.agents.adaptive import (
     train_adaptive,
 )
 from dynamiccl.agents.online import CoordinateDescentTuner, UcbBandit
-from dynamiccl.agents.tune import DEFAULT, Pair, candidate_pairs
+from dynamiccl.agents.tune import DEFAULT, Choice, candidate_pairs
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
 from dynamiccl.envs.online_tuning import N_CALLS, TRAIN_SYSTEMS
 from dynamiccl.knobs import valid_mask
@@ -132,9 +132,9 @@ def play_sweep(truth: Truth, n_calls: int) -> Trace:
     s = truth.scenario
     noisy = PerturbedBackend(truth.seed, noisy=True)
     exact = PerturbedBackend(truth.seed, noisy=False)
-    pairs: list[Pair] = [DEFAULT, *candidate_pairs(s)]
+    pairs: list[Choice] = [DEFAULT, *candidate_pairs(s)]
     true_us = {p: exact.measure_forced(s, p.constraints).time_us for p in pairs}
-    measured: dict[Pair, float] = {}
+    measured: dict[Choice, float] = {}
     trace = Trace([], [])
     for i in range(n_calls):
         pair = pairs[i] if i < len(pairs) else min(measured, key=measured.__getitem__)

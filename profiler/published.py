@@ -83,10 +83,28 @@ def load_system(system_dir: str | Path) -> list[PublishedRun]:
     """Every run of one system folder, in file-name order."""
     folder = Path(system_dir)
     sidecars = sorted(p for p in folder.glob("*.yaml") if p.name not in SYSTEM_FILES)
-    runs = []
-    for sidecar in sidecars:
-        runs += load_table(sidecar) if _layout(sidecar) == "table" else [load_run(sidecar)]
-    return runs
+    return [run for sidecar in sidecars for run in load_sidecar(sidecar)]
+
+
+def load_sidecar(sidecar: str | Path) -> list[PublishedRun]:
+    """The runs one sidecar describes: its log, or its summary table (``layout: table``)."""
+    return load_table(sidecar) if _layout(Path(sidecar)) == "table" else [load_run(sidecar)]
+
+
+def sidecar_log(path: str | Path) -> Path | None:
+    """The log ``path`` is the sidecar of, or None when it is not a sidecar (any other YAML, a
+    system's ``topology.yaml``/``system.yaml``, a file that is not YAML)."""
+    path = Path(path)
+    if path.suffix not in (".yaml", ".yml") or path.name in SYSTEM_FILES:
+        return None
+    try:
+        meta = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("log"), str):
+        return None
+    log = path.parent / meta["log"]
+    return log if log.is_file() else None
 
 
 def load_all(root: str | Path) -> dict[str, list[PublishedRun]]:

@@ -76,6 +76,16 @@ def test_coordinate_descent_respects_its_budget_then_exploits():
     assert picks[0] != picks[1]
 
 
+@pytest.mark.parametrize("budget", range(2, 16))
+def test_a_budget_spent_mid_coordinate_exploits_the_best_measured_never_an_untried_one(budget):
+    """The budget can end while a coordinate still has candidates pending; what is kept is then
+    the fastest measured action, not the next candidate (which nobody measured)."""
+    tuner = CoordinateDescentTuner(budget=budget)
+    times = synthetic_times(_target())
+    picks = run(tuner, times, budget + 3)
+    assert picks[budget:] == [min(picks[:budget], key=lambda a: times[a])] * 3
+
+
 def test_coordinate_candidates_change_one_knob_and_stay_valid():
     mask = scenario_mask(SCENARIO)
     start = int(np.flatnonzero(mask)[0])

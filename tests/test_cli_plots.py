@@ -166,3 +166,28 @@ def test_profile_table_has_nccl_tests_columns_and_one_row_per_time(
     assert result.algbw_with_wait_GBps == pytest.approx(2**20 / result.time_us / 1e3)
     plot = _plot(result, tmp_path / "arrivals")
     assert plot.name == "arrivals.png" and plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_explain_title_stays_inside_the_figure() -> None:
+    """A system's description makes a long title; centred over the axes the legend pushes left,
+    one line ran off the figure's left edge."""
+    topo = load_topology("dgx_h100", nodes=2)
+    rows = explain_rows(topo, Collective.ALLREDUCE, [2**k for k in range(3, 31, 9)],
+                        deployable=True)
+    title = (f"allreduce on {topo.describe()}; best pick among all configurations, "
+             "simulator-only ones included")
+    fig = explain_figure(rows, title)
+    fig.canvas.draw()
+    box = fig.axes[0].title.get_window_extent(fig.canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height
+    assert fig.axes[0].get_title().replace("\n", " ") == title
+    pyplot().close(fig)
+
+
+@pytest.mark.parametrize(("flag", "words"), [([], "deployable actions"),
+                                             (["--all-actions"], "all actions")])
+def test_explain_json_rows_name_their_action_set(capsys, flag, words) -> None:
+    assert main(["explain", "--topology", "dgx_h100", "--collective", "allreduce",
+                 "--max-size", "1K", "--json", *flag]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(r["action_set"].startswith(words) for r in rows)

@@ -187,3 +187,91 @@ def test_export_command_runs_as_a_program(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "dynamiccl show" in proc.stdout and pf.read(out).header.policy == "oracle"
+
+
+def test_the_shipped_csv_runs_nccls_own_choice_where_the_policy_defers(tmp_path):
+    """NVIDIA's example tuner sets one channel before matching (plugins/tuner/example/plugin.c), so
+    a size the CSV leaves out runs on 1 channel: a gated export must list every size of the
+    exported system, with NCCL's own pick (channels included) where it defers."""
+    from dynamiccl import decisions
+    from dynamiccl.agents.deployed import load_deployed
+    from dynamiccl.scenario import Scenario
+
+    out = tmp_path / "p.csv"
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "2",
+                 "--format", "nccl-example-csv", "-o", str(out)]) == 0
+    shipped = load_deployed(out)
+    system = load_topology("dgx_h100", nodes=2)
+    for coll in (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.BROADCAST):
+        for n in (8, 1000, 1 << 20, 100 << 20, 1 << 33):
+            s = Scenario(system, coll, n)
+            pinned = shipped.force(s)
+            t = decisions.nccl_default(s, pinned).time_us
+            assert t <= decisions.nccl_default(s).time_us * (1 + 1e-6), (coll, n, pinned)
+        for n in (0, 1 << 40):  # outside the export's grid too: listed, never left to 1 channel
+            assert shipped.force(Scenario(system, coll, n)).algorithm is not None
+
+
+def test_export_judges_the_csv_as_nvidias_example_tuner_runs_it(topo):
+    """A CSV missing the sizes the policy defers runs them on 1 channel: predicted slower."""
+    from dynamiccl.agents.deployed import NcclExampleCsvPolicy
+    from dynamiccl.agents.export import for_example_tuner, predicted_slower_as_shipped
+    from dynamiccl.agents.registry import load_policy
+    from dynamiccl.nccl_csv import read_nccl_example_csv
+
+    result = export_policy(load_policy("oracle", deployable=True), topo,
+                           collectives=[Collective.ALLREDUCE])
+    as_written = NcclExampleCsvPolicy(read_nccl_example_csv(to_nccl_example_csv(
+        result.policy_file)), "defers left out")
+    slower = predicted_slower_as_shipped(as_written, result, topo)
+    assert len(slower) > len(result.cells) // 2 and min(g for _, g in slower) < -0.5
+    complete = NcclExampleCsvPolicy(read_nccl_example_csv(to_nccl_example_csv(
+        for_example_tuner(result, topo))), "complete")
+    assert predicted_slower_as_shipped(complete, result, topo) == []
+
+
+def test_a_csv_line_nccl_cannot_run_is_passed_over_as_the_example_tuner_does():
+    from dynamiccl.agents.deployed import NcclExampleCsvPolicy
+    from dynamiccl.nccl_csv import read_nccl_example_csv
+    from dynamiccl.scenario import Scenario
+
+    rules = read_nccl_example_csv("allgather,0,1000000,tree,ll,8,-1,-1\n"
+                                  "allgather,0,1000000,ring,ll128,4,-1,-1\n")
+    policy = NcclExampleCsvPolicy(rules, "x")
+    s = Scenario(load_topology("dgx_h100", nodes=2), Collective.ALLGATHER, 4096)
+    pinned = policy.force(s)  # tree implements no allgather: NCCL's table marks it unusable
+    assert (pinned.algorithm, pinned.protocol, pinned.channels) == (Algorithm.RING,
+                                                                    Protocol.LL128, 4)
+    big = Scenario(s.topology, Collective.ALLGATHER, 1 << 30)
+    assert policy.force(big).channels == 1 and policy.force(big).algorithm is None
+
+
+def test_evaluate_shows_a_shipped_file_next_to_the_checkpoint_or_policy_it_came_from(tmp_path,
+                                                                                      capsys):
+    """The file records its source (header ``source``, the CSV's ``# source`` comment)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from dynamiccl.agents.sb3_agents import build_model, save_checkpoint
+    from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
+
+    agent = OmegaConf.create({"name": "a2c", "model": {"_target_": "stable_baselines3.A2C",
+                                                       "policy": "MlpPolicy", "n_steps": 8}})
+    checkpoint = save_checkpoint(build_model(agent, CollectiveTuningEnv("smoke")),
+                                 tmp_path / "run" / "model", "a2c")
+    dccl, csv = tmp_path / "p.dccl", tmp_path / "p.csv"
+    assert main(["export", "--policy", str(checkpoint), "--topology", "dgx_h100", "--nodes", "2",
+                 "-o", str(dccl)]) == 0
+    assert pf.read(dccl).header.source == str(checkpoint.resolve())
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "2",
+                 "--format", "nccl-example-csv", "-o", str(csv)]) == 0
+    capsys.readouterr()
+    args = ["evaluate", "--policy", str(dccl), "--policy", str(csv), "--suite", "smoke", "--json"]
+    assert main(args) == 0
+    shown = [r["policy"] for r in json.loads(capsys.readouterr().out)]
+    assert shown == ["model.zip", "p.dccl", "oracle", "p.csv"]
+    checkpoint.unlink()  # a source that can no longer be loaded is not shown
+    assert main(args) == 0
+    assert [r["policy"] for r in json.loads(capsys.readouterr().out)] == ["p.dccl", "oracle",
+                                                                          "p.csv"]

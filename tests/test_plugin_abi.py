@@ -521,3 +521,20 @@ def test_both_parsers_cap_ranges_per_group_alike(driver, tmp_path):
                       "init 6 16 2", "fin 0", "fin 1"])
     assert run.ctx == [True, False] and run.res == [(1, 0, 16)]
     assert f"more than {cap} size ranges" in run.messages(WARN)[0]
+
+
+def test_both_parsers_take_the_optional_source_header_at_most_once(driver, tmp_path):
+    from dataclasses import replace
+
+    good = pf.write(_policy(replace(HEADER, source="/runs/quickstart/model.zip")),
+                    tmp_path / "good.dccl")
+    assert pf.read(good).header.source == "/runs/quickstart/model.zip"
+    body = good.read_text()
+    body = body[: body.rindex("checksum")].replace("\nsource ", "\nsource /other\nsource ", 1)
+    twice = tmp_path / "twice.dccl"
+    twice.write_text(f"{body}checksum crc32 {pf.checksum(body.encode())}\n")
+    with pytest.raises(pf.PolicyFileError, match="'source' appears twice"):
+        pf.read(twice)
+    run = driver.run([f"setenv DYNAMICCL_POLICY {good}", "init 6 16 2", "fin 0",
+                      f"setenv DYNAMICCL_POLICY {twice}", "init 6 16 2", "fin 1"])
+    assert run.ctx == [True, False]

@@ -114,8 +114,7 @@ def test_tuners_are_scored_against_the_reality_not_their_model():
     assert bandit.exploration_calls == 64 * len(set(small[0].scenarios))
 
 
-@pytest.mark.slow
-def test_bench_tuning_scores_every_tuner_against_one_reality():
+def _bench():
     import importlib.util
     import sys
     from pathlib import Path
@@ -126,8 +125,59 @@ def test_bench_tuning_scores_every_tuner_against_one_reality():
     sys.modules["bench_tuning"] = bench  # its dataclasses look their module up
     spec.loader.exec_module(bench)
     bench.SIZES = tuple(1 << k for k in range(16, 24))
+    return bench
+
+
+@pytest.mark.slow
+def test_bench_tuning_scores_every_tuner_against_one_reality():
+    bench = _bench()
     results = bench.run([1000], [("dgx_h100", 1)], calibrate=False, progress=False)
     assert results["nccl_default"]["headroom_share"] == 0.0
     assert results["model_gated_export"]["slower_2pct"] == 0
     assert results["tune_same_budget"]["measurements"] <= results["sweep_table"]["measurements"]
     assert results["tune_same_budget"]["slower_2pct"] == 0
+
+
+@pytest.mark.slow
+def test_bench_tuning_scores_every_tuner_on_the_replay_tables_too():
+    """Real measurements decide: the sweep, which measures everything, captures all of the
+    measured headroom; a choice nobody measured is never offered."""
+    bench = _bench()
+    replay = bench.run_replay(bench.REPLAY_DIR, calibrate=False)
+    assert replay["systems"]["h100_nvswitch_node"] == 58  # 31 allreduce + 27 allgather sizes
+    tuners = replay["tuners"]
+    assert tuners["sweep_table"]["headroom_share"] == 1.0
+    assert tuners["sweep_table"]["measurements"] == sum(
+        len(r.menu(s)) for r in bench.replay_realities(bench.REPLAY_DIR) for s in r.scenarios)
+    assert tuners["tune_same_budget"]["slower_2pct"] == 0
+    assert tuners["tune_same_budget"]["measurements"] <= tuners["sweep_table"]["measurements"]
+    assert {"model_oracle_export", "model_gated_export", "tune_half_budget"} <= set(tuners)
+    assert "coordinate_descent" not in tuners and "coordinate_descent" in replay["not_applicable"]
+
+
+@pytest.mark.slow
+def test_bench_tuning_scores_learned_policies_when_given(tmp_path):
+    """``--policy`` (anything the registry loads, here a shipped file) and ``--adaptive``."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from dynamiccl.agents.adaptive import adaptive_agent
+    from dynamiccl.agents.sb3_agents import build_model
+    from dynamiccl.cli.main import main
+    from dynamiccl.envs.online_tuning import OnlineTuningEnv
+
+    bench = _bench()
+    shipped = tmp_path / "oracle.dccl"
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "1",
+                 "-o", str(shipped)]) == 0
+    model = tmp_path / "adaptive.zip"
+    build_model(adaptive_agent(), make_vec_env(OnlineTuningEnv, n_envs=1, seed=0), seed=0).save(model)
+    pickers = bench.tuners(False, str(model), (str(shipped),))
+    learned = {k: pickers[k] for k in ("adaptive", "policy:oracle.dccl")}
+    perturbed = bench.score([bench.PerturbedReality(1000, ("dgx_h100", 1))], learned)
+    assert perturbed["adaptive"]["decisions"] == perturbed["policy:oracle.dccl"]["decisions"] == 24
+    assert perturbed["adaptive"]["measurements"] > 0
+    assert perturbed["policy:oracle.dccl"]["slower_2pct"] == 0
+    replay = bench.score(bench.replay_realities(bench.REPLAY_DIR), learned)
+    assert "adaptive" not in replay  # it runs exact table actions, which no table measured
+    scored = replay["policy:oracle.dccl"]
+    assert scored["decisions"] + scored.get("unavailable", 0) == 104

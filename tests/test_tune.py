@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from dynamiccl.agents.tune import (
     DEFAULT,
+    Choice,
     Measurements,
-    Pair,
+    PlannedMeasurement,
+    TunedPolicy,
     Tuner,
     _model_time,
     command_lines,
@@ -20,15 +23,17 @@ from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
 
 TOPO = load_topology("dgx_h100", nodes=1)
-NVLS = Pair(Algorithm.NVLS, Protocol.SIMPLE)
-RING_LL = Pair(Algorithm.RING, Protocol.LL)
+NVLS = Choice(Algorithm.NVLS, Protocol.SIMPLE)
+RING_LL = Choice(Algorithm.RING, Protocol.LL)
+REAL = Path(__file__).parent / "fixtures" / "real" / "h100_nvswitch_node"
 
 
-def record(s: Scenario, pair: Pair, time_us: float) -> MeasurementRecord:
+def record(s: Scenario, choice: Choice, time_us: float) -> MeasurementRecord:
     return MeasurementRecord(
         s.collective.name.lower(), s.nbytes, s.topology.nranks, time_us, 1.0, 1.0,
-        algorithm=None if pair.is_default else pair.algorithm.name.lower(),
-        protocol=None if pair.is_default else pair.protocol.name.lower(), nnodes=s.topology.nodes)
+        algorithm=None if choice.algorithm is None else choice.algorithm.name.lower(),
+        protocol=None if choice.protocol is None else choice.protocol.name.lower(),
+        channels=choice.channels, nnodes=s.topology.nodes)
 
 
 def at(nbytes: int) -> Scenario:
@@ -81,10 +86,10 @@ def test_plan_measures_first_the_pair_whose_measurement_changes_a_decision():
     tuner = Tuner(TOPO, Measurements([]))
     planned = plan(tuner, scenarios, 2)
     assert len(planned) == 2
-    assert {m.pair.is_default for m in planned} == {True, False}
+    assert {m.choice.is_default for m in planned} == {True, False}
     assert planned[0].nbytes == planned[1].nbytes
     target = at(planned[0].nbytes)
-    pair = next(m.pair for m in planned if not m.pair.is_default)
+    pair = next(m.choice for m in planned if not m.choice.is_default)
     assert tuner.decide(target).chosen == DEFAULT
     truth = {DEFAULT: _model_time(target, DEFAULT), pair: 0.5 * _model_time(target, DEFAULT)}
     measured = Tuner(TOPO, Measurements([record(target, p, t) for p, t in truth.items()]))
@@ -94,8 +99,6 @@ def test_plan_measures_first_the_pair_whose_measurement_changes_a_decision():
 
 
 def test_command_lines_pin_nccl_and_merge_consecutive_sizes():
-    from dynamiccl.agents.tune import PlannedMeasurement
-
     items = [PlannedMeasurement(Collective.ALLREDUCE, 8, NVLS, n, 1.0, "") for n in
              (1 << 20, 1 << 21, 1 << 22, 1 << 25)]
     items.append(PlannedMeasurement(Collective.ALLGATHER, 8, DEFAULT, 1 << 10, 1.0, ""))
@@ -126,3 +129,56 @@ def test_tune_cli_writes_a_gated_policy_and_plans(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert 1 <= len(lines) <= 4 and all("all_reduce_perf" in line for line in lines)
     assert main(["tune", "--topology", "dgx_h100", "--plan", "--budget", "0"]) == 2
+
+
+def test_tune_calibrates_on_real_logs_by_default(tmp_path, capsys):
+    """Calibration is on unless --no-calibrate: tune, and its plan, fit the model to the logs."""
+    logs = ["--measurements", str(REAL / "all_reduce_default.txt"),
+            "--measurements", str(REAL / "all_reduce_ring.txt")]
+    out = tmp_path / "t.dccl"
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", *logs, "--collective",
+                 "allreduce", "-o", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "model: calibrated" in captured.err and out.is_file()
+    assert json.loads(captured.out)[0]["evidence"] == "calibrated model"
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", *logs, "--collective",
+                 "allreduce", "--plan", "--budget", "4"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert 1 <= len(lines) <= 4 and all("all_reduce_perf" in line for line in lines)
+
+
+def test_tune_reads_a_folder_of_logs_with_sidecars_and_skips_other_files(tmp_path, capsys):
+    """The fixture layout (logs, their .yaml sidecars, topology.yaml, system.yaml): the sidecars
+    say which runs were forced, so NCCL_ALGO=RING runs are not taken for NCCL's default."""
+    out = tmp_path / "t.dccl"
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--measurements", str(REAL),
+                 "--no-calibrate", "--collective", "allreduce", "-o", str(out), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 2 file(s) holding no measurements" in err and "topology.yaml" in err
+    assert "116 measurements" in err and out.is_file()
+
+
+def test_a_measured_channel_pin_is_weighed_and_written_with_its_channels():
+    s = at(1 << 20)
+    pinned = Choice(Algorithm.NVLS, Protocol.SIMPLE, 8)
+    tuner = Tuner(TOPO, Measurements([record(s, DEFAULT, 100.0), record(s, pinned, 60.0),
+                                      record(s, NVLS, 90.0)]))
+    d = tuner.decide(s)
+    assert d.chosen == pinned and d.verdict.evidence == "measured"
+    rule, _ = TunedPolicy(tuner).decide_rule(s)
+    assert (rule.algorithm, rule.protocol, rule.channels) == (Algorithm.NVLS, Protocol.SIMPLE, 8)
+    # never proposed by the model alone: without that measurement no candidate pins channels
+    assert all(c.channels is None for c in Tuner(TOPO, Measurements([])).decide(s).estimates)
+
+
+def test_a_plan_for_a_channel_pin_sets_nccl_min_and_max_nchannels():
+    pinned = Choice(Algorithm.RING, Protocol.LL128, 4)
+    lines = command_lines([PlannedMeasurement(Collective.ALLREDUCE, 8, pinned, 1 << 16, 1.0, "")],
+                          gpus_per_node=8)
+    assert lines[0].startswith("NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_MIN_NCHANNELS=4 "
+                               "NCCL_MAX_NCHANNELS=4 all_reduce_perf -b 65536 -e 65536")
+    # the plan asks for a measured channel pin at the sizes next to where it was measured
+    s = at(1 << 16)
+    measured = [record(s, DEFAULT, 100.0), record(s, pinned, 50.0)]
+    planned = plan(Tuner(TOPO, Measurements(measured)), [at(1 << 15), s, at(1 << 17)], 50)
+    assert any(m.choice == pinned and m.nbytes != s.nbytes for m in planned)

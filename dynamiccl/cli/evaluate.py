@@ -2,7 +2,8 @@
 
 Every built-in baseline works without training anything; a trained agent is given by the path of
 its checkpoint (``model.zip``) or its run folder; a shipped file (``.dccl`` or NVIDIA's example-tuner
-CSV) is scored with the plugin's own lookup, next to the built-in policy it was exported from.
+CSV) is scored with the plugin's own lookup, next to the policy it was exported from (the built-in
+policy or checkpoint its header records) when that can still be loaded.
 Only what the tuner plugin can make NCCL do counts unless ``--all-actions`` is given. ``--json``
 prints a list with one object per policy, always, with the keys ``policy, action_set, backend,
 geomean_speedup, oracle_share, slower_calls, worst_speedup, worst_call, scenarios`` (plus
@@ -40,18 +41,19 @@ ONLINE_KEYS = ("calls_to_5pct", "reached_5pct", "exploration_calls", "exploratio
 
 
 def _source_policy(path: Path) -> str | None:
-    """The built-in policy a ``.dccl`` file was exported from (None for checkpoints and CSV)."""
+    """The policy a shipped file (``.dccl`` or NVIDIA's CSV) records it was exported from, where
+    that can be loaded: a built-in policy, or a checkpoint that is still there."""
     from dynamiccl import policy_file as pf
+    from dynamiccl.agents.deployed import is_policy_file, load_deployed
     from dynamiccl.agents.registry import BUILTIN
 
     try:
-        with path.open("rb") as fh:
-            if fh.read(len(pf.MAGIC)) != pf.MAGIC.encode():
-                return None
-        name = pf.read(path).header.policy
+        source = load_deployed(path).source if is_policy_file(path) else None
     except (OSError, pf.PolicyFileError):
         return None
-    return name if name in BUILTIN else None
+    if source is None or (source not in BUILTIN and not Path(source).exists()):
+        return None
+    return source
 
 
 def _policy_names(items: list[str]) -> list[str]:
@@ -116,6 +118,7 @@ def _run(args: argparse.Namespace) -> int:
                                     backend_kwargs=backend_kwargs)
     except UnmeasuredChoice as exc:
         raise UserError(f"{exc}; measure it, or evaluate a suite the replay table covers") from None
+    _note_unlisted_calls(policies, reports)
     if args.out:
         save_reports(reports, args.out, overwrite=True)
         if args.plots:
@@ -128,6 +131,22 @@ def _run(args: argparse.Namespace) -> int:
         print_table(reports, title=f"{args.suite} suite: {len(suite)} workloads, "
                                    f"{reports[0].scenarios} calls")
     return 0
+
+
+def _note_unlisted_calls(policies: list, reports: list) -> None:
+    """NVIDIA's example tuner runs calls of communicators its CSV does not list on one channel:
+    say how many of the suite's calls that is, so a slow score is not mistaken for bad rules."""
+    import sys
+
+    from dynamiccl.agents.deployed import NcclExampleCsvPolicy
+
+    for policy, report in zip(policies, reports, strict=True):
+        if isinstance(policy, NcclExampleCsvPolicy):
+            unlisted = sum(not policy.lists(c.scenario) for c in report.calls)
+            if unlisted:
+                print(f"note: {policy.name} has no line for the system of {unlisted} of "
+                      f"{len(report.calls)} calls; NVIDIA's example tuner runs them on 1 channel "
+                      "(export every node count the job's communicators use)", file=sys.stderr)
 
 
 def contract(summary: dict) -> dict:

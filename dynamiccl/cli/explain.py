@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-size", type=size_arg, default=MAX_SIZE, help="largest size (default 4G)")
     p.add_argument("--plot", type=path_arg, metavar="FILE.png",
                    help="also draw the sweep to FILE.png (.png is added when missing)")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the rows as JSON (each names its action_set)")
     p.set_defaults(func=run_explain)
 
 
@@ -62,6 +63,7 @@ def sweep_sizes(lo: int, hi: int) -> list[int]:
 
 
 def explain_row(topology: Topology, collective: Collective, size: int, deployable: bool) -> dict:
+    from dynamiccl.agents.evaluate import action_set
     from dynamiccl.decisions import best, nccl_default
 
     scenario = Scenario(topology, collective, size)
@@ -69,6 +71,7 @@ def explain_row(topology: Topology, collective: Collective, size: int, deployabl
     top = best(scenario, deployable=deployable)
     return {
         "size": size,
+        "action_set": action_set(deployable),
         "nccl_config": default.config.label(),
         "nccl_model_us": default.nccl_model_us,
         "nccl_time_us": default.time_us,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from dynamiccl.cli.common import UserError, add_topology_args, path_arg, topology_from_args
 
@@ -29,23 +28,21 @@ MAX_BUDGET = 100_000
 
 
 def _records(paths: list[str] | None) -> list:
-    """Every measurement given (files or folders): the one place tune reads measurements."""
-    from dynamiccl.profiler.measurements import load
+    """Every measurement given (files or folders): the one place tune reads measurements. Files of
+    a folder that hold no measurements are skipped with a note."""
+    from dynamiccl.profiler.measurement_paths import load_paths
 
-    files: list[Path] = []
-    for item in map(Path, paths or []):
-        if item.is_dir():
-            files += sorted(p for p in item.rglob("*") if p.is_file() and p.suffix != ".md")
-        elif item.is_file():
-            files.append(item)
-        else:
-            raise UserError(f"{item}: no such measurement file or folder")
     try:
-        return [r for f in files for r in load(f)]
+        loaded = load_paths(paths or [])
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if loaded.skipped:
+        shown = "; ".join(loaded.skipped[:3]) + ("; ..." if len(loaded.skipped) > 3 else "")
+        print(f"note: skipped {len(loaded.skipped)} file(s) holding no measurements ({shown})",
+              file=sys.stderr)
+    return loaded.records
 
 
 def _scenarios(topology, collectives: list[str], shapes: set[tuple[int, int]]) -> list:
@@ -71,7 +68,7 @@ def _report_rows(tuner, scenarios: list) -> list[dict]:
         row = {"collective": s.collective.name.lower(), "nodes": s.topology.nodes,
                "ranks": s.topology.nranks, "from": s.nbytes, "to": s.nbytes,
                "nccl": d.verdict.nccl.label(), "ours": d.chosen.label(),
-               "best_alternative": d.verdict.proposed.label().rsplit("/", 1)[0],
+               "best_alternative": d.alternative.label(),
                "gain": round(d.verdict.gain, 4), "uncertainty": round(d.verdict.sigma, 4),
                "evidence": d.verdict.evidence}
         last = rows[-1] if rows else None
@@ -117,12 +114,16 @@ def _run_plan(planned: list, gpus_per_node: int, record: str) -> None:
     if len(nranks) != 1:
         raise UserError("--run measures one system shape at a time; narrow the plan with --nodes")
     specs = [CollectiveSpec(m.collective.name.lower(), m.nbytes, "nccl",
-                            algorithm=None if m.pair.is_default else m.pair.algorithm.name.lower(),
-                            protocol=None if m.pair.is_default else m.pair.protocol.name.lower())
+                            algorithm=_token(m.choice.algorithm), protocol=_token(m.choice.protocol),
+                            channels=m.choice.channels)
              for m in planned]
     results = measure_many(specs, nranks.pop())
     n = write_jsonl([r.to_record() for r in results], record, append=True)
     print(f"measured {n} points into {record}; run tune again with --measurements {record}")
+
+
+def _token(knob) -> str | None:
+    return None if knob is None else knob.name.lower()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -137,8 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     measurements = tune.Measurements(records)
     model, note = (topology, "uncalibrated (--no-calibrate)") if args.no_calibrate else \
         tune.calibrated_topology(records, topology)
-    tuner = tune.Tuner(model, measurements, margin=args.margin,
-                  calibrated=model is not topology)
+    tuner = tune.Tuner(model, measurements, margin=args.margin, calibrated=model is not topology)
     scenarios = _scenarios(topology, args.collective or list(_COLLECTIVES), measurements.shapes)
     print(f"{len(records)} measurements ({len(measurements)} usable points, noise "
           f"{100 * measurements.noise:.1f}%); model: {note}", file=sys.stderr)
@@ -146,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
         planned = tune.plan(tuner, scenarios, args.budget)
         if args.json:
             print(json.dumps([{"collective": m.collective.name.lower(), "ranks": m.nranks,
-                               "choice": m.pair.label(), "nbytes": m.nbytes,
+                               "choice": m.choice.label(), "nbytes": m.nbytes,
                                "value": round(m.value, 5), "reason": m.reason} for m in planned],
                              indent=1))
         else:
@@ -162,7 +162,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=1))
     else:
         _print_report(rows, f"tune: {topology.name}, deployable actions (NCCL_ALGO/NCCL_PROTO "
-                            f"pairs), margin {100 * args.margin:g}%")
+                            f"pairs, channel counts where measured), margin {100 * args.margin:g}%")
     return 0
 
 

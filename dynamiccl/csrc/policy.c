@@ -164,6 +164,7 @@ typedef struct {
   dccl_slice_t slices[DCCL_MAX_SLICES];
   int nslices;
   int seen[DCCL_NUM_REQUIRED_HEADER];
+  int seen_optional[DCCL_NUM_OPTIONAL_HEADER];
   dccl_policy_t* pol;
 } parser_t;
 
@@ -226,6 +227,11 @@ static int parse_header(parser_t* ps, char* line) {
     if (strcmp(line, "features") == 0 && parse_features(value, &ps->pol->features) != 0)
       return perr(ps, "features is '" DCCL_NO_FEATURES "' or a comma list of %s, each at most once",
                   feature_list(names, sizeof(names)));
+  }
+  for (size_t k = 0; k < DCCL_NUM_OPTIONAL_HEADER; k++) {
+    if (strcmp(line, dccl_optional_header[k]) != 0) continue;
+    if (ps->seen_optional[k]) return perr(ps, "header '%.40s' appears twice", line);
+    ps->seen_optional[k] = 1;
   }
   return 0; /* unknown keys: ignored, for forward compatibility */
 }

@@ -38,6 +38,7 @@
 #define DCCL_NUM_ALGOS 7
 #define DCCL_NUM_PROTOS 3
 #define DCCL_NUM_REQUIRED_HEADER 7
+#define DCCL_NUM_OPTIONAL_HEADER 1
 #define DCCL_NUM_FEATURES 3
 
 enum {
@@ -66,6 +67,7 @@ static const char* const dccl_algo_names[7] = {"tree", "ring", "collnet_direct",
 static const char* const dccl_proto_names[3] = {"ll", "ll128", "simple"};
 static const char* const dccl_feature_names[3] = {"ll128", "nvls", "collnet"};
 static const char* const dccl_required_header[7] = {"policy", "created", "topology", "fingerprint", "features", "nccl", "config_hash"};
+static const char* const dccl_optional_header[1] = {"source"};
 
 /* The v2 ABI (NCCL 2.21): per algorithm, the collectives (bit = collective id) and
  * protocols (bit = protocol id) it may be forced for, and the feature bit it needs (0: none). */

@@ -71,14 +71,12 @@ class ReplayTable:
 
     @classmethod
     def load(cls, paths: str | Path | Sequence[str | Path]) -> ReplayTable:
-        from dynamiccl.profiler.measurements import load
+        """Measurements from files or folders (:func:`~dynamiccl.profiler.measurement_paths.load_paths`:
+        the files of a folder that hold no measurements are skipped, published runs' sidecars
+        applied)."""
+        from dynamiccl.profiler.measurement_paths import load_paths
 
-        items = [paths] if isinstance(paths, str | Path) else list(paths)
-        files: list[Path] = []
-        for item in map(Path, items):
-            files += sorted(p for p in item.rglob("*") if p.is_file() and p.suffix != ".md") \
-                if item.is_dir() else [item]
-        return cls([r for f in files for r in load(f)])
+        return cls(load_paths([paths] if isinstance(paths, str | Path) else paths).records)
 
     def choices(self, scenario: Scenario) -> dict[Choice, float]:
         """Every measured choice of this call (empty when the call was never measured)."""
