@@ -17,10 +17,22 @@ the tiers cannot say, each value with its relative 1-sigma uncertainty from the 
                       base_latency_us: {value: 9.8, rel_std: 0.1}}
       tiers: {infiniband.bandwidth_GBps: {value: 46.1, rel_std: 0.01}}
       heldout_error: {small: 0.06, medium: 0.05, large: 0.02}
+      corrections:                                         # measured / fitted model, by size
+        - {collective: allreduce, algorithm: ring, protocol: simple, nodes: 2, gpus_per_node: 8,
+           sizes: [1048576, 4194304], factors: [1.31, 1.12]}
 
 The NCCL-default model reads the fitted tiers (they are NCCL's own inputs: link and NIC
 bandwidths) but not the refinements: NCCL chooses from its built-in cost model, which does not know
 how fast an algorithm really ran here; that is exactly the gap a tuner exploits.
+
+``corrections`` are what the fitted parameters still miss, measured: per collective, (algorithm,
+protocol) NCCL ran and system shape, the ratio of the measured time to the fitted model's at every
+size the logs timed. The parameters are physical and shared by every size and shape, so they cannot
+follow a system's own steps and plateaus (a transport's eager/rendezvous switch, a launch path);
+the measurements can, where they exist. Between measured sizes the correction is interpolated in
+log-log space; beyond them it holds for :data:`CORRECTION_HOLD_OCTAVES` and then fades back to the
+model over :data:`CORRECTION_FADE_OCTAVES`; on another system shape (node count, GPUs per node) or
+for a choice never measured it does not apply, so the model answers there alone.
 
 ``heldout_error`` is the relative 1-sigma error of the fitted model on sizes the fit did not see,
 per size band; :func:`uncertainty` turns all this into the error bar of one prediction.
@@ -32,7 +44,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dynamiccl.nccl import Algorithm, Protocol
+import numpy as np
+
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 
 if TYPE_CHECKING:
     from dynamiccl.topology import Topology
@@ -46,6 +60,12 @@ SIZE_BANDS: tuple[tuple[str, float, float], ...] = (
 #: the relative 1-sigma is exp(sigma) - 1.
 DATASHEET_REL_STD = {band: math.expm1(math.log(m) / 0.6745)
                      for band, m in (("small", 1.5), ("medium", 1.7), ("large", 1.1))}
+
+
+#: A measured correction holds at its edge value this many octaves beyond the sizes measured, then
+#: fades linearly (in log size and log factor) back to the model over the next ones.
+CORRECTION_HOLD_OCTAVES = 1.0
+CORRECTION_FADE_OCTAVES = 2.0
 
 
 class CalibrationFormatError(ValueError):
@@ -83,6 +103,35 @@ class AlgoProtoFit:
 
 
 @dataclass(frozen=True)
+class MeasuredCorrection:
+    """Measured time / fitted model time of one collective run with one (algorithm, protocol) on one
+    system shape, at the sizes measured (ascending)."""
+
+    collective: Collective
+    algorithm: Algorithm
+    protocol: Protocol
+    nodes: int
+    gpus_per_node: int
+    sizes: tuple[float, ...]
+    factors: tuple[float, ...]
+
+    def factor(self, nbytes: np.ndarray) -> np.ndarray:
+        """The correction at each size in ``nbytes`` (module docstring)."""
+        x = np.log2(np.maximum(np.asarray(nbytes, dtype=np.float64), 1.0))
+        xs, ys = np.log2(np.asarray(self.sizes)), np.log(np.asarray(self.factors))
+        inside = np.interp(x, xs, ys)
+        beyond = np.maximum(xs[0] - x, x - xs[-1]) - CORRECTION_HOLD_OCTAVES
+        fade = np.clip(1.0 - beyond / CORRECTION_FADE_OCTAVES, 0.0, 1.0)
+        return np.exp(inside * fade)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"collective": self.collective.name.lower(), "algorithm": self.algorithm.name.lower(),
+                "protocol": self.protocol.name.lower(), "nodes": self.nodes,
+                "gpus_per_node": self.gpus_per_node, "sizes": [int(x) for x in self.sizes],
+                "factors": [_round(f) for f in self.factors]}
+
+
+@dataclass(frozen=True)
 class Calibration:
     measurements: int = 0
     source: str = ""
@@ -93,6 +142,13 @@ class Calibration:
     tiers: tuple[tuple[str, Fitted], ...] = ()
     #: Relative 1-sigma error on held-out sizes per band name of ``SIZE_BANDS``.
     heldout_error: tuple[tuple[str, float], ...] = ()
+    #: What the fitted parameters still miss, measured (module docstring).
+    corrections: tuple[MeasuredCorrection, ...] = ()
+
+    def corrections_for(self, nodes: int, gpus_per_node: int) -> tuple[MeasuredCorrection, ...]:
+        """The measured corrections of one system shape."""
+        return tuple(c for c in self.corrections
+                     if c.nodes == nodes and c.gpus_per_node == gpus_per_node)
 
     def algo_proto(self, algorithm: int, protocol: int) -> AlgoProtoFit | None:
         for fit in self.algorithms:
@@ -116,6 +172,8 @@ class Calibration:
             d["tiers"] = {label: f.to_dict() for label, f in self.tiers}
         if self.heldout_error:
             d["heldout_error"] = {band: _round(v) for band, v in self.heldout_error}
+        if self.corrections:
+            d["corrections"] = [c.to_dict() for c in self.corrections]
         return d
 
 
@@ -162,7 +220,7 @@ def calibration_from_dict(data: Any) -> Calibration:
     if not isinstance(data, dict):
         raise CalibrationFormatError("", "must be a mapping (as `dynamiccl calibrate` writes it)")
     allowed = {"measurements", "source", "launch_floor_us", "transport_overhead_us", "algorithms",
-               "tiers", "heldout_error"}
+               "tiers", "heldout_error", "corrections"}
     unknown = set(data) - allowed
     if unknown:
         raise CalibrationFormatError(sorted(unknown)[0], f"is not a calibration field; allowed: "
@@ -181,10 +239,45 @@ def calibration_from_dict(data: Any) -> Calibration:
             raise CalibrationFormatError(f"heldout_error.{band}",
                                          f"is not a size band; use {', '.join(DATASHEET_REL_STD)}")
         heldout.append((str(band), _number(f"heldout_error.{band}", value)))
+    corrections = data.get("corrections") or []
+    if not isinstance(corrections, list):
+        raise CalibrationFormatError("corrections", "must be a list of corrections")
     return Calibration(
         measurements, str(data.get("source", "")),
         _optional(data, "launch_floor_us"), _optional(data, "transport_overhead_us"),
-        tuple(algorithms), tiers, tuple(heldout))
+        tuple(algorithms), tiers, tuple(heldout),
+        tuple(_correction(f"corrections[{i}]", c) for i, c in enumerate(corrections)))
+
+
+def _correction(where: str, entry: Any) -> MeasuredCorrection:
+    keys = {"collective", "algorithm", "protocol", "nodes", "gpus_per_node", "sizes", "factors"}
+    if not isinstance(entry, dict) or set(entry) != keys:
+        raise CalibrationFormatError(where, f"must be a mapping with exactly {', '.join(sorted(keys))}")
+    names = []
+    for key, enum in (("collective", Collective), ("algorithm", Algorithm), ("protocol", Protocol)):
+        try:
+            names.append(enum[str(entry[key]).upper()])
+        except KeyError:
+            raise CalibrationFormatError(f"{where}.{key}", f"is {entry[key]!r}; use one of "
+                                         f"{', '.join(m.name.lower() for m in enum)}") from None
+    shape = []
+    for key in ("nodes", "gpus_per_node"):
+        v = entry[key]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise CalibrationFormatError(f"{where}.{key}", f"is {v!r}; give a positive count")
+        shape.append(v)
+    lists = []
+    for key in ("sizes", "factors"):
+        v = entry[key]
+        if not isinstance(v, list) or not v:
+            raise CalibrationFormatError(f"{where}.{key}", "must be a non-empty list of numbers")
+        lists.append(tuple(_number(f"{where}.{key}[{i}]", x) for i, x in enumerate(v)))
+    sizes, factors = lists
+    if len(sizes) != len(factors):
+        raise CalibrationFormatError(where, "sizes and factors must have the same length")
+    if np.any(np.diff(sizes) <= 0) or sizes[0] <= 0 or min(factors) <= 0:
+        raise CalibrationFormatError(where, "sizes must be positive and ascending, factors positive")
+    return MeasuredCorrection(*names, *shape, sizes, factors)
 
 
 def _algo_proto(key: str, entry: Any) -> AlgoProtoFit:

@@ -6,7 +6,9 @@ source, shape, launch mode and forced variables) is predicted with its system's 
 algorithm/protocol for forced runs. The error of one measurement is the ratio
 ``max(pred/meas, meas/pred)`` (1.0 = exact). Per system and size band (< 64 KiB, 64 KiB–16 MiB,
 >= 16 MiB) the script prints the median and the worst ratio; then it calibrates on every other size
-of the system's logs (the user's path) and prints the same on the sizes the fit never saw.
+of the system's logs (the user's path) and prints the same on the sizes the fit never saw, with the
+calibration's measured corrections (interpolated between the fitted sizes) and, on the "parameters
+only" line, without them.
 
     python experiments/validate_real.py [--root tests/fixtures/real] [--system NAME] [--json]
 """
@@ -62,10 +64,13 @@ class SystemResult:
     forced_runs: int
     datasheet: dict[str, Stats]
     calibrated: dict[str, Stats]
+    #: The same fit without its measured corrections: what the physical parameters alone predict.
+    parametric: dict[str, Stats] = field(default_factory=dict)
     note: str = ""
     #: Per measurement: (size, error ratio), pooled into the overall line.
     datasheet_points: list[tuple[int, float]] = field(default_factory=list)
     heldout_points: list[tuple[int, float]] = field(default_factory=list)
+    parametric_points: list[tuple[int, float]] = field(default_factory=list)
     #: Per run and band, datasheet topology: the error stats and the median pred/meas (its sign:
     #: < 1 the model is too fast, > 1 too slow).
     run_details: list[dict] = field(default_factory=list)
@@ -75,6 +80,7 @@ class SystemResult:
                 "forced_runs": self.forced_runs,
                 "datasheet": {b: s.to_json() for b, s in self.datasheet.items()},
                 "calibrated_heldout": {b: s.to_json() for b, s in self.calibrated.items()},
+                "parametric_heldout": {b: s.to_json() for b, s in self.parametric.items()},
                 "note": self.note, "runs_detail": self.run_details}
 
 
@@ -110,19 +116,23 @@ def evaluate_system(system_dir: Path) -> SystemResult:
     ratios = error_ratio(pred, measured)
     datasheet = band_stats(records, ratios)
     train, test = split_every_other(records)
-    note, held_points = "", []
+    note, held_points, param_points = "", [], []
+    test_us = np.array([r.time_us for r in test])
     try:
         fitted = fit_topology(train, topology)
-        held = error_ratio(predicted_us(test, fitted), np.array([r.time_us for r in test]))
-        calibrated = band_stats(test, held)
+        held = error_ratio(predicted_us(test, fitted), test_us)
+        params_only = replace(fitted, calibration=replace(fitted.calibration, corrections=()))
+        held_params = error_ratio(predicted_us(test, params_only), test_us)
+        calibrated, parametric = band_stats(test, held), band_stats(test, held_params)
         held_points = [(r.nbytes, float(x)) for r, x in zip(test, held, strict=True)]
+        param_points = [(r.nbytes, float(x)) for r, x in zip(test, held_params, strict=True)]
     except CalibrationError as exc:
-        calibrated = {label: Stats() for label, _, _ in BANDS}
+        calibrated = parametric = {label: Stats() for label, _, _ in BANDS}
         note = f"calibration refused: {exc}"
     points = [(r.nbytes, float(x)) for r, x in zip(records, ratios, strict=True)]
     return SystemResult(system_dir.name, len(runs), sorted({run.nodes for run in runs}),
-                        sum(not run.is_default for run in runs), datasheet, calibrated, note, points,
-                        held_points, run_details(runs, pred / measured))
+                        sum(not run.is_default for run in runs), datasheet, calibrated, parametric,
+                        note, points, held_points, param_points, run_details(runs, pred / measured))
 
 
 def run_details(runs: Sequence[PublishedRun], pred_over_meas: np.ndarray) -> list[dict]:
@@ -143,15 +153,20 @@ def run_details(runs: Sequence[PublishedRun], pred_over_meas: np.ndarray) -> lis
     return out
 
 
+#: Each pooled column: the per-measurement points and the per-system stats it is made of.
+COLUMNS = {"datasheet": ("datasheet_points", "datasheet"),
+           "calibrated_heldout": ("heldout_points", "calibrated"),
+           "parametric_heldout": ("parametric_points", "parametric")}
+
+
 def pooled(results: Sequence[SystemResult], which: str) -> dict[str, dict]:
     """Every measurement of every system in one pool per band, plus the worst system's median."""
+    points, per_system = COLUMNS[which]
     out = {}
     for label, lo, hi in BANDS:
-        ratios = [x for res in results for size, x in getattr(res, f"{which}_points")
-                  if lo <= size < hi]
+        ratios = [x for res in results for size, x in getattr(res, points) if lo <= size < hi]
         stats = Stats.of(np.array(ratios))
-        medians = [getattr(res, "datasheet" if which == "datasheet" else "calibrated")[label].median
-                   for res in results]
+        medians = [getattr(res, per_system)[label].median for res in results]
         medians = [m for m in medians if m is not None]
         out[label] = {**stats.to_json(), "systems": len(medians),
                       "worst_system_median": max(medians) if medians else None}
@@ -159,9 +174,9 @@ def pooled(results: Sequence[SystemResult], which: str) -> dict[str, dict]:
 
 
 def summarize(results: Sequence[SystemResult]) -> dict:
-    """The overall line of the datasheet and the calibrated (held-out) columns."""
-    return {"datasheet": pooled(results, "datasheet"),
-            "calibrated_heldout": pooled(results, "heldout")}
+    """The overall lines: datasheet, calibrated (held-out sizes) and calibrated without the
+    measured corrections (the physical parameters alone)."""
+    return {which: pooled(results, which) for which in COLUMNS}
 
 
 def _fmt(stats: Stats) -> str:
@@ -193,6 +208,10 @@ def print_table(results: Sequence[SystemResult], summary: dict) -> None:
              else f"x{summary[which][b]['worst_system_median']:.2f}"
              for which in ("datasheet", "calibrated_heldout") for b, _, _ in BANDS]
     table.add_row("worst system median", "", "", *worst)
+    params = summary["parametric_heldout"]
+    table.add_row("[dim]parameters only[/dim]", "", "", "", "", "",
+                  *[f"[dim]{_fmt(Stats(params[b]['n'], params[b]['median'], params[b]['worst']))}[/dim]"
+                    for b, _, _ in BANDS])
     console = Console(width=220)
     console.print(table)
     for res in results:

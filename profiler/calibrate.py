@@ -43,10 +43,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.optimize import least_squares
 
-from dynamiccl.calibration import Calibration, Fitted
+from dynamiccl.calibration import Calibration, Fitted, MeasuredCorrection
 from dynamiccl.knobs import Config, ConfigBatch, invalid_reason
 from dynamiccl.knobs import nccl_config as make_nccl_config
-from dynamiccl.nccl import Algorithm, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler import fit_params as FP
 from dynamiccl.profiler.fit_params import Param
@@ -210,9 +210,16 @@ def predict(problem: Problem, topology: Topology, configs: Sequence[Config]) -> 
 
 
 def calibrate(records: Sequence[MeasurementRecord], base: Topology,
-              keep_undetermined: bool = False, refine: bool = True) -> FitResult:
+              keep_undetermined: bool = False, refine: bool = True,
+              corrections: bool = True) -> FitResult:
     """Fits every tier parameter the data determines (refusing or keeping the others) and, with
-    ``refine``, the refinements of ``fit_params`` the data determines."""
+    ``refine``, the refinements of ``fit_params`` the data determines; with ``corrections``, writes
+    what the fitted model still misses at each measured size (``dynamiccl.calibration``).
+    ``FitResult.predicted_us`` is the fitted model's, without the corrections (which would make its
+    error on the fitted measurements zero by construction)."""
+    if base.calibration is not None and base.calibration.corrections:
+        # corrections measured against an earlier fit must not steer this one
+        base = replace(base, calibration=replace(base.calibration, corrections=()))
     problem = prepare(records, base)
     problem.configs = pick_configs(problem, base)
     predicted_base = predict(problem, base, problem.configs)
@@ -254,9 +261,34 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
                      float(rel[i]) if i in free else math.nan, bool(i in free), notes.get(i, ""))
             for i, p in enumerate(params)]
     topology = _written(base, params, x, rel, free, n_tier, len(problem.records))
+    predicted = predict(problem, topology, problem.configs)
+    if corrections:
+        cal = topology.calibration or Calibration()
+        topology = replace(topology, calibration=replace(
+            cal, corrections=measured_corrections(problem, predicted)))
     return FitResult(replace(topology, name=f"{base.name}_calibrated"), fits[:n_tier], problem,
-                     predicted_base, predict(problem, topology, problem.configs), iterations,
-                     fits[n_tier:])
+                     predicted_base, predicted, iterations, fits[n_tier:])
+
+
+def measured_corrections(problem: Problem, predicted_us: np.ndarray) -> tuple[MeasuredCorrection, ...]:
+    """Measured / predicted per (collective, algorithm, protocol, shape) and size: the geometric
+    mean over a size's repeated measurements (in-place and out-of-place rows, reruns)."""
+    groups: dict[tuple, dict[float, list[float]]] = {}
+    for rec, shape, config, meas, pred in zip(problem.records, problem.shapes, problem.configs,
+                                              problem.measured_us, predicted_us, strict=True):
+        if not (meas > 0 and pred > 0 and math.isfinite(pred)):
+            continue
+        key = (int(rec.coll), int(config.algorithm), int(config.protocol), *shape)
+        groups.setdefault(key, {}).setdefault(float(rec.nbytes), []).append(math.log(meas / pred))
+    out = []
+    for (coll, algo, proto, nodes, gpn), by_size in sorted(groups.items()):
+        sizes = sorted(s for s in by_size if s > 0)
+        if not sizes:
+            continue
+        factors = tuple(math.exp(float(np.mean(by_size[s]))) for s in sizes)
+        out.append(MeasuredCorrection(Collective(coll), Algorithm(algo), Protocol(proto), nodes, gpn,
+                                      tuple(sizes), factors))
+    return tuple(out)
 
 
 def _written(base: Topology, params: list[Param], x: np.ndarray, rel: np.ndarray, free: np.ndarray,

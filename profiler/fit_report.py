@@ -120,12 +120,13 @@ def _alternate(groups: dict, train: list, test: list) -> None:
 
 
 def heldout_check(records: Sequence[MeasurementRecord], base: Topology,
-                  keep_undetermined: bool = False) -> Heldout | None:
-    """Fits every other size and predicts the rest; None when too few sizes remain to hold out."""
+                  keep_undetermined: bool = False, corrections: bool = True) -> Heldout | None:
+    """Fits every other size and predicts the rest (with the measured corrections of the fitted
+    sizes, as the written file will); None when too few sizes remain to hold out."""
     train, test = split_every_other(records)
     if not test or not train:
         return None
-    fit = calibrate(train, base, keep_undetermined=keep_undetermined)
+    fit = calibrate(train, base, keep_undetermined=keep_undetermined, corrections=corrections)
     problem = prepare(test, base)
     pred = predict(problem, fit.topology, pick_configs(problem, fit.topology))
     log_err = np.log(pred / problem.measured_us)

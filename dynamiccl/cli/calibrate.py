@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the collective of nccl-tests outputs whose name and content do not say it")
     p.add_argument("--keep-undetermined", action="store_true",
                    help="keep parameters the data cannot determine at their base values")
+    p.add_argument("--no-corrections", dest="corrections", action="store_false",
+                   help="write only the fitted parameters, not the measured corrections between "
+                        "them and the logs (per collective, algorithm/protocol and size)")
     p.add_argument("--plot", type=path_arg, metavar="FILE.png",
                    help="draw measured vs predicted time per run")
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
@@ -64,6 +67,7 @@ def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from dynamiccl.config_loader import ConfigError
+    from dynamiccl.files import write_text_atomic
     from dynamiccl.profiler.calibrate import CalibrationError, calibrate
     from dynamiccl.profiler.fit_report import (
         error_table,
@@ -83,13 +87,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     try:
-        fit = calibrate(records, base, keep_undetermined=args.keep_undetermined)
-        held = heldout_check(records, base, keep_undetermined=True)
+        fit = calibrate(records, base, keep_undetermined=args.keep_undetermined,
+                        corrections=args.corrections)
+        held = heldout_check(records, base, keep_undetermined=True, corrections=args.corrections)
     except CalibrationError as exc:
         raise UserError(str(exc)) from None
     fit = with_heldout(fit, held, ", ".join(Path(m).name for m in args.measurements))
     try:
-        Path(args.output).write_text(fitted_yaml(fit, args.measurements))
+        write_text_atomic(args.output, fitted_yaml(fit, args.measurements))
     except OSError as exc:
         raise UserError(f"{args.output}: cannot write the fitted topology ({exc.strerror})") from None
     if args.plot:
@@ -107,6 +112,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
             print(f"  {p.label:36s} {p.base:g} -> {p.fitted:.4g} (±{100 * p.rel_std:.1f}%)")
         elif p.note:
             print(f"  {p.label:36s} kept at {p.base:g} ({p.note})")
+    corrections = fit.topology.calibration.corrections if fit.topology.calibration else ()
+    if corrections:
+        points = sum(len(c.sizes) for c in corrections)
+        print(f"  measured corrections: {len(corrections)} (collective, algorithm/protocol, shape) "
+              f"curves over {points} sizes, used between the sizes measured")
     print(format_table(error_table(fit.problem, fit.predicted_us, fit.predicted_base_us)))
     if held is not None:
         print("\nheld-out sizes (fitted on every other size of each run, predicted in between):")

@@ -69,6 +69,10 @@ def simulate(topology: Topology, collective: np.ndarray | int, nbytes: np.ndarra
     t_pre = tab.pre_lat[coll] + tab.pre_coef[coll] * sb if tab.sar_idx.size else None
     if tab.floor_us:  # the host cannot issue calls faster (launch.py)
         np.maximum(t_alg, tab.floor_us, out=t_alg)
+    for corr_coll, cols, corr in tab.corrections:  # what the calibration measured the model misses
+        rows = np.flatnonzero(coll == corr_coll)
+        if rows.size:
+            t_alg[np.ix_(rows, cols)] *= corr.factor(size[rows])[:, None]
     if noise_sigma > 0:
         gen = rng if rng is not None else np.random.default_rng()
         factor = gen.lognormal(0.0, noise_sigma, size=t_alg.shape)

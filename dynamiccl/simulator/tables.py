@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamiccl.knobs import Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
+from dynamiccl.calibration import MeasuredCorrection
+from dynamiccl.knobs import NCCL_ALGORITHM_HIERARCHY, Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
 from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.collnet import collnet_chain, collnet_direct
@@ -49,6 +50,9 @@ class CostCoefficients:
     channels: np.ndarray     # [A] float
     #: The host's launch floor (launch.py); 0 when no configuration's fixed cost is below it.
     floor_us: float
+    #: The calibration's measured corrections for this system shape: (collective, the columns of
+    #: the (algorithm, protocol) it was measured with, the correction).
+    corrections: tuple[tuple[int, np.ndarray, MeasuredCorrection], ...] = ()
 
 
 def _cost(topology: Topology, collective: Collective, algo: Algorithm, hier: bool,
@@ -145,6 +149,23 @@ def _calibrated(topology: Topology, algo: np.ndarray, proto: np.ndarray) -> tupl
     return eff, shift
 
 
+def _corrections(topology: Topology, algo: np.ndarray, proto: np.ndarray,
+                 hier: np.ndarray) -> tuple[tuple[int, np.ndarray, MeasuredCorrection], ...]:
+    """The measured corrections of this system shape, each with the columns it applies to: NCCL's
+    own configurations (any channel count) of the (algorithm, protocol) it was measured with."""
+    cal = topology.calibration
+    if cal is None:
+        return ()
+    out = []
+    for corr in cal.corrections_for(topology.nodes, topology.gpus_per_node):
+        nccl_hier = int(NCCL_ALGORITHM_HIERARCHY[corr.algorithm])
+        cols = np.flatnonzero((algo == int(corr.algorithm)) & (proto == int(corr.protocol))
+                              & (hier == nccl_hier))
+        if cols.size:
+            out.append((int(corr.collective), cols, corr))
+    return tuple(out)
+
+
 def _binding_floor(topology: Topology, lat: np.ndarray) -> float:
     """The launch floor, or 0 when every fixed cost already exceeds it (then ``simulate`` skips the
     pass over the whole batch that applying it costs)."""
@@ -199,7 +220,8 @@ def build(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
     coef = np.where(valid, coef, 0.0)
     pre_lat = np.where(valid[:, sar_idx], pre_lat, np.inf)
     return CostCoefficients(lat, coef, pipe_idx, extra_lat, extra_coef, sar_idx, pre_lat, pre_coef,
-                            cols_all["channels"].astype(np.float64), _binding_floor(topology, lat))
+                            cols_all["channels"].astype(np.float64), _binding_floor(topology, lat),
+                            _corrections(topology, algo, cols_all["protocol"], cols_all["hierarchy"]))
 
 
 _CACHE: OrderedDict[tuple, CostCoefficients] = OrderedDict()
