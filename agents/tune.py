@@ -20,7 +20,9 @@ and on NCCL 2.31+ the plugin can only lower NCCL's channel count). Evidence, str
    :func:`dynamiccl.calibration.uncertainty`.
 
 Every decision goes through the same gate as export (:func:`dynamiccl.agents.gate.passes`): an
-override only where the gain clears the margin and its uncertainty.
+override only where the gain clears the margin and its uncertainty, and, unlike export, only where
+measurements anchor both NCCL's default and the choice (evidence 1 or 2): what the model alone says
+ranks the next measurements (:func:`plan`) but pins nothing.
 
 :func:`plan` ranks the measurements not yet made by how much they could change a decision — the
 expected gain a deferred choice could unlock, or the regression risk of an override that rests on
@@ -158,7 +160,10 @@ def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
     """The model's system fitted to the measurements, and a note of what happened.
 
     The one call into calibration (``profiler.calibrate``); parameters the data cannot determine
-    keep their base values, and a fit that fails leaves the base system.
+    keep their base values, and a fit that fails leaves the base system. Without the measured
+    corrections: tune corrects each choice itself (:meth:`Tuner._factors`) and judges that
+    correction by its residual on the measured sizes, which corrections fitted to the very same
+    sizes would make zero, and the uncertainty with it.
     """
     from dynamiccl.profiler.calibrate import CalibrationError, calibrate
 
@@ -166,7 +171,7 @@ def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
     if not usable:
         return topology, "no measurements: the uncalibrated model"
     try:
-        fit = calibrate(usable, topology, keep_undetermined=True)
+        fit = calibrate(usable, topology, keep_undetermined=True, corrections=False)
     except (CalibrationError, ValueError) as exc:
         return topology, f"calibration failed ({exc}); the uncalibrated model"
     fitted = [f.label for f in fit.params if f.determined]
@@ -225,6 +230,8 @@ class Estimate:
     time_us: float
     sigma: float
     evidence: str
+    #: Only the model (calibrated or not) speaks for it: no measurement of this choice anchors it.
+    model_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -288,23 +295,27 @@ class Tuner:
             pick = _nccl_pair(model_scn)
             sizes = [n for n in sizes if _nccl_pair(replace(model_scn, nbytes=n)) == pick]
         if not sizes:
-            return Estimate(run.time_us, band, self.model_evidence)
+            return Estimate(run.time_us, band, self.model_evidence, model_only=True)
         floor, rest = _latency_split(model_scn, choice, scenario.nbytes)
-        a, b, residual = self._factors(scenario, model_scn, choice, tuple(sizes))
+        a, b, residual, unpinned = self._factors(scenario, model_scn, choice, tuple(sizes))
         x = math.log2(max(scenario.nbytes, 1))
         octaves = float(np.min(np.abs(np.log2(sizes) - x)))
-        sigma = self.measurements.noise + residual + SIGMA_PER_OCTAVE * octaves
+        # the share of this prediction a factor the measurements did not pin carries keeps the
+        # model's own uncertainty (a latency floor is not known from bandwidth-bound sizes)
+        share = {"floor": floor, "rest": rest, None: 0.0}[unpinned] / max(floor + rest, 1e-12)
+        sigma = self.measurements.noise + residual + SIGMA_PER_OCTAVE * octaves + share * band
         if sigma >= band:  # too far from anything measured: the correction says nothing here
-            return Estimate(run.time_us, band, self.model_evidence)
+            return Estimate(run.time_us, band, self.model_evidence, model_only=True)
         return Estimate(a * floor + b * rest, sigma, CALIBRATED)
 
     def _factors(self, scenario: Scenario, model_scn: Scenario, choice: Choice,
-                 sizes: tuple[int, ...]) -> tuple[float, float, float]:
+                 sizes: tuple[int, ...]) -> tuple[float, float, float, str | None]:
         """Latency and bandwidth correction factors of ``choice`` fitted to its measured sizes
-        (relative least squares of ``t = a * floor + b * rest``), and the fit's RMS log residual.
+        (relative least squares of ``t = a * floor + b * rest``), the fit's RMS log residual, and
+        which part the measurements could not pin ("floor", "rest" or None).
 
         One regime measured (only small or only large calls) pins one factor; the other then
-        takes the same value, and the octave distance keeps far sizes uncertain.
+        takes the same value, and stays as uncertain as the model is where it dominates.
         """
         measured = np.array([self.measurements.time(replace(scenario, nbytes=n), choice)
                              for n in sizes])
@@ -312,13 +323,17 @@ class Tuner:
         rows = split / measured[:, None]
         ratio = float(np.exp(np.mean(np.log(measured / split.sum(axis=1)))))
         a = b = ratio
+        floor_share = float(np.mean(split[:, 0] / split.sum(axis=1)))
+        unpinned: str | None = "rest" if floor_share > 0.5 else "floor"
         if len(sizes) > 1 and np.linalg.matrix_rank(rows, tol=0.05) == 2:
             (a, b), *_ = np.linalg.lstsq(rows, np.ones(len(sizes)), rcond=None)
+            unpinned = None
             if not (0.05 < a < 20 and 0.05 < b < 20):
                 a = b = ratio
+                unpinned = "rest" if floor_share > 0.5 else "floor"
         fitted = split @ np.array([a, b])
         residual = float(np.sqrt(np.mean(np.log(measured / fitted) ** 2)))
-        return float(a), float(b), residual
+        return float(a), float(b), residual, unpinned
 
     def decide(self, scenario: Scenario) -> CallDecision:
         model_scn = self._on_model(scenario)
@@ -334,7 +349,7 @@ class Tuner:
             if choice.is_default:
                 continue
             sigma = math.hypot(est.sigma, default.sigma)
-            if est.evidence == self.model_evidence != default.evidence:
+            if est.model_only and not default.model_only:
                 # Only the model speaks for this choice: trust its ratio to NCCL's default, not
                 # its absolute time (a system the model misjudges misjudges both alike). That
                 # ratio carries the model's error on both choices, measured default or not.
@@ -344,8 +359,13 @@ class Tuner:
             gain = default.time_us / est.time_us - 1.0
             evidence = MEASURED if MEASURED == est.evidence == default.evidence else (
                 MODEL if MODEL == est.evidence == default.evidence else CALIBRATED)
+            # tune overrides NCCL only where measurements anchor both sides (measured here, or
+            # corrected by their own measurements nearby); what only the model says is a reason to
+            # measure (plan), not to pin: the model's ratio between two algorithms can be off by
+            # far more than its error on one time
+            anchored = not (est.model_only or default.model_only)
             verdict = Verdict(nccl_config, _model_run(model_scn, choice).config, gain, sigma,
-                              evidence, passes(gain, sigma, self.margin))
+                              evidence, anchored and passes(gain, sigma, self.margin))
             better = best_verdict is None or (verdict.override, verdict.gain) > (
                 best_verdict.override, best_verdict.gain)
             if better:

@@ -182,3 +182,32 @@ def test_a_plan_for_a_channel_pin_sets_nccl_min_and_max_nchannels():
     measured = [record(s, DEFAULT, 100.0), record(s, pinned, 50.0)]
     planned = plan(Tuner(TOPO, Measurements(measured)), [at(1 << 15), s, at(1 << 17)], 50)
     assert any(m.choice == pinned and m.nbytes != s.nbytes for m in planned)
+
+
+def test_tune_overrides_only_where_measurements_anchor_both_sides():
+    # NVLS measured far faster than NCCL's default up to 4 MiB, NCCL's default never near 16 MiB
+    sizes = [1 << k for k in range(18, 23)]
+    records = [record(at(n), DEFAULT, _model_time(at(n), DEFAULT)) for n in sizes[:2]]
+    records += [record(at(n), NVLS, 0.5 * _model_time(at(n), NVLS)) for n in sizes]
+    tuner = Tuner(TOPO, Measurements(records))
+    far_default = at(1 << 24)
+    d = tuner.decide(far_default)
+    assert d.estimates[DEFAULT].model_only and not d.estimates[NVLS].model_only
+    assert d.chosen == DEFAULT  # the model alone speaks for NCCL's default there
+    # a choice only the model speaks for never overrides a measured default, however fast it looks
+    only_model = [record(at(1 << 20), DEFAULT, 10.0 * _model_time(at(1 << 20), DEFAULT))]
+    d = Tuner(TOPO, Measurements(only_model)).decide(at(1 << 20))
+    assert d.estimates[DEFAULT].evidence == "measured" and d.chosen == DEFAULT
+
+
+def test_a_calibrated_model_keeps_a_choice_corrected_by_its_own_measurements():
+    # with a fitted model (calibrated=True) an estimate corrected by the choice's own measurements
+    # is that choice's time, not rescaled again by the model's ratio to NCCL's default
+    sizes = [1 << k for k in range(18, 23)]
+    records = [record(at(n), p, f * _model_time(at(n), p))
+               for n in sizes for p, f in ((DEFAULT, 1.0), (NVLS, 0.6))]
+    tuner = Tuner(TOPO, Measurements(records), calibrated=True)
+    between = at(3 << 19)
+    d = tuner.decide(between)
+    assert not d.estimates[NVLS].model_only
+    assert abs(d.estimates[NVLS].time_us / _model_time(between, NVLS) - 0.6) < 0.05
