@@ -59,9 +59,14 @@ def ddp(module: torch.nn.Module, config: RuntimeConfig | None = None, tuner: Onl
         control: PluginControl | None = None, **ddp_kwargs: Any) -> DistributedDataParallel:
     """``DistributedDataParallel(module, **ddp_kwargs)`` with the runtime's hook, checked first.
 
-    The runtime is ``model.dynamiccl_runtime`` (its decisions and tuning log).
+    ``gradient_as_bucket_view`` defaults to True here: with a communication hook registered DDP no
+    longer folds the averaging into its copy of the gradients into the bucket, so the hook's
+    division is one more pass over every bucket; gradients that are views of the buckets save both
+    copies instead (pass ``gradient_as_bucket_view=False`` for gradients of their own). The runtime
+    is ``model.dynamiccl_runtime`` (its decisions and tuning log).
     """
     runtime = start(config, tuner, control)
+    ddp_kwargs.setdefault("gradient_as_bucket_view", True)
     model = DistributedDataParallel(module, **ddp_kwargs)
     model.register_comm_hook(runtime, comm_hook)
     model.dynamiccl_runtime = runtime
