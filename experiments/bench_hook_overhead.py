@@ -12,11 +12,13 @@ Each variant's overhead is its block's mean step time minus plain DDP's in the s
 over rounds: load that shifts between rounds cancels, and the standard error is that of the paired
 differences. ``wall`` is elapsed time, ``cpu`` the process's CPU time on all its threads (what the
 process did, not how long it waited for the others). ``runtime - ddp_view`` is the hook's cost
-against plain DDP with the same gradient layout: what any Python communication hook costs in DDP,
-which insists on a future of a Python object, so a callback per bucket hands the GIL between
-threads. ``runtime - torch_hook`` is what the runtime adds to PyTorch's own hook; negative where the
-bucket views save more than the runtime adds (with DDP's default layout a hook's averaging is one
-more pass over each bucket: DDP folds it into its gradient copy only when no hook is registered).
+against plain DDP with the same gradient layout, and what any communication hook costs in DDP: a
+callback per bucket that hands the GIL between threads (DDP insists on a future of a Python
+object), and one pass over each bucket for the averaging, which DDP folds into its copy of the
+gradients into the bucket only when no hook is registered (PyTorch's own C++ and Python hooks
+divide in a pass of their own too). The first dominates small buckets, the second large ones.
+``runtime - torch_hook`` is what the runtime adds to PyTorch's own Python hook; negative where the
+bucket views ``runtime.ddp`` turns on save more than the runtime adds.
 
     python experiments/bench_hook_overhead.py --json
     {"ranks": 2, "step_us": ..., "step_cpu_us": ..., "buckets": 4,

@@ -6,7 +6,9 @@ train in alternating blocks in the same processes (so machine load hits both ali
 mean step time is reported for each, with its standard error (step times on a loaded machine are
 bimodal, so a median jumps between the modes); ``measured_saving_ms`` is the mean of the paired
 block differences, with its standard error. Plain DDP gets ``gradient_as_bucket_view=True`` like
-``runtime.ddp``, so the difference is the hook's alone.
+``runtime.ddp``, so the difference is the hook's alone; without a straggler that is what any DDP
+communication hook costs (``bench_hook_overhead.py``), on CPU gloo mostly the averaging's own pass
+over the bucket, which DDP without a hook folds into its gradient copy.
 
 The simulator's prediction is for the same setting: the bucket the straggler delays (the step's
 first, read from DDP's own bucket layout), the injected delay and the same ranks, on a one-tier
