@@ -1,13 +1,27 @@
 """DDP with the runtime's hook against plain DDP, with a persistent straggler, next to the simulator.
 
-Real gloo processes on this machine (``--nprocs`` ranks, 4 by default): a small MLP whose gradient
-is one bucket, the last rank sleeping ``d`` ms before every backward. For each delay the two models
+Real gloo processes on this machine (``--nprocs`` ranks, 4 by default): an MLP whose gradient is one
+16 MiB bucket, the last rank sleeping ``d`` ms before every backward. For each delay the two models
 train in alternating blocks in the same processes (so machine load hits both alike) and rank 0's
 mean step time is reported for each, with its standard error (step times on a loaded machine are
-bimodal, so a median jumps between the modes). The simulator's prediction is for the same setting: a
-one-tier switch of ``nprocs`` ranks whose bandwidth is fitted so that the simulated ring all-reduce
-of the gradient takes what gloo's all-reduce took in this run, then ring vs StragglAR at the delay —
-for the path the runtime picks (no saving is predicted where it keeps NCCL's all-reduce).
+bimodal, so a median jumps between the modes); ``measured_saving_ms`` is the mean of the paired
+block differences, with its standard error. Plain DDP gets ``gradient_as_bucket_view=True`` like
+``runtime.ddp``, so the difference is the hook's alone; without a straggler that is what any DDP
+communication hook costs (``bench_hook_overhead.py``), on CPU gloo mostly the averaging's own pass
+over the bucket, which DDP without a hook folds into its gradient copy.
+
+The simulator's prediction is for the same setting: the bucket the straggler delays (the step's
+first, read from DDP's own bucket layout), the injected delay and the same ranks, on a one-tier
+switch whose bandwidth is fitted so that the simulated ring all-reduce of that bucket takes what
+gloo's all-reduce took in this run; the saving is ring minus StragglAR at the delay, times the share
+of timed steps on which the runtime actually ran StragglAR (``stragglar_share``: none while it keeps
+the plain all-reduce, all once it has agreed on the straggler). At n = 4 StragglAR's completion
+rounds move 4/3 of the bucket per rank against a ring's 3/2, so the saving is about a ninth of the
+all-reduce time; the 16 MiB default makes that several ms, above this machine's noise, where a
+4 MiB gradient's 1.4 ms was not. gloo has no fast reduce-scatter, so the runtime's StragglAR
+all-reduces among the punctual ranks while the straggler is late (twice the bytes the simulator's
+reduce-scatter moves): at delays shorter than that all-reduce the measurement falls short of the
+prediction by the difference.
 
     python experiments/bench_runtime.py --json
     {"ranks": 4, "cases": [{"straggler_delay_ms": 0, "plain_step_ms": ..., "hook_step_ms": ...,
@@ -51,7 +65,8 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
         mods = [m for _ in range(layers) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
         return torch.nn.Sequential(*mods)
 
-    plain = DDP(model(), bucket_cap_mb=256)
+    # the same gradient layout as runtime.ddp's (bucket views): the comparison is the hook's
+    plain = DDP(model(), bucket_cap_mb=256, gradient_as_bucket_view=True)
     hooked = runtime.ddp(model(), runtime.RuntimeConfig(**RUNTIME), bucket_cap_mb=256)
     opts = {m: torch.optim.SGD(m.parameters(), lr=1e-3) for m in (plain, hooked)}
     x = torch.randn(16, width)
@@ -67,35 +82,48 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
         opts[m].zero_grad()
         return (time.perf_counter() - t0) * 1e3
 
-    buf = torch.ones(grad_bytes // 4)
+    for m in (plain, hooked):  # DDP lays its buckets out anew after the first step
+        step(m, 0.0)
+    layout = hooked._get_ddp_logging_data()  # the rebuilt layout, or the first where none was needed
+    buckets = [int(b) for b in str(layout.get("rebuilt_bucket_sizes", layout["bucket_sizes"])).split(",")]
+    first_bucket = buckets[0]  # DDP's bucket 0: the first one reduced, the one the straggler delays
+    buf = torch.ones(first_bucket // 4)
     ar_ms = []
-    for i in range(25):  # gloo's own all-reduce of the gradient, everyone punctual
+    for i in range(25):  # gloo's own all-reduce of that bucket, everyone punctual
         dist.barrier()
         t0 = time.perf_counter()
         dist.all_reduce(buf)
         if i >= 5:
             ar_ms.append((time.perf_counter() - t0) * 1e3)
+    rt = hooked.dynamiccl_runtime
     cases = []
     for d in delays_ms:
         for m in (plain, hooked):
             for _ in range(warmup):  # the hook's window sees the new delay before timing starts
                 step(m, d)
         times: dict[str, list[float]] = {"plain": [], "hook": []}
+        paths: list[str] = []
         for _ in range(blocks):
-            for name, m in (("plain", plain), ("hook", hooked)):
-                times[name] += [step(m, d) for _ in range(block)]
-        rt = hooked.dynamiccl_runtime
+            times["plain"] += [step(plain, d) for _ in range(block)]
+            for _ in range(block):
+                paths.append(rt.path_for(first_bucket))  # what this step's first bucket runs
+                times["hook"].append(step(hooked, d))
+        saved = [statistics.fmean(times["plain"][i:i + block]) - statistics.fmean(times["hook"][i:i + block])
+                 for i in range(0, len(paths), block)]
         cases.append({"straggler_delay_ms": d,
                       "plain_step_ms": statistics.fmean(times["plain"]),
                       "hook_step_ms": statistics.fmean(times["hook"]),
                       "plain_stderr_ms": _stderr(times["plain"]),
                       "hook_stderr_ms": _stderr(times["hook"]),
-                      "hook_path": rt.path_for(grad_bytes),
+                      "measured_saving_ms": statistics.fmean(saved),
+                      "measured_saving_stderr_ms": _stderr(saved),
+                      "stragglar_share": paths.count("stragglar") / len(paths),
                       "detected_delay_ms": rt.job_state.delay_us / 1e3})
     dist.destroy_process_group()
     if ctx.rank:
         return None
-    return {"cases": cases, "grad_bytes": grad_bytes, "allreduce_ms": statistics.median(ar_ms)}
+    return {"cases": cases, "grad_bytes": grad_bytes, "bucket_bytes": buckets,
+            "allreduce_ms": statistics.median(ar_ms)}
 
 
 def _stderr(xs: list[float]) -> float:
@@ -129,13 +157,13 @@ def _time(topology: Topology, nbytes: int, delay_us: float, algorithm: Algorithm
     return evaluate(scenario, Config(algorithm, Protocol.SIMPLE, 4)).time_us
 
 
-def predicted_saving_ms(topology: Topology, nbytes: int, delay_ms: float, path: str) -> float:
-    """Ring minus StragglAR at this delay, where the runtime runs StragglAR; else nothing."""
-    if path != "stragglar":
+def predicted_saving_ms(topology: Topology, nbytes: int, delay_ms: float, stragglar_share: float) -> float:
+    """Ring minus StragglAR at this delay, on the share of steps the runtime ran StragglAR."""
+    if not stragglar_share:
         return 0.0
     delay_us = delay_ms * 1e3
-    return (_ring_us(topology, nbytes, delay_us)
-            - _time(topology, nbytes, delay_us, Algorithm.STRAGGLAR)) / 1e3
+    return stragglar_share * (_ring_us(topology, nbytes, delay_us)
+                              - _time(topology, nbytes, delay_us, Algorithm.STRAGGLAR)) / 1e3
 
 
 def main() -> None:
@@ -143,8 +171,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--nprocs", type=int, default=4, help="ranks (default 4)")
     ap.add_argument("--delays", default="0,5,20,50", help="straggler delays in ms (default 0,5,20,50)")
-    ap.add_argument("--width", type=int, default=512, help="MLP width (default 512)")
-    ap.add_argument("--layers", type=int, default=4, help="MLP layers (default 4: a 4 MiB gradient)")
+    ap.add_argument("--width", type=int, default=1024, help="MLP width (default 1024)")
+    ap.add_argument("--layers", type=int, default=4, help="MLP layers (default 4: a 16 MiB gradient)")
     ap.add_argument("--block", type=int, default=2, help="steps per block (default 2)")
     ap.add_argument("--blocks", type=int, default=25, help="alternating blocks per model (default 25)")
     args = ap.parse_args()
@@ -158,23 +186,26 @@ def main() -> None:
     out = launch(f"{__file__}:bench_rank", args.nprocs,
                  {"delays_ms": delays, "width": args.width, "layers": args.layers,
                   "block": args.block, "blocks": args.blocks, "warmup": warmup}, timeout_s=1800)[0]
-    topology = fitted_topology(args.nprocs, out["grad_bytes"], out["allreduce_ms"])
+    first_bucket = out["bucket_bytes"][0]
+    topology = fitted_topology(args.nprocs, first_bucket, out["allreduce_ms"])
     for case in out["cases"]:
-        case["predicted_saving_ms"] = predicted_saving_ms(topology, out["grad_bytes"],
-                                                          case["straggler_delay_ms"], case["hook_path"])
-        case["measured_saving_ms"] = case["plain_step_ms"] - case["hook_step_ms"]
+        case["predicted_saving_ms"] = predicted_saving_ms(topology, first_bucket,
+                                                          case["straggler_delay_ms"],
+                                                          case["stragglar_share"])
     result = {"ranks": args.nprocs, "cases": out["cases"], "grad_bytes": out["grad_bytes"],
-              "gloo_allreduce_ms": out["allreduce_ms"],
+              "bucket_bytes": out["bucket_bytes"], "gloo_allreduce_ms": out["allreduce_ms"],
               "fitted_bandwidth_GBps": topology.tiers[0].bandwidth_GBps}
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{args.nprocs} gloo ranks, {out['grad_bytes'] / 2**20:.1f} MiB gradient, gloo all-reduce "
+    print(f"{args.nprocs} gloo ranks, {out['grad_bytes'] / 2**20:.1f} MiB gradient in buckets of "
+          f"{[round(b / 2**20, 2) for b in out['bucket_bytes']]} MiB, gloo all-reduce of the first "
           f"{out['allreduce_ms']:.2f} ms")
     for c in result["cases"]:
         print(f"delay {c['straggler_delay_ms']:5.1f} ms: plain {c['plain_step_ms']:7.2f} "
               f"± {c['plain_stderr_ms']:.2f} ms, hook {c['hook_step_ms']:7.2f} ± {c['hook_stderr_ms']:.2f} "
-              f"ms ({c['hook_path']}), saved {c['measured_saving_ms']:6.2f} ms, simulator predicts "
+              f"ms (StragglAR on {c['stragglar_share']:.0%}), saved {c['measured_saving_ms']:6.2f} "
+              f"± {c['measured_saving_stderr_ms']:.2f} ms, simulator predicts "
               f"{c['predicted_saving_ms']:6.2f} ms")
 
 

@@ -8,7 +8,12 @@ import torch
 import torch.distributed as dist
 
 DTYPES = (torch.int64, torch.float32, torch.bfloat16)
-SIZES = (5, 4099, 4098)
+#: Small sizes in every dtype (uneven chunks, odd and even counts, as 2-D and transposed views),
+#: then DDP-like buckets: contiguous 4 MiB of float32 and 2 MiB of int64 that no chunk count divides.
+CASES = (*((size, dtype) for size in (5, 4099, 4098) for dtype in DTYPES),
+         (1 << 20, torch.float32), ((1 << 18) + 3, torch.int64))
+#: From this many elements a case hands the op its contiguous flat tensor, as DDP does.
+FLAT_FROM = 1 << 16
 
 
 def _join(ctx, backend: str = "gloo") -> torch.device:
@@ -40,27 +45,38 @@ def compare_with_all_reduce(ctx, stragglers: list[int], layouts: list[tuple[int,
     sar = StragglAR()
     hier = {layout: HierarchicalAllReduce(*layout) for layout in layouts}
     out = []
-    for seed, (size, dtype) in enumerate((s, d) for s in SIZES for d in DTYPES):
+    for seed, (size, dtype) in enumerate(CASES):
         ref = _data(ctx.rank, size, dtype, seed)
         dist.all_reduce(ref)
         cases = [(f"stragglar s={s}", lambda t, s=s: sar.all_reduce(t, s)) for s in stragglers]
         cases += [(f"hierarchical k={k} chunks={c}", h.all_reduce) for (k, c), h in hier.items()]
         for name, op in cases:
             got = _data(ctx.rank, size, dtype, seed)
-            if size % 2:  # any shape, contiguous or not: the ops write the result back in place
+            if size >= FLAT_FROM:
+                op(got)
+            elif size % 2:  # any shape, contiguous or not: the ops write the result back in place
                 op(got.view(-1, 1))
             else:
                 op(got.view(2, -1).t())
-            everyone = [torch.empty_like(got) for _ in range(ctx.world_size)]
-            dist.all_gather(everyone, got)
-            same = all(torch.equal(everyone[0], e) for e in everyone)
             err = float((got.double() - ref.double()).abs().max())
             scale = float(ref.double().abs().max()) or 1.0
             out.append({"case": f"{name} n={ctx.world_size} size={size} {dtype}", "exact":
-                        torch.equal(got, ref), "rel_err": err / scale, "identical": same,
-                        "float": dtype.is_floating_point, "dtype": str(dtype)})
+                        torch.equal(got, ref), "rel_err": err / scale, "identical": _same_bits(got),
+                        "float": dtype.is_floating_point, "dtype": str(dtype), "size": size})
     dist.destroy_process_group()
     return out if ctx.rank == 0 else None
+
+
+def _same_bits(t: torch.Tensor) -> bool:
+    """Every rank holds the same bits: a digest of each rank's bytes, all-gathered (not the tensors,
+    which would cost more than the op under test on large cases)."""
+    import hashlib
+
+    raw = t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+    mine = torch.tensor([int.from_bytes(hashlib.blake2b(raw, digest_size=7).digest(), "little")])
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    return all(torch.equal(everyone[0], e) for e in everyone)
 
 
 def _model(seed: int = 0):
@@ -70,10 +86,11 @@ def _model(seed: int = 0):
 
 
 def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: dict,
-                       plugin: dict | None = None, backend: str = "gloo"):
-    """DDP through ``dynamiccl.runtime.ddp`` next to plain DDP on the same data; ``late_rank``
-    sleeps before each backward. Returns the runtime's history, both models' parameters and the
-    plugin's all-reduce decision for 1000 B before and after."""
+                       plugin: dict | None = None, backend: str = "gloo", torch_hook: bool = False):
+    """DDP through ``dynamiccl.runtime.ddp`` next to plain DDP on the same data (with
+    ``torch_hook``, DDP with PyTorch's own Python all-reduce hook); ``late_rank`` sleeps before each
+    backward. Returns the runtime's history, both models' parameters and the plugin's all-reduce
+    decision for 1000 B before and after."""
     import time
 
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -86,7 +103,11 @@ def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: 
     ids = [device.index] if backend == "nccl" else None
     tuned = runtime.ddp(_model().to(device), runtime.RuntimeConfig(**config), bucket_cap_mb=0.01,
                         device_ids=ids)
-    plain = DDP(_model().to(device), device_ids=ids)
+    plain = DDP(_model().to(device), bucket_cap_mb=0.01, device_ids=ids)
+    if torch_hook:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        plain.register_comm_hook(None, allreduce_hook)
     opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (tuned, plain)]
     gen = torch.Generator().manual_seed(10 + ctx.rank)
     for _ in range(steps):
@@ -201,3 +222,30 @@ def _with_plugin(ctx, plugin: dict | None) -> NcclStandIn | None:
     os.environ["NCCL_TUNER_PLUGIN"] = plugin["library"]
     os.environ["DYNAMICCL_POLICY"] = plugin["policy"]
     return NcclStandIn(plugin["library"], ctx.world_size)
+
+
+def paths_in_lockstep(ctx, topology: str, ranks_per_node: int | None, sizes: list[int], steps: int,
+                      late_rank: int, late_ms: float, config: dict):
+    """Plain torch.distributed use of the runtime with a topology: ``late_rank`` sleeps before each
+    step's first all-reduce. Returns the runtime's history, the topology it fitted to the job and
+    its path options, and whether every result equalled a plain all_reduce's."""
+    import time
+
+    from dynamiccl.runtime import Runtime, RuntimeConfig
+
+    _join(ctx)
+    rt = Runtime(RuntimeConfig(topology=topology, ranks_per_node=ranks_per_node, **config))
+    exact = True
+    for step in range(steps):
+        if ctx.rank == late_rank:
+            time.sleep(late_ms / 1e3)
+        for i, n in enumerate(sizes):
+            got = _data(ctx.rank, n // 8, torch.int64, step * 100 + i)
+            ref = got.clone()
+            rt.all_reduce(got).wait()
+            dist.all_reduce(ref)
+            exact &= torch.equal(got, ref)
+        rt.end_step()
+    dist.destroy_process_group()
+    return {"history": [(h.step, h.state, h.paths, h.table) for h in rt.history],
+            "topology": rt.topology, "options": rt.path_options, "exact": exact}

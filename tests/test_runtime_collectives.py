@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from dynamiccl.profiler.launcher import launch
 from dynamiccl.runtime.matchings import matchings_for, worthwhile
+from dynamiccl.runtime.stragglar import _chunked
 from dynamiccl.simulator.stragglar_schedule import check_schedule, rounds
 
 WORKERS = str(Path(__file__).parent / "runtime_workers.py")
@@ -27,6 +29,18 @@ def test_schedules_that_move_more_than_a_ring_are_not_used():
     assert [n for n in range(2, 9) if not worthwhile(n)] == [2, 3, 5]
 
 
+def test_a_bucket_no_chunk_count_divides_is_reduced_in_its_own_memory_on_gloo():
+    bucket = torch.arange(4_198_400, dtype=torch.float32)  # the benchmark's 16 MiB: not a multiple of 3
+    buf, chunks = _chunked(bucket, 3, equal=False)
+    assert buf.data_ptr() == bucket.data_ptr()  # no padded copy of 16 MiB and no copy back
+    assert [c.numel() for c in chunks] == [1_399_467, 1_399_467, 1_399_466]
+    assert torch.equal(torch.cat(chunks), bucket)
+    transposed = bucket.view(2, -1).t()  # another layout (a copy) is cut at the same places
+    assert [c.numel() for c in _chunked(transposed, 3, equal=False)[1]] == [c.numel() for c in chunks]
+    padded, equal = _chunked(bucket, 3, equal=True)  # NCCL's reduce-scatter wants equal chunks
+    assert padded.data_ptr() != bucket.data_ptr() and {c.numel() for c in equal} == {1_399_467}
+
+
 LAYOUTS = {3: [(1, 1), (3, 2)], 4: [(2, 1), (2, 3)], 5: [(1, 2), (5, 1)], 6: [(2, 1), (3, 2)],
            7: [(7, 1), (1, 3)], 8: [(4, 1), (2, 2)]}
 
@@ -38,7 +52,9 @@ def test_stragglar_and_hierarchical_equal_all_reduce(n):
     stragglers = sorted({0, n // 2, n - 1})
     results = launch(f"{WORKERS}:compare_with_all_reduce", n,
                      {"stragglers": stragglers, "layouts": LAYOUTS[n]}, timeout_s=300)[0]
-    assert len(results) == 3 * 3 * (len(stragglers) + 2)
+    assert len(results) == 11 * (len(stragglers) + 2)
+    sizes = {(r["size"], r["dtype"]) for r in results}
+    assert {(1 << 20, "torch.float32"), ((1 << 18) + 3, "torch.int64")} <= sizes  # DDP-sized buckets
     for r in results:
         assert r["identical"], r["case"]  # every rank holds the same bits (DDP replicas agree)
         if r["float"]:

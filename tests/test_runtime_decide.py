@@ -18,7 +18,7 @@ from dynamiccl.runtime.tuning import (
 
 def test_a_persistent_straggler_needs_most_of_the_window():
     w = DecisionWindow(window=5, threshold_us=1000.0, majority=0.6)
-    late_2 = [9000.0, 9100.0, 3000.0, 9050.0]  # rank 2 reached the common end 6 ms after the others
+    late_2 = [3000.0, 2900.0, 9000.0, 2950.0]  # rank 2's first bucket came 6 ms after the others'
     calm = [5000.0, 5100.0, 5050.0, 5020.0]
     for sample in (late_2, calm, late_2):
         w.add(sample, [0.5] * 4)

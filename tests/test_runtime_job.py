@@ -62,6 +62,18 @@ def test_every_rank_finds_the_persistent_straggler_at_the_same_step_and_trains_l
     assert all(o["plugin"] and o["decided"] == (CALM, LATE) for o in out)
 
 
+def test_without_a_straggler_the_hook_is_ddps_own_allreduce_hook_bit_for_bit():
+    # 3 ranks: dividing by 3 before or after the sum rounds differently, so only the same steps in
+    # the same order (divide, all-reduce, unwrap) give the same bits
+    out = launch(f"{WORKERS}:ddp_with_straggler", 3,
+                 {"steps": 6, "late_rank": 0, "late_ms": 0.0, "config": {"measure_every": 2},
+                  "torch_hook": True}, timeout_s=300)
+    for o in out:
+        assert o["history"] and all(set(paths) == {"nccl"} for _, _, paths in o["history"])
+        for a, b in zip(o["tuned"], o["plain"], strict=True):
+            assert torch.equal(a, b)
+
+
 def test_job_start_check_names_the_rank_with_another_policy_file(tmp_path):
     same, other = tmp_path / "policy.dccl", tmp_path / "other.dccl"
     same.write_text("# DynamICCL policy\nrules for everyone\n")

@@ -2,12 +2,14 @@
 
 One line in a training script — ``model = dynamiccl.runtime.ddp(model, device_ids=[rank])`` — and
 per gradient bucket the job runs NCCL's all-reduce steered by the plugin, StragglAR for a persistent
-straggler, or a bandwidth-aware hierarchical all-reduce; every rank measures arrival skew and the
+straggler, or a bandwidth-aware hierarchical all-reduce, whichever the simulator predicts fastest
+for the job's topology (``RuntimeConfig(topology=...)``); every rank measures arrival skew and the
 compute/comm ratio, rank 0 decides, and every rank switches at the same step and tells the plugin the
 new context. The job starts only if every rank holds the same policy. An online tuner can be passed
 in to pin the fastest configuration per size bin, never one slower than NCCL's own.
 
 Modules: ``core`` (the runtime), ``hook`` (DDP integration), ``decide`` (the decision window),
+``paths`` (each bucket's path, predicted by the simulator for the job's topology),
 ``stragglar``/``matchings`` (seed 004), ``hierarchical`` (seed 000), ``tuning`` (online tuning),
 ``plugin_control`` (the plugin's C controls), ``jobcheck`` (the job-start check).
 """

@@ -1,24 +1,34 @@
 """The in-job runtime: one object per process, one DDP communication hook, decisions every rank shares.
 
-Per gradient bucket it runs what the agreed decision says:
+Per gradient bucket it runs one of three paths:
 
 * ``nccl`` — the backend's own all-reduce, issued asynchronously exactly as DDP's default hook does
   (with NCCL, the tuner plugin steers it; nothing else is added on this path);
-* ``stragglar`` — a persistent straggler was found: seed 004's all-reduce
-  (:mod:`dynamiccl.runtime.stragglar`) for the step's first bucket, the one that waits for the
-  straggler, where the world size makes it move fewer bytes than a ring (later buckets find the
-  ranks aligned again, where its extra reduce-scatter would only cost);
-* ``hierarchical`` — ``ranks_per_node`` was given: reduce-scatter in the node, all-reduce across
-  nodes on 1/k of the data, all-gather in the node (:mod:`dynamiccl.runtime.hierarchical`).
+* ``stragglar`` — seed 004's all-reduce (:mod:`dynamiccl.runtime.stragglar`) for a persistent
+  straggler, on the step's first bucket, the one that waits for the straggler (later buckets find
+  the ranks aligned again, where its extra reduce-scatter would only cost);
+* ``hierarchical`` — reduce-scatter in the node, all-reduce across nodes on 1/k of the data,
+  all-gather in the node (:mod:`dynamiccl.runtime.hierarchical`).
+
+Which one is a decision every rank shares. With ``RuntimeConfig(topology=...)`` rank 0 asks the
+simulator, per bucket-size bin, which path is fastest on that system at the agreed straggler delay
+and c2c (:mod:`dynamiccl.runtime.paths`), and broadcasts the table with the agreed state; until the
+first decision every bucket runs ``nccl``. Without a topology there is no model to ask, and fixed
+rules stand in: StragglAR for the first bucket whenever a persistent straggler is agreed and its
+schedule moves fewer bytes than a ring at this world size (``matchings.worthwhile``), the
+hierarchical path for buckets of ``hierarchical_min_bytes`` or more whenever ``ranks_per_node`` is
+given, NCCL's all-reduce otherwise.
 
 Control traffic runs after a step's last bucket, on every rank at the same point of the collective
 sequence, over a gloo group (CPU tensors; the default group when it is gloo), where the ranks are
-aligned already so it waits for nobody: every ``measure_every`` steps a tiny all-reduce marks the
-common end of the step, every rank's time from its first bucket to that end is all-gathered with its
-c2c ratio (the last rank to arrive has the shortest such time, and no clocks need to agree), rank 0
-updates the decision window and broadcasts the decision, and every rank applies it from the next
-step on and tells the plugin the new context. Online tuning (:mod:`dynamiccl.runtime.tuning`) uses
-the same boundary. Nothing any rank acts on is a value it measured alone.
+aligned already so it waits for nobody. Every ``measure_every`` steps each rank all-gathers how long
+after the previous step's last all-reduce completed (a moment common to all ranks, so no clocks need
+to agree) its first bucket of this step was ready, and its c2c ratio; rank 0 updates the decision
+window and broadcasts the decision, and every rank applies it from the next step on and tells the
+plugin the new context. Two tiny collectives per ``measure_every`` steps, and the completion times
+and comm time are taken only on the step before a measurement: on the other steps the ``nccl`` path
+is DDP's default hook and nothing more. Online tuning (:mod:`dynamiccl.runtime.tuning`) uses the
+same boundary. Nothing any rank acts on is a value it measured alone.
 
 The StragglAR and hierarchical paths complete inside the hook (they are sequences of collectives
 whose later steps depend on earlier ones), so their buckets do not overlap with the rest of the
@@ -32,6 +42,7 @@ import logging
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,9 +51,11 @@ import torch.distributed as dist
 from dynamiccl.runtime.decide import DecisionWindow, JobState
 from dynamiccl.runtime.hierarchical import HierarchicalAllReduce
 from dynamiccl.runtime.matchings import worthwhile
+from dynamiccl.runtime.paths import PathOptions, PathTable, fit_topology, predict, size_bin
 from dynamiccl.runtime.plugin_control import Pin, PluginControl
 from dynamiccl.runtime.stragglar import StragglAR
 from dynamiccl.runtime.tuning import OnlineTuner, SizeBin, Tuning, TuningEvent
+from dynamiccl.topology import Topology, load_topology
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +72,20 @@ class RuntimeConfig:
     straggler_threshold_us: float = 1000.0
     #: Share of the window in which the same rank must be late to be a persistent straggler.
     majority: float = 0.6
-    #: Use StragglAR for a persistent straggler (where it pays, see ``matchings.worthwhile``).
+    #: The job's system: a preset name or topology YAML file (what ``--topology`` takes) or a
+    #: Topology, sized to the job's ranks. With it each bucket's path is the simulator's choice;
+    #: without it the fixed rules of this module's docstring apply.
+    topology: Topology | str | Path | None = None
+    #: Allow StragglAR for a persistent straggler (only where its schedule moves fewer bytes than a
+    #: ring, see ``matchings.worthwhile``).
     stragglar: bool = True
-    #: Ranks per node for the hierarchical path; None keeps the backend's flat all-reduce.
+    #: Ranks per node for the hierarchical path; None: the topology's node size, without a topology
+    #: no hierarchical path.
     ranks_per_node: int | None = None
     #: Pipelined pieces of the hierarchical path (seed 000's active chunks).
     hierarchical_chunks: int = 1
-    #: Buckets smaller than this stay on the backend's all-reduce on the hierarchical path.
+    #: Without a topology, buckets smaller than this stay on the backend's all-reduce on the
+    #: hierarchical path.
     hierarchical_min_bytes: int = 1 << 20
     #: Online tuning: first step, steps per trial, and the trial budget per size bin.
     tune_start_step: int = 3
@@ -76,6 +96,8 @@ class RuntimeConfig:
         for name in ("measure_every", "window", "hierarchical_chunks", "tune_steps_per_trial"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RuntimeConfig.{name} must be at least 1, got {getattr(self, name)}")
+        if isinstance(self.topology, str | Path):
+            self.topology = load_topology(self.topology)
 
 
 @dataclass
@@ -85,6 +107,8 @@ class StepRecord:
     step: int
     state: JobState
     paths: dict[str, int] = field(default_factory=dict)
+    #: The per-bin path table every rank applies from here on (None: the fixed rules).
+    table: PathTable | None = None
 
 
 class Runtime:
@@ -103,8 +127,17 @@ class Runtime:
         self.job_state = JobState()
         self.stragglar = StragglAR()
         k = self.config.ranks_per_node
+        self.topology: Topology | None = None
+        if self.config.topology is not None:
+            assert isinstance(self.config.topology, Topology)
+            self.topology = fit_topology(self.config.topology, self.world, k)
+            k = self.topology.gpus_per_node
         self.hierarchical = (HierarchicalAllReduce(k, self.config.hierarchical_chunks)
                              if k and k < self.world else None)
+        self.path_options = PathOptions(self.config.stragglar and worthwhile(self.world),
+                                        self.config.hierarchical_chunks if self.hierarchical else None)
+        self.table: PathTable | None = PathTable() if self.topology is not None else None
+        self._sizes: dict[int, int] = {}  # rank 0 with a topology: size bin -> largest bucket seen
         self.tuner = tuner
         self.tuning: Tuning | None = None
         self.tuning_log: list[TuningEvent] = []
@@ -112,8 +145,10 @@ class Runtime:
         self.step = 0
         self._in_step = False
         self._last_begin: float | None = None
-        self._step_us = 0.0
+        self._time_comm = False  # this step's bucket completions are timed (the next one measures)
         self._comm_us = 0.0
+        self._last_done: float | None = None
+        self._arrival_us = 0.0
         self._c2c = 0.0
         self._bucket_bytes: list[int] = []
         self._trial_us: list[float] = []
@@ -122,27 +157,37 @@ class Runtime:
     # ---- the hook -----------------------------------------------------------------------------
     def hook(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         """DDP's contract: average the bucket over ranks, return a future of the result."""
-        buf = bucket.buffer()
-        fut = self.all_reduce(buf)
+        fut = self._reduce(bucket.buffer(), average=True)
         if bucket.is_last():
             self.end_step()
-        world = self.world
-        return fut.then(lambda f: f.value().div_(world))
+        return fut
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
         """Sum over all ranks along the agreed path; also usable without DDP (call :meth:`end_step`
         after a step's last call)."""
-        if not self._in_step:
+        return self._reduce(tensor, average=False)
+
+    def _reduce(self, tensor: torch.Tensor, average: bool) -> torch.futures.Future[torch.Tensor]:
+        first = not self._in_step
+        if first:
             self.begin_step()
         nbytes = tensor.numel() * tensor.element_size()
-        path = self.path_for(nbytes, first=not self._bucket_bytes)
+        path = self.path_for(nbytes, first)
         self._bucket_bytes.append(nbytes)
         self._paths[path] = self._paths.get(path, 0) + 1
         timed = self._timed(nbytes)
         start = time.perf_counter()
         if path == "nccl" and not timed:
-            work = dist.all_reduce(tensor, async_op=True)
-            return work.get_future().then(lambda f: self._done(f.value()[0], start))
+            # DDP's default hook, step for step: divide, issue, one callback that unwraps the
+            # result. Each further callback costs a hand-over of the GIL from the backend's thread
+            # (about 0.1 ms per bucket on a busy 2-core machine), so the comm time is only taken
+            # on the step before a measurement, the one step whose c2c is used.
+            if average:
+                tensor.div_(self.world)
+            fut = dist.all_reduce(tensor, async_op=True).get_future()
+            if self._time_comm:
+                return fut.then(lambda f: self._done(f.value()[0], start))
+            return fut.then(_unwrap)
         events = _cuda_events() if timed and tensor.is_cuda else None
         if path == "nccl":
             dist.all_reduce(tensor)
@@ -158,12 +203,16 @@ class Runtime:
             self._trial_us.append(events[0].elapsed_time(events[1]) * 1e3)
         elif timed:
             self._trial_us.append((time.perf_counter() - start) * 1e6)
+        if average:
+            tensor.div_(self.world)
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         fut.set_result(self._done(tensor, start))
         return fut
 
     def path_for(self, nbytes: int, first: bool = True) -> str:
         """Which implementation a bucket of ``nbytes`` (the step's first or not) runs now."""
+        if self.table is not None:
+            return self.table.path(nbytes, first)
         if first and self._stragglar_on():
             return "stragglar"
         if self.hierarchical is not None and nbytes >= self.config.hierarchical_min_bytes:
@@ -171,10 +220,12 @@ class Runtime:
         return "nccl"
 
     def _stragglar_on(self) -> bool:
-        return self.job_state.straggler is not None and self.config.stragglar and worthwhile(self.world)
+        return self.job_state.straggler is not None and self.path_options.stragglar
 
     def _done(self, tensor: torch.Tensor, start: float) -> torch.Tensor:
-        self._comm_us += (time.perf_counter() - start) * 1e6
+        now = time.perf_counter()
+        self._comm_us += (now - start) * 1e6
+        self._last_done = now if self._last_done is None else max(self._last_done, now)
         return tensor
 
     def _timed(self, nbytes: int) -> bool:
@@ -185,16 +236,22 @@ class Runtime:
     def begin_step(self) -> None:
         """A step's first bucket: only local timestamps (the straggler may still be on its way)."""
         now = time.perf_counter()
-        if self._last_begin is not None:
-            self._step_us = (now - self._last_begin) * 1e6
-            comm = max(self._comm_us, 1e-3)
-            self._c2c = max(self._step_us - self._comm_us, 0.0) / comm
-        self._last_begin, self._comm_us, self._in_step = now, 0.0, True
+        if self._time_comm and self._last_begin is not None:  # the step that just ended was timed
+            step_us = (now - self._last_begin) * 1e6
+            self._c2c = max(step_us - self._comm_us, 0.0) / max(self._comm_us, 1e-3)
+            self._arrival_us = 0.0 if self._last_done is None else (now - self._last_done) * 1e6
+        self._last_begin, self._comm_us, self._last_done, self._in_step = now, 0.0, None, True
         self.step += 1
+        every = self.config.measure_every
+        self._time_comm = self.step % every == every - 1
 
     def end_step(self) -> None:
         """After a step's last bucket: the control point, at the same place on every rank."""
         self._in_step = False
+        if self.topology is not None and self.rank == 0:
+            for nbytes in self._bucket_bytes:
+                b = size_bin(nbytes)
+                self._sizes[b] = max(self._sizes.get(b, 0), nbytes)
         if self.step % self.config.measure_every == 0:
             self._measure_and_decide()
         if self.tuner is not None:
@@ -202,29 +259,35 @@ class Runtime:
         self._bucket_bytes = []
 
     def _measure_and_decide(self) -> None:
-        dist.all_reduce(torch.zeros(1), group=self.ctrl)
-        assert self._last_begin is not None
-        since_ready_us = (time.perf_counter() - self._last_begin) * 1e6
-        mine = torch.tensor([since_ready_us, self._c2c], dtype=torch.float64)
+        mine = torch.tensor([self._arrival_us, self._c2c], dtype=torch.float64)
         everyone = torch.empty(self.world * 2, dtype=torch.float64)
         dist.all_gather_into_tensor(everyone, mine, group=self.ctrl)
         if self.rank == 0:
             table = everyone.view(self.world, 2)
             self.window.add(table[:, 0].tolist(), table[:, 1].tolist())
-            encoded = self.window.decide().encode()
+            state = self.window.decide()
+            encoded = torch.cat([state.encode(), self._predict(state)])
         else:
-            encoded = torch.empty(3, dtype=torch.float64)
+            encoded = torch.empty(3 + len(PathTable.encode_none()), dtype=torch.float64)
         dist.broadcast(encoded, src=0, group=self.ctrl)
-        self._apply(JobState.decode(encoded))
+        self._apply(JobState.decode(encoded[:3]), PathTable.decode(encoded[3:]))
 
-    def _apply(self, state: JobState) -> None:
-        previous, self.job_state = self.job_state, state
+    def _predict(self, state: JobState) -> torch.Tensor:
+        """Rank 0: the simulator's path per size bin at the agreed state (encoded; none without a
+        topology)."""
+        if self.topology is None:
+            return PathTable.encode_none()
+        return predict(self.topology, self._sizes, state.straggler is not None, state.delay_us,
+                       state.c2c, self.path_options).encode()
+
+    def _apply(self, state: JobState, table: PathTable | None) -> None:
+        previous, self.job_state, self.table = self.job_state, state, table
         if self._stragglar_on():
             assert state.straggler is not None
             self.stragglar.prepare(state.straggler)
         if self.control is not None and state.context != previous.context:
             self._set_context(*state.context)
-        self.history.append(StepRecord(self.step, state, dict(self._paths)))
+        self.history.append(StepRecord(self.step, state, dict(self._paths), table))
         self._paths = {}
 
     def _set_context(self, straggler: str, c2c: str) -> None:
@@ -276,6 +339,10 @@ class Runtime:
         else:
             self.control.pin(Pin(size_bin.collective, size_bin.min_bytes, size_bin.max_bytes,
                                  *candidate))
+
+
+def _unwrap(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+    return fut.value()[0]
 
 
 def _cuda_events() -> tuple[torch.cuda.Event, torch.cuda.Event]:

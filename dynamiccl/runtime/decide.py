@@ -2,9 +2,10 @@
 
 Pure functions of gathered numbers, run on rank 0 only; the runtime broadcasts the result, so no rank
 ever acts on a value it measured alone. Arrival skew needs no common clock: every rank times how long
-it took from its step's first gradient bucket to a common point after the step's collectives (a tiny
-all-reduce). The last rank to arrive has the shortest time; its lateness is the gap to the
-second-shortest (seed 004's conservative T_delay: the idle time of the next-latest rank).
+it took from a moment common to all ranks — the completion of the previous step's last all-reduce,
+which no rank sees before every rank has contributed — to its first gradient bucket of the step. The
+last rank to arrive has the longest time; its lateness is the gap to the second-longest (seed 004's
+conservative T_delay: the idle time of the next-latest rank).
 A *persistent* straggler is the same rank late by more than the
 threshold in most samples of the window (seed 004 §2: one GPU is last in 98 % of iterations).
 """
@@ -47,18 +48,18 @@ class JobState:
 
 @dataclass(frozen=True)
 class Sample:
-    """One measurement step: every rank's time from its first bucket to the common end (µs), and
-    its c2c ratio."""
+    """One measurement step: every rank's time from the common point to its first bucket (µs),
+    and its c2c ratio."""
 
-    since_ready_us: tuple[float, ...]
+    arrival_us: tuple[float, ...]
     c2c: tuple[float, ...]
 
     def late(self, threshold_us: float) -> tuple[int, float] | None:
         """(rank, gap) when one rank arrived more than ``threshold_us`` after all the others."""
-        if len(self.since_ready_us) < 2:
+        if len(self.arrival_us) < 2:
             return None
-        order = sorted(range(len(self.since_ready_us)), key=lambda r: (self.since_ready_us[r], r))
-        gap = self.since_ready_us[order[1]] - self.since_ready_us[order[0]]
+        order = sorted(range(len(self.arrival_us)), key=lambda r: (-self.arrival_us[r], r))
+        gap = self.arrival_us[order[0]] - self.arrival_us[order[1]]
         return (order[0], gap) if gap > threshold_us else None
 
 
@@ -72,8 +73,8 @@ class DecisionWindow:
         self.threshold_us, self.majority = threshold_us, majority
         self.samples: deque[Sample] = deque(maxlen=window)
 
-    def add(self, since_ready_us: Sequence[float], c2c: Sequence[float]) -> None:
-        self.samples.append(Sample(tuple(map(float, since_ready_us)), tuple(map(float, c2c))))
+    def add(self, arrival_us: Sequence[float], c2c: Sequence[float]) -> None:
+        self.samples.append(Sample(tuple(map(float, arrival_us)), tuple(map(float, c2c))))
 
     def decide(self) -> JobState:
         if not self.samples:

@@ -59,9 +59,16 @@ def ddp(module: torch.nn.Module, config: RuntimeConfig | None = None, tuner: Onl
         control: PluginControl | None = None, **ddp_kwargs: Any) -> DistributedDataParallel:
     """``DistributedDataParallel(module, **ddp_kwargs)`` with the runtime's hook, checked first.
 
-    The runtime is ``model.dynamiccl_runtime`` (its decisions and tuning log).
+    ``gradient_as_bucket_view`` defaults to True here: with a communication hook registered DDP no
+    longer folds the averaging into its copy of the gradients into the bucket, so the hook's
+    division is one more pass over every bucket (any hook's, PyTorch's own included); gradients
+    that are views of the buckets save DDP's copy back out of the bucket in return, and the copy in
+    too where gradients are zeroed rather than set to None (pass ``gradient_as_bucket_view=False``
+    for gradients of their own). The runtime is ``model.dynamiccl_runtime`` (its decisions and
+    tuning log).
     """
     runtime = start(config, tuner, control)
+    ddp_kwargs.setdefault("gradient_as_bucket_view", True)
     model = DistributedDataParallel(module, **ddp_kwargs)
     model.register_comm_hook(runtime, comm_hook)
     model.dynamiccl_runtime = runtime

@@ -3,7 +3,9 @@
 While the straggler is late, the n − 1 punctual ranks reduce-scatter the buffer among themselves
 (one process subgroup per straggler identity, created once, by every rank at the same point). On
 gloo they all-reduce instead: its reduce-scatter is slower than its all-reduce (13.9 vs 8.0 ms for
-4 MiB on 3 CPU ranks here), and holding every partial chunk is a superset of the precondition. Then
+4 MiB on 3 CPU ranks here), and holding every partial chunk is a superset of the precondition; its
+chunks are then views of the bucket itself, cut as evenly as its size allows (NCCL's reduce-scatter
+wants equal chunks: a bucket whose size does not divide is padded in a copy there). Then
 the completion schedule (:mod:`dynamiccl.runtime.matchings`) runs one round at a time, each rank's
 send and receive of the round issued together with ``batch_isend_irecv``. In the straggler's rounds
 both sides add the same two partial chunks (a + b and b + a are the same floating-point number), and
@@ -48,19 +50,11 @@ class StragglAR:
         punctual = [r for r in range(world) if r != straggler]
         real = [*punctual, straggler]          # schedule rank -> process rank
         virtual = real.index(me)
-        nchunks = world - 1
-        flat = tensor.reshape(-1)
-        width = -(-flat.numel() // nchunks)
-        in_place = flat.numel() == width * nchunks and flat.data_ptr() == tensor.data_ptr()
-        if in_place:  # a DDP bucket usually divides evenly: work on it directly, no copies
-            buf = flat
-        else:
-            buf = torch.zeros(width * nchunks, dtype=tensor.dtype, device=tensor.device)
-            buf[:flat.numel()] = flat
-        chunks = buf.view(nchunks, width)
+        group = self._punctual_groups[straggler]
+        buf, chunks = _chunked(tensor, world - 1, equal=_needs_equal_chunks())
         if me != straggler:
-            self._reduce_scatter(chunks, virtual, self._punctual_groups[straggler])
-        scratch = torch.empty(width, dtype=tensor.dtype, device=tensor.device)
+            self._reduce_scatter(buf, chunks, virtual, group)
+        scratch = torch.empty(chunks[0].numel(), dtype=tensor.dtype, device=tensor.device)
         for matches in matchings_for(world):
             for m in matches:
                 if virtual not in (m.a, m.b):
@@ -72,24 +66,51 @@ class StragglAR:
                 if send is not None:
                     ops.append(dist.P2POp(dist.isend, chunks[send], peer))
                 if recv is not None:
-                    ops.append(dist.P2POp(dist.irecv, scratch if m.reduce else chunks[recv], peer))
+                    into = scratch[:chunks[recv].numel()] if m.reduce else chunks[recv]
+                    ops.append(dist.P2POp(dist.irecv, into, peer))
                 for work in dist.batch_isend_irecv(ops):
                     work.wait()
                 if m.reduce:
-                    chunks[recv].add_(scratch)
+                    chunks[recv].add_(into)
                 break
-        if not in_place:
-            tensor.copy_(buf[:flat.numel()].view_as(tensor))
+        if buf.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
+            tensor.copy_(buf[:tensor.numel()].view(tensor.shape))
         return tensor
 
     @staticmethod
-    def _reduce_scatter(chunks: torch.Tensor, virtual: int, group: dist.ProcessGroup | None) -> None:
+    def _reduce_scatter(buf: torch.Tensor, chunks: list[torch.Tensor], virtual: int,
+                        group: dist.ProcessGroup | None) -> None:
         """Precondition: punctual rank g holds chunk g summed over the punctual ranks."""
         if group is None:
             return
-        if dist.get_backend(group) == "gloo":
-            dist.all_reduce(chunks, group=group)
+        if not _needs_equal_chunks():
+            dist.all_reduce(buf, group=group)
             return
         out = torch.empty_like(chunks[virtual])
-        dist.reduce_scatter_tensor(out, chunks.reshape(-1), group=group)
+        dist.reduce_scatter_tensor(out, buf, group=group)
         chunks[virtual].copy_(out)
+
+
+def _needs_equal_chunks() -> bool:
+    """gloo's punctual ranks all-reduce, which takes chunks of any size; a reduce-scatter (NCCL)
+    wants them equal. The default group's backend, which every rank (the straggler, outside the
+    punctual group, too) reads alike."""
+    return dist.get_backend() != "gloo"
+
+
+def _chunked(tensor: torch.Tensor, n: int, equal: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """A flat buffer and its ``n`` chunks, cut where every rank cuts them whatever its tensor's
+    layout: as evenly as the size allows, or (``equal``) in chunks of one width, the last padded
+    with zeros. The buffer is the tensor's own memory where that layout allows (a DDP bucket); a
+    copy otherwise."""
+    numel = tensor.numel()
+    if not equal:
+        buf = tensor.reshape(-1)  # a view of a contiguous tensor, else a copy
+        return buf, list(buf.tensor_split(n))
+    width = -(-numel // n)
+    if tensor.is_contiguous() and numel == width * n:
+        buf = tensor.view(-1)
+    else:
+        buf = torch.zeros(width * n, dtype=tensor.dtype, device=tensor.device)
+        buf[:numel] = tensor.reshape(-1)
+    return buf, list(buf.view(n, width))
