@@ -3,6 +3,8 @@ environment (as stable-baselines3's ``evaluate_policy`` does), so what a policy 
 observation with the last call's time relative to NCCL's and the straggler seen on it, the mask —
 is defined once, by :class:`~dynamiccl.envs.collective_tuning.CollectiveTuningEnv`.
 
+A learned policy names the observation set it was trained on in its ``observation`` attribute
+(``research`` or ``deployable``) and is shown that one; baselines read the true scenario.
 Policies that act through an action id step with ``env.step``; policies that pin NCCL knobs (NCCL's
 default, a fixed ``NCCL_ALGO``/``NCCL_PROTO``, an exported policy file) with ``env.step_forced``.
 The *reality* that times every call is the environment's backend: the simulator (``sim``), the
@@ -120,12 +122,14 @@ def _algorithm_label(config: Config) -> str:
     return f"{name}-hier" if config.algorithm == Algorithm.RING and config.hierarchy else name
 
 
-def make_env(backend: str | Any = "sim", *, deployable: bool = True,
+def make_env(backend: str | Any = "sim", *, deployable: bool = True, observation: str | None = None,
              **backend_kwargs: Any) -> CollectiveTuningEnv:
-    """The environment a suite is scored in: no distribution of its own, episodes are given."""
+    """The environment a suite is scored in: no distribution of its own, episodes are given.
+    ``observation`` names the observation set (None: the environment's default)."""
     from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 
-    return CollectiveTuningEnv(scenario=None, backend=backend, deployable=deployable,
+    shown = {} if observation is None else {"observation": observation}
+    return CollectiveTuningEnv(scenario=None, backend=backend, deployable=deployable, **shown,
                                **backend_kwargs)
 
 
@@ -200,11 +204,13 @@ def evaluate_policy(policy: Policy, suite: Sequence[Any], *, deployable: bool = 
     noisy = dict(kwargs)
     if backend == "perturbed":
         kwargs["noisy"] = False
-    env = make_env(backend, deployable=deployable, **kwargs)
+    # A learned policy is shown the observation set it was trained on (its ``observation``).
+    shown = getattr(policy, "observation", None)
+    env = make_env(backend, deployable=deployable, observation=shown, **kwargs)
     tuning = None
     if isinstance(policy, OnlinePolicy):
         tuning = tune_online(policy, [s for e in suite for s in e.scenarios],
-                             make_env(backend, deployable=deployable, **noisy))
+                             make_env(backend, deployable=deployable, observation=shown, **noisy))
     results: list[CallResult] = []
     for entry in suite:
         observation, _ = env.reset(options={"episode": entry})

@@ -92,10 +92,32 @@ def size_grid(min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES,
     return sorted(grid | {min_bytes, max_bytes})
 
 
-def _default_observe() -> Observe:
-    from dynamiccl.envs.observation import encode
+class NotExportable(ValueError):
+    """A policy that reads what the tuner plugin cannot see: exporting it would freeze that."""
 
-    return encode
+
+def deployable_observe(scenario: Scenario) -> np.ndarray:
+    """What a policy is shown for an exported call: the deployable observation, whose context
+    fields are the slice the call is exported for (:func:`context_scenario` round-trips)."""
+    from dynamiccl.decisions import nccl_model_for
+    from dynamiccl.envs.deployable_observation import encode_deployable
+
+    return encode_deployable(scenario, nccl_model_for(scenario.topology))
+
+
+def observer_for(policy: object) -> Observe:
+    """The observation export shows ``policy``: the deployable one, which holds only what the plugin
+    sees per call plus constants of the deployment, so nothing the policy was trained to vary is
+    frozen. A policy trained on another set (its ``observation``) is refused; policies that name
+    none (the baselines) read the scenario, not the vector."""
+    trained_on = getattr(policy, "observation", "deployable")
+    if trained_on != "deployable":
+        name = getattr(policy, "name", type(policy).__name__)
+        raise NotExportable(
+            f"{name} was trained on the {trained_on} observation, which holds what the tuner plugin "
+            "cannot see per call (the last call's time, the straggler's rank, the exact c2c); export "
+            "would freeze those at constants. Train it with env.observation=deployable to ship it")
+    return deployable_observe
 
 
 def context_scenario(topology: Topology, collective: Collective, nbytes: int,
@@ -139,9 +161,12 @@ class _Evaluator:
         if decide_rule is not None:  # a policy that gates itself on its own evidence (tune)
             decision, self.verdicts[key] = decide_rule(scenario)
             return decision
+        self.verdicts[key] = None
+        force = getattr(self.policy, "force", None)
+        if force is not None and not force(scenario).given():
+            return None  # a policy that pins nothing leaves the call to NCCL, as it does in a job
         mask = valid_mask(topology, collective, deployable=True)
         action = self.policy.act(self.observe(scenario), scenario=scenario, action_mask=mask)
-        self.verdicts[key] = None
         try:
             action = int(action)
         except (TypeError, ValueError):
@@ -220,14 +245,16 @@ def export_policy(
     """Evaluates ``policy`` (a :class:`dynamiccl.agents.policy.Policy`) over the grid.
 
     ``node_counts`` / ``gpus_per_node`` default to the topology's own; every combination is exported
-    and every other one defers. ``observe`` builds the observation (default: the environment's
-    encoder). The config hash is ``config_hash``, else the policy's own ``config_hash`` attribute,
-    else a digest of the export settings and ``policy_digest`` (e.g. the checkpoint's sha256).
+    and every other one defers. ``observe`` builds the observation (default:
+    :func:`observer_for` the policy; a policy not trained on the deployable observation is refused
+    with :class:`NotExportable`). The config hash is ``config_hash``, else the policy's own
+    ``config_hash`` attribute, else a digest of the export settings and ``policy_digest`` (e.g. the
+    checkpoint's sha256).
     ``gate`` (default: a :class:`~dynamiccl.agents.gate.Gate` with its default margin) turns
     answers without enough predicted gain into defers; pass ``gate=None`` only to see the policy
     ungated.
     """
-    observe = observe or _default_observe()
+    observe = observe or observer_for(policy)
     nodes_list = sorted(set(node_counts or [topology.nodes]))
     ppn_list = sorted(set(gpus_per_node or [topology.gpus_per_node]))
     colls = [Collective(c) for c in collectives]

@@ -56,8 +56,8 @@ def _contexts(text: str) -> list[tuple[str, str]]:
 
 def _checkpoint_digest(name_or_path: str) -> str | None:
     path = Path(name_or_path)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*.zip")) if path.is_dir() \
-        else []
+    files = [path] if path.is_file() else sorted(p for ext in ("*.zip", "*.pt")
+                                                 for p in path.rglob(ext)) if path.is_dir() else []
     if not files:
         return None
     h = hashlib.sha256()
@@ -105,10 +105,14 @@ def _run(args: argparse.Namespace) -> int:
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     gate = None if args.no_gate else Gate(margin=args.margin)
+    try:
+        observe = exporting.observer_for(policy)
+    except exporting.NotExportable as exc:
+        raise UserError(str(exc)) from None
     result = exporting.export_policy(
         policy, topology, policy_name=Path(args.policy).stem if Path(args.policy).exists()
         else args.policy, node_counts=node_counts, gpus_per_node=args.gpus_per_node_list,
-        contexts=args.contexts, points_per_octave=args.points_per_octave,
+        contexts=args.contexts, points_per_octave=args.points_per_octave, observe=observe,
         policy_digest=digest, gate=gate)
     slower = result.predicted_slower()
     if slower:
