@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dynamiccl.agents.policy import ForcingPolicy, OnlinePolicy, Policy
+from dynamiccl.agents.progress import Advance, progress_bar
 from dynamiccl.knobs import Config
 from dynamiccl.nccl import Algorithm
 from dynamiccl.units import format_size
@@ -162,8 +163,21 @@ def _chosen(info: dict[str, Any]) -> tuple[str, str, str]:
     return label, algo, proto
 
 
-def tune_online(policy: OnlinePolicy, scenarios: Sequence[Scenario], env: CollectiveTuningEnv
-                ) -> tuple[list[int | None], list[float]]:
+def tuning_budget(policy: OnlinePolicy) -> int:
+    """Measured calls an online tuner is given per distinct call of the suite."""
+    return int(getattr(policy, "budget", 64))
+
+
+def _steps(policy: Policy, suite: Sequence[Any]) -> int:
+    """Environment steps scoring ``policy`` on ``suite`` takes (tuning first, for online tuners)."""
+    scenarios = [s for e in suite for s in e.scenarios]
+    tuning = len(dict.fromkeys(scenarios)) * tuning_budget(policy) \
+        if isinstance(policy, OnlinePolicy) else 0
+    return len(scenarios) + tuning
+
+
+def tune_online(policy: OnlinePolicy, scenarios: Sequence[Scenario], env: CollectiveTuningEnv,
+                advance: Advance | None = None) -> tuple[list[int | None], list[float]]:
     """Lets an online tuner measure each distinct call up to its budget, in suite order.
 
     Returns, per context (system, collective, size bin: what the tuner keys on), how many calls
@@ -173,7 +187,7 @@ def tune_online(policy: OnlinePolicy, scenarios: Sequence[Scenario], env: Collec
     from dynamiccl.agents.online import context_key
 
     policy.reset()
-    budget = int(getattr(policy, "budget", 64))
+    budget = tuning_budget(policy)
     calls: dict[tuple, int] = {}
     hits: dict[tuple, int | None] = {}
     speedups: list[float] = []
@@ -189,16 +203,19 @@ def tune_online(policy: OnlinePolicy, scenarios: Sequence[Scenario], env: Collec
             target = WITHIN * min(info["oracle_time_us"], info["default_time_us"])
             if hits[key] is None and info["time_us"] <= target:
                 hits[key] = calls[key]
+            if advance is not None:
+                advance(1)
     return list(hits.values()), speedups
 
 
 def evaluate_policy(policy: Policy, suite: Sequence[Any], *, deployable: bool = True,
-                    backend: str | Any = "sim", backend_kwargs: Mapping[str, Any] | None = None
-                    ) -> PolicyReport:
+                    backend: str | Any = "sim", backend_kwargs: Mapping[str, Any] | None = None,
+                    advance: Advance | None = None) -> PolicyReport:
     """Scores ``policy`` on ``suite`` (a list of ``SuiteEntry``) in the reality ``backend``.
 
     ``backend_kwargs`` build the backend by name (e.g. ``{"seed": 1003}`` for ``perturbed``); the
-    scoring copy is noise-free where the backend has noise, the tuning copy is not.
+    scoring copy is noise-free where the backend has noise, the tuning copy is not. ``advance(1)``
+    is called after every step (a progress bar's).
     """
     kwargs = dict(backend_kwargs or {})
     noisy = dict(kwargs)
@@ -210,12 +227,15 @@ def evaluate_policy(policy: Policy, suite: Sequence[Any], *, deployable: bool = 
     tuning = None
     if isinstance(policy, OnlinePolicy):
         tuning = tune_online(policy, [s for e in suite for s in e.scenarios],
-                             make_env(backend, deployable=deployable, observation=shown, **noisy))
+                             make_env(backend, deployable=deployable, observation=shown, **noisy),
+                             advance)
     results: list[CallResult] = []
     for entry in suite:
         observation, _ = env.reset(options={"episode": entry})
         for scenario in entry.scenarios:
             observation, info = _step(env, policy, observation)
+            if advance is not None:
+                advance(1)
             t_orc = min(info["oracle_time_us"], info["default_time_us"])
             results.append(CallResult(entry.name, scenario, info["default_time_us"], t_orc,
                                       info["time_us"], *_chosen(info)))
@@ -258,10 +278,18 @@ def summarize(name: str, results: list[CallResult], actions: str, backend: str,
 
 def evaluate_policies(policies: Mapping[str, Policy] | Sequence[Policy], suite: Sequence[Any], *,
                       deployable: bool = True, backend: str | Any = "sim",
-                      backend_kwargs: Mapping[str, Any] | None = None) -> list[PolicyReport]:
-    items = policies.values() if isinstance(policies, Mapping) else policies
-    return [evaluate_policy(p, suite, deployable=deployable, backend=backend,
-                            backend_kwargs=backend_kwargs) for p in items]
+                      backend_kwargs: Mapping[str, Any] | None = None,
+                      progress: bool = False) -> list[PolicyReport]:
+    """Every policy's report; ``progress`` draws a bar on a terminal (nothing when piped)."""
+    items = list(policies.values() if isinstance(policies, Mapping) else policies)
+    if not progress:
+        return [evaluate_policy(p, suite, deployable=deployable, backend=backend,
+                                backend_kwargs=backend_kwargs) for p in items]
+    total = sum(_steps(p, suite) for p in items)
+    with progress_bar(f"evaluating {len(items)} polic{'y' if len(items) == 1 else 'ies'}",
+                      total) as advance:
+        return [evaluate_policy(p, suite, deployable=deployable, backend=backend,
+                                backend_kwargs=backend_kwargs, advance=advance) for p in items]
 
 
 def table_title(title: str, reports: Sequence[PolicyReport]) -> str:

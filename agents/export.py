@@ -6,7 +6,9 @@ GPUs-per-node exported, each context slice -- and writes down what it answered. 
 a fine log grid and wherever two neighbouring samples disagree the exact byte where the decision
 changes is found by bisection, so a range boundary sits where the policy changes its mind, not on a
 fixed coarse grid. Whatever the policy cannot say (a non-exportable or masked action, sizes beyond
-the grid, other node counts) is written as an explicit "defer to NCCL" rule.
+the grid, other node counts), and wherever a policy that pins knobs (NCCL's default, the
+full-information learner) pins nothing, is written as an explicit "defer to NCCL" rule. A learned
+policy is shown the deployable observation, the one it must have been trained on.
 
 Every answer passes the safety gate (:mod:`dynamiccl.agents.gate`): where the predicted gain over
 NCCL's own choice does not clear the margin and the model's uncertainty, the rule defers. Each cell
@@ -20,6 +22,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +31,7 @@ import numpy as np
 
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.gate import Gate, Verdict
+from dynamiccl.agents.progress import progress_bar
 from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
 from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
@@ -220,6 +224,10 @@ def _ranges(points: list[tuple[int, pf.Decision | None]]
     return ranges
 
 
+def _name_of(policy: object, given: str | None = None) -> str:
+    return given or getattr(policy, "name", type(policy).__name__)
+
+
 def _clean_header_value(text: str) -> str:
     value = re.sub(r"[^A-Za-z0-9._:+@=/-]", "_", text.strip())[: pf.MAX_HEADER_VALUE]
     return value or "unnamed"
@@ -241,6 +249,7 @@ def export_policy(
     config_hash: str | None = None,
     policy_digest: str | None = None,
     gate: Gate | None = DEFAULT_GATE,
+    progress: bool = False,
 ) -> ExportResult:
     """Evaluates ``policy`` (a :class:`dynamiccl.agents.policy.Policy`) over the grid.
 
@@ -252,7 +261,7 @@ def export_policy(
     checkpoint's sha256).
     ``gate`` (default: a :class:`~dynamiccl.agents.gate.Gate` with its default margin) turns
     answers without enough predicted gain into defers; pass ``gate=None`` only to see the policy
-    ungated.
+    ungated. ``progress`` draws a bar on a terminal (nothing when piped).
     """
     observe = observe or observer_for(policy)
     nodes_list = sorted(set(node_counts or [topology.nodes]))
@@ -270,19 +279,26 @@ def export_policy(
     evaluate = _Evaluator(policy, observe, gate)
     cells: list[Cell] = []
     slices = []
-    for context in ctx_list:
-        rules: list[pf.Rule] = []
-        for coll in colls:
-            for system in systems:
-                key = dict(nodes=system.nodes, ranks=system.nranks)
-                points = _piecewise(lambda n, s=system, c=coll, x=context: evaluate(s, c, n, x),
-                                    grid)
-                cells += [Cell(coll, n, system.nodes, system.nranks, context, d,
-                               evaluate.verdicts.get((system, coll, n, context))) for n, d in points]
-                rules += [pf.Rule(coll, lo, hi, **key, decision=d) for lo, hi, d in _ranges(points)]
-            rules.append(pf.Rule(coll, 0, pf.MAX_BYTES))  # any other nodes/ranks: NCCL decides
-        slices.append(pf.Slice(*context, rules=tuple(rules)))
-    name = _clean_header_value(policy_name or getattr(policy, "name", type(policy).__name__))
+    groups = len(ctx_list) * len(colls) * len(systems)
+    with (progress_bar(f"exporting {_name_of(policy, policy_name)}", groups) if progress
+          else nullcontext(None)) as advance:
+        for context in ctx_list:
+            rules: list[pf.Rule] = []
+            for coll in colls:
+                for system in systems:
+                    key = dict(nodes=system.nodes, ranks=system.nranks)
+                    points = _piecewise(lambda n, s=system, c=coll, x=context: evaluate(s, c, n, x),
+                                        grid)
+                    cells += [Cell(coll, n, system.nodes, system.nranks, context, d,
+                                   evaluate.verdicts.get((system, coll, n, context)))
+                              for n, d in points]
+                    rules += [pf.Rule(coll, lo, hi, **key, decision=d)
+                              for lo, hi, d in _ranges(points)]
+                    if advance is not None:
+                        advance(1)
+                rules.append(pf.Rule(coll, 0, pf.MAX_BYTES))  # any other nodes/ranks: NCCL decides
+            slices.append(pf.Slice(*context, rules=tuple(rules)))
+    name = _clean_header_value(_name_of(policy, policy_name))
     settings = {"policy": name, "fingerprint": topology.fingerprint(), "nodes": nodes_list,
                 "gpus_per_node": ppn_list, "collectives": [int(c) for c in colls],
                 "contexts": ctx_list, "points_per_octave": points_per_octave,

@@ -5,7 +5,9 @@ for, passes every answer through the safety gate (an override only where the pre
 the margin and the model's uncertainty; NCCL decides elsewhere), and writes the policy file the
 NCCL tuner plugin reads (or NVIDIA's example-tuner CSV) with its evidence beside it
 (``<file>.evidence.json``, what ``dynamiccl show`` prints). A file predicted slower than NCCL for
-any call is refused unless ``--allow-slower`` is given.
+any call is refused unless ``--allow-slower`` is given. A trained policy must have been trained on
+the deployable observation (``env.observation=deployable``): export shows it exactly that, and
+freezes nothing it learned to vary. On a terminal a progress bar runs on stderr meanwhile.
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         policy, topology, policy_name=Path(args.policy).stem if Path(args.policy).exists()
         else args.policy, node_counts=node_counts, gpus_per_node=args.gpus_per_node_list,
         contexts=args.contexts, points_per_octave=args.points_per_octave, observe=observe,
-        policy_digest=digest, gate=gate)
+        policy_digest=digest, gate=gate, progress=True)
     slower = result.predicted_slower()
     if slower:
         worst = min(slower, key=lambda c: c.verdict.gain)
@@ -159,7 +161,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policy", required=True, metavar="NAME|PATH",
                         help="built-in policy (oracle, nccl_default, static_best, random, ...) or "
-                             "a checkpoint")
+                             "a checkpoint (model.zip, model.pt or a run folder) trained on the "
+                             "deployable observation")
     add_topology_args(parser)
     parser.add_argument("--node-counts", type=_int_list, default=None, metavar="N,N,...",
                         help="export several node counts (default: the system's own)")
