@@ -125,14 +125,20 @@ def check_keys(cfg: DictConfig) -> None:
 
 
 def check_env(cfg: DictConfig) -> None:
-    """``env.observation`` names an observation set, and a run that ships its policy (``deploy``)
-    trains on the one the tuner plugin sees."""
+    """``env.observation`` names an observation set; the full-information learner and a run that
+    ships its policy (``deploy``) use the one the tuner plugin sees."""
     from dynamiccl.envs.collective_tuning import OBSERVATIONS
 
     observation = OmegaConf.select(cfg, "env.observation")
     if observation not in OBSERVATIONS:
         raise ConfigCheckError(f"env.observation must be one of {', '.join(OBSERVATIONS)}, got "
                                f"{observation!r}{_suggest(str(observation), list(OBSERVATIONS))}")
+    from dynamiccl.agents.full_info_agent import is_full_info
+
+    if is_full_info(cfg.agent) and (observation != "deployable"
+                                    or not OmegaConf.select(cfg, "env.deployable")):
+        raise ConfigCheckError("agent=full_info learns only deployable actions from the deployable "
+                               "observation; keep env.observation=deployable and env.deployable=true")
     if cfg.get("deploy") is not None and observation != "deployable":
         raise ConfigCheckError(f"this run exports its policy (deploy), but env.observation={observation} "
                                "holds what the tuner plugin cannot see; train with "
