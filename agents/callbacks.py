@@ -51,6 +51,12 @@ class AtRolloutBoundary(EveryNTimesteps):
         return self._go_on
 
 
+def record_checkpoint(folder: Path, step: int) -> None:
+    """Appends a checkpoint taken at ``step`` to ``<folder>/history.jsonl``."""
+    with (folder / "history.jsonl").open("a") as fh:
+        fh.write(json.dumps({"event": "checkpoint", "step": step, "time": time.time()}) + "\n")
+
+
 class SaveCheckpoint(BaseCallback):
     """Replaces ``<folder>/last.zip`` with the model and its resume state, and appends the save to
     ``history.jsonl``; ``last_step`` is the step of the newest checkpoint (``start`` before any)."""
@@ -65,8 +71,7 @@ class SaveCheckpoint(BaseCallback):
         """Saves ``model``; call only at a rollout boundary (or after ``learn`` returned)."""
         step = int(model.num_timesteps)
         path = save_checkpoint(model, self.folder / "last.zip", self.algo, resume=capture(model))
-        with (self.folder / "history.jsonl").open("a") as fh:
-            fh.write(json.dumps({"event": "checkpoint", "step": step, "time": time.time()}) + "\n")
+        record_checkpoint(self.folder, step)
         self.last_step = step
         return path
 

@@ -4,7 +4,8 @@ The schema itself (every default, every type) is :mod:`dynamiccl.configs.schema`
 Hydra's ConfigStore; Hydra refuses misspelt keys and wrong types while composing. What remains is
 checked here before any work starts, each with one message naming the key and the fix: positive
 step counts, a metric training reports, hyperparameters the chosen SB3 class accepts (and, for
-keys of another algorithm, which agents take them), keys forced in with ``+key=value``.
+keys of another algorithm, which agents take them), keys forced in with ``+key=value``, an
+observation set that exists (and is the deployable one where the run ships its policy).
 """
 
 from __future__ import annotations
@@ -123,6 +124,27 @@ def check_keys(cfg: DictConfig) -> None:
                                        f"{_suggest(str(key), allowed)}")
 
 
+def check_env(cfg: DictConfig) -> None:
+    """``env.observation`` names an observation set; the full-information learner and a run that
+    ships its policy (``deploy``) use the one the tuner plugin sees."""
+    from dynamiccl.envs.collective_tuning import OBSERVATIONS
+
+    observation = OmegaConf.select(cfg, "env.observation")
+    if observation not in OBSERVATIONS:
+        raise ConfigCheckError(f"env.observation must be one of {', '.join(OBSERVATIONS)}, got "
+                               f"{observation!r}{_suggest(str(observation), list(OBSERVATIONS))}")
+    from dynamiccl.agents.full_info_agent import is_full_info
+
+    if is_full_info(cfg.agent) and (observation != "deployable"
+                                    or not OmegaConf.select(cfg, "env.deployable")):
+        raise ConfigCheckError("agent=full_info learns only deployable actions from the deployable "
+                               "observation; keep env.observation=deployable and env.deployable=true")
+    if cfg.get("deploy") is not None and observation != "deployable":
+        raise ConfigCheckError(f"this run exports its policy (deploy), but env.observation={observation} "
+                               "holds what the tuner plugin cannot see; train with "
+                               "env.observation=deployable, or drop the export with ~deploy")
+
+
 def validate(cfg: DictConfig, *, sweep: bool = False) -> None:
     """Checks what the schema's types cannot; raises ConfigCheckError naming the key and the fix."""
     check_keys(cfg)
@@ -135,5 +157,6 @@ def validate(cfg: DictConfig, *, sweep: bool = False) -> None:
     if cfg.get("agent") is None or cfg.agent.get("model") is None:
         raise ConfigCheckError("no agent chosen: add agent=maskable_ppo (configs/agent/)")
     check_agent(cfg.agent)
+    check_env(cfg)
     if sweep:
         check_tune(cfg)

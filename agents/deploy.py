@@ -22,7 +22,7 @@ def export_and_score(cfg: DictConfig, policy: Any, run_dir: Path) -> list[Any]:
         return []
     from dynamiccl import policy_file as pf
     from dynamiccl.agents.deployed import PolicyFilePolicy
-    from dynamiccl.agents.evaluate import evaluate_policy
+    from dynamiccl.agents.evaluate import evaluate_policies
     from dynamiccl.agents.export import export_policy, rule_evidence, save_evidence
     from dynamiccl.agents.gate import DEFAULT_MARGIN, Gate
     from dynamiccl.envs.workloads import load_suite
@@ -37,10 +37,13 @@ def export_and_score(cfg: DictConfig, policy: Any, run_dir: Path) -> list[Any]:
     nodes = [int(n) for n in deploy.get("nodes") or [topology.nodes]]
     gate = Gate(margin=float(deploy.get("margin", DEFAULT_MARGIN)))
     result = export_policy(policy, topology, policy_name=str(cfg.task_name), node_counts=nodes,
-                           gate=gate, source=str((run_dir / "model.zip").resolve()))
+                           gate=gate, progress=True,
+                           source=str(next((p for p in (run_dir / "model.zip", run_dir / "model.pt")
+                                            if p.exists()), run_dir).resolve()))
     if result.predicted_slower():  # the gate makes this impossible; refuse rather than ship
         raise ValueError("the exported policy is predicted slower than NCCL somewhere; not shipped")
     path = write_text_atomic(run_dir / "policy.dccl", pf.dumps(result.policy_file))
     save_evidence(path, rule_evidence(result))
     shipped = PolicyFilePolicy(result.policy_file, name="policy.dccl (shipped)")
-    return [evaluate_policy(shipped, load_suite(str(cfg.eval.suite)), deployable=True)]
+    return evaluate_policies([shipped], load_suite(str(cfg.eval.suite)), deployable=True,
+                             progress=True)

@@ -3,6 +3,8 @@ environment (as stable-baselines3's ``evaluate_policy`` does), so what a policy 
 observation with the last call's time relative to NCCL's and the straggler seen on it, the mask —
 is defined once, by :class:`~dynamiccl.envs.collective_tuning.CollectiveTuningEnv`.
 
+A learned policy names the observation set it was trained on in its ``observation`` attribute
+(``research`` or ``deployable``) and is shown that one; baselines read the true scenario.
 Policies that act through an action id step with ``env.step``; policies that pin NCCL knobs (NCCL's
 default, a fixed ``NCCL_ALGO``/``NCCL_PROTO``, an exported policy file) with ``env.step_forced``.
 The *reality* that times every call is the environment's backend: the simulator (``sim``), the
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dynamiccl.agents.policy import ForcingPolicy, OnlinePolicy, Policy
+from dynamiccl.agents.progress import Advance, progress_bar
 from dynamiccl.knobs import Config
 from dynamiccl.nccl import Algorithm
 from dynamiccl.units import format_size
@@ -120,12 +123,14 @@ def _algorithm_label(config: Config) -> str:
     return f"{name}-hier" if config.algorithm == Algorithm.RING and config.hierarchy else name
 
 
-def make_env(backend: str | Any = "sim", *, deployable: bool = True,
+def make_env(backend: str | Any = "sim", *, deployable: bool = True, observation: str | None = None,
              **backend_kwargs: Any) -> CollectiveTuningEnv:
-    """The environment a suite is scored in: no distribution of its own, episodes are given."""
+    """The environment a suite is scored in: no distribution of its own, episodes are given.
+    ``observation`` names the observation set (None: the environment's default)."""
     from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 
-    return CollectiveTuningEnv(scenario=None, backend=backend, deployable=deployable,
+    shown = {} if observation is None else {"observation": observation}
+    return CollectiveTuningEnv(scenario=None, backend=backend, deployable=deployable, **shown,
                                **backend_kwargs)
 
 
@@ -158,8 +163,21 @@ def _chosen(info: dict[str, Any]) -> tuple[str, str, str]:
     return label, algo, proto
 
 
-def tune_online(policy: OnlinePolicy, scenarios: Sequence[Scenario], env: CollectiveTuningEnv
-                ) -> tuple[list[int | None], list[float]]:
+def tuning_budget(policy: OnlinePolicy) -> int:
+    """Measured calls an online tuner is given per distinct call of the suite."""
+    return int(getattr(policy, "budget", 64))
+
+
+def _steps(policy: Policy, suite: Sequence[Any]) -> int:
+    """Environment steps scoring ``policy`` on ``suite`` takes (tuning first, for online tuners)."""
+    scenarios = [s for e in suite for s in e.scenarios]
+    tuning = len(dict.fromkeys(scenarios)) * tuning_budget(policy) \
+        if isinstance(policy, OnlinePolicy) else 0
+    return len(scenarios) + tuning
+
+
+def tune_online(policy: OnlinePolicy, scenarios: Sequence[Scenario], env: CollectiveTuningEnv,
+                advance: Advance | None = None) -> tuple[list[int | None], list[float]]:
     """Lets an online tuner measure each distinct call up to its budget, in suite order.
 
     Returns, per context (system, collective, size bin: what the tuner keys on), how many calls
@@ -169,7 +187,7 @@ def tune_online(policy: OnlinePolicy, scenarios: Sequence[Scenario], env: Collec
     from dynamiccl.agents.online import context_key
 
     policy.reset()
-    budget = int(getattr(policy, "budget", 64))
+    budget = tuning_budget(policy)
     calls: dict[tuple, int] = {}
     hits: dict[tuple, int | None] = {}
     speedups: list[float] = []
@@ -185,31 +203,39 @@ def tune_online(policy: OnlinePolicy, scenarios: Sequence[Scenario], env: Collec
             target = WITHIN * min(info["oracle_time_us"], info["default_time_us"])
             if hits[key] is None and info["time_us"] <= target:
                 hits[key] = calls[key]
+            if advance is not None:
+                advance(1)
     return list(hits.values()), speedups
 
 
 def evaluate_policy(policy: Policy, suite: Sequence[Any], *, deployable: bool = True,
-                    backend: str | Any = "sim", backend_kwargs: Mapping[str, Any] | None = None
-                    ) -> PolicyReport:
+                    backend: str | Any = "sim", backend_kwargs: Mapping[str, Any] | None = None,
+                    advance: Advance | None = None) -> PolicyReport:
     """Scores ``policy`` on ``suite`` (a list of ``SuiteEntry``) in the reality ``backend``.
 
     ``backend_kwargs`` build the backend by name (e.g. ``{"seed": 1003}`` for ``perturbed``); the
-    scoring copy is noise-free where the backend has noise, the tuning copy is not.
+    scoring copy is noise-free where the backend has noise, the tuning copy is not. ``advance(1)``
+    is called after every step (a progress bar's).
     """
     kwargs = dict(backend_kwargs or {})
     noisy = dict(kwargs)
     if backend == "perturbed":
         kwargs["noisy"] = False
-    env = make_env(backend, deployable=deployable, **kwargs)
+    # A learned policy is shown the observation set it was trained on (its ``observation``).
+    shown = getattr(policy, "observation", None)
+    env = make_env(backend, deployable=deployable, observation=shown, **kwargs)
     tuning = None
     if isinstance(policy, OnlinePolicy):
         tuning = tune_online(policy, [s for e in suite for s in e.scenarios],
-                             make_env(backend, deployable=deployable, **noisy))
+                             make_env(backend, deployable=deployable, observation=shown, **noisy),
+                             advance)
     results: list[CallResult] = []
     for entry in suite:
         observation, _ = env.reset(options={"episode": entry})
         for scenario in entry.scenarios:
             observation, info = _step(env, policy, observation)
+            if advance is not None:
+                advance(1)
             t_orc = min(info["oracle_time_us"], info["default_time_us"])
             results.append(CallResult(entry.name, scenario, info["default_time_us"], t_orc,
                                       info["time_us"], *_chosen(info)))
@@ -252,10 +278,18 @@ def summarize(name: str, results: list[CallResult], actions: str, backend: str,
 
 def evaluate_policies(policies: Mapping[str, Policy] | Sequence[Policy], suite: Sequence[Any], *,
                       deployable: bool = True, backend: str | Any = "sim",
-                      backend_kwargs: Mapping[str, Any] | None = None) -> list[PolicyReport]:
-    items = policies.values() if isinstance(policies, Mapping) else policies
-    return [evaluate_policy(p, suite, deployable=deployable, backend=backend,
-                            backend_kwargs=backend_kwargs) for p in items]
+                      backend_kwargs: Mapping[str, Any] | None = None,
+                      progress: bool = False) -> list[PolicyReport]:
+    """Every policy's report; ``progress`` draws a bar on a terminal (nothing when piped)."""
+    items = list(policies.values() if isinstance(policies, Mapping) else policies)
+    if not progress:
+        return [evaluate_policy(p, suite, deployable=deployable, backend=backend,
+                                backend_kwargs=backend_kwargs) for p in items]
+    total = sum(_steps(p, suite) for p in items)
+    with progress_bar(f"evaluating {len(items)} polic{'y' if len(items) == 1 else 'ies'}",
+                      total) as advance:
+        return [evaluate_policy(p, suite, deployable=deployable, backend=backend,
+                                backend_kwargs=backend_kwargs, advance=advance) for p in items]
 
 
 def table_title(title: str, reports: Sequence[PolicyReport]) -> str:

@@ -6,7 +6,9 @@ GPUs-per-node exported, each context slice -- and writes down what it answered. 
 a fine log grid and wherever two neighbouring samples disagree the exact byte where the decision
 changes is found by bisection, so a range boundary sits where the policy changes its mind, not on a
 fixed coarse grid. Whatever the policy cannot say (a non-exportable or masked action, sizes beyond
-the grid, other node counts) is written as an explicit "defer to NCCL" rule.
+the grid, other node counts), and wherever a policy that pins knobs (NCCL's default, the
+full-information learner) pins nothing, is written as an explicit "defer to NCCL" rule. A learned
+policy is shown the deployable observation, the one it must have been trained on.
 
 Every answer passes the safety gate (:mod:`dynamiccl.agents.gate`): where the predicted gain over
 NCCL's own choice does not clear the margin and the model's uncertainty, the rule defers. Each cell
@@ -21,6 +23,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +33,7 @@ import numpy as np
 from dynamiccl import decisions
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.gate import Gate, Verdict
+from dynamiccl.agents.progress import progress_bar
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
 from dynamiccl.nccl import Collective
@@ -97,10 +101,32 @@ def size_grid(min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES,
     return sorted(grid | {min_bytes, max_bytes})
 
 
-def _default_observe() -> Observe:
-    from dynamiccl.envs.observation import encode
+class NotExportable(ValueError):
+    """A policy that reads what the tuner plugin cannot see: exporting it would freeze that."""
 
-    return encode
+
+def deployable_observe(scenario: Scenario) -> np.ndarray:
+    """What a policy is shown for an exported call: the deployable observation, whose context
+    fields are the slice the call is exported for (:func:`context_scenario` round-trips)."""
+    from dynamiccl.decisions import nccl_model_for
+    from dynamiccl.envs.deployable_observation import encode_deployable
+
+    return encode_deployable(scenario, nccl_model_for(scenario.topology))
+
+
+def observer_for(policy: object) -> Observe:
+    """The observation export shows ``policy``: the deployable one, which holds only what the plugin
+    sees per call plus constants of the deployment, so nothing the policy was trained to vary is
+    frozen. A policy trained on another set (its ``observation``) is refused; policies that name
+    none (the baselines) read the scenario, not the vector."""
+    trained_on = getattr(policy, "observation", "deployable")
+    if trained_on != "deployable":
+        name = getattr(policy, "name", type(policy).__name__)
+        raise NotExportable(
+            f"{name} was trained on the {trained_on} observation, which holds what the tuner plugin "
+            "cannot see per call (the last call's time, the straggler's rank, the exact c2c); export "
+            "would freeze those at constants. Train it with env.observation=deployable to ship it")
+    return deployable_observe
 
 
 def context_scenario(topology: Topology, collective: Collective, nbytes: int,
@@ -144,9 +170,12 @@ class _Evaluator:
         if decide_rule is not None:  # a policy that gates itself on its own evidence (tune)
             decision, self.verdicts[key] = decide_rule(scenario)
             return decision
+        self.verdicts[key] = None
+        force = getattr(self.policy, "force", None)
+        if force is not None and not force(scenario).given():
+            return None  # a policy that pins nothing leaves the call to NCCL, as it does in a job
         mask = valid_mask(topology, collective, deployable=True)
         action = self.policy.act(self.observe(scenario), scenario=scenario, action_mask=mask)
-        self.verdicts[key] = None
         try:
             action = int(action)
         except (TypeError, ValueError):
@@ -206,6 +235,10 @@ def _runs(points: list[tuple[int, pf.Decision | None]], last: int
     return ranges
 
 
+def _name_of(policy: object, given: str | None = None) -> str:
+    return given or getattr(policy, "name", type(policy).__name__)
+
+
 def _clean_header_value(text: str) -> str:
     value = re.sub(r"[^A-Za-z0-9._:+@=/-]", "_", text.strip())[: pf.MAX_HEADER_VALUE]
     return value or "unnamed"
@@ -237,19 +270,23 @@ def export_policy(
     policy_digest: str | None = None,
     gate: Gate | None = DEFAULT_GATE,
     source: str | None = None,
+    progress: bool = False,
 ) -> ExportResult:
     """Evaluates ``policy`` (a :class:`dynamiccl.agents.policy.Policy`) over the grid.
 
     ``node_counts`` / ``gpus_per_node`` default to the topology's own; every combination is exported
-    and every other one defers. ``observe`` builds the observation (default: the environment's
-    encoder). The config hash is ``config_hash``, else the policy's own ``config_hash`` attribute,
-    else a digest of the export settings and ``policy_digest`` (e.g. the checkpoint's sha256).
+    and every other one defers. ``observe`` builds the observation (default:
+    :func:`observer_for` the policy; a policy not trained on the deployable observation is refused
+    with :class:`NotExportable`). The config hash is ``config_hash``, else the policy's own
+    ``config_hash`` attribute, else a digest of the export settings and ``policy_digest`` (e.g. the
+    checkpoint's sha256).
     ``gate`` (default: a :class:`~dynamiccl.agents.gate.Gate` with its default margin) turns
     answers without enough predicted gain into defers; pass ``gate=None`` only to see the policy
     ungated. ``source`` (a built-in policy's name or a checkpoint's absolute path) is recorded in
-    the header, so the shipped file can be scored next to the policy it came from.
+    the header, so the shipped file can be scored next to the policy it came from. ``progress``
+    draws a bar on a terminal (nothing when piped).
     """
-    observe = observe or _default_observe()
+    observe = observe or observer_for(policy)
     nodes_list = sorted(set(node_counts or [topology.nodes]))
     ppn_list = sorted(set(gpus_per_node or [topology.gpus_per_node]))
     colls = [Collective(c) for c in collectives]
@@ -265,19 +302,26 @@ def export_policy(
     evaluate = _Evaluator(policy, observe, gate)
     cells: list[Cell] = []
     slices = []
-    for context in ctx_list:
-        rules: list[pf.Rule] = []
-        for coll in colls:
-            for system in systems:
-                key = dict(nodes=system.nodes, ranks=system.nranks)
-                points = _piecewise(lambda n, s=system, c=coll, x=context: evaluate(s, c, n, x),
-                                    grid)
-                cells += [Cell(coll, n, system.nodes, system.nranks, context, d,
-                               evaluate.verdicts.get((system, coll, n, context))) for n, d in points]
-                rules += [pf.Rule(coll, lo, hi, **key, decision=d) for lo, hi, d in _ranges(points)]
-            rules.append(pf.Rule(coll, 0, pf.MAX_BYTES))  # any other nodes/ranks: NCCL decides
-        slices.append(pf.Slice(*context, rules=tuple(rules)))
-    name = _clean_header_value(policy_name or getattr(policy, "name", type(policy).__name__))
+    groups = len(ctx_list) * len(colls) * len(systems)
+    with (progress_bar(f"exporting {_name_of(policy, policy_name)}", groups) if progress
+          else nullcontext(None)) as advance:
+        for context in ctx_list:
+            rules: list[pf.Rule] = []
+            for coll in colls:
+                for system in systems:
+                    key = dict(nodes=system.nodes, ranks=system.nranks)
+                    points = _piecewise(lambda n, s=system, c=coll, x=context: evaluate(s, c, n, x),
+                                        grid)
+                    cells += [Cell(coll, n, system.nodes, system.nranks, context, d,
+                                   evaluate.verdicts.get((system, coll, n, context)))
+                              for n, d in points]
+                    rules += [pf.Rule(coll, lo, hi, **key, decision=d)
+                              for lo, hi, d in _ranges(points)]
+                    if advance is not None:
+                        advance(1)
+                rules.append(pf.Rule(coll, 0, pf.MAX_BYTES))  # any other nodes/ranks: NCCL decides
+            slices.append(pf.Slice(*context, rules=tuple(rules)))
+    name = _clean_header_value(_name_of(policy, policy_name))
     settings = {"policy": name, "fingerprint": topology.fingerprint(), "nodes": nodes_list,
                 "gpus_per_node": ppn_list, "collectives": [int(c) for c in colls],
                 "contexts": ctx_list, "points_per_octave": points_per_octave,

@@ -40,7 +40,8 @@ BUILTIN: dict[str, Callable[[Topology | None, bool, int], Policy]] = {
 
 def load_policy(name_or_path: str, *, topology: Topology | None = None, deployable: bool = False,
                 seed: int = 0) -> Policy:
-    """A built-in policy by name, or a trained checkpoint (a ``.zip`` or a training run folder).
+    """A built-in policy by name, a trained checkpoint (an SB3 agent's ``.zip``, the
+    full-information learner's ``.pt``, or a training run folder), or a shipped policy file.
 
     ``topology`` matters only for ``static_best``: its one configuration is then chosen for that
     system (the training suite's calls moved onto it) instead of across the training systems.
@@ -53,12 +54,16 @@ def load_policy(name_or_path: str, *, topology: Topology | None = None, deployab
 
     if is_policy_file(path):
         return load_deployed(path)
+    from dynamiccl.agents import full_info_agent
+
+    if full_info_agent.checkpoint_in(path) is not None:
+        return full_info_agent.load_policy(path)
     if path.exists() or path.with_suffix(".zip").exists():
         from dynamiccl.agents.sb3_agents import SB3Policy
 
         return SB3Policy.load(path, deployable=deployable)
     raise ValueError(
         f"unknown policy {name_or_path!r}: give one of {', '.join(BUILTIN)}, the path of a "
-        "checkpoint written by `dynamiccl train` (a .zip or its run folder), or an exported "
+        "checkpoint written by `dynamiccl train` (a .zip, a .pt or its run folder), or an exported "
         "policy file (.dccl or NVIDIA example-tuner CSV)"
     )

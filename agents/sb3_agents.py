@@ -149,14 +149,21 @@ def load_checkpoint(path: str | Path, env: Any = None) -> tuple[BaseAlgorithm, d
 
 
 class SB3Policy:
-    """A trained SB3 model as a :class:`~dynamiccl.agents.policy.Policy`."""
+    """A trained SB3 model as a :class:`~dynamiccl.agents.policy.Policy`.
+
+    ``observation`` is the observation set the model was trained on, read from the observation
+    space saved with it, so evaluation shows it that set and export knows what it needs.
+    """
 
     def __init__(self, model: BaseAlgorithm, algo: str, name: str | None = None,
                  deployable: bool = False) -> None:
+        from dynamiccl.envs.collective_tuning import observation_set
+
         self.model = model
         self.algo = algo
         self.name = name or algo
         self.deployable = deployable
+        self.observation = observation_set(int(np.prod(model.observation_space.shape)))
 
     @classmethod
     def load(cls, path: str | Path, *, deployable: bool = False) -> SB3Policy:

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,12 @@ from dynamiccl.agents.callbacks import (
     Interrupt,
     SaveAndStopOnInterrupt,
     SaveCheckpoint,
+    record_checkpoint,
 )
 from dynamiccl.agents.config_schema import ConfigCheckError, validate
 from dynamiccl.agents.deploy import export_and_score
 from dynamiccl.agents.envs_factory import deployable, make_training_env
+from dynamiccl.agents.full_info_agent import is_full_info
 from dynamiccl.agents.resume_state import restore
 from dynamiccl.agents.run_folder import locked, record_config
 from dynamiccl.agents.sb3_agents import (
@@ -69,9 +71,11 @@ def _sb3_logger(run_dir: Path, run_logger: Any, start: int) -> Any:
     return Logger(str(run_dir), formats)
 
 
-def _checked_checkpoint(cfg: DictConfig, ckpt: Path) -> dict[str, Any] | None:
-    """The sidecar of the run folder's checkpoint, refused when it holds another algorithm."""
-    if not ckpt.is_file():
+def _checked_checkpoint(cfg: DictConfig, ckpt_dir: Path) -> dict[str, Any] | None:
+    """The sidecar of the run folder's checkpoint (an SB3 agent's ``last.zip``, the full-information
+    learner's ``last.pt``), refused when it holds another agent."""
+    ckpt = next((p for p in (ckpt_dir / "last.zip", ckpt_dir / "last.pt") if p.is_file()), None)
+    if ckpt is None:
         return None
     meta = checkpoint_meta(ckpt)
     if meta.get("algo") != cfg.agent.name:
@@ -96,7 +100,7 @@ def trained_policy(model: Any, cfg: DictConfig) -> SB3Policy:
     return SB3Policy(model, str(cfg.agent.name), deployable=deployable(cfg))
 
 
-def evaluate_run(cfg: DictConfig, policy: SB3Policy, run_dir: Path, run_logger: Any,
+def evaluate_run(cfg: DictConfig, policy: Any, run_dir: Path, run_logger: Any,
                  step: int) -> tuple[dict[str, Any], list[Any]]:
     """The trained agent against the baselines on ``eval.suite``: files, plots, wandb; returns the
     agent's metrics and every policy's report."""
@@ -108,7 +112,8 @@ def evaluate_run(cfg: DictConfig, policy: SB3Policy, run_dir: Path, run_logger: 
     only_exportable = deployable(cfg)
     policies = [load_policy(n, deployable=only_exportable, seed=int(cfg.seed))
                 for n in cfg.eval.baselines]
-    reports = evaluate_policies([*policies, policy], suite, deployable=only_exportable)
+    reports = evaluate_policies([*policies, policy], suite, deployable=only_exportable,
+                                progress=True)
     out = run_dir / "eval"
     save_reports(reports, out)
     mine = reports[-1].summary()
@@ -122,13 +127,12 @@ def evaluate_run(cfg: DictConfig, policy: SB3Policy, run_dir: Path, run_logger: 
     return metrics, reports
 
 
-def quick_metrics(cfg: DictConfig, model: Any) -> dict[str, Any]:
-    """The current model's metrics on ``eval.suite`` (periodic evaluation, no baselines)."""
+def quick_metrics(cfg: DictConfig, policy: Any) -> dict[str, Any]:
+    """The current policy's metrics on ``eval.suite`` (periodic evaluation, no baselines)."""
     from dynamiccl.agents.evaluate import evaluate_policy
     from dynamiccl.envs.workloads import load_suite
 
-    report = evaluate_policy(trained_policy(model, cfg), load_suite(str(cfg.eval.suite)),
-                             deployable=deployable(cfg))
+    report = evaluate_policy(policy, load_suite(str(cfg.eval.suite)), deployable=deployable(cfg))
     summary = report.summary()
     return {k: summary[k] for k in EVAL_METRICS}
 
@@ -162,7 +166,7 @@ def _callbacks(cfg: DictConfig, model: Any, run_dir: Path, run_logger: Any, star
         evaluations = _Evaluations(run_dir / "evaluations.jsonl", start)
 
         def periodic(step: int) -> None:
-            metrics = quick_metrics(cfg, model)
+            metrics = quick_metrics(cfg, trained_policy(model, cfg))
             evaluations.append({"step": step, **metrics})
             run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items() if v is not None},
                                    step=step)
@@ -188,8 +192,7 @@ def train(cfg: DictConfig, run_dir: str | Path, *, report: Reporter | None = Non
 
 
 def _train(cfg: DictConfig, run_dir: Path, report: Reporter | None, run_logger: Any) -> dict[str, Any]:
-    ckpt_dir = run_dir / "checkpoints"
-    meta = _checked_checkpoint(cfg, ckpt_dir / "last.zip")
+    meta = _checked_checkpoint(cfg, run_dir / "checkpoints")
     changes = record_config(cfg, run_dir, int((meta or {}).get("num_timesteps", 0)))
     own_logger = run_logger is None
     if own_logger:
@@ -198,29 +201,50 @@ def _train(cfg: DictConfig, run_dir: Path, report: Reporter | None, run_logger: 
     import torch
 
     torch.set_num_threads(int(cfg.trainer.torch_threads))
-    env = make_training_env(cfg)
+    learn = _learn_full_info if is_full_info(cfg.agent) else _learn_sb3
     try:
-        return _learn_and_evaluate(cfg, run_dir, env, run_logger, report, changes)
+        policy, step, seconds = learn(cfg, run_dir, run_logger, report, changes)
+        return _evaluate_and_ship(cfg, policy, run_dir, run_logger, report, step, seconds)
     finally:
         if own_logger:
             run_logger.finish()
 
 
-def _learn_and_evaluate(cfg: DictConfig, run_dir: Path, env: Any, run_logger: Any,
-                        report: Reporter | None, changes: str | None) -> dict[str, Any]:
-    ckpt_dir = run_dir / "checkpoints"
-    model, start, restored = _load_or_build(cfg, env, ckpt_dir / "last.zip")
+def _starting(cfg: DictConfig, run_dir: Path, ckpt: Path, start: int, changes: str | None,
+              restored: str) -> int:
+    """Records and says where training starts; ``restored`` says what a run resumed from ``ckpt``
+    got back. Returns the step training ends at."""
     total = int(cfg.trainer.total_timesteps)
     (run_dir / "train_state.json").write_text(json.dumps(
         {"started_at_step": start, "resumed": start > 0, "total_timesteps": total}, indent=2))
     if changes:
         _console(changes)
     if start:
-        stream = "environments and generators restored" if restored else \
-            "the checkpoint holds no environment state: environments start afresh"
-        _console(f"resuming at step {start} of {total} from {ckpt_dir / 'last.zip'} ({stream})")
+        _console(f"resuming at step {start} of {total} from {ckpt} ({restored})")
     else:
         _console(f"training {cfg.agent.name} for {total} steps in {run_dir}")
+    return total
+
+
+def _stopped(step: int, total: int, ckpt: Path, run_dir: Path) -> Interrupted:
+    return Interrupted(f"interrupted: checkpoint saved at step {step} of {total} in {ckpt}; resume "
+                       f"with the same command and hydra.run.dir={run_dir}")
+
+
+def _stopped_after_training(step: int, model_file: Path, run_dir: Path) -> Interrupted:
+    return Interrupted(f"interrupted after training finished: model saved at step {step} in "
+                       f"{model_file}; evaluate it with the same command and hydra.run.dir={run_dir}")
+
+
+def _learn_sb3(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter | None,
+               changes: str | None) -> tuple[SB3Policy, int, float]:
+    """Trains (or resumes) an SB3 agent; returns its policy, the step reached and the seconds."""
+    ckpt = run_dir / "checkpoints" / "last.zip"
+    env = make_training_env(cfg)
+    model, start, restored = _load_or_build(cfg, env, ckpt)
+    total = _starting(cfg, run_dir, ckpt, start, changes, "environments and generators restored"
+                      if restored else "the checkpoint holds no environment state: environments "
+                      "start afresh")
     model.set_logger(_sb3_logger(run_dir, run_logger, start))
     interrupt = Interrupt()
     callbacks, saver = _callbacks(cfg, model, run_dir, run_logger, start, report, interrupt)
@@ -231,27 +255,121 @@ def _learn_and_evaluate(cfg: DictConfig, run_dir: Path, env: Any, run_logger: An
                         progress_bar=bool(cfg.trainer.progress_bar))
     seconds = time.perf_counter() - began
     if interrupt.saved_at is not None:
-        raise Interrupted(f"interrupted: checkpoint saved at step {interrupt.saved_at} of {total} in "
-                          f"{ckpt_dir / 'last.zip'}; resume with the same command and "
-                          f"hydra.run.dir={run_dir}")
+        raise _stopped(interrupt.saved_at, total, ckpt, run_dir)
     step = int(model.num_timesteps)
     if step > start:
         saver.save_now(model)
         save_checkpoint(model, run_dir / "model.zip", str(cfg.agent.name))
     env.close()
     if interrupt.requested:
-        raise Interrupted(f"interrupted after training finished: model saved at step {step} in "
-                          f"{run_dir / 'model.zip'}; evaluate it with the same command and "
-                          f"hydra.run.dir={run_dir}")
+        raise _stopped_after_training(step, run_dir / "model.zip", run_dir)
     from dynamiccl.agents.training_plots import plot_training
 
     plot_training(run_dir, str(cfg.agent.name))
-    metrics, reports = evaluate_run(cfg, trained_policy(model, cfg), run_dir, run_logger, step)
-    reports += export_and_score(cfg, trained_policy(model, cfg), run_dir)
+    return trained_policy(model, cfg), step, seconds
+
+
+class _AtMultiples:
+    """True at the first round boundary past each multiple of ``every`` (never for 0), counted from
+    multiples, so a resumed run fires at the same steps as the uninterrupted one (as
+    :class:`~dynamiccl.agents.callbacks.AtRolloutBoundary` does for SB3)."""
+
+    def __init__(self, every: int, start: int) -> None:
+        self.every = every
+        self.last = start - start % every if every else 0
+
+    def __call__(self, step: int) -> bool:
+        if not self.every or step - self.last < self.every:
+            return False
+        self.last = step - step % self.every
+        return True
+
+
+def _learn_full_info(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter | None,
+                     changes: str | None) -> tuple[Any, int, float]:
+    """Trains (or resumes) the full-information learner round by round: its curve to the progress
+    CSV and the run logger, checkpoints and evaluations at round boundaries, Ctrl-C saves first."""
+    import csv
+
+    from dynamiccl.agents import full_info_agent as agent
+    from dynamiccl.agents.progress import progress_bar
+
+    ckpt_dir = run_dir / "checkpoints"
+    last = ckpt_dir / "last.pt"
+    if last.is_file():
+        learner, restored = agent.load_checkpoint(last)
+    else:
+        learner, restored = agent.build(cfg.agent, int(cfg.seed)), False
+    start = learner.samples_seen
+    total = _starting(cfg, run_dir, last, start, changes, "optimizer and generator restored"
+                      if restored else "the checkpoint holds only the network: optimizer and "
+                      "generator start afresh")
+    saved_at = start if restored else None
+
+    def checkpoint() -> None:
+        """Saves the learner at this round boundary (once)."""
+        nonlocal saved_at
+        if saved_at != learner.samples_seen:
+            agent.save_checkpoint(learner, last)
+            record_checkpoint(ckpt_dir, learner.samples_seen)
+            saved_at = learner.samples_seen
+
+    checkpoint_due = _AtMultiples(int(cfg.trainer.checkpoint_every), start)
+    eval_due = _AtMultiples(int(cfg.trainer.eval_every), start)
+    evaluations = _Evaluations(run_dir / "evaluations.jsonl", start)
+    interrupt = Interrupt()
+    seconds = 0.0
+    progress_file = run_dir / (f"progress_from_{start}.csv" if start else "progress.csv")
+    columns = ["time/total_timesteps", "train/loss", agent.CURVE[0]]
+    bar = progress_bar(f"training {cfg.agent.name}", total) if cfg.trainer.progress_bar \
+        else nullcontext(None)
+    with progress_file.open("w", newline="") as fh, interrupt.installed(), bar as advance:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        while learner.samples_seen < total:
+            began = time.perf_counter()
+            data = learner.draw_round()
+            fresh = agent.fresh_loss(learner, data)  # before learning from these new systems
+            loss = learner.train_round(data)
+            seconds += time.perf_counter() - began
+            step = learner.samples_seen
+            curve = {"train/loss": loss, agent.CURVE[0]: fresh}
+            writer.writerow({"time/total_timesteps": step, **curve})
+            fh.flush()
+            run_logger.log_metrics(curve, step=step)
+            if advance is not None:
+                advance(len(data.gains))
+            if checkpoint_due(step) or interrupt.requested:
+                checkpoint()
+            if eval_due(step) and step < total:  # the last round is evaluated with the baselines
+                metrics = quick_metrics(cfg, learner.policy(name=str(cfg.agent.name)))
+                evaluations.append({"step": step, **metrics})
+                run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items() if v is not None},
+                                       step=step)
+                if report is not None:
+                    checkpoint()
+                    report({"step": step, **metrics}, ckpt_dir)
+            if interrupt.requested:
+                raise _stopped(step, total, last, run_dir)
+    step = learner.samples_seen
+    if step > start:
+        checkpoint()
+        agent.save_checkpoint(learner, run_dir / "model.pt", resume=False)
+    from dynamiccl.agents.training_plots import plot_training
+
+    plot_training(run_dir, str(cfg.agent.name), agent.CURVE)
+    return learner.policy(name=str(cfg.agent.name)), step, seconds
+
+
+def _evaluate_and_ship(cfg: DictConfig, policy: Any, run_dir: Path, run_logger: Any,
+                       report: Reporter | None, step: int, seconds: float) -> dict[str, Any]:
+    """The trained policy against the baselines, then exported and scored as shipped (``deploy``)."""
+    metrics, reports = evaluate_run(cfg, policy, run_dir, run_logger, step)
+    reports += export_and_score(cfg, policy, run_dir)
     metrics.update(step=step, train_seconds=seconds)
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if report is not None:
-        report(metrics, ckpt_dir)
+        report(metrics, run_dir / "checkpoints")
     if report is None:  # a sweep prints its own table
         from dynamiccl.agents.evaluate import print_table
 

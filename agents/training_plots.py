@@ -40,24 +40,30 @@ def _segments(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def training_curve(run_dir: Path) -> list[tuple[float, float]]:
-    """(step, mean episode reward) over the whole run; a segment's rows past the step the next
-    segment resumed from were trained again there, so they are left out."""
+#: The curve of an SB3 agent: (progress CSV column, axis label).
+REWARD = ("rollout/ep_rew_mean", "mean episode reward (sum of log speedups)")
+
+
+def training_curve(run_dir: Path, column: str = REWARD[0]) -> list[tuple[float, float]]:
+    """(step, ``column``) over the whole run; a segment's rows past the step the next segment
+    resumed from were trained again there, so they are left out."""
     segments = _segments(run_dir)
     points: list[tuple[float, float]] = []
     for i, (_start, path) in enumerate(segments):
         end = segments[i + 1][0] if i + 1 < len(segments) else math.inf
         with path.open() as fh:
             for row in csv.DictReader(fh):
-                step, reward = row.get("time/total_timesteps"), row.get("rollout/ep_rew_mean")
-                if step and reward and float(step) <= end:
-                    points.append((float(step), float(reward)))
+                step, value = row.get("time/total_timesteps"), row.get(column)
+                if step and value and float(step) <= end:
+                    points.append((float(step), float(value)))
     return points
 
 
-def plot_training(run_dir: Path, agent: str) -> Path | None:
-    """``training_curve.png``: episode reward, and the periodic evaluations' oracle share."""
-    curve = training_curve(run_dir)
+def plot_training(run_dir: Path, agent: str, curve_of: tuple[str, str] = REWARD) -> Path | None:
+    """``training_curve.png``: the agent's training curve (``curve_of``: its progress column and
+    label; default the episode reward), and the periodic evaluations' oracle share."""
+    column, label = curve_of
+    curve = training_curve(run_dir, column)
     evals_file = run_dir / "evaluations.jsonl"
     evals = [json.loads(line) for line in evals_file.read_text().splitlines() if line] \
         if evals_file.is_file() else []
@@ -67,11 +73,10 @@ def plot_training(run_dir: Path, agent: str) -> Path | None:
 
     fig, ax = pyplot().subplots(figsize=(7, 4), layout="constrained")
     if curve:
-        steps, rewards = zip(*curve, strict=True)
-        ax.plot(steps, rewards, color=policy_colour(agent),
-                label=f"{agent}: mean episode reward")
+        steps, values = zip(*curve, strict=True)
+        ax.plot(steps, values, color=policy_colour(agent), label=f"{agent}: {label}")
     ax.set_xlabel("training step")
-    ax.set_ylabel("mean episode reward (sum of log speedups)")
+    ax.set_ylabel(label)
     ax.xaxis.set_major_formatter(FuncFormatter(_steps))
     _plain_axis(ax.yaxis)
     handles, labels = ax.get_legend_handles_labels()

@@ -2,7 +2,8 @@
 ``config_schema`` when this package is imported (``configs/train.yaml`` builds on it).
 
 The dataclasses hold every default of the ``trainer``, ``eval``, ``resume``, ``ray`` and ``tune``
-sections, so those defaults are written once, here, and Hydra itself refuses a misspelt key or a
+sections (and the keys and types of ``env``, whose values its config group holds), so those
+defaults are written once, here, and Hydra itself refuses a misspelt key or a
 value of the wrong type while composing. What a type cannot say is checked by
 :func:`dynamiccl.agents.config_schema.validate` before any work starts.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
 
 
 @dataclass
@@ -30,6 +32,23 @@ class TrainerConfig:
     eval_every: int = 0
     #: Torch CPU threads; small policy networks run fastest single-threaded on a shared machine.
     torch_threads: int = 1
+
+
+@dataclass
+class EnvConfig:
+    """Keyword arguments of ``CollectiveTuningEnv`` (besides ``scenario``, which comes from the
+    ``scenario`` group); their values live in ``configs/env/default.yaml``."""
+
+    id: str = MISSING
+    #: sim (the simulator), perturbed (a miscalibrated reality), replay or live.
+    backend: str = MISSING
+    #: Only actions a tuner plugin can make NCCL run; false adds the simulator-only ones.
+    deployable: bool = MISSING
+    #: ``deployable`` (what the tuner plugin sees per call: what ships) or ``research`` (the
+    #: simulator's full state, which export cannot reproduce).
+    observation: str = MISSING
+    #: Calls per episode; None: the scenario distribution's (one iteration).
+    episode_length: int | None = None
 
 
 @dataclass
@@ -88,7 +107,7 @@ class Config:
     topology: Any = None
     workload: Any = None
     scenario: Any = None
-    env: Any = None
+    env: EnvConfig = field(default_factory=EnvConfig)
     agent: Any = None
     logger: Any = None
     #: Where the trained policy is exported after training (``dynamiccl.agents.deploy`` checks it).

@@ -22,6 +22,7 @@ import numpy as np
 
 from dynamiccl.envs.observation import SYSTEM_FIELDS, ObservationField, system_features
 from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import MAX_CHANNELS
 from dynamiccl.nccl_model.model import NcclModel
 from dynamiccl.nccl_model.select import cost_tables
 from dynamiccl.policy_file import C2C_BUCKETS, STRAGGLER_BUCKETS, context_buckets
@@ -30,8 +31,8 @@ from dynamiccl.topology import Topology
 
 #: log2 of the largest byte count told apart (1 TiB); larger calls share the top of the scale.
 LOG2_MAX_BYTES = 40
-#: log2 of NCCL's largest channel count (64) and of the largest numPipeOps encoded (64).
-LOG2_MAX_CHANNELS = 6
+#: log2 of NCCL's largest channel count and of the largest numPipeOps encoded (64).
+LOG2_MAX_CHANNELS = math.log2(MAX_CHANNELS)
 LOG2_MAX_PIPE_OPS = 6
 #: A cost-table entry is encoded as log2(entry / NCCL's pick) / COST_LOG2_RANGE (0 = NCCL's pick,
 #: 1 = 1024x slower or unusable).
@@ -60,7 +61,7 @@ def _field_specs() -> list[tuple[str, str, float, float]]:
     specs += [(f"nccl_protocol_{p.name.lower()}", f"1 if NCCL's own pick uses {p.name.lower()}", 0.0, 1.0)
               for p in Protocol]
     specs += [
-        ("nccl_channels", f"log2(NCCL's channel count) / {LOG2_MAX_CHANNELS}", 0.0, 1.0),
+        ("nccl_channels", f"log2(NCCL's channel count) / {LOG2_MAX_CHANNELS:g}", 0.0, 1.0),
         ("nccl_predicted_us", f"log10(NCCL's predicted µs of its pick) / {LOG10_MAX_US:g}", 0.0, 1.0),
     ]
     specs += [(f"cost_{a.name.lower()}_{p.name.lower()}",

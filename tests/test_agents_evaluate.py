@@ -126,3 +126,21 @@ def test_a_policy_that_emits_an_invalid_action_is_caught(suite):
 
     with pytest.raises(RuntimeError, match="which the mask forbids"):
         evaluate_policy(Broken(), suite)
+
+
+@pytest.mark.parametrize("observation", ["deployable", "research"])
+def test_a_learned_policy_is_shown_the_observation_set_it_was_trained_on(suite, observation):
+    from omegaconf import OmegaConf
+
+    from dynamiccl.agents.sb3_agents import SB3Policy, build_model
+
+    agent = OmegaConf.create({"name": "ppo", "model": {
+        "_target_": "stable_baselines3.PPO", "policy": "MlpPolicy", "n_steps": 32, "batch_size": 16,
+        "policy_kwargs": {"net_arch": [8]}}})
+    env = CollectiveTuningEnv("smoke", observation=observation)
+    recorder = Recorder(SB3Policy(build_model(agent, env), "ppo"))
+    recorder.observation = recorder.inner.observation
+    assert recorder.observation == observation
+    report = evaluate_policy(recorder, suite[:1])
+    assert report.scenarios == len(recorder.seen)
+    assert {s.shape for s in recorder.seen} == {env.observation_space.shape}

@@ -90,3 +90,42 @@ def test_deployable_environment_passes_the_gymnasium_checker_and_observes_the_co
 def test_unknown_observation_set_is_refused() -> None:
     with pytest.raises(ValueError, match="observation must be one of research, deployable"):
         gym.make("dynamiccl/CollectiveTuning-v0", observation="everything")
+
+
+def deployable_table() -> str:
+    """The deployable observation's table as the environment's docstring must hold it: one row per
+    field of DEPLOYABLE_FIELDS, long meanings continued on rows with empty cells."""
+    import textwrap
+
+    header = "| Num | Field                         | Min | Max | Meaning"
+    width = 106 - len(header) - 2  # the docstring's lines stay within the 110 columns, indented by 4
+    rows = [header + " " * (width - len("Meaning")) + " |",
+            "|-----|-------------------------------|-----|-----|" + "-" * (width + 2) + "|"]
+    for f in DEPLOYABLE_FIELDS:
+        cells = [str(f.index), f.name, f"{f.low:g}", f"{f.high:g}"]
+        for line in textwrap.wrap(f.meaning, width):
+            rows.append(f"| {cells[0]:<3} | {cells[1]:<29} | {cells[2]:<3} | {cells[3]:<3} | "
+                        f"{line:<{width}} |")
+            cells = [""] * 4
+    return "\n".join(rows)
+
+
+def test_the_environment_docstring_tables_exactly_the_deployable_fields() -> None:
+    import inspect
+
+    doc = inspect.cleandoc(CollectiveTuningEnv.__doc__ or "")
+    assert deployable_table() in doc, "paste this table into CollectiveTuningEnv's docstring:\n" + \
+        deployable_table()
+    assert f"({DEPLOYABLE_SIZE} fields," in doc
+
+
+def test_the_channel_scale_follows_nccls_channel_limit() -> None:
+    """LOG2_MAX_CHANNELS is derived from dynamiccl.nccl.MAX_CHANNELS, not a copy of it."""
+    import subprocess
+    import sys
+
+    code = ("import dynamiccl.nccl as nccl; nccl.MAX_CHANNELS = 32; "
+            "from dynamiccl.envs import deployable_observation as d; print(d.LOG2_MAX_CHANNELS)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == 5.0

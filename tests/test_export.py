@@ -258,7 +258,8 @@ def test_evaluate_shows_a_shipped_file_next_to_the_checkpoint_or_policy_it_came_
 
     agent = OmegaConf.create({"name": "a2c", "model": {"_target_": "stable_baselines3.A2C",
                                                        "policy": "MlpPolicy", "n_steps": 8}})
-    checkpoint = save_checkpoint(build_model(agent, CollectiveTuningEnv("smoke")),
+    checkpoint = save_checkpoint(build_model(agent, CollectiveTuningEnv("smoke", deployable=True,
+                                                                        observation="deployable")),
                                  tmp_path / "run" / "model", "a2c")
     dccl, csv = tmp_path / "p.dccl", tmp_path / "p.csv"
     assert main(["export", "--policy", str(checkpoint), "--topology", "dgx_h100", "--nodes", "2",
@@ -275,3 +276,93 @@ def test_evaluate_shows_a_shipped_file_next_to_the_checkpoint_or_policy_it_came_
     assert main(args) == 0
     assert [r["policy"] for r in json.loads(capsys.readouterr().out)] == ["p.dccl", "oracle",
                                                                           "p.csv"]
+
+
+def _sb3_policy(observation: str):
+    from omegaconf import OmegaConf
+
+    from dynamiccl.agents.sb3_agents import SB3Policy, build_model
+    from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
+
+    agent = OmegaConf.create({"name": "ppo", "model": {
+        "_target_": "stable_baselines3.PPO", "policy": "MlpPolicy", "n_steps": 32, "batch_size": 16,
+        "policy_kwargs": {"net_arch": [8]}}})
+    return SB3Policy(build_model(agent, CollectiveTuningEnv("smoke", observation=observation)), "ppo")
+
+
+class Shown:
+    """Keeps what export shows a policy trained on the deployable observation."""
+
+    name, observation = "shown", "deployable"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+
+    def act(self, observation, *, scenario=None, action_mask=None) -> int:
+        self.seen.append((scenario, np.array(observation)))
+        return RING_LL
+
+
+def test_export_shows_a_policy_the_observation_it_was_trained_on_context_included(topo):
+    from dynamiccl.agents.export import context_scenario
+    from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
+    from dynamiccl.envs.deployable_observation import DEPLOYABLE_SIZE, describe, scenario_context
+
+    policy = Shown()
+    contexts = [(s, c) for s in pf.STRAGGLER_BUCKETS for c in pf.C2C_BUCKETS]
+    export_policy(policy, topo, collectives=[Collective.ALLREDUCE], contexts=contexts,
+                  points_per_octave=1, gate=None)
+    assert {obs.shape for _, obs in policy.seen} == {(DEPLOYABLE_SIZE,)}
+    # Each slice is seen as that slice: the context the runtime would agree on for the call.
+    for straggler, c2c in contexts:
+        scenario = context_scenario(topo, Collective.ALLREDUCE, 1 << 20, (straggler, c2c))
+        assert scenario_context(scenario) == (straggler, c2c)
+    fields = [describe(obs) for s, obs in policy.seen if scenario_context(s) == ("long", "high")]
+    assert fields and all(f["context_straggler_long"] == f["context_c2c_high"] == 1.0 for f in fields)
+    # The default slice is exactly what the environment shows at such a call.
+    scenario, shown = next((s, obs) for s, obs in policy.seen if s.nbytes == 1 << 20
+                           and scenario_context(s) == pf.DEFAULT_CONTEXT)
+    env = CollectiveTuningEnv(None, observation="deployable", deployable=True)
+    np.testing.assert_array_equal(shown, env.reset(options={"episode": [scenario]})[0])
+
+
+def test_a_policy_trained_on_the_research_observation_is_refused_not_frozen(topo, tmp_path, capsys):
+    from dynamiccl.agents.export import NotExportable
+    from dynamiccl.agents.sb3_agents import save_checkpoint
+
+    research = _sb3_policy("research")
+    with pytest.raises(NotExportable, match="trained on the research observation"):
+        export_policy(research, topo, collectives=[Collective.ALLREDUCE], points_per_octave=1)
+    save_checkpoint(research.model, tmp_path / "research.zip", "ppo")
+    assert main(["export", "--policy", str(tmp_path / "research.zip"), "--topology", "dgx_h100",
+                 "-o", str(tmp_path / "r.dccl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train it with env.observation=deployable" in err[0].lower()
+    assert not (tmp_path / "r.dccl").exists()
+
+
+def test_a_checkpoint_trained_on_the_deployable_observation_exports_from_the_cli(tmp_path):
+    from dynamiccl.agents.sb3_agents import save_checkpoint
+
+    deployable = _sb3_policy("deployable")
+    save_checkpoint(deployable.model, tmp_path / "model.zip", "ppo")
+    out = tmp_path / "p.dccl"
+    assert main(["export", "--policy", str(tmp_path / "model.zip"), "--topology", "dgx_h100",
+                 "--nodes", "2", "--points-per-octave", "1", "-o", str(out)]) == 0
+    assert pf.read(out).header.policy == "model"
+
+
+def test_where_a_forcing_policy_pins_nothing_the_file_defers_even_ungated(topo):
+    """A full-information policy that defers still answers ``act`` with NCCL's pick as its nearest
+    table entry; the file must leave those calls to NCCL, not pin that entry."""
+    import torch
+
+    from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner
+
+    learner = FullInfoLearner(FullInfoConfig(hidden=8, layers=1, ensemble=1))
+    with torch.no_grad():
+        for p in learner.network.parameters():
+            p.zero_()  # predicts no gain anywhere: defers everywhere
+    result = export_policy(learner.policy(), topo, collectives=[Collective.ALLREDUCE],
+                           points_per_octave=1, gate=None)
+    assert result.cells and all(c.decision is None for c in result.cells)

@@ -140,3 +140,22 @@ def test_search_space_key_that_is_not_a_config_key_is_refused():
                      force_add=True)
     with pytest.raises(ConfigCheckError, match="lerning_rate"):
         search_space(cfg)
+
+
+def test_the_observation_set_is_a_schema_key_and_what_ships_is_the_default():
+    assert make("train").env.observation == "deployable"
+    assert make("train", "experiment=quickstart").env.observation == "deployable"
+    research = make("train", "env.observation=research")  # no `+`: the schema knows the key
+    validate(research)
+    assert env_kwargs(research)["observation"] == "research"
+    with pytest.raises(ConfigCompositionException, match="observation"):
+        make("train", "env.observation=[1]")
+
+
+def test_an_unknown_observation_set_and_a_shipped_research_policy_are_refused_by_name():
+    with pytest.raises(ConfigCheckError, match="env.observation must be one of research, deployable, "
+                                               "got 'deployabel' \\(did you mean 'deployable'\\?\\)"):
+        validate(make("train", "env.observation=deployabel"))
+    with pytest.raises(ConfigCheckError, match="exports its policy \\(deploy\\), but "
+                                               "env.observation=research"):
+        validate(make("train", "experiment=quickstart", "env.observation=research"))

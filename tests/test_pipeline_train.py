@@ -70,6 +70,18 @@ def one_line_error(out: subprocess.CompletedProcess, message: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("observation", ["deployable", "research"])
+def test_either_observation_set_trains_and_is_evaluated_on_what_it_was_trained_on(tmp_path, observation):
+    from dynamiccl.agents.registry import load_policy
+
+    metrics = train(smoke(f"env.observation={observation}"), tmp_path)
+    assert metrics["step"] == 256 and f"observation: {observation}" in (tmp_path / "config.yaml").read_text()
+    assert [r["policy"] for r in json.loads((tmp_path / "eval" / "summary.json").read_text())] == \
+        ["nccl_default", "maskable_ppo"]
+    assert load_policy(str(tmp_path)).observation == observation
+
+
+@pytest.mark.slow
 def test_resuming_with_other_settings_is_refused_by_name_unless_allowed(tmp_path, capsys):
     train(smoke(), tmp_path)
     recorded = (tmp_path / "config.yaml").read_text()

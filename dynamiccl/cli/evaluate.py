@@ -1,14 +1,15 @@
 """``dynamiccl evaluate --policy NAME|PATH --suite heldout [--json]``: score policies on a suite.
 
 Every built-in baseline works without training anything; a trained agent is given by the path of
-its checkpoint (``model.zip``) or its run folder; a shipped file (``.dccl`` or NVIDIA's example-tuner
-CSV) is scored with the plugin's own lookup, next to the policy it was exported from (the built-in
-policy or checkpoint its header records) when that can still be loaded.
-Only what the tuner plugin can make NCCL do counts unless ``--all-actions`` is given. ``--json``
-prints a list with one object per policy, always, with the keys ``policy, action_set, backend,
-geomean_speedup, oracle_share, slower_calls, worst_speedup, worst_call, scenarios`` (plus
-``calls_to_5pct``, ``reached_5pct``, ``exploration_calls``, ``exploration_speedup`` for online
-tuners).
+its checkpoint (``model.zip``, or ``model.pt`` for the full-information learner) or its run
+folder; a shipped file (``.dccl`` or NVIDIA's example-tuner CSV) is scored with the plugin's own
+lookup, next to the policy it was exported from (the built-in policy or checkpoint its header
+records) when that can still be loaded. Only what the tuner plugin can make NCCL do counts unless
+``--all-actions`` is given. On a terminal a progress bar runs on stderr meanwhile (nothing when
+stderr is piped). ``--json`` prints a list with one object per policy, always, with the keys
+``policy, action_set, backend, geomean_speedup, oracle_share, slower_calls, worst_speedup,
+worst_call, scenarios`` (plus ``calls_to_5pct``, ``reached_5pct``, ``exploration_calls``,
+``exploration_speedup`` for online tuners).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from pathlib import Path
 from dynamiccl.cli.common import UserError, load_policy_arg, non_negative_int, path_arg
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, a
-checkpoint path (model.zip, checkpoints/last.zip, or a training run folder), or an exported policy
-file (policy.dccl, or NVIDIA's example-tuner CSV)
+checkpoint path (model.zip or checkpoints/last.zip of an SB3 agent, model.pt of the
+full-information learner, or a training run folder), or an exported policy file (policy.dccl, or
+NVIDIA's example-tuner CSV)
 suites: train, heldout, smoke (configs/scenario/) or a scenario YAML file
 realities (--backend): sim (the simulator), perturbed (the simulator with the hidden
 miscalibration of system --reality-seed; seeds >= 1000 are held out), replay (--replay LOGS: real
@@ -115,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
                         "another --out folder")
     try:
         reports = evaluate_policies(policies, suite, deployable=deployable, backend=backend,
-                                    backend_kwargs=backend_kwargs)
+                                    backend_kwargs=backend_kwargs, progress=True)
     except UnmeasuredChoice as exc:
         raise UserError(f"{exc}; measure it, or evaluate a suite the replay table covers") from None
     _note_unlisted_calls(policies, reports)

@@ -5,7 +5,9 @@ for, passes every answer through the safety gate (an override only where the pre
 the margin and the model's uncertainty; NCCL decides elsewhere), and writes the policy file the
 NCCL tuner plugin reads (or NVIDIA's example-tuner CSV) with its evidence beside it
 (``<file>.evidence.json``, what ``dynamiccl show`` prints). A file predicted slower than NCCL for
-any call is refused unless ``--allow-slower`` is given.
+any call is refused unless ``--allow-slower`` is given. A trained policy must have been trained on
+the deployable observation (``env.observation=deployable``): export shows it exactly that, and
+freezes nothing it learned to vary. On a terminal a progress bar runs on stderr meanwhile.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ def _contexts(text: str) -> list[tuple[str, str]]:
 
 def _checkpoint_digest(name_or_path: str) -> str | None:
     path = Path(name_or_path)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*.zip")) if path.is_dir() \
-        else []
+    files = [path] if path.is_file() else sorted(p for ext in ("*.zip", "*.pt")
+                                                 for p in path.rglob(ext)) if path.is_dir() else []
     if not files:
         return None
     h = hashlib.sha256()
@@ -115,11 +117,15 @@ def _run(args: argparse.Namespace) -> int:
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     gate = None if args.no_gate else Gate(margin=args.margin)
+    try:
+        observe = exporting.observer_for(policy)
+    except exporting.NotExportable as exc:
+        raise UserError(str(exc)) from None
     result = exporting.export_policy(
         policy, topology, policy_name=Path(args.policy).stem if Path(args.policy).exists()
         else args.policy, node_counts=node_counts, gpus_per_node=args.gpus_per_node_list,
-        contexts=args.contexts, points_per_octave=args.points_per_octave,
-        policy_digest=digest, gate=gate, source=_source(args.policy))
+        contexts=args.contexts, points_per_octave=args.points_per_octave, observe=observe,
+        policy_digest=digest, gate=gate, source=_source(args.policy), progress=True)
     shipped = result.policy_file
     slower = {c: (c.verdict.gain, f"{c.verdict.proposed.label()} vs NCCL's "
                                   f"{c.verdict.nccl.label()}") for c in result.predicted_slower()}
@@ -185,7 +191,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policy", required=True, metavar="NAME|PATH",
                         help="built-in policy (oracle, nccl_default, static_best, random, ...) or "
-                             "a checkpoint")
+                             "a checkpoint (model.zip, model.pt or a run folder) trained on the "
+                             "deployable observation")
     add_topology_args(parser)
     parser.add_argument("--node-counts", type=_int_list, default=None, metavar="N,N,...",
                         help="export several node counts (default: the system's own)")

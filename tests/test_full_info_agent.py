@@ -1,0 +1,299 @@
+"""The full-information learner as a first-class agent: its config, the training pipeline (run
+folder, wandb offline, kill -9 / Ctrl-C and resume, evaluation), loading it for evaluate and export,
+its Ray Tune sweep and its place in bench_training."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+from dynamiccl.agents import full_info_agent
+from dynamiccl.agents.config_schema import ConfigCheckError, validate
+from dynamiccl.agents.full_info import FullInfoConfig
+from dynamiccl.agents.registry import load_policy
+from dynamiccl.agents.train import train
+from dynamiccl.knobs import Collective
+from dynamiccl.scenario import Scenario
+from dynamiccl.topology import load_topology
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+#: A learner small enough for tests: 256 calls a round on 4 fresh systems.
+SMALL = ["agent=full_info", "scenario=smoke", "eval.suite=smoke", "eval.baselines=[nccl_default]",
+         "eval.plots=false", "trainer.progress_bar=false", "agent.model.systems_per_round=4",
+         "agent.model.calls_per_system=64", "agent.model.hidden=32", "agent.model.layers=2",
+         "agent.model.ensemble=2"]
+
+
+def make(*overrides: str):
+    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+def test_full_info_is_an_agent_option_whose_model_keys_are_the_learners():
+    cfg = make("agent=full_info")
+    validate(cfg)
+    assert cfg.agent.name == full_info_agent.NAME and full_info_agent.is_full_info(cfg.agent)
+    learner = full_info_agent.build(cfg.agent, seed=7)
+    assert learner.config == FullInfoConfig(seed=7), "the YAML trains the learner bench_learning does"
+    assert not full_info_agent.is_full_info(make().agent)
+    with pytest.raises(ConfigCheckError, match=r"agent.model.hiden.*did you mean 'hidden'"):
+        validate(make("agent=full_info", "+agent.model.hiden=3"))
+    with pytest.raises(ConfigCheckError, match="agent.model.n_epochs: hyperparameters of "
+                                               "maskable_ppo, ppo, not of full_info"):
+        validate(make("agent=full_info", "+agent.model.n_epochs=3"))
+    for setting in ("env.observation=research", "env.deployable=false"):
+        with pytest.raises(ConfigCheckError, match="agent=full_info learns only deployable actions"):
+            validate(make("agent=full_info", setting))
+
+
+def _decisions(policy) -> list[int]:
+    topo = load_topology("dgx_h100", nodes=2)
+    return [policy.decide(Scenario(topo, c, 1 << k)) for c in Collective for k in range(3, 34, 3)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A short run in a run folder, logging to wandb offline."""
+    run_dir = tmp_path_factory.mktemp("full_info") / "run"
+    old = {k: os.environ.get(k) for k in ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLE_GIT")}
+    os.environ.update(WANDB_MODE="offline", WANDB_DIR=str(run_dir.parent), WANDB_DISABLE_GIT="true")
+    try:
+        metrics = train(make(*SMALL, "logger=wandb", "trainer.total_timesteps=1024",
+                             "trainer.checkpoint_every=512", "trainer.eval_every=512"), run_dir)
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return run_dir, metrics
+
+
+def test_a_training_run_leaves_its_folder_curve_evaluation_and_wandb_run(trained):
+    run_dir, metrics = trained
+    assert metrics["step"] == 1024 and metrics["train_seconds"] > 0
+    rows = list(csv.DictReader((run_dir / "progress.csv").open()))
+    assert [int(r["time/total_timesteps"]) for r in rows] == [256, 512, 768, 1024]
+    assert all(float(r["train/fresh_loss"]) > 0 for r in rows)
+    assert [json.loads(line)["step"] for line in (run_dir / "evaluations.jsonl").read_text().splitlines()] \
+        == [512], "periodic evaluations before the end; the end has the full evaluation"
+    assert (run_dir / "training_curve.png").stat().st_size > 0
+    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+    assert [r["policy"] for r in summary] == ["nccl_default", "full_info"]
+    assert summary[1]["oracle_share"] == pytest.approx(metrics["oracle_share"])
+    assert json.loads((run_dir / "model.json").read_text())["algo"] == "full_info"
+    steps = [json.loads(line)["step"] for line in
+             (run_dir / "checkpoints" / "history.jsonl").read_text().splitlines()]
+    assert steps == [512, 1024]
+    assert [p.name for p in (run_dir / "checkpoints").glob("last_resume_*.pt")] == \
+        ["last_resume_1024.pt"]
+
+
+def test_the_training_curve_and_evaluations_reach_wandb_offline(trained):
+    run_dir, metrics = trained
+    [offline] = sorted((run_dir / "wandb").glob("offline-run-*"))
+    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+                         capture_output=True, text=True, check=True, timeout=120)
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    items = [r["history"]["item"] for r in records if r.get("type") == "history"]
+    curve = [(h["global_step"], h["train/fresh_loss"]) for h in items if "train/fresh_loss" in h]
+    assert [step for step, _ in curve] == [256, 512, 768, 1024]
+    shares = [h["eval/oracle_share"] for h in items if "eval/oracle_share" in h]
+    assert shares[-1] == pytest.approx(metrics["oracle_share"])
+    assert any(h.get("eval/summary._type") == "table-file" for h in items)
+
+
+def test_the_trained_learner_loads_by_file_and_by_run_folder_for_evaluate_and_export(trained, tmp_path):
+    run_dir, metrics = trained
+    learner, restored = full_info_agent.load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert restored and learner.samples_seen == 1024
+    by_file, by_folder = load_policy(str(run_dir / "model.pt")), load_policy(str(run_dir))
+    assert (by_file.name, by_folder.name) == ("model", "full_info")
+    assert _decisions(by_file) == _decisions(by_folder) == _decisions(learner.policy())
+    out = subprocess.run([sys.executable, "-m", "dynamiccl.cli.main", "evaluate", "--policy",
+                          str(run_dir / "model.pt"), "--suite", "smoke", "--json"],
+                         capture_output=True, text=True, env=ENV, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout)[0]["oracle_share"] == pytest.approx(metrics["oracle_share"])
+    policy_file = tmp_path / "fi.dccl"
+    out = subprocess.run([sys.executable, "-m", "dynamiccl.cli.main", "export", "--policy",
+                          str(run_dir), "--topology", "dgx_h100", "--nodes", "2",
+                          "--points-per-octave", "1", "-o", str(policy_file)],
+                         capture_output=True, text=True, env=ENV, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    from dynamiccl import policy_file as pf
+
+    assert pf.read(policy_file).header.policy == "run"
+
+
+def test_a_damaged_learner_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a torch file")
+    out = subprocess.run([sys.executable, "-m", "dynamiccl.cli.main", "evaluate", "--policy", str(bad),
+                          "--suite", "smoke"], capture_output=True, text=True, env=ENV, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (f"dynamiccl evaluate: error: {bad} is not a full-information "
+                                  "learner saved by `dynamiccl train agent=full_info` (or "
+                                  "bench_learning.py --save)")
+
+
+def test_a_run_folder_of_another_agent_is_refused_by_name(trained):
+    run_dir, _ = trained
+    with pytest.raises(ConfigCheckError, match="holds a full_info agent but agent is maskable_ppo"):
+        train(make("experiment=smoke", "resume.allow_changes=true"), run_dir)
+
+
+# --- kill -9 and Ctrl-C, then resume ---------------------------------------------------------------
+
+TOTAL = 8192
+
+
+def command(run_dir: Path) -> list[str]:
+    return [sys.executable, str(REPO / "experiments" / "train.py"), *SMALL, "logger=none",
+            f"hydra.run.dir={run_dir}", f"trainer.total_timesteps={TOTAL}",
+            "trainer.checkpoint_every=512"]
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    history = run_dir / "checkpoints" / "history.jsonl"
+    if not history.is_file():
+        return []
+    return [json.loads(line)["step"] for line in history.read_text().splitlines() if line.strip()]
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out
+
+
+def start_and_wait(run_dir: Path, checkpoints: int) -> subprocess.Popen:
+    proc = subprocess.Popen(command(run_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=ENV, cwd=REPO)
+    deadline = time.monotonic() + 300
+    while len(checkpoint_steps(run_dir)) < checkpoints and proc.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+    return proc
+
+
+def assert_identical(resumed: Path, straight: Path) -> None:
+    a = torch.load(resumed / "model.pt", weights_only=True)
+    b = torch.load(straight / "model.pt", weights_only=True)
+    assert a["samples_seen"] == b["samples_seen"] == TOTAL
+    different = [k for k in a["state"] if not torch.equal(a["state"][k], b["state"][k])]
+    assert not different, f"parameters differ from the uninterrupted run: {different}"
+    for name in ("calls.csv", "summary.csv"):
+        assert (resumed / "eval" / name).read_text() == (straight / "eval" / name).read_text()
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    run(command(run_dir))
+    return run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_path):
+    resumed = tmp_path / "resumed"
+    proc = start_and_wait(resumed, checkpoints=2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    saved = json.loads((resumed / "checkpoints" / "last.json").read_text())["num_timesteps"]
+    learner, restored = full_info_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    assert restored and 0 < learner.samples_seen < TOTAL and learner.samples_seen % 512 == 0
+    assert saved >= learner.samples_seen and not (resumed / "model.pt").exists()
+
+    out = run(command(resumed))
+    assert f"resuming at step {learner.samples_seen} of {TOTAL}" in out.stdout
+    assert "optimizer and generator restored" in out.stdout
+    assert_identical(resumed, straight)
+    steps = checkpoint_steps(resumed)
+    assert steps[-1] == TOTAL and steps == sorted(steps)
+    # The progress file of each segment holds the rounds it trained; together, the whole run once.
+    first = list(csv.DictReader((resumed / "progress.csv").open()))
+    second = list(csv.DictReader((resumed / f"progress_from_{learner.samples_seen}.csv").open()))
+    assert int(second[0]["time/total_timesteps"]) == learner.samples_seen + 256
+    assert int(first[-1]["time/total_timesteps"]) >= learner.samples_seen
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_ctrl_c_saves_at_a_round_boundary_exits_with_one_line_and_resume_matches(straight, tmp_path):
+    resumed = tmp_path / "resumed"
+    proc = start_and_wait(resumed, checkpoints=1)
+    os.kill(proc.pid, signal.SIGINT)
+    output = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 130, output[-3000:]
+    assert "Traceback" not in output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("dynamiccl train: interrupted: checkpoint saved at step")
+    step = int(last.split("at step ")[1].split()[0])
+    learner, _ = full_info_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    assert learner.samples_seen == step and step % 256 == 0, "the label is the step actually trained"
+    run(command(resumed))
+    assert_identical(resumed, straight)
+
+
+# --- the Ray Tune sweep and the benchmark ----------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_full_info_sweep_runs_on_ray_tune_and_reports_each_evaluation(tmp_path):
+    out_dir = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "dynamiccl.cli.main", "sweep", f"hydra.run.dir={out_dir}",
+           "hparams_search=full_info", "ray.num_cpus=2", "tune.num_samples=2",
+           "trainer.total_timesteps=256", "trainer.checkpoint_every=128", "trainer.eval_every=128",
+           "agent.model.systems_per_round=2", "agent.model.calls_per_system=64",
+           "agent.model.layers=1", "agent.model.ensemble=1", "logger=none"]
+    env = {**ENV, "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads((out_dir / "results.json").read_text())
+    assert len(rows) == 2 and {r["status"] for r in rows} <= {"OK", "STOPPED"}
+    assert "OK" in {r["status"] for r in rows}
+    for row in rows:
+        trial = Path(row["path"])
+        progress = list(csv.DictReader((trial / "progress.csv").open()))
+        assert [int(float(p["step"])) for p in progress] == ([128, 256] if row["status"] == "OK"
+                                                            else [128])
+        assert list(trial.glob("checkpoint_*/last.pt")), "the trial's checkpoint reached Tune"
+        assert (trial / "run" / "progress.csv").is_file()
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_training",
+                                                  REPO / "experiments" / "bench_training.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_training_times_the_full_information_learner_by_default():
+    assert "full_info" in _bench_module().ALGOS.split(",")
+    out = subprocess.run([sys.executable, str(REPO / "experiments" / "bench_training.py"), "--json",
+                          "--algos", "full_info", "--suite", "smoke", "--eval-every", "128",
+                          "--max-steps", "256", "agent.model.systems_per_round=2",
+                          "agent.model.calls_per_system=64", "agent.model.hidden=16"],
+                         capture_output=True, text=True, env=ENV, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_ = json.loads(out.stdout)["runs"]["full_info"]
+    assert run_["steps"] == 256 and [c["step"] for c in run_["curve"]] == [128, 256]
+    assert set(run_) >= {"seconds_to_98pct_oracle", "oracle_share", "best_oracle_share"}
+    assert np.isfinite(run_["oracle_share"])
