@@ -74,7 +74,11 @@ def _cost(topology: Topology, collective: Collective, algo: Algorithm, hier: boo
         return collnet_chain(topology, proto, ch)
     if algo == Algorithm.PAT:
         return pat(topology, proto, ch)
-    return stragglar(topology, proto, ch)
+    if algo == Algorithm.STRAGGLAR:
+        return stragglar(topology, proto, ch)
+    # an algorithm added to dynamiccl.nccl without its physics here must not be timed as another
+    raise NotImplementedError(f"the simulator has no cost model for {algo.name}; add one in "
+                              "dynamiccl/simulator/ and dispatch it here")
 
 
 def _finite(a: np.ndarray) -> np.ndarray:
