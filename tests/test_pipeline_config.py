@@ -158,4 +158,6 @@ def test_an_unknown_observation_set_and_a_shipped_research_policy_are_refused_by
         validate(make("train", "env.observation=deployabel"))
     with pytest.raises(ConfigCheckError, match="exports its policy \\(deploy\\), but "
                                                "env.observation=research"):
+        validate(make("train", "experiment=quickstart", "agent=maskable_ppo", "env.observation=research"))
+    with pytest.raises(ConfigCheckError, match="agent=full_info learns only deployable actions"):
         validate(make("train", "experiment=quickstart", "env.observation=research"))
