@@ -5,8 +5,11 @@ then scores it and the baselines on the held-out suite with the deployable obser
 deployable actions (only what the tuner plugin can make NCCL do). Per policy: the share of the
 deployable oracle's gain captured, the calls slower than NCCL by more than 2 %, the worst call, and
 per system the same share. Goals (issue 12): share >= 0.97, slower calls <= 1 %, worst >= 0.97x.
+``--suite unseen_kinds`` scores instead on system kinds no training system is (GB200 NVL72 racks,
+GH200 quads, one-GPU instances on TCP, ...; ``configs/scenario/unseen_kinds.yaml``).
 
-    python experiments/bench_learning.py [--samples N] [--seed S] [--json] [--save PATH | --load PATH]
+    python experiments/bench_learning.py [--samples N] [--seed S] [--suite NAME] [--json]
+                                         [--save PATH | --load PATH]
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--margin", type=float, default=0.02,
                         help="deviate from NCCL only above this predicted gain (default 0.02)")
+    parser.add_argument("--suite", default="heldout",
+                        help="scenario suite to score on (default heldout; unseen_kinds: system "
+                             "kinds never trained on)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--save", help="write the trained learner here (.pt)")
     parser.add_argument("--load", help="score this saved learner instead of training one (.pt)")
@@ -59,7 +65,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     if args.samples < 1:
         parser.error("--samples must be a positive number of training calls")
 
-    suite = load_suite("heldout")
+    try:
+        suite = load_suite(args.suite)
+    except (FileNotFoundError, ValueError) as exc:
+        parser.error(f"--suite {args.suite!r}: {exc}")
     start = time.perf_counter()
     if args.load:
         learner = FullInfoLearner.load(args.load)
@@ -73,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     policies = [load_policy(name, deployable=True, seed=args.seed) for name in BASELINES]
     policies.append(learner.policy())
     rows = [_row(evaluate_policy(p, suite, deployable=True)) for p in policies]
-    report = {"suite": "heldout", "actions": "deployable", "observation": "deployable",
+    report = {"suite": args.suite, "actions": "deployable", "observation": "deployable",
               "training_samples": learner.samples_seen, "training_seconds": train_s, "policies": rows}
     if args.json:
         print(json.dumps(report))
@@ -81,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"held-out suite, deployable actions and observation "
+    table = Table(title=f"{args.suite} suite, deployable actions and observation "
                         f"(full_info trained on {learner.samples_seen} calls in {train_s:.0f} s)")
     for col in ("policy", "geomean", "oracle share", "slower >2 %", "worst", "worst call"):
         table.add_column(col, justify="left" if col in ("policy", "worst call") else "right")
@@ -92,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                       str(r["worst_call"]))
     console = Console(width=200)
     console.print(table)
-    systems = Table(title="oracle share per held-out system")
+    systems = Table(title=f"oracle share per {args.suite} system")
     systems.add_column("policy")
     names = list(rows[-1]["per_system_share"])
     for name in names:

@@ -155,6 +155,20 @@ def test_heldout_shares_no_system_and_node_count_with_train():
     assert not {"pcie_cluster", "ring_ring_48to1"} & {name for name, _ in train.system_keys()}
 
 
+def test_unseen_kinds_are_no_training_or_held_out_system_and_reach_past_the_sampler():
+    from dynamiccl.envs.system_sampler import random_topology
+
+    unseen = load_scenario_distribution("unseen_kinds")
+    names = {name for name, _ in unseen.system_keys()}
+    for other in ("train", "heldout"):
+        assert not names & {name for name, _ in load_scenario_distribution(other).system_keys()}
+    systems = [s.topology for e in load_suite("unseen_kinds") for s in e.scenarios]
+    assert all(t.nranks > 1 for t in systems)
+    rng = np.random.default_rng(0)
+    sampled = max(random_topology(rng, i).gpus_per_node for i in range(400))
+    assert max(t.gpus_per_node for t in systems) == 72 > sampled  # the NVL72 rack's NVLink domain
+
+
 def test_heldout_sizes_reach_outside_the_training_range():
     def sizes(dist):
         return [n for w in set(dist.workloads) | {w for s in dist.systems for w in s.workloads or ()}
