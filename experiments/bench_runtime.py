@@ -18,10 +18,10 @@ of timed steps on which the runtime actually ran StragglAR (``stragglar_share``:
 the plain all-reduce, all once it has agreed on the straggler). At n = 4 StragglAR's completion
 rounds move 4/3 of the bucket per rank against a ring's 3/2, so the saving is about a ninth of the
 all-reduce time; the 16 MiB default makes that several ms, above this machine's noise, where a
-4 MiB gradient's 1.4 ms was not. gloo has no fast reduce-scatter, so the runtime's StragglAR
-all-reduces among the punctual ranks while the straggler is late (twice the bytes the simulator's
-reduce-scatter moves): at delays shorter than that all-reduce the measurement falls short of the
-prediction by the difference.
+4 MiB gradient's 1.4 ms was not. gloo's own reduce-scatter is slow, so the runtime's StragglAR
+passes chunks around a ring of point-to-point sends among the punctual ranks while the straggler is
+late (13 ms for 16 MiB on 3 ranks here): at delays shorter than that the measurement falls short of
+the prediction by the difference.
 
     python experiments/bench_runtime.py --json
     {"ranks": 4, "cases": [{"straggler_delay_ms": 0, "plain_step_ms": ..., "hook_step_ms": ...,
