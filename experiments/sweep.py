@@ -1,9 +1,12 @@
 """Hyperparameter sweep on Ray Tune: ``python experiments/sweep.py [hparams_search=NAME] [key=value]``.
 
-The same Hydra app as ``dynamiccl sweep``; see ``configs/sweep.yaml`` and ``configs/hparams_search/``.
+``dynamiccl sweep`` under another name (one-line errors, exit code 2 for a mistake); see
+``configs/sweep.yaml`` and ``configs/hparams_search/``.
 """
 
-from dynamiccl.agents.sweep import main
+import sys
+
+from dynamiccl.cli.main import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(["sweep", *sys.argv[1:]]))

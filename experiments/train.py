@@ -1,9 +1,12 @@
 """Train a tuning policy: ``python experiments/train.py [experiment=NAME] [key=value ...]``.
 
-The same Hydra app as ``dynamiccl train``; see ``configs/train.yaml`` for every key.
+``dynamiccl train`` under another name, so a mistake in an override is the same one line with exit
+code 2 and a refused run leaves no folder behind; see ``configs/train.yaml`` for every key.
 """
 
-from dynamiccl.agents.train import main
+import sys
+
+from dynamiccl.cli.main import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(["train", *sys.argv[1:]]))

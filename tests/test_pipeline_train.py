@@ -133,6 +133,16 @@ def test_a_second_training_into_a_busy_run_folder_is_refused(tmp_path):
     assert "total_timesteps: 1000000" in (run_dir / "config.yaml").read_text()
 
 
+@pytest.mark.parametrize("name, args, message", [
+    ("train.py", ["trainer.totl_timesteps=5"],
+     "unknown config key 'trainer.totl_timesteps' (did you mean 'total_timesteps'?)"),
+    ("sweep.py", ["hparams_search=nosuch"], "the config group 'hparams_search' has no option 'nosuch'"),
+])
+def test_the_experiment_scripts_refuse_a_mistake_as_the_cli_does(tmp_path, name, args, message):
+    one_line_error(script(name, *args, cwd=tmp_path), message)
+    assert not any(tmp_path.iterdir()), "a refused run leaves nothing behind"
+
+
 @pytest.mark.parametrize("args, message", [
     (["trainer.total_timesteps=-5"], "trainer.total_timesteps must be a positive number, got -5"),
     (["agent=dqn"], "agent.model.n_epochs: hyperparameters of maskable_ppo, ppo, not of dqn"),
