@@ -21,8 +21,17 @@ TOLERANCE = {"torch.float32": 1e-5, "torch.bfloat16": 3e-2}
 def test_every_schedule_is_verified_and_powers_of_two_take_the_papers_rounds(n):
     schedule = matchings_for(n)
     check_schedule(n, schedule)
+    assert len(schedule) == rounds(n)  # the simulator charges the rounds the runtime runs
     if n >= 4 and n & (n - 1) == 0:
-        assert len(schedule) == rounds(n) == n + n.bit_length() - 3
+        assert len(schedule) == n + n.bit_length() - 3
+
+
+def test_no_schedule_is_built_where_building_it_would_stall_the_job_start():
+    assert len(matchings_for(63)) == rounds(63)
+    assert len(matchings_for(128)) == rounds(128) == 128 + 7 - 2
+    assert not worthwhile(96)  # a non-power of two above 64: answered without building anything
+    with pytest.raises(ValueError, match="no StragglAR schedule is built for 96 ranks"):
+        matchings_for(96)
 
 
 def test_schedules_that_move_more_than_a_ring_are_not_used():

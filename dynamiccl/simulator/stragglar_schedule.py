@@ -21,12 +21,26 @@ Rounds (each rank in at most one matching per round, one chunk each way):
 
 Theorem 1 of the paper: n + log2 n − 2 rounds. ``check_schedule`` replays a schedule and verifies
 the matching property and that every chunk reaches every rank fully reduced.
+
+The paper leaves other n open (appendix C: a matching per round, no bound), so for them
+:func:`greedy` builds one: round r pairs rank r with the straggler while r < n − 1 (the same
+symmetry breaking as Algorithm 1), and the other free ranks are matched greedily, the exchanges that
+spread the oldest fully reduced chunk first (its propagation deadline comes first), then those useful
+in both directions. That gives at most one round more than n + ⌈log2 n⌉ − 1 for n ≤ 8 (3, 7, 8, 10
+rounds for n = 3, 5, 6, 7) and about 1.5 n beyond. Its cost grows as n^4 (0.4 s at 63 ranks,
+minutes at a few hundred), so it is built only up to :data:`GREEDY_MAX_RANKS`. :func:`schedule` is
+the one schedule per n that the runtime runs, and :func:`rounds` charges its length, so that the
+simulator's StragglAR time is the runtime's.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
+
+#: The largest non-power-of-two world size a schedule is built for (see the module docstring).
+GREEDY_MAX_RANKS = 64
 
 
 @dataclass(frozen=True)
@@ -47,16 +61,82 @@ Matchings = list[list[Match]]
 
 
 def rounds(n: int) -> int:
-    """Rounds after the precondition: n + log2 n − 2 for power-of-two n (seed 004 Theorem 1).
+    """Rounds after the precondition: n + log2 n − 2 for power-of-two n (seed 004 Theorem 1), the
+    length of :func:`schedule` for other n up to :data:`GREEDY_MAX_RANKS`.
 
-    For even n that is not a power of two the paper builds schedules by maximum-weight matching and
-    gives no closed form; we charge n + ceil(log2 n) − 1, one round more than the power-of-two
-    formula would give with the next exponent — a documented assumption, not a proven bound.
+    Beyond that no schedule is built (the runtime keeps NCCL's all-reduce); the simulator's research
+    action charges n + ceil(log2 n) − 1 there, one round more than the power-of-two formula would
+    give with the next exponent — a documented assumption, not a proven bound.
     """
     k = math.log2(n)
     if k.is_integer():
         return n + int(k) - 2
+    if n <= GREEDY_MAX_RANKS:
+        return len(greedy(n))
     return n + math.ceil(k) - 1
+
+
+def has_schedule(n: int) -> bool:
+    """Whether :func:`schedule` builds one for ``n`` ranks (without building it)."""
+    return n >= 2 and (_power_of_two(n) or n <= GREEDY_MAX_RANKS)
+
+
+def schedule(n: int) -> Matchings | None:
+    """The completion schedule for ``n`` ranks (straggler = rank n − 1), verified; None where none
+    is built (a non-power-of-two n above :data:`GREEDY_MAX_RANKS`)."""
+    if n < 2:
+        raise ValueError(f"StragglAR needs at least 2 ranks, got {n}")
+    if not has_schedule(n):
+        return None
+    matchings = generate(n) if _power_of_two(n) else greedy(n)
+    check_schedule(n, matchings)
+    return matchings
+
+
+def _power_of_two(n: int) -> bool:
+    return n >= 4 and n & (n - 1) == 0
+
+
+@lru_cache(maxsize=GREEDY_MAX_RANKS)
+def greedy(n: int) -> Matchings:
+    """A schedule for any n (see the module docstring); Algorithm 1 is shorter for powers of two."""
+    sigma = n - 1
+    full: list[set[int]] = [set() for _ in range(n)]
+    out: Matchings = []
+    r = 0
+    while any(len(f) < n - 1 for f in full):
+        matches: list[Match] = []
+        busy: set[int] = set()
+        if r < n - 1:
+            matches.append(Match(r, sigma, r, r, reduce=True))
+            busy |= {r, sigma}
+        free = [g for g in range(n) if g not in busy]
+        pairs = []
+        for i, u in enumerate(free):
+            for v in free[i + 1:]:
+                a, b = _oldest(full[u] - full[v]), _oldest(full[v] - full[u])
+                useful = [c for c in (a, b) if c is not None]
+                if useful:
+                    pairs.append((min(useful), -len(useful), u, v, a, b))
+        for _, _, u, v, a, b in sorted(pairs):
+            if u not in busy and v not in busy:
+                matches.append(Match(u, v, a, b))
+                busy |= {u, v}
+        if not matches:
+            raise RuntimeError(f"the StragglAR schedule for n = {n} stalled in round {r}")
+        for m in matches:
+            arrivals = ([(m.a, m.send_a), (m.b, m.send_a)] if m.reduce
+                        else [(m.b, m.send_a), (m.a, m.send_b)])
+            for dst, chunk in arrivals:
+                if chunk is not None:
+                    full[dst].add(chunk)
+        out.append(matches)
+        r += 1
+    return out
+
+
+def _oldest(candidates: set[int]) -> int | None:
+    return min(candidates) if candidates else None
 
 
 def _log2_exact(n: int) -> int:
