@@ -139,6 +139,15 @@ def check_env(cfg: DictConfig) -> None:
                                     or not OmegaConf.select(cfg, "env.deployable")):
         raise ConfigCheckError("agent=full_info learns only deployable actions from the deployable "
                                "observation; keep env.observation=deployable and env.deployable=true")
+    systems = OmegaConf.select(cfg, "agent.model.systems", default="random")
+    if is_full_info(cfg.agent) and systems != "random":
+        from dynamiccl.config_loader import ConfigError
+        from dynamiccl.envs.workloads import load_scenario_distribution
+
+        try:
+            load_scenario_distribution(str(systems))
+        except ConfigError as exc:
+            raise ConfigCheckError(f"agent.model.systems: {exc}; or keep systems=random") from None
     if cfg.get("deploy") is not None and observation != "deployable":
         raise ConfigCheckError(f"this run exports its policy (deploy), but env.observation={observation} "
                                "holds what the tuner plugin cannot see; train with "

@@ -9,7 +9,9 @@ gain of *every* action over NCCL's default, log(t_NCCL / t_action), from the dep
 Doing nothing is the safe default: the policy deviates from NCCL's pick only where its best predicted
 gain exceeds ``margin`` (default 2 %), so an uncertain prediction costs nothing. Training calls come
 from systems drawn around physical ranges (:mod:`dynamiccl.envs.system_sampler`), fresh ones every
-round, so the learner never sees a held-out system and never sees the same system twice.
+round, so the learner never sees a held-out system and never sees the same system twice; with
+``systems`` naming a scenario distribution (``train``) they come from that distribution's systems
+instead, the ones the SB3 agents train on (``bench_training.py`` compares the learners that way).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.action_values import ActionValues, action_values
 from dynamiccl.envs.deployable_observation import DEPLOYABLE_SIZE, encode_batch, scenario_context
 from dynamiccl.envs.system_sampler import random_calls, random_topology
+from dynamiccl.envs.workloads import load_scenario_distribution
 from dynamiccl.knobs import ACTIONS, N_ACTIONS, Collective, valid_mask
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
@@ -57,6 +60,8 @@ class FullInfoConfig:
     #: Independently initialised networks; an action's gain is the *smallest* of their predictions,
     #: so the policy deviates only where every member agrees (disagreement = uncertainty).
     ensemble: int = 3
+    #: Where training systems come from: ``random`` (the sampler) or a scenario distribution's name.
+    systems: str = "random"
     seed: int = 0
 
 
@@ -99,15 +104,24 @@ class FullInfoLearner:
         self.optimizer = torch.optim.Adam(self.network.parameters(), lr=self.config.learning_rate)
         self.samples_seen = 0
         self.rounds = 0
+        self._pool = (None if self.config.systems == "random"
+                      else load_scenario_distribution(self.config.systems).topologies())
 
     def draw_round(self) -> ActionValues:
-        """One round of training calls: ``systems_per_round`` new systems, their calls' values."""
+        """One round of training calls: ``systems_per_round`` systems, their calls' values."""
         cfg = self.config
-        parts = [action_values(random_topology(self.rng, self.rounds * cfg.systems_per_round + i),
+        parts = [action_values(self.draw_system(self.rounds * cfg.systems_per_round + i),
                                random_calls(self.rng, cfg.calls_per_system))
                  for i in range(cfg.systems_per_round)]
         return ActionValues(*(np.concatenate([getattr(p, f) for p in parts])
                               for f in ("observations", "gains", "allowed", "default_us")))
+
+    def draw_system(self, index: int) -> Topology:
+        """The system of a round's ``index``-th call batch: a fresh random one, or one of the
+        scenario distribution's."""
+        if self._pool is None:
+            return random_topology(self.rng, index)
+        return self._pool[int(self.rng.integers(len(self._pool)))]
 
     def train_round(self, data: ActionValues) -> float:
         """Gradient passes over ``data``; returns the mean loss of the last pass."""

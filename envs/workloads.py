@@ -107,13 +107,16 @@ class ScenarioDistribution:
     def workloads_of(self, system: SystemSpec) -> tuple[str, ...]:
         return system.workloads if system.workloads is not None else self.workloads
 
+    def topologies(self) -> list[Topology]:
+        """Every system a call of this distribution can run on, once each, by (name, nodes)."""
+        systems = {(topo.name, topo.nodes): topo
+                   for spec in self.systems for nodes in spec.nodes for w in self.workloads_of(spec)
+                   for topo in [_system(spec.topology, nodes, load_workload(w).group)]}
+        return [systems[key] for key in sorted(systems)]
+
     def system_keys(self) -> set[tuple[str, int]]:
         """Every (system name, node count) a call of this distribution can run on."""
-        return {
-            (topo.name, topo.nodes)
-            for spec in self.systems for nodes in spec.nodes for w in self.workloads_of(spec)
-            for topo in [_system(spec.topology, nodes, load_workload(w).group)]
-        }
+        return {(topo.name, topo.nodes) for topo in self.topologies()}
 
     def sample(self, rng: np.random.Generator, length: int | None = None) -> Episode:
         """A random episode: system, node count and workload uniformly, then c2c and straggler."""

@@ -126,3 +126,15 @@ def test_learning_is_seeded() -> None:
     a, b = FullInfoLearner(cfg).learn(64), FullInfoLearner(cfg).learn(64)
     obs = a.draw_round().observations[:8]
     np.testing.assert_array_equal(a.policy().predict(obs), b.policy().predict(obs))
+
+
+def test_a_learner_told_a_scenario_distribution_draws_only_its_systems() -> None:
+    cfg = FullInfoConfig(hidden=16, layers=1, systems_per_round=2, calls_per_system=16,
+                         systems="train", seed=3)
+    learner = FullInfoLearner(cfg)
+    train = load_scenario_distribution("train")
+    drawn = {(t.name, t.nodes) for t in (learner.draw_system(i) for i in range(200))}
+    assert drawn == train.system_keys() == {(t.name, t.nodes) for t in train.topologies()}
+    assert learner.learn(64).samples_seen == 64
+    sampled = FullInfoLearner(FullInfoConfig(seed=3)).draw_system(0)
+    assert (sampled.name, sampled.nodes) not in train.system_keys()

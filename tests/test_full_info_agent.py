@@ -57,6 +57,9 @@ def test_full_info_is_an_agent_option_whose_model_keys_are_the_learners():
     for setting in ("env.observation=research", "env.deployable=false"):
         with pytest.raises(ConfigCheckError, match="agent=full_info learns only deployable actions"):
             validate(make("agent=full_info", setting))
+    validate(make("agent=full_info", "agent.model.systems=train"))
+    with pytest.raises(ConfigCheckError, match="agent.model.systems: unknown scenario 'trian'"):
+        validate(make("agent=full_info", "agent.model.systems=trian"))
 
 
 def _decisions(policy) -> list[int]:
