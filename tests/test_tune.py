@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from dynamiccl.agents.tune import (
     DEFAULT,
+    DEFAULT_NOISE,
     Choice,
     Measurements,
     PlannedMeasurement,
@@ -63,6 +65,22 @@ def test_a_measured_gain_within_the_noise_is_not_trusted():
     s = at(1 << 20)
     noisy = [record(s, DEFAULT, 100.0), record(s, NVLS, 97.0)]
     assert Tuner(TOPO, Measurements(noisy)).decide(s).chosen == DEFAULT
+
+
+def test_the_in_place_column_tells_the_noise_of_a_single_run():
+    s = at(1 << 20)
+    calls = [record(s, DEFAULT, 100.0), record(s, NVLS, 96.0),
+             *(record(at(1 << k), DEFAULT, 50.0) for k in range(10, 20))]
+
+    def with_in_place(factor: float) -> Measurements:
+        return Measurements(calls + [replace(r, in_place=True, time_us=r.time_us * factor) for r in calls])
+
+    assert Measurements(calls).noise == DEFAULT_NOISE  # nothing repeats: a 4 % gain is not trusted
+    assert Tuner(TOPO, Measurements(calls)).decide(s).chosen == DEFAULT
+    steady = with_in_place(1.004)  # the second timing agrees: the 4 % gain is real
+    assert steady.noise == 0.01 and Tuner(TOPO, steady).decide(s).chosen == NVLS
+    shaky = with_in_place(1.08)
+    assert shaky.noise > DEFAULT_NOISE and Tuner(TOPO, shaky).decide(s).chosen == DEFAULT
 
 
 def test_measurements_of_a_choice_correct_the_model_at_nearby_sizes():
