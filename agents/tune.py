@@ -61,6 +61,9 @@ from dynamiccl.units import format_size
 #: Relative noise of one measurement when the records do not say: the top of the 1-5 % run-to-run
 #: spread nccl-tests runs show, so a single measurement never looks more certain than it is.
 DEFAULT_NOISE = 0.05
+#: Median of |log(a / b)| for two measurements with independent Gaussian noise of sigma 1:
+#: 0.674 (the half-normal median) x sqrt(2).
+PAIR_SPREAD_PER_SIGMA = 0.954
 #: How fast a measured correction loses credibility with distance (relative sigma per octave).
 SIGMA_PER_OCTAVE = 0.04
 #: The sizes decisions are made and measured at: nccl-tests' -b 8 -e 16G -f 2.
@@ -147,7 +150,7 @@ class Measurements:
             if len(times) > 1:
                 spreads.append(float(np.std(np.log(times))))
         if not spreads:
-            spreads = [abs(float(np.log(self.times[k] / np.median(v)))) / 0.954
+            spreads = [abs(float(np.log(self.times[k] / np.median(v)))) / PAIR_SPREAD_PER_SIGMA
                        for k, v in in_place.items() if k in self.times]
         self.noise = max(float(np.median(spreads)), 0.01) if spreads else DEFAULT_NOISE
         self.sizes: dict[tuple, list[int]] = defaultdict(list)

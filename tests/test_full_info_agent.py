@@ -11,13 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
+from training_runs import ENV, REPO, checkpoint_steps, interrupt, run, start_and_wait
 
 from dynamiccl.agents import full_info_agent
 from dynamiccl.agents.config_schema import ConfigCheckError, validate
@@ -28,8 +28,6 @@ from dynamiccl.knobs import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 #: A learner small enough for tests: 256 calls a round on 4 fresh systems.
 SMALL = ["agent=full_info", "scenario=smoke", "eval.suite=smoke", "eval.baselines=[nccl_default]",
          "eval.plots=false", "trainer.progress_bar=false", "agent.model.systems_per_round=4",
@@ -170,30 +168,6 @@ def command(run_dir: Path) -> list[str]:
             "trainer.checkpoint_every=512"]
 
 
-def checkpoint_steps(run_dir: Path) -> list[int]:
-    history = run_dir / "checkpoints" / "history.jsonl"
-    if not history.is_file():
-        return []
-    return [json.loads(line)["step"] for line in history.read_text().splitlines() if line.strip()]
-
-
-def run(cmd: list[str]) -> subprocess.CompletedProcess:
-    out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=REPO, timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    return out
-
-
-def start_and_wait(run_dir: Path, checkpoints: int) -> subprocess.Popen:
-    proc = subprocess.Popen(command(run_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=ENV, cwd=REPO)
-    deadline = time.monotonic() + 300
-    while len(checkpoint_steps(run_dir)) < checkpoints and proc.poll() is None:
-        assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
-        time.sleep(0.02)
-    assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-    return proc
-
-
 def assert_identical(resumed: Path, straight: Path) -> None:
     a = torch.load(resumed / "model.pt", weights_only=True)
     b = torch.load(straight / "model.pt", weights_only=True)
@@ -215,7 +189,7 @@ def straight(tmp_path_factory):
 @pytest.mark.multiproc
 def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_path):
     resumed = tmp_path / "resumed"
-    proc = start_and_wait(resumed, checkpoints=2)
+    proc = start_and_wait(command(resumed), resumed, checkpoints=2)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     saved = json.loads((resumed / "checkpoints" / "last.json").read_text())["num_timesteps"]
@@ -240,14 +214,7 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_
 @pytest.mark.multiproc
 def test_ctrl_c_saves_at_a_round_boundary_exits_with_one_line_and_resume_matches(straight, tmp_path):
     resumed = tmp_path / "resumed"
-    proc = start_and_wait(resumed, checkpoints=1)
-    os.kill(proc.pid, signal.SIGINT)
-    output = proc.communicate(timeout=120)[0].decode()
-    assert proc.returncode == 130, output[-3000:]
-    assert "Traceback" not in output
-    last = output.strip().splitlines()[-1]
-    assert last.startswith("dynamiccl train: interrupted: checkpoint saved at step")
-    step = int(last.split("at step ")[1].split()[0])
+    step = interrupt(start_and_wait(command(resumed), resumed, checkpoints=1))
     learner, _ = full_info_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert learner.samples_seen == step and step % 256 == 0, "the label is the step actually trained"
     run(command(resumed))

@@ -5,18 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from training_runs import REPO, checkpoint_steps, interrupt, run, start_and_wait
 
 from dynamiccl.agents.sb3_agents import load_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
 TOTAL = 1024
 AGENTS = {
     "maskable_ppo": ["experiment=smoke", "agent.model.n_steps=64", "agent.model.batch_size=32",
@@ -33,30 +30,6 @@ def command(run_dir: Path, algo: str, *extra: str) -> list[str]:
             f"hydra.run.dir={run_dir}", f"trainer.total_timesteps={TOTAL}",
             "trainer.checkpoint_every=128", "trainer.progress_bar=false",
             "eval.baselines=[nccl_default]", "eval.plots=false", *extra]
-
-
-def run(cmd: list[str]) -> subprocess.CompletedProcess:
-    out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    return out
-
-
-def checkpoint_steps(run_dir: Path) -> list[int]:
-    history = run_dir / "checkpoints" / "history.jsonl"
-    if not history.is_file():
-        return []
-    return [json.loads(line)["step"] for line in history.read_text().splitlines() if line.strip()]
-
-
-def start_and_wait(cmd: list[str], run_dir: Path, checkpoints: int) -> subprocess.Popen:
-    """Starts training and returns once ``checkpoints`` checkpoints are on disk."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
-    deadline = time.monotonic() + 240
-    while len(checkpoint_steps(run_dir)) < checkpoints and proc.poll() is None:
-        assert time.monotonic() < deadline, "no checkpoint within 4 minutes"
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-    return proc
 
 
 def parameters(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -107,14 +80,7 @@ def test_run_killed_with_sigkill_and_resumed_ends_bit_identical_to_the_uninterru
 def test_ctrl_c_saves_at_a_rollout_boundary_exits_with_one_line_and_resume_matches(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run(command(straight, "maskable_ppo"))
-    proc = start_and_wait(command(resumed, "maskable_ppo"), resumed, checkpoints=2)
-    os.kill(proc.pid, signal.SIGINT)
-    output = proc.communicate(timeout=120)[0].decode()
-    assert proc.returncode == 130, output[-3000:]
-    assert "Traceback" not in output
-    last = output.strip().splitlines()[-1]
-    assert last.startswith("dynamiccl train: interrupted: checkpoint saved at step")
-    step = int(last.split("at step ")[1].split()[0])
+    step = interrupt(start_and_wait(command(resumed, "maskable_ppo"), resumed, checkpoints=2))
     model, _ = load_checkpoint(resumed / "checkpoints" / "last.zip")
     assert model.num_timesteps == step and step % 64 == 0, "the label is the step actually trained"
 

@@ -53,11 +53,12 @@ class StragglAR:
         punctual = [r for r in range(world) if r != straggler]
         real = [*punctual, straggler]          # schedule rank -> process rank
         virtual = real.index(me)
-        buf, chunks = _chunked(tensor, world - 1, equal=_needs_equal_chunks())
+        equal = _needs_equal_chunks()
+        buf, chunks = _chunked(tensor, world - 1, equal=equal)
         scratch = torch.empty(chunks[0].numel(), dtype=tensor.dtype, device=tensor.device)
         if me != straggler:
-            if _needs_equal_chunks():
-                self._reduce_scatter(buf, chunks, virtual, self._punctual_groups.get(straggler))
+            if equal:
+                self._reduce_scatter(buf, chunks, virtual, self._punctual_groups[straggler])
             else:
                 _ring_reduce_scatter(chunks, virtual, punctual, scratch)
         for matches in matchings_for(world):

@@ -1,0 +1,52 @@
+"""Training runs as a user starts them, for the kill -9 / Ctrl-C / resume tests of every agent:
+``python experiments/train.py OVERRIDES`` in a fresh interpreter, watched through its checkpoint
+history."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """The steps of the checkpoints the run has completed, in the order they were written."""
+    history = run_dir / "checkpoints" / "history.jsonl"
+    if not history.is_file():
+        return []
+    return [json.loads(line)["step"] for line in history.read_text().splitlines() if line.strip()]
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Runs ``cmd`` to the end; it must succeed."""
+    out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out
+
+
+def start_and_wait(cmd: list[str], run_dir: Path, checkpoints: int) -> subprocess.Popen:
+    """Starts training and returns once ``checkpoints`` checkpoints are on disk."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
+    deadline = time.monotonic() + 300
+    while len(checkpoint_steps(run_dir)) < checkpoints and proc.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+    return proc
+
+
+def interrupt(proc: subprocess.Popen) -> int:
+    """Ctrl-C: the run must end with exit code 130 and one line naming the step it saved at."""
+    os.kill(proc.pid, signal.SIGINT)
+    output = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 130, output[-3000:]
+    assert "Traceback" not in output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("dynamiccl train: interrupted: checkpoint saved at step")
+    return int(last.split("at step ")[1].split()[0])
