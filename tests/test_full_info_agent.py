@@ -267,3 +267,12 @@ def test_bench_training_times_the_full_information_learner_by_default():
     assert run_["steps"] == 256 and [c["step"] for c in run_["curve"]] == [128, 256]
     assert set(run_) >= {"seconds_to_98pct_oracle", "oracle_share", "best_oracle_share"}
     assert np.isfinite(run_["oracle_share"])
+
+
+def test_bench_learning_refuses_an_unknown_suite_in_one_line():
+    out = subprocess.run([sys.executable, str(REPO / "experiments" / "bench_learning.py"), "--suite",
+                          "unseen_kind", "--samples", "1"], capture_output=True, text=True, env=ENV,
+                         timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "error: --suite 'unseen_kind': unknown scenario 'unseen_kind'" in out.stderr
+    assert "unseen_kinds" in out.stderr.strip().splitlines()[-1]
