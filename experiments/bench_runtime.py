@@ -13,7 +13,9 @@ over the bucket, which DDP without a hook folds into its gradient copy.
 The simulator's prediction is for the same setting: the bucket the straggler delays (the step's
 first, read from DDP's own bucket layout), the injected delay and the same ranks, on a one-tier
 switch whose bandwidth is fitted so that the simulated ring all-reduce of that bucket takes what
-gloo's all-reduce took in this run; the saving is ring minus StragglAR at the delay, times the share
+gloo's all-reduce took in this run (the runtime is given the same system, so it asks the simulator
+which path each bucket runs, as a job given its topology does); the saving is ring minus StragglAR
+at the delay, times the share
 of timed steps on which the runtime actually ran StragglAR (``stragglar_share``: none while it keeps
 the plain all-reduce, all once it has agreed on the straggler). At n = 4 StragglAR's completion
 rounds move 4/3 of the bucket per rank against a ring's 3/2, so the saving is about a ninth of the
@@ -22,6 +24,15 @@ all-reduce time; the 16 MiB default makes that several ms, above this machine's 
 passes chunks around a ring of point-to-point sends among the punctual ranks while the straggler is
 late (13 ms for 16 MiB on 3 ranks here): at delays shorter than that the measurement falls short of
 the prediction by the difference.
+
+Per delay the bucket's all-reduce is also timed alone, outside DDP (``alone_*``: gloo's against
+StragglAR's, the straggler sleeping after a barrier), next to the simulator's saving at a
+StragglAR share of one (``predicted_alone_saving_ms``). On a machine with fewer cores than ranks the
+two settings differ: inside a training step all ranks' compute shares the cores, so the straggler's
+sleep hands its core to the others' backward passes (plain DDP's step grows by less than the delay:
+less lateness for StragglAR to hide), and the punctual ranks' reduce-scatter takes cores from the
+straggler's own backward once it wakes — which separate GPUs never do. Alone, nobody computes while
+the straggler sleeps, which is the setting the simulator's collective times describe.
 
     python experiments/bench_runtime.py --json
     {"ranks": 4, "cases": [{"straggler_delay_ms": 0, "plain_step_ms": ..., "hook_step_ms": ...,
@@ -48,7 +59,7 @@ RUNTIME = {"measure_every": 5, "window": 5, "majority": 0.6, "straggler_threshol
 
 
 def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int, blocks: int,
-               warmup: int) -> dict | None:
+               warmup: int, collective_reps: int) -> dict | None:
     """Rank side: plain DDP and hooked DDP, alternating blocks per delay; rank 0 reports."""
     import torch
     import torch.distributed as dist
@@ -67,8 +78,7 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
 
     # the same gradient layout as runtime.ddp's (bucket views): the comparison is the hook's
     plain = DDP(model(), bucket_cap_mb=256, gradient_as_bucket_view=True)
-    hooked = runtime.ddp(model(), runtime.RuntimeConfig(**RUNTIME), bucket_cap_mb=256)
-    opts = {m: torch.optim.SGD(m.parameters(), lr=1e-3) for m in (plain, hooked)}
+    opts = {plain: torch.optim.SGD(plain.parameters(), lr=1e-3)}
     x = torch.randn(16, width)
     grad_bytes = sum(p.numel() * p.element_size() for p in plain.parameters())
 
@@ -82,9 +92,8 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
         opts[m].zero_grad()
         return (time.perf_counter() - t0) * 1e3
 
-    for m in (plain, hooked):  # DDP lays its buckets out anew after the first step
-        step(m, 0.0)
-    layout = hooked._get_ddp_logging_data()  # the rebuilt layout, or the first where none was needed
+    step(plain, 0.0)  # DDP lays its buckets out anew after the first step
+    layout = plain._get_ddp_logging_data()  # the rebuilt layout, or the first where none was needed
     buckets = [int(b) for b in str(layout.get("rebuilt_bucket_sizes", layout["bucket_sizes"])).split(",")]
     first_bucket = buckets[0]  # DDP's bucket 0: the first one reduced, the one the straggler delays
     buf = torch.ones(first_bucket // 4)
@@ -95,6 +104,16 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
         dist.all_reduce(buf)
         if i >= 5:
             ar_ms.append((time.perf_counter() - t0) * 1e3)
+    agreed = torch.tensor([statistics.median(ar_ms)], dtype=torch.float64)
+    dist.broadcast(agreed, src=0)  # one system model on every rank
+    allreduce_ms = float(agreed.item())
+    # the runtime picks each bucket's path from the simulator on this system, as a job given its
+    # topology does
+    config = runtime.RuntimeConfig(**RUNTIME, topology=fitted_topology(ctx.world_size, first_bucket,
+                                                                        allreduce_ms))
+    hooked = runtime.ddp(model(), config, bucket_cap_mb=256)
+    opts[hooked] = torch.optim.SGD(hooked.parameters(), lr=1e-3)
+    step(hooked, 0.0)
     rt = hooked.dynamiccl_runtime
     cases = []
     for d in delays_ms:
@@ -110,6 +129,7 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
                 times["hook"].append(step(hooked, d))
         saved = [statistics.fmean(times["plain"][i:i + block]) - statistics.fmean(times["hook"][i:i + block])
                  for i in range(0, len(paths), block)]
+        alone = _collectives_alone(first_bucket, d, straggler, collective_reps)
         cases.append({"straggler_delay_ms": d,
                       "plain_step_ms": statistics.fmean(times["plain"]),
                       "hook_step_ms": statistics.fmean(times["hook"]),
@@ -118,12 +138,42 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
                       "measured_saving_ms": statistics.fmean(saved),
                       "measured_saving_stderr_ms": _stderr(saved),
                       "stragglar_share": paths.count("stragglar") / len(paths),
-                      "detected_delay_ms": rt.job_state.delay_us / 1e3})
+                      "detected_delay_ms": rt.job_state.delay_us / 1e3, **alone})
     dist.destroy_process_group()
     if ctx.rank:
         return None
     return {"cases": cases, "grad_bytes": grad_bytes, "bucket_bytes": buckets,
-            "allreduce_ms": statistics.median(ar_ms)}
+            "allreduce_ms": allreduce_ms}
+
+
+def _collectives_alone(nbytes: int, delay_ms: float, straggler: int, reps: int) -> dict[str, float]:
+    """The first bucket's averaging all-reduce outside DDP, the straggler sleeping ``delay_ms``
+    after a barrier: gloo's (as the hook's plain path runs it) and StragglAR's, alternating; rank
+    0's medians from the barrier on. Outside a training step nobody else computes while the
+    straggler sleeps, so this is the setting the simulator's collective times describe."""
+    import torch
+    import torch.distributed as dist
+
+    from dynamiccl.runtime.stragglar import StragglAR
+
+    world = dist.get_world_size()
+    sar, data = StragglAR(), torch.randn(nbytes // 4)
+    sar.prepare(straggler)
+    ops = {"allreduce": lambda t: dist.all_reduce(t.div_(world)),
+           "stragglar": lambda t: sar.all_reduce(t, straggler, world)}
+    times: dict[str, list[float]] = {name: [] for name in ops}
+    for i in range(reps):
+        for name in (ops if i % 2 else reversed(ops)):
+            buf = data.clone()
+            dist.barrier()
+            t0 = time.perf_counter()
+            if dist.get_rank() == straggler and delay_ms:
+                time.sleep(delay_ms / 1e3)
+            ops[name](buf)
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    return {"alone_allreduce_ms": medians["allreduce"], "alone_stragglar_ms": medians["stragglar"],
+            "alone_saving_ms": medians["allreduce"] - medians["stragglar"]}
 
 
 def _stderr(xs: list[float]) -> float:
@@ -175,9 +225,13 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4, help="MLP layers (default 4: a 16 MiB gradient)")
     ap.add_argument("--block", type=int, default=2, help="steps per block (default 2)")
     ap.add_argument("--blocks", type=int, default=25, help="alternating blocks per model (default 25)")
+    ap.add_argument("--collective-reps", type=int, default=20,
+                    help="timings per collective outside DDP, per delay (default 20)")
     args = ap.parse_args()
     if args.nprocs < 2:
         ap.error("--nprocs must be at least 2 (a straggler needs someone to wait for it)")
+    if args.collective_reps < 1:
+        ap.error("--collective-reps must be at least 1")
     try:
         delays = [float(d) for d in args.delays.split(",")]
     except ValueError:
@@ -185,13 +239,16 @@ def main() -> None:
     warmup = RUNTIME["measure_every"] * RUNTIME["window"]
     out = launch(f"{__file__}:bench_rank", args.nprocs,
                  {"delays_ms": delays, "width": args.width, "layers": args.layers,
-                  "block": args.block, "blocks": args.blocks, "warmup": warmup}, timeout_s=1800)[0]
+                  "block": args.block, "blocks": args.blocks, "warmup": warmup,
+                  "collective_reps": args.collective_reps}, timeout_s=1800)[0]
     first_bucket = out["bucket_bytes"][0]
     topology = fitted_topology(args.nprocs, first_bucket, out["allreduce_ms"])
     for case in out["cases"]:
         case["predicted_saving_ms"] = predicted_saving_ms(topology, first_bucket,
                                                           case["straggler_delay_ms"],
                                                           case["stragglar_share"])
+        case["predicted_alone_saving_ms"] = predicted_saving_ms(topology, first_bucket,
+                                                                case["straggler_delay_ms"], 1.0)
     result = {"ranks": args.nprocs, "cases": out["cases"], "grad_bytes": out["grad_bytes"],
               "bucket_bytes": out["bucket_bytes"], "gloo_allreduce_ms": out["allreduce_ms"],
               "fitted_bandwidth_GBps": topology.tiers[0].bandwidth_GBps}
@@ -206,7 +263,9 @@ def main() -> None:
               f"± {c['plain_stderr_ms']:.2f} ms, hook {c['hook_step_ms']:7.2f} ± {c['hook_stderr_ms']:.2f} "
               f"ms (StragglAR on {c['stragglar_share']:.0%}), saved {c['measured_saving_ms']:6.2f} "
               f"± {c['measured_saving_stderr_ms']:.2f} ms, simulator predicts "
-              f"{c['predicted_saving_ms']:6.2f} ms")
+              f"{c['predicted_saving_ms']:6.2f} ms; the bucket's all-reduce alone: gloo "
+              f"{c['alone_allreduce_ms']:6.2f} ms, StragglAR {c['alone_stragglar_ms']:6.2f} ms, "
+              f"saved {c['alone_saving_ms']:6.2f} ms (predicted {c['predicted_alone_saving_ms']:6.2f})")
 
 
 if __name__ == "__main__":

@@ -45,12 +45,19 @@ def compare_with_all_reduce(ctx, stragglers: list[int], layouts: list[tuple[int,
     sar = StragglAR()
     hier = {layout: HierarchicalAllReduce(*layout) for layout in layouts}
     out = []
+    n = ctx.world_size
     for seed, (size, dtype) in enumerate(CASES):
-        ref = _data(ctx.rank, size, dtype, seed)
-        dist.all_reduce(ref)
-        cases = [(f"stragglar s={s}", lambda t, s=s: sar.all_reduce(t, s)) for s in stragglers]
-        cases += [(f"hierarchical k={k} chunks={c}", h.all_reduce) for (k, c), h in hier.items()]
-        for name, op in cases:
+        total = _data(ctx.rank, size, dtype, seed)
+        dist.all_reduce(total)
+        cases = [(f"stragglar s={s}", lambda t, s=s: sar.all_reduce(t, s), 1) for s in stragglers]
+        cases += [(f"hierarchical k={k} chunks={c}", h.all_reduce, 1) for (k, c), h in hier.items()]
+        if dtype.is_floating_point:  # DDP's average, divided inside each op where it completes a sum
+            cases += [(f"stragglar s={stragglers[-1]} average",
+                       lambda t: sar.all_reduce(t, stragglers[-1], n), n)]
+            cases += [(f"hierarchical k={k} chunks={c} average", lambda t, h=h: h.all_reduce(t, n), n)
+                      for (k, c), h in hier.items()]
+        for name, op, divisor in cases:
+            ref = total / divisor if divisor != 1 else total
             got = _data(ctx.rank, size, dtype, seed)
             if size >= FLAT_FROM:
                 op(got)
@@ -60,7 +67,7 @@ def compare_with_all_reduce(ctx, stragglers: list[int], layouts: list[tuple[int,
                 op(got.view(2, -1).t())
             err = float((got.double() - ref.double()).abs().max())
             scale = float(ref.double().abs().max()) or 1.0
-            out.append({"case": f"{name} n={ctx.world_size} size={size} {dtype}", "exact":
+            out.append({"case": f"{name} n={n} size={size} {dtype}", "exact":
                         torch.equal(got, ref), "rel_err": err / scale, "identical": _same_bits(got),
                         "float": dtype.is_floating_point, "dtype": str(dtype), "size": size})
     dist.destroy_process_group()

@@ -61,7 +61,9 @@ def test_stragglar_and_hierarchical_equal_all_reduce(n):
     stragglers = sorted({0, n // 2, n - 1})
     results = launch(f"{WORKERS}:compare_with_all_reduce", n,
                      {"stragglers": stragglers, "layouts": LAYOUTS[n]}, timeout_s=300)[0]
-    assert len(results) == 11 * (len(stragglers) + 2)
+    # 11 cases summed by each op, the 7 floating ones also averaged (StragglAR and each layout)
+    assert len(results) == 11 * (len(stragglers) + 2) + 7 * (1 + len(LAYOUTS[n]))
+    assert sum("average" in r["case"] for r in results) == 7 * 3
     sizes = {(r["size"], r["dtype"]) for r in results}
     assert {(1 << 20, "torch.float32"), ((1 << 18) + 3, "torch.int64")} <= sizes  # DDP-sized buckets
     for r in results:

@@ -141,6 +141,19 @@ def test_on_nccl_every_rank_switches_to_stragglar_together_and_the_plugin_follow
 
 
 @pytest.mark.gpu
+def test_on_one_gpu_the_hook_averages_inside_nccls_all_reduce_and_trains_like_ddp(plugin):
+    # the lent machines have one GPU: a one-rank NCCL communicator with the plugin loaded runs the
+    # hook's plain path (ReduceOp.AVG) and the control boundary; NCCL refuses two ranks on one GPU
+    out = launch(f"{WORKERS}:ddp_with_straggler", _gpus(1),
+                 {"steps": 6, "late_rank": 0, "late_ms": 0.0, "config": {"measure_every": 2},
+                  "plugin": plugin, "backend": "nccl"}, timeout_s=300)[0]
+    assert out["history"] and all(set(paths) == {"nccl"} for _, _, paths in out["history"])
+    for a, b in zip(out["tuned"], out["plain"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert out["decided"] == (CALM, CALM)  # no straggler: the plugin kept the calm slice
+
+
+@pytest.mark.gpu
 def test_on_nccl_the_online_tuner_pins_in_lockstep(plugin):
     n = _gpus(2)
     sizes = [1 << 20, 1 << 14]

@@ -2,8 +2,9 @@
 
 Per gradient bucket it runs one of three paths:
 
-* ``nccl`` — the backend's own all-reduce, issued asynchronously exactly as DDP's default hook does
-  (with NCCL, the tuner plugin steers it; nothing else is added on this path);
+* ``nccl`` — the backend's own all-reduce, issued asynchronously as DDP's default hook does (with
+  NCCL, the tuner plugin steers it and ``ReduceOp.AVG`` averages inside it, so nothing else is added
+  on this path; gloo has no ``AVG``, and the bucket is divided first, exactly as PyTorch's hook);
 * ``stragglar`` — seed 004's all-reduce (:mod:`dynamiccl.runtime.stragglar`) for a persistent
   straggler, on the step's first bucket, the one that waits for the straggler (later buckets find
   the ranks aligned again, where its extra reduce-scatter would only cost);
@@ -30,10 +31,11 @@ and comm time are taken only on the step before a measurement: on the other step
 is DDP's default hook and nothing more. Online tuning (:mod:`dynamiccl.runtime.tuning`) uses the
 same boundary. Nothing any rank acts on is a value it measured alone.
 
-The StragglAR and hierarchical paths complete inside the hook (they are sequences of collectives
-whose later steps depend on earlier ones), so their buckets do not overlap with the rest of the
-backward pass the way the asynchronous ``nccl`` path does; with one bucket late anyway because of a
-straggler, that overlap is what the straggler already took away.
+The StragglAR and hierarchical paths average where they complete a sum (a punctual rank divides one
+chunk, a hierarchical rank its 1/k shard), not in a pass over the bucket. They complete inside the
+hook (they are sequences of collectives whose later steps depend on earlier ones), so their buckets
+do not overlap with the rest of the backward pass the way the asynchronous ``nccl`` path does; with
+one bucket late anyway because of a straggler, that overlap is what the straggler already took away.
 """
 
 from __future__ import annotations
@@ -177,37 +179,47 @@ class Runtime:
         self._paths[path] = self._paths.get(path, 0) + 1
         timed = self._timed(nbytes)
         start = time.perf_counter()
+        divisor = self.world if average else 1
         if path == "nccl" and not timed:
             # DDP's default hook, step for step: divide, issue, one callback that unwraps the
-            # result. Each further callback costs a hand-over of the GIL from the backend's thread
-            # (about 0.1 ms per bucket on a busy 2-core machine), so the comm time is only taken
-            # on the step before a measurement, the one step whose c2c is used.
-            if average:
-                tensor.div_(self.world)
-            fut = dist.all_reduce(tensor, async_op=True).get_future()
+            # result (NCCL averages inside the all-reduce instead: no pass of our own). Each further
+            # callback costs a hand-over of the GIL from the backend's thread (about 0.1 ms per
+            # bucket on a busy 2-core machine), so the comm time is only taken on the step before
+            # a measurement, the one step whose c2c is used.
+            fut = self._backend_all_reduce(tensor, divisor, async_op=True).get_future()
             if self._time_comm:
                 return fut.then(lambda f: self._done(f.value()[0], start))
             return fut.then(_unwrap)
         events = _cuda_events() if timed and tensor.is_cuda else None
         if path == "nccl":
-            dist.all_reduce(tensor)
+            self._backend_all_reduce(tensor, divisor)
         elif path == "stragglar":
             assert self.job_state.straggler is not None
-            self.stragglar.all_reduce(tensor, self.job_state.straggler)
+            self.stragglar.all_reduce(tensor, self.job_state.straggler, divisor)
         else:
             assert self.hierarchical is not None
-            self.hierarchical.all_reduce(tensor)
+            self.hierarchical.all_reduce(tensor, divisor)
         if events is not None:  # the collective's own time on the GPU, not the host's queueing
             events[1].record()
             events[1].synchronize()
             self._trial_us.append(events[0].elapsed_time(events[1]) * 1e3)
         elif timed:
             self._trial_us.append((time.perf_counter() - start) * 1e6)
-        if average:
-            tensor.div_(self.world)
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         fut.set_result(self._done(tensor, start))
         return fut
+
+    @staticmethod
+    def _backend_all_reduce(tensor: torch.Tensor, divisor: int, async_op: bool = False) -> Any:
+        """The backend's all-reduce of the sum divided by ``divisor``: NCCL's ``AVG`` for a CUDA
+        tensor, where the division rides inside the reduction; elsewhere (gloo has no ``AVG``) the
+        division first, as PyTorch's own all-reduce hook does it."""
+        if divisor == 1:
+            return dist.all_reduce(tensor, async_op=async_op)
+        if tensor.is_cuda and "nccl" in dist.get_backend():
+            return dist.all_reduce(tensor, op=dist.ReduceOp.AVG, async_op=async_op)
+        tensor.div_(divisor)
+        return dist.all_reduce(tensor, async_op=async_op)
 
     def path_for(self, nbytes: int, first: bool = True) -> str:
         """Which implementation a bucket of ``nbytes`` (the step's first or not) runs now."""

@@ -8,8 +8,9 @@ the cross-node all-reduce of one piece runs while the node reduce-scatters the n
 chunks" of seed 000, which keep the slow tier busy instead of waiting behind the fast one (its FIFO
 anti-benefit). All subgroups are created once, in the constructor, which every rank calls together.
 
-Each element is reduced once (in the cross-node step, whose result every member receives) and then
-copied, so all ranks end bit-identical; integers match ``all_reduce`` exactly, floats within rounding.
+Each element is reduced once (in the cross-node step, whose result every member receives; an average
+divides it there) and then copied, so all ranks end bit-identical; integers match ``all_reduce``
+exactly, floats within rounding.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ class HierarchicalAllReduce:
             [list(range(i, world, ranks_per_node)) for i in range(ranks_per_node)])
         self.nodes = nodes
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sums ``tensor`` over all ranks in place and returns it."""
+    def all_reduce(self, tensor: torch.Tensor, divisor: int = 1) -> torch.Tensor:
+        """Sums ``tensor`` over all ranks in place, divided by ``divisor``, and returns it.
+
+        The division is applied to this rank's 1/k shard between the cross-node all-reduce and the
+        all-gather, so averaging costs a pass over 1/k of the buffer (a float ``tensor``)."""
         flat = tensor.reshape(-1)
         per = self.k * self.chunks
         width = -(-flat.numel() // per)
@@ -60,6 +64,8 @@ class HierarchicalAllReduce:
         for p, work in enumerate(crossed):
             if work is not None:
                 work.wait()
+            if divisor != 1:
+                shards[p].div_(divisor)
             gathered.append(self._intra_ag(pieces[p], shards[p]))
         for work in gathered:
             if work is not None:

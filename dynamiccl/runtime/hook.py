@@ -60,8 +60,9 @@ def ddp(module: torch.nn.Module, config: RuntimeConfig | None = None, tuner: Onl
     """``DistributedDataParallel(module, **ddp_kwargs)`` with the runtime's hook, checked first.
 
     ``gradient_as_bucket_view`` defaults to True here: with a communication hook registered DDP no
-    longer folds the averaging into its copy of the gradients into the bucket, so the hook's
-    division is one more pass over every bucket (any hook's, PyTorch's own included); gradients
+    longer folds the averaging into its copy of the gradients into the bucket, so on gloo the
+    hook's division is one more pass over every bucket (any hook's, PyTorch's own included; NCCL
+    averages inside its all-reduce); gradients
     that are views of the buckets save DDP's copy back out of the bucket in return, and the copy in
     too where gradients are zeroed rather than set to None (pass ``gradient_as_bucket_view=False``
     for gradients of their own). The runtime is ``model.dynamiccl_runtime`` (its decisions and

@@ -11,9 +11,9 @@ itself, cut as evenly as its size allows. Then
 the completion schedule (:mod:`dynamiccl.runtime.matchings`) runs one round at a time, each rank's
 send and receive of the round issued together with ``batch_isend_irecv``. In the straggler's rounds
 both sides add the same two partial chunks (a + b and b + a are the same floating-point number), and
-every other transfer copies a fully reduced chunk, so all ranks end with bit-identical buffers; the
-sum equals ``all_reduce``'s exactly for integers and within rounding for floats (the order of the
-additions differs).
+every other transfer copies a fully reduced chunk, so all ranks end with bit-identical buffers (an
+average divides there too, (a + b) / n on both sides); the sum equals ``all_reduce``'s exactly for
+integers and within rounding for floats (the order of the additions differs).
 
 The schedule is written for the straggler at rank n − 1; any other straggler is swapped in by
 renaming ranks (the paper's remark): schedule rank ``n − 1`` is the straggler, schedule ranks
@@ -44,11 +44,15 @@ class StragglAR:
             punctual = [r for r in range(world) if r != straggler]
             self._punctual_groups[straggler] = dist.new_group(punctual) if len(punctual) > 1 else None
 
-    def all_reduce(self, tensor: torch.Tensor, straggler: int) -> torch.Tensor:
-        """Sums ``tensor`` over all ranks in place and returns it."""
+    def all_reduce(self, tensor: torch.Tensor, straggler: int, divisor: int = 1) -> torch.Tensor:
+        """Sums ``tensor`` over all ranks in place, divided by ``divisor``, and returns it.
+
+        The division happens where a chunk is completed (each is, once, in its straggler round) and
+        the rest of the schedule copies it, so averaging costs a punctual rank a pass over one chunk
+        instead of over the whole buffer (a float ``tensor``: integers do not divide in place)."""
         world, me = dist.get_world_size(), dist.get_rank()
         if world == 1:
-            return tensor
+            return tensor.div_(divisor) if divisor != 1 else tensor
         self.prepare(straggler)
         punctual = [r for r in range(world) if r != straggler]
         real = [*punctual, straggler]          # schedule rank -> process rank
@@ -78,6 +82,8 @@ class StragglAR:
                     work.wait()
                 if m.reduce:
                     chunks[recv].add_(into)
+                    if divisor != 1:
+                        chunks[recv].div_(divisor)
                 break
         if buf.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
             tensor.copy_(buf[:tensor.numel()].view(tensor.shape))
