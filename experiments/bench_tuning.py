@@ -13,8 +13,9 @@ Realities:
   ``<DIR>/../<system>/topology.yaml``). A decision is a measured call (collective, ranks, size)
   with NCCL's default and at least one forced run; its choices are exactly what was measured there
   (mostly ``NCCL_ALGO`` or ``NCCL_PROTO`` alone) -- a choice nobody measured is unavailable. The
-  timings are what the hardware did, without noise. The A3 Mega table compares runs of two
-  clusters (its README): kept, and listed per system.
+  timings are what the hardware did, without noise added; ``tune`` gets each with the same log's
+  in-place time of the call, as an nccl-tests run gives both, and reads its noise from the pairs.
+  The A3 Mega table compares runs of two clusters (its README): kept, and listed per system.
 
 Per tuner and reality, over all decisions:
 
@@ -48,7 +49,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,10 @@ class PerturbedReality:
         self.calls += 1
         return self.noisy.measure_forced(s, choice.constraints).time_us
 
+    def measured_again(self, s: Scenario, choice: Choice) -> None:
+        """One timing per measurement here, as the tuners' noise assumption expects."""
+        return None
+
     def best(self, s: Scenario) -> float:
         """The fastest deployable action of the table or pair (channels pinned too)."""
         times = self.truth_backend.action_times(s)
@@ -169,6 +174,10 @@ class ReplayReality:
     def measure(self, s: Scenario, choice: Choice) -> float:
         self.calls += 1
         return self.truth(s, choice)
+
+    def measured_again(self, s: Scenario, choice: Choice) -> float | None:
+        """The same run's in-place time of the call (nccl-tests times every size twice)."""
+        return self.table.timed_again(s).get((choice.algorithm, choice.protocol, choice.channels))
 
     def best(self, s: Scenario) -> float:
         return min(self.truth(s, c) for c in self.menu(s))
@@ -364,15 +373,23 @@ def tune(fraction: float, calibrate: bool) -> Callable:
 
         tuner = tuner_for(records, model)
         for r in range(TUNE_ROUNDS):
-            share = budget // TUNE_ROUNDS if r < TUNE_ROUNDS - 1 else budget - len(records)
+            share = budget // TUNE_ROUNDS if r < TUNE_ROUNDS - 1 else budget - _runs(records)
             for m in plan(tuner, reality.scenarios, share):
                 s = at[(m.collective, m.nranks, m.nbytes)]
                 records.append(_record(s, m.choice, reality.measure(s, m.choice)))
+                again = reality.measured_again(s, m.choice)
+                if again is not None:  # the run's in-place column: tune reads its noise from it
+                    records.append(replace(_record(s, m.choice, again), in_place=True))
             if calibrate:
                 model, _ = calibrated_topology(records, reality.model)
             tuner = tuner_for(records, model)
-        return {s: tuner.decide(s).chosen for s in reality.scenarios}, len(records)
+        return {s: tuner.decide(s).chosen for s in reality.scenarios}, _runs(records)
     return decide
+
+
+def _runs(records: list[MeasurementRecord]) -> int:
+    """Measurements spent: a run's in-place timing comes with it, free."""
+    return sum(not r.in_place for r in records)
 
 
 def _record(s: Scenario, choice: Choice, time_us: float) -> MeasurementRecord:

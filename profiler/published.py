@@ -28,7 +28,7 @@ import yaml
 from dynamiccl.knobs import Collective
 from dynamiccl.profiler.nccl_tests import _forced_config
 from dynamiccl.profiler.records import MeasurementRecord
-from dynamiccl.profiler.tuner_measurements_csv import COLUMNS, tuner_csv_rows
+from dynamiccl.profiler.tuner_measurements_csv import COLUMNS, INPLACE_COLUMN, tuner_csv_rows
 from dynamiccl.topology import LAUNCH_MODES, Topology, load_topology
 
 #: Files in a system folder that are not run sidecars.
@@ -55,6 +55,9 @@ class PublishedRun:
     nccl_version: str
     source: dict[str, Any]
     records: tuple[MeasurementRecord, ...]
+    #: The log's in-place column, the same calls timed a second time (empty for summary tables):
+    #: how far two timings of one call disagree is the run's own noise.
+    in_place: tuple[MeasurementRecord, ...] = ()
 
     @property
     def nranks(self) -> int:
@@ -114,8 +117,8 @@ def load_all(root: str | Path) -> dict[str, list[PublishedRun]]:
 def load_run(sidecar: str | Path) -> PublishedRun:
     """Parses the log a sidecar names and rewrites its records with the sidecar's facts.
 
-    Out-of-place rows only (the in-place column repeats the measurement); the loader has already
-    dropped the no-op rows of size 0.
+    ``records`` are the out-of-place rows, ``in_place`` the in-place column's (the same calls
+    timed again); the loader has already dropped the no-op rows of size 0.
     """
     from dynamiccl.profiler.measurements import load
 
@@ -126,21 +129,19 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
     algo, proto, channels = _forced_config(forced, collective)
     nodes, gpn = int(meta["nodes"]), int(meta["gpus_per_node"])
-    records = []
+    halves: dict[bool, list[MeasurementRecord]] = {False: [], True: []}
     for rec in load(log):
-        if rec.in_place:
-            continue
         if rec.coll != collective:
             raise PublishedRunError(f"{sidecar}: says {collective.name.lower()} but {log.name} "
                                     f"holds {rec.collective}; fix the sidecar's collective")
-        records.append(replace(rec, nranks=nodes * gpn, nnodes=nodes, algorithm=algo,
-                               protocol=proto, channels=channels,
-                               env={**rec.env, **forced, **_str_map(meta.get("env"))}))
-    if not records:
+        halves[rec.in_place].append(replace(rec, nranks=nodes * gpn, nnodes=nodes, algorithm=algo,
+                                            protocol=proto, channels=channels,
+                                            env={**rec.env, **forced, **_str_map(meta.get("env"))}))
+    if not halves[False]:
         raise PublishedRunError(f"{log}: no out-of-place rows with a size above 0")
     return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, nodes, gpn,
                         str(meta["launch"]), forced, str(meta.get("nccl_version", "unknown")),
-                        dict(meta["source"]), tuple(records))
+                        dict(meta["source"]), tuple(halves[False]), tuple(halves[True]))
 
 
 def load_table(sidecar: str | Path) -> list[PublishedRun]:
@@ -213,17 +214,20 @@ def _str_map(value: Any) -> dict[str, str]:
 # Replay tables: measured time per configuration, NCCL's default run included and labelled
 # ---------------------------------------------------------------------------------------------
 
-#: NVIDIA's tuner-workflow columns plus where each row came from.
-REPLAY_COLUMNS = ("system", *COLUMNS, "nccl_default", "launch", "run", "source")
+#: NVIDIA's tuner-workflow columns, the in-place time, and where each row came from.
+REPLAY_COLUMNS = ("system", *COLUMNS, INPLACE_COLUMN, "nccl_default", "launch", "run", "source")
 
 
 def replay_rows(runs: Sequence[PublishedRun]) -> list[dict[str, str]]:
-    """One row per measured size of every run, in file order."""
+    """One row per measured size of every run, in file order, with the same size's in-place time
+    where the log has one."""
     rows = []
     for run in runs:
         extra = {"system": run.system, "nccl_default": str(run.is_default).lower(),
                  "launch": run.launch, "run": run.name, "source": str(run.source.get("url", ""))}
-        rows += tuner_csv_rows(run.records, extra)
+        again = {r.nbytes: r.time_us for r in run.in_place}
+        rows += [{**row, INPLACE_COLUMN: f"{again[rec.nbytes]:g}" if rec.nbytes in again else ""}
+                 for rec, row in zip(run.records, tuner_csv_rows(run.records, extra), strict=True)]
     return [{k: row[k] for k in REPLAY_COLUMNS} for row in rows]
 
 

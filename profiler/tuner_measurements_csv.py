@@ -11,9 +11,11 @@ measured time of the call). Users who already swept their system have this file,
 the model without re-measuring. This is *not* the tuner's config CSV
 (:mod:`dynamiccl.nccl_csv` writes that one).
 
-The replay tables of ``tests/fixtures/real/replay`` use the same columns plus ``system`` and
-``source``; an ``algorithm``/``protocol`` of ``default`` marks NCCL's own choice, which the
-records store as ``None`` ("NCCL chose").
+The replay tables of ``tests/fixtures/real/replay`` use the same columns plus ``system``,
+``source`` and ``latency_inplace_us`` (nccl-tests' in-place time of the same call, read as a second,
+in-place record: two timings of one call are what tells a measurement's noise); an
+``algorithm``/``protocol`` of ``default`` marks NCCL's own choice, which the records store as
+``None`` ("NCCL chose").
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from dynamiccl.knobs import Collective
@@ -31,6 +34,8 @@ REQUIRED = ("collective", "size_bytes", "algorithm", "protocol", "channels", "no
             "latency_us")
 COLUMNS = ("collective", "size_bytes", "algorithm", "protocol", "channels", "nodes", "ranks",
            "pipeOps", "regBuff", "bandwidth_gbps", "latency_us")
+#: Optional: the same call's in-place time (nccl-tests' second timing group), µs; empty = none.
+INPLACE_COLUMN = "latency_inplace_us"
 #: Values meaning "NCCL decides" in the algorithm/protocol/channels/nodes columns.
 UNSET = ("", "-1", "default", "auto")
 
@@ -67,8 +72,16 @@ def parse_tuner_csv(text: str, source: str = "<csv>") -> list[MeasurementRecord]
             raise TunerCsvError(f"{where}: {exc}; each row needs a collective name, integer "
                                 "size_bytes/channels/nodes/ranks (-1 = unset) and a positive "
                                 "latency_us") from None
-        if not is_no_op(record.nbytes):
-            records.append(record)
+        if is_no_op(record.nbytes):
+            continue
+        records.append(record)
+        again = (row.get(INPLACE_COLUMN) or "").strip()
+        if again:
+            try:
+                records.append(_timed_again(record, float(again)))
+            except ValueError:
+                raise TunerCsvError(f"{where}: {INPLACE_COLUMN} is {again!r}; give the in-place "
+                                    "time in µs, or leave it empty") from None
     if not records:
         raise TunerCsvError(f"{source}: a header but no measurement rows")
     return records
@@ -89,6 +102,13 @@ def _record(row: dict[str, str], where: str) -> MeasurementRecord:
     algbw, busbw = bandwidths(coll, nbytes, ranks, time_us)
     return MeasurementRecord(coll.name.lower(), nbytes, ranks, time_us, algbw, busbw, algo, proto,
                              channels, nodes, source=row.get("source") or where)
+
+
+def _timed_again(record: MeasurementRecord, time_us: float) -> MeasurementRecord:
+    if not time_us > 0:
+        raise ValueError(f"time {time_us}")
+    algbw, busbw = bandwidths(record.coll, record.nbytes, record.nranks, time_us)
+    return replace(record, time_us=time_us, algbw_GBps=algbw, busbw_GBps=busbw, in_place=True)
 
 
 def _unset_or(value: str | None) -> str | None:

@@ -73,6 +73,27 @@ def test_tuner_csv_replay_table_reads_back() -> None:
     assert {r.nranks for r in records} == {8} and {r.nnodes for r in records} == {1}
 
 
+def test_replay_tables_carry_the_in_place_time_of_the_same_call_from_the_same_log() -> None:
+    ring = load_run(H100 / "all_reduce_ring.yaml")
+    logged = {r.nbytes: r.time_us for r in load(H100 / "all_reduce_ring.txt") if r.in_place}
+    assert logged and {r.nbytes: r.time_us for r in ring.in_place} == logged
+    records = load(REAL / "replay" / "h100_nvswitch_node.csv")
+    twins = [r for r in records if r.in_place and r.algorithm == "ring" and r.coll.name == "ALLREDUCE"]
+    assert {r.nbytes: r.time_us for r in twins} == pytest.approx(logged)
+    # a summary table has no second timing: its rows leave the column empty and give no twin
+    assert not any(r.in_place for r in load(REAL / "replay" / "dgx_b200_ib.csv"))
+
+
+def test_tuner_csv_in_place_column_is_optional_and_checked() -> None:
+    head = "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us,latency_inplace_us\n"
+    twin = parse_tuner_csv(head + "allreduce,1024,ring,ll,-1,1,8,12.5,13.0\n"
+                                  "allreduce,2048,ring,ll,-1,1,8,14,\n")
+    assert [(r.nbytes, r.time_us, r.in_place) for r in twin] == [(1024, 12.5, False), (1024, 13.0, True),
+                                                                (2048, 14.0, False)]
+    with pytest.raises(TunerCsvError, match=r"<csv>:2: latency_inplace_us is 'fast'"):
+        parse_tuner_csv(head + "allreduce,1024,ring,ll,-1,1,8,12.5,fast\n")
+
+
 def test_tuner_csv_in_nvidias_exact_columns() -> None:
     text = ("collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,"
             "cost_metric,bandwidth_gbps,latency_us\n"

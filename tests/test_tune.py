@@ -83,6 +83,16 @@ def test_the_in_place_column_tells_the_noise_of_a_single_run():
     assert shaky.noise > DEFAULT_NOISE and Tuner(TOPO, shaky).decide(s).chosen == DEFAULT
 
 
+def test_a_replay_table_tells_its_own_noise_through_its_in_place_column():
+    from dynamiccl.profiler.measurements import load
+
+    replay = Path(__file__).parent / "fixtures" / "real" / "replay"
+    steady, shaky = load(replay / "h100_nvswitch_node.csv"), load(replay / "rtx5090_socket_2ranks.csv")
+    assert Measurements([r for r in steady if not r.in_place]).noise == DEFAULT_NOISE
+    assert Measurements(steady).noise < 0.02  # an NVSwitch node times each call twice alike
+    assert Measurements(shaky).noise > DEFAULT_NOISE  # two ranks on one GPU over sockets do not
+
+
 def test_measurements_of_a_choice_correct_the_model_at_nearby_sizes():
     sizes = [1 << k for k in range(18, 23)]
     records = [record(at(n), p, f * _model_time(at(n), p))

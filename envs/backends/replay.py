@@ -60,11 +60,15 @@ class ReplayTable:
             key = (rec.coll, rec.nbytes, rec.nranks)
             grouped[(key, _record_choice(rec), rec.in_place)].append(rec.time_us)
         table: dict[CallKey, dict[Choice, float]] = defaultdict(dict)
+        again: dict[CallKey, dict[Choice, float]] = defaultdict(dict)
         for (call, choice, in_place), times in sorted(grouped.items(), key=lambda kv: kv[0][2]):
-            if in_place and choice in table[call]:
-                continue  # out-of-place sorted first and preferred
+            if in_place and choice in table[call]:  # out-of-place sorted first and preferred
+                again[call][choice] = float(np.median(times))
+                continue
             table[call][choice] = float(np.median(times))
         self.calls: dict[CallKey, dict[Choice, float]] = dict(table)
+        #: The in-place timings of calls whose answer is out-of-place: the same call timed again.
+        self.again: dict[CallKey, dict[Choice, float]] = dict(again)
         if not self.calls:
             raise ValueError("the replay table is empty: give nccl-tests logs or measurement "
                              "records of NCCL runs (forced choices next to NCCL's default)")
@@ -81,6 +85,10 @@ class ReplayTable:
     def choices(self, scenario: Scenario) -> dict[Choice, float]:
         """Every measured choice of this call (empty when the call was never measured)."""
         return self.calls.get(_call(scenario), {})
+
+    def timed_again(self, scenario: Scenario) -> dict[Choice, float]:
+        """The choices of this call that were also timed in place, with that second time."""
+        return self.again.get(_call(scenario), {})
 
 
 def _call(scenario: Scenario) -> CallKey:
