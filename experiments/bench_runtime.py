@@ -109,8 +109,8 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
     allreduce_ms = float(agreed.item())
     # the runtime picks each bucket's path from the simulator on this system, as a job given its
     # topology does
-    config = runtime.RuntimeConfig(**RUNTIME, topology=fitted_topology(ctx.world_size, first_bucket,
-                                                                        allreduce_ms))
+    system = fitted_topology(ctx.world_size, first_bucket, allreduce_ms)
+    config = runtime.RuntimeConfig(**RUNTIME, topology=system)
     hooked = runtime.ddp(model(), config, bucket_cap_mb=256)
     opts[hooked] = torch.optim.SGD(hooked.parameters(), lr=1e-3)
     step(hooked, 0.0)
@@ -143,7 +143,7 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
     if ctx.rank:
         return None
     return {"cases": cases, "grad_bytes": grad_bytes, "bucket_bytes": buckets,
-            "allreduce_ms": allreduce_ms}
+            "allreduce_ms": allreduce_ms, "topology": system}
 
 
 def _collectives_alone(nbytes: int, delay_ms: float, straggler: int, reps: int) -> dict[str, float]:
@@ -242,7 +242,7 @@ def main() -> None:
                   "block": args.block, "blocks": args.blocks, "warmup": warmup,
                   "collective_reps": args.collective_reps}, timeout_s=1800)[0]
     first_bucket = out["bucket_bytes"][0]
-    topology = fitted_topology(args.nprocs, first_bucket, out["allreduce_ms"])
+    topology = out["topology"]  # the system the runtime decided on, fitted once in the ranks
     for case in out["cases"]:
         case["predicted_saving_ms"] = predicted_saving_ms(topology, first_bucket,
                                                           case["straggler_delay_ms"],

@@ -49,7 +49,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -379,7 +379,7 @@ def tune(fraction: float, calibrate: bool) -> Callable:
                 records.append(_record(s, m.choice, reality.measure(s, m.choice)))
                 again = reality.measured_again(s, m.choice)
                 if again is not None:  # the run's in-place column: tune reads its noise from it
-                    records.append(replace(_record(s, m.choice, again), in_place=True))
+                    records.append(_record(s, m.choice, again, in_place=True))
             if calibrate:
                 model, _ = calibrated_topology(records, reality.model)
             tuner = tuner_for(records, model)
@@ -392,13 +392,13 @@ def _runs(records: list[MeasurementRecord]) -> int:
     return sum(not r.in_place for r in records)
 
 
-def _record(s: Scenario, choice: Choice, time_us: float) -> MeasurementRecord:
+def _record(s: Scenario, choice: Choice, time_us: float, in_place: bool = False) -> MeasurementRecord:
     algbw, busbw = bandwidths(s.collective, s.nbytes, s.topology.nranks, time_us)
     return MeasurementRecord(
         s.collective.name.lower(), s.nbytes, s.topology.nranks, time_us, algbw, busbw,
         algorithm=None if choice.algorithm is None else choice.algorithm.name.lower(),
         protocol=None if choice.protocol is None else choice.protocol.name.lower(),
-        channels=choice.channels, nnodes=s.topology.nodes, source="bench_tuning")
+        channels=choice.channels, nnodes=s.topology.nodes, in_place=in_place, source="bench_tuning")
 
 
 def tuners(calibrate: bool, adaptive_model: str | None = None,

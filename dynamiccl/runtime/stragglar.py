@@ -7,9 +7,9 @@ padded in a copy there. gloo's own reduce-scatter is slower than its all-reduce 
 4 MiB on 3 CPU ranks here), so on gloo the punctual ranks pass chunks around a ring of
 point-to-point sends (n − 2 steps of one chunk each, half the bytes of an all-reduce: 13.0 against
 gloo's all-reduce's 21.5 ms for 16 MiB on 3 CPU ranks), on chunks that are views of the bucket
-itself, cut as evenly as its size allows. Then
-the completion schedule (:mod:`dynamiccl.runtime.matchings`) runs one round at a time, each rank's
-send and receive of the round issued together with ``batch_isend_irecv``. In the straggler's rounds
+itself, cut as evenly as its size allows. Then the completion schedule
+(:mod:`dynamiccl.runtime.matchings`) runs one round at a time, each rank's send and receive of the
+round issued together with ``batch_isend_irecv``. In the straggler's rounds
 both sides add the same two partial chunks (a + b and b + a are the same floating-point number), and
 every other transfer copies a fully reduced chunk, so all ranks end with bit-identical buffers (an
 average divides there too, (a + b) / n on both sides); the sum equals ``all_reduce``'s exactly for
