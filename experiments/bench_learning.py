@@ -8,8 +8,11 @@ per system the same share. Goals (issue 12): share >= 0.97, slower calls <= 1 %,
 ``--suite unseen_kinds`` scores instead on system kinds no training system is (GB200 NVL72 racks,
 GH200 quads, one-GPU instances on TCP, ...; ``configs/scenario/unseen_kinds.yaml``).
 
-    python experiments/bench_learning.py [--samples N] [--seed S] [--suite NAME] [--json]
-                                         [--save PATH | --load PATH]
+    python experiments/bench_learning.py [--samples N] [--seed S] [--seeds K] [--suite NAME]
+                                         [--json] [--save PATH | --load PATH]
+
+Learners trained with different seeds differ (the held-out suite has few distinct calls, so one
+decision moves the share); ``--seeds K`` trains and scores K of them side by side.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 
 from dynamiccl.agents.evaluate import PolicyReport, evaluate_policy, oracle_share
 from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner
+from dynamiccl.agents.progress import progress_bar
 from dynamiccl.agents.registry import load_policy
 from dynamiccl.envs.workloads import load_suite
 
@@ -49,41 +53,63 @@ def _row(report: PolicyReport) -> dict[str, object]:
             "worst_call": report.worst_call, "calls": len(calls), "per_system_share": shares}
 
 
+def _trained(args: argparse.Namespace, seed: int) -> FullInfoLearner:
+    if args.load:
+        learner = FullInfoLearner.load(args.load)
+        learner.config.margin = args.margin
+        return learner
+    learner = FullInfoLearner(FullInfoConfig(seed=seed, margin=args.margin))
+    done = 0
+    with progress_bar(f"training full_info (seed {seed})", args.samples) as advance:
+        def shown(samples: int, _loss: float) -> None:
+            nonlocal done
+            advance(min(samples, args.samples) - done)
+            done = min(samples, args.samples)
+
+        return learner.learn(args.samples, callback=shown)
+
+
 def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=400_000, help="training calls (default 400000)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--margin", type=float, default=0.02,
-                        help="deviate from NCCL only above this predicted gain (default 0.02)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="train this many learners (seeds SEED, SEED+1, ...) and score each: how "
+                             "far they differ is part of the result (default 1)")
+    parser.add_argument("--margin", type=float, default=FullInfoConfig.margin,
+                        help="deviate from NCCL only above this predicted gain "
+                             f"(default {FullInfoConfig.margin})")
     parser.add_argument("--suite", default="heldout",
                         help="scenario suite to score on (default heldout; unseen_kinds: system "
                              "kinds never trained on)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--save", help="write the trained learner here (.pt)")
+    parser.add_argument("--save", help="write the trained learner here (.pt; one seed)")
     parser.add_argument("--load", help="score this saved learner instead of training one (.pt)")
     args = parser.parse_args(argv)
     if args.samples < 1:
         parser.error("--samples must be a positive number of training calls")
+    if args.seeds < 1:
+        parser.error("--seeds must be a positive number of learners")
+    if args.seeds > 1 and (args.load or args.save):
+        parser.error("--seeds trains several learners; --load and --save take one (drop --seeds)")
 
     try:
         suite = load_suite(args.suite)
     except (FileNotFoundError, ValueError) as exc:
         parser.error(f"--suite {args.suite!r}: {exc}")
     start = time.perf_counter()
-    if args.load:
-        learner = FullInfoLearner.load(args.load)
-        learner.config.margin = args.margin
-    else:
-        learner = FullInfoLearner(FullInfoConfig(seed=args.seed, margin=args.margin))
-        learner.learn(args.samples)
-    train_s = time.perf_counter() - start
+    seeds = range(args.seed, args.seed + args.seeds)
+    learners = {seed: _trained(args, seed) for seed in seeds}
+    train_s = (time.perf_counter() - start) / len(learners)
     if args.save:
-        learner.save(args.save)
+        learners[args.seed].save(args.save)
     policies = [load_policy(name, deployable=True, seed=args.seed) for name in BASELINES]
-    policies.append(learner.policy())
+    policies += [learner.policy("full_info" if len(learners) == 1 else f"full_info seed={seed}")
+                 for seed, learner in learners.items()]
     rows = [_row(evaluate_policy(p, suite, deployable=True)) for p in policies]
+    samples = next(iter(learners.values())).samples_seen
     report = {"suite": args.suite, "actions": "deployable", "observation": "deployable",
-              "training_samples": learner.samples_seen, "training_seconds": train_s, "policies": rows}
+              "training_samples": samples, "training_seconds": train_s, "policies": rows}
     if args.json:
         print(json.dumps(report))
         return report
@@ -91,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     from rich.table import Table
 
     table = Table(title=f"{args.suite} suite, deployable actions and observation "
-                        f"(full_info trained on {learner.samples_seen} calls in {train_s:.0f} s)")
+                        f"(full_info trained on {samples} calls in {train_s:.0f} s per seed)")
     for col in ("policy", "geomean", "oracle share", "slower >2 %", "worst", "worst call"):
         table.add_column(col, justify="left" if col in ("policy", "worst call") else "right")
     for r in rows:

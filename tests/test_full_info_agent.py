@@ -276,3 +276,18 @@ def test_bench_learning_refuses_an_unknown_suite_in_one_line():
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "error: --suite 'unseen_kind': unknown scenario 'unseen_kind'" in out.stderr
     assert "unseen_kinds" in out.stderr.strip().splitlines()[-1]
+
+
+def test_bench_learning_scores_one_learner_per_seed_and_refuses_save_with_several():
+    script = str(REPO / "experiments" / "bench_learning.py")
+    out = subprocess.run([sys.executable, script, "--suite", "smoke", "--samples", "1", "--seeds", "2",
+                          "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert out.returncode == 0, out.stderr
+    rows = {r["policy"]: r for r in json.loads(out.stdout)["policies"]}
+    assert {"full_info seed=0", "full_info seed=1"} <= set(rows) and "full_info" not in rows
+    assert all(np.isfinite(rows[f"full_info seed={s}"]["geomean_speedup"]) for s in (0, 1))
+    refused = subprocess.run([sys.executable, script, "--seeds", "2", "--save", "x.pt"],
+                             capture_output=True, text=True, env=ENV, timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].endswith(
+        "--seeds trains several learners; --load and --save take one (drop --seeds)")
