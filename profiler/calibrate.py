@@ -398,9 +398,15 @@ def _fit_with_picks(problem: Problem, base: Topology, params: list[Param], x: np
 
 
 def _residuals(problem: Problem, base: Topology, params: list[Param], x: np.ndarray) -> np.ndarray:
-    """Data residuals in units of the measurement scatter."""
+    """Data residuals in units of the measurement scatter.
+
+    A trial point of the solver may take a log-coded bandwidth towards zero; the predicted times
+    then overflow to infinity, which is the right answer (least_squares rejects a trial point whose
+    residuals are not finite and shrinks its step), so the overflow is not worth a warning."""
     topo = FP.apply(base, params, x)
-    return np.log(predict(problem, topo, problem.configs) / problem.measured_us) / MEASUREMENT_SIGMA
+    with np.errstate(over="ignore"):
+        predicted = predict(problem, topo, problem.configs)
+    return np.log(predicted / problem.measured_us) / MEASUREMENT_SIGMA
 
 
 def _priors(base: Topology, params: list[Param], x: np.ndarray, free: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,28 @@ def test_known_parameters_are_recovered(setup):
         assert abs(np.log(p.fitted / true_values[p.label])) < 3 * p.rel_std + 1e-3, p.label
     assert fit.rms_log(fitted=False) > 0.1 > 0.04 > fit.rms_log(fitted=True)  # noise is 0.03
     assert fit.topology.tiers[0].bandwidth_GBps != base.tiers[0].bandwidth_GBps
+
+
+def test_a_trial_point_with_a_vanishing_bandwidth_is_infinitely_wrong_without_a_warning(setup):
+    """The solver may probe a log-coded bandwidth near zero (bench_tuning --calibrate did): the
+    residual must be +inf, which least_squares rejects, and no overflow warning may reach the user."""
+    from dynamiccl.profiler import fit_params as FP
+    from dynamiccl.profiler.calibrate import _residuals, pick_configs
+
+    base, _, records, _ = setup
+    problem = prepare(records, base)
+    problem.configs = pick_configs(problem, base)
+    params = FP.tier_params(base)
+    x = np.array([FP.encode(p, FP.natural_value(base, p)) for p in params])
+    bandwidth = next(i for i, p in enumerate(params) if p.label == "infiniband.bandwidth_GBps")
+    assert params[bandwidth].log_coded
+    x[bandwidth] = -705.0  # e^-705 GB/s: a byte takes longer than a double can count
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        residuals = _residuals(problem, base, params, x)
+    crossing = np.array([shape[0] > 1 for shape in problem.shapes])
+    assert np.isposinf(residuals[crossing]).any(), "the probe should overflow the largest sizes"
+    assert np.all(residuals[crossing] > 1e3) and np.all(np.isfinite(residuals[~crossing]))
 
 
 def test_held_out_sizes_are_predicted_within_the_stated_error(setup):
