@@ -154,12 +154,13 @@ def _collectives_alone(nbytes: int, delay_ms: float, straggler: int, reps: int) 
     import torch
     import torch.distributed as dist
 
+    from dynamiccl.runtime.core import backend_all_reduce
     from dynamiccl.runtime.stragglar import StragglAR
 
     world = dist.get_world_size()
     sar, data = StragglAR(), torch.randn(nbytes // 4)
     sar.prepare(straggler)
-    ops = {"allreduce": lambda t: dist.all_reduce(t.div_(world)),
+    ops = {"allreduce": lambda t: backend_all_reduce(t, world),
            "stragglar": lambda t: sar.all_reduce(t, straggler, world)}
     times: dict[str, list[float]] = {name: [] for name in ops}
     for i in range(reps):

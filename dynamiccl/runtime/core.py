@@ -186,13 +186,13 @@ class Runtime:
             # callback costs a hand-over of the GIL from the backend's thread (about 0.1 ms per
             # bucket on a busy 2-core machine), so the comm time is only taken on the step before
             # a measurement, the one step whose c2c is used.
-            fut = self._backend_all_reduce(tensor, divisor, async_op=True).get_future()
+            fut = backend_all_reduce(tensor, divisor, async_op=True).get_future()
             if self._time_comm:
                 return fut.then(lambda f: self._done(f.value()[0], start))
             return fut.then(_unwrap)
         events = _cuda_events() if timed and tensor.is_cuda else None
         if path == "nccl":
-            self._backend_all_reduce(tensor, divisor)
+            backend_all_reduce(tensor, divisor)
         elif path == "stragglar":
             assert self.job_state.straggler is not None
             self.stragglar.all_reduce(tensor, self.job_state.straggler, divisor)
@@ -208,18 +208,6 @@ class Runtime:
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         fut.set_result(self._done(tensor, start))
         return fut
-
-    @staticmethod
-    def _backend_all_reduce(tensor: torch.Tensor, divisor: int, async_op: bool = False) -> Any:
-        """The backend's all-reduce of the sum divided by ``divisor``: NCCL's ``AVG`` for a CUDA
-        tensor, where the division rides inside the reduction; elsewhere (gloo has no ``AVG``) the
-        division first, as PyTorch's own all-reduce hook does it."""
-        if divisor == 1:
-            return dist.all_reduce(tensor, async_op=async_op)
-        if tensor.is_cuda and "nccl" in dist.get_backend():
-            return dist.all_reduce(tensor, op=dist.ReduceOp.AVG, async_op=async_op)
-        tensor.div_(divisor)
-        return dist.all_reduce(tensor, async_op=async_op)
 
     def path_for(self, nbytes: int, first: bool = True) -> str:
         """Which implementation a bucket of ``nbytes`` (the step's first or not) runs now."""
@@ -351,6 +339,18 @@ class Runtime:
         else:
             self.control.pin(Pin(size_bin.collective, size_bin.min_bytes, size_bin.max_bytes,
                                  *candidate))
+
+
+def backend_all_reduce(tensor: torch.Tensor, divisor: int, async_op: bool = False) -> Any:
+    """The ``nccl`` path: the backend's all-reduce of the sum divided by ``divisor``. NCCL's ``AVG``
+    for a CUDA tensor, where the division rides inside the reduction; elsewhere (gloo has no
+    ``AVG``) the division first, as PyTorch's own all-reduce hook does it."""
+    if divisor == 1:
+        return dist.all_reduce(tensor, async_op=async_op)
+    if tensor.is_cuda and "nccl" in dist.get_backend():
+        return dist.all_reduce(tensor, op=dist.ReduceOp.AVG, async_op=async_op)
+    tensor.div_(divisor)
+    return dist.all_reduce(tensor, async_op=async_op)
 
 
 def _unwrap(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
