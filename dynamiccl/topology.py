@@ -38,6 +38,12 @@ LAUNCH_MODES = ("process_per_gpu", "single_process")
 #: NCCL's path types between two GPUs of a node, best first (src/graph/topo.h): NVLink, one PCIe
 #: switch, several PCIe switches, through the CPU's host bridge, across the CPU socket interconnect.
 PATH_TYPES = ("NVL", "PIX", "PXB", "PHB", "SYS")
+#: The PCIe path from a GPU to its NIC, in NCCL's path types (a network tier's ``nic_path``). NVIDIA's
+#: HGX/DGX boards, p4d/p5 and A3 put each NIC on a PCIe switch with its GPUs (PIX/PXB); a NIC on a CPU
+#: root port while the GPUs hang elsewhere is PHB, one on the other socket SYS. NCCL reads it when it
+#: decides whether LL128 may cross the network (nccl_abi.md §3.7: only when the path is at most PXB).
+NIC_PATHS = ("PIX", "PXB", "PHB", "SYS")
+DEFAULT_NIC_PATH = "PXB"
 #: GB/s NCCL assigns to a CPU socket interconnect for GPU traffic (nccl_abi.md §3.9, its QPI/UPI,
 #: AMD, Zhaoxin, POWER and ARM constants): Intel Broadwell, Skylake, Sapphire Rapids, Emerald Rapids.
 SOCKET_LINK_GBPS = {"bdw": 6.0, "skl": 10.0, "srp": 22.0, "erp": 40.0, "amd": 16.0, "p9": 32.0,
@@ -65,6 +71,8 @@ class Tier:
     transport: str = ""
     #: A PCIe node tier's tree of switches and sockets (None: every GPU on one switch).
     pcie: PcieTree | None = None
+    #: Network tiers: the PCIe path from a GPU to its NIC (``NIC_PATHS``); empty for NVLink and PCIe.
+    nic_path: str = ""
 
     @property
     def path(self) -> str:
@@ -158,8 +166,13 @@ class Topology:
 
     @property
     def ll128_enabled(self) -> bool:
-        """NCCL's default LL128 rule (nccl_abi.md §3.7): sm70+ and an NVLink intra-node path."""
-        return self.gpu.sm >= 70 and (self.tiers[0].link == "nvlink" or self.gpus_per_node == 1)
+        """NCCL's default LL128 rule (nccl_abi.md §3.7): sm70+, an NVLink intra-node path, and across
+        nodes a NIC at most PXB from its GPU. LL128 needs every 128-byte line to land whole; NCCL
+        trusts that only on paths it has validated and keeps LL128 off through a host bridge."""
+        if self.gpu.sm < 70 or not (self.tiers[0].link == "nvlink" or self.gpus_per_node == 1):
+            return False
+        nic = next((t for t in self.tiers if t.link == "net" and t.size > 1), None)
+        return nic is None or nic.nic_path not in ("PHB", "SYS")
 
     def resized(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Topology:
         """The same system with another node count or node size (``--nodes``/``--gpus-per-node``).
@@ -176,7 +189,7 @@ class Topology:
             if len(tiers) == 1:
                 if nodes != 1:
                     tiers.append(Tier("network", nodes, "switch", 50.0, 3.0, "net",
-                                      transport=DEFAULT_TRANSPORT))
+                                      transport=DEFAULT_TRANSPORT, nic_path=DEFAULT_NIC_PATH))
             else:
                 middle = math.prod(t.size for t in tiers[1:-1])
                 if nodes % middle:
@@ -197,6 +210,8 @@ class Topology:
             t["dims"] = list(t["dims"])
             if t["transport"] in ("", DEFAULT_TRANSPORT):
                 del t["transport"]
+            if t["nic_path"] in ("", DEFAULT_NIC_PATH):
+                del t["nic_path"]
             if t["pcie"] is None:
                 del t["pcie"]
             else:  # the file's form: the socket count follows from the tier size
@@ -250,7 +265,7 @@ def _torus_dims(size: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------
 
 _TIER_FIELDS = {"name", "size", "fabric", "bandwidth_GBps", "latency_us", "link_latency_us", "link",
-                "link_share", "dims", "transport", "pcie"}
+                "link_share", "dims", "transport", "pcie", "nic_path"}
 _TOP_FIELDS = ("name", "gpu", "features", "launch", "tiers", "calibration")
 
 
@@ -357,13 +372,21 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         dims = tuple(t.get("dims") or _torus_dims(size))
         if len(dims) != 2 or math.prod(dims) != size:
             raise fail(f"{where}.dims", f"is {list(dims)}; give two numbers whose product is {size}")
-    transport = ""
+    transport = nic_path = ""
     if link == "net":
         transport = t.get("transport", DEFAULT_TRANSPORT)
         if transport not in TRANSPORTS:
             raise fail(f"{where}.transport", f"is {transport!r}; use one of {', '.join(TRANSPORTS)}")
-    elif t.get("transport"):
-        raise fail(f"{where}.transport", f"is only for network tiers (link: net), not link: {link}")
+        nic_path = t.get("nic_path", DEFAULT_NIC_PATH)
+        if nic_path not in NIC_PATHS:
+            raise fail(f"{where}.nic_path", f"is {nic_path!r}; use one of {', '.join(NIC_PATHS)} "
+                       "as nvidia-smi topo -m prints the GPU-NIC pair (its NODE is PHB; NIC on "
+                       "the GPUs' PCIe switch: PIX or PXB; on a CPU root port: PHB; on the other "
+                       "socket: SYS)")
+    else:
+        for key in ("transport", "nic_path"):
+            if t.get(key):
+                raise fail(f"{where}.{key}", f"is only for network tiers (link: net), not link: {link}")
     per_link = t.get("link_latency_us")
     if per_link is not None:
         latency = LINKS_PER_HOP[t["fabric"]] * float(per_link)
@@ -371,7 +394,7 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         latency = float(t["latency_us"]) if "latency_us" in t else TRANSPORTS[transport].wire_latency_us
     pcie = _pcie_from_dict(t.get("pcie"), size, link, f"{where}.pcie", fail)
     return Tier(str(t.get("name", f"tier{i}")), size, t["fabric"], float(t["bandwidth_GBps"]),
-                latency, link, share, dims, transport, pcie)
+                latency, link, share, dims, transport, pcie, nic_path)
 
 
 def _pcie_from_dict(p: Any, size: int, link: str, where: str, fail: Any) -> PcieTree | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from dynamiccl.profiler.nvml import NVLINK_GENERATION, GpuFacts, NvmlSnapshot
-from dynamiccl.topology import ARCHS, Topology, topology_from_dict
+from dynamiccl.topology import ARCHS, DEFAULT_NIC_PATH, Topology, topology_from_dict
 
 #: Unidirectional GB/s per NVLink link, by NVML's version value (NVLink 1: 20, 2–4: 25, 5: 50).
 NVLINK_LINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 25.0, 6: 25.0, 7: 50.0}
@@ -36,6 +36,8 @@ class NetworkSpec:
     latency_us: float | None = None
     nics_per_node: int | None = None
     intra_latency_us: float | None = None
+    #: NCCL's path type from a GPU to its NIC (``NIC_PATHS``; ``nvidia-smi topo -m`` prints it).
+    nic_path: str | None = None
 
 
 @dataclass
@@ -208,6 +210,8 @@ def _network_tier(net: NetworkSpec, gpus_per_node: int) -> tuple[dict, str]:
             "latency_us": float(net.latency_us if net.latency_us is not None
                                 else DEFAULT_LATENCY_US["net"]),
             "link": "net", "link_share": gpus_per_node // nics}
+    if net.nic_path is not None:
+        tier["nic_path"] = net.nic_path
     parts = [
         "size from --nodes" if net.nodes > 1 else "size: default 1 node (resize with --nodes)",
         "bandwidth_GBps from --network-bandwidth-GBps" if net.bandwidth_GBps
@@ -215,6 +219,8 @@ def _network_tier(net: NetworkSpec, gpus_per_node: int) -> tuple[dict, str]:
         "latency_us from --network-latency-us" if net.latency_us is not None
         else "latency_us: default",
         "link_share from --nics-per-node" if net.nics_per_node else "link_share: default (a NIC per GPU)",
+        "nic_path from --nic-path" if net.nic_path is not None
+        else f"nic_path: default ({DEFAULT_NIC_PATH}, each NIC on its GPUs' PCIe switch)",
     ]
     return tier, "NOT measured: " + "; ".join(parts)
 

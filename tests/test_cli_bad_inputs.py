@@ -123,6 +123,7 @@ CASES = [
     ([*GLOO, "--plot", "/nonexistent/dir/a.png"], "does not exist"),
     (["profile", "topology", "--nodes", "0"], "--nodes"),
     (["profile", "topology", "--network-bandwidth-GBps", "inf"], "finite"),
+    (["profile", "topology", "--nic-path", "node"], "--nic-path"),
     (["profile", "topology", "--from", "/nonexistent/nvml.yaml"], "no such NVML recording"),
     (["export", "--policy", "oracle", "--topology", "dgx_h100", "--points-per-octave", "0", "-o",
       "x.dccl"], "--points-per-octave: must be positive"),

@@ -67,11 +67,15 @@ def test_unmeasured_values_are_marked_and_flags_say_so(tmp_path):
     assert "latency_us: default (not measured)" in text
     assert "size from --nodes" in text and "bandwidth_GBps from --network-bandwidth-GBps" in text
     assert "latency_us: default" in text.split("NOT measured")[1]
+    assert "nic_path: default (PXB" in text
     net = found.topology.tiers[1]
     assert (net.size, net.bandwidth_GBps, net.link_share) == (4, 25.0, 2)
     path = tmp_path / "found.yaml"
     path.write_text(text)
     assert load_topology(path) == found.topology  # a normal topology file
+    host_bridge = discover(_snap("dgx_h100.yaml"), NetworkSpec(nodes=4, nic_path="PHB"))
+    assert "nic_path from --nic-path" in host_bridge.yaml_text
+    assert host_bridge.topology.tiers[1].nic_path == "PHB" and not host_bridge.topology.ll128_enabled
 
 
 def test_pynvml_provider_reads_everything_through_a_fake_nvml_module():

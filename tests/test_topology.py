@@ -9,6 +9,8 @@ import pytest
 import yaml
 
 from dynamiccl.config_loader import ConfigError
+from dynamiccl.knobs import ACTIONS, Collective, Protocol, valid_mask
+from dynamiccl.nccl_model.model import NcclModel
 from dynamiccl.topology import load_topology, preset_names, topology_from_dict
 from dynamiccl.units import format_size, parse_duration_us, parse_size
 
@@ -63,6 +65,30 @@ def test_custom_file_with_the_issue_schema(tmp_path: Path) -> None:
     assert topo.nranks == 64 and topo.tiers[0].link == "nvlink" and topo.tiers[1].link == "net"
 
 
+def test_a_nic_behind_the_host_bridge_turns_ll128_off_across_nodes(tmp_path: Path) -> None:
+    """Polaris-like: NCCL keeps LL128 off when the NIC is PHB from its GPU (typeInter > PXB), so
+    NCCL's cost table marks it unusable and no deployable action may force it; inside one node,
+    and with the default PXB NIC of an HGX board, LL128 stays on."""
+    data = yaml.safe_load((Path(__file__).parents[1] / "configs/topology/dgx_a100.yaml").read_text())
+    switch_nic = topology_from_dict(data, source="x").resized(nodes=2)
+    data["tiers"][1]["nic_path"] = "PHB"
+    path = tmp_path / "phb.yaml"
+    path.write_text(yaml.safe_dump(data))
+    host_nic = load_topology(path, nodes=2)
+    assert switch_nic.ll128_enabled and not host_nic.ll128_enabled
+    assert load_topology(path).ll128_enabled
+    assert host_nic.to_dict()["tiers"][1]["nic_path"] == "PHB"
+    assert "nic_path" not in switch_nic.to_dict()["tiers"][1]  # the default keeps old fingerprints
+    ll128 = int(Protocol.LL128)
+    assert (NcclModel(switch_nic).cost_table(Collective.ALLREDUCE, 1 << 20)[:, ll128] > 0).any()
+    assert (NcclModel(host_nic).cost_table(Collective.ALLREDUCE, 1 << 20)[:, ll128] == -1).all()
+    allowed = valid_mask(host_nic, Collective.ALLREDUCE, deployable=True)
+    assert not any(a.protocol == Protocol.LL128 for a, ok in zip(ACTIONS, allowed, strict=True) if ok)
+    assert any(a.protocol == Protocol.LL128
+               for a, ok in zip(ACTIONS, valid_mask(switch_nic, Collective.ALLREDUCE, deployable=True),
+                                strict=True) if ok)
+
+
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
@@ -75,6 +101,8 @@ def test_custom_file_with_the_issue_schema(tmp_path: Path) -> None:
         (lambda d: d["features"].update(nvls="yes"), "field 'features.nvls' is 'yes'; write true"),
         (lambda d: d.update(tiers=[]), "field 'tiers' must be a non-empty list"),
         (lambda d: d["tiers"][0].update(fabric="torus2d", dims=[3, 3]), "product is 8"),
+        (lambda d: d["tiers"][1].update(nic_path="NODE"), "field 'tiers[1].nic_path' is 'NODE'; use one of"),
+        (lambda d: d["tiers"][0].update(nic_path="PHB"), "field 'tiers[0].nic_path' is only for network"),
     ],
 )
 def test_bad_files_name_the_file_the_field_and_the_fix(

@@ -30,6 +30,7 @@ from dynamiccl.cli.common import (
 )
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
+from dynamiccl.topology import DEFAULT_NIC_PATH, NIC_PATHS
 from dynamiccl.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
 
 if TYPE_CHECKING:
@@ -77,6 +78,10 @@ def _register_topology(kinds: argparse._SubParsersAction) -> None:
                    help="NICs per node (default: one per GPU)")
     t.add_argument("--intra-latency-us", type=positive_float, metavar="Z",
                    help="intra-node hop latency in µs (default: 0.6 NVLink, 1.0 PCIe)")
+    t.add_argument("--nic-path", type=str.upper, choices=NIC_PATHS, metavar="PATH",
+                   help=f"how far each GPU's NIC is, as `nvidia-smi topo -m` prints it: "
+                   f"{', '.join(NIC_PATHS)}; its NODE is PHB (default {DEFAULT_NIC_PATH}: on the "
+                   "GPUs' PCIe switch; NCCL keeps LL128 off across nodes beyond PXB)")
     t.set_defaults(func=run_topology)
 
 
@@ -174,7 +179,7 @@ def run_topology(args: argparse.Namespace) -> int:
     if args.record:
         _replace_atomically(Path(args.record), lambda tmp: save_snapshot(snapshot, tmp))
     network = NetworkSpec(args.nodes, args.network_bandwidth_GBps, args.network_latency_us,
-                          args.nics_per_node, args.intra_latency_us)
+                          args.nics_per_node, args.intra_latency_us, args.nic_path)
     found = discover(snapshot, network, name=args.name)
     for warning in found.warnings:
         print(f"warning: {warning}", file=sys.stderr)

@@ -30,8 +30,9 @@ Mapping from our Topology to NCCL's inputs (each a documented choice):
   than one node; CollNetDirect additionally needs an NVSwitch node (``fabric: switch`` over
   NVLink); PAT auto-enable = one GPU per node (nNodes == nRanks, §3.7).
 * LL128 default rule (§3.7) = ``Topology.ll128_enabled`` (sm70+, NVLink or one GPU per node,
-  GPUDirect NICs on the GPU's PCIe switch assumed). ``latencyInter`` = 0 (the IB/socket net
-  plugins report no latency property). Channels of a graph are all alike (``sameChannels``).
+  and across nodes the network tier's ``nic_path`` at most PXB: NCCL's ``typeInter``).
+  ``latencyInter`` = 0 (the IB/socket net plugins report no latency property). Channels of a
+  graph are all alike (``sameChannels``).
 
 The search emulation (src/graph/search.cc @2.30.7, restated): a channel at speed ``s`` consumes
 ``s`` on every link it crosses, so a link (or NIC) of bandwidth B carries floor(B/s) channels.
