@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "validate_real.py"
@@ -49,6 +50,33 @@ def test_table_and_help() -> None:
     assert "sophia_dgx_a100_ib" in out.stdout and "worst system median" in out.stdout
     helped = _run("--help")
     assert helped.returncode == 0 and "--json" in helped.stdout
+
+
+def test_plot_draws_every_system_and_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+    figure = tmp_path / "real.png"
+    out = _run("--system", "h100_nvswitch_node", "--system", "l40s_tcp_socket", "--plot", str(figure))
+    assert out.returncode == 0, out.stderr
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {figure}" in out.stderr
+    assert "l40s_tcp_socket" in out.stdout  # the table is still printed beside the figure
+    missing = _run("--system", "h100_nvswitch_node", "--plot", str(tmp_path / "no" / "real.png"))
+    assert missing.returncode == 2 and "does not exist; create it first" in missing.stderr
+    assert not (tmp_path / "no").exists()
+
+
+def test_points_keep_the_sign_of_the_error() -> None:
+    """The plotted points are predicted / measured (below 1 the model is too fast); the table's
+    error is the same points folded onto >= 1."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import validate_real as vr
+    finally:
+        sys.path.pop(0)
+    result = vr.evaluate_system(ROOT / "tests" / "fixtures" / "real" / "l40s_tcp_socket")
+    large = [x for size, x in result.datasheet_points if size >= 16 * 2**20]
+    assert large and max(large) < 0.5  # 400 GbE at line rate is far faster than NCCL's sockets
+    folded = vr.pooled([result], "datasheet")[">= 16 MiB"]
+    assert folded["median"] == pytest.approx(result.datasheet[">= 16 MiB"].median)
+    assert folded["median"] > 2.0
 
 
 def test_unknown_system_is_a_usage_error() -> None:
