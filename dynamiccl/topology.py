@@ -42,7 +42,7 @@ PATH_TYPES = ("NVL", "PIX", "PXB", "PHB", "SYS")
 #: HGX/DGX boards, p4d/p5 and A3 put each NIC on a PCIe switch with its GPUs (PIX/PXB); a NIC on a CPU
 #: root port while the GPUs hang elsewhere is PHB, one on the other socket SYS. NCCL reads it when it
 #: decides whether LL128 may cross the network (nccl_abi.md §3.7: only when the path is at most PXB).
-NIC_PATHS = ("PIX", "PXB", "PHB", "SYS")
+NIC_PATHS = PATH_TYPES[1:]
 DEFAULT_NIC_PATH = "PXB"
 #: GB/s NCCL assigns to a CPU socket interconnect for GPU traffic (nccl_abi.md §3.9, its QPI/UPI,
 #: AMD, Zhaoxin, POWER and ARM constants): Intel Broadwell, Skylake, Sapphire Rapids, Emerald Rapids.
@@ -172,7 +172,7 @@ class Topology:
         if self.gpu.sm < 70 or not (self.tiers[0].link == "nvlink" or self.gpus_per_node == 1):
             return False
         nic = next((t for t in self.tiers if t.link == "net" and t.size > 1), None)
-        return nic is None or nic.nic_path not in ("PHB", "SYS")
+        return nic is None or nic.nic_path not in NIC_PATHS[NIC_PATHS.index("PXB") + 1:]
 
     def resized(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Topology:
         """The same system with another node count or node size (``--nodes``/``--gpus-per-node``).

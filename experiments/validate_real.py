@@ -117,8 +117,8 @@ def evaluate_system(system_dir: Path) -> SystemResult:
     records = [r for run in runs for r in run.records]
     pred = predicted_us(records, topology)
     measured = np.array([r.time_us for r in records])
-    ratios = error_ratio(pred, measured)
-    datasheet = band_stats(records, ratios)
+    pred_over_meas = pred / measured
+    datasheet = band_stats(records, error_ratio(pred, measured))
     train, test = split_every_other(records)
     note, held_points, param_points = "", [], []
     test_us = np.array([r.time_us for r in test])
@@ -129,16 +129,16 @@ def evaluate_system(system_dir: Path) -> SystemResult:
         params_pred = predicted_us(test, params_only)
         calibrated = band_stats(test, error_ratio(held_pred, test_us))
         parametric = band_stats(test, error_ratio(params_pred, test_us))
-        held_points = [(r.nbytes, float(p / r.time_us)) for r, p in zip(test, held_pred, strict=True)]
-        param_points = [(r.nbytes, float(p / r.time_us))
-                        for r, p in zip(test, params_pred, strict=True)]
+        held_points = [(r.nbytes, float(x)) for r, x in zip(test, held_pred / test_us, strict=True)]
+        param_points = [(r.nbytes, float(x))
+                        for r, x in zip(test, params_pred / test_us, strict=True)]
     except CalibrationError as exc:
         calibrated = parametric = {label: Stats() for label, _, _ in BANDS}
         note = f"calibration refused: {exc}"
-    points = [(r.nbytes, float(p / m)) for r, p, m in zip(records, pred, measured, strict=True)]
+    points = [(r.nbytes, float(x)) for r, x in zip(records, pred_over_meas, strict=True)]
     return SystemResult(system_dir.name, len(runs), sorted({run.nodes for run in runs}),
                         sum(not run.is_default for run in runs), datasheet, calibrated, parametric,
-                        note, points, held_points, param_points, run_details(runs, pred / measured))
+                        note, points, held_points, param_points, run_details(runs, pred_over_meas))
 
 
 def run_details(runs: Sequence[PublishedRun], pred_over_meas: np.ndarray) -> list[dict]:
