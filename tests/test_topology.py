@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from dynamiccl.config_loader import ConfigError
-from dynamiccl.knobs import ACTIONS, Collective, Protocol, valid_mask
+from dynamiccl.knobs import ACTIONS, Collective, ConfigBatch, Protocol, valid_mask
 from dynamiccl.nccl_model.model import NcclModel
+from dynamiccl.simulator import simulate
 from dynamiccl.topology import load_topology, preset_names, topology_from_dict
 from dynamiccl.units import format_size, parse_duration_us, parse_size
 
@@ -87,6 +90,18 @@ def test_a_nic_behind_the_host_bridge_turns_ll128_off_across_nodes(tmp_path: Pat
     assert any(a.protocol == Protocol.LL128
                for a, ok in zip(ACTIONS, valid_mask(switch_nic, Collective.ALLREDUCE, deployable=True),
                                 strict=True) if ok)
+
+
+def test_the_simulator_keeps_ll128_apart_for_systems_that_differ_only_in_where_the_nic_sits() -> None:
+    """The simulator caches validity per system shape; a PHB system simulated first must not lend
+    its LL128 verdict to the same shape with a PXB NIC, nor the other way round."""
+    pxb = load_topology("dgx_a100", nodes=2)
+    phb = replace(pxb, tiers=(pxb.tiers[0], replace(pxb.tiers[1], nic_path="PHB")))
+    ll128 = ConfigBatch.from_configs([c for c in ACTIONS if c.protocol == Protocol.LL128])
+    for first, second in ((phb, pxb), (pxb, phb)):
+        times = {t.tiers[1].nic_path: simulate(t, int(Collective.ALLREDUCE), 1 << 20, ll128).time_us
+                 for t in (first, second)}
+        assert np.isinf(times["PHB"]).all() and np.isfinite(times["PXB"]).any()
 
 
 @pytest.mark.parametrize(

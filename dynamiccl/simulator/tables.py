@@ -89,10 +89,11 @@ _VALID: dict[tuple, bool] = {}
 
 
 def _structure(topology: Topology) -> tuple:
-    """What ``knobs.invalid_reason`` reads: shapes, link kinds and features, never the numbers, so a
-    calibration trying thousands of bandwidths reuses one validity cache."""
-    return (tuple((t.size, t.fabric, t.link) for t in topology.tiers), topology.gpu.arch,
-            topology.features.nvls, topology.features.collnet)
+    """What ``knobs.invalid_reason`` reads: shapes, link kinds, features and NCCL's LL128 rule (which
+    reads where the NIC sits), never the numbers, so a calibration trying thousands of bandwidths
+    reuses one validity cache."""
+    return (tuple((t.size, t.fabric, t.link, t.dims) for t in topology.tiers), topology.gpu.arch,
+            topology.features.nvls, topology.features.collnet, topology.ll128_enabled)
 
 
 def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]) -> bool:
