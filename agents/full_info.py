@@ -13,7 +13,14 @@ system lies outside what they learned from, and their smallest prediction is the
 margin instead throws away every gain below it wherever the members agree — on the held-out suite a
 perfect predictor behind a 2 % margin keeps only 0.88 of the oracle's gain, behind 0.5 % 0.99. So
 the margin is only the size of a gain worth a deviation: 0.5 %, about the noise of a timed call
-(nccl-tests' in-place / out-of-place pairs differ by 1-2 %). Training calls come
+(nccl-tests' in-place / out-of-place pairs differ by 1-2 %).
+
+Members can also agree and all be wrong: beyond anything trained on they extrapolate alike (for a
+1 MiB all-reduce on two GB200 NVL72 racks, a 72-GPU NVLink domain where training nodes hold at most
+16, all nine members of one learner rated a hierarchical LL128 tree 1.03-1.18x faster than NCCL's
+pick; it ran at 0.26x). So the policy acts
+only inside the box of observations it trained on: a call with any field beyond the range its
+training calls spanned keeps NCCL's pick. Training calls come
 from systems drawn around physical ranges (:mod:`dynamiccl.envs.system_sampler`), fresh ones every
 round, so the learner never sees a held-out system and never sees the same system twice; with
 ``systems`` naming a scenario distribution (``train``) they come from that distribution's systems
@@ -33,6 +40,7 @@ from torch import nn
 
 from dynamiccl import decisions
 from dynamiccl.agents.policy import allowed_actions, nearest_valid_action, require_scenario
+from dynamiccl.config_loader import ConfigError
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.action_values import ActionValues, action_values
 from dynamiccl.envs.deployable_observation import DEPLOYABLE_SIZE, encode_batch, scenario_context
@@ -45,6 +53,8 @@ from dynamiccl.topology import Topology
 #: Gains are learned in [-GAIN_CLIP, GAIN_CLIP]: an action 2.7x slower than NCCL is as useless as one
 #: 30x slower, and the loss should spend its capacity near the top of each call's ranking.
 GAIN_CLIP = 1.0
+#: Slack on the trained-on box: encodings are float32 and the same system encodes identically.
+SUPPORT_TOLERANCE = 1e-6
 
 
 @dataclass
@@ -86,9 +96,23 @@ class GainNetwork(nn.Module):
             return nn.Sequential(*blocks, nn.Linear(dims[-1], N_ACTIONS))
 
         self.members = nn.ModuleList(member() for _ in range(ensemble))
+        # The box of observations trained on (empty until the first round; saved with the weights).
+        self.register_buffer("support_low", torch.full((DEPLOYABLE_SIZE,), math.inf))
+        self.register_buffer("support_high", torch.full((DEPLOYABLE_SIZE,), -math.inf))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.stack([m(obs) for m in self.members])
+
+    def widen_support(self, obs: torch.Tensor) -> None:
+        """Grows the box of trained-on observations to hold ``obs``."""
+        self.support_low = torch.minimum(self.support_low, obs.min(dim=0).values)
+        self.support_high = torch.maximum(self.support_high, obs.max(dim=0).values)
+
+    def supports(self, obs: np.ndarray) -> np.ndarray:
+        """Whether each observation lies inside the box trained on, every field within the range
+        its training calls spanned ([B] bool)."""
+        low, high = self.support_low.numpy(), self.support_high.numpy()
+        return ((obs >= low - SUPPORT_TOLERANCE) & (obs <= high + SUPPORT_TOLERANCE)).all(axis=1)
 
 
 def masked_loss(predicted: torch.Tensor, gains: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
@@ -133,6 +157,7 @@ class FullInfoLearner:
         """Gradient passes over ``data``; returns the mean loss of the last pass."""
         cfg = self.config
         obs = torch.as_tensor(data.observations)
+        self.network.widen_support(obs)
         gains = torch.as_tensor(np.where(data.allowed, data.gains, 0.0), dtype=torch.float32)
         allowed = torch.as_tensor(data.allowed)
         gen = torch.Generator().manual_seed(cfg.seed + self.rounds)
@@ -176,6 +201,9 @@ class FullInfoLearner:
     @classmethod
     def load(cls, path: str | Path) -> FullInfoLearner:
         blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+        if "support_low" not in blob["state"]:
+            raise ConfigError(f"{path} was saved before learners kept the box of observations they "
+                             "trained on, which their policy needs; train it again")
         learner = cls(FullInfoConfig(**blob["config"]))
         learner.network.load_state_dict(blob["state"])
         learner.samples_seen, learner.rounds = int(blob["samples_seen"]), int(blob["rounds"])
@@ -198,9 +226,11 @@ class FullInfoPolicy:
 
     @torch.no_grad()
     def predict(self, observations: np.ndarray) -> np.ndarray:
-        """The cautious gain of every action: the smallest prediction over the ensemble [B, A]."""
+        """The cautious gain of every action: the smallest prediction over the ensemble [B, A];
+        zero (no gain: NCCL's pick stands) for a call outside the box of observations trained on."""
         members = self.network(torch.as_tensor(observations, dtype=torch.float32))
-        return members.min(dim=0).values.numpy()
+        cautious = members.min(dim=0).values.numpy()
+        return np.where(self.network.supports(observations)[:, None], cautious, 0.0)
 
     def decide_batch(self, topology: Topology, collectives: np.ndarray, nbytes: np.ndarray,
                      contexts: list[tuple[str, str]]) -> np.ndarray:

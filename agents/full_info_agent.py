@@ -94,6 +94,8 @@ def _load_learner(path: Path) -> FullInfoLearner:
         return FullInfoLearner.load(path)
     except OSError:
         raise  # unreadable: the caller says so
+    except ConfigError:
+        raise  # ours, naming the fix
     except Exception:  # torch reports a damaged or foreign file in many ways, none of them short
         raise ConfigError(f"{path} is not a full-information learner saved by `dynamiccl train "
                           "agent=full_info` (or bench_learning.py --save)") from None

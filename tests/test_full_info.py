@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,8 @@ from dynamiccl import decisions
 from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy, masked_loss
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.action_values import action_values
-from dynamiccl.envs.system_sampler import MAX_RANKS, random_calls, random_topology
+from dynamiccl.envs.deployable_observation import DEPLOYABLE_HIGH, DEPLOYABLE_LOW
+from dynamiccl.envs.system_sampler import MAX_RANKS, CallBatch, random_calls, random_topology
 from dynamiccl.envs.workloads import load_scenario_distribution
 from dynamiccl.knobs import ACTIONS, EXPORTABLE_MASK, Algorithm, Collective, Protocol, nccl_config
 from dynamiccl.scenario import Scenario
@@ -61,6 +64,7 @@ def _constant_policy(values: np.ndarray, margin: float = 0.02) -> FullInfoPolicy
             p.zero_()
         for member in learner.network.members:
             member[-1].bias.copy_(torch.as_tensor(values, dtype=torch.float32))
+    learner.network.widen_support(torch.as_tensor(np.stack([DEPLOYABLE_LOW, DEPLOYABLE_HIGH])))
     return FullInfoPolicy(learner.network, margin)
 
 
@@ -89,6 +93,28 @@ def test_an_action_counts_only_as_much_as_the_least_confident_member_predicts() 
         policy.network.members[1][-1].bias[5] = 0.01
     obs = np.zeros((1, policy.network.members[0][0].in_features), dtype=np.float32)
     assert policy.predict(obs)[0, 5] == pytest.approx(0.01)
+
+
+def test_a_policy_acts_only_inside_the_box_of_observations_it_trained_on() -> None:
+    """All members can agree and be wrong where nothing was trained on (module docstring): outside
+    the box a predicted gain, however large, leaves NCCL's pick in place."""
+    gain = np.zeros(len(ACTIONS))
+    gain[ACTIONS.index(nccl_config(1, 2, 16))] = np.log(1.5)
+    policy = _constant_policy(gain)
+    trained = load_topology("dgx_h100", nodes=2)
+    with torch.no_grad():
+        policy.network.support_low.fill_(math.inf)
+        policy.network.support_high.fill_(-math.inf)
+        colls, sizes = np.meshgrid(np.arange(len(Collective)), 2 ** np.arange(3, 35))
+        calls = CallBatch(colls.ravel(), sizes.ravel(), np.zeros(colls.size), np.zeros(colls.size))
+        policy.network.widen_support(torch.as_tensor(action_values(trained, calls).observations))
+    inside = Scenario(trained, Collective.ALLREDUCE, 1 << 20)
+    assert policy.force(inside).algorithm == Algorithm.RING
+    for outside in (Scenario(load_topology("dgx_h100", nodes=16), Collective.ALLREDUCE, 1 << 20),
+                    Scenario(load_topology("gb200_nvl72", nodes=2), Collective.ALLREDUCE, 1 << 20)):
+        assert policy.force(outside) == KnobConstraints()
+    untrained = FullInfoLearner(FullInfoConfig(hidden=8, layers=1, ensemble=1)).network
+    assert not untrained.supports(np.stack([DEPLOYABLE_LOW, DEPLOYABLE_HIGH])).any()
 
 
 def test_training_lowers_the_loss_and_a_saved_learner_predicts_the_same(tmp_path) -> None:

@@ -140,15 +140,36 @@ def test_the_trained_learner_loads_by_file_and_by_run_folder_for_evaluate_and_ex
     assert pf.read(policy_file).header.policy == "run"
 
 
+def _evaluate_error(policy: Path) -> str:
+    """What ``dynamiccl evaluate --policy`` says about a file it refuses (one line, exit 2)."""
+    out = subprocess.run([sys.executable, "-m", "dynamiccl.cli.main", "evaluate", "--policy",
+                          str(policy), "--suite", "smoke"], capture_output=True, text=True, env=ENV,
+                         timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    return out.stderr.strip()
+
+
 def test_a_damaged_learner_file_is_one_line(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a torch file")
-    out = subprocess.run([sys.executable, "-m", "dynamiccl.cli.main", "evaluate", "--policy", str(bad),
-                          "--suite", "smoke"], capture_output=True, text=True, env=ENV, timeout=120)
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.strip() == (f"dynamiccl evaluate: error: {bad} is not a full-information "
-                                  "learner saved by `dynamiccl train agent=full_info` (or "
-                                  "bench_learning.py --save)")
+    assert _evaluate_error(bad) == (f"dynamiccl evaluate: error: {bad} is not a full-information "
+                                    "learner saved by `dynamiccl train agent=full_info` (or "
+                                    "bench_learning.py --save)")
+
+
+def test_a_learner_file_from_before_the_trained_on_box_is_one_line_naming_the_fix(tmp_path):
+    import torch
+
+    from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner
+
+    old = FullInfoLearner(FullInfoConfig(hidden=8, layers=1, ensemble=1)).save(tmp_path / "old.pt")
+    blob = torch.load(old, weights_only=True)
+    for key in ("support_low", "support_high"):
+        del blob["state"][key]
+    torch.save(blob, old)
+    assert _evaluate_error(old) == (f"dynamiccl evaluate: error: {old} was saved before learners "
+                                    "kept the box of observations they trained on, which their "
+                                    "policy needs; train it again")
 
 
 def test_a_run_folder_of_another_agent_is_refused_by_name(trained):
