@@ -268,9 +268,8 @@ def test_a_full_info_sweep_runs_on_ray_tune_and_reports_each_evaluation(tmp_path
         assert (trial / "run" / "progress.csv").is_file()
 
 
-def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_training",
-                                                  REPO / "experiments" / "bench_training.py")
+def _bench_module(name: str = "bench_training"):
+    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -290,6 +289,42 @@ def test_bench_training_times_the_full_information_learner_by_default():
     assert np.isfinite(run_["oracle_share"])
 
 
+def test_in_distribution_bands_count_what_a_policy_takes_of_each_calls_best_gain(monkeypatch):
+    """A policy that always defers takes nothing and slows nothing; one that pins each call's best
+    deployable action takes all of every band's gain."""
+    import torch
+
+    from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy
+    from dynamiccl.envs.action_values import action_values
+    from dynamiccl.envs.deployable_observation import DEPLOYABLE_HIGH, DEPLOYABLE_LOW
+    from dynamiccl.envs.system_sampler import CallBatch
+
+    bench = _bench_module("bench_learning")
+    drawn = bench.random_calls
+    # calls without straggler or overlapped compute, so the best action follows from the call alone
+    monkeypatch.setattr(bench, "random_calls", lambda rng, n: CallBatch(
+        (c := drawn(rng, n)).collectives, c.nbytes, np.zeros(n), np.zeros(n)))
+    learner = FullInfoLearner(FullInfoConfig(hidden=8, layers=1, ensemble=1))
+    with torch.no_grad():
+        for p in learner.network.parameters():
+            p.zero_()
+    learner.network.widen_support(torch.as_tensor(np.stack([DEPLOYABLE_LOW, DEPLOYABLE_HIGH])))
+    idle = bench.in_distribution(learner.policy(), systems=4)
+    assert idle["all"]["calls"] == 4 * bench.VALIDATION_CALLS
+    assert all(b["share"] in (0.0, None) and b["slower_than_nccl_2pct"] == 0.0 for b in idle.values())
+
+    class BestAction(FullInfoPolicy):
+        def decide_batch(self, topology, collectives, nbytes, contexts):
+            n = len(collectives)
+            gains = action_values(topology, CallBatch(collectives, nbytes, np.zeros(n), np.zeros(n))).gains
+            return np.where(gains.max(axis=1) > 0, gains.argmax(axis=1), -1)
+
+    best = bench.in_distribution(BestAction(learner.network, margin=0.0), systems=4)
+    assert [b["calls"] for b in best.values()] == [b["calls"] for b in idle.values()]
+    assert best["all"]["share"] == pytest.approx(1.0) and best["all"]["slower_than_nccl_2pct"] == 0.0
+    assert all(b["share"] is None or b["share"] == pytest.approx(1.0) for b in best.values())
+
+
 def test_bench_learning_refuses_an_unknown_suite_in_one_line():
     out = subprocess.run([sys.executable, str(REPO / "experiments" / "bench_learning.py"), "--suite",
                           "unseen_kind", "--samples", "1"], capture_output=True, text=True, env=ENV,
@@ -302,11 +337,16 @@ def test_bench_learning_refuses_an_unknown_suite_in_one_line():
 def test_bench_learning_scores_one_learner_per_seed_and_refuses_save_with_several():
     script = str(REPO / "experiments" / "bench_learning.py")
     out = subprocess.run([sys.executable, script, "--suite", "smoke", "--samples", "1", "--seeds", "2",
-                          "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+                          "--validation-systems", "2", "--json"], capture_output=True, text=True,
+                         env=ENV, timeout=600)
     assert out.returncode == 0, out.stderr
-    rows = {r["policy"]: r for r in json.loads(out.stdout)["policies"]}
+    report = json.loads(out.stdout)
+    rows = {r["policy"]: r for r in report["policies"]}
     assert {"full_info seed=0", "full_info seed=1"} <= set(rows) and "full_info" not in rows
     assert all(np.isfinite(rows[f"full_info seed={s}"]["geomean_speedup"]) for s in (0, 1))
+    counts = [[b["calls"] for b in bands.values()] for bands in report["in_distribution"].values()]
+    assert len(counts) == 2 and counts[0] == counts[1], "both seeds are scored on the same calls"
+    assert counts[0][-1] == sum(counts[0][:-1]) == 2 * 64  # the bands split "all"
     refused = subprocess.run([sys.executable, script, "--seeds", "2", "--save", "x.pt"],
                              capture_output=True, text=True, env=ENV, timeout=120)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
