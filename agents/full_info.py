@@ -237,15 +237,16 @@ class FullInfoPolicy:
         """Action ids, or -1 where the policy defers to NCCL, for calls on one system."""
         obs, _ = encode_batch(topology, decisions.nccl_model_for(topology), collectives, nbytes,
                               contexts)
-        predicted = self.predict(obs)
-        out = np.full(len(obs), -1, dtype=np.int64)
-        for i, coll in enumerate(collectives):
-            allowed = valid_mask(topology, Collective(int(coll)), deployable=True)
-            scores = np.where(allowed, predicted[i], -np.inf)
-            best = int(np.argmax(scores))
-            if scores[best] > self.threshold:
-                out[i] = best
-        return out
+        allowed = np.stack([valid_mask(topology, Collective(int(c)), deployable=True)
+                            for c in collectives])
+        return self.decide_observed(obs, allowed)
+
+    def decide_observed(self, observations: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+        """Action ids, or -1 to defer, for encoded calls and their deployable masks ([B, A]): the
+        best allowed action where its cautious gain clears the margin."""
+        scores = np.where(allowed, self.predict(observations), -np.inf)
+        best = scores.argmax(axis=1)
+        return np.where(scores[np.arange(len(best)), best] > self.threshold, best, -1).astype(np.int64)
 
     def decide(self, scenario: Scenario) -> int:
         """One call's action id, or -1 to defer (the runtime's agreed context, from the scenario)."""

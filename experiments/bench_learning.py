@@ -39,7 +39,6 @@ from dynamiccl.agents.registry import load_policy
 from dynamiccl.envs.action_values import action_values
 from dynamiccl.envs.system_sampler import random_calls, random_topology
 from dynamiccl.envs.workloads import load_suite
-from dynamiccl.policy_file import context_buckets
 
 SLOWER = 1.02
 BASELINES = ("nccl_default", "oracle", "static_best", "coordinate_descent", "bandit")
@@ -81,10 +80,8 @@ def in_distribution(policy: FullInfoPolicy, systems: int) -> dict[str, dict[str,
     taken, best = [], []
     for index in range(systems):
         topology, calls = random_topology(rng, index), random_calls(rng, VALIDATION_CALLS)
-        values = action_values(topology, calls)
-        contexts = [context_buckets(d, c) for d, c in zip(calls.straggler_delay_us, calls.c2c,
-                                                          strict=True)]
-        picks = policy.decide_batch(topology, calls.collectives, calls.nbytes, contexts)
+        values = action_values(topology, calls)  # the deployable observation and mask included
+        picks = policy.decide_observed(values.observations, values.allowed)
         chosen = values.gains[np.arange(len(picks)), np.maximum(picks, 0)]
         taken.append(np.where(picks >= 0, chosen, 0.0))
         best.append(np.maximum(values.gains.max(axis=1), 0.0))  # -inf where an action is not allowed

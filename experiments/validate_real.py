@@ -88,7 +88,8 @@ class SystemResult:
                 "note": self.note, "runs_detail": self.run_details}
 
 
-def error_ratio(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+def error_ratio(predicted: np.ndarray, measured: np.ndarray | float) -> np.ndarray:
+    """How far apart the two are, as a factor >= 1 whichever is larger."""
     return np.maximum(predicted / measured, measured / predicted)
 
 
@@ -171,7 +172,7 @@ def pooled(results: Sequence[SystemResult], which: str) -> dict[str, dict]:
     out = {}
     for label, lo, hi in BANDS:
         signed = np.array([x for res in results for size, x in getattr(res, points) if lo <= size < hi])
-        stats = Stats.of(np.maximum(signed, 1 / signed) if len(signed) else signed)
+        stats = Stats.of(error_ratio(signed, 1.0))  # the points are predicted / measured already
         medians = [getattr(res, per_system)[label].median for res in results]
         medians = [m for m in medians if m is not None]
         out[label] = {**stats.to_json(), "systems": len(medians),

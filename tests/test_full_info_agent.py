@@ -295,15 +295,17 @@ def test_in_distribution_bands_count_what_a_policy_takes_of_each_calls_best_gain
     import torch
 
     from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy
-    from dynamiccl.envs.action_values import action_values
     from dynamiccl.envs.deployable_observation import DEPLOYABLE_HIGH, DEPLOYABLE_LOW
-    from dynamiccl.envs.system_sampler import CallBatch
 
     bench = _bench_module("bench_learning")
-    drawn = bench.random_calls
-    # calls without straggler or overlapped compute, so the best action follows from the call alone
-    monkeypatch.setattr(bench, "random_calls", lambda rng, n: CallBatch(
-        (c := drawn(rng, n)).collectives, c.nbytes, np.zeros(n), np.zeros(n)))
+    scored = {}  # the values of the calls being scored, which a best-action policy peeks at
+    simulated = bench.action_values
+
+    def recorded(topology, calls):
+        scored["now"] = simulated(topology, calls)
+        return scored["now"]
+
+    monkeypatch.setattr(bench, "action_values", recorded)
     learner = FullInfoLearner(FullInfoConfig(hidden=8, layers=1, ensemble=1))
     with torch.no_grad():
         for p in learner.network.parameters():
@@ -314,9 +316,8 @@ def test_in_distribution_bands_count_what_a_policy_takes_of_each_calls_best_gain
     assert all(b["share"] in (0.0, None) and b["slower_than_nccl_2pct"] == 0.0 for b in idle.values())
 
     class BestAction(FullInfoPolicy):
-        def decide_batch(self, topology, collectives, nbytes, contexts):
-            n = len(collectives)
-            gains = action_values(topology, CallBatch(collectives, nbytes, np.zeros(n), np.zeros(n))).gains
+        def decide_observed(self, observations, allowed):
+            gains = scored["now"].gains
             return np.where(gains.max(axis=1) > 0, gains.argmax(axis=1), -1)
 
     best = bench.in_distribution(BestAction(learner.network, margin=0.0), systems=4)
