@@ -241,12 +241,20 @@ class FullInfoPolicy:
                             for c in collectives])
         return self.decide_observed(obs, allowed)
 
+    def preferred(self, observations: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(each encoded call's best allowed action by the cautious gain, or -1 outside the box
+        trained on; that gain): what the policy ranks first, before the margin decides whether it
+        dares to pin it. Benchmarks score the ranking apart from the caution with it."""
+        scores = np.where(allowed, self.predict(observations), -np.inf)
+        best = scores.argmax(axis=1)
+        gain = scores[np.arange(len(best)), best]
+        return np.where(self.network.supports(observations), best, -1), gain
+
     def decide_observed(self, observations: np.ndarray, allowed: np.ndarray) -> np.ndarray:
         """Action ids, or -1 to defer, for encoded calls and their deployable masks ([B, A]): the
         best allowed action where its cautious gain clears the margin."""
-        scores = np.where(allowed, self.predict(observations), -np.inf)
-        best = scores.argmax(axis=1)
-        return np.where(scores[np.arange(len(best)), best] > self.threshold, best, -1).astype(np.int64)
+        best, gain = self.preferred(observations, allowed)
+        return np.where((best >= 0) & (gain > self.threshold), best, -1).astype(np.int64)
 
     def decide(self, scenario: Scenario) -> int:
         """One call's action id, or -1 to defer (the runtime's agreed context, from the scenario)."""

@@ -113,6 +113,14 @@ def test_a_policy_acts_only_inside_the_box_of_observations_it_trained_on() -> No
     for outside in (Scenario(load_topology("dgx_h100", nodes=16), Collective.ALLREDUCE, 1 << 20),
                     Scenario(load_topology("gb200_nvl72", nodes=2), Collective.ALLREDUCE, 1 << 20)):
         assert policy.force(outside) == KnobConstraints()
+    # What it ranks first, before the margin: the pinned action inside, nothing outside.
+    mixed = [load_topology("dgx_h100", nodes=n) for n in (2, 16)]
+    one_call = CallBatch(np.array([int(Collective.ALLREDUCE)]), np.array([1 << 20]), np.zeros(1), np.zeros(1))
+    ranked = [policy.preferred(v.observations, v.allowed)
+              for v in (action_values(t, one_call) for t in mixed)]
+    assert ranked[0][0][0] == ACTIONS.index(nccl_config(1, 2, 16))
+    assert ranked[0][1][0] == pytest.approx(np.log(1.5))
+    assert ranked[1][0][0] == -1
     untrained = FullInfoLearner(FullInfoConfig(hidden=8, layers=1, ensemble=1)).network
     assert not untrained.supports(np.stack([DEPLOYABLE_LOW, DEPLOYABLE_HIGH])).any()
 

@@ -314,16 +314,24 @@ def test_in_distribution_bands_count_what_a_policy_takes_of_each_calls_best_gain
     idle = bench.in_distribution(learner.policy(), systems=4)
     assert idle["all"]["calls"] == 4 * bench.VALIDATION_CALLS
     assert all(b["share"] in (0.0, None) and b["slower_than_nccl_2pct"] == 0.0 for b in idle.values())
+    # It ranks some allowed action first all the same; behind a perfect gate that takes what the
+    # action gains where it gains, and never loses.
+    assert 0.0 <= idle["all"]["perfect_gate_share"] < 1.0
 
     class BestAction(FullInfoPolicy):
-        def decide_observed(self, observations, allowed):
+        def preferred(self, observations, allowed):
             gains = scored["now"].gains
-            return np.where(gains.max(axis=1) > 0, gains.argmax(axis=1), -1)
+            return gains.argmax(axis=1), gains.max(axis=1)
+
+        def decide_observed(self, observations, allowed):
+            best, gain = self.preferred(observations, allowed)
+            return np.where(gain > 0, best, -1)
 
     best = bench.in_distribution(BestAction(learner.network, margin=0.0), systems=4)
     assert [b["calls"] for b in best.values()] == [b["calls"] for b in idle.values()]
     assert best["all"]["share"] == pytest.approx(1.0) and best["all"]["slower_than_nccl_2pct"] == 0.0
     assert all(b["share"] is None or b["share"] == pytest.approx(1.0) for b in best.values())
+    assert best["all"]["perfect_gate_share"] == pytest.approx(1.0)
 
 
 def test_bench_learning_refuses_an_unknown_suite_in_one_line():
@@ -345,6 +353,11 @@ def test_bench_learning_scores_one_learner_per_seed_and_refuses_save_with_severa
     rows = {r["policy"]: r for r in report["policies"]}
     assert {"full_info seed=0", "full_info seed=1"} <= set(rows) and "full_info" not in rows
     assert all(np.isfinite(rows[f"full_info seed={s}"]["geomean_speedup"]) for s in (0, 1))
+    for seed in (0, 1):  # the fast band score of the suite is the evaluation's, call for call
+        bands = report["suite_bands"][f"full_info seed={seed}"]
+        assert bands["all"]["calls"] == rows[f"full_info seed={seed}"]["calls"]
+        assert bands["all"]["share"] == pytest.approx(rows[f"full_info seed={seed}"]["oracle_share"])
+    assert sum(report["suite_gain_by_c2c"].values()) == pytest.approx(1.0)
     counts = [[b["calls"] for b in bands.values()] for bands in report["in_distribution"].values()]
     assert len(counts) == 2 and counts[0] == counts[1], "both seeds are scored on the same calls"
     assert counts[0][-1] == sum(counts[0][:-1]) == 2 * 64  # the bands split "all"
