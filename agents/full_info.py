@@ -225,12 +225,14 @@ class FullInfoPolicy:
         self.name = name
 
     @torch.no_grad()
+    def _cautious(self, observations: np.ndarray) -> np.ndarray:
+        members = self.network(torch.as_tensor(observations, dtype=torch.float32))
+        return members.min(dim=0).values.numpy()
+
     def predict(self, observations: np.ndarray) -> np.ndarray:
         """The cautious gain of every action: the smallest prediction over the ensemble [B, A];
         zero (no gain: NCCL's pick stands) for a call outside the box of observations trained on."""
-        members = self.network(torch.as_tensor(observations, dtype=torch.float32))
-        cautious = members.min(dim=0).values.numpy()
-        return np.where(self.network.supports(observations)[:, None], cautious, 0.0)
+        return np.where(self.network.supports(observations)[:, None], self._cautious(observations), 0.0)
 
     def decide_batch(self, topology: Topology, collectives: np.ndarray, nbytes: np.ndarray,
                      contexts: list[tuple[str, str]]) -> np.ndarray:
@@ -243,18 +245,20 @@ class FullInfoPolicy:
 
     def preferred(self, observations: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(each encoded call's best allowed action by the cautious gain, or -1 outside the box
-        trained on; that gain): what the policy ranks first, before the margin decides whether it
-        dares to pin it. Benchmarks score the ranking apart from the caution with it."""
-        scores = np.where(allowed, self.predict(observations), -np.inf)
+        trained on; that gain, 0 outside): what the policy ranks first, before the margin decides
+        whether it dares to pin it. Benchmarks score the ranking apart from the caution with it."""
+        scores = np.where(allowed, self._cautious(observations), -np.inf)
         best = scores.argmax(axis=1)
-        gain = scores[np.arange(len(best)), best]
-        return np.where(self.network.supports(observations), best, -1), gain
+        inside = self.network.supports(observations)
+        return np.where(inside, best, -1), np.where(inside, scores[np.arange(len(best)), best], 0.0)
+
+    def gate(self, best: np.ndarray, gain: np.ndarray) -> np.ndarray:
+        """Action ids, or -1 to defer: ``preferred``'s actions where their gain clears the margin."""
+        return np.where(gain > self.threshold, best, -1).astype(np.int64)
 
     def decide_observed(self, observations: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-        """Action ids, or -1 to defer, for encoded calls and their deployable masks ([B, A]): the
-        best allowed action where its cautious gain clears the margin."""
-        best, gain = self.preferred(observations, allowed)
-        return np.where((best >= 0) & (gain > self.threshold), best, -1).astype(np.int64)
+        """Action ids, or -1 to defer, for encoded calls and their deployable masks ([B, A])."""
+        return self.gate(*self.preferred(observations, allowed))
 
     def decide(self, scenario: Scenario) -> int:
         """One call's action id, or -1 to defer (the runtime's agreed context, from the scenario)."""

@@ -44,6 +44,8 @@ PATH_TYPES = ("NVL", "PIX", "PXB", "PHB", "SYS")
 #: decides whether LL128 may cross the network (nccl_abi.md §3.7: only when the path is at most PXB).
 NIC_PATHS = PATH_TYPES[1:]
 DEFAULT_NIC_PATH = "PXB"
+#: NIC paths beyond PXB, across which NCCL keeps LL128 off by default.
+NO_LL128_NIC_PATHS = NIC_PATHS[NIC_PATHS.index("PXB") + 1:]
 #: GB/s NCCL assigns to a CPU socket interconnect for GPU traffic (nccl_abi.md §3.9, its QPI/UPI,
 #: AMD, Zhaoxin, POWER and ARM constants): Intel Broadwell, Skylake, Sapphire Rapids, Emerald Rapids.
 SOCKET_LINK_GBPS = {"bdw": 6.0, "skl": 10.0, "srp": 22.0, "erp": 40.0, "amd": 16.0, "p9": 32.0,
@@ -172,7 +174,7 @@ class Topology:
         if self.gpu.sm < 70 or not (self.tiers[0].link == "nvlink" or self.gpus_per_node == 1):
             return False
         nic = next((t for t in self.tiers if t.link == "net" and t.size > 1), None)
-        return nic is None or nic.nic_path not in NIC_PATHS[NIC_PATHS.index("PXB") + 1:]
+        return nic is None or nic.nic_path not in NO_LL128_NIC_PATHS
 
     def resized(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Topology:
         """The same system with another node count or node size (``--nodes``/``--gpus-per-node``).

@@ -120,8 +120,8 @@ def band_scores(policy: FullInfoPolicy, batches: Iterable[Batch]) -> dict[str, d
     taken, ranked, best, weights = [], [], [], []
     for values, weight, _ in batches:
         rows = np.arange(len(weight))
-        picks = policy.decide_observed(values.observations, values.allowed)
-        first, _ = policy.preferred(values.observations, values.allowed)
+        first, gain = policy.preferred(values.observations, values.allowed)
+        picks = policy.gate(first, gain)
         taken.append(np.where(picks >= 0, values.gains[rows, np.maximum(picks, 0)], 0.0))
         ranked.append(np.where(first >= 0, np.maximum(values.gains[rows, np.maximum(first, 0)], 0.0), 0.0))
         best.append(np.maximum(values.gains.max(axis=1), 0.0))  # -inf where an action is not allowed

@@ -323,10 +323,6 @@ def test_in_distribution_bands_count_what_a_policy_takes_of_each_calls_best_gain
             gains = scored["now"].gains
             return gains.argmax(axis=1), gains.max(axis=1)
 
-        def decide_observed(self, observations, allowed):
-            best, gain = self.preferred(observations, allowed)
-            return np.where(gain > 0, best, -1)
-
     best = bench.in_distribution(BestAction(learner.network, margin=0.0), systems=4)
     assert [b["calls"] for b in best.values()] == [b["calls"] for b in idle.values()]
     assert best["all"]["share"] == pytest.approx(1.0) and best["all"]["slower_than_nccl_2pct"] == 0.0
