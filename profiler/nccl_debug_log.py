@@ -81,6 +81,11 @@ class Pick:
     def channels(self) -> int | None:
         return None if self.channel_hi is None else self.channel_hi - (self.channel_lo or 0) + 1
 
+    @property
+    def pair(self) -> str:
+        """Algorithm and protocol as records store NCCL's pick (``ring/simple``)."""
+        return f"{self.algorithm.name.lower()}/{self.protocol.name.lower()}"
+
     def label(self) -> str:
         """As :meth:`Config.label` writes a configuration (``ring/simple/4ch``)."""
         channels = "" if self.channels is None else f"/{self.channels}ch"
@@ -147,6 +152,21 @@ def parse_debug_log(text: str, source: str = "<log>") -> NcclDebugLog:
             f"{source}: no NCCL tuning table and no per-call picks; rerun with NCCL_DEBUG=INFO "
             "NCCL_DEBUG_SUBSYS=INIT,TUNING (rank 0 prints the table)")
     return NcclDebugLog(version, env, nranks, tables, picks)
+
+
+def parse_pick_line(line: str) -> Pick | None:
+    """NCCL's pick from one ``TUNING`` line (``AllReduce: 1048576 Bytes -> Algo RING proto SIMPLE
+    ...``), or None for any other line; nccl-tests output run with ``NCCL_DEBUG=INFO`` holds them
+    between its rows. The bytes are NCCL's ``nBytes`` (element size x count, x ranks for all-gather
+    and reduce-scatter), which is nccl-tests' size column."""
+    info = _INFO_RE.search(line)
+    m = _PICK_RE.search(info.group(1)) if info else None
+    if m is None or m.group(1) not in _FUNCTION_BY_NAME:
+        return None
+    try:
+        return _pick(m, "", 0)
+    except NcclDebugLogError:
+        return None
 
 
 def _cells(rest: str) -> list[str]:

@@ -12,10 +12,11 @@ nothing to fit.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dynamiccl.nccl import ALGO_ENV, MAX_CHANNELS_ENV, MIN_CHANNELS_ENV, PROTO_ENV, Collective
+from dynamiccl.profiler.nccl_debug_log import parse_pick_line
 from dynamiccl.profiler.records import MeasurementRecord, is_no_op, normalize_config
 
 
@@ -34,7 +35,12 @@ class RankDevice:
 
 @dataclass
 class NcclTestsRun:
-    """One nccl-tests invocation: its header, devices, forced environment and size table."""
+    """One nccl-tests invocation: its header, devices, forced environment and size table.
+
+    One invocation is one launch: its records share a launch id (``<file>#<run index>``), and
+    where NCCL's ``TUNING`` lines are in the output each record carries the pick NCCL logged for
+    its size.
+    """
 
     collective: Collective
     header: dict[str, int]
@@ -88,17 +94,20 @@ def looks_like_nccl_tests(text: str) -> bool:
 def parse_nccl_tests_file(path: str | Path, collective: Collective | None = None) -> list[NcclTestsRun]:
     path = Path(path)
     return parse_nccl_tests(path.read_text(errors="replace"), source=str(path),
-                            collective=collective or collective_from_name(path.name))
+                            collective=collective or collective_from_name(path.name),
+                            launch=str(path.resolve()))
 
 
 def parse_nccl_tests(
-    text: str, source: str = "<text>", collective: Collective | None = None
+    text: str, source: str = "<text>", collective: Collective | None = None,
+    launch: str | None = None,
 ) -> list[NcclTestsRun]:
     """Every run found in ``text`` (logs often hold several); raises on malformed input.
 
-    ``collective`` is the fallback when the output does not say which binary produced it.
+    ``collective`` is the fallback when the output does not say which binary produced it;
+    ``launch`` names the output in its runs' launch ids (default: ``source``).
     """
-    parser = _Parser(source, collective)
+    parser = _Parser(source, collective, launch or source)
     for lineno, line in enumerate(text.splitlines(), 1):
         parser.feed(lineno, line)
     return parser.finish()
@@ -107,8 +116,8 @@ def parse_nccl_tests(
 class _Parser:
     """A line-by-line state machine: preamble (header, devices, env) → size table → footer."""
 
-    def __init__(self, source: str, fallback: Collective | None) -> None:
-        self.source, self.fallback = source, fallback
+    def __init__(self, source: str, fallback: Collective | None, launch: str) -> None:
+        self.source, self.fallback, self.launch = source, fallback, launch
         self.runs: list[NcclTestsRun] = []
         self._reset()
 
@@ -122,6 +131,8 @@ class _Parser:
         self.rows: list[tuple[int, dict[str, str]]] = []
         self.avg: float | None = None
         self.header_line = 0
+        #: NCCL's logged pick per (collective, size): the first one logged (later calls repeat it).
+        self.picks: dict[tuple[Collective, int], str] = {}
 
     def error(self, lineno: int, problem: str) -> NcclTestsParseError:
         return NcclTestsParseError(f"{self.source}:{lineno}: {problem}")
@@ -151,6 +162,8 @@ class _Parser:
             self.env.update({k: v.strip("'\"") for k, v in _ENV_ASSIGN_RE.findall(line)})
         if m := _VERSION_RE.search(line):
             self.version = m.group(1)
+        if pick := parse_pick_line(line):
+            self.picks.setdefault((pick.collective, pick.nbytes), pick.pair)
 
     def _comment(self, lineno: int, line: str) -> None:
         if m := _RANK_RE.match(line):
@@ -222,12 +235,16 @@ class _Parser:
         collective = self._collective(nranks)
         algo, proto, channels = _forced_config(self.env, collective)
         records, no_ops = [], 0
+        common = {"launch": f"{self.launch}#{len(self.runs)}",
+                  "gpu": self.ranks[0].gpu_name if self.ranks else ""}
         for lineno, row in self.rows:
-            if is_no_op(_int(row, "size", lineno, self)):
+            nbytes = _int(row, "size", lineno, self)
+            if is_no_op(nbytes):
                 no_ops += sum(f"{prefix}time" in row for prefix in ("", "ip_"))
                 continue
-            records += self._row_records(lineno, row, collective, nranks, nnodes,
-                                         (algo, proto, channels), warnings)
+            pick = self.picks.get((collective, nbytes), "")
+            records += [replace(r, nccl_pick=pick, **common) for r in self._row_records(
+                lineno, row, collective, nranks, nnodes, (algo, proto, channels), warnings)]
         if self.avg is None:
             warnings.append("no '# Avg bus bandwidth' footer: the output may be truncated")
         elif records:  # nccl-tests averages every printed row, the no-ops' zero bandwidth included

@@ -44,12 +44,16 @@ def parse_nccl_tests_json_file(path: str | Path, collective: Collective | None =
     except json.JSONDecodeError as exc:
         raise NcclTestsJsonError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); an nccl-tests "
                                  "-J report is one JSON object — was the run cut short?") from None
-    return parse_nccl_tests_json(report, source=str(path), collective=collective)
+    return parse_nccl_tests_json(report, source=str(path), collective=collective,
+                                 launch=str(path.resolve()))
 
 
 def parse_nccl_tests_json(report: Any, source: str = "<json>",
-                          collective: Collective | None = None) -> NcclTestsJsonRun:
-    """``collective`` is the fallback when neither ``args`` nor the file name names the binary."""
+                          collective: Collective | None = None,
+                          launch: str | None = None) -> NcclTestsJsonRun:
+    """``collective`` is the fallback when neither ``args`` nor the file name names the binary.
+    A report is one run of the binary, so one launch: its records share the launch id ``launch``
+    (default: ``source``)."""
     if not isinstance(report, dict) or not isinstance(report.get("results"), list):
         raise NcclTestsJsonError(f"{source}: no 'results' list; expected the report nccl-tests "
                                  "writes with -J FILE.json")
@@ -62,6 +66,7 @@ def parse_nccl_tests_json(report: Any, source: str = "<json>",
         nranks = int(config.get("nthreads", 1)) * int(config.get("ngpus", 1))
         warnings.append(f"no devices listed; assuming {nranks} ranks from nthreads x ngpus")
     nnodes = len({d.get("hostname") for d in devices if isinstance(d, dict)}) or None
+    gpu = next((str(d.get("device_info") or "") for d in devices if isinstance(d, dict)), "")
     collective = _collective(report, source, nranks, collective)
     algo, proto, channels = _forced_config(env, collective)
     records = []
@@ -86,7 +91,8 @@ def parse_nccl_tests_json(report: Any, source: str = "<json>",
             records.append(MeasurementRecord(
                 collective.name.lower(), row["size"], nranks, float(time_us),
                 float(half.get("alg_bw", 0.0)), float(half.get("bus_bw", 0.0)), algo, proto,
-                channels, nnodes, in_place, source=where, env=dict(env)))
+                channels, nnodes, in_place, source=where, env=dict(env), launch=launch or source,
+                gpu=gpu))
     version = report.get("nccl_version")
     return NcclTestsJsonRun(collective, env, _version(version), records, warnings)
 

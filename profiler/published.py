@@ -150,17 +150,20 @@ def load_table(sidecar: str | Path) -> list[PublishedRun]:
     Some sources publish one number per (node count, configuration) instead of a log; each row
     carries its own nodes, ranks and configuration (``default`` = NCCL chose), so the table splits
     into one run per (collective, nodes, configuration). The sidecar's ``nodes`` is then ``table``.
+    Each such run was its own job, so its own launch (``<table>#<run name>``).
     """
     from dynamiccl.profiler.tuner_measurements_csv import read_tuner_csv
 
     sidecar = Path(sidecar)
     meta = _read_sidecar(sidecar)
+    table = sidecar.parent / meta["log"]
     groups: dict[tuple, list[MeasurementRecord]] = {}
-    for rec in read_tuner_csv(sidecar.parent / meta["log"]):
+    for rec in read_tuner_csv(table):
         if rec.nnodes is None:
             raise PublishedRunError(f"{rec.source}: a table row needs its node count")
         key = (rec.collective, rec.nnodes, rec.config_label)
-        groups.setdefault(key, []).append(replace(rec, env=_str_map(meta.get("env"))))
+        launch = f"{table.resolve()}#{rec.collective}:{rec.nnodes}n:{rec.config_label}"
+        groups.setdefault(key, []).append(replace(rec, env=_str_map(meta.get("env")), launch=launch))
     gpn = int(meta["gpus_per_node"])
     return [PublishedRun(sidecar.parent.name, f"{sidecar.stem}:{coll}:{nodes}n:{label}",
                          sidecar.parent / meta["log"], Collective[coll.upper()], nodes, gpn,

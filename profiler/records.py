@@ -61,6 +61,17 @@ class MeasurementRecord:
     straggler_rank: int | None = None
     straggler_delay_us: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
+    #: The process launch that timed it ("" = unknown). Timings within one launch share its state
+    #: (placement, clocks, a warm or cold network), so their spread understates how far another
+    #: launch of the same call lands: an nccl-tests log is one launch (its out-of-place and
+    #: in-place columns two timings within it), each runner launch of ranks another.
+    launch: str = ""
+    #: The GPU model the log names for rank 0 (``NVIDIA H100 80GB HBM3``; "" = not said).
+    gpu: str = ""
+    #: What NCCL ran for this call as its ``NCCL_DEBUG_SUBSYS=TUNING`` log printed it (``ring/ll``;
+    #: "" = not logged): settles which pair a run forced with ``NCCL_ALGO`` or ``NCCL_PROTO`` alone
+    #: measured.
+    nccl_pick: str = ""
 
     def __post_init__(self) -> None:
         Collective[self.collective.upper()]  # raises KeyError early for a misspelt collective

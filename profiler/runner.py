@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -104,6 +105,10 @@ class CollectiveResult:
     #: Per-rank arrival instants ``[rank, iteration]`` on the host's monotonic clock (µs); only
     #: comparable across ranks that share one host.
     arrival_us: np.ndarray | None = field(default=None, repr=False)
+    #: The launch of ranks that measured it (its records' launch id; "" = not known).
+    launch: str = ""
+    #: Rank 0's GPU model ("" on CPU).
+    gpu: str = ""
 
     @property
     def algbw_with_wait_GBps(self) -> float:
@@ -154,7 +159,7 @@ class CollectiveResult:
             backend=self.spec.backend, source="runner", time_us_runs=self.time_us_runs,
             straggler_rank=s.rank if s else None,
             straggler_delay_us=s.delay_us if s and s.rank is not None else 0.0,
-            env=nccl_env(self.spec) if applied else {})
+            env=nccl_env(self.spec) if applied else {}, launch=self.launch, gpu=self.gpu)
 
 
 def summarize(spec: CollectiveSpec, times: np.ndarray, shared_clock: bool = True) -> CollectiveResult:
@@ -192,10 +197,13 @@ def measure_collective(spec: CollectiveSpec, nprocs: int, timeout_s: float = 120
 
 def measure_many(specs: list[CollectiveSpec], nprocs: int,
                  timeout_s: float = 120.0) -> list[CollectiveResult]:
-    """Several measurements with one start-up of the ranks per distinct NCCL environment.
+    """Several measurements with one start-up of the ranks per distinct NCCL environment, in the
+    order the specs first name each environment.
 
     NCCL caches some knobs (channel limits) per process, so measurements under different NCCL
-    knobs never share processes; gloo measurements always do.
+    knobs never share processes; gloo measurements always do. Each start-up is a launch with a
+    fresh id in its results: what one launch measures shares that launch's state, so only
+    measurements of separate launches tell how far a call's time moves from launch to launch.
     """
     for spec in specs:
         if spec.straggler_rank is not None and not 0 <= spec.straggler_rank < nprocs:
@@ -208,13 +216,19 @@ def measure_many(specs: list[CollectiveSpec], nprocs: int,
         rank_env = dict(env) if backend == "nccl" else {"CUDA_VISIBLE_DEVICES": ""}
         per_rank = launch("dynamiccl.profiler.runner:rank_main", nprocs,
                           {"specs": [specs[i] for i in idx]}, timeout_s=timeout_s, env=rank_env)
-        for i, exec_us in zip(idx, per_rank[0], strict=True):
-            results[i] = summarize(specs[i], exec_us)
+        times, gpu = per_rank[0]
+        launch_id = f"runner-{uuid.uuid4().hex[:12]}"
+        for i, exec_us in zip(idx, times, strict=True):
+            result = summarize(specs[i], exec_us)
+            result.launch, result.gpu = launch_id, gpu
+            results[i] = result
     return [r for r in results if r is not None]
 
 
-def rank_main(ctx: RankContext, specs: list[CollectiveSpec]) -> list[np.ndarray] | None:
-    """Launcher entry: join the group, measure each spec, return all ranks' times on rank 0."""
+def rank_main(ctx: RankContext, specs: list[CollectiveSpec]) -> tuple[list[np.ndarray], str] | None:
+    """Launcher entry: join the group, measure each spec, return all ranks' times and the GPU's
+    model on rank 0."""
+    import torch
     import torch.distributed as dist
 
     device = join_group(ctx, specs[0].backend)
@@ -222,7 +236,8 @@ def rank_main(ctx: RankContext, specs: list[CollectiveSpec]) -> list[np.ndarray]
         out = [measure_in_group(spec, device) for spec in specs]
     finally:
         dist.destroy_process_group()
-    return out if ctx.rank == 0 else None
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    return (out, gpu) if ctx.rank == 0 else None
 
 
 def join_group(ctx: RankContext, backend: str) -> Any:

@@ -13,9 +13,10 @@ the model without re-measuring. This is *not* the tuner's config CSV
 
 The replay tables of ``tests/fixtures/real/replay`` use the same columns plus ``system``,
 ``source`` and ``latency_inplace_us`` (nccl-tests' in-place time of the same call, read as a second,
-in-place record: two timings of one call are what tells a measurement's noise); an
-``algorithm``/``protocol`` of ``default`` marks NCCL's own choice, which the records store as
-``None`` ("NCCL chose").
+in-place record: the same call timed twice within one launch); an ``algorithm``/``protocol`` of
+``default`` marks NCCL's own choice, which the records store as ``None`` ("NCCL chose"). Their
+``run`` column names the log a row comes from, one launch: the records of one run share the launch
+id ``<file>#<run>``. Rows without a run say nothing about their launch (``launch`` stays "").
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ COLUMNS = ("collective", "size_bytes", "algorithm", "protocol", "channels", "nod
            "pipeOps", "regBuff", "bandwidth_gbps", "latency_us")
 #: Optional: the same call's in-place time (nccl-tests' second timing group), µs; empty = none.
 INPLACE_COLUMN = "latency_inplace_us"
+#: Optional: the log (one launch) a row comes from, as the replay tables name it.
+RUN_COLUMN = "run"
 #: Values meaning "NCCL decides" in the algorithm/protocol/channels/nodes columns.
 UNSET = ("", "-1", "default", "auto")
 
@@ -52,12 +55,15 @@ def looks_like_tuner_csv(text: str) -> bool:
 
 def read_tuner_csv(path: str | Path) -> list[MeasurementRecord]:
     path = Path(path)
-    return parse_tuner_csv(path.read_text(errors="replace"), source=str(path))
+    return parse_tuner_csv(path.read_text(errors="replace"), source=str(path),
+                           launch=str(path.resolve()))
 
 
-def parse_tuner_csv(text: str, source: str = "<csv>") -> list[MeasurementRecord]:
+def parse_tuner_csv(text: str, source: str = "<csv>", launch: str | None = None
+                    ) -> list[MeasurementRecord]:
     """One record per row (no-op sizes dropped); a malformed row raises with ``source:line`` and
-    the fix."""
+    the fix. ``launch`` names the file in the launch ids of rows with a ``run`` (default:
+    ``source``)."""
     reader = csv.DictReader(io.StringIO(text.lstrip()))
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
@@ -74,6 +80,9 @@ def parse_tuner_csv(text: str, source: str = "<csv>") -> list[MeasurementRecord]
                                 "latency_us") from None
         if is_no_op(record.nbytes):
             continue
+        run = (row.get(RUN_COLUMN) or "").strip()
+        if run:
+            record = replace(record, launch=f"{launch or source}#{run}")
         records.append(record)
         again = (row.get(INPLACE_COLUMN) or "").strip()
         if again:

@@ -39,3 +39,29 @@ def test_a_named_file_that_holds_no_measurements_is_an_error(tmp_path):
         load_paths([REAL / "topology.yaml"])
     with pytest.raises(MeasurementFormatError, match="no such measurement file or folder"):
         load_paths([tmp_path / "missing"])
+
+
+def test_a_tuning_log_beside_a_forced_run_says_which_pair_it_measured(tmp_path):
+    """A run forced with NCCL_ALGO alone, and NCCL's TUNING log of it in the same folder: each
+    record gets the pair the log says NCCL ran at its size; a log of another forcing does not
+    apply."""
+    shutil.copy(REAL / "all_reduce_ring.txt", tmp_path)
+    shutil.copy(REAL / "all_reduce_ring.yaml", tmp_path)
+    lines = ["host:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+             "host:1:1 [0] NCCL INFO NCCL_ALGO set by environment to RING",
+             "host:1:1 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo RING proto LL128 "
+             "channel{Lo..Hi}={0..15}",
+             "host:1:1 [0] NCCL INFO AllReduce: 2048 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}"]
+    (tmp_path / "ring.debug.log").write_text("\n".join(lines) + "\n")
+    (tmp_path / "tree.debug.log").write_text("\n".join(
+        [lines[0], "host:1:1 [0] NCCL INFO NCCL_ALGO set by environment to TREE",
+         "host:1:1 [0] NCCL INFO AllReduce: 4096 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..0}"]))
+    loaded = load_paths([tmp_path])
+    picks = {r.nbytes: r.nccl_pick for r in loaded.records if not r.in_place}
+    assert (picks[1 << 20], picks[2048], picks[4096], picks[8192]) == ("ring/ll128", "ring/ll", "", "")
+    assert not any("debug" in note for note in loaded.skipped)
+    # named alone it is read the same; one without picks is an error naming the fix
+    assert load_paths([tmp_path / "ring.debug.log"]).records == []
+    (tmp_path / "table_only.log").write_text(lines[0] + "\n" + lines[1] + "\n")
+    with pytest.raises(MeasurementFormatError, match="NCCL_DEBUG_SUBSYS=TUNING"):
+        load_paths([tmp_path / "table_only.log"])

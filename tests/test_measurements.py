@@ -29,9 +29,10 @@ from dynamiccl.profiler.published import (
     PublishedRunError,
     load_all,
     load_run,
+    load_sidecar,
     replay_rows,
 )
-from dynamiccl.profiler.records import write_jsonl
+from dynamiccl.profiler.records import read_jsonl, write_jsonl
 from dynamiccl.profiler.tuner_measurements_csv import TunerCsvError, parse_tuner_csv
 from dynamiccl.topology import load_topology
 
@@ -329,3 +330,31 @@ def test_summary_table_fixture_splits_into_runs() -> None:
     # busbw 190.7 GB/s at 32 ranks: algbw = 190.7 / (2 * 31 / 32).
     assert rec.time_us == pytest.approx(16 * 2**30 / (190.7 / (62 / 32)) / 1e3, rel=1e-4)
     assert runs["scaling_16g:allreduce:1n:NCCL default"].is_default
+
+
+def test_a_replay_tables_run_is_one_launch_and_a_summary_tables_job_another() -> None:
+    records = load(REAL / "replay" / "h100_nvswitch_node.csv")
+    launches = {(r.collective, r.algorithm, r.launch) for r in records}
+    assert len(launches) == 4 == len({launch for *_, launch in launches})  # four logs, four launches
+    jobs = [r.launch for run in load_sidecar(REAL / "dgx_b200_ib" / "scaling_16g.yaml")
+            for r in run.records]
+    assert len(set(jobs)) == len(jobs) and all(jobs)  # one published number per job
+    assert not any(r.launch for r in parse_tuner_csv(
+        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n"
+        "allreduce,1024,ring,ll,-1,1,8,12.5\n"))  # NVIDIA's columns say nothing of launches
+
+
+def test_the_json_report_is_one_launch_and_names_its_gpu(tmp_path: Path) -> None:
+    report = REAL / "formats" / "all_reduce_perf_h100_ring.json"
+    records = load(report)
+    assert {r.launch for r in records} == {str(report.resolve())}
+    assert {r.gpu for r in records} == {"NVIDIA H100 80GB HBM3"}
+
+
+def test_records_keep_launch_gpu_and_nccl_pick_through_json(tmp_path: Path) -> None:
+    rec = replace(_out_of_place(load(H100 / "all_reduce_default.txt"))[0], nccl_pick="nvls/simple")
+    path = tmp_path / "r.jsonl"
+    write_jsonl([rec], path)
+    back = read_jsonl(path)[0]
+    assert (back.launch, back.gpu, back.nccl_pick) == (rec.launch, rec.gpu, "nvls/simple")
+    assert back.launch.endswith("all_reduce_default.txt#0")

@@ -146,3 +146,26 @@ def test_records_round_trip_through_jsonl(tmp_path):
     path.write_text(path.read_text() + "{not json}\n")
     with pytest.raises(ValueError, match=rf"m.jsonl:{len(recs) + 1}: not a measurement record"):
         read_jsonl(path)
+
+
+def test_each_run_is_one_launch_and_names_its_gpu():
+    a = (FIX / "all_reduce_perf_v2_13_h100x8.txt").read_text()
+    b = (FIX / "broadcast_perf_v2_17_l40s.txt").read_text()
+    first, second = parse_nccl_tests(a + "\n" + b, source="two.log")
+    # out-of-place and in-place timings of one run share its launch; the next run is another
+    assert {r.launch for r in first.records} == {"two.log#0"}
+    assert {r.launch for r in second.records} == {"two.log#1"}
+    assert {r.gpu for r in first.records} == {first.ranks[0].gpu_name} and "H100" in first.ranks[0].gpu_name
+    # a file's launch id is its resolved path, so the same log named twice is one launch
+    named = _only_run("all_reduce_perf_v2_13_h100x8.txt").records
+    assert named[0].launch == f"{(FIX / 'all_reduce_perf_v2_13_h100x8.txt').resolve()}#0"
+
+
+def test_tuning_lines_in_the_output_say_what_nccl_ran_for_each_size():
+    text = (FIX / "reduce_scatter_perf_forced_ring_simple.txt").read_text().splitlines()
+    i = next(k for k, line in enumerate(text) if line.strip().startswith("65536 "))
+    text.insert(i, "host:1:1 [0] NCCL INFO ReduceScatter: 65536 Bytes -> Algo RING proto SIMPLE "
+                   "channel{Lo..Hi}={0..1}")
+    records = parse_nccl_tests("\n".join(text))[0].records
+    assert {r.nccl_pick for r in records if r.nbytes == 65536} == {"ring/simple"}
+    assert {r.nccl_pick for r in records if r.nbytes != 65536} == {""}

@@ -66,6 +66,11 @@ def test_gloo_runner_times_every_collective_plausibly_on_two_ranks():
         assert r.exec_us.shape[0] == 2
     small, big = results[0], results[-1]
     assert big.time_us > small.time_us  # 16x the bytes takes longer
+    # one start-up of the ranks measured them all: one launch; another start-up is another
+    assert len({r.launch for r in results}) == 1 and results[0].launch.startswith("runner-")
+    again = measure_many(specs[:1], 2, timeout_s=120)[0]
+    assert again.launch != results[0].launch
+    assert again.to_record().launch == again.launch and again.to_record().gpu == ""  # CPU ranks
 
 
 @pytest.mark.parametrize("nprocs, cases", [
