@@ -35,7 +35,7 @@ from dynamiccl import policy_file as pf
 from dynamiccl.agents.gate import Gate, Verdict
 from dynamiccl.agents.progress import progress_bar
 from dynamiccl.decisions import KnobConstraints
-from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
+from dynamiccl.knobs import ACTIONS, N_ACTIONS, span_label, valid_mask, without_channels
 from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
@@ -344,36 +344,46 @@ def export_policy(
 
 
 def rule_evidence(result: ExportResult) -> list[dict[str, object]]:
-    """Per rule of the default slice that names a system: NCCL's pick, the file's choice, the
-    predicted gain (an override's smallest over the calls in its range, a defer's largest rejected
-    one), the largest uncertainty there, and the evidence.
+    """Per rule of the default slice that names a system, one row per run of sizes over which NCCL's
+    pick keeps its algorithm and protocol (NCCL's cost model on the exported topology: the pick the
+    gate compared against): that pick with the channel counts it runs there (``ring/ll/1-24ch``),
+    the file's choice, the predicted gain (an override's
+    smallest over the calls of the run, a defer's largest rejected one), the largest uncertainty
+    there, and the evidence.
 
-    ``max_bytes`` is exclusive, as in ``show --json``. Rules that cover "any other system" carry no
-    evidence (nothing was predicted for them: they defer).
+    ``min_bytes``/``max_bytes`` are the run's sizes, ``max_bytes`` exclusive as in ``show --json``;
+    a rule's runs cover it exactly. Rules that cover "any other system" carry no evidence (nothing
+    was predicted for them: they defer).
     """
     by_group: dict[tuple, list[Cell]] = {}
     for c in result.cells:
-        if c.context == pf.DEFAULT_CONTEXT:
+        if c.context == pf.DEFAULT_CONTEXT and c.verdict is not None:
             by_group.setdefault((c.collective, c.nodes, c.ranks), []).append(c)
     rows: list[dict[str, object]] = []
     for rule in result.policy_file.slice(*pf.DEFAULT_CONTEXT).rules:
-        cells = [c for c in by_group.get((rule.collective, rule.nodes, rule.ranks), [])
-                 if rule.min_bytes <= c.nbytes <= rule.max_bytes and c.verdict is not None]
-        if not cells:
-            continue
+        cells = sorted((c for c in by_group.get((rule.collective, rule.nodes, rule.ranks), [])
+                        if rule.min_bytes <= c.nbytes <= rule.max_bytes), key=lambda c: c.nbytes)
+        runs: list[list[Cell]] = []
+        for c in cells:
+            if runs and without_channels(runs[-1][-1].verdict.nccl) == without_channels(c.verdict.nccl):
+                runs[-1].append(c)
+            else:
+                runs.append([c])
         # an override answers for its least convincing call, a defer for its most tempting one
         pick = min if rule.decision is not None else max
-        worst = pick(cells, key=lambda c: c.verdict.gain)
-        rows.append({
-            "collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
-            "min_bytes": rule.min_bytes, "max_bytes": rule.max_bytes + 1,
-            "nccl": worst.verdict.nccl.label(),
-            "ours": "defer" if rule.decision is None else rule.decision.label(),
-            "proposed": worst.verdict.proposed.label(),
-            "gain": round(worst.verdict.gain, 6),
-            "uncertainty": round(max(c.verdict.sigma for c in cells), 6),
-            "evidence": worst.verdict.evidence,
-        })
+        for i, run in enumerate(runs):
+            worst = pick(run, key=lambda c: c.verdict.gain)
+            rows.append({
+                "collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes,
+                "ranks": rule.ranks, "min_bytes": rule.min_bytes if i == 0 else run[0].nbytes,
+                "max_bytes": runs[i + 1][0].nbytes if i + 1 < len(runs) else rule.max_bytes + 1,
+                "nccl": span_label([c.verdict.nccl for c in run]),
+                "ours": "defer" if rule.decision is None else rule.decision.label(),
+                "proposed": worst.verdict.proposed.label(),
+                "gain": round(worst.verdict.gain, 6),
+                "uncertainty": round(max(c.verdict.sigma for c in run), 6),
+                "evidence": worst.verdict.evidence,
+            })
     return rows
 
 

@@ -30,7 +30,13 @@ from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate
 
 DEFAULT_MARGIN = 0.03
+#: What a verdict rests on, weakest first: the model; the model fitted to measurements; a learned
+#: prior's prediction; a ratio interpolated between measured sizes; a measurement of one launch on a
+#: side; a measurement of repeated launches on both sides. NOT_MEASURED: nothing of the collective
+#: was measured on the system, so ``tune`` leaves it to NCCL.
 MODEL, CALIBRATED, MEASURED = "model", "calibrated model", "measured"
+LEARNED_PRIOR, INTERPOLATED, MEASURED_ONCE = "learned prior", "interpolated", "measured once"
+NOT_MEASURED = "not measured"
 
 
 @dataclass(frozen=True)

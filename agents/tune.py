@@ -1,176 +1,91 @@
-"""``dynamiccl tune``: from a system's measurements to a gated policy, and to the next measurements.
+"""``dynamiccl tune``: from a system's measurements to a gated policy.
 
 The decisions are the ones a user can verify with nccl-tests: per collective, system shape and
 message size, pin ``NCCL_ALGO``/``NCCL_PROTO`` to one pair (NCCL keeps choosing channels) or leave
 NCCL alone. A channel count pinned with the pair (``NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS``) is a
 candidate only where it was measured on the system: the model alone never proposes one (seven
 channel levels per pair would dilute the plan's budget for the few percent of headroom they hold,
-and on NCCL 2.31+ the plugin can only lower NCCL's channel count). Evidence, strongest first:
+and on NCCL 2.31+ the plugin can only lower NCCL's channel count).
 
-1. **measured** — both NCCL's default and the pair were measured at this size on this shape: the
-   measurement decides; its noise is the uncertainty.
-2. **calibrated model** — the simulator, fitted to the measurements (``profiler.calibrate``, kept
+Each candidate is judged by its time relative to NCCL's default at the call, ``log(t_choice /
+t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
+
+1. **measured** — both were measured at this size on this shape: the measurement decides. Its
+   uncertainty is the launch noise (:mod:`dynamiccl.agents.tune_measurements`) shrunk by the
+   launches each side had; it is labelled *measured* only where each side had two launches or more,
+   else *measured once* (weaker: its noise is the system's conservative default).
+2. **interpolated** — the ratio was measured at the nearest sizes below and above, and points the
+   same way at both (the choice faster at both, or slower at both): the sizes between are decided
+   from those measurements, linearly in log size, with the model adding only its shape between them
+   (never leaving the neighbours' range). The uncertainty is the neighbours' own, plus a growth with
+   the distance in octaves to the nearer one and a share of their disagreement.
+3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`): what it predicts
+   from the system's measured ratios and the model's ratios.
+4. **calibrated model** — the simulator, fitted to the measurements (``profiler.calibrate``, kept
    behind :func:`calibrated_topology`), then corrected per choice with a latency factor and a
    bandwidth factor fitted to that choice's measured sizes (the Hockney alpha/beta split NCCL's own
-   tuning tables use: a time is a latency floor plus a size-proportional rest). The uncertainty is
-   the measurement noise plus the fit's residual plus a growth with the distance, in octaves, to
-   the nearest measurement of that choice; where that reaches the band default the correction is
-   dropped.
-3. **model** — nothing measured for that choice: the simulator and the band defaults of
+   tuning tables use). The uncertainty is the launch noise plus the fit's residual plus a growth with
+   the distance to the nearest measurement of that choice; where that reaches the band default the
+   correction is dropped.
+5. **model** — nothing measured for that choice: the simulator and the band defaults of
    :func:`dynamiccl.calibration.uncertainty`.
+
+Sources 2-5 compete by their uncertainty: the most certain one speaks. A run forced with only
+``NCCL_ALGO`` or only ``NCCL_PROTO`` measured the pair NCCL picked under that constraint: its
+``TUNING`` log says which where one was kept (``MeasurementRecord.nccl_pick``), NCCL's model on the
+given topology otherwise (:func:`resolved`); so it is evidence for that pair.
 
 Every decision goes through the same gate as export (:func:`dynamiccl.agents.gate.passes`): an
 override only where the gain clears the margin and its uncertainty, and, unlike export, only where
-measurements anchor both NCCL's default and the choice (evidence 1 or 2): what the model alone says
-ranks the next measurements (:func:`plan`) but pins nothing.
-
-:func:`plan` ranks the measurements not yet made by how much they could change a decision — the
-expected gain a deferred choice could unlock, or the regression risk of an override that rests on
-the model — and writes them as nccl-tests command lines.
+measurements anchor both NCCL's default and the choice (sources 1, 2, a prior that saw
+measurements, or 4): what the model alone says ranks the next measurements
+(:mod:`dynamiccl.agents.tune_plan`) but pins nothing. A collective measured nowhere on a shape is
+left to NCCL there (evidence *not measured*).
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Protocol
 
 import numpy as np
 
 from dynamiccl import decisions
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.baselines import NCCL_PAIRS, pair_constraints
-from dynamiccl.agents.gate import CALIBRATED, DEFAULT_MARGIN, MEASURED, MODEL, Verdict, passes, uncertainty
-from dynamiccl.decisions import KnobConstraints, TimedConfig
-from dynamiccl.knobs import Algorithm, Collective, Protocol, parse_enum
-from dynamiccl.nccl import (
-    ALGO_ENV,
-    ALGORITHM_NCCL_NAMES,
-    MAX_CHANNELS_ENV,
-    MIN_CHANNELS_ENV,
-    PROTO_ENV,
-    PROTOCOL_NCCL_NAMES,
+from dynamiccl.agents.gate import (
+    CALIBRATED,
+    DEFAULT_MARGIN,
+    INTERPOLATED,
+    LEARNED_PRIOR,
+    MEASURED,
+    MEASURED_ONCE,
+    MODEL,
+    NOT_MEASURED,
+    Verdict,
+    passes,
+    uncertainty,
 )
+from dynamiccl.agents.tune_measurements import DEFAULT, Choice, LaunchNoise, Measurements, Sample
+from dynamiccl.decisions import KnobConstraints, TimedConfig
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
-from dynamiccl.units import format_size
 
-#: Relative noise of one measurement when the records do not say: the top of the 1-5 % run-to-run
-#: spread nccl-tests runs show, so a single measurement never looks more certain than it is.
-DEFAULT_NOISE = 0.05
-#: Median of |log(a / b)| for two measurements with independent Gaussian noise of sigma 1:
-#: 0.674 (the half-normal median) x sqrt(2).
-PAIR_SPREAD_PER_SIGMA = 0.954
-#: How fast a measured correction loses credibility with distance (relative sigma per octave).
+#: How fast a measurement loses credibility with distance (relative sigma per octave): for a
+#: choice's measured correction of the model, and for a ratio interpolated between measured sizes.
 SIGMA_PER_OCTAVE = 0.04
+#: The share of the neighbours' disagreement (|ratio below - ratio above|, in log) an interpolated
+#: ratio is uncertain by: half of it is how far a monotone curve between them can be from the line
+#: at the midpoint.
+DISAGREEMENT_SHARE = 0.5
 #: The sizes decisions are made and measured at: nccl-tests' -b 8 -e 16G -f 2.
 DECISION_SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
-
-
-@dataclass(frozen=True)
-class Choice:
-    """What NCCL is told for a call: each knob pinned or left to NCCL (all None = NCCL's default).
-
-    Tune's own candidates pin algorithm and protocol (what a policy rule must name); measurements
-    may pin fewer knobs (``NCCL_ALGO`` alone) or the channel count as well, and are kept as such.
-    """
-
-    algorithm: Algorithm | None = None
-    protocol: Protocol | None = None
-    channels: int | None = None
-
-    @property
-    def constraints(self) -> KnobConstraints:
-        return KnobConstraints(algorithm=self.algorithm, protocol=self.protocol,
-                               channels=self.channels)
-
-    @property
-    def is_default(self) -> bool:
-        return self.algorithm is None and self.protocol is None and self.channels is None
-
-    @property
-    def exportable(self) -> bool:
-        """A policy rule can pin it: algorithm and protocol both named."""
-        return self.algorithm is not None and self.protocol is not None
-
-    def label(self) -> str:
-        if self.is_default:
-            return "NCCL default"
-        knobs = [self.algorithm.name.lower() if self.algorithm is not None else "auto",
-                 self.protocol.name.lower() if self.protocol is not None else "auto"]
-        return "/".join(knobs + ([f"{self.channels}ch"] if self.channels is not None else []))
-
-
-DEFAULT = Choice()
-
-
-def _record_choice(rec: MeasurementRecord) -> Choice | None:
-    """What a record measured; None for records tune cannot use (another backend, a straggler)."""
-    if rec.backend != "nccl" or rec.straggler_delay_us > 0:
-        return None
-    return Choice(None if rec.algorithm is None else Algorithm(parse_enum(Algorithm, rec.algorithm)),
-                  None if rec.protocol is None else Protocol(parse_enum(Protocol, rec.protocol)),
-                  rec.channels)
-
-
-class Measurements:
-    """Measured times per (collective, ranks, choice, size): the median of out-of-place runs.
-
-    The noise of one measurement is read from the records where they repeat themselves: several
-    runs of one call, and nccl-tests' in-place column, which times the same call a second time
-    right after the out-of-place one (the median of |log(out-of-place / in-place)| over the calls
-    of a log is, for Gaussian noise, 0.95 of one measurement's sigma; a systematic in-place
-    difference only makes it more cautious). Only where nothing repeats is DEFAULT_NOISE assumed.
-    """
-
-    def __init__(self, records: Iterable[MeasurementRecord]) -> None:
-        raw: dict[tuple, list[float]] = defaultdict(list)
-        in_place: dict[tuple, list[float]] = defaultdict(list)
-        spreads: list[float] = []
-        self.shapes: set[tuple[int, int]] = set()
-        for rec in records:
-            choice = _record_choice(rec)
-            if choice is None:
-                continue
-            key = (rec.coll, rec.nranks, choice, rec.nbytes)
-            if rec.in_place:
-                in_place[key].append(rec.time_us)
-                continue
-            raw[key].append(rec.time_us)
-            if rec.nnodes:
-                self.shapes.add((rec.nnodes, rec.nranks))
-            if len(rec.time_us_runs) > 1:
-                runs = np.log(np.asarray(rec.time_us_runs, dtype=float))
-                spreads.append(float(np.std(runs)))
-        self.times = {k: float(np.median(v)) for k, v in raw.items()}
-        for times in raw.values():
-            if len(times) > 1:
-                spreads.append(float(np.std(np.log(times))))
-        if not spreads:
-            spreads = [abs(float(np.log(self.times[k] / np.median(v)))) / PAIR_SPREAD_PER_SIGMA
-                       for k, v in in_place.items() if k in self.times]
-        self.noise = max(float(np.median(spreads)), 0.01) if spreads else DEFAULT_NOISE
-        self.sizes: dict[tuple, list[int]] = defaultdict(list)
-        for coll, nranks, choice, nbytes in sorted(self.times, key=lambda k: k[3]):
-            self.sizes[(coll, nranks, choice)].append(nbytes)
-
-    def __len__(self) -> int:
-        return len(self.times)
-
-    def time(self, scenario: Scenario, choice: Choice) -> float | None:
-        return self.times.get((scenario.collective, scenario.topology.nranks, choice,
-                               scenario.nbytes))
-
-    def measured_sizes(self, scenario: Scenario, choice: Choice) -> list[int]:
-        return self.sizes.get((scenario.collective, scenario.topology.nranks, choice), [])
-
-    def choices(self, scenario: Scenario) -> list[Choice]:
-        """Every choice measured for this collective on this many ranks (at any size)."""
-        key = (scenario.collective, scenario.topology.nranks)
-        return [c for (coll, nranks, c) in self.sizes if (coll, nranks) == key]
+#: The size whose time stands for a choice's latency floor (as small as nccl-tests measures).
+FLOOR_BYTES = 8
 
 
 def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
@@ -218,8 +133,17 @@ def model_can_run(scenario: Scenario, choice: Choice) -> bool:
     return True
 
 
-#: The size whose time stands for a choice's latency floor (as small as nccl-tests measures).
-FLOOR_BYTES = 8
+def resolved(scenario: Scenario, choice: Choice) -> Choice:
+    """The pair NCCL runs for this call when told ``choice``, as NCCL's own cost model picks on the
+    scenario's system (pinned channels kept): a run forced with ``NCCL_ALGO`` alone measured that
+    pair. NCCL's default and a choice NCCL's model cannot run stay as they are."""
+    if choice.is_default or choice.exportable:
+        return choice
+    try:
+        config = _model_run(scenario, choice).config
+    except ValueError:
+        return choice
+    return Choice(config.algorithm, config.protocol, choice.channels)
 
 
 @lru_cache(maxsize=131072)
@@ -231,7 +155,7 @@ def _latency_split(scenario: Scenario, choice: Choice, nbytes: int) -> tuple[flo
     return floor, t - floor
 
 
-def _nccl_pair(scenario: Scenario) -> tuple[Algorithm, Protocol]:
+def _nccl_pair(scenario: Scenario) -> tuple:
     config = _model_run(scenario, DEFAULT).config
     return config.algorithm, config.protocol
 
@@ -243,7 +167,7 @@ def candidate_pairs(scenario: Scenario) -> list[Choice]:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A choice's time at one call as the evidence has it."""
+    """A choice's time at one call as the calibrated model has it."""
 
     time_us: float
     sigma: float
@@ -253,17 +177,67 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class RatioEstimate:
+    """A choice against NCCL's default at one call: ``log(t_choice / t_default)`` (negative: the
+    choice is faster), its 1-sigma, the source that gave it, and whether measurements anchor it."""
+
+    log_ratio: float
+    sigma: float
+    evidence: str
+    anchored: bool
+
+    @property
+    def gain(self) -> float:
+        """t_default / t_choice - 1."""
+        return math.exp(-self.log_ratio) - 1.0
+
+
+@dataclass(frozen=True)
+class RatioPoint:
+    """A measured ``log(t_choice / t_default)`` at one size, with its 1-sigma."""
+
+    nbytes: int
+    log_ratio: float
+    sigma: float
+
+
+@dataclass(frozen=True)
+class PriorQuery:
+    """What a :class:`Prior` is asked: a choice's ratio to NCCL's default at one call.
+
+    ``measured`` holds every ratio measured on the system for this collective and shape, per
+    choice (the pair NCCL ran, :func:`resolved`) and size; ``model`` gives the model's
+    ``log(t_choice / t_default)`` for any (choice, size) of this collective and shape, None where the
+    model cannot run the choice.
+    """
+
+    scenario: Scenario
+    choice: Choice
+    measured: Mapping[Choice, tuple[RatioPoint, ...]]
+    model: Callable[[Choice, int], float | None]
+
+
+class Prior(Protocol):
+    """Predicts a choice's ratio to NCCL's default where it was not measured: the seam a learned
+    prior plugs into (``Tuner(prior=...)``). It answers ``(log ratio, sigma)``, or None to abstain;
+    its estimate competes with the interpolated and calibrated ones by its sigma, and counts as
+    anchored when the query carried measurements."""
+
+    def estimate(self, query: PriorQuery) -> tuple[float, float] | None: ...
+
+
+@dataclass(frozen=True)
 class CallDecision:
     """What tune decided for one call: the choice it pins (``DEFAULT``: leave NCCL alone), the
-    gate's verdict on the best alternative to NCCL's default, and the evidence for every candidate."""
+    gate's verdict on the best alternative to NCCL's default, and every candidate's estimate."""
 
     scenario: Scenario
     chosen: Choice
     #: The most convincing alternative to NCCL's default (the one the verdict judges).
     alternative: Choice
     verdict: Verdict
-    #: Every candidate's estimate (the default included), for the report and the plan.
-    estimates: dict[Choice, Estimate]
+    #: Every candidate's ratio to NCCL's default, for the report and the plan.
+    estimates: dict[Choice, RatioEstimate]
 
 
 #: Which choices tune weighs for a call (besides NCCL's default).
@@ -275,23 +249,29 @@ class Tuner:
 
     ``calibrated`` says whether the model was fitted (the evidence label of model-only estimates).
     ``candidates`` (default :meth:`deployable_candidates`) says which choices are weighed; a
-    choice the model cannot run is never weighed.
+    choice the model cannot run is never weighed. ``prior`` (a :class:`Prior`) is one more source
+    of a ratio where nothing was measured.
     """
 
     def __init__(self, model_topology: Topology, measurements: Measurements, *,
                  margin: float = DEFAULT_MARGIN, calibrated: bool = False,
-                 candidates: Candidates | None = None) -> None:
+                 candidates: Candidates | None = None, prior: Prior | None = None) -> None:
         self.model = model_topology
         self.measurements = measurements
+        self.noise = LaunchNoise(measurements)
         self.margin = margin
         self.model_evidence = CALIBRATED if calibrated else MODEL
         self.candidates = candidates or self.deployable_candidates
+        self.prior = prior
+        self._points: dict[tuple, tuple[RatioPoint, ...]] = {}
+        self._sizes: dict[tuple, list[int]] = {}
 
     def deployable_candidates(self, scenario: Scenario) -> list[Choice]:
         """Every algorithm/protocol pair that can run the call, and each such pair with a channel
         count pinned wherever that was measured on this system."""
         pairs = candidate_pairs(scenario)
-        pinned = [c for c in self.measurements.choices(scenario) if c.channels is not None
+        forced = self.measurements.forced_choices(scenario.collective, scenario.topology.nranks)
+        pinned = [c for c in forced if c.channels is not None
                   and Choice(c.algorithm, c.protocol) in pairs]
         return pairs + sorted(pinned, key=Choice.label)
 
@@ -300,15 +280,159 @@ class Tuner:
                                   gpus_per_node=scenario.topology.gpus_per_node)
         return replace(scenario, topology=topo)
 
-    def estimate(self, scenario: Scenario, choice: Choice) -> Estimate:
-        measured = self.measurements.time(scenario, choice)
+    # -- what was measured ------------------------------------------------------------------------
+
+    def sample(self, scenario: Scenario, choice: Choice) -> Sample | None:
+        """``choice``'s measured time at this call: every run forced as ``choice``, and every run
+        that made NCCL run the same pair (:func:`resolved`, or the pair its TUNING log names),
+        their launches together."""
+        measured = self.measurements.at(scenario.collective, scenario.topology.nranks,
+                                         scenario.nbytes)
+        if choice.is_default:
+            return measured.get(DEFAULT)
+        target = resolved(scenario, choice)
+        found = [s for forced, s in measured.items() if not forced.is_default and (
+            forced == choice or (s.logged or resolved(scenario, forced)) == target)]
+        if len(found) <= 1:
+            return found[0] if found else None
+        times = [t for s in found for t in s.launch_times]
+        return Sample(float(np.median(times)), len(times), None, tuple(times),
+                      tuple(f for s in found for f in s.forced))
+
+    def sample_sigma(self, scenario: Scenario, sample: Sample) -> float:
+        """The 1-sigma of a sample's log time: its choices' launch noise over its launches."""
+        return max(self.noise.of_mean(scenario.topology, forced, sample.launches)
+                   for forced in sample.forced)
+
+    def measured_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
+        """Source 1: both sides measured at this size."""
+        default, mine = self.sample(scenario, DEFAULT), self.sample(scenario, choice)
+        if default is None or mine is None:
+            return None
+        sigma = math.hypot(self.sample_sigma(scenario, mine), self.sample_sigma(scenario, default))
+        repeated = min(default.launches, mine.launches) >= 2
+        return RatioEstimate(math.log(mine.time_us / default.time_us), sigma,
+                             MEASURED if repeated else MEASURED_ONCE, True)
+
+    def ratio_points(self, scenario: Scenario, choice: Choice) -> tuple[RatioPoint, ...]:
+        """Every size of this collective and shape where ``choice``'s ratio was measured."""
+        key = (scenario.topology, scenario.collective, choice)
+        if key not in self._points:
+            points = []
+            for n in self.measurements.sizes(scenario.collective, scenario.topology.nranks):
+                m = self.measured_ratio(replace(scenario, nbytes=n), choice)
+                if m is not None:
+                    points.append(RatioPoint(n, m.log_ratio, m.sigma))
+            self._points[key] = tuple(points)
+        return self._points[key]
+
+    # -- the sources where this size was not measured ---------------------------------------------
+
+    def model_log_ratio(self, scenario: Scenario, choice: Choice) -> float | None:
+        """The (calibrated) model's ``log(t_choice / t_default)``; None where it cannot run it."""
+        model_scn = self._on_model(scenario)
+        if not model_can_run(model_scn, choice):
+            return None
+        return math.log(_model_time(model_scn, choice) / _model_time(model_scn, DEFAULT))
+
+    def interpolated_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
+        """Source 2: between the nearest measured sizes below and above, where both point the same
+        way (see the module docstring)."""
+        points = self.ratio_points(scenario, choice)
+        below = [p for p in points if p.nbytes < scenario.nbytes]
+        above = [p for p in points if p.nbytes > scenario.nbytes]
+        if not below or not above:
+            return None
+        lo, hi = below[-1], above[0]
+        if lo.log_ratio * hi.log_ratio <= 0 or not self._same_runs(scenario, choice, lo.nbytes,
+                                                                     hi.nbytes):
+            return None
+        x, x0, x1 = (math.log2(n) for n in (scenario.nbytes, lo.nbytes, hi.nbytes))
+        w = (x - x0) / (x1 - x0)
+        line = (1 - w) * lo.log_ratio + w * hi.log_ratio
+        shape = 0.0
+        model = [self.model_log_ratio(replace(scenario, nbytes=n), choice)
+                 for n in (lo.nbytes, scenario.nbytes, hi.nbytes)]
+        if None not in model:
+            shape = model[1] - ((1 - w) * model[0] + w * model[2])
+        ratio = float(np.clip(line + shape, min(lo.log_ratio, hi.log_ratio),
+                              max(lo.log_ratio, hi.log_ratio)))
+        sigma = math.sqrt(((1 - w) * lo.sigma) ** 2 + (w * hi.sigma) ** 2
+                          + (SIGMA_PER_OCTAVE * min(x - x0, x1 - x)) ** 2
+                          + (DISAGREEMENT_SHARE * (hi.log_ratio - lo.log_ratio)) ** 2)
+        return RatioEstimate(ratio, sigma, INTERPOLATED, True)
+
+    @staticmethod
+    def _same_runs(scenario: Scenario, choice: Choice, lo: int, hi: int) -> bool:
+        """Whether NCCL runs the same pairs from ``lo`` to ``hi`` (NCCL's model on the given
+        topology): where its default changes algorithm or protocol, or what ``choice`` makes it run
+        does, the ratio jumps, and the neighbours say nothing of the sizes past the jump."""
+        sizes = [1 << k for k in range(lo.bit_length() - 1, hi.bit_length())]
+        runs = {(_nccl_pair(replace(scenario, nbytes=n)), resolved(replace(scenario, nbytes=n), choice))
+                for n in {lo, hi, scenario.nbytes, *(n for n in sizes if lo < n < hi)}}
+        return len(runs) == 1
+
+    def prior_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
+        """Source 3: the learned prior's prediction, where one is given and answers."""
+        if self.prior is None:
+            return None
+        measured = {c: points for c in dict.fromkeys(self.candidates(scenario))
+                    if (points := self.ratio_points(scenario, c))}
+        answer = self.prior.estimate(PriorQuery(
+            scenario, choice, measured,
+            lambda c, n: self.model_log_ratio(replace(scenario, nbytes=n), c)))
+        if answer is None:
+            return None
+        return RatioEstimate(float(answer[0]), float(answer[1]), LEARNED_PRIOR, bool(measured))
+
+    def model_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
+        """Sources 4 and 5: the calibrated model corrected by each side's own measurements, or
+        the model alone."""
+        default, est = self.estimate(scenario, DEFAULT), self.estimate(scenario, choice)
+        if est.model_only and not default.model_only:
+            # Only the model speaks for this choice: trust its ratio to NCCL's default, not its
+            # absolute time (a system the model misjudges misjudges both alike). That ratio
+            # carries the model's error on both choices, measured default or not.
+            model_scn = self._on_model(scenario)
+            log_ratio = math.log(est.time_us / _model_time(model_scn, DEFAULT))
+            sigma = math.hypot(est.sigma, est.sigma)
+        else:
+            log_ratio = math.log(est.time_us / default.time_us)
+            sigma = math.hypot(est.sigma, default.sigma)
+        evidence = MODEL if MODEL == est.evidence == default.evidence else CALIBRATED
+        return RatioEstimate(log_ratio, sigma, evidence, not (est.model_only or default.model_only))
+
+    def ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
+        """``choice`` against NCCL's default here: the measurement where both were measured, else
+        the most certain of the other sources."""
+        measured = self.measured_ratio(scenario, choice)
         if measured is not None:
-            return Estimate(measured, self.measurements.noise, MEASURED)
+            return measured
+        options = [self.interpolated_ratio(scenario, choice), self.prior_ratio(scenario, choice),
+                   self.model_ratio(scenario, choice)]
+        return min((o for o in options if o is not None), key=lambda o: o.sigma)
+
+    # -- the calibrated model, corrected per choice -----------------------------------------------
+
+    def measured_sizes(self, scenario: Scenario, choice: Choice) -> list[int]:
+        key = (scenario.topology, scenario.collective, choice)
+        if key not in self._sizes:
+            self._sizes[key] = [
+                n for n in self.measurements.sizes(scenario.collective, scenario.topology.nranks)
+                if self.sample(replace(scenario, nbytes=n), choice) is not None]
+        return self._sizes[key]
+
+    def estimate(self, scenario: Scenario, choice: Choice) -> Estimate:
+        """``choice``'s time at this call: measured here, else the model corrected by the choice's
+        own measurements at other sizes, else the model."""
+        sample = self.sample(scenario, choice)
+        if sample is not None:
+            return Estimate(sample.time_us, self.sample_sigma(scenario, sample), MEASURED)
         model_scn = self._on_model(scenario)
         run = _model_run(model_scn, choice)
         band = uncertainty(scenario.topology, scenario.collective, scenario.nbytes,
                            run.config.algorithm, run.config.protocol)
-        sizes = self.measurements.measured_sizes(scenario, choice)
+        sizes = self.measured_sizes(scenario, choice)
         if choice.is_default:  # NCCL's default is another configuration where NCCL's pick differs
             pick = _nccl_pair(model_scn)
             sizes = [n for n in sizes if _nccl_pair(replace(model_scn, nbytes=n)) == pick]
@@ -321,7 +445,8 @@ class Tuner:
         # the share of this prediction a factor the measurements did not pin carries keeps the
         # model's own uncertainty (a latency floor is not known from bandwidth-bound sizes)
         share = {"floor": floor, "rest": rest, None: 0.0}[unpinned] / max(floor + rest, 1e-12)
-        sigma = self.measurements.noise + residual + SIGMA_PER_OCTAVE * octaves + share * band
+        noise = self.noise.sigma(scenario.topology, choice)
+        sigma = noise + residual + SIGMA_PER_OCTAVE * octaves + share * band
         if sigma >= band:  # too far from anything measured: the correction says nothing here
             return Estimate(run.time_us, band, self.model_evidence, model_only=True)
         return Estimate(a * floor + b * rest, sigma, CALIBRATED)
@@ -335,7 +460,7 @@ class Tuner:
         One regime measured (only small or only large calls) pins one factor; the other then
         takes the same value, and stays as uncertain as the model is where it dominates.
         """
-        measured = np.array([self.measurements.time(replace(scenario, nbytes=n), choice)
+        measured = np.array([self.sample(replace(scenario, nbytes=n), choice).time_us
                              for n in sizes])
         split = np.array([_latency_split(model_scn, choice, n) for n in sizes])
         rows = split / measured[:, None]
@@ -353,43 +478,37 @@ class Tuner:
         residual = float(np.sqrt(np.mean(np.log(measured / fitted) ** 2)))
         return float(a), float(b), residual, unpinned
 
+    # -- the decision -----------------------------------------------------------------------------
+
+    def _config_of(self, scenario: Scenario, choice: Choice):
+        """What NCCL runs when told ``choice``, channels included, as NCCL's model on the given
+        topology has it (the fitted model where the given one cannot run it)."""
+        try:
+            return _model_run(scenario, choice).config
+        except ValueError:
+            return _model_run(self._on_model(scenario), choice).config
+
     def decide(self, scenario: Scenario) -> CallDecision:
         model_scn = self._on_model(scenario)
-        estimates = {DEFAULT: self.estimate(scenario, DEFAULT)}
-        for choice in self.candidates(scenario):
-            if not choice.is_default and model_can_run(model_scn, choice):
-                estimates[choice] = self.estimate(scenario, choice)
-        default = estimates[DEFAULT]
         nccl_config = _model_run(scenario, DEFAULT).config
+        covered = self.measurements.covers(scenario.collective, scenario.topology.nranks)
+        estimates = {c: self.ratio(scenario, c) for c in dict.fromkeys(self.candidates(scenario))
+                     if not c.is_default and model_can_run(model_scn, c)}
         best, best_verdict = DEFAULT, None
-        model_default = _model_time(model_scn, DEFAULT)
         for choice, est in estimates.items():
-            if choice.is_default:
-                continue
-            sigma = math.hypot(est.sigma, default.sigma)
-            if est.model_only and not default.model_only:
-                # Only the model speaks for this choice: trust its ratio to NCCL's default, not
-                # its absolute time (a system the model misjudges misjudges both alike). That
-                # ratio carries the model's error on both choices, measured default or not.
-                est = replace(est, time_us=est.time_us * default.time_us / model_default)
-                estimates[choice] = est
-                sigma = math.hypot(est.sigma, est.sigma)
-            gain = default.time_us / est.time_us - 1.0
-            evidence = MEASURED if MEASURED == est.evidence == default.evidence else (
-                MODEL if MODEL == est.evidence == default.evidence else CALIBRATED)
-            # tune overrides NCCL only where measurements anchor both sides (measured here, or
-            # corrected by their own measurements nearby); what only the model says is a reason to
-            # measure (plan), not to pin: the model's ratio between two algorithms can be off by
-            # far more than its error on one time
-            anchored = not (est.model_only or default.model_only)
-            verdict = Verdict(nccl_config, _model_run(model_scn, choice).config, gain, sigma,
-                              evidence, anchored and passes(gain, sigma, self.margin))
-            better = best_verdict is None or (verdict.override, verdict.gain) > (
-                best_verdict.override, best_verdict.gain)
-            if better:
+            # tune overrides NCCL only where measurements anchor both sides; what only the model
+            # says is a reason to measure (tune_plan), not to pin: the model's ratio between two
+            # algorithms can be off by far more than its error on one time
+            override = covered and est.anchored and passes(est.gain, est.sigma, self.margin)
+            verdict = Verdict(nccl_config, self._config_of(scenario, choice), est.gain, est.sigma,
+                              est.evidence if covered else NOT_MEASURED, override)
+            if best_verdict is None or (verdict.override, verdict.gain) > (
+                    best_verdict.override, best_verdict.gain):
                 best, best_verdict = choice, verdict
         if best_verdict is None:
-            best_verdict = Verdict(nccl_config, nccl_config, 0.0, 0.0, default.evidence, False)
+            evidence = MEASURED if self.sample(scenario, DEFAULT) else (
+                self.model_evidence if covered else NOT_MEASURED)
+            best_verdict = Verdict(nccl_config, nccl_config, 0.0, 0.0, evidence, False)
         chosen = best if best_verdict.override else DEFAULT
         return CallDecision(scenario, chosen, best, best_verdict, estimates)
 
@@ -418,110 +537,3 @@ class TunedPolicy:
         scenario = require_scenario(self.name, scenario)
         return forced_action(scenario, self.force(scenario),
                              allowed_actions(scenario, action_mask, True))
-
-
-# ---------------------------------------------------------------------------------------------
-# Planning the next measurements
-# ---------------------------------------------------------------------------------------------
-
-
-def _expected_positive(mean: float, sigma: float) -> float:
-    """E[max(0, X)] for X ~ N(mean, sigma)."""
-    if sigma <= 0:
-        return max(mean, 0.0)
-    z = mean / sigma
-    return sigma * math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) + mean * 0.5 * (
-        1 + math.erf(z / math.sqrt(2)))
-
-
-@dataclass(frozen=True)
-class PlannedMeasurement:
-    collective: Collective
-    nranks: int
-    choice: Choice
-    nbytes: int
-    #: Expected log-gain this measurement could unlock or regression it could prevent.
-    value: float
-    reason: str
-
-
-def measurement_value(decision: CallDecision, choice: Choice) -> tuple[float, str]:
-    """How much measuring ``choice`` (and NCCL's default, if missing) here could be worth."""
-    default = decision.estimates[DEFAULT]
-    est = decision.estimates[choice]
-    if MEASURED == est.evidence == default.evidence:
-        return 0.0, "already measured"
-    log_gain = math.log(default.time_us / est.time_us)
-    sigma = math.hypot(est.sigma, default.sigma)
-    if decision.chosen == choice:
-        return _expected_positive(-log_gain, sigma), "the override rests on the model: check it"
-    return _expected_positive(log_gain, sigma), "could beat NCCL if measured"
-
-
-def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int) -> list[PlannedMeasurement]:
-    """The ``budget`` most valuable (choice, size) measurements, NCCL's default counted too: a
-    choice is only decisive next to a measured default, so a missing default is planned first."""
-    items: dict[tuple, PlannedMeasurement] = {}
-    for scenario in scenarios:
-        decision = tuner.decide(scenario)
-        key = (scenario.collective, scenario.topology.nranks)
-        for choice in decision.estimates:
-            if choice.is_default:
-                continue
-            value, reason = measurement_value(decision, choice)
-            if value <= 0:
-                continue
-            for c in (DEFAULT, choice):
-                if tuner.measurements.time(scenario, c) is not None:
-                    continue
-                item = PlannedMeasurement(scenario.collective, scenario.topology.nranks, c,
-                                          scenario.nbytes, value, reason)
-                k = (*key, c, scenario.nbytes)
-                if k not in items or items[k].value < value:
-                    items[k] = item
-    ranked = sorted(items.values(), key=lambda m: (-m.value, not m.choice.is_default))
-    return ranked[:max(budget, 0)]
-
-
-_BINARIES = {Collective.ALLREDUCE: "all_reduce_perf", Collective.ALLGATHER: "all_gather_perf",
-             Collective.REDUCESCATTER: "reduce_scatter_perf", Collective.BROADCAST: "broadcast_perf",
-             Collective.REDUCE: "reduce_perf"}
-
-
-def nccl_environment(choice: Choice) -> dict[str, str]:
-    """The environment that makes NCCL run ``choice`` (empty for NCCL's default): NCCL_ALGO and
-    NCCL_PROTO in NCCL's spelling, a channel count as NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS."""
-    env: dict[str, str] = {}
-    if choice.algorithm is not None:
-        env[ALGO_ENV] = ALGORITHM_NCCL_NAMES[choice.algorithm]
-    if choice.protocol is not None:
-        env[PROTO_ENV] = PROTOCOL_NCCL_NAMES[choice.protocol]
-    if choice.channels is not None:
-        env[MIN_CHANNELS_ENV] = env[MAX_CHANNELS_ENV] = str(choice.channels)
-    return env
-
-
-def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> list[str]:
-    """nccl-tests commands covering the plan: one per (collective, ranks, choice) and contiguous
-    run of powers of two (``-b/-e -f 2``), pinned through :func:`nccl_environment`."""
-    groups: dict[tuple, list[int]] = defaultdict(list)
-    for m in planned:
-        groups[(m.collective, m.nranks, m.choice)].append(m.nbytes)
-    lines = []
-    for (coll, nranks, choice), sizes in sorted(groups.items(), key=lambda kv: (
-            kv[0][0], kv[0][1], kv[0][2].label())):
-        sizes = sorted(set(sizes))
-        runs: list[list[int]] = [[sizes[0]]]
-        for n in sizes[1:]:
-            if n == runs[-1][-1] * 2:
-                runs[-1].append(n)
-            else:
-                runs.append([n])
-        env = "".join(f"{k}={v} " for k, v in nccl_environment(choice).items())
-        nodes = max(1, nranks // max(gpus_per_node, 1))
-        launcher = (f"mpirun -np {nranks} -N {min(gpus_per_node, nranks)} " if nodes > 1 else "")
-        gpus = "-g 1" if nodes > 1 else f"-g {nranks}"
-        for run in runs:
-            lines.append(f"{env}{launcher}{_BINARIES[coll]} -b {run[0]} -e {run[-1]} -f 2 {gpus}"
-                         f"  # {choice.label()}, {format_size(run[0])}..{format_size(run[-1])}")
-    return lines

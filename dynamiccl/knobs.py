@@ -15,6 +15,7 @@ one place (:data:`EXPORTABLE_ALGO_HIERARCHY`).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -117,6 +118,20 @@ class Config:
         if self.algorithm == Algorithm.RING and self.hierarchy == Hierarchy.HIERARCHICAL:
             algo = f"ring-hier({self.schedule.name.lower()},{self.chunks}ck)"
         return f"{algo}/{self.protocol.name.lower()}/{self.channels}ch"
+
+
+def span_label(configs: Sequence[Config]) -> str:
+    """One label for configurations that differ at most in their channel count, the count as a
+    range (``ring/ll/1-24ch``): what NCCL picks over a range of sizes, where its channel count grows
+    with the size while its algorithm and protocol stay."""
+    channels = sorted({c.channels for c in configs})
+    base = configs[0].label().rsplit("/", 1)[0]
+    return f"{base}/{channels[0]}ch" if len(channels) == 1 else f"{base}/{channels[0]}-{channels[-1]}ch"
+
+
+def without_channels(config: Config) -> str:
+    """A configuration's label less its channel count (``ring/ll``)."""
+    return config.label().rsplit("/", 1)[0]
 
 
 def _enumerate_actions() -> tuple[Config, ...]:

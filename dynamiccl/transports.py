@@ -24,6 +24,12 @@ are orders of magnitude from public figures, not fits to anyone's logs:
 * ``socket`` — NCCL's socket transport over kernel TCP: every message crosses the kernel stack and a
   host copy on both sides; request/response round trips (netperf TCP_RR) on data-centre NICs take
   ~20 µs, ~10 µs one way against ~2 µs for RDMA: 8 µs more.
+
+``launch_noise`` is how far one launch's time of a call may land from another launch's (relative
+1-sigma), assumed where no repeated launches were measured (``dynamiccl tune``): 5 % for the RDMA
+kinds, the top of the 1-5 % run-to-run spread nccl-tests runs show; 25 % for kernel sockets, where
+three launches of the same all-reduce over loopback sockets (four NCCL 2.28.9 ranks on one H100 as
+emulated hosts) differed by x1.12-x1.64 by size, a sigma of 0.07-0.29 of log time.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ class Transport:
     wire_latency_us: float
     #: Extra per-message cost against InfiniBand, µs (charged once per network hop).
     message_overhead_us: float
+    #: Relative 1-sigma of a call's time from launch to launch where none was measured.
+    launch_noise: float = 0.05
 
 
 TRANSPORTS: dict[str, Transport] = {
@@ -45,7 +53,7 @@ TRANSPORTS: dict[str, Transport] = {
     "efa": Transport(15.0, 12.0),
     "tcpxo": Transport(20.0, 20.0),
     "slingshot": Transport(2.0, 3.0),
-    "socket": Transport(10.0, 8.0),
+    "socket": Transport(10.0, 8.0, launch_noise=0.25),
 }
 #: What a network tier is when its file does not say (NVIDIA's reference fabric).
 DEFAULT_TRANSPORT = "ib"

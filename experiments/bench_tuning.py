@@ -13,16 +13,26 @@ Realities:
   ``<DIR>/../<system>/topology.yaml``). A decision is a measured call (collective, ranks, size)
   with NCCL's default and at least one forced run; its choices are exactly what was measured there
   (mostly ``NCCL_ALGO`` or ``NCCL_PROTO`` alone) -- a choice nobody measured is unavailable. The
-  timings are what the hardware did, without noise added; ``tune`` gets each with the same log's
-  in-place time of the call, as an nccl-tests run gives both, and reads its noise from the pairs.
+  timings are what the hardware did, without noise added. Tuners decide from one timing, the
+  out-of-place column, and are scored on another they never see, the same log's in-place column
+  (the same call timed again); a decision whose choices lack the second timing (a summary table)
+  is decided but not scored. Each log is one launch, so no choice was measured in two launches.
   The A3 Mega table compares runs of two clusters (its README): kept, and listed per system.
+* ``replay, every other size held out``: per replay table and (collective, ranks), the tuners see
+  every choice at every other size (the first, third, ...; out-of-place) and decide the sizes
+  between, scored there on their out-of-place timing, which nobody saw.
 
-Per tuner and reality, over all decisions:
+Next to each table, the spread between the two timings: ``perturbed``: the measurement noise's
+sigma; ``replay``: the median |log(out-of-place / in-place)| over the scored choices (the same
+call timed twice within one launch: launches differ by more).
+
+Per tuner and reality, over all scored decisions:
 
 * ``headroom_share``: Σ log(t_default / t_pick) / Σ log(t_default / t_best), t_best the fastest
-  choice in the reality (NCCL's default included; perturbed: any deployable action, channels too)
-  -- the share of the reality's headroom captured;
-* ``slower_2pct``: decisions more than 2 % slower than NCCL's default, and ``worst`` decision;
+  choice in the scored timing (NCCL's default included; perturbed: any deployable action, channels
+  too) -- the share of the reality's headroom captured;
+* ``slower_2pct`` (held-out sizes: ``slower_3pct``): decisions more than 2 % (3 %) slower than
+  NCCL's default, and ``worst`` decision;
 * ``measurements``: timed calls the tuner used (online tuners: their exploration calls, whose cost
   ``exploration_speedup`` reports; they see noisy timings like everyone who measures);
 * ``unavailable``: decisions where the tuner picked a choice the reality never measured (replay).
@@ -35,9 +45,12 @@ decision); ``tune`` with half and with the same budget as the sweep; learned pol
 (``--adaptive MODEL.zip``: the online adaptive policy of ``agents.adaptive``; ``--policy PATH``:
 anything ``agents.registry.load_policy`` loads -- a checkpoint, a policy file -- scored per call).
 The online tuners and the adaptive policy pick exact table actions (algorithm, protocol and
-channels), which no replay table measured: they are not applicable there. Goals for ``tune``:
-zero decisions > 2 % slower than NCCL, >= 80 % of the headroom with half the sweep's
-measurements, >= 95 % with the same budget.
+channels), which no replay table measured: they are not applicable there. With sizes held out,
+every tuner gets the same measurements (every choice at the kept sizes): NCCL's default, the
+model, the sweep's table (the rule of the measured size below) and ``tune``. Goals for ``tune``:
+replay, zero decisions > 2 % slower than NCCL, >= 80 % of the headroom with half the sweep's
+measurements, >= 95 % with the same budget; sizes held out, >= 60 % of the headroom, zero
+decisions > 3 % slower.
 """
 
 from __future__ import annotations
@@ -56,16 +69,14 @@ import numpy as np
 
 from dynamiccl.agents.online import CoordinateDescentTuner, UcbBandit
 from dynamiccl.agents.tune import (
-    DEFAULT,
-    Choice,
-    Measurements,
     Tuner,
     _model_time,
     calibrated_topology,
     candidate_pairs,
     model_can_run,
-    plan,
 )
+from dynamiccl.agents.tune_measurements import DEFAULT, Choice, Measurements
+from dynamiccl.agents.tune_plan import plan
 from dynamiccl.decisions import nccl_default
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
 from dynamiccl.envs.backends.replay import ReplayTable
@@ -81,6 +92,8 @@ SYSTEMS = (("dgx_h100", 1), ("dgx_h100", 2), ("dgx_a100", 2))
 COLLECTIVES = (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER)
 SIZES = tuple(1 << k for k in range(10, 31))
 SLOWER = 1.02
+#: Slower than NCCL by this much counts against a decision made at a size nothing measured.
+SLOWER_HELD_OUT = 1.03
 TUNE_ROUNDS = 4
 REPLAY_DIR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "real" / "replay"
 NOT_ON_REPLAY = ("picks exact table actions (algorithm, protocol and channels); the replay tables "
@@ -97,6 +110,8 @@ class PerturbedReality:
     name = "perturbed"
     #: The online tuners' action table can be timed here.
     times_actions = True
+    #: Every measurement is a fresh noisy draw: a launch of its own, repeatable at will.
+    max_launches = None
 
     def __init__(self, seed: int, system: tuple[str, int]) -> None:
         self.seed = seed
@@ -116,9 +131,12 @@ class PerturbedReality:
         self.calls += 1
         return self.noisy.measure_forced(s, choice.constraints).time_us
 
-    def measured_again(self, s: Scenario, choice: Choice) -> None:
-        """One timing per measurement here, as the tuners' noise assumption expects."""
-        return None
+    def scored(self, s: Scenario) -> bool:
+        return True
+
+    def spread(self) -> float:
+        """The measurement noise's sigma (of log time)."""
+        return self.noisy.truth.noise
 
     def best(self, s: Scenario) -> float:
         """The fastest deployable action of the table or pair (channels pinned too)."""
@@ -141,10 +159,13 @@ class PerturbedReality:
 
 class ReplayReality:
     """One system's replay table: the measured choices of every call measured with NCCL's default
-    and at least one forced run; anything else is unavailable."""
+    and at least one forced run; anything else is unavailable. Tuners measure the out-of-place
+    timing; the truth they are scored on is the in-place one."""
 
     name = "replay"
     times_actions = False
+    #: One log per choice: a measured point cannot be launched again.
+    max_launches = 1
 
     def __init__(self, system: str, records: list[MeasurementRecord], model: Topology) -> None:
         self.system = system
@@ -164,20 +185,36 @@ class ReplayReality:
         return sorted((Choice(*c) for c in self.table.choices(s)),
                       key=lambda c: (not c.is_default, c.label()))
 
-    def truth(self, s: Scenario, choice: Choice) -> float:
+    def measured(self, s: Scenario, choice: Choice) -> float:
+        """The out-of-place timing: what tuners see."""
         measured = self.table.choices(s)
         key = (choice.algorithm, choice.protocol, choice.channels)
         if key not in measured:
             raise Unmeasured(f"{choice.label()} for {self.describe(s)}")
         return measured[key]
 
+    def truth(self, s: Scenario, choice: Choice) -> float:
+        """The in-place timing of the same call: what tuners are scored on."""
+        again = self.table.timed_again(s)
+        key = (choice.algorithm, choice.protocol, choice.channels)
+        if key not in again:
+            raise Unmeasured(f"{choice.label()} for {self.describe(s)} (no second timing)")
+        return again[key]
+
     def measure(self, s: Scenario, choice: Choice) -> float:
         self.calls += 1
-        return self.truth(s, choice)
+        return self.measured(s, choice)
 
-    def measured_again(self, s: Scenario, choice: Choice) -> float | None:
-        """The same run's in-place time of the call (nccl-tests times every size twice)."""
-        return self.table.timed_again(s).get((choice.algorithm, choice.protocol, choice.channels))
+    def scored(self, s: Scenario) -> bool:
+        """Every choice of the decision has its second timing."""
+        again = self.table.timed_again(s)
+        return all((c.algorithm, c.protocol, c.channels) in again for c in self.menu(s))
+
+    def spread(self) -> float | None:
+        """Median |log(out-of-place / in-place)| over the scored decisions' choices."""
+        logs = [abs(math.log(self.measured(s, c) / self.truth(s, c)))
+                for s in self.scenarios if self.scored(s) for c in self.menu(s)]
+        return float(np.median(logs)) if logs else None
 
     def best(self, s: Scenario) -> float:
         return min(self.truth(s, c) for c in self.menu(s))
@@ -187,11 +224,56 @@ class ReplayReality:
                f"({s.topology.nranks} ranks)"
 
 
-Reality = PerturbedReality | ReplayReality
+class HeldOutSizes:
+    """A replay table with every other size of each (collective, ranks) series held out: tuners
+    see every choice's out-of-place timing at the kept sizes (the first, third, ...) and are scored
+    at the held-out ones on the out-of-place timing, which nobody saw."""
+
+    name = "replay, sizes held out"
+    times_actions = False
+    max_launches = 1
+
+    def __init__(self, replay: ReplayReality) -> None:
+        self.replay = replay
+        self.system = replay.system
+        self.model = replay.model
+        self.scenarios = replay.scenarios
+        index = _size_series(replay.scenarios)
+        self.kept = [s for s in replay.scenarios if index[s] % 2 == 0]
+        self.calls = 0
+
+    def menu(self, s: Scenario) -> list[Choice]:
+        return self.replay.menu(s)
+
+    def measure(self, s: Scenario, choice: Choice) -> float:
+        if s not in self.kept:
+            raise Unmeasured(f"{self.describe(s)} is held out")
+        self.calls += 1
+        return self.replay.measured(s, choice)
+
+    def truth(self, s: Scenario, choice: Choice) -> float:
+        return self.replay.measured(s, choice)
+
+    def scored(self, s: Scenario) -> bool:
+        return s not in self.kept
+
+    def spread(self) -> float | None:
+        return self.replay.spread()
+
+    def best(self, s: Scenario) -> float:
+        return min(self.truth(s, c) for c in self.menu(s))
+
+    def describe(self, s: Scenario) -> str:
+        return self.replay.describe(s)
+
+
+Reality = PerturbedReality | ReplayReality | HeldOutSizes
 
 
 @dataclass
 class Score:
+    #: A decision slower than NCCL's default by more than this factor counts as slower.
+    slower_than: float = SLOWER
     logs: list[float] = field(default_factory=list)
     best: list[float] = field(default_factory=list)
     worst: tuple[float, str] = (math.inf, "")
@@ -207,7 +289,7 @@ class Score:
         self.logs.append(math.log(t_default / t_pick))
         self.best.append(math.log(t_default / t_best))
         speedup = t_default / t_pick
-        if t_pick > SLOWER * t_default:
+        if t_pick > self.slower_than * t_default:
             self.slower += 1
         if speedup < self.worst[0]:
             self.worst = (speedup, where)
@@ -217,7 +299,8 @@ class Score:
         scored = bool(self.logs)
         out = {"headroom_share": round(sum(self.logs) / headroom, 4) if headroom > 1e-9 else None,
                "geomean_speedup": round(math.exp(float(np.mean(self.logs))), 4) if scored else None,
-               "slower_2pct": self.slower, "decisions": len(self.logs),
+               f"slower_{round(100 * (self.slower_than - 1))}pct": self.slower,
+               "decisions": len(self.logs),
                "worst_speedup": round(self.worst[0], 4) if scored else None,
                "worst_decision": self.worst[1], "measurements": self.measurements}
         if self.unavailable:
@@ -244,7 +327,8 @@ def _choices_picker(decide: Callable[[Reality], tuple[dict[Scenario, Choice], in
     """A tuner that picks choices, scored by the truth of its picks."""
     def run(reality: Reality) -> Outcome:
         picks, used = decide(reality)
-        return {s: _truth_or_none(reality, s, picks[s]) for s in reality.scenarios}, used, []
+        return {s: _truth_or_none(reality, s, picks[s]) for s in reality.scenarios
+                if reality.scored(s)}, used, []
     return run
 
 
@@ -343,7 +427,7 @@ def static_policy(path: str) -> Picker:
 
     def run(reality: Reality) -> Outcome:
         times: dict[Scenario, float | None] = {}
-        for s in reality.scenarios:
+        for s in filter(reality.scored, reality.scenarios):
             mask = valid_mask(s.topology, s.collective, deployable=True)
             action = int(policy.act(encode(s), scenario=s, action_mask=mask))
             config = ACTIONS[action]
@@ -358,6 +442,12 @@ def static_policy(path: str) -> Picker:
     return run
 
 
+def _tuner(reality: Reality, records: list[MeasurementRecord], model: Topology) -> Tuner:
+    """``dynamiccl tune``'s tuner on ``records``, weighing the choices the reality offers."""
+    return Tuner(model, Measurements(records), calibrated=model is not reality.model,
+                 candidates=lambda s: model_menu(reality, s))
+
+
 def tune(fraction: float, calibrate: bool) -> Callable:
     """``dynamiccl tune``'s loop: plan, measure, refit, in rounds, within ``fraction`` of the
     sweep's budget, weighing the choices the reality offers."""
@@ -366,39 +456,39 @@ def tune(fraction: float, calibrate: bool) -> Callable:
         at = {(s.collective, s.topology.nranks, s.nbytes): s for s in reality.scenarios}
         records: list[MeasurementRecord] = []
         model = reality.model
-
-        def tuner_for(records: list[MeasurementRecord], model: Topology) -> Tuner:
-            return Tuner(model, Measurements(records), calibrated=model is not reality.model,
-                         candidates=lambda s: model_menu(reality, s))
-
-        tuner = tuner_for(records, model)
+        tuner = _tuner(reality, records, model)
         for r in range(TUNE_ROUNDS):
-            share = budget // TUNE_ROUNDS if r < TUNE_ROUNDS - 1 else budget - _runs(records)
-            for m in plan(tuner, reality.scenarios, share):
+            share = budget // TUNE_ROUNDS if r < TUNE_ROUNDS - 1 else budget - len(records)
+            for m in plan(tuner, reality.scenarios, share, max_launches=reality.max_launches):
                 s = at[(m.collective, m.nranks, m.nbytes)]
-                records.append(_record(s, m.choice, reality.measure(s, m.choice)))
-                again = reality.measured_again(s, m.choice)
-                if again is not None:  # the run's in-place column: tune reads its noise from it
-                    records.append(_record(s, m.choice, again, in_place=True))
+                records.append(_record(s, m.choice, reality.measure(s, m.choice), len(records)))
             if calibrate:
                 model, _ = calibrated_topology(records, reality.model)
-            tuner = tuner_for(records, model)
-        return {s: tuner.decide(s).chosen for s in reality.scenarios}, _runs(records)
+            tuner = _tuner(reality, records, model)
+        return {s: tuner.decide(s).chosen for s in reality.scenarios}, len(records)
     return decide
 
 
-def _runs(records: list[MeasurementRecord]) -> int:
-    """Measurements spent: a run's in-place timing comes with it, free."""
-    return sum(not r.in_place for r in records)
+def tune_on_kept(calibrate: bool) -> Callable:
+    """``dynamiccl tune`` given every choice at the kept sizes of a held-out reality."""
+    def decide(reality: HeldOutSizes):
+        records = [_record(s, c, reality.measure(s, c), i)
+                   for i, (s, c) in enumerate((s, c) for s in reality.kept for c in reality.menu(s))]
+        model = calibrated_topology(records, reality.model)[0] if calibrate else reality.model
+        tuner = _tuner(reality, records, model)
+        return {s: tuner.decide(s).chosen for s in reality.scenarios}, len(records)
+    return decide
 
 
-def _record(s: Scenario, choice: Choice, time_us: float, in_place: bool = False) -> MeasurementRecord:
+def _record(s: Scenario, choice: Choice, time_us: float, launch: int) -> MeasurementRecord:
+    """One measurement as a record: a launch of its own (``bench-<n>``)."""
     algbw, busbw = bandwidths(s.collective, s.nbytes, s.topology.nranks, time_us)
     return MeasurementRecord(
         s.collective.name.lower(), s.nbytes, s.topology.nranks, time_us, algbw, busbw,
         algorithm=None if choice.algorithm is None else choice.algorithm.name.lower(),
         protocol=None if choice.protocol is None else choice.protocol.name.lower(),
-        channels=choice.channels, nnodes=s.topology.nodes, in_place=in_place, source="bench_tuning")
+        channels=choice.channels, nnodes=s.topology.nodes, source="bench_tuning",
+        launch=f"bench-{launch}")
 
 
 def tuners(calibrate: bool, adaptive_model: str | None = None,
@@ -426,21 +516,33 @@ ACTION_TUNERS = ("coordinate_descent", "bandit_5pct_gate", "adaptive")
 
 
 def score(realities: list[Reality], pickers: dict[str, Picker],
-          progress: Callable[[Reality], None] | None = None) -> dict:
-    scores = {name: Score() for name in pickers}
+          progress: Callable[[Reality], None] | None = None, slower_than: float = SLOWER,
+          by_system: dict[str, dict] | None = None) -> dict:
+    """Every picker on every reality, over the scored decisions; per system too where
+    ``by_system`` is given (filled in place)."""
+    scores = {name: Score(slower_than) for name in pickers}
+    systems: dict[str, dict[str, Score]] = defaultdict(dict)
     for reality in realities:
-        t_def = {s: reality.truth(s, DEFAULT) for s in reality.scenarios}
-        t_best = {s: reality.best(s) for s in reality.scenarios}
+        scored = [s for s in reality.scenarios if reality.scored(s)]
+        t_def = {s: reality.truth(s, DEFAULT) for s in scored}
+        t_best = {s: reality.best(s) for s in scored}
+        system = getattr(reality, "system", None)
         for name, pick in pickers.items():
             if name in ACTION_TUNERS and not reality.times_actions:
                 continue
             times, used, exploration = pick(reality)
-            scores[name].measurements += used
-            scores[name].exploration += exploration
-            for s in reality.scenarios:
-                scores[name].add(reality.describe(s), t_def[s], t_best[s], times[s])
+            mine = systems[system].setdefault(name, Score(slower_than)) if system else None
+            for target in filter(None, (scores[name], mine)):
+                target.measurements += used
+                target.exploration += exploration
+                for s in scored:
+                    target.add(reality.describe(s), t_def[s], t_best[s], times[s])
         if progress:
             progress(reality)
+    if by_system is not None:
+        for system, per_tuner in systems.items():
+            by_system[system] = {name: s.summary() for name, s in per_tuner.items()
+                                 if s.logs or s.unavailable}
     return {name: s.summary() for name, s in scores.items()
             if s.logs or s.unavailable}
 
@@ -468,27 +570,77 @@ def replay_realities(folder: Path) -> list[ReplayReality]:
     return out
 
 
+def _spreads(realities: list) -> dict:
+    """The spread between the timing decided on and the one scored on, per system and overall
+    (the median of the systems' medians)."""
+    per = {r.system: r.spread() for r in realities}
+    known = [v for v in per.values() if v is not None]
+    return {"median_abs_log": round(float(np.median(known)), 4) if known else None,
+            "by_system": {k: None if v is None else round(v, 4) for k, v in per.items()}}
+
+
 def run_replay(folder: Path, calibrate: bool, adaptive_model: str | None = None,
                policies: tuple[str, ...] = ()) -> dict:
     realities = replay_realities(folder)
     pickers = tuners(calibrate, adaptive_model, policies)
+    by_system: dict[str, dict] = {}
+    tuned = score(realities, pickers, by_system=by_system)
     return {"tables": str(folder),
             "systems": {r.system: len(r.scenarios) for r in realities},
+            "scored": {r.system: sum(map(r.scored, r.scenarios)) for r in realities},
+            "decided_on": "out-of-place timing", "scored_on": "in-place timing of the same call",
+            "spread": _spreads(realities),
             "not_applicable": {name: NOT_ON_REPLAY for name in pickers if name in ACTION_TUNERS},
-            "tuners": score(realities, pickers)}
+            "tuners": tuned, "by_system": by_system}
 
 
-def _print(title: str, results: dict) -> None:
+def run_held_out(folder: Path, calibrate: bool) -> dict:
+    """The replay tables with every other size held out (:class:`HeldOutSizes`)."""
+    realities = [HeldOutSizes(r) for r in replay_realities(folder)]
+    pickers = {"nccl_default": _choices_picker(nccl_default_tuner),
+               "model_oracle_export": _choices_picker(model_oracle),
+               "model_gated_export": _choices_picker(model_gated),
+               "sweep_table_half": _choices_picker(sweep_table(2)),
+               "tune": _choices_picker(tune_on_kept(calibrate))}
+    by_system: dict[str, dict] = {}
+    tuned = score(realities, pickers, slower_than=SLOWER_HELD_OUT, by_system=by_system)
+    return {"tables": str(folder),
+            "held_out": {r.system: sum(map(r.scored, r.scenarios)) for r in realities},
+            "decided_on": "out-of-place timing at the kept sizes",
+            "scored_on": "out-of-place timing at the held-out sizes",
+            "spread": _spreads(realities), "tuners": tuned, "by_system": by_system}
+
+
+def _print(title: str, results: dict, by_system: dict | None = None) -> None:
     print(title)
-    print(f"{'tuner':24} {'share':>7} {'geomean':>8} {'>2% slower':>10} {'worst':>7} "
+    slower = next((k for r in results.values() for k in r if k.startswith("slower_")), "slower_2pct")
+    column = f">{slower.split('_')[1].removesuffix('pct')}% slower"
+    print(f"{'tuner':24} {'share':>7} {'geomean':>8} {column:>10} {'worst':>7} "
           f"{'measurements':>12}  worst decision")
     for name, r in results.items():
         share = "n/a" if r["headroom_share"] is None else f"{r['headroom_share']:.3f}"
         worst = "n/a" if r["worst_speedup"] is None else f"{r['worst_speedup']:.3f}x"
         geomean = "n/a" if r["geomean_speedup"] is None else f"{r['geomean_speedup']:.3f}x"
         missing = f" ({r['unavailable']} picks unmeasured)" if r.get("unavailable") else ""
-        print(f"{name:24} {share:>7} {geomean:>8} {r['slower_2pct']:>10} {worst:>7} "
+        print(f"{name:24} {share:>7} {geomean:>8} {r[slower]:>10} {worst:>7} "
               f"{r['measurements']:>12}  {r['worst_decision']}{missing}")
+    if by_system:
+        systems = list(by_system)
+        print(f"  share by system: {'tuner':22} " + " ".join(f"{k[:22]:>22}" for k in systems))
+        for name in results:
+            cells = []
+            for k in systems:
+                r = by_system[k].get(name)
+                cells.append("n/a" if r is None or r["headroom_share"] is None else
+                             f"{r['headroom_share']:.3f} ({r[slower]} slower)")
+            print(f"  {'':17}{name:22} " + " ".join(f"{c:>22}" for c in cells))
+
+
+def _spread_line(spread: dict, what: str) -> str:
+    per = ", ".join(f"{k} {'n/a' if v is None else f'{100 * v:.1f}%'}"
+                    for k, v in spread["by_system"].items())
+    overall = spread["median_abs_log"]
+    return f"spread ({what}): median {'n/a' if overall is None else f'{100 * overall:.1f}%'}; {per}"
 
 
 def main() -> int:
@@ -515,26 +667,44 @@ def main() -> int:
     began = time.perf_counter()
     seeds = list(range(HELDOUT_SEED_START, HELDOUT_SEED_START + args.seeds))
     learned = {"adaptive_model": args.adaptive, "policies": tuple(args.policy)}
+    realities = [PerturbedReality(seed, system) for seed in seeds for system in SYSTEMS]
+    noise = [r.spread() for r in realities]
     perturbed = run(seeds, SYSTEMS, args.calibrate, progress=not args.json, **learned)
     replay = run_replay(args.replay, args.calibrate, **learned)
+    held_out = run_held_out(args.replay, args.calibrate)
     doc = {"action_set": "deployable", "calibrate": args.calibrate,
            "perturbed": {"reality": f"perturbed, held-out seeds {seeds[0]}..{seeds[-1]}",
                          "systems": [f"{t}x{n}" for t, n in SYSTEMS],
                          "sizes": "1KiB..1GiB (powers of two)",
                          "collectives": [c.name.lower() for c in COLLECTIVES],
+                         "decided_on": "noisy measurements", "scored_on": "noise-free truth",
+                         "spread": {"noise_sigma_median": round(float(np.median(noise)), 4),
+                                    "noise_sigma_range": [round(min(noise), 4), round(max(noise), 4)]},
                          "tuners": perturbed},
-           "replay": replay, "seconds": round(time.perf_counter() - began, 1)}
+           "replay": replay, "replay_sizes_held_out": held_out,
+           "seconds": round(time.perf_counter() - began, 1)}
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
     p = doc["perturbed"]
     _print(f"{p['reality']}; {', '.join(p['systems'])}; {p['sizes']}; deployable actions",
            perturbed)
-    systems = ", ".join(f"{k} ({v})" for k, v in replay["systems"].items())
+    lo, hi = p["spread"]["noise_sigma_range"]
+    print(f"spread (noisy measurement vs truth): noise sigma {100 * lo:.1f}-{100 * hi:.1f}% "
+          f"(median {100 * p['spread']['noise_sigma_median']:.1f}%)")
+    systems = ", ".join(f"{k} ({replay['scored'][k]} of {v} scored)"
+                        for k, v in replay["systems"].items())
     print()
-    _print(f"replay: {systems} decisions; measured choices only", replay["tuners"])
+    _print(f"replay: {systems} decisions; measured choices only; decided on out-of-place, scored on "
+           "in-place", replay["tuners"], replay["by_system"])
+    print(_spread_line(replay["spread"], "out-of-place vs in-place, same call"))
     for name, why in replay["not_applicable"].items():
         print(f"{name}: not applicable on replay ({why})")
+    print()
+    held = ", ".join(f"{k} ({v})" for k, v in held_out["held_out"].items())
+    _print(f"replay, every other size held out: {held} held-out decisions; every choice measured at "
+           "the kept sizes", held_out["tuners"], held_out["by_system"])
+    print(_spread_line(held_out["spread"], "out-of-place vs in-place, same call, for reference"))
     return 0
 
 

@@ -1,110 +1,302 @@
-"""``dynamiccl tune``: measurements decide, the plan measures what can change a decision."""
+"""``dynamiccl tune``: launches tell the noise, measurements decide (between measured sizes too),
+every forced run counts, and the plan measures what can change a decision."""
 
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from dynamiccl.agents.tune import (
-    DEFAULT,
-    DEFAULT_NOISE,
-    Choice,
-    Measurements,
-    PlannedMeasurement,
+    PriorQuery,
     TunedPolicy,
     Tuner,
     _model_time,
-    command_lines,
-    plan,
+    resolved,
 )
+from dynamiccl.agents.tune_measurements import (
+    DEFAULT,
+    INTRA_NODE_LAUNCH_NOISE,
+    Choice,
+    Measurements,
+    default_launch_noise,
+)
+from dynamiccl.agents.tune_plan import PlannedMeasurement, command_lines, launch_order, plan
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.knobs import Algorithm, Collective, Protocol, span_label, without_channels
 from dynamiccl.profiler.records import MeasurementRecord, write_jsonl
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
+from dynamiccl.transports import TRANSPORTS
 
 TOPO = load_topology("dgx_h100", nodes=1)
 NVLS = Choice(Algorithm.NVLS, Protocol.SIMPLE)
 RING_LL = Choice(Algorithm.RING, Protocol.LL)
-REAL = Path(__file__).parent / "fixtures" / "real" / "h100_nvswitch_node"
+RING_ONLY = Choice(Algorithm.RING, None)
+FIXTURES = Path(__file__).parent / "fixtures" / "real"
+REAL = FIXTURES / "h100_nvswitch_node"
 
 
-def record(s: Scenario, choice: Choice, time_us: float) -> MeasurementRecord:
+def record(s: Scenario, choice: Choice, time_us: float, launch: str = "",
+           **extra) -> MeasurementRecord:
     return MeasurementRecord(
         s.collective.name.lower(), s.nbytes, s.topology.nranks, time_us, 1.0, 1.0,
         algorithm=None if choice.algorithm is None else choice.algorithm.name.lower(),
         protocol=None if choice.protocol is None else choice.protocol.name.lower(),
-        channels=choice.channels, nnodes=s.topology.nodes)
+        channels=choice.channels, nnodes=s.topology.nodes, launch=launch, **extra)
 
 
-def at(nbytes: int) -> Scenario:
-    return Scenario(TOPO, Collective.ALLREDUCE, nbytes)
+def launches(s: Scenario, choice: Choice, *times: float, tag: str = "") -> list[MeasurementRecord]:
+    """One record per launch, each launch its own id."""
+    return [record(s, choice, t, launch=f"{choice.label()}{tag}-{i}") for i, t in enumerate(times)]
 
 
-def test_without_measurements_the_uncertain_model_leaves_nccl_alone():
+def at(nbytes: int, topology=TOPO) -> Scenario:
+    return Scenario(topology, Collective.ALLREDUCE, nbytes)
+
+
+# -- noise from launches ---------------------------------------------------------------------------
+
+
+def test_without_measurements_nothing_is_tuned_and_the_table_says_so():
     d = Tuner(TOPO, Measurements([])).decide(at(1 << 20))
-    assert d.chosen == DEFAULT and d.verdict.evidence == "model"
-    assert not d.verdict.override
+    assert d.chosen == DEFAULT and d.verdict.evidence == "not measured"
+    assert not d.verdict.override and d.estimates  # the plan still has the model's estimates
 
 
 def test_a_measured_pair_decides_whatever_the_model_says():
     s = at(1 << 20)
-    model_nvls = _model_time(s, NVLS)
     records = [record(s, DEFAULT, 100.0), record(s, NVLS, 70.0), record(s, RING_LL, 130.0)]
     d = Tuner(TOPO, Measurements(records)).decide(s)
-    assert d.chosen == NVLS and d.verdict.evidence == "measured"
+    assert d.chosen == NVLS and d.verdict.evidence == "measured once"
     assert abs(d.verdict.gain - (100 / 70 - 1)) < 1e-9
-    assert d.estimates[NVLS].time_us == 70.0 != model_nvls
+    assert abs(d.estimates[NVLS].log_ratio - math.log(0.7)) < 1e-12
     slower = [record(s, DEFAULT, 100.0), record(s, NVLS, 120.0)]
-    d = Tuner(TOPO, Measurements(slower)).decide(s)
-    assert d.chosen == DEFAULT  # measured slower: NCCL keeps the call, whatever the model thinks
+    assert Tuner(TOPO, Measurements(slower)).decide(s).chosen == DEFAULT
 
 
-def test_a_measured_gain_within_the_noise_is_not_trusted():
+def test_one_launch_each_is_weaker_evidence_with_the_systems_default_noise():
+    """A single launch per side: the gain must clear the system's conservative launch noise on
+    both sides, however well the runs inside that launch agree."""
     s = at(1 << 20)
-    noisy = [record(s, DEFAULT, 100.0), record(s, NVLS, 97.0)]
-    assert Tuner(TOPO, Measurements(noisy)).decide(s).chosen == DEFAULT
+    tight = dict(time_us_runs=(99.0, 100.0, 101.0))
+    one = [record(s, DEFAULT, 100.0, launch="a", **tight), record(s, NVLS, 94.0, launch="b", **tight)]
+    d = Tuner(TOPO, Measurements(one)).decide(s)
+    assert d.verdict.evidence == "measured once" and d.chosen == DEFAULT  # 6 % < 7.1 %
+    assert d.verdict.sigma == pytest.approx(math.hypot(INTRA_NODE_LAUNCH_NOISE, INTRA_NODE_LAUNCH_NOISE))
 
 
-def test_the_in_place_column_tells_the_noise_of_a_single_run():
+def test_repeated_launches_tell_the_noise_and_make_a_measurement():
+    """Launches that agree (at many sizes) shrink the noise below the system default, and with
+    two launches or more on each side the verdict is "measured"; launches that disagree widen it
+    however well the runs within each agree."""
+    sizes = [1 << k for k in range(14, 24)]
+    steady = [r for n in sizes for c, t in ((DEFAULT, 100.0), (NVLS, 94.0))
+              for r in launches(at(n), c, t, t * 1.004, t / 1.004)]
+    tuner = Tuner(TOPO, Measurements(steady))
+    assert tuner.noise.sigma(TOPO, DEFAULT) < 0.5 * INTRA_NODE_LAUNCH_NOISE
+    d = tuner.decide(at(1 << 20))
+    assert d.verdict.evidence == "measured" and d.chosen == NVLS
+    shaky = [r for n in sizes for c, t in ((DEFAULT, 100.0), (NVLS, 94.0))
+             for r in launches(at(n), c, t, t * 1.3, t / 1.3)]
+    tuner = Tuner(TOPO, Measurements(shaky))
+    assert tuner.noise.sigma(TOPO, NVLS) > 0.15
+    assert tuner.decide(at(1 << 20)).chosen == DEFAULT
+
+
+def test_records_of_unknown_launch_count_as_one_launch():
     s = at(1 << 20)
-    calls = [record(s, DEFAULT, 100.0), record(s, NVLS, 96.0),
-             *(record(at(1 << k), DEFAULT, 50.0) for k in range(10, 20))]
-
-    def with_in_place(factor: float) -> Measurements:
-        return Measurements(calls + [replace(r, in_place=True, time_us=r.time_us * factor) for r in calls])
-
-    assert Measurements(calls).noise == DEFAULT_NOISE  # nothing repeats: a 4 % gain is not trusted
-    assert Tuner(TOPO, Measurements(calls)).decide(s).chosen == DEFAULT
-    steady = with_in_place(1.004)  # the second timing agrees: the 4 % gain is real
-    assert steady.noise == 0.01 and Tuner(TOPO, steady).decide(s).chosen == NVLS
-    shaky = with_in_place(1.08)
-    assert shaky.noise > DEFAULT_NOISE and Tuner(TOPO, shaky).decide(s).chosen == DEFAULT
+    unknown = [record(s, c, t) for c, t in ((DEFAULT, 100.0), (DEFAULT, 100.2), (NVLS, 94.0),
+                                            (NVLS, 94.1))]
+    tuner = Tuner(TOPO, Measurements(unknown))
+    assert tuner.sample(s, DEFAULT).launches == 1
+    assert tuner.decide(s).verdict.evidence == "measured once"
 
 
-def test_a_replay_table_tells_its_own_noise_through_its_in_place_column():
+def test_the_systems_default_launch_noise_follows_its_transports():
+    assert default_launch_noise(TOPO) == INTRA_NODE_LAUNCH_NOISE  # NVLink only
+    sockets = load_topology(FIXTURES / "rtx5090_socket_2ranks" / "topology.yaml")
+    assert default_launch_noise(sockets) == TRANSPORTS["socket"].launch_noise > 0.2
+    assert default_launch_noise(load_topology("dgx_h100", nodes=2)) == TRANSPORTS["ib"].launch_noise
+
+
+def test_the_spread_within_one_launch_is_only_a_floor_of_its_noise():
     from dynamiccl.profiler.measurements import load
 
-    replay = Path(__file__).parent / "fixtures" / "real" / "replay"
-    steady, shaky = load(replay / "h100_nvswitch_node.csv"), load(replay / "rtx5090_socket_2ranks.csv")
-    assert Measurements([r for r in steady if not r.in_place]).noise == DEFAULT_NOISE
-    assert Measurements(steady).noise < 0.02  # an NVSwitch node times each call twice alike
-    assert Measurements(shaky).noise > DEFAULT_NOISE  # two ranks on one GPU over sockets do not
+    steady = load(FIXTURES / "replay" / "h100_nvswitch_node.csv")
+    tuner = Tuner(TOPO, Measurements(steady))
+    assert tuner.measurements.within_launch[8] < 0.02  # an NVSwitch node times each call alike
+    assert tuner.noise.prior(TOPO) == INTRA_NODE_LAUNCH_NOISE  # ... and that is no launch noise
+    s = at(1 << 20)
+    twice = [record(s, DEFAULT, 100.0, launch="a"), record(s, DEFAULT, 125.0, launch="a", in_place=True)]
+    shaky = Tuner(TOPO, Measurements(twice))
+    assert shaky.noise.prior(TOPO) == pytest.approx(math.log(1.25) / 0.954, rel=1e-3)
 
 
-def test_measurements_of_a_choice_correct_the_model_at_nearby_sizes():
-    sizes = [1 << k for k in range(18, 23)]
-    records = [record(at(n), p, f * _model_time(at(n), p))
-               for n in sizes for p, f in ((DEFAULT, 1.0), (NVLS, 0.6))]
-    tuner = Tuner(TOPO, Measurements(records))
-    between = at(3 << 19)
-    est = tuner.estimate(between, NVLS)
-    assert est.evidence == "calibrated model"
-    assert abs(est.time_us / _model_time(between, NVLS) - 0.6) < 0.05
-    assert tuner.decide(between).chosen == NVLS
-    far = tuner.estimate(at(1 << 33), NVLS)
-    assert far.evidence == "model"  # too far from anything measured: no correction claimed
+# -- between measured sizes ------------------------------------------------------------------------
+
+
+def _both(n: int, factor: float, topology=TOPO) -> list[MeasurementRecord]:
+    """NCCL's default at the model's time and NVLS at ``factor`` times the model's default."""
+    s = at(n, topology)
+    t = _model_time(s, DEFAULT)
+    return [record(s, DEFAULT, t, launch=f"d{n}"), record(s, NVLS, factor * t, launch=f"n{n}")]
+
+
+def test_sizes_between_measured_sizes_that_agree_are_decided_from_them():
+    tuner = Tuner(TOPO, Measurements(_both(1 << 24, 0.5) + _both(1 << 26, 0.6)))
+    est = tuner.ratio(at(1 << 25), NVLS)
+    assert est.evidence == "interpolated" and est.anchored
+    assert math.log(0.6) >= est.log_ratio >= math.log(0.5)  # within the neighbours, never beyond
+    assert tuner.decide(at(1 << 25)).chosen == NVLS
+    # further from the measurements and with neighbours that disagree more: less certain
+    wide = Tuner(TOPO, Measurements(_both(1 << 22, 0.5) + _both(1 << 28, 0.6)))
+    split = Tuner(TOPO, Measurements(_both(1 << 24, 0.5) + _both(1 << 26, 0.95)))
+    assert wide.interpolated_ratio(at(1 << 25), NVLS).sigma > est.sigma
+    assert split.interpolated_ratio(at(1 << 25), NVLS).sigma > est.sigma
+
+
+def test_neighbours_that_point_different_ways_decide_nothing_between_them():
+    tuner = Tuner(TOPO, Measurements(_both(1 << 24, 0.5) + _both(1 << 26, 1.2)))
+    assert tuner.interpolated_ratio(at(1 << 25), NVLS) is None
+    assert tuner.ratio(at(1 << 25), NVLS).evidence != "interpolated"
+    # nothing above: no interpolation either (beyond the last measured size is not between)
+    assert Tuner(TOPO, Measurements(_both(1 << 24, 0.5))).interpolated_ratio(at(1 << 25), NVLS) is None
+
+
+def test_no_interpolation_across_a_change_of_nccls_pick():
+    lo, hi = 1 << 10, 1 << 26  # NCCL's model picks ring/LL at 1 KiB and NVLS at 64 MiB
+    assert without_channels(_model_pick(lo)) != without_channels(_model_pick(hi))
+    tuner = Tuner(TOPO, Measurements(_both(lo, 0.5) + _both(hi, 0.5)))
+    assert tuner.interpolated_ratio(at(1 << 18), NVLS) is None
+
+
+# -- every measurement counts ----------------------------------------------------------------------
+
+
+def test_a_run_forced_with_one_knob_is_evidence_for_the_pair_nccl_ran():
+    s = at(1 << 10)
+    pair = resolved(s, RING_ONLY)  # what NCCL's model picks with NCCL_ALGO=Ring here
+    assert pair.algorithm == Algorithm.RING and pair.protocol is not None
+    records = [record(s, DEFAULT, 100.0, launch="d"), record(s, RING_ONLY, 50.0, launch="r")]
+    d = Tuner(TOPO, Measurements(records)).decide(s)
+    assert d.estimates[pair].evidence == "measured once" and d.chosen == pair
+    # a TUNING log that says NCCL ran another protocol moves the evidence there
+    other = next(p for p in (Protocol.LL, Protocol.LL128, Protocol.SIMPLE) if p != pair.protocol)
+    logged = [records[0], replace(records[1], nccl_pick=f"ring/{other.name.lower()}")]
+    d = Tuner(TOPO, Measurements(logged)).decide(s)
+    assert d.estimates[Choice(Algorithm.RING, other)].evidence == "measured once"
+    assert d.estimates[pair].evidence != "measured once"
+
+
+def test_real_forced_runs_count_and_nccls_pick_is_its_cost_model_on_the_topology(tmp_path, capsys):
+    """The public 8xH100 logs (NCCL's default next to NCCL_ALGO=Ring): rows read "measured once"
+    where the ring run measured the pair NCCL picks with Ring, and NCCL's pick per row is what
+    NCCL's model picks at every size of the row, channels included."""
+    out = tmp_path / "t.dccl"
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--measurements", str(REAL),
+                 "--no-calibrate", "--collective", "allreduce", "-o", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert any(r["evidence"] == "measured once" for r in rows)
+    for r in rows:
+        assert r["nccl"] == span_label([_model_pick(n) for n in _sizes(r["from"], r["to"])])
+        assert r["best_alternative"] == "NCCL default" or r["best_alternative"].endswith("ch")
+    # show and the evidence name the same pick for every size tune decided
+    assert main(["show", str(out), "--json"]) == 0
+    rules = [x for x in json.loads(capsys.readouterr().out) if x["nodes"] == 1]
+    for n in _sizes(8, 16 << 30):
+        rule = next(x for x in rules if x["min_bytes"] <= n < x["max_bytes"])
+        piece = next(p for p in rule["nccl_by_size"] if p["min_bytes"] <= n < p["max_bytes"])
+        pair, channels = piece["nccl"].rsplit("/", 1)
+        lo, _, hi = channels.removesuffix("ch").partition("-")
+        assert pair == without_channels(_model_pick(n)), n
+        assert int(lo) <= _model_pick(n).channels <= int(hi or lo), n
+
+
+def _model_pick(n: int):
+    from dynamiccl.decisions import nccl_default
+
+    return nccl_default(at(n)).config
+
+
+def _sizes(lo: int, hi: int) -> list[int]:
+    return [1 << k for k in range(lo.bit_length() - 1, hi.bit_length())]
+
+
+def test_a_collective_no_measurement_covers_is_left_to_nccl(tmp_path, capsys):
+    """Broadcast-only logs tune nothing for allreduce: every row says "not measured"."""
+    sockets = FIXTURES / "rtx5090_socket_2ranks"
+    assert main(["tune", "--topology", str(sockets / "topology.yaml"), "--measurements",
+                 str(sockets), "--collective", "allreduce", "--collective", "broadcast",
+                 "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    allreduce = [r for r in rows if r["collective"] == "allreduce"]
+    assert allreduce and all(r["ours"] == "NCCL default" and r["evidence"] == "not measured"
+                             for r in allreduce)
+    assert "nothing measured for allreduce on 2 ranks" in captured.err
+    assert any(r["evidence"] != "not measured" for r in rows if r["collective"] == "broadcast")
+
+
+def test_logs_of_another_gpu_than_the_topologys_are_refused(capsys):
+    a100 = FIXTURES / "sophia_dgx_a100_ib"
+    assert main(["tune", "--topology", "dgx_h100", "--measurements", str(a100)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) <= 2 and "A100" in err[-1] and "sm90" in err[-1] and "topology" in err[-1]
+    assert main(["tune", "--topology", "dgx_a100", "--measurements", str(a100), "--json"]) == 0
+
+
+def test_measurements_take_several_paths_after_one_flag(tmp_path, capsys):
+    logs = [str(REAL / "all_reduce_default.txt"), str(REAL / "all_reduce_ring.txt")]
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--measurements", *logs,
+                 "--collective", "allreduce", "--no-calibrate", "--json"]) == 0
+    several = capsys.readouterr()
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--measurements", logs[0],
+                 "--measurements", logs[1], "--collective", "allreduce", "--no-calibrate",
+                 "--json"]) == 0
+    again = capsys.readouterr()
+    assert again.out == several.out and again.err == several.err
+    assert several.err.startswith("62 measurements")  # the out-of-place rows of both logs
+
+
+# -- the learned prior's seam ----------------------------------------------------------------------
+
+
+class _ScaledModel:
+    """A prior for the test: the model's ratio at the query, scaled by what was measured."""
+
+    def __init__(self, sigma: float) -> None:
+        self.sigma = sigma
+        self.queries: list[PriorQuery] = []
+
+    def estimate(self, query: PriorQuery) -> tuple[float, float] | None:
+        self.queries.append(query)
+        model = query.model(query.choice, query.scenario.nbytes)
+        return None if model is None else (model, self.sigma)
+
+
+def test_a_prior_is_one_more_source_where_nothing_was_measured():
+    records = _both(1 << 20, 0.5)
+    certain = _ScaledModel(0.001)
+    tuner = Tuner(TOPO, Measurements(records), prior=certain)
+    est = tuner.ratio(at(1 << 26), NVLS)
+    assert est.evidence == "learned prior" and est.anchored and est.sigma == 0.001
+    query = certain.queries[-1]
+    assert query.choice == NVLS and query.scenario.nbytes == 1 << 26
+    assert [p.nbytes for p in query.measured[NVLS]] == [1 << 20]
+    assert query.measured[NVLS][0].log_ratio == pytest.approx(math.log(0.5))
+    assert tuner.ratio(at(1 << 20), NVLS).evidence == "measured once"  # measured wins
+    vague = Tuner(TOPO, Measurements(records), prior=_ScaledModel(10.0))
+    assert vague.ratio(at(1 << 26), NVLS).evidence != "learned prior"  # the more certain source
+    unmeasured = Tuner(TOPO, Measurements([]), prior=certain).ratio(at(1 << 26), NVLS)
+    assert unmeasured.evidence == "learned prior" and not unmeasured.anchored
+
+
+# -- planning --------------------------------------------------------------------------------------
 
 
 def test_plan_measures_first_the_pair_whose_measurement_changes_a_decision():
@@ -114,44 +306,84 @@ def test_plan_measures_first_the_pair_whose_measurement_changes_a_decision():
     tuner = Tuner(TOPO, Measurements([]))
     planned = plan(tuner, scenarios, 2)
     assert len(planned) == 2
-    assert {m.choice.is_default for m in planned} == {True, False}
+    assert [m.choice.is_default for m in launch_order(planned)[0]] == [True, False]
     assert planned[0].nbytes == planned[1].nbytes
     target = at(planned[0].nbytes)
     pair = next(m.choice for m in planned if not m.choice.is_default)
-    assert tuner.decide(target).chosen == DEFAULT
     truth = {DEFAULT: _model_time(target, DEFAULT), pair: 0.5 * _model_time(target, DEFAULT)}
-    measured = Tuner(TOPO, Measurements([record(target, p, t) for p, t in truth.items()]))
+    measured = Tuner(TOPO, Measurements([record(target, p, t, launch=p.label())
+                                         for p, t in truth.items()]))
     assert measured.decide(target).chosen == pair
-    values = [m.value for m in plan(tuner, scenarios, 50)]
-    assert values == sorted(values, reverse=True)
+    assert 49 <= len(plan(tuner, scenarios, 50)) <= 50
 
 
-def test_command_lines_pin_nccl_and_merge_consecutive_sizes():
-    items = [PlannedMeasurement(Collective.ALLREDUCE, 8, NVLS, n, 1.0, "") for n in
-             (1 << 20, 1 << 21, 1 << 22, 1 << 25)]
+def test_plan_spends_launches_on_decisions_the_noise_leaves_open():
+    """A single launch each showing a gain near the noise: the plan asks for the next launches
+    of both there (interleaved: default first), and none where one launch settled it."""
+    open_, settled = at(1 << 20), at(1 << 24)
+    records = [record(open_, DEFAULT, 100.0, launch="d1"), record(open_, NVLS, 93.0, launch="n1"),
+               record(settled, DEFAULT, 100.0, launch="d2"), record(settled, NVLS, 50.0, launch="n2")]
+    tuner = Tuner(TOPO, Measurements(records), candidates=lambda s: [NVLS])
+    planned = plan(tuner, [open_, settled], 2)
+    assert [(m.choice, m.nbytes, m.launch) for m in planned] == [(DEFAULT, open_.nbytes, 2),
+                                                                (NVLS, open_.nbytes, 2)]
+    assert all(m.reason.startswith("another launch") for m in planned)
+    assert {m.nbytes for m in plan(tuner, [open_, settled], 40)} == {open_.nbytes}
+    assert plan(tuner, [open_, settled], 4, max_launches=1) == []  # a replayed log cannot repeat
+    lines = command_lines(planned, gpus_per_node=8)
+    assert lines[0].startswith("all_reduce_perf -b 1048576") and lines[0].endswith("launch 2")
+    assert lines[1].startswith("NCCL_ALGO=NVLS NCCL_PROTO=Simple all_reduce_perf")
+
+
+def test_command_lines_run_rounds_of_launches_in_order():
+    items = [PlannedMeasurement(Collective.ALLREDUCE, 8, NVLS, n, 1.0, "", launch)
+             for n in (1 << 20, 1 << 21, 1 << 22, 1 << 25) for launch in (1, 2)]
     items.append(PlannedMeasurement(Collective.ALLGATHER, 8, DEFAULT, 1 << 10, 1.0, ""))
+    items.append(PlannedMeasurement(Collective.ALLREDUCE, 8, DEFAULT, 1 << 20, 1.0, "", 2))
+    items.append(PlannedMeasurement(Collective.ALLREDUCE, 8, DEFAULT, 1 << 20, 1.0, ""))
     lines = command_lines(items, gpus_per_node=8)
     assert lines[0].startswith("all_gather_perf -b 1024 -e 1024 -f 2 -g 8")
-    assert lines[1].startswith("NCCL_ALGO=NVLS NCCL_PROTO=Simple all_reduce_perf -b 1048576 "
+    assert lines[1].startswith("all_reduce_perf -b 1048576 -e 1048576 -f 2 -g 8")
+    assert lines[2].startswith("NCCL_ALGO=NVLS NCCL_PROTO=Simple all_reduce_perf -b 1048576 "
                                "-e 4194304 -f 2 -g 8")
-    assert "-b 33554432 -e 33554432" in lines[2]
+    assert "-b 33554432 -e 33554432" in lines[3] and "launch" not in lines[3]
+    assert lines[4].startswith("all_reduce_perf -b 1048576") and lines[4].endswith("launch 2")
+    assert len(lines) == 7 and all(line.endswith("launch 2") for line in lines[4:])
+
+
+def test_a_plan_for_a_channel_pin_sets_nccl_min_and_max_nchannels():
+    pinned = Choice(Algorithm.RING, Protocol.LL128, 4)
+    lines = command_lines([PlannedMeasurement(Collective.ALLREDUCE, 8, pinned, 1 << 16, 1.0, "")],
+                          gpus_per_node=8)
+    assert lines[0].startswith("NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_MIN_NCHANNELS=4 "
+                               "NCCL_MAX_NCHANNELS=4 all_reduce_perf -b 65536 -e 65536")
+    # the plan asks for a measured channel pin at the sizes next to where it was measured
+    s = at(1 << 16)
+    measured = [record(s, DEFAULT, 100.0, launch="d"), record(s, pinned, 93.0, launch="p")]
+    planned = plan(Tuner(TOPO, Measurements(measured)), [at(1 << 15), s, at(1 << 17)], 50)
+    assert any(m.choice == pinned and m.nbytes != s.nbytes for m in planned)
+
+
+# -- the CLI and export ----------------------------------------------------------------------------
 
 
 def test_tune_cli_writes_a_gated_policy_and_plans(tmp_path, capsys):
     s = at(1 << 20)
     logs = tmp_path / "runs.jsonl"
-    write_jsonl([record(s, DEFAULT, 100.0), record(s, NVLS, 60.0)], logs)
+    write_jsonl([*launches(s, DEFAULT, 100.0, 101.0), *launches(s, NVLS, 60.0, 61.0)], logs)
     out = tmp_path / "tuned.dccl"
     assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--measurements", str(logs),
                  "--collective", "allreduce", "--no-calibrate", "-o", str(out), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
     measured = [r for r in rows if r["evidence"] == "measured"]
     assert measured and measured[0]["ours"] == "nvls/simple"
+    assert "from repeated launches" in captured.err
     assert main(["show", str(out), "--json"]) == 0
     rules = json.loads(capsys.readouterr().out)
     hit = [r for r in rules if r["nodes"] == 1 and r["min_bytes"] <= s.nbytes < r["max_bytes"]]
     assert hit[0]["algorithm"] == "nvls" and hit[0]["channels"] is None
-    assert hit[0]["evidence"] in ("measured", "calibrated model")  # the range's weakest call
+    assert hit[0]["evidence"] in ("measured", "interpolated", "calibrated model")
     assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--measurements", str(logs),
                  "--collective", "allreduce", "--no-calibrate", "--plan", "--budget", "4"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -161,14 +393,13 @@ def test_tune_cli_writes_a_gated_policy_and_plans(tmp_path, capsys):
 
 def test_tune_calibrates_on_real_logs_by_default(tmp_path, capsys):
     """Calibration is on unless --no-calibrate: tune, and its plan, fit the model to the logs."""
-    logs = ["--measurements", str(REAL / "all_reduce_default.txt"),
-            "--measurements", str(REAL / "all_reduce_ring.txt")]
+    logs = ["--measurements", str(REAL / "all_reduce_default.txt"), str(REAL / "all_reduce_ring.txt")]
     out = tmp_path / "t.dccl"
     assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", *logs, "--collective",
                  "allreduce", "-o", str(out), "--json"]) == 0
     captured = capsys.readouterr()
     assert "model: calibrated" in captured.err and out.is_file()
-    assert json.loads(captured.out)[0]["evidence"] == "calibrated model"
+    assert {r["evidence"] for r in json.loads(captured.out)} >= {"calibrated model", "measured once"}
     assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", *logs, "--collective",
                  "allreduce", "--plan", "--budget", "4"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -189,53 +420,65 @@ def test_tune_reads_a_folder_of_logs_with_sidecars_and_skips_other_files(tmp_pat
 def test_a_measured_channel_pin_is_weighed_and_written_with_its_channels():
     s = at(1 << 20)
     pinned = Choice(Algorithm.NVLS, Protocol.SIMPLE, 8)
-    tuner = Tuner(TOPO, Measurements([record(s, DEFAULT, 100.0), record(s, pinned, 60.0),
-                                      record(s, NVLS, 90.0)]))
+    tuner = Tuner(TOPO, Measurements([record(s, DEFAULT, 100.0, launch="a"),
+                                      record(s, pinned, 60.0, launch="b"),
+                                      record(s, NVLS, 90.0, launch="c")]))
     d = tuner.decide(s)
-    assert d.chosen == pinned and d.verdict.evidence == "measured"
+    assert d.chosen == pinned and d.verdict.evidence == "measured once"
     rule, _ = TunedPolicy(tuner).decide_rule(s)
     assert (rule.algorithm, rule.protocol, rule.channels) == (Algorithm.NVLS, Protocol.SIMPLE, 8)
     # never proposed by the model alone: without that measurement no candidate pins channels
     assert all(c.channels is None for c in Tuner(TOPO, Measurements([])).decide(s).estimates)
 
 
-def test_a_plan_for_a_channel_pin_sets_nccl_min_and_max_nchannels():
-    pinned = Choice(Algorithm.RING, Protocol.LL128, 4)
-    lines = command_lines([PlannedMeasurement(Collective.ALLREDUCE, 8, pinned, 1 << 16, 1.0, "")],
-                          gpus_per_node=8)
-    assert lines[0].startswith("NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_MIN_NCHANNELS=4 "
-                               "NCCL_MAX_NCHANNELS=4 all_reduce_perf -b 65536 -e 65536")
-    # the plan asks for a measured channel pin at the sizes next to where it was measured
-    s = at(1 << 16)
-    measured = [record(s, DEFAULT, 100.0), record(s, pinned, 50.0)]
-    planned = plan(Tuner(TOPO, Measurements(measured)), [at(1 << 15), s, at(1 << 17)], 50)
-    assert any(m.choice == pinned and m.nbytes != s.nbytes for m in planned)
-
-
 def test_tune_overrides_only_where_measurements_anchor_both_sides():
     # NVLS measured far faster than NCCL's default up to 4 MiB, NCCL's default never near 16 MiB
     sizes = [1 << k for k in range(18, 23)]
-    records = [record(at(n), DEFAULT, _model_time(at(n), DEFAULT)) for n in sizes[:2]]
-    records += [record(at(n), NVLS, 0.5 * _model_time(at(n), NVLS)) for n in sizes]
+    records = [record(at(n), DEFAULT, _model_time(at(n), DEFAULT), launch=f"d{n}") for n in sizes[:2]]
+    records += [record(at(n), NVLS, 0.5 * _model_time(at(n), NVLS), launch=f"n{n}") for n in sizes]
     tuner = Tuner(TOPO, Measurements(records))
-    far_default = at(1 << 24)
-    d = tuner.decide(far_default)
-    assert d.estimates[DEFAULT].model_only and not d.estimates[NVLS].model_only
-    assert d.chosen == DEFAULT  # the model alone speaks for NCCL's default there
+    d = tuner.decide(at(1 << 24))
+    assert not d.estimates[NVLS].anchored and d.chosen == DEFAULT
     # a choice only the model speaks for never overrides a measured default, however fast it looks
     only_model = [record(at(1 << 20), DEFAULT, 10.0 * _model_time(at(1 << 20), DEFAULT))]
     d = Tuner(TOPO, Measurements(only_model)).decide(at(1 << 20))
-    assert d.estimates[DEFAULT].evidence == "measured" and d.chosen == DEFAULT
+    assert not d.estimates[NVLS].anchored and d.chosen == DEFAULT
 
 
-def test_a_calibrated_model_keeps_a_choice_corrected_by_its_own_measurements():
-    # with a fitted model (calibrated=True) an estimate corrected by the choice's own measurements
-    # is that choice's time, not rescaled again by the model's ratio to NCCL's default
+def test_measurements_of_a_choice_correct_the_model_at_nearby_sizes():
     sizes = [1 << k for k in range(18, 23)]
-    records = [record(at(n), p, f * _model_time(at(n), p))
+    records = [record(at(n), p, f * _model_time(at(n), p), launch=f"{p.label()}{n}")
                for n in sizes for p, f in ((DEFAULT, 1.0), (NVLS, 0.6))]
     tuner = Tuner(TOPO, Measurements(records), calibrated=True)
     between = at(3 << 19)
-    d = tuner.decide(between)
-    assert not d.estimates[NVLS].model_only
-    assert abs(d.estimates[NVLS].time_us / _model_time(between, NVLS) - 0.6) < 0.05
+    est = tuner.estimate(between, NVLS)
+    assert est.evidence == "calibrated model" and not est.model_only
+    assert abs(est.time_us / _model_time(between, NVLS) - 0.6) < 0.05
+    assert tuner.decide(between).chosen == NVLS
+    assert tuner.estimate(at(1 << 33), NVLS).model_only  # too far: no correction claimed
+
+
+@pytest.mark.gpu
+def test_plan_run_measures_interleaved_launches_on_a_gpu(tmp_path, capsys):
+    """On a real GPU (one rank): every round of the plan is its own launches, each with a fresh
+    launch id, NCCL's default launched before the choices of its round."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    from dynamiccl.profiler.records import read_jsonl
+
+    record_file = tmp_path / "m.jsonl"
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--gpus-per-node", "1",
+                 "--collective", "allreduce", "--plan", "--budget", "4", "--run",
+                 "--record", str(record_file)]) == 0
+    records = read_jsonl(record_file)
+    assert records and all(r.launch.startswith("runner-") and r.gpu for r in records)
+    by_launch: dict[str, set] = {}
+    for r in records:
+        by_launch.setdefault(r.launch, set()).add(r.config_label)
+    assert all(len(labels) == 1 for labels in by_launch.values())  # one environment per launch
+    shutil.copy(record_file, tmp_path / "again.jsonl")
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--gpus-per-node", "1",
+                 "--collective", "allreduce", "--measurements", str(tmp_path / "again.jsonl"),
+                 "--json"]) == 0

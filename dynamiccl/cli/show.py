@@ -4,13 +4,18 @@ A person must be able to check a policy before it steers a job, so the file is v
 the plugin verifies it (format, version, checksum) and its rules are printed as one table per
 collective and system (nodes x ranks), a row per size range, with what NCCL would pick there, the
 predicted gain, its uncertainty and the evidence behind it (model, calibrated model, measured) as
-export or tune recorded them beside the file (``<file>.evidence.json``).
+export or tune recorded them beside the file (``<file>.evidence.json``). NCCL's pick is NCCL's cost
+model on the exported topology, as the gate compared against; where it changes inside a rule (a
+deferring rule over all sizes spans several), the rule is printed as one row per run of sizes with
+the same pick.
 
 ``show FILE --json`` prints the rules as a JSON list, one object per rule with the keys of
 :data:`JSON_KEYS` — a contract other tools rely on: ``nodes``/``ranks`` null = any, ``[min_bytes,
 max_bytes)`` the call's size range as NCCL's tuner sees it (max exclusive), ``algorithm``/
 ``protocol`` null and ``defer`` true where NCCL decides, ``channels`` null = NCCL's count. Where
-evidence is known, ``nccl``, ``gain``, ``uncertainty`` and ``evidence`` are added.
+evidence is known, ``nccl``, ``gain``, ``uncertainty`` and ``evidence`` are added (``nccl`` null
+where NCCL's pick changes inside the rule), and ``nccl_by_size``: the rule's runs of sizes with
+one NCCL pick each (``min_bytes``, ``max_bytes`` exclusive, ``nccl``).
 """
 
 from __future__ import annotations
@@ -51,8 +56,10 @@ def _title(rule, slice_name: str | None) -> str:
     return " | ".join(parts)
 
 
-def rule_json(rule, evidence: dict | None = None) -> dict:
-    """One rule as the ``--json`` contract spells it."""
+def rule_json(rule, evidence: list[dict] | None = None) -> dict:
+    """One rule as the ``--json`` contract spells it, with its evidence rows (one per run of sizes
+    with one NCCL pick) folded in: the rule answers for its least convincing override, or its most
+    tempting rejected one."""
     from dynamiccl import policy_file as pf
 
     d = rule.decision
@@ -62,23 +69,34 @@ def rule_json(rule, evidence: dict | None = None) -> dict:
            "protocol": None if d is None else pf.PROTO_TOKENS[d.protocol],
            "channels": None if d is None else d.channels, "defer": d is None}
     if evidence:
-        row.update({k: evidence[k] for k in ("nccl", "gain", "uncertainty", "evidence")})
+        worst = (min if d is not None else max)(evidence, key=lambda e: float(e["gain"]))
+        picks = {e["nccl"] for e in evidence}
+        row.update({"nccl": picks.pop() if len(picks) == 1 else None, "gain": worst["gain"],
+                    "uncertainty": max(float(e["uncertainty"]) for e in evidence),
+                    "evidence": worst["evidence"],
+                    "nccl_by_size": [{k: e[k] for k in ("min_bytes", "max_bytes", "nccl")}
+                                     for e in evidence]})
     return row
 
 
-def _evidence_index(path: str) -> dict[tuple, dict]:
+def _evidence_index(path: str) -> dict[tuple, list[dict]]:
+    """Evidence rows per (collective, nodes, ranks), in size order."""
     from dynamiccl.agents.export import load_evidence
 
-    rows = load_evidence(path) or []
-    return {(r["collective"], r["nodes"], r["ranks"], r["min_bytes"], r["max_bytes"]): r
-            for r in rows}
+    index: dict[tuple, list[dict]] = {}
+    for r in load_evidence(path) or []:
+        index.setdefault((r["collective"], r["nodes"], r["ranks"]), []).append(r)
+    for rows in index.values():
+        rows.sort(key=lambda r: r["min_bytes"])
+    return index
 
 
-def _key(rule) -> tuple:
+def _rule_evidence(index: dict[tuple, list[dict]], rule) -> list[dict]:
+    """The evidence rows inside ``rule``'s size range."""
     from dynamiccl import policy_file as pf
 
-    return (pf.COLL_TOKENS[rule.collective], rule.nodes, rule.ranks, rule.min_bytes,
-            rule.max_bytes + 1)
+    rows = index.get((pf.COLL_TOKENS[rule.collective], rule.nodes, rule.ranks), [])
+    return [r for r in rows if rule.min_bytes <= r["min_bytes"] and r["max_bytes"] <= rule.max_bytes + 1]
 
 
 def _selected(policy, args: argparse.Namespace) -> list[tuple[object, list]]:
@@ -160,7 +178,7 @@ def _run(args: argparse.Namespace) -> int:
         rows = []
         for sl, rules in selected:
             for rule in rules:
-                row = rule_json(rule, evidence.get(_key(rule)) if sl.key == pf.DEFAULT_CONTEXT
+                row = rule_json(rule, _rule_evidence(evidence, rule) if sl.key == pf.DEFAULT_CONTEXT
                                 else None)
                 if args.all_slices:
                     row["slice"] = sl.name
@@ -195,7 +213,8 @@ def _run(args: argparse.Namespace) -> int:
                         "predicted gain", "uncertainty", "evidence"):
                 table.add_column(col, overflow="fold" if col == "bytes" else None)
             for rule in group[: MAX_TABLE_ROWS - shown]:
-                table.add_row(*_row(rule, evidence.get(_key(rule)) if name is None else None))
+                for ev in (_rule_evidence(evidence, rule) if name is None else []) or [None]:
+                    table.add_row(*_row(rule, ev))
                 shown += 1
             console.print(table)
     total = sum(len(rules) for _, rules in selected)
@@ -211,7 +230,8 @@ def _row(rule, ev: dict | None) -> tuple[str, ...]:
     from dynamiccl import policy_file as pf
 
     d = rule.decision
-    sizes = (_human_range(rule.min_bytes, rule.max_bytes), f"{rule.min_bytes}-{rule.max_bytes}")
+    lo, hi = (rule.min_bytes, rule.max_bytes) if ev is None else (ev["min_bytes"], ev["max_bytes"] - 1)
+    sizes = (_human_range(lo, hi), f"{lo}-{hi}")
     known = ("", "", "", "") if ev is None else (
         str(ev["nccl"]), f"{100 * float(ev['gain']):+.1f}%", f"±{100 * float(ev['uncertainty']):.1f}%",
         str(ev["evidence"]))

@@ -1,12 +1,14 @@
 """``dynamiccl tune``: a system's measurements -> calibrated model -> gated policy file.
 
 Give the topology and whatever was measured on it (nccl-tests logs of default and forced runs,
-``dynamiccl profile collective --record`` files); tune fits the model to them, decides per
-collective, system and size whether pinning ``NCCL_ALGO``/``NCCL_PROTO`` wins (a measured pair
-decides where one exists; elsewhere the gate needs the predicted gain to clear the margin and the
-uncertainty), writes the policy file with its evidence, and prints every decision. ``--plan``
-prints instead the nccl-tests command lines that would settle the most valuable undecided rules;
-measure them, then run tune again with the new logs.
+``dynamiccl profile collective --record`` files, NCCL TUNING logs beside them); tune fits the model
+to them, decides per collective, system and size whether pinning ``NCCL_ALGO``/``NCCL_PROTO`` wins
+(a measured pair decides where one exists, measured neighbouring sizes between them; elsewhere the
+gate needs the predicted gain to clear the margin and the uncertainty), writes the policy file with
+its evidence, and prints every decision. A collective measured nowhere is left to NCCL; logs of
+other GPUs than the topology's are refused. ``--plan`` prints instead the nccl-tests command lines
+(launches, in order) that would settle the most valuable open decisions; measure them, then run
+tune again with the new logs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dynamiccl.cli.common import UserError, add_topology_args, path_arg, topolog
 
 EPILOG = """examples:
   dynamiccl tune --topology dgx_h100 --plan --budget 40
-  dynamiccl tune --topology dgx_h100 --measurements logs/ -o tuned.dccl
+  dynamiccl tune --topology dgx_h100 --measurements logs/ more/*.txt -o tuned.dccl
   dynamiccl tune --topology dgx_h100 --measurements logs/ --plan --budget 40
 then: dynamiccl show tuned.dccl; dynamiccl evaluate --policy tuned.dccl"""
 
@@ -27,9 +29,10 @@ _COLLECTIVES = ("allreduce", "allgather", "reducescatter")
 MAX_BUDGET = 100_000
 
 
-def _records(paths: list[str] | None) -> list:
+def _records(paths: list[str] | None, topology) -> list:
     """Every measurement given (files or folders): the one place tune reads measurements. Files of
-    a folder that hold no measurements are skipped with a note."""
+    a folder that hold no measurements are skipped with a note; measurements of another GPU than
+    the topology's are refused."""
     from dynamiccl.profiler.measurement_paths import load_paths
 
     try:
@@ -42,7 +45,23 @@ def _records(paths: list[str] | None) -> list:
         shown = "; ".join(loaded.skipped[:3]) + ("; ..." if len(loaded.skipped) > 3 else "")
         print(f"note: skipped {len(loaded.skipped)} file(s) holding no measurements ({shown})",
               file=sys.stderr)
+    _check_gpus(loaded.records, topology)
     return loaded.records
+
+
+def _check_gpus(records: list, topology) -> None:
+    """Refuses measurements whose log names a GPU of another architecture than the topology's:
+    fitting an A100's times to an H100's model would tune the wrong system."""
+    from dynamiccl.gpus import compute_capability, same_architecture
+    from dynamiccl.topology import ARCHS
+
+    arch = ARCHS[topology.gpu.arch]
+    for rec in records:
+        if rec.gpu and not same_architecture(rec.gpu, arch, max(ARCHS.values())):
+            raise UserError(
+                f"{rec.source}: measured on {rec.gpu} (sm{compute_capability(rec.gpu)}), but the "
+                f"topology {topology.name} has {topology.gpu.arch} GPUs; give the topology of the "
+                "system the logs come from")
 
 
 def _scenarios(topology, collectives: list[str], shapes: set[tuple[int, int]]) -> list:
@@ -59,7 +78,11 @@ def _scenarios(topology, collectives: list[str], shapes: set[tuple[int, int]]) -
 
 
 def _report_rows(tuner, scenarios: list) -> list[dict]:
-    """Every decision, consecutive sizes with the same outcome merged into one row."""
+    """Every decision, consecutive sizes merged into one row where the outcome, the evidence,
+    NCCL's pick (NCCL's cost model on the topology, as ``show`` and the evidence name it) and the
+    best alternative keep their algorithm and protocol; the channel counts NCCL runs for either
+    over the row are shown as a range (``ring/ll/1-24ch``)."""
+    from dynamiccl.knobs import span_label, without_channels
     from dynamiccl.units import format_size
 
     rows: list[dict] = []
@@ -67,23 +90,30 @@ def _report_rows(tuner, scenarios: list) -> list[dict]:
         d = tuner.decide(s)
         row = {"collective": s.collective.name.lower(), "nodes": s.topology.nodes,
                "ranks": s.topology.nranks, "from": s.nbytes, "to": s.nbytes,
-               "nccl": d.verdict.nccl.label(), "ours": d.chosen.label(),
-               "best_alternative": d.alternative.label(),
+               "nccl": [d.verdict.nccl], "ours": d.chosen.label(),
+               "best_alternative": d.alternative.label(), "alternative": [d.verdict.proposed],
                "gain": round(d.verdict.gain, 4), "uncertainty": round(d.verdict.sigma, 4),
                "evidence": d.verdict.evidence}
         last = rows[-1] if rows else None
         same = last is not None and all(last[k] == row[k] for k in (
             "collective", "nodes", "ranks", "ours", "evidence", "best_alternative")) and \
+            without_channels(last["nccl"][-1]) == without_channels(d.verdict.nccl) and \
             last["to"] * 2 == s.nbytes
         if same:
             last["to"] = s.nbytes
             last["gain"] = min(last["gain"], row["gain"]) if row["ours"] != "NCCL default" else \
                 max(last["gain"], row["gain"])
             last["uncertainty"] = max(last["uncertainty"], row["uncertainty"])
+            last["nccl"].append(d.verdict.nccl)
+            last["alternative"].append(d.verdict.proposed)
         else:
             rows.append(row)
     for r in rows:
         r["sizes"] = f"{format_size(r['from'])}..{format_size(r['to'])}"
+        r["nccl"] = span_label(r["nccl"])
+        proposed = r.pop("alternative")
+        if r["best_alternative"] != "NCCL default" and not r["best_alternative"].endswith("ch"):
+            r["best_alternative"] = span_label(proposed)  # the channels NCCL runs the pair with
     return rows
 
 
@@ -105,55 +135,89 @@ def _print_report(rows: list[dict], title: str) -> None:
     console.print(table)
 
 
-def _run_plan(planned: list, gpus_per_node: int, record: str) -> None:
-    """Measures the plan on this machine's GPUs with the project's runner (``--plan --run``)."""
+def _run_plan(planned: list, record: str) -> None:
+    """Measures the plan on this machine's GPUs with the project's runner (``--plan --run``), one
+    round of launches after another (:func:`~dynamiccl.agents.tune_plan.launch_order`: NCCL's
+    default first, then each choice), so a choice's launches alternate with its default's and a
+    drift over time hits both alike. Each round's records are appended as it finishes."""
+    from dynamiccl.agents.tune_plan import launch_order
     from dynamiccl.profiler.records import write_jsonl
     from dynamiccl.profiler.runner import CollectiveSpec, measure_many
 
     nranks = {m.nranks for m in planned}
     if len(nranks) != 1:
         raise UserError("--run measures one system shape at a time; narrow the plan with --nodes")
-    specs = [CollectiveSpec(m.collective.name.lower(), m.nbytes, "nccl",
-                            algorithm=_token(m.choice.algorithm), protocol=_token(m.choice.protocol),
-                            channels=m.choice.channels)
-             for m in planned]
-    results = measure_many(specs, nranks.pop())
-    n = write_jsonl([r.to_record() for r in results], record, append=True)
-    print(f"measured {n} points into {record}; run tune again with --measurements {record}")
+    ranks = nranks.pop()
+    rounds = launch_order(planned)
+    total = 0
+    for i, launches in enumerate(rounds, 1):
+        specs = [CollectiveSpec(m.collective.name.lower(), m.nbytes, "nccl",
+                                algorithm=_token(m.choice.algorithm),
+                                protocol=_token(m.choice.protocol), channels=m.choice.channels)
+                 for m in launches]
+        results = measure_many(specs, ranks)
+        total += write_jsonl([r.to_record() for r in results], record, append=True)
+        print(f"round {i}/{len(rounds)}: measured {len(results)} points", file=sys.stderr)
+    print(f"measured {total} points into {record}; run tune again with --measurements {record}")
 
 
 def _token(knob) -> str | None:
     return None if knob is None else knob.name.lower()
 
 
+def _noise_note(tuner, scenarios: list) -> str:
+    """How noisy one launch of NCCL's default is taken to be on each shape, and from what."""
+    from dynamiccl.agents.tune_measurements import DEFAULT
+
+    parts = []
+    for system in dict.fromkeys(s.topology for s in scenarios):
+        sigma = tuner.noise.sigma(system, DEFAULT)
+        repeated = any(n == system.nranks for n, _ in tuner.measurements.repeats)
+        source = "from repeated launches" if repeated else "no repeated launch: the system's default"
+        parts.append(f"{system.nranks} ranks: launch noise {100 * sigma:.1f}% ({source})")
+    return "; ".join(parts)
+
+
+def _note_unmeasured(measurements, scenarios: list) -> None:
+    """Says which collectives (and shapes) no measurement covers: tune leaves them to NCCL."""
+    missing = sorted({(s.collective.name.lower(), s.topology.nranks) for s in scenarios
+                      if not measurements.covers(s.collective, s.topology.nranks)})
+    if missing:
+        shown = ", ".join(f"{c} on {n} ranks" for c, n in missing)
+        print(f"note: nothing measured for {shown}: tune leaves those calls to NCCL (measure them "
+              "first: tune --plan)", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
-    from dynamiccl.agents import tune
+    from dynamiccl.agents import tune, tune_plan
 
     if not 1 <= args.budget <= MAX_BUDGET:
         raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measurements")
     if not 0 <= args.margin < 1:
         raise UserError(f"--margin {args.margin}: give a fraction in [0, 1), e.g. 0.03")
     topology = topology_from_args(args)
-    records = _records(args.measurements)
+    records = _records([p for group in args.measurements or [] for p in group], topology)
     measurements = tune.Measurements(records)
     model, note = (topology, "uncalibrated (--no-calibrate)") if args.no_calibrate else \
         tune.calibrated_topology(records, topology)
     tuner = tune.Tuner(model, measurements, margin=args.margin, calibrated=model is not topology)
     scenarios = _scenarios(topology, args.collective or list(_COLLECTIVES), measurements.shapes)
-    print(f"{len(records)} measurements ({len(measurements)} usable points, noise "
-          f"{100 * measurements.noise:.1f}%); model: {note}", file=sys.stderr)
+    print(f"{len(records)} measurements ({len(measurements)} usable points; "
+          f"{_noise_note(tuner, scenarios)}); model: {note}", file=sys.stderr)
+    if records:
+        _note_unmeasured(measurements, scenarios)
     if args.plan:
-        planned = tune.plan(tuner, scenarios, args.budget)
+        planned = tune_plan.plan(tuner, scenarios, args.budget)
         if args.json:
             print(json.dumps([{"collective": m.collective.name.lower(), "ranks": m.nranks,
-                               "choice": m.choice.label(), "nbytes": m.nbytes,
+                               "choice": m.choice.label(), "nbytes": m.nbytes, "launch": m.launch,
                                "value": round(m.value, 5), "reason": m.reason} for m in planned],
                              indent=1))
         else:
-            for line in tune.command_lines(planned, topology.gpus_per_node):
+            for line in tune_plan.command_lines(planned, topology.gpus_per_node):
                 print(line)
         if args.run:
-            _run_plan(planned, topology.gpus_per_node, args.record)
+            _run_plan(planned, args.record)
         return 0
     rows = _report_rows(tuner, scenarios)
     if args.output:
@@ -198,8 +262,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "uncertainty); write the policy file, or plan the next measurements.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_topology_args(parser)
-    parser.add_argument("--measurements", action="append", type=path_arg, metavar="PATH",
-                        help="nccl-tests logs or measurement records (files or folders; repeat)")
+    parser.add_argument("--measurements", action="append", nargs="+", type=path_arg,
+                        metavar="PATH",
+                        help="nccl-tests logs, measurement records or NCCL TUNING logs (files or "
+                             "folders, several after one flag; repeatable)")
     parser.add_argument("--collective", action="append", choices=_COLLECTIVES + (
         "broadcast", "reduce"), help="only these collectives (default: allreduce, allgather, "
                                      "reducescatter)")
@@ -211,12 +277,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", type=path_arg, metavar="FILE", help="write the tuned policy file")
     parser.add_argument("--force", action="store_true", help="replace an existing -o file")
     parser.add_argument("--plan", action="store_true",
-                        help="print the nccl-tests commands that would settle the most valuable "
-                             "undecided rules")
+                        help="print the nccl-tests launches (run them in the order printed) that "
+                             "would settle the most valuable open decisions")
     parser.add_argument("--budget", type=int, default=64, metavar="N",
                         help="measurements the plan may use (default 64)")
     parser.add_argument("--run", action="store_true",
-                        help="with --plan: measure the plan now on this machine's GPUs")
+                        help="with --plan: measure the plan now on this machine's GPUs, in "
+                             "interleaved launches (default, choice, default, choice...)")
     parser.add_argument("--record", default="tune_measurements.jsonl", type=path_arg, metavar="FILE",
                         help="where --run appends its measurements (default tune_measurements.jsonl)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -1,0 +1,269 @@
+"""What ``dynamiccl tune`` knows from measurements: times per call and choice, by launch, and their noise.
+
+A launch (one nccl-tests run, one start-up of the runner's ranks) shares its state across everything
+it times: where its ranks landed, clocks, a warm or cold network. So two timings within one launch
+(nccl-tests' out-of-place and in-place columns, the runs of a runner measurement) agree far better
+than two launches do: on one H100 with four emulated hosts, runs within a launch agreed to 1.5 %
+while three launches of the same call differed by x1.12-x1.64. A choice's noise is therefore read
+from repeated launches where the measurements have them (:class:`LaunchNoise`), and otherwise taken
+as a conservative default of the system (:func:`default_launch_noise`), never below what one
+launch's own timings disagree by.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynamiccl.decisions import KnobConstraints
+from dynamiccl.knobs import Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.profiler.records import MeasurementRecord
+from dynamiccl.topology import Topology
+from dynamiccl.transports import TRANSPORTS
+
+#: Launch-to-launch noise (relative 1-sigma) of a call that crosses no network tier, where the
+#: measurements have no repeated launch: the top of the 1-5 % run-to-run spread nccl-tests runs show
+#: within a node, so a single launch never looks more certain than it is.
+INTRA_NODE_LAUNCH_NOISE = 0.05
+#: Median of |log(a / b)| for two timings with independent Gaussian noise of sigma 1:
+#: 0.674 (the half-normal median) x sqrt(2).
+PAIR_SPREAD_PER_SIGMA = 0.954
+#: How many launches' worth of belief the system's default noise carries against measured launches
+#: (pseudo degrees of freedom of the scaled inverse-chi-square prior): two launches at one size
+#: (one degree of freedom) move it a third of the way, launches at many sizes settle it.
+PRIOR_DOF = 2.0
+#: Below this no noise is believed, however well launches agree (timer resolution, clock drift).
+MIN_NOISE = 0.005
+#: The launch id of records whose launch is unknown: all of them count as one launch per call.
+UNKNOWN_LAUNCH = ""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What NCCL is told for a call: each knob pinned or left to NCCL (all None = NCCL's default).
+
+    Tune's own candidates pin algorithm and protocol (what a policy rule must name); measurements
+    may pin fewer knobs (``NCCL_ALGO`` alone) or the channel count as well, and are kept as such.
+    """
+
+    algorithm: Algorithm | None = None
+    protocol: Protocol | None = None
+    channels: int | None = None
+
+    @property
+    def constraints(self) -> KnobConstraints:
+        return KnobConstraints(algorithm=self.algorithm, protocol=self.protocol,
+                               channels=self.channels)
+
+    @property
+    def is_default(self) -> bool:
+        return self.algorithm is None and self.protocol is None and self.channels is None
+
+    @property
+    def exportable(self) -> bool:
+        """A policy rule can pin it: algorithm and protocol both named."""
+        return self.algorithm is not None and self.protocol is not None
+
+    def label(self) -> str:
+        if self.is_default:
+            return "NCCL default"
+        knobs = [self.algorithm.name.lower() if self.algorithm is not None else "auto",
+                 self.protocol.name.lower() if self.protocol is not None else "auto"]
+        return "/".join(knobs + ([f"{self.channels}ch"] if self.channels is not None else []))
+
+
+DEFAULT = Choice()
+
+
+def record_choice(rec: MeasurementRecord) -> Choice | None:
+    """What a record measured; None for records tune cannot use (another backend, a straggler)."""
+    if rec.backend != "nccl" or rec.straggler_delay_us > 0:
+        return None
+    return Choice(None if rec.algorithm is None else Algorithm(parse_enum(Algorithm, rec.algorithm)),
+                  None if rec.protocol is None else Protocol(parse_enum(Protocol, rec.protocol)),
+                  rec.channels)
+
+
+def logged_pick(rec: MeasurementRecord, choice: Choice) -> Choice | None:
+    """The pair NCCL's ``TUNING`` log says this record's run ran (its pinned channels kept); None
+    where nothing was logged."""
+    if not rec.nccl_pick:
+        return None
+    algo, _, proto = rec.nccl_pick.partition("/")
+    return Choice(Algorithm(parse_enum(Algorithm, algo)), Protocol(parse_enum(Protocol, proto)),
+                  choice.channels)
+
+
+#: A measured call: collective, ranks, the choice as forced, and its size.
+CallKey = tuple[Collective, int, Choice, int]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A choice's measured time at one call: the median over launches of each launch's median."""
+
+    time_us: float
+    #: Distinct launches that timed it (all records of unknown launch count as one).
+    launches: int
+    #: What NCCL's TUNING log says the runs ran, where one said it.
+    logged: Choice | None = None
+    #: Each launch's time.
+    launch_times: tuple[float, ...] = ()
+    #: The choices as forced whose runs it holds.
+    forced: tuple[Choice, ...] = ()
+
+
+class Measurements:
+    """Measured times per (collective, ranks, choice as forced, size), by launch.
+
+    Only out-of-place timings make a sample (nccl-tests' size table and the runner time those);
+    in-place timings and the runs inside one measurement tell only how far one launch's own timings
+    disagree (:attr:`within_launch`), the floor of any launch noise.
+    """
+
+    def __init__(self, records: Iterable[MeasurementRecord]) -> None:
+        per_launch: dict[CallKey, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        in_place: dict[tuple[CallKey, str], list[float]] = defaultdict(list)
+        logged: dict[CallKey, Choice] = {}
+        run_spreads: dict[int, list[float]] = defaultdict(list)
+        self.shapes: set[tuple[int, int]] = set()
+        self.collectives: set[tuple[Collective, int]] = set()
+        for rec in records:
+            choice = record_choice(rec)
+            if choice is None:
+                continue
+            key = (rec.coll, rec.nranks, choice, rec.nbytes)
+            if rec.in_place:
+                in_place[(key, rec.launch)].append(rec.time_us)
+                continue
+            per_launch[key][rec.launch].append(rec.time_us)
+            self.collectives.add((rec.coll, rec.nranks))
+            if rec.nnodes:
+                self.shapes.add((rec.nnodes, rec.nranks))
+            pick = logged_pick(rec, choice)
+            if pick is not None:
+                logged.setdefault(key, pick)
+            if len(rec.time_us_runs) > 1:
+                run_spreads[rec.nranks].append(float(np.std(np.log(rec.time_us_runs))))
+        self.launch_times: dict[CallKey, dict[str, float]] = {
+            key: {launch: float(np.median(times)) for launch, times in launches.items()}
+            for key, launches in per_launch.items()}
+        self.samples: dict[CallKey, Sample] = {
+            key: Sample(float(np.median(list(times.values()))), len(times), logged.get(key),
+                        tuple(times.values()), (key[2],))
+            for key, times in self.launch_times.items()}
+        self.by_call: dict[tuple[Collective, int, int], dict[Choice, Sample]] = defaultdict(dict)
+        for (coll, nranks, choice, nbytes), sample in self.samples.items():
+            self.by_call[(coll, nranks, nbytes)][choice] = sample
+        #: Per rank count: the relative sigma one launch's own repeated timings show.
+        self.within_launch: dict[int, float] = {}
+        pairs: dict[int, list[float]] = defaultdict(list)
+        for (key, launch), times in in_place.items():
+            out = self.launch_times.get(key, {}).get(launch)
+            if out is not None:
+                pairs[key[1]].append(abs(math.log(out / float(np.median(times)))) / PAIR_SPREAD_PER_SIGMA)
+        for nranks in set(pairs) | set(run_spreads):
+            spreads = pairs.get(nranks) or run_spreads[nranks]
+            self.within_launch[nranks] = float(np.median(spreads))
+        self.repeats = _launch_repeats(self.launch_times)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def at(self, collective: Collective, nranks: int, nbytes: int) -> dict[Choice, Sample]:
+        """Every choice measured at this call, as forced."""
+        return self.by_call.get((collective, nranks, nbytes), {})
+
+    def sizes(self, collective: Collective, nranks: int) -> list[int]:
+        """The sizes at which anything was measured for this collective on this many ranks."""
+        return sorted({n for (c, r, n) in self.by_call if (c, r) == (collective, nranks)})
+
+    def covers(self, collective: Collective, nranks: int) -> bool:
+        return (collective, nranks) in self.collectives
+
+    def forced_choices(self, collective: Collective, nranks: int) -> set[Choice]:
+        """Every choice measured for this collective on this many ranks (at any size), as forced."""
+        return {choice for (c, r, choice, _) in self.samples if (c, r) == (collective, nranks)}
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """Squared log deviations of repeated launches from their call's mean, and their degrees of
+    freedom (launches - 1 per call), summed."""
+
+    squares: float = 0.0
+    dof: float = 0.0
+
+    def __add__(self, other: Repeats) -> Repeats:
+        return Repeats(self.squares + other.squares, self.dof + other.dof)
+
+
+def _launch_repeats(launch_times: dict[CallKey, dict[str, float]]
+                    ) -> dict[tuple[int, Choice], Repeats]:
+    """Per (ranks, choice as forced): what calls timed in several known launches say."""
+    out: dict[tuple[int, Choice], Repeats] = defaultdict(Repeats)
+    for (_, nranks, choice, _), launches in launch_times.items():
+        known = [t for launch, t in launches.items() if launch != UNKNOWN_LAUNCH]
+        if len(known) > 1:
+            logs = np.log(known)
+            out[(nranks, choice)] += Repeats(float(np.sum((logs - logs.mean()) ** 2)), len(known) - 1)
+    return dict(out)
+
+
+def default_launch_noise(topology: Topology) -> float:
+    """The system's conservative launch-to-launch noise where nothing measured it: the largest of
+    the network transports its calls cross (``dynamiccl.transports``), or the intra-node default."""
+    crossed = [TRANSPORTS[t.transport].launch_noise for t in topology.tiers[1:]
+               if t.link == "net" and t.transport and t.size > 1]
+    return max([INTRA_NODE_LAUNCH_NOISE, *crossed])
+
+
+class LaunchNoise:
+    """The relative 1-sigma of one launch's time of a choice on one system shape.
+
+    The system's default (:func:`default_launch_noise`, floored by what one launch's own timings
+    disagree by) is a prior worth :data:`PRIOR_DOF` launches; a choice timed in repeated launches
+    is the prior updated by them, and a choice never repeated takes the larger of the prior and
+    what every repeated choice of the system says together.
+    """
+
+    def __init__(self, measurements: Measurements) -> None:
+        self.measurements = measurements
+        self._cache: dict[tuple[Topology, Choice], float] = {}
+
+    def prior(self, topology: Topology) -> float:
+        within = self.measurements.within_launch.get(topology.nranks, 0.0)
+        return max(default_launch_noise(topology), within)
+
+    def sigma(self, topology: Topology, choice: Choice) -> float:
+        key = (topology, choice)
+        if key not in self._cache:
+            self._cache[key] = self._sigma(topology, choice)
+        return self._cache[key]
+
+    def of_mean(self, topology: Topology, choice: Choice, launches: int) -> float:
+        """The 1-sigma of the median of ``launches`` launches' times of ``choice`` (log time). A
+        single launch takes at least the system's conservative default: what other launches of
+        the choice or of the system say about the launch-to-launch spread is an estimate too, and
+        one launch is exactly where it would decide alone."""
+        sigma = self.sigma(topology, choice)
+        if launches < 2:
+            return max(sigma, self.prior(topology))
+        return sigma / math.sqrt(launches)
+
+    def _sigma(self, topology: Topology, choice: Choice) -> float:
+        prior = self.prior(topology)
+        shape = {c: r for (n, c), r in self.measurements.repeats.items() if n == topology.nranks}
+        others = sum((r for c, r in shape.items() if c != choice), Repeats())
+        if choice not in shape:
+            return max(prior, _posterior(prior, others))
+        return max(_posterior(_posterior(prior, others), shape[choice]), MIN_NOISE)
+
+
+def _posterior(prior: float, repeats: Repeats) -> float:
+    """The scaled inverse-chi-square update of a noise prior by repeated launches."""
+    return math.sqrt((PRIOR_DOF * prior * prior + repeats.squares) / (PRIOR_DOF + repeats.dof))
