@@ -113,6 +113,10 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
     c.add_argument("--protocol", type=_nccl_name(Protocol),
                    help="nccl only: force NCCL_PROTO (ll, ll128, simple)")
     c.add_argument("--channels", type=_channels_arg, help="nccl only: pin NCCL_MIN/MAX_NCHANNELS")
+    c.add_argument("--emulate-hosts", action="store_true",
+                   help="nccl only: more ranks than GPUs, each rank its own host to NCCL (distinct "
+                        "NCCL_HOSTID, Socket transport on the loopback, P2P/SHM/IB off; ranks share "
+                        "the GPUs). Needs the CUDA MPS daemon; the record says the hosts were emulated")
     c.add_argument("--timeout", type=positive_float, default=300.0, metavar="S",
                    help="give up (and stop every rank) after S seconds (default 300)")
     c.add_argument("--record", type=path_arg, metavar="FILE.jsonl",
@@ -206,6 +210,8 @@ def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) 
     """Everything the ranks would otherwise fail on minutes later, said before they start."""
     if backend == "gloo" and (args.algorithm or args.protocol or args.channels):
         raise UserError("--algorithm/--protocol/--channels are NCCL knobs; use --backend nccl")
+    if backend == "gloo" and args.emulate_hosts:
+        raise UserError("--emulate-hosts makes NCCL ranks hosts of their own; use --backend nccl")
     if args.runs * args.iters > MAX_TIMED_ITERATIONS:
         raise UserError(f"--runs {args.runs} x --iters {args.iters} is {args.runs * args.iters} timed "
                         f"iterations, over the limit of {MAX_TIMED_ITERATIONS}; lower one of them")
@@ -224,11 +230,12 @@ def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) 
                             f"{format_size(2 * args.size * nprocs)} of memory; this machine has "
                             f"{format_size(memory)}")
     if backend == "nccl":
-        import torch
+        from dynamiccl.profiler.emulation import EmulationError, check_placement, visible_gpus
 
-        if nprocs > torch.cuda.device_count():
-            raise UserError(f"--nprocs {nprocs} needs a GPU per rank; {torch.cuda.device_count()} "
-                            "visible (use --backend gloo on CPU)")
+        try:
+            check_placement(nprocs, visible_gpus(), args.emulate_hosts)
+        except EmulationError as exc:
+            raise UserError(str(exc)) from None
     if args.record and not Path(args.record).resolve().parent.is_dir():
         raise UserError(f"--record {args.record}: its folder does not exist; create it first")
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
@@ -236,11 +243,15 @@ def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) 
 
 
 def run_collective(args: argparse.Namespace) -> int:
+    from dynamiccl.profiler.emulation import EmulationError
     from dynamiccl.profiler.launcher import LaunchError
     from dynamiccl.profiler.runner import CollectiveSpec, measure_collective, run_under_torchrun
 
     backend = args.backend or _default_backend()
     under_torchrun = "WORLD_SIZE" in os.environ and args.nprocs is None
+    if under_torchrun and args.emulate_hosts:
+        raise UserError("--emulate-hosts starts the ranks itself; run it without torchrun (or give "
+                        "--nprocs)")
     nprocs = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nprocs or _default_nprocs(backend)
     _check_collective_args(args, backend, nprocs)
     rank, delay = args.inject_straggler or (None, 0.0)
@@ -253,10 +264,14 @@ def run_collective(args: argparse.Namespace) -> int:
             if result is None:  # not rank 0
                 return 0
         else:
+            hosts = " (emulated hosts)" if args.emulate_hosts else ""
             with _stderr().status(f"measuring {spec.collective} of {spec.nbytes} B on {nprocs} "
-                                  f"{backend} ranks: {spec.warmup} warmup + {spec.runs} runs × "
-                                  f"{spec.iters} iterations"):
-                result = measure_collective(spec, nprocs, timeout_s=args.timeout)
+                                  f"{backend} ranks{hosts}: {spec.warmup} warmup + {spec.runs} runs "
+                                  f"× {spec.iters} iterations"):
+                result = measure_collective(spec, nprocs, timeout_s=args.timeout,
+                                            emulate_hosts=args.emulate_hosts)
+    except EmulationError as exc:
+        raise UserError(str(exc)) from None
     except LaunchError as exc:
         raise UserError(f"the measurement failed: {exc}") from None
     if args.record:
@@ -295,8 +310,9 @@ def _print_result(spec: CollectiveSpec, result: CollectiveResult, backend: str) 
     s = result.straggler
     late = s is not None and s.rank is not None
     out = result.to_json()
-    table = Table(title=f"{spec.collective} on {result.nranks} {backend} ranks ({out['config']}), median "
-                        f"of {spec.runs} runs (spread {result.spread_pct:.1f}%)")
+    hosts = ", emulated hosts" if result.emulated_hosts else ""
+    table = Table(title=f"{spec.collective} on {result.nranks} {backend} ranks ({out['config']}{hosts}), "
+                        f"median of {spec.runs} runs (spread {result.spread_pct:.1f}%)")
     for col in ("size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
         table.add_column(col, justify="right")
     if late:

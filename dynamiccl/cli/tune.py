@@ -31,9 +31,11 @@ def _records(paths: list[str] | None) -> list:
     """Every measurement given (files or folders): the one place tune reads measurements. Files of
     a folder that hold no measurements are skipped with a note."""
     from dynamiccl.profiler.measurement_paths import load_paths
+    from dynamiccl.profiler.records import check_one_system_kind
 
     try:
         loaded = load_paths(paths or [])
+        check_one_system_kind(loaded.records)
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     except ValueError as exc:
@@ -105,7 +107,7 @@ def _print_report(rows: list[dict], title: str) -> None:
     console.print(table)
 
 
-def _run_plan(planned: list, gpus_per_node: int, record: str) -> None:
+def _run_plan(planned: list, gpus_per_node: int, record: str, emulate_hosts: bool = False) -> None:
     """Measures the plan on this machine's GPUs with the project's runner (``--plan --run``)."""
     from dynamiccl.profiler.records import write_jsonl
     from dynamiccl.profiler.runner import CollectiveSpec, measure_many
@@ -117,7 +119,10 @@ def _run_plan(planned: list, gpus_per_node: int, record: str) -> None:
                             algorithm=_token(m.choice.algorithm), protocol=_token(m.choice.protocol),
                             channels=m.choice.channels)
              for m in planned]
-    results = measure_many(specs, nranks.pop())
+    try:
+        results = measure_many(specs, nranks.pop(), emulate_hosts=emulate_hosts)
+    except ValueError as exc:  # EmulationError: the ranks do not fit the GPUs, or MPS is not running
+        raise UserError(str(exc)) from None
     n = write_jsonl([r.to_record() for r in results], record, append=True)
     print(f"measured {n} points into {record}; run tune again with --measurements {record}")
 
@@ -153,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
             for line in tune.command_lines(planned, topology.gpus_per_node):
                 print(line)
         if args.run:
-            _run_plan(planned, topology.gpus_per_node, args.record)
+            _run_plan(planned, topology.gpus_per_node, args.record, args.emulate_hosts)
         return 0
     rows = _report_rows(tuner, scenarios)
     if args.output:
@@ -217,6 +222,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="measurements the plan may use (default 64)")
     parser.add_argument("--run", action="store_true",
                         help="with --plan: measure the plan now on this machine's GPUs")
+    parser.add_argument("--emulate-hosts", action="store_true",
+                        help="with --run: more ranks than GPUs, each its own host to NCCL (loopback "
+                             "sockets; needs the CUDA MPS daemon); records say so")
     parser.add_argument("--record", default="tune_measurements.jsonl", type=path_arg, metavar="FILE",
                         help="where --run appends its measurements (default tune_measurements.jsonl)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
