@@ -24,6 +24,9 @@ are orders of magnitude from public figures, not fits to anyone's logs:
 * ``socket`` — NCCL's socket transport over kernel TCP: every message crosses the kernel stack and a
   host copy on both sides; request/response round trips (netperf TCP_RR) on data-centre NICs take
   ~20 µs, ~10 µs one way against ~2 µs for RDMA: 8 µs more.
+
+The socket transport is also the one kind without GPUDirect RDMA (it moves host buffers only), which
+decides where NCCL sees the NIC: see :data:`dynamiccl.topology.CPU_NIC_PATH`.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class Transport:
     wire_latency_us: float
     #: Extra per-message cost against InfiniBand, µs (charged once per network hop).
     message_overhead_us: float
+    #: The NIC reads and writes GPU memory directly (GPUDirect RDMA); without it every byte is
+    #: staged through host memory next to the GPU's CPU.
+    gpudirect_rdma: bool = True
 
 
 TRANSPORTS: dict[str, Transport] = {
@@ -45,7 +51,7 @@ TRANSPORTS: dict[str, Transport] = {
     "efa": Transport(15.0, 12.0),
     "tcpxo": Transport(20.0, 20.0),
     "slingshot": Transport(2.0, 3.0),
-    "socket": Transport(10.0, 8.0),
+    "socket": Transport(10.0, 8.0, gpudirect_rdma=False),
 }
 #: What a network tier is when its file does not say (NVIDIA's reference fabric).
 DEFAULT_TRANSPORT = "ib"
