@@ -26,6 +26,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dynamiccl.topology import Topology
 
 #: What every emulated host's rank runs with, besides its own ``NCCL_HOSTID``.
 EMULATED_HOST_ENV = {
@@ -40,6 +44,10 @@ MPS_CONTROL = "nvidia-cuda-mps-control"
 MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 #: Seconds the MPS control client may take to answer (it answers at once when a daemon runs).
 MPS_TIMEOUT_S = 10.0
+#: Bus bandwidth NCCL reached over loopback sockets between emulated hosts on an H100 (~3 GB/s for
+#: a 64 MiB all-reduce on 4 ranks): the starting point of the emulated topology, which calibration
+#: then fits to the measurements.
+LOOPBACK_GBPS = 3.0
 #: How to start a daemon, as the one line of an error can say it.
 MPS_START = (f"export {MPS_PIPE_ENV}=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog; "
              f"mkdir -p /tmp/mps /tmp/mpslog; {MPS_CONTROL} -d")
@@ -123,3 +131,28 @@ def visible_gpus() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def emulated_topology(nranks: int, compute_capability: tuple[int, int], sms: int) -> Topology:
+    """The system NCCL sees on ``nranks`` emulated hosts: one GPU per node (its arch and SM count),
+    the nodes joined by NCCL's Socket transport (whose NIC NCCL puts behind the CPU)."""
+    from dynamiccl.topology import ARCHS, topology_from_dict
+
+    cc = 10 * compute_capability[0] + compute_capability[1]
+    arch = max(((v, k) for k, v in ARCHS.items() if v <= cc), default=(70, "sm70"))[1]
+    return topology_from_dict({
+        "name": f"emulated_{nranks}_hosts_{arch}", "gpu": {"arch": arch, "sms": int(sms)},
+        "features": {"nvls": False, "collnet": False},
+        "tiers": [{"name": "gpu", "size": 1, "fabric": "switch", "bandwidth_GBps": 64.0,
+                   "latency_us": 1.0, "link": "pcie"},
+                  {"name": "loopback", "size": nranks, "fabric": "switch",
+                   "bandwidth_GBps": LOOPBACK_GBPS, "link": "net", "transport": "socket"}]},
+        source=f"{nranks} emulated hosts")
+
+
+def local_emulated_topology(nranks: int) -> Topology:
+    """:func:`emulated_topology` for this machine's first GPU (CUDA's device properties)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return emulated_topology(nranks, (props.major, props.minor), props.multi_processor_count)
