@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -86,15 +87,20 @@ def mps_problem(timeout_s: float = MPS_TIMEOUT_S, env: dict[str, str] | None = N
     what went wrong, in a few words."""
     env = dict(os.environ if env is None else env)
     where = env.get(MPS_PIPE_ENV) or "the default /tmp/nvidia-mps"
-    try:
-        done = subprocess.run([MPS_CONTROL], input="get_server_list\n", capture_output=True,
-                              text=True, timeout=timeout_s, env=env)
-    except FileNotFoundError:
-        return f"{MPS_CONTROL} is not on PATH (it comes with the NVIDIA driver)"
-    except subprocess.TimeoutExpired:
-        return f"{MPS_CONTROL} did not answer within {timeout_s:g} s (pipe directory {where})"
-    except OSError as exc:
-        return f"{MPS_CONTROL} could not run ({exc.strerror or exc})"
+    # the request comes from a file, not a pipe: a client that exits without reading it must not
+    # raise SIGPIPE here (the CLI restores SIGPIPE's default action, which would kill it silently)
+    with tempfile.TemporaryFile("w+") as request:
+        request.write("get_server_list\n")
+        request.seek(0)
+        try:
+            done = subprocess.run([MPS_CONTROL], stdin=request, capture_output=True, text=True,
+                                  timeout=timeout_s, env=env)
+        except FileNotFoundError:
+            return f"{MPS_CONTROL} is not on PATH (it comes with the NVIDIA driver)"
+        except subprocess.TimeoutExpired:
+            return f"{MPS_CONTROL} did not answer within {timeout_s:g} s (pipe directory {where})"
+        except OSError as exc:
+            return f"{MPS_CONTROL} could not run ({exc.strerror or exc})"
     if done.returncode != 0:
         said = " ".join((done.stdout + done.stderr).split())[:160]
         return (f"no MPS control daemon answers on pipe directory {where}"
