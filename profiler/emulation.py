@@ -73,8 +73,8 @@ def gpu_of(rank: int, gpus: int) -> int:
 def check_placement(nprocs: int, gpus: int, emulate_hosts: bool) -> None:
     """Raises :class:`EmulationError` when ``nprocs`` NCCL ranks cannot run on ``gpus`` GPUs."""
     if gpus < 1:
-        raise EmulationError(f"{nprocs} nccl rank(s) need a GPU and none is visible; use --backend "
-                             "gloo on CPU")
+        raise EmulationError(f"{nprocs} nccl rank(s) need a GPU and none is visible; run on a GPU "
+                             "machine (on CPU, gloo measures: --backend gloo)")
     if nprocs > gpus and not emulate_hosts:
         raise EmulationError(
             f"{nprocs} nccl ranks need a GPU each and {gpus} is visible; add --emulate-hosts to run "
@@ -139,21 +139,28 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def emulated_topology(nranks: int, compute_capability: tuple[int, int], sms: int) -> Topology:
-    """The system NCCL sees on ``nranks`` emulated hosts: one GPU per node (its arch and SM count),
-    the nodes joined by NCCL's Socket transport (whose NIC NCCL puts behind the CPU)."""
-    from dynamiccl.topology import ARCHS, topology_from_dict
+def emulated_topology_dict(nranks: int, compute_capability: tuple[int, int], sms: int) -> dict:
+    """The system NCCL sees on ``nranks`` emulated hosts, as a topology file holds it: one GPU per
+    node (its arch and SM count), the nodes joined by NCCL's Socket transport (whose NIC NCCL puts
+    behind the CPU), at the loopback's measured speed (:data:`LOOPBACK_GBPS`)."""
+    from dynamiccl.topology import ARCHS
 
     cc = 10 * compute_capability[0] + compute_capability[1]
     arch = max(((v, k) for k, v in ARCHS.items() if v <= cc), default=(70, "sm70"))[1]
-    return topology_from_dict({
-        "name": f"emulated_{nranks}_hosts_{arch}", "gpu": {"arch": arch, "sms": int(sms)},
-        "features": {"nvls": False, "collnet": False},
-        "tiers": [{"name": "gpu", "size": 1, "fabric": "switch", "bandwidth_GBps": 64.0,
-                   "latency_us": 1.0, "link": "pcie"},
-                  {"name": "loopback", "size": nranks, "fabric": "switch",
-                   "bandwidth_GBps": LOOPBACK_GBPS, "link": "net", "transport": "socket"}]},
-        source=f"{nranks} emulated hosts")
+    return {"name": f"emulated_{nranks}_hosts_{arch}", "gpu": {"arch": arch, "sms": int(sms)},
+            "features": {"nvls": False, "collnet": False},
+            "tiers": [{"name": "gpu", "size": 1, "fabric": "switch", "bandwidth_GBps": 64.0,
+                       "latency_us": 1.0, "link": "pcie"},
+                      {"name": "loopback", "size": nranks, "fabric": "switch",
+                       "bandwidth_GBps": LOOPBACK_GBPS, "link": "net", "transport": "socket"}]}
+
+
+def emulated_topology(nranks: int, compute_capability: tuple[int, int], sms: int) -> Topology:
+    """:func:`emulated_topology_dict` loaded."""
+    from dynamiccl.topology import topology_from_dict
+
+    return topology_from_dict(emulated_topology_dict(nranks, compute_capability, sms),
+                              source=f"{nranks} emulated hosts")
 
 
 def local_emulated_topology(nranks: int) -> Topology:
