@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import statistics
 import sys
 import time
@@ -73,6 +74,20 @@ class Settings:
     online_model: str | None = None
     timeout_s: float = 600.0
     seed: int = 0
+
+
+#: Variables that would steer NCCL in every launch, NCCL's default arm included: the benchmark sets
+#: them per launch itself, so the caller's are dropped (with a note).
+STEERING_ENV = ("NCCL_TUNER_PLUGIN", "DYNAMICCL_POLICY", "DYNAMICCL_CONTEXT", "NCCL_ALGO",
+                "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+
+
+def clean_environment(environ: dict[str, str]) -> list[str]:
+    """Drops :data:`STEERING_ENV` from ``environ`` (the ranks inherit it); returns what was set."""
+    dropped = [name for name in STEERING_ENV if environ.get(name)]
+    for name in STEERING_ENV:
+        environ.pop(name, None)
+    return dropped
 
 
 def progress(message: str) -> None:
@@ -421,6 +436,10 @@ def main(argv: list[str] | None = None) -> int:
         if problem is not None:
             print(f"bench_real: {problem}", file=sys.stderr)
             return 2
+        dropped = clean_environment(os.environ)
+        if dropped:
+            progress(f"note: ignoring {', '.join(dropped)} from the environment: each launch sets "
+                     "what steers NCCL itself (NCCL's default arm runs NCCL alone)")
         try:
             emulation.prepare(max(s.nprocs, 0 if args.no_online else s.online_hosts),
                               emulation.visible_gpus(), s.emulate_hosts)

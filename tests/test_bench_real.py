@@ -151,3 +151,10 @@ def test_a_tuned_launchs_records_say_what_the_policy_forced_and_tune_reads_them(
     topology.write_text(yaml.safe_dump(emulated_topology_dict(4, (9, 0), 132)))
     assert main(["tune", "--topology", str(topology), "--measurements", str(tmp_path / "ab.jsonl"),
                  "--collective", "allreduce", "--no-calibrate", "--json"]) == 0
+
+
+def test_the_callers_nccl_steering_is_dropped_so_the_default_arm_runs_nccl_alone():
+    environ = {"NCCL_TUNER_PLUGIN": "/x/libnccl-tuner.so", "NCCL_ALGO": "tree", "PATH": "/bin",
+               "DYNAMICCL_POLICY": ""}
+    assert bench_real.clean_environment(environ) == ["NCCL_TUNER_PLUGIN", "NCCL_ALGO"]
+    assert environ == {"PATH": "/bin"}
