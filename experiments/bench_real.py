@@ -316,25 +316,16 @@ def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
 
 # ---- the command ------------------------------------------------------------------------------
 def write_topologies(s: Settings, out: Path) -> tuple[Path, Path]:
-    """The system of the microbenchmark and DDP job (nprocs ranks) and of the online job: what
-    NCCL sees on emulated hosts, else the GPUs as `dynamiccl profile topology` finds them (one
+    """The system of the microbenchmark and DDP job (nprocs ranks) and of the online job, written
+    by `dynamiccl profile topology`: what NCCL sees on emulated hosts, else the GPUs found (one
     node, resized to the ranks by the reader)."""
-    import torch
-    import yaml
-
     from dynamiccl.cli.main import main
 
     paths = out / "topology.yaml", out / "online_topology.yaml"
-    if not s.emulate_hosts:
-        if main(["profile", "topology", "-o", str(paths[0]), "--force"]) != 0:
-            raise SystemExit("bench_real: `dynamiccl profile topology` failed; see above")
-        write_text_atomic(paths[1], paths[0].read_text())
-        return paths
-    props = torch.cuda.get_device_properties(0)
     for path, n in zip(paths, (s.nprocs, s.online_hosts), strict=True):
-        data = emulation.emulated_topology_dict(n, (props.major, props.minor),
-                                                props.multi_processor_count)
-        write_text_atomic(path, yaml.safe_dump(data, sort_keys=False))
+        emulate = ["--emulate-hosts", str(n)] if s.emulate_hosts else []
+        if main(["profile", "topology", "-o", str(path), "--force", *emulate]) != 0:
+            raise SystemExit("bench_real: `dynamiccl profile topology` failed; see above")
     return paths
 
 

@@ -139,15 +139,17 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def emulated_topology_dict(nranks: int, compute_capability: tuple[int, int], sms: int) -> dict:
+def emulated_topology_dict(nranks: int, compute_capability: tuple[int, int], sms: int | None) -> dict:
     """The system NCCL sees on ``nranks`` emulated hosts, as a topology file holds it: one GPU per
-    node (its arch and SM count), the nodes joined by NCCL's Socket transport (whose NIC NCCL puts
-    behind the CPU), at the loopback's measured speed (:data:`LOOPBACK_GBPS`)."""
+    node (its arch and SM count; the schema's default count when none is known), the nodes joined
+    by NCCL's Socket transport (whose NIC NCCL puts behind the CPU), at the loopback's measured
+    speed (:data:`LOOPBACK_GBPS`)."""
     from dynamiccl.topology import ARCHS
 
     cc = 10 * compute_capability[0] + compute_capability[1]
     arch = max(((v, k) for k, v in ARCHS.items() if v <= cc), default=(70, "sm70"))[1]
-    return {"name": f"emulated_{nranks}_hosts_{arch}", "gpu": {"arch": arch, "sms": int(sms)},
+    gpu = {"arch": arch, **({"sms": int(sms)} if sms else {})}
+    return {"name": f"emulated_{nranks}_hosts_{arch}", "gpu": gpu,
             "features": {"nvls": False, "collnet": False},
             "tiers": [{"name": "gpu", "size": 1, "fabric": "switch", "bandwidth_GBps": 64.0,
                        "latency_us": 1.0, "link": "pcie"},
@@ -155,7 +157,7 @@ def emulated_topology_dict(nranks: int, compute_capability: tuple[int, int], sms
                        "bandwidth_GBps": LOOPBACK_GBPS, "link": "net", "transport": "socket"}]}
 
 
-def emulated_topology(nranks: int, compute_capability: tuple[int, int], sms: int) -> Topology:
+def emulated_topology(nranks: int, compute_capability: tuple[int, int], sms: int | None) -> Topology:
     """:func:`emulated_topology_dict` loaded."""
     from dynamiccl.topology import topology_from_dict
 

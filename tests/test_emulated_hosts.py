@@ -189,3 +189,16 @@ def test_live_backend_and_sessions_refuse_emulated_gloo():
         LiveBackend(nprocs=2, emulate_hosts=True)
     with pytest.raises(ValueError, match="NCCL ranks"):
         RankSession(2, "gloo", emulate_hosts=True)
+
+
+def test_profile_topology_writes_the_system_nccl_sees_on_emulated_hosts(tmp_path, capsys):
+    from dynamiccl.topology import load_topology
+
+    recording = Path(__file__).parent / "fixtures" / "profiler" / "nvml" / "dgx_h100.yaml"
+    out = tmp_path / "emulated.yaml"
+    assert main(["profile", "topology", "--from", str(recording), "--emulate-hosts", "4",
+                 "-o", str(out)]) == 0
+    topo = load_topology(out)
+    assert (topo.nodes, topo.gpus_per_node, topo.gpu.arch, topo.gpu.sms) == (4, 1, "sm90", 132)
+    assert topo.tiers[1].transport == "socket" and not topo.ll128_enabled
+    assert "NOT measured" in out.read_text()

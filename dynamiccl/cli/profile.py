@@ -78,6 +78,10 @@ def _register_topology(kinds: argparse._SubParsersAction) -> None:
                    help="NICs per node (default: one per GPU)")
     t.add_argument("--intra-latency-us", type=positive_float, metavar="Z",
                    help="intra-node hop latency in µs (default: 0.6 NVLink, 1.0 PCIe)")
+    t.add_argument("--emulate-hosts", type=positive_int, metavar="N",
+                   help="write instead the system NCCL sees when N ranks run as emulated hosts on "
+                        "these GPUs (profile collective --emulate-hosts): one GPU per node, nodes "
+                        "joined by NCCL's Socket transport on the loopback")
     t.add_argument("--nic-path", type=str.upper, choices=NIC_PATHS, metavar="PATH",
                    help=f"how far each GPU's NIC is, as `nvidia-smi topo -m` prints it: "
                    f"{', '.join(NIC_PATHS)}; its NODE is PHB (default {DEFAULT_NIC_PATH}: on the "
@@ -182,17 +186,41 @@ def run_topology(args: argparse.Namespace) -> int:
         raise UserError(f"{args.recorded} is not an NVML recording written by --record: {exc}") from None
     if args.record:
         _replace_atomically(Path(args.record), lambda tmp: save_snapshot(snapshot, tmp))
-    network = NetworkSpec(args.nodes, args.network_bandwidth_GBps, args.network_latency_us,
-                          args.nics_per_node, args.intra_latency_us, args.nic_path)
-    found = discover(snapshot, network, name=args.name)
-    for warning in found.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if args.output:
-        _replace_atomically(Path(args.output), lambda tmp: tmp.write_text(found.yaml_text))
-        print(f"wrote {args.output}: {found.topology.describe()}", file=sys.stderr)
+    if args.emulate_hosts:
+        text, topology = _emulated(snapshot, args.emulate_hosts, args.name)
     else:
-        sys.stdout.write(found.yaml_text)
+        network = NetworkSpec(args.nodes, args.network_bandwidth_GBps, args.network_latency_us,
+                              args.nics_per_node, args.intra_latency_us, args.nic_path)
+        found = discover(snapshot, network, name=args.name)
+        for warning in found.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        text, topology = found.yaml_text, found.topology
+    if args.output:
+        _replace_atomically(Path(args.output), lambda tmp: tmp.write_text(text))
+        print(f"wrote {args.output}: {topology.describe()}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
+
+
+def _emulated(snapshot, hosts: int, name: str | None):
+    """The emulated-host system of ``snapshot``'s GPUs as YAML text (with where each value came
+    from) and as a topology."""
+    import yaml
+
+    from dynamiccl.profiler.emulation import LOOPBACK_GBPS, emulated_topology_dict
+    from dynamiccl.topology import topology_from_dict
+
+    oldest = min(snapshot.gpus, key=lambda g: g.compute_capability)
+    sms = min((g.sms for g in snapshot.gpus if g.sms), default=None)
+    data = emulated_topology_dict(hosts, oldest.compute_capability, sms)
+    if name:
+        data["name"] = name
+    header = (f"# {hosts} emulated hosts on {len(snapshot.gpus)} x {oldest.name} (NVML on "
+              f"{snapshot.hostname or 'this host'}): the system NCCL sees under --emulate-hosts.\n"
+              f"# loopback bandwidth_GBps {LOOPBACK_GBPS:g}: measured on an H100, a starting point "
+              "for calibration, NOT measured here" + ("" if sms else "; sms: default") + "\n")
+    return header + yaml.safe_dump(data, sort_keys=False), topology_from_dict(data, source="emulated")
 
 
 def _replace_atomically(path: Path, write: Callable[[Path], object]) -> None:
