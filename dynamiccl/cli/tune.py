@@ -109,6 +109,7 @@ def _print_report(rows: list[dict], title: str) -> None:
 
 def _run_plan(planned: list, gpus_per_node: int, record: str, emulate_hosts: bool = False) -> None:
     """Measures the plan on this machine's GPUs with the project's runner (``--plan --run``)."""
+    from dynamiccl.profiler.emulation import EmulationError
     from dynamiccl.profiler.records import write_jsonl
     from dynamiccl.profiler.runner import CollectiveSpec, measure_many
 
@@ -121,7 +122,7 @@ def _run_plan(planned: list, gpus_per_node: int, record: str, emulate_hosts: boo
              for m in planned]
     try:
         results = measure_many(specs, nranks.pop(), emulate_hosts=emulate_hosts)
-    except ValueError as exc:  # EmulationError: the ranks do not fit the GPUs, or MPS is not running
+    except EmulationError as exc:  # the ranks do not fit the GPUs, or MPS is not running
         raise UserError(str(exc)) from None
     n = write_jsonl([r.to_record() for r in results], record, append=True)
     print(f"measured {n} points into {record}; run tune again with --measurements {record}")
