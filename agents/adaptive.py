@@ -36,6 +36,7 @@ from dynamiccl.envs.online_tuning import (
     CallLog,
     Candidates,
     OnlineTuningEnv,
+    affordable,
     encode,
 )
 from dynamiccl.knobs import ACTIONS
@@ -107,8 +108,9 @@ class CandidateTuner:
     def _choose(self, scenario: Scenario, mask: np.ndarray) -> _Context:
         ctx = self._context(scenario, mask)
         obs = encode(scenario, ctx.candidates, ctx.log, self.budget)
-        slot = int(self.chooser(obs, ctx.allowed, ctx.candidates, ctx.log))
-        slot = slot if ctx.allowed[slot] else 0
+        allowed = ctx.allowed & affordable(ctx.candidates, ctx.log)  # as in training
+        slot = int(self.chooser(obs, allowed, ctx.candidates, ctx.log))
+        slot = slot if allowed[slot] else 0
         ctx.last_slot = gated_slot(ctx.log, slot)
         return ctx
 

@@ -44,6 +44,12 @@ PATH_TYPES = ("NVL", "PIX", "PXB", "PHB", "SYS")
 #: decides whether LL128 may cross the network (nccl_abi.md §3.7: only when the path is at most PXB).
 NIC_PATHS = PATH_TYPES[1:]
 DEFAULT_NIC_PATH = "PXB"
+#: The GPU-NIC path NCCL sees, at best, on a transport without GPUDirect RDMA: it routes the GPU's
+#: network traffic through the CPU local to the GPU (NCCL 2.28.9 src/graph/paths.cc,
+#: ncclTopoComputePaths: "We cannot use GPU Direct RDMA, divert all traffic through the CPU local to
+#: the GPU"), and a NIC without a PCI device (the loopback) hangs off the CPU anyway
+#: (src/graph/xml.cc, ncclTopoFillNet). Such a tier's nic_path defaults to it.
+CPU_NIC_PATH = "PHB"
 #: NIC paths beyond PXB, across which NCCL keeps LL128 off by default.
 NO_LL128_NIC_PATHS = NIC_PATHS[NIC_PATHS.index("PXB") + 1:]
 #: GB/s NCCL assigns to a CPU socket interconnect for GPU traffic (nccl_abi.md §3.9, its QPI/UPI,
@@ -88,6 +94,14 @@ class Tier:
     def port_bandwidth_GBps(self) -> float:
         """What one rank gets when every rank of a node crosses this tier at once."""
         return self.bandwidth_GBps / self.link_share
+
+    @property
+    def nccl_nic_path(self) -> str:
+        """The GPU-NIC path NCCL's graph has for this network tier: ``nic_path``, or through the CPU
+        (:data:`CPU_NIC_PATH`) where the transport has no GPUDirect RDMA and the NIC sits nearer."""
+        if self.transport and not TRANSPORTS[self.transport].gpudirect_rdma:
+            return max(self.nic_path, CPU_NIC_PATH, key=PATH_TYPES.index)
+        return self.nic_path
 
 
 @dataclass(frozen=True)
@@ -168,13 +182,15 @@ class Topology:
 
     @property
     def ll128_enabled(self) -> bool:
-        """NCCL's default LL128 rule (nccl_abi.md §3.7): sm70+, an NVLink intra-node path, and across
-        nodes a NIC at most PXB from its GPU. LL128 needs every 128-byte line to land whole; NCCL
-        trusts that only on paths it has validated and keeps LL128 off through a host bridge."""
+        """NCCL's default LL128 rule (NCCL 2.28.9 src/graph/tuning.cc, ncclTopoTuneModel): sm70+, an
+        NVLink intra-node path, and across nodes a NIC at most PXB from its GPU as NCCL sees it
+        (:attr:`Tier.nccl_nic_path`: through the CPU without GPUDirect RDMA). LL128 needs every
+        128-byte line to land whole; NCCL trusts that only on paths it has validated and keeps
+        LL128 off through a host bridge."""
         if self.gpu.sm < 70 or not (self.tiers[0].link == "nvlink" or self.gpus_per_node == 1):
             return False
         nic = next((t for t in self.tiers if t.link == "net" and t.size > 1), None)
-        return nic is None or nic.nic_path not in NO_LL128_NIC_PATHS
+        return nic is None or nic.nccl_nic_path not in NO_LL128_NIC_PATHS
 
     def resized(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Topology:
         """The same system with another node count or node size (``--nodes``/``--gpus-per-node``).
@@ -210,10 +226,10 @@ class Topology:
         d = asdict(self)
         for t in d["tiers"]:
             t["dims"] = list(t["dims"])
+            if t["nic_path"] in ("", default_nic_path(t["transport"] or DEFAULT_TRANSPORT)):
+                del t["nic_path"]
             if t["transport"] in ("", DEFAULT_TRANSPORT):
                 del t["transport"]
-            if t["nic_path"] in ("", DEFAULT_NIC_PATH):
-                del t["nic_path"]
             if t["pcie"] is None:
                 del t["pcie"]
             else:  # the file's form: the socket count follows from the tier size
@@ -236,6 +252,12 @@ class Topology:
         tiers = " × ".join(f"{t.size} {t.name} ({t.fabric}, {t.bandwidth_GBps:g} GB/s)"
                            for t in self.tiers)
         return f"{self.name}: {self.nranks} ranks = {tiers}; {self.gpu.arch}"
+
+
+def default_nic_path(transport: str) -> str:
+    """A network tier's ``nic_path`` when its file does not say: on the GPUs' PCIe switch, or at the
+    CPU for a transport without GPUDirect RDMA (:data:`CPU_NIC_PATH`)."""
+    return DEFAULT_NIC_PATH if TRANSPORTS[transport].gpudirect_rdma else CPU_NIC_PATH
 
 
 def _require_positive(name: str, value: int) -> None:
@@ -379,7 +401,7 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         transport = t.get("transport", DEFAULT_TRANSPORT)
         if transport not in TRANSPORTS:
             raise fail(f"{where}.transport", f"is {transport!r}; use one of {', '.join(TRANSPORTS)}")
-        nic_path = t.get("nic_path", DEFAULT_NIC_PATH)
+        nic_path = t.get("nic_path", default_nic_path(transport))
         if nic_path not in NIC_PATHS:
             raise fail(f"{where}.nic_path", f"is {nic_path!r}; use one of {', '.join(NIC_PATHS)} "
                        "as nvidia-smi topo -m prints the GPU-NIC pair (its NODE is PHB; NIC on "

@@ -30,6 +30,9 @@ are orders of magnitude from public figures, not fits to anyone's logs:
 kinds, the top of the 1-5 % run-to-run spread nccl-tests runs show; 25 % for kernel sockets, where
 three launches of the same all-reduce over loopback sockets (four NCCL 2.28.9 ranks on one H100 as
 emulated hosts) differed by x1.12-x1.64 by size, a sigma of 0.07-0.29 of log time.
+
+The socket transport is also the one kind without GPUDirect RDMA (it moves host buffers only), which
+decides where NCCL sees the NIC: see :data:`dynamiccl.topology.CPU_NIC_PATH`.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class Transport:
     message_overhead_us: float
     #: Relative 1-sigma of a call's time from launch to launch where none was measured.
     launch_noise: float = 0.05
+    #: The NIC reads and writes GPU memory directly (GPUDirect RDMA); without it every byte is
+    #: staged through host memory next to the GPU's CPU.
+    gpudirect_rdma: bool = True
 
 
 TRANSPORTS: dict[str, Transport] = {
@@ -53,7 +59,7 @@ TRANSPORTS: dict[str, Transport] = {
     "efa": Transport(15.0, 12.0),
     "tcpxo": Transport(20.0, 20.0),
     "slingshot": Transport(2.0, 3.0),
-    "socket": Transport(10.0, 8.0, launch_noise=0.25),
+    "socket": Transport(10.0, 8.0, launch_noise=0.25, gpudirect_rdma=False),
 }
 #: What a network tier is when its file does not say (NVIDIA's reference fabric).
 DEFAULT_TRANSPORT = "ib"

@@ -34,9 +34,16 @@ less lateness for StragglAR to hide), and the punctual ranks' reduce-scatter tak
 straggler's own backward once it wakes — which separate GPUs never do. Alone, nobody computes while
 the straggler sleeps, which is the setting the simulator's collective times describe.
 
+With ``--backend nccl`` the same runs on GPUs through NCCL (the same JSON): ``--emulate-hosts``
+puts the ranks on the GPUs present as hosts of their own (one GPU is enough, with the CUDA MPS
+daemon so that the ranks compute side by side), the straggler a late rank on its own host. Step
+and collective times then wait for the GPU at both ends, the fitted system's network is the
+loopback's sockets, and StragglAR's punctual ranks reduce-scatter with NCCL's own reduce-scatter.
+
     python experiments/bench_runtime.py --json
-    {"ranks": 4, "cases": [{"straggler_delay_ms": 0, "plain_step_ms": ..., "hook_step_ms": ...,
-                            "predicted_saving_ms": ...}, ...]}
+    {"ranks": 4, "backend": "gloo", "cases": [{"straggler_delay_ms": 0, "plain_step_ms": ...,
+                                              "hook_step_ms": ..., "predicted_saving_ms": ...}, ...]}
+    python experiments/bench_runtime.py --json --backend nccl --emulate-hosts   # on one GPU
 """
 
 from __future__ import annotations
@@ -44,10 +51,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from datetime import timedelta
 
 from dynamiccl.knobs import Algorithm, Collective, Config, Protocol
+from dynamiccl.profiler import emulation
 from dynamiccl.profiler.launcher import launch
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator.api import evaluate
@@ -59,7 +68,7 @@ RUNTIME = {"measure_every": 5, "window": 5, "majority": 0.6, "straggler_threshol
 
 
 def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int, blocks: int,
-               warmup: int, collective_reps: int) -> dict | None:
+               warmup: int, collective_reps: int, backend: str = "gloo") -> dict | None:
     """Rank side: plain DDP and hooked DDP, alternating blocks per delay; rank 0 reports."""
     import torch
     import torch.distributed as dist
@@ -67,22 +76,30 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
 
     from dynamiccl import runtime
 
-    dist.init_process_group("gloo", init_method=ctx.init_method, rank=ctx.rank,
-                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s))
+    nccl = backend == "nccl"
+    device = torch.device("cuda", ctx.gpu()) if nccl else torch.device("cpu")
+    if nccl:
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
+                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s),
+                            **({"device_id": device} if nccl else {}))
+    ddp_args = {"device_ids": [device.index]} if nccl else {}
+    idle = torch.cuda.synchronize if nccl else (lambda: None)  # time until the GPU is done
     straggler = ctx.world_size - 1
 
     def model():
         torch.manual_seed(0)
         mods = [m for _ in range(layers) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
-        return torch.nn.Sequential(*mods)
+        return torch.nn.Sequential(*mods).to(device)
 
     # the same gradient layout as runtime.ddp's (bucket views): the comparison is the hook's
-    plain = DDP(model(), bucket_cap_mb=256, gradient_as_bucket_view=True)
+    plain = DDP(model(), bucket_cap_mb=256, gradient_as_bucket_view=True, **ddp_args)
     opts = {plain: torch.optim.SGD(plain.parameters(), lr=1e-3)}
-    x = torch.randn(16, width)
+    x = torch.randn(16, width).to(device)
     grad_bytes = sum(p.numel() * p.element_size() for p in plain.parameters())
 
     def step(m, delay_ms: float) -> float:
+        idle()
         t0 = time.perf_counter()
         loss = m(x).square().mean()
         if ctx.rank == straggler and delay_ms:
@@ -90,28 +107,31 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
         loss.backward()
         opts[m].step()
         opts[m].zero_grad()
+        idle()
         return (time.perf_counter() - t0) * 1e3
 
     step(plain, 0.0)  # DDP lays its buckets out anew after the first step
     layout = plain._get_ddp_logging_data()  # the rebuilt layout, or the first where none was needed
     buckets = [int(b) for b in str(layout.get("rebuilt_bucket_sizes", layout["bucket_sizes"])).split(",")]
     first_bucket = buckets[0]  # DDP's bucket 0: the first one reduced, the one the straggler delays
-    buf = torch.ones(first_bucket // 4)
+    buf = torch.ones(first_bucket // 4, device=device)
     ar_ms = []
-    for i in range(25):  # gloo's own all-reduce of that bucket, everyone punctual
+    for i in range(25):  # the backend's own all-reduce of that bucket, everyone punctual
         dist.barrier()
+        idle()
         t0 = time.perf_counter()
         dist.all_reduce(buf)
+        idle()
         if i >= 5:
             ar_ms.append((time.perf_counter() - t0) * 1e3)
-    agreed = torch.tensor([statistics.median(ar_ms)], dtype=torch.float64)
+    agreed = torch.tensor([statistics.median(ar_ms)], dtype=torch.float64, device=device)
     dist.broadcast(agreed, src=0)  # one system model on every rank
     allreduce_ms = float(agreed.item())
     # the runtime picks each bucket's path from the simulator on this system, as a job given its
     # topology does
     system = fitted_topology(ctx.world_size, first_bucket, allreduce_ms)
     config = runtime.RuntimeConfig(**RUNTIME, topology=system)
-    hooked = runtime.ddp(model(), config, bucket_cap_mb=256)
+    hooked = runtime.ddp(model(), config, bucket_cap_mb=256, **ddp_args)
     opts[hooked] = torch.optim.SGD(hooked.parameters(), lr=1e-3)
     step(hooked, 0.0)
     rt = hooked.dynamiccl_runtime
@@ -129,7 +149,7 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
                 times["hook"].append(step(hooked, d))
         saved = [statistics.fmean(times["plain"][i:i + block]) - statistics.fmean(times["hook"][i:i + block])
                  for i in range(0, len(paths), block)]
-        alone = _collectives_alone(first_bucket, d, straggler, collective_reps)
+        alone = _collectives_alone(first_bucket, d, straggler, collective_reps, device)
         cases.append({"straggler_delay_ms": d,
                       "plain_step_ms": statistics.fmean(times["plain"]),
                       "hook_step_ms": statistics.fmean(times["hook"]),
@@ -146,11 +166,13 @@ def bench_rank(ctx, delays_ms: list[float], width: int, layers: int, block: int,
             "allreduce_ms": allreduce_ms, "topology": system}
 
 
-def _collectives_alone(nbytes: int, delay_ms: float, straggler: int, reps: int) -> dict[str, float]:
+def _collectives_alone(nbytes: int, delay_ms: float, straggler: int, reps: int,
+                       device) -> dict[str, float]:
     """The first bucket's averaging all-reduce outside DDP, the straggler sleeping ``delay_ms``
-    after a barrier: gloo's (as the hook's plain path runs it) and StragglAR's, alternating; rank
-    0's medians from the barrier on. Outside a training step nobody else computes while the
-    straggler sleeps, so this is the setting the simulator's collective times describe."""
+    after a barrier: the backend's (as the hook's plain path runs it) and StragglAR's,
+    alternating; rank 0's medians from the barrier on (on a GPU, until its work is done). Outside a
+    training step nobody else computes while the straggler sleeps, so this is the setting the
+    simulator's collective times describe."""
     import torch
     import torch.distributed as dist
 
@@ -158,7 +180,8 @@ def _collectives_alone(nbytes: int, delay_ms: float, straggler: int, reps: int) 
     from dynamiccl.runtime.stragglar import StragglAR
 
     world = dist.get_world_size()
-    sar, data = StragglAR(), torch.randn(nbytes // 4)
+    idle = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sar, data = StragglAR(), torch.randn(nbytes // 4).to(device)
     sar.prepare(straggler)
     ops = {"allreduce": lambda t: backend_all_reduce(t, world),
            "stragglar": lambda t: sar.all_reduce(t, straggler, world)}
@@ -167,10 +190,12 @@ def _collectives_alone(nbytes: int, delay_ms: float, straggler: int, reps: int) 
         for name in (ops if i % 2 else reversed(ops)):
             buf = data.clone()
             dist.barrier()
+            idle()
             t0 = time.perf_counter()
             if dist.get_rank() == straggler and delay_ms:
                 time.sleep(delay_ms / 1e3)
             ops[name](buf)
+            idle()
             times[name].append((time.perf_counter() - t0) * 1e3)
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     return {"alone_allreduce_ms": medians["allreduce"], "alone_stragglar_ms": medians["stragglar"],
@@ -184,7 +209,7 @@ def _stderr(xs: list[float]) -> float:
 def fitted_topology(nranks: int, nbytes: int, allreduce_ms: float) -> Topology:
     """A one-tier switch whose simulated ring all-reduce of ``nbytes`` takes ``allreduce_ms``."""
     def make(bw: float) -> Topology:
-        return topology_from_dict({"name": "gloo-loopback", "tiers": [
+        return topology_from_dict({"name": "fitted-loopback", "tiers": [
             {"name": "loopback", "size": nranks, "fabric": "switch", "bandwidth_GBps": bw,
              "latency_us": 10.0, "link": "net"}]})
 
@@ -228,6 +253,11 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=25, help="alternating blocks per model (default 25)")
     ap.add_argument("--collective-reps", type=int, default=20,
                     help="timings per collective outside DDP, per delay (default 20)")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                    help="gloo on CPU (default) or nccl on the GPUs present")
+    ap.add_argument("--emulate-hosts", action="store_true",
+                    help="nccl: more ranks than GPUs, each its own host (loopback sockets; needs the "
+                         "CUDA MPS daemon)")
     args = ap.parse_args()
     if args.nprocs < 2:
         ap.error("--nprocs must be at least 2 (a straggler needs someone to wait for it)")
@@ -237,11 +267,22 @@ def main() -> None:
         delays = [float(d) for d in args.delays.split(",")]
     except ValueError:
         ap.error(f"--delays must be comma-separated numbers of ms, got {args.delays!r}")
+    if args.emulate_hosts and args.backend != "nccl":
+        ap.error("--emulate-hosts makes NCCL ranks hosts of their own; add --backend nccl")
     warmup = RUNTIME["measure_every"] * RUNTIME["window"]
-    out = launch(f"{__file__}:bench_rank", args.nprocs,
-                 {"delays_ms": delays, "width": args.width, "layers": args.layers,
-                  "block": args.block, "blocks": args.blocks, "warmup": warmup,
-                  "collective_reps": args.collective_reps}, timeout_s=1800)[0]
+    nccl = args.backend == "nccl"
+    try:
+        if nccl:
+            emulation.prepare(args.nprocs, emulation.visible_gpus(), args.emulate_hosts)
+        out = launch(f"{__file__}:bench_rank", args.nprocs,
+                     {"delays_ms": delays, "width": args.width, "layers": args.layers,
+                      "block": args.block, "blocks": args.blocks, "warmup": warmup,
+                      "collective_reps": args.collective_reps, "backend": args.backend},
+                     timeout_s=1800, env=None if nccl else {"CUDA_VISIBLE_DEVICES": ""},
+                     emulate_hosts=args.emulate_hosts)[0]
+    except emulation.EmulationError as exc:
+        print(f"bench_runtime: {exc}", file=sys.stderr)
+        sys.exit(2)
     first_bucket = out["bucket_bytes"][0]
     topology = out["topology"]  # the system the runtime decided on, fitted once in the ranks
     for case in out["cases"]:
@@ -250,21 +291,23 @@ def main() -> None:
                                                           case["stragglar_share"])
         case["predicted_alone_saving_ms"] = predicted_saving_ms(topology, first_bucket,
                                                                 case["straggler_delay_ms"], 1.0)
-    result = {"ranks": args.nprocs, "cases": out["cases"], "grad_bytes": out["grad_bytes"],
-              "bucket_bytes": out["bucket_bytes"], "gloo_allreduce_ms": out["allreduce_ms"],
+    result = {"ranks": args.nprocs, "backend": args.backend, "emulated_hosts": args.emulate_hosts,
+              "cases": out["cases"], "grad_bytes": out["grad_bytes"],
+              "bucket_bytes": out["bucket_bytes"], "allreduce_ms": out["allreduce_ms"],
               "fitted_bandwidth_GBps": topology.tiers[0].bandwidth_GBps}
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{args.nprocs} gloo ranks, {out['grad_bytes'] / 2**20:.1f} MiB gradient in buckets of "
-          f"{[round(b / 2**20, 2) for b in out['bucket_bytes']]} MiB, gloo all-reduce of the first "
-          f"{out['allreduce_ms']:.2f} ms")
+    hosts = " (emulated hosts)" if args.emulate_hosts else ""
+    print(f"{args.nprocs} {args.backend} ranks{hosts}, {out['grad_bytes'] / 2**20:.1f} MiB gradient in "
+          f"buckets of {[round(b / 2**20, 2) for b in out['bucket_bytes']]} MiB, {args.backend} "
+          f"all-reduce of the first {out['allreduce_ms']:.2f} ms")
     for c in result["cases"]:
         print(f"delay {c['straggler_delay_ms']:5.1f} ms: plain {c['plain_step_ms']:7.2f} "
               f"± {c['plain_stderr_ms']:.2f} ms, hook {c['hook_step_ms']:7.2f} ± {c['hook_stderr_ms']:.2f} "
               f"ms (StragglAR on {c['stragglar_share']:.0%}), saved {c['measured_saving_ms']:6.2f} "
               f"± {c['measured_saving_stderr_ms']:.2f} ms, simulator predicts "
-              f"{c['predicted_saving_ms']:6.2f} ms; the bucket's all-reduce alone: gloo "
+              f"{c['predicted_saving_ms']:6.2f} ms; the bucket's all-reduce alone: {args.backend} "
               f"{c['alone_allreduce_ms']:6.2f} ms, StragglAR {c['alone_stragglar_ms']:6.2f} ms, "
               f"saved {c['alone_saving_ms']:6.2f} ms (predicted {c['predicted_alone_saving_ms']:6.2f})")
 

@@ -4,7 +4,8 @@
   recorded) → a topology YAML, unmeasured values marked;
 * :mod:`~dynamiccl.profiler.launcher`, :mod:`~dynamiccl.profiler.runner`,
   :mod:`~dynamiccl.profiler.session` – local ranks that never hang the caller, nccl-tests style
-  timing, persistent ranks for the live environment backend;
+  timing, persistent ranks for the live environment backend; :mod:`~dynamiccl.profiler.emulation`
+  – more NCCL ranks than GPUs, each its own host, and the MPS check that makes that honest;
 * :mod:`~dynamiccl.profiler.straggler_detection`, :mod:`~dynamiccl.profiler.c2c`,
   :mod:`~dynamiccl.profiler.hooks` – who is persistently late, compute vs communication, and a
   DDP comm hook that measures both inside a user's job;

@@ -3,11 +3,14 @@
 It does DDP's own gradient averaging (all-reduce, divide by world size) and adds two timestamps
 per bucket, plus two per step, so it can stay on in production. Timestamps are host clocks on CPU
 and CUDA events on GPU (an NCCL future's callback runs when the work is *queued*, so only an
-event on the stream marks its completion); events are read once per step, at the step's end.
+event on the stream marks its completion); events are read once per step, at the step's end. The
+two kinds never meet: a step's marks all come from one clock. Given the job's ``device`` the probe
+uses its clock from the first step; otherwise it learns the device from the first bucket, and the
+step that bucket ran in (begun before anything said which clock) is left out of the report.
 
 Usage::
 
-    probe = CommProbe()
+    probe = CommProbe(device=torch.device("cuda", local_rank))
     ddp_model.register_comm_hook(probe, probe.allreduce_hook)
     for batch in loader:
         with probe.step():
@@ -50,27 +53,39 @@ class ProbeReport:
                 "per_rank": self.per_rank}
 
 
-class _Clock:
-    """``mark()`` now, ``us(mark, origin)`` later: host time on CPU, CUDA events on GPU."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
+class _HostClock:
+    """``mark()`` now, ``us(mark, origin)`` later, on the host's monotonic clock."""
 
     def mark(self) -> Any:
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
         return time.perf_counter_ns()
 
     def us(self, mark: Any, origin: Any) -> float:
-        if self.cuda:
-            return origin.elapsed_time(mark) * 1e3
         return (mark - origin) / 1e3
 
     def settle(self, mark: Any) -> None:
-        if self.cuda:
-            mark.synchronize()
+        pass
+
+
+class _CudaClock:
+    """The same on the current CUDA stream: events, read once the last one has completed."""
+
+    def mark(self) -> Any:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def us(self, mark: Any, origin: Any) -> float:
+        return origin.elapsed_time(mark) * 1e3
+
+    def settle(self, mark: Any) -> None:
+        mark.synchronize()
+
+
+_Clock = _HostClock | _CudaClock
+
+
+def _clock_for(device: torch.device) -> "_Clock":
+    return _CudaClock() if device.type == "cuda" else _HostClock()
 
 
 @dataclass(frozen=True)
@@ -82,18 +97,19 @@ class _Step:
 class CommProbe:
     """DDP comm-hook state; see the module docstring for use."""
 
-    def __init__(self, group: dist.ProcessGroup | None = None, window: int = 1000) -> None:
+    def __init__(self, group: dist.ProcessGroup | None = None, window: int = 1000,
+                 device: torch.device | str | None = None) -> None:
         self.group = group
         self._steps: deque[_Step] = deque(maxlen=window)
         self._pending: list[tuple[Any, Any, int]] = []
-        self._clock: _Clock | None = None
-        self._device = torch.device("cpu")
+        self._device = torch.device(device) if device is not None else torch.device("cpu")
+        self._clock: _Clock | None = _clock_for(self._device) if device is not None else None
 
     def allreduce_hook(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         buf = bucket.buffer()
-        if self._clock is None:
+        if self._clock is None or buf.device.type != self._device.type:
             self._device = buf.device
-            self._clock = _Clock(buf.device)
+            self._clock = _clock_for(buf.device)
         clock = self._clock
         start = clock.mark()
         world = dist.get_world_size(self.group)
@@ -109,15 +125,17 @@ class CommProbe:
     @contextmanager
     def step(self) -> Iterator[None]:
         """Wrap one training step (forward, backward, optimizer) in this."""
-        clock = self._clock or _Clock(self._device)
+        if self._clock is None:
+            self._clock = _clock_for(self._device)
+        clock = self._clock
         self._pending = []
         begin = clock.mark()
         yield
         end = clock.mark()
         clock.settle(end)
         pending, self._pending = self._pending, []
-        if not pending:
-            return
+        if not pending or self._clock is not clock:
+            return  # no bucket, or the buckets' marks are another clock's than this step's origin
         comm = [(clock.us(a, begin), clock.us(e, begin), b) for a, e, b in pending]
         first = min(comm)
         self._steps.append(_Step(first[1] - first[0], step_breakdown(0.0, clock.us(end, begin), comm)))

@@ -6,7 +6,8 @@ stopped at once. What this module adds is what that launcher leaves to its calle
 whole run (a rank that stalls without failing), each rank's return value, a rendezvous through a
 ``FileStore`` in a private temporary directory (nothing listens on a network port, so parallel test
 runs cannot collide), and an environment in place before torch loads in the rank
-(``OMP_NUM_THREADS=1``, NCCL knobs).
+(``OMP_NUM_THREADS=1``, NCCL knobs). With ``emulate_hosts`` each rank is its own host to NCCL and
+ranks share the GPUs present (:mod:`dynamiccl.profiler.emulation`; checked in the parent first).
 
 Ranks are spawned, so a caller's ``__main__`` must guard its entry point with
 ``if __name__ == "__main__":`` (a rank re-imports it, as with any spawned process). Targets are named
@@ -31,6 +32,8 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
+from dynamiccl.profiler import emulation
+
 #: Environment every rank gets unless the caller overrides it: one thread per rank, because ranks
 #: share the machine's cores and oversubscription would show up as fake stragglers.
 BASE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -52,6 +55,15 @@ class RankContext:
     init_method: str
     #: Seconds before collectives give up (the launcher's own deadline).
     timeout_s: float
+    #: Every rank is its own host to NCCL (its environment is set already), GPUs are shared.
+    emulated_hosts: bool = False
+
+    def gpu(self) -> int:
+        """The GPU this rank drives: its own without emulation, rank % GPUs with emulated hosts."""
+        gpus = emulation.visible_gpus()
+        if not self.emulated_hosts and self.rank >= gpus:
+            emulation.check_placement(self.world_size, gpus, emulate_hosts=False)
+        return emulation.gpu_of(self.rank, gpus)
 
 
 def launch(
@@ -60,14 +72,16 @@ def launch(
     kwargs: dict[str, Any] | None = None,
     timeout_s: float = 120.0,
     env: dict[str, str] | None = None,
+    emulate_hosts: bool = False,
 ) -> list[Any]:
     """Runs ``target(ctx, **kwargs)`` on ``nprocs`` fresh interpreters; returns each rank's result.
 
     Raises :class:`LaunchError` when a rank raises, exits without a result, is killed, or the
-    whole run exceeds ``timeout_s``.
+    whole run exceeds ``timeout_s``; :class:`~dynamiccl.profiler.emulation.EmulationError` before
+    starting anything when ``emulate_hosts`` ranks cannot share the GPUs present.
     """
     with tempfile.TemporaryDirectory(prefix="dynamiccl-launch-") as workdir:
-        ranks = Ranks(target, nprocs, kwargs, workdir, timeout_s, env)
+        ranks = Ranks(target, nprocs, kwargs, workdir, timeout_s, env, emulate_hosts)
         try:
             ranks.wait(timeout_s)
             return [_result(r, workdir) for r in range(nprocs)]
@@ -79,12 +93,16 @@ class Ranks:
     """Started rank processes: watch them, and stop them all, whatever state they are in."""
 
     def __init__(self, target: str, nprocs: int, kwargs: dict[str, Any] | None, workdir: str,
-                 timeout_s: float, env: dict[str, str] | None = None) -> None:
+                 timeout_s: float, env: dict[str, str] | None = None,
+                 emulate_hosts: bool = False) -> None:
         if nprocs < 1:
             raise ValueError(f"nprocs must be at least 1, got {nprocs}")
         resolve(target)  # fail here, in the parent, on a misspelt target
+        if emulate_hosts:
+            emulation.prepare(nprocs, emulation.visible_gpus(), emulate_hosts=True)
         self.workdir = workdir
-        args = (nprocs, workdir, target, kwargs or {}, f"file://{workdir}/store", timeout_s)
+        args = (nprocs, workdir, target, kwargs or {}, f"file://{workdir}/store", timeout_s,
+                emulate_hosts)
         with _environment({**BASE_ENV, **(env or {})}):
             self._context = mp.start_processes(_rank_main, args=args, nprocs=nprocs, join=False,
                                                start_method="spawn")
@@ -170,9 +188,12 @@ def resolve(target: str) -> Callable[..., Any]:
 
 
 def _rank_main(rank: int, nprocs: int, workdir: str, target: str, kwargs: dict[str, Any],
-               init_method: str, timeout_s: float) -> None:
+               init_method: str, timeout_s: float, emulate_hosts: bool = False) -> None:
     """Rank side: run the target; a raise reaches the parent through torch's error file."""
-    result = resolve(target)(RankContext(rank, nprocs, init_method, timeout_s), **kwargs)
+    if emulate_hosts:  # before the target creates any communicator: NCCL reads these at init
+        os.environ.update(emulation.emulated_host_env(rank))
+    ctx = RankContext(rank, nprocs, init_method, timeout_s, emulate_hosts)
+    result = resolve(target)(ctx, **kwargs)
     tmp = Path(workdir, f"rank{rank}.pkl.tmp")
     tmp.write_bytes(pickle.dumps(result))
     tmp.rename(Path(workdir, f"rank{rank}.pkl"))

@@ -37,6 +37,10 @@ from dynamiccl.nccl import (
     Protocol,
 )
 
+#: Half a unit of the table's last printed digit: NCCL prints each entry as ``%8.1f/%6.1f`` (µs/GB/s,
+#: NCCL 2.28.9 src/graph/tuning.cc), so a model value within this of the printed one prints the same.
+PRINTED_HALF_UNIT = 0.05
+
 if TYPE_CHECKING:
     from dynamiccl.nccl_model import NcclModel
 
@@ -219,7 +223,8 @@ class TableEntry:
     log_bandwidth_GBps: float
     model_latency_us: float
     model_bandwidth_GBps: float
-    #: Both sides can use the entry and their bandwidths are within the tolerance.
+    #: Both sides can use the entry and their bandwidths are within the tolerance, or equal at the
+    #: precision NCCL prints (one decimal: 0.123 GB/s prints as 0.1).
     bandwidth_agrees: bool
     #: Within the tolerance, or within the print's 0.15 µs rounding.
     latency_agrees: bool
@@ -305,6 +310,8 @@ def compare_tables(printed: TuningTable, latency_us: np.ndarray,
     """Entry-by-entry agreement where the log prints an entry that either side can use.
 
     An entry NCCL marks unusable (bandwidth 0) but the model offers, or the reverse, disagrees.
+    Bandwidths agree within ``tolerance`` or at the printed precision (:data:`PRINTED_HALF_UNIT`):
+    below ~0.5 GB/s one printed decimal is coarser than the tolerance.
     """
     rows = []
     for f, a, p in zip(*np.nonzero(~np.isnan(printed.bandwidth_GBps)), strict=True):
@@ -312,8 +319,9 @@ def compare_tables(printed: TuningTable, latency_us: np.ndarray,
         model_bw, model_lat = float(bandwidth_GBps[f, a, p]), float(latency_us[f, a, p])
         if log_bw <= 0 and model_bw <= 0:
             continue
-        bandwidth_agrees = log_bw > 0 and model_bw > 0 and \
+        bandwidth_agrees = log_bw > 0 and model_bw > 0 and (
             max(model_bw / log_bw, log_bw / model_bw) <= 1 + tolerance
+            or abs(model_bw - log_bw) <= PRINTED_HALF_UNIT)
         latency_agrees = abs(model_lat - log_lat) <= max(0.15, tolerance * log_lat)
         rows.append(TableEntry(Collective(f), Algorithm(a), Protocol(p), log_lat, log_bw,
                                model_lat, model_bw, bool(bandwidth_agrees), bool(latency_agrees)))

@@ -4,11 +4,16 @@ Discovery only needs a snapshot of facts, so the interface is a single method. T
 asks the driver through ``pynvml`` (nvidia-ml-py); the recorded provider replays a snapshot saved
 as YAML/JSON, which is how tests run on machines without a GPU and how a user can send us what their
 cluster looks like (``dynamiccl profile topology --record answers.yaml``).
+
+One fact comes from CUDA where NVML has none: the SM count. ``nvmlDeviceGetAttributes_v2`` answers
+"not supported" on whole (non-MIG) GPUs with some drivers (an H100 80GB with driver 580 did), while
+CUDA's device properties always carry it; the GPUs are matched by UUID.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import ModuleType
@@ -145,13 +150,35 @@ def save_snapshot(snapshot: NvmlSnapshot, path: str | Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-class PynvmlProvider:
-    """Asks the driver. ``nvml`` defaults to the ``pynvml`` module (tests may pass a stand-in)."""
+def cuda_sm_counts() -> dict[str, int]:
+    """SMs per GPU as CUDA reports them, keyed by :func:`uuid_key`; empty without CUDA."""
+    try:
+        import torch
 
-    def __init__(self, nvml: ModuleType | Any | None = None) -> None:
+        if not torch.cuda.is_available():
+            return {}
+        props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+    except (ImportError, RuntimeError, AssertionError):
+        return {}
+    return {uuid_key(str(p.uuid)): int(p.multi_processor_count) for p in props}
+
+
+def uuid_key(uuid: str) -> str:
+    """A GPU UUID as NVML (``GPU-1a2b…``) and CUDA (``1a2b…``) both spell it: lower case, no prefix."""
+    return uuid.lower().removeprefix("gpu-")
+
+
+class PynvmlProvider:
+    """Asks the driver. ``nvml`` defaults to the ``pynvml`` module and ``cuda_sms`` to
+    :func:`cuda_sm_counts`, asked only when NVML has no SM count (tests may pass stand-ins)."""
+
+    def __init__(self, nvml: ModuleType | Any | None = None,
+                 cuda_sms: Callable[[], dict[str, int]] = cuda_sm_counts) -> None:
         if nvml is None:
             import pynvml as nvml
         self.nvml = nvml
+        self.cuda_sms = cuda_sms
+        self._cuda_sms: dict[str, int] | None = None
 
     def snapshot(self) -> NvmlSnapshot:
         nv = self.nvml
@@ -187,13 +214,15 @@ class PynvmlProvider:
         attrs = call(nv.nvmlDeviceGetAttributes_v2, h)
         mem = call(nv.nvmlDeviceGetMemoryInfo, h)
         pci = call(nv.nvmlDeviceGetPciInfo_v3, h)
+        uuid = _text(call(nv.nvmlDeviceGetUUID, h, default=""))
         return GpuFacts(
             index=index,
             name=_text(nv.nvmlDeviceGetName(h)),
             compute_capability=tuple(nv.nvmlDeviceGetCudaComputeCapability(h)),
             bus_id=_text(pci.busId) if pci is not None else "",
-            uuid=_text(call(nv.nvmlDeviceGetUUID, h, default="")),
-            sms=attrs.multiprocessorCount if attrs is not None else None,
+            uuid=uuid,
+            sms=(attrs.multiprocessorCount if attrs is not None and attrs.multiprocessorCount
+                 else self._sms_from_cuda(uuid)),
             memory_MiB=mem.total // 2**20 if mem is not None else None,
             pcie_gen=call(nv.nvmlDeviceGetCurrPcieLinkGeneration, h),
             pcie_gen_max=call(nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
@@ -205,6 +234,11 @@ class PynvmlProvider:
             clock_event_reasons=call(nv.nvmlDeviceGetCurrentClocksEventReasons, h, default=0),
             nvlinks=self._nvlinks(h),
         )
+
+    def _sms_from_cuda(self, uuid: str) -> int | None:
+        if self._cuda_sms is None:
+            self._cuda_sms = self.cuda_sms()
+        return self._cuda_sms.get(uuid_key(uuid)) if uuid else None
 
     def _nvlinks(self, h: Any) -> tuple[NvLink, ...]:
         nv, call = self.nvml, self._call

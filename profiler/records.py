@@ -72,6 +72,9 @@ class MeasurementRecord:
     #: "" = not logged): settles which pair a run forced with ``NCCL_ALGO`` or ``NCCL_PROTO`` alone
     #: measured.
     nccl_pick: str = ""
+    #: Measured on emulated hosts (``--emulate-hosts``: ranks sharing GPUs, each its own node to
+    #: NCCL, joined by loopback sockets): not the network the GPUs really sit on.
+    emulated_hosts: bool = False
 
     def __post_init__(self) -> None:
         Collective[self.collective.upper()]  # raises KeyError early for a misspelt collective
@@ -118,6 +121,18 @@ class MeasurementRecord:
 #: The fields a record cannot be made without (what a JSON object must hold to be one).
 REQUIRED_FIELDS: tuple[str, ...] = tuple(
     f.name for f in fields(MeasurementRecord) if f.default is MISSING and f.default_factory is MISSING)
+
+
+def check_one_system_kind(records: Iterable[MeasurementRecord]) -> None:
+    """Raises ValueError (one line) when ``records`` mix emulated hosts with a real system: their
+    networks differ (loopback sockets against the GPUs' own), so one model cannot fit both."""
+    records = list(records)
+    emulated = [r for r in records if r.emulated_hosts]
+    if emulated and len(emulated) < len(records):
+        raise ValueError(
+            f"{len(emulated)} of the {len(records)} measurements were taken on "
+            "emulated hosts (--emulate-hosts: ranks sharing GPUs over loopback sockets), the rest on "
+            "a real system; give the measurements of one system only (keep their files apart)")
 
 
 def normalize_config(

@@ -10,6 +10,8 @@ straggler analysis (:mod:`dynamiccl.profiler.straggler_detection`) without needi
 Knobs reach NCCL through its environment variables, which it reads when a communicator is created;
 every measurement here runs in fresh processes, so each gets its own communicator and settings.
 Gloo has no such knobs: a gloo measurement is recorded as what it is, the backend's own algorithm.
+With ``emulate_hosts`` the NCCL ranks share the GPUs present, each its own host on a loopback
+network (:mod:`dynamiccl.profiler.emulation`), and their records say so: NCCL saw one node per rank.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from dynamiccl.nccl import (
     Collective,
     Protocol,
 )
-from dynamiccl.profiler import straggler_detection
+from dynamiccl.profiler import emulation, straggler_detection
 from dynamiccl.profiler.launcher import RankContext, launch
 from dynamiccl.profiler.records import MeasurementRecord, bandwidths
 
@@ -109,6 +111,8 @@ class CollectiveResult:
     launch: str = ""
     #: Rank 0's GPU model ("" on CPU).
     gpu: str = ""
+    #: The ranks were emulated hosts sharing the GPUs present (NCCL saw one node per rank).
+    emulated_hosts: bool = False
 
     @property
     def algbw_with_wait_GBps(self) -> float:
@@ -143,6 +147,7 @@ class CollectiveResult:
             "nbytes": self.spec.nbytes,
             "nranks": self.nranks,
             "backend": self.spec.backend,
+            "emulated_hosts": self.emulated_hosts,
             "config": self.to_record().config_label if self.spec.knobs_applied else "gloo default",
             "straggler": s.to_json() if s is not None else None,
             "spec": asdict(self.spec),
@@ -155,14 +160,17 @@ class CollectiveResult:
             time_us=self.time_us, algbw_GBps=self.algbw_GBps, busbw_GBps=self.busbw_GBps,
             algorithm=self.spec.algorithm if applied else None,
             protocol=self.spec.protocol if applied else None,
-            channels=self.spec.channels if applied else None, nnodes=1,
+            channels=self.spec.channels if applied else None,
+            nnodes=self.nranks if self.emulated_hosts else 1,
             backend=self.spec.backend, source="runner", time_us_runs=self.time_us_runs,
             straggler_rank=s.rank if s else None,
             straggler_delay_us=s.delay_us if s and s.rank is not None else 0.0,
-            env=nccl_env(self.spec) if applied else {}, launch=self.launch, gpu=self.gpu)
+            env=nccl_env(self.spec) if applied else {}, launch=self.launch, gpu=self.gpu,
+            emulated_hosts=self.emulated_hosts)
 
 
-def summarize(spec: CollectiveSpec, times: np.ndarray, shared_clock: bool = True) -> CollectiveResult:
+def summarize(spec: CollectiveSpec, times: np.ndarray, shared_clock: bool = True,
+              emulated_hosts: bool = False) -> CollectiveResult:
     """``times[rank, (exec, arrival), run, iteration]`` (µs) → nccl-tests numbers and stragglers.
 
     Like the simulator, the time is counted from the first arrival (what the punctual ranks wait)
@@ -187,16 +195,19 @@ def summarize(spec: CollectiveSpec, times: np.ndarray, shared_clock: bool = True
     after = max(time_us - delay, 1e-3)
     algbw, busbw = bandwidths(spec.coll, spec.nbytes, nranks, after)
     arrivals = times[:, 1].reshape(nranks, -1) if shared_clock else None
-    return CollectiveResult(spec, nranks, time_us, runs, after, algbw, busbw, report, flat, arrivals)
+    return CollectiveResult(spec, nranks, time_us, runs, after, algbw, busbw, report, flat, arrivals,
+                            emulated_hosts=emulated_hosts)
 
 
-def measure_collective(spec: CollectiveSpec, nprocs: int, timeout_s: float = 120.0) -> CollectiveResult:
+def measure_collective(spec: CollectiveSpec, nprocs: int, timeout_s: float = 120.0,
+                       emulate_hosts: bool = False) -> CollectiveResult:
     """Starts ``nprocs`` local ranks, measures, and summarizes on this side."""
-    return measure_many([spec], nprocs, timeout_s)[0]
+    return measure_many([spec], nprocs, timeout_s, emulate_hosts)[0]
 
 
-def measure_many(specs: list[CollectiveSpec], nprocs: int,
-                 timeout_s: float = 120.0) -> list[CollectiveResult]:
+def measure_many(specs: list[CollectiveSpec], nprocs: int, timeout_s: float = 120.0,
+                 emulate_hosts: bool = False, env: dict[str, str] | None = None
+                 ) -> list[CollectiveResult]:
     """Several measurements with one start-up of the ranks per distinct NCCL environment, in the
     order the specs first name each environment.
 
@@ -204,6 +215,10 @@ def measure_many(specs: list[CollectiveSpec], nprocs: int,
     knobs never share processes; gloo measurements always do. Each start-up is a launch with a
     fresh id in its results: what one launch measures shares that launch's state, so only
     measurements of separate launches tell how far a call's time moves from launch to launch.
+    ``emulate_hosts`` runs the NCCL ranks as hosts of their own on the GPUs present; ``env`` is
+    more environment for every NCCL rank (a tuner plugin and its policy, say). NCCL ranks that
+    cannot be placed raise :class:`~dynamiccl.profiler.emulation.EmulationError` before anything
+    starts.
     """
     for spec in specs:
         if spec.straggler_rank is not None and not 0 <= spec.straggler_rank < nprocs:
@@ -211,15 +226,19 @@ def measure_many(specs: list[CollectiveSpec], nprocs: int,
     groups: dict[tuple, list[int]] = {}
     for i, spec in enumerate(specs):
         groups.setdefault((spec.backend, tuple(sorted(nccl_env(spec).items()))), []).append(i)
+    if any(backend == "nccl" for backend, _ in groups):
+        emulation.check_placement(nprocs, emulation.visible_gpus(), emulate_hosts)
     results: list[CollectiveResult | None] = [None] * len(specs)
-    for (backend, env), idx in groups.items():
-        rank_env = dict(env) if backend == "nccl" else {"CUDA_VISIBLE_DEVICES": ""}
+    for (backend, knobs), idx in groups.items():
+        nccl = backend == "nccl"
+        rank_env = {**(env or {}), **dict(knobs)} if nccl else {"CUDA_VISIBLE_DEVICES": ""}
         per_rank = launch("dynamiccl.profiler.runner:rank_main", nprocs,
-                          {"specs": [specs[i] for i in idx]}, timeout_s=timeout_s, env=rank_env)
+                          {"specs": [specs[i] for i in idx]}, timeout_s=timeout_s, env=rank_env,
+                          emulate_hosts=emulate_hosts and nccl)
         times, gpu = per_rank[0]
         launch_id = f"runner-{uuid.uuid4().hex[:12]}"
         for i, exec_us in zip(idx, times, strict=True):
-            result = summarize(specs[i], exec_us)
+            result = summarize(specs[i], exec_us, emulated_hosts=emulate_hosts and nccl)
             result.launch, result.gpu = launch_id, gpu
             results[i] = result
     return [r for r in results if r is not None]
@@ -244,7 +263,7 @@ def join_group(ctx: RankContext, backend: str) -> Any:
     """Initializes the default process group for a launcher rank; returns the rank's device."""
     import torch.distributed as dist
 
-    device = _device(backend, ctx.rank)
+    device = _device(backend, ctx.gpu() if backend == "nccl" else 0)
     dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
                             world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s),
                             **({"device_id": device} if backend == "nccl" else {}))
@@ -256,6 +275,9 @@ def run_under_torchrun(spec: CollectiveSpec) -> CollectiveResult | None:
     import torch.distributed as dist
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
+    if spec.backend == "nccl" and emulation.visible_gpus() <= local:
+        raise RuntimeError(f"the nccl backend needs a GPU per local rank; local rank {local} found "
+                           f"{emulation.visible_gpus()} GPU(s); use --backend gloo on CPU")
     device = _device(spec.backend, local)
     dist.init_process_group(spec.backend, **({"device_id": device} if spec.backend == "nccl" else {}))
     try:
@@ -266,16 +288,14 @@ def run_under_torchrun(spec: CollectiveSpec) -> CollectiveResult | None:
     return summarize(spec, exec_us, shared_clock=one_host) if exec_us is not None else None
 
 
-def _device(backend: str, local_rank: int) -> Any:
+def _device(backend: str, gpu: int) -> Any:
+    """CPU for gloo; GPU ``gpu`` (made the current device) for NCCL."""
     import torch
 
     if backend != "nccl":
         return torch.device("cpu")
-    if torch.cuda.device_count() <= local_rank:
-        raise RuntimeError(f"the nccl backend needs a GPU per rank; rank {local_rank} found "
-                           f"{torch.cuda.device_count()} GPU(s); use --backend gloo on CPU")
-    torch.cuda.set_device(local_rank)
-    return torch.device("cuda", local_rank)
+    torch.cuda.set_device(gpu)
+    return torch.device("cuda", gpu)
 
 
 def measure_in_group(spec: CollectiveSpec, device: Any, group: Any = None) -> np.ndarray | None:

@@ -8,7 +8,8 @@ timeout, like the one-shot launcher.
 
 With NCCL, each distinct knob setting gets its own communicator (created once, then reused):
 NCCL reads ``NCCL_ALGO``/``NCCL_PROTO`` when a communicator is created, and the channel count is set
-per communicator through its ``min_ctas``/``max_ctas`` options.
+per communicator through its ``min_ctas``/``max_ctas`` options. With ``emulate_hosts`` the NCCL
+ranks are hosts of their own sharing the GPUs present (:mod:`dynamiccl.profiler.emulation`).
 """
 
 from __future__ import annotations
@@ -32,15 +33,20 @@ _NCCL_KNOB_VARS = (ALGO_ENV, PROTO_ENV)
 class RankSession:
     """``nprocs`` local ranks on ``backend``, measuring on request until :meth:`close`."""
 
-    def __init__(self, nprocs: int, backend: str = "gloo", timeout_s: float = 120.0) -> None:
+    def __init__(self, nprocs: int, backend: str = "gloo", timeout_s: float = 120.0,
+                 emulate_hosts: bool = False) -> None:
+        if emulate_hosts and backend != "nccl":
+            raise ValueError("emulated hosts are NCCL ranks; use backend='nccl'")
         self.nprocs, self.backend, self.timeout_s = nprocs, backend, timeout_s
+        self.emulate_hosts = emulate_hosts
         self._workdir = tempfile.mkdtemp(prefix="dynamiccl-session-")
         address = str(Path(self._workdir, "control.sock"))
         key = secrets.token_bytes(16)
         env = {"CUDA_VISIBLE_DEVICES": ""} if backend == "gloo" else None
         self._ranks: Ranks | None = Ranks(
             "dynamiccl.profiler.session:serve", nprocs,
-            {"backend": backend, "address": address, "authkey": key}, self._workdir, timeout_s, env)
+            {"backend": backend, "address": address, "authkey": key}, self._workdir, timeout_s, env,
+            emulate_hosts)
         self._conn: Connection | None = None
         try:
             self._conn = self._connect(address, key)
@@ -85,7 +91,8 @@ class RankSession:
                 self.close()
                 raise LaunchError(f"a measurement did not finish within {self.timeout_s:g} s "
                                   "(a rank hung); stopped all ranks")
-        return [summarize(spec, times) for spec, times in zip(specs, self._conn.recv(), strict=True)]
+        return [summarize(spec, times, emulated_hosts=self.emulate_hosts)
+                for spec, times in zip(specs, self._conn.recv(), strict=True)]
 
     def close(self) -> None:
         """Stops the ranks (politely first) and removes the session's files; safe to repeat."""

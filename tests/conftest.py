@@ -32,3 +32,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def mps(tmp_path_factory: pytest.TempPathFactory):
+    """A CUDA MPS control daemon for tests that put several NCCL ranks on one GPU (emulated hosts):
+    the user's when one answers, else one started here with private pipe and log folders (the
+    ranks inherit CUDA_MPS_PIPE_DIRECTORY) and stopped at the end. Skips, naming why, where none
+    can run. Without MPS the ranks' kernels time-slice the GPU and every collective takes whole
+    time slices, so the tests would time the scheduler."""
+    import shutil
+    import subprocess
+    import time
+
+    from dynamiccl.profiler import emulation
+
+    if emulation.mps_problem() is None:
+        yield None
+        return
+    if shutil.which(emulation.MPS_CONTROL) is None:
+        pytest.skip(f"emulated hosts on one GPU need the CUDA MPS daemon; {emulation.MPS_CONTROL} "
+                    "is not on PATH")
+    folder = tmp_path_factory.mktemp("mps")
+    dirs = {emulation.MPS_PIPE_ENV: folder / "pipe", "CUDA_MPS_LOG_DIRECTORY": folder / "log"}
+    saved = {k: os.environ.get(k) for k in dirs}
+    for key, path in dirs.items():
+        path.mkdir()
+        os.environ[key] = str(path)
+    started = subprocess.run([emulation.MPS_CONTROL, "-d"], capture_output=True, text=True, timeout=60)
+    problem = f"{emulation.MPS_CONTROL} -d failed: {(started.stdout + started.stderr).strip()[:200]}"
+    for _ in range(20 if started.returncode == 0 else 0):  # the daemon opens its pipe shortly after
+        problem = emulation.mps_problem()
+        if problem is None:
+            break
+        time.sleep(0.5)
+    try:
+        if problem is not None:
+            pytest.skip(f"emulated hosts on one GPU need the CUDA MPS daemon, which could not be "
+                        f"started here: {problem}")
+        yield folder
+    finally:
+        if started.returncode == 0:
+            subprocess.run([emulation.MPS_CONTROL], input="quit\n", capture_output=True, text=True,
+                           timeout=60)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

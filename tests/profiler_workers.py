@@ -39,23 +39,35 @@ def echo(ctx, value):
             "omp": os.environ.get("OMP_NUM_THREADS")}
 
 
-def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float, backend: str = "gloo"):
+def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float, backend: str = "gloo",
+                   tell_device: bool = False, fake_cuda_events: bool = False):
     """A small DDP model trained with the probe hook; ``late_rank`` sleeps before each backward.
 
     Returns the probe's report and the parameters, plus those of an identical model trained with
-    DDP's default hook, so the test can check the probe averages gradients exactly like DDP.
+    DDP's default hook, so the test can check the probe averages gradients exactly like DDP. With
+    ``tell_device`` the probe is given the job's device; ``fake_cuda_events`` (CPU only) tells it
+    "cuda" while the buckets stay on the CPU, and makes "cuda" clock marks stand-ins for CUDA
+    events (timed on the host, refusing arithmetic with host times as torch.cuda.Event does): a
+    step then begins on one clock and its buckets are marked on another, as on a GPU when the
+    first step begins before the probe has seen a CUDA bucket.
     """
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from dynamiccl.profiler import hooks
     from dynamiccl.profiler.hooks import CommProbe
 
-    device = torch.device("cuda", ctx.rank) if backend == "nccl" else torch.device("cpu")
+    device = torch.device("cuda", ctx.gpu()) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
                             world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s))
+    probe_device = device
+    if fake_cuda_events:
+        real_clock_for = hooks._clock_for
+        hooks._clock_for = lambda d: _StandInEventClock() if d.type == "cuda" else real_clock_for(d)
+        probe_device = torch.device("cuda")
 
     def model():
         torch.manual_seed(0)
@@ -63,10 +75,10 @@ def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float, backe
                                    torch.nn.Linear(256, 256), torch.nn.ReLU(),
                                    torch.nn.Linear(256, 8)).to(device)
 
-    ids = [ctx.rank] if backend == "nccl" else None
+    ids = [device.index] if backend == "nccl" else None
     probed = DDP(model(), bucket_cap_mb=0.1, device_ids=ids)
     plain = DDP(model(), bucket_cap_mb=0.1, device_ids=ids)
-    probe = CommProbe()
+    probe = CommProbe(device=probe_device if tell_device or fake_cuda_events else None)
     probed.register_comm_hook(probe, probe.allreduce_hook)
     opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (probed, plain)]
     gen = torch.Generator().manual_seed(100 + ctx.rank)
@@ -86,3 +98,43 @@ def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float, backe
     params = [[p.detach().cpu().clone() for p in m.parameters()] for m in (probed, plain)]
     dist.destroy_process_group()
     return {"report": report, "probed": params[0], "plain": params[1]}
+
+
+class _StandInEvent:
+    """A host-timed mark with CUDA events' interface; like them, not a number."""
+
+    def __init__(self) -> None:
+        self.ns = time.perf_counter_ns()
+
+    def elapsed_time(self, later: _StandInEvent) -> float:
+        if not isinstance(later, _StandInEvent):
+            raise TypeError(f"elapsed_time() expects an Event, got {type(later).__name__}")
+        return (later.ns - self.ns) / 1e6  # ms, as torch.cuda.Event.elapsed_time
+
+    def synchronize(self) -> None:
+        pass
+
+    def __sub__(self, other):
+        raise TypeError(f"unsupported operand type(s) for -: 'Event' and '{type(other).__name__}'")
+
+    __rsub__ = __sub__
+
+
+class _StandInEventClock:
+    def mark(self) -> _StandInEvent:
+        return _StandInEvent()
+
+    def us(self, mark: _StandInEvent, origin: _StandInEvent) -> float:
+        return origin.elapsed_time(mark) * 1e3
+
+    def settle(self, mark: _StandInEvent) -> None:
+        mark.synchronize()
+
+
+def nccl_environment(ctx):
+    """The NCCL variables this rank runs with (no GPU touched)."""
+    from dynamiccl.profiler import emulation
+
+    names = {*emulation.EMULATED_HOST_ENV, emulation.HOSTID_ENV}
+    return {"emulated_hosts": ctx.emulated_hosts,
+            "env": {k: v for k, v in os.environ.items() if k in names}}

@@ -20,7 +20,7 @@ def _join(ctx, backend: str = "gloo") -> torch.device:
     device = torch.device("cpu")
     extra = {}
     if backend == "nccl":
-        device = torch.device("cuda", ctx.rank)
+        device = torch.device("cuda", ctx.gpu())  # rank % GPUs on emulated hosts
         torch.cuda.set_device(device)
         extra = {"device_id": device}
     dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
@@ -134,6 +134,25 @@ def ddp_with_straggler(ctx, steps: int, late_rank: int, late_ms: float, config: 
             "decided": (before, nccl.decide(1000) if nccl else None)}
 
 
+def all_reduce_sizes(ctx, sizes: list[int], log_dir: str, repeats: int = 3) -> bool:
+    """Each size's sum all-reduce ``repeats`` times on NCCL, this rank's NCCL debug log written to
+    ``log_dir/rank<r>.log``; whether every result was the exact sum."""
+    import os
+
+    os.environ["NCCL_DEBUG_FILE"] = f"{log_dir}/rank{ctx.rank}.log"  # before NCCL starts logging
+    device = _join(ctx, "nccl")
+    total = ctx.world_size * (ctx.world_size + 1) / 2
+    exact = True
+    for nbytes in sizes:
+        for _ in range(repeats):
+            t = torch.full((nbytes // 4,), float(ctx.rank + 1), device=device)
+            dist.all_reduce(t)
+            exact &= bool((t == total).all())
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+    return exact
+
+
 def job_check(ctx, rounds: list[list[str]]):
     """Per round, each rank points DYNAMICCL_POLICY at its own file and starts the runtime;
     returns the error each round gave this rank (None: the job started)."""
@@ -168,7 +187,12 @@ def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = No
 
     nccl = _with_plugin(ctx, plugin)
     device = _join(ctx, backend)
-    topology = load_topology("dgx_h100").resized(nodes=1, gpus_per_node=ctx.world_size)
+    if ctx.emulated_hosts:  # the system NCCL sees: one GPU per host, loopback sockets between
+        from dynamiccl.profiler.emulation import local_emulated_topology
+
+        topology = local_emulated_topology(ctx.world_size)
+    else:
+        topology = load_topology("dgx_h100").resized(nodes=1, gpus_per_node=ctx.world_size)
     tuner = RuntimeTunerAdapter(CoordinateDescentTuner(budget=4, deployable=True), topology, budget=4)
     control = PluginControl() if nccl else None
     rt = Runtime(RuntimeConfig(measure_every=1000, tune_start_step=2, tune_steps_per_trial=1),

@@ -16,14 +16,16 @@ from dynamiccl.envs.online_tuning import (
     CONTEXT_SIZE,
     LOG_RANGE,
     MAX_CANDIDATES,
+    MAX_PREDICTED_SLOWDOWN,
     OBS_SIZE,
     SLOT_FIELDS,
     CallLog,
     Candidates,
     Context,
     OnlineTuningEnv,
+    affordable,
 )
-from dynamiccl.knobs import ACTIONS, valid_mask
+from dynamiccl.knobs import ACTIONS, Algorithm, Protocol, valid_mask
 from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
@@ -50,6 +52,32 @@ def test_candidates_are_nccl_then_one_valid_deployable_action_per_pair_by_predic
     assert len(set(pairs)) == len(pairs)
     assert list(cands.predicted_us[1:]) == sorted(cands.predicted_us[1:])
     assert cands.mask().sum() == len(cands) <= MAX_CANDIDATES
+
+
+def test_only_candidates_predicted_within_twice_nccls_time_may_run():
+    # a 1 GiB all-reduce on two DGX H100: tree/LL is a candidate the model predicts far slower than
+    # NCCL's pick (a held-out reality ran it 34x slower when tuners could try it)
+    big = Scenario(load_topology("dgx_h100", nodes=2), Collective.ALLREDUCE, 1 << 30)
+    cands, log = Candidates.of(big), CallLog()
+    predicted = np.array(cands.predicted_us)
+    slow = [k for k, a in enumerate(cands.actions) if k and
+            (ACTIONS[a].algorithm, ACTIONS[a].protocol) == (Algorithm.TREE, Protocol.LL)]
+    assert slow and predicted[slow[0]] > MAX_PREDICTED_SLOWDOWN * predicted[0]
+    mask = affordable(cands, log)
+    assert mask[0] and not mask[slow[0]]
+    assert list(mask[: len(cands)]) == list(predicted <= MAX_PREDICTED_SLOWDOWN * predicted[0])
+    assert not mask[len(cands):].any()
+    # NCCL's pick measured 3x slower than predicted: what is within twice that becomes affordable
+    log.record(0, 3 * predicted[0])
+    wider = affordable(cands, log)
+    assert list(wider[1: len(cands)]) == list(predicted[1:] <= 6 * predicted[0])
+    # measured faster than predicted: the prediction stays the anchor (never tighter than the prior)
+    quick = CallLog()
+    quick.record(0, predicted[0] / 3)
+    assert (affordable(cands, quick) == mask).all()
+    env = OnlineTuningEnv(seeds=range(7, 8), n_calls=5)
+    env.reset(seed=0, options={"context": Context(7, big)})
+    assert (env.action_masks() == cands.mask() & mask).all()
 
 
 def test_reward_is_minus_log_measured_over_true_nccl_and_exploration_is_charged():

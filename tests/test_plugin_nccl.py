@@ -1,20 +1,18 @@
 """Against the real NCCL: the PyPI libnccl.so.2 must find an ABI version our plugin exports, and on a
-GPU machine a real communicator must load and use the plugin."""
+GPU machine (one GPU is enough: emulated hosts) NCCL must run what the plugin's policy decides."""
 
 from __future__ import annotations
 
 import ctypes
 import mmap
-import os
 import re
-import subprocess
-import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
 from dynamiccl import plugin
 from dynamiccl import policy_file as pf
+from dynamiccl.knobs import Algorithm, Collective, Protocol
 
 NCCL = plugin.find_nccl_library()
 needs_nccl = pytest.mark.skipif(NCCL is None, reason="no nvidia-nccl wheel installed")
@@ -46,51 +44,67 @@ def test_our_version_table_matches_the_nccl_binary(nccl_version):
     assert max(named) <= max(plugin.ABI_VERSIONS)
 
 
-def _gpu_count() -> int:
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+WORKERS = str(Path(__file__).parent / "runtime_workers.py")
+#: The sizes the test all-reduces (nccl-tests sizes); the policy overrides NCCL at OVERRIDDEN only.
+SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
+OVERRIDDEN = 256 << 10
+#: What the policy may force there, first one NCCL did not pick itself and can run.
+ALTERNATIVES = [(Algorithm.TREE, Protocol.SIMPLE), (Algorithm.RING, Protocol.LL),
+                (Algorithm.RING, Protocol.SIMPLE), (Algorithm.TREE, Protocol.LL)]
+HOSTS = 2
 
 
-_WORKER = textwrap.dedent("""
-    import os, sys, torch, torch.distributed as dist
-    rank, world = int(sys.argv[1]), int(sys.argv[2])
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29533", rank=rank,
-                            world_size=world)
-    x = torch.ones(1 << 20, device="cuda")
-    dist.all_reduce(x)
-    torch.cuda.synchronize()
-    assert x[0].item() == world
-    dist.destroy_process_group()
-""")
+def _run_logged(tmp_path: Path, name: str, env: dict[str, str]) -> list[str]:
+    """All-reduces SIZES on HOSTS emulated hosts with NCCL's INIT,TUNING log per rank; returns the
+    ranks' logs (each result checked to be the exact sum)."""
+    from dynamiccl.profiler.launcher import launch
+
+    folder = tmp_path / name
+    folder.mkdir()
+    exact = launch(f"{WORKERS}:all_reduce_sizes", HOSTS, {"sizes": SIZES, "log_dir": str(folder)},
+                   timeout_s=300, emulate_hosts=True,
+                   env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,TUNING", **env})
+    assert all(exact), f"{name}: a rank's all-reduce result was not the sum"
+    return [(folder / f"rank{r}.log").read_text(errors="replace") for r in range(HOSTS)]
+
+
+def _picks(log: str) -> dict[int, tuple[Algorithm, Protocol]]:
+    from dynamiccl.profiler.nccl_debug_log import parse_debug_log
+
+    return {p.nbytes: (p.algorithm, p.protocol) for p in parse_debug_log(log).distinct_picks()
+            if p.collective == Collective.ALLREDUCE}
 
 
 @pytest.mark.gpu
+@pytest.mark.multiproc
 @needs_nccl
-def test_real_communicator_uses_the_plugin(tmp_path):
-    gpus = _gpu_count()
-    if gpus == 0:
-        pytest.skip("needs an NVIDIA GPU and driver")
-    from dynamiccl.agents.export import export_policy
-    from dynamiccl.agents.registry import load_policy
-    from dynamiccl.topology import load_topology
+def test_on_emulated_hosts_nccl_runs_the_policys_choice_where_it_overrides_and_its_own_elsewhere(
+        tmp_path, mps):
+    """Two emulated hosts on one GPU (a one-rank communicator never asks the tuner). NCCL's own
+    TUNING log (rank 0 prints every call's pick) shows what ran: first without the plugin, then
+    with a policy that overrides NCCL at OVERRIDDEN only; every rank logs the policy's sha."""
+    from dynamiccl.profiler.nccl_debug_log import parse_debug_log
 
-    world = min(gpus, 2)
-    topo = load_topology("dgx_h100", nodes=1, gpus_per_node=world)
-    result = export_policy(load_policy("oracle", topology=topo, deployable=True), topo,
-                           gate=None)  # ungated: the plugin must force what the file says
-    policy_path = pf.write(result.policy_file, tmp_path / "gpu.dccl")
-    env = dict(os.environ, NCCL_TUNER_PLUGIN=str(plugin.library_path()), NCCL_DEBUG="INFO",
-               DYNAMICCL_POLICY=str(policy_path), DYNAMICCL_LOG_DECISIONS="1")
-    script = tmp_path / "worker.py"
-    script.write_text(_WORKER)
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(world)]
-    logs = [p.communicate(timeout=300)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), logs[0][-4000:]
-    assert "TUNER/Plugin: Using DynamICCL" in logs[0], logs[0][-4000:]
-    assert "DynamICCL: policy oracle" in logs[0]
+    baseline = _run_logged(tmp_path, "nccl", {})
+    own = _picks(baseline[0])
+    assert set(SIZES) <= set(own), f"NCCL logged no pick for {sorted(set(SIZES) - set(own))}"
+    table = parse_debug_log(baseline[0]).tables[0]  # rank 0's table: what NCCL can run here
+    usable = [(a, p) for a, p in ALTERNATIVES
+              if table.bandwidth_GBps[Collective.ALLREDUCE, a, p] > 0 and (a, p) != own[OVERRIDDEN]]
+    assert usable, f"NCCL can run none of {ALTERNATIVES} besides its own pick at {OVERRIDDEN} B"
+    forced = usable[0]
+    rule = pf.Rule(Collective.ALLREDUCE, OVERRIDDEN, 2 * OVERRIDDEN - 1,
+                   decision=pf.Decision(*forced))
+    header = pf.Header("gpu-test", "2026-01-01T00:00:00Z", "emulated", "0123456789abcdef",
+                       pf.DEFAULT_NCCL_RANGE, "cafe")
+    policy = pf.write(pf.PolicyFile(header, (pf.Slice(rules=(rule,)),)), tmp_path / "gpu.dccl")
+    tuned = _run_logged(tmp_path, "tuned", {"NCCL_TUNER_PLUGIN": str(plugin.library_path()),
+                                            "DYNAMICCL_POLICY": str(policy)})
+    picks = _picks(tuned[0])
+    assert picks[OVERRIDDEN] == forced, tuned[0][-4000:]
+    assert {n: picks[n] for n in SIZES if n != OVERRIDDEN} == \
+        {n: own[n] for n in SIZES if n != OVERRIDDEN}  # NCCL's own pick everywhere else
+    sha = pf.file_hash(policy)
+    for rank, log in enumerate(tuned):
+        assert "TUNER/Plugin: Using DynamICCL" in log, f"rank {rank} did not load the plugin"
+        assert f"DynamICCL: policy gpu-test (sha256 {sha})" in log, f"rank {rank}: {log[-3000:]}"

@@ -32,3 +32,26 @@ def test_probe_hook_averages_like_ddp_and_finds_the_late_rank_and_c2c():
     assert late["compute_us"] > LATE_US > punctual["compute_us"]
     assert late["compute_to_comm"] > 1.0 > punctual["compute_to_comm"]
     assert report.to_json()["straggler"]["rank"] == 1
+
+
+@pytest.mark.multiproc
+def test_probe_with_stand_in_cuda_events_leaves_out_the_step_begun_on_another_clock():
+    """No GPU here: the probe is told "cuda" (whose clock marks are stand-ins for CUDA events) while
+    the buckets stay on the CPU, so the first step begins on one clock and its buckets are marked on
+    the other, the mixed-clock situation of a GPU job's first step. The probe leaves that step out
+    (it used to subtract across the two clocks: TypeError) and measures every later one."""
+    out = launch(f"{WORKERS}:ddp_with_probe", 2, {"steps": 6, "late_rank": None, "late_ms": 0.0,
+                                                   "fake_cuda_events": True}, timeout_s=120)
+    for rank_out in out:
+        for probed, plain in zip(rank_out["probed"], rank_out["plain"], strict=True):
+            assert torch.allclose(probed, plain, atol=1e-6)
+        report = rank_out["report"]
+        assert report.steps == 5
+        assert all(r["step_us"] > 0 and r["comm_us"] > 0 for r in report.per_rank)
+
+
+@pytest.mark.multiproc
+def test_probe_told_the_device_measures_from_the_first_step():
+    out = launch(f"{WORKERS}:ddp_with_probe", 2, {"steps": 4, "late_rank": None, "late_ms": 0.0,
+                                                   "tell_device": True}, timeout_s=120)
+    assert out[0]["report"].steps == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -84,6 +85,26 @@ def test_pynvml_provider_reads_everything_through_a_fake_nvml_module():
     assert PynvmlProvider(_FakeNvml(recorded)).snapshot().gpus == recorded.gpus
 
 
+def test_sm_count_comes_from_cuda_where_nvml_has_none():
+    """A stand-in NVML that answers "not supported" for the device attributes (as driver 580 did
+    on an H100) and a stand-in for CUDA's device properties: the SM count comes from CUDA, matched
+    by UUID (CUDA spells it without NVML's "GPU-" prefix), and only for the GPU NVML lacks it for."""
+    recorded = _snap("dgx_h100.yaml")
+    gpus = recorded.gpus[:2]
+    recorded = replace(recorded, gpus=(replace(gpus[0], uuid="GPU-AAAA-0001", sms=None),
+                                       replace(gpus[1], uuid="GPU-bbbb-0002", sms=132)),
+                       pci_levels=())
+    asked = []
+
+    def cuda_sms():
+        asked.append(True)
+        return {"aaaa-0001": 132, "bbbb-0002": 7}
+
+    snapshot = PynvmlProvider(_FakeNvml(recorded), cuda_sms=cuda_sms).snapshot()
+    assert [g.sms for g in snapshot.gpus] == [132, 132] and asked == [True]
+    assert PynvmlProvider(_FakeNvml(recorded), cuda_sms=dict).snapshot().gpus[0].sms is None
+
+
 def test_recording_round_trip(tmp_path):
     snap = _snap("dgx_h100.yaml")
     save_snapshot(snap, tmp_path / "again.yaml")
@@ -147,7 +168,10 @@ class _FakeNvml:
     def nvmlDeviceGetCudaComputeCapability(self, h): return self.gpus[h].compute_capability
     def nvmlDeviceGetPciInfo_v3(self, h): return SimpleNamespace(busId=self.gpus[h].bus_id)
     def nvmlDeviceGetUUID(self, h): return self.gpus[h].uuid
-    def nvmlDeviceGetAttributes_v2(self, h): return SimpleNamespace(multiprocessorCount=self.gpus[h].sms)
+    def nvmlDeviceGetAttributes_v2(self, h):
+        if self.gpus[h].sms is None:
+            raise self.NVMLError("Not Supported")
+        return SimpleNamespace(multiprocessorCount=self.gpus[h].sms)
     def nvmlDeviceGetMemoryInfo(self, h): return SimpleNamespace(total=self.gpus[h].memory_MiB * 2**20)
     def nvmlDeviceGetCurrPcieLinkGeneration(self, h): return self.gpus[h].pcie_gen
     def nvmlDeviceGetMaxPcieLinkGeneration(self, h): return self.gpus[h].pcie_gen_max

@@ -14,7 +14,7 @@ from dynamiccl.config_loader import ConfigError
 from dynamiccl.knobs import ACTIONS, Collective, ConfigBatch, Protocol, valid_mask
 from dynamiccl.nccl_model.model import NcclModel
 from dynamiccl.simulator import simulate
-from dynamiccl.topology import load_topology, preset_names, topology_from_dict
+from dynamiccl.topology import Topology, load_topology, preset_names, topology_from_dict
 from dynamiccl.units import format_size, parse_duration_us, parse_size
 
 REQUIRED_PRESETS = {"dgx_h100", "dgx_a100", "pcie_cluster", "ring_ring_1to1", "ring_ring_4to1",
@@ -90,6 +90,26 @@ def test_a_nic_behind_the_host_bridge_turns_ll128_off_across_nodes(tmp_path: Pat
     assert any(a.protocol == Protocol.LL128
                for a, ok in zip(ACTIONS, valid_mask(switch_nic, Collective.ALLREDUCE, deployable=True),
                                 strict=True) if ok)
+
+
+def test_a_socket_transport_puts_the_nic_behind_the_cpu_and_keeps_ll128_off_across_nodes() -> None:
+    """Without GPUDirect RDMA NCCL routes a GPU's network traffic through its CPU (a PHB path,
+    whatever PCIe slot the NIC is in), so LL128 stays off across socket-transport nodes; the file
+    needs no nic_path for it, and one that names the NIC's slot does not turn LL128 on."""
+    def system(**net: object) -> Topology:
+        return topology_from_dict({"name": "socket_hosts", "gpu": {"arch": "sm90", "sms": 132},
+                                   "tiers": [{"name": "gpu", "size": 1, "fabric": "switch",
+                                              "bandwidth_GBps": 64, "latency_us": 1.0, "link": "pcie"},
+                                             {"name": "lo", "size": 4, "fabric": "switch",
+                                              "bandwidth_GBps": 3, "link": "net", **net}]})
+
+    socket = system(transport="socket")
+    assert socket.tiers[1].nic_path == "PHB" and not socket.ll128_enabled
+    assert "nic_path" not in socket.to_dict()["tiers"][1]  # PHB is this transport's default
+    slotted = system(transport="socket", nic_path="PIX")
+    assert slotted.tiers[1].nccl_nic_path == "PHB" and not slotted.ll128_enabled
+    assert slotted.to_dict()["tiers"][1]["nic_path"] == "PIX"
+    assert system(transport="ib").tiers[1].nic_path == "PXB" and system(transport="ib").ll128_enabled
 
 
 def test_the_simulator_keeps_ll128_apart_for_systems_that_differ_only_in_where_the_nic_sits() -> None:

@@ -50,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
     """Records from every file, whatever its format; one readable line for any file that fails."""
     from dynamiccl.profiler.measurements import MeasurementFormatError, read
+    from dynamiccl.profiler.records import check_one_system_kind
 
     records, warnings = [], []
     for path in paths:
@@ -62,6 +63,10 @@ def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
             raise UserError(message.splitlines()[0]) from None
         records += recs
         warnings += warns
+    try:
+        check_one_system_kind(records)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     return records, warnings
 
 

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and print NCCL's latency/bandwidth table next to the NCCL-default model's for the same "
         "system, then every call where NCCL's pick (algorithm, protocol, channels) and the model's "
         "differ. Table bandwidths are NCCL's algorithm bandwidths (GB/s), latencies µs; an entry "
-        "agrees within 10 % (latency: or 0.15 µs, the print's rounding).")
+        "agrees within 10 % or at the precision NCCL prints (bandwidth: one decimal; latency: "
+        "0.15 µs).")
     p.add_argument("log", metavar="LOG", help="the NCCL debug log (rank 0 prints the table)")
     add_topology_args(p)
     p.add_argument("--json", action="store_true", help="print every entry and pick as JSON")

@@ -78,6 +78,10 @@ def _register_topology(kinds: argparse._SubParsersAction) -> None:
                    help="NICs per node (default: one per GPU)")
     t.add_argument("--intra-latency-us", type=positive_float, metavar="Z",
                    help="intra-node hop latency in µs (default: 0.6 NVLink, 1.0 PCIe)")
+    t.add_argument("--emulate-hosts", type=positive_int, metavar="N",
+                   help="write instead the system NCCL sees when N ranks run as emulated hosts on "
+                        "these GPUs (profile collective --emulate-hosts): one GPU per node, nodes "
+                        "joined by NCCL's Socket transport on the loopback")
     t.add_argument("--nic-path", type=str.upper, choices=NIC_PATHS, metavar="PATH",
                    help=f"how far each GPU's NIC is, as `nvidia-smi topo -m` prints it: "
                    f"{', '.join(NIC_PATHS)}; its NODE is PHB (default {DEFAULT_NIC_PATH}: on the "
@@ -113,6 +117,10 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
     c.add_argument("--protocol", type=_nccl_name(Protocol),
                    help="nccl only: force NCCL_PROTO (ll, ll128, simple)")
     c.add_argument("--channels", type=_channels_arg, help="nccl only: pin NCCL_MIN/MAX_NCHANNELS")
+    c.add_argument("--emulate-hosts", action="store_true",
+                   help="nccl only: more ranks than GPUs, each rank its own host to NCCL (distinct "
+                        "NCCL_HOSTID, Socket transport on the loopback, P2P/SHM/IB off; ranks share "
+                        "the GPUs). Needs the CUDA MPS daemon; the record says the hosts were emulated")
     c.add_argument("--timeout", type=positive_float, default=300.0, metavar="S",
                    help="give up (and stop every rank) after S seconds (default 300)")
     c.add_argument("--record", type=path_arg, metavar="FILE.jsonl",
@@ -178,17 +186,41 @@ def run_topology(args: argparse.Namespace) -> int:
         raise UserError(f"{args.recorded} is not an NVML recording written by --record: {exc}") from None
     if args.record:
         _replace_atomically(Path(args.record), lambda tmp: save_snapshot(snapshot, tmp))
-    network = NetworkSpec(args.nodes, args.network_bandwidth_GBps, args.network_latency_us,
-                          args.nics_per_node, args.intra_latency_us, args.nic_path)
-    found = discover(snapshot, network, name=args.name)
-    for warning in found.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if args.output:
-        _replace_atomically(Path(args.output), lambda tmp: tmp.write_text(found.yaml_text))
-        print(f"wrote {args.output}: {found.topology.describe()}", file=sys.stderr)
+    if args.emulate_hosts:
+        text, topology = _emulated(snapshot, args.emulate_hosts, args.name)
     else:
-        sys.stdout.write(found.yaml_text)
+        network = NetworkSpec(args.nodes, args.network_bandwidth_GBps, args.network_latency_us,
+                              args.nics_per_node, args.intra_latency_us, args.nic_path)
+        found = discover(snapshot, network, name=args.name)
+        for warning in found.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        text, topology = found.yaml_text, found.topology
+    if args.output:
+        _replace_atomically(Path(args.output), lambda tmp: tmp.write_text(text))
+        print(f"wrote {args.output}: {topology.describe()}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
+
+
+def _emulated(snapshot, hosts: int, name: str | None):
+    """The emulated-host system of ``snapshot``'s GPUs as YAML text (with where each value came
+    from) and as a topology."""
+    import yaml
+
+    from dynamiccl.profiler.emulation import LOOPBACK_GBPS, emulated_topology_dict
+    from dynamiccl.topology import topology_from_dict
+
+    oldest = min(snapshot.gpus, key=lambda g: g.compute_capability)
+    sms = min((g.sms for g in snapshot.gpus if g.sms), default=None)
+    data = emulated_topology_dict(hosts, oldest.compute_capability, sms)
+    if name:
+        data["name"] = name
+    header = (f"# {hosts} emulated hosts on {len(snapshot.gpus)} x {oldest.name} (NVML on "
+              f"{snapshot.hostname or 'this host'}): the system NCCL sees under --emulate-hosts.\n"
+              f"# loopback bandwidth_GBps {LOOPBACK_GBPS:g}: measured on an H100, a starting point "
+              "for calibration, NOT measured here" + ("" if sms else "; sms: default") + "\n")
+    return header + yaml.safe_dump(data, sort_keys=False), topology_from_dict(data, source="emulated")
 
 
 def _replace_atomically(path: Path, write: Callable[[Path], object]) -> None:
@@ -206,6 +238,8 @@ def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) 
     """Everything the ranks would otherwise fail on minutes later, said before they start."""
     if backend == "gloo" and (args.algorithm or args.protocol or args.channels):
         raise UserError("--algorithm/--protocol/--channels are NCCL knobs; use --backend nccl")
+    if backend == "gloo" and args.emulate_hosts:
+        raise UserError("--emulate-hosts makes NCCL ranks hosts of their own; use --backend nccl")
     if args.runs * args.iters > MAX_TIMED_ITERATIONS:
         raise UserError(f"--runs {args.runs} x --iters {args.iters} is {args.runs * args.iters} timed "
                         f"iterations, over the limit of {MAX_TIMED_ITERATIONS}; lower one of them")
@@ -224,11 +258,12 @@ def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) 
                             f"{format_size(2 * args.size * nprocs)} of memory; this machine has "
                             f"{format_size(memory)}")
     if backend == "nccl":
-        import torch
+        from dynamiccl.profiler.emulation import EmulationError, check_placement, visible_gpus
 
-        if nprocs > torch.cuda.device_count():
-            raise UserError(f"--nprocs {nprocs} needs a GPU per rank; {torch.cuda.device_count()} "
-                            "visible (use --backend gloo on CPU)")
+        try:
+            check_placement(nprocs, visible_gpus(), args.emulate_hosts)
+        except EmulationError as exc:
+            raise UserError(str(exc)) from None
     if args.record and not Path(args.record).resolve().parent.is_dir():
         raise UserError(f"--record {args.record}: its folder does not exist; create it first")
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
@@ -236,11 +271,15 @@ def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) 
 
 
 def run_collective(args: argparse.Namespace) -> int:
+    from dynamiccl.profiler.emulation import EmulationError
     from dynamiccl.profiler.launcher import LaunchError
     from dynamiccl.profiler.runner import CollectiveSpec, measure_collective, run_under_torchrun
 
     backend = args.backend or _default_backend()
     under_torchrun = "WORLD_SIZE" in os.environ and args.nprocs is None
+    if under_torchrun and args.emulate_hosts:
+        raise UserError("--emulate-hosts starts the ranks itself; run it without torchrun (or give "
+                        "--nprocs)")
     nprocs = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nprocs or _default_nprocs(backend)
     _check_collective_args(args, backend, nprocs)
     rank, delay = args.inject_straggler or (None, 0.0)
@@ -253,10 +292,14 @@ def run_collective(args: argparse.Namespace) -> int:
             if result is None:  # not rank 0
                 return 0
         else:
+            hosts = " (emulated hosts)" if args.emulate_hosts else ""
             with _stderr().status(f"measuring {spec.collective} of {spec.nbytes} B on {nprocs} "
-                                  f"{backend} ranks: {spec.warmup} warmup + {spec.runs} runs × "
-                                  f"{spec.iters} iterations"):
-                result = measure_collective(spec, nprocs, timeout_s=args.timeout)
+                                  f"{backend} ranks{hosts}: {spec.warmup} warmup + {spec.runs} runs "
+                                  f"× {spec.iters} iterations"):
+                result = measure_collective(spec, nprocs, timeout_s=args.timeout,
+                                            emulate_hosts=args.emulate_hosts)
+    except EmulationError as exc:
+        raise UserError(str(exc)) from None
     except LaunchError as exc:
         raise UserError(f"the measurement failed: {exc}") from None
     if args.record:
@@ -295,8 +338,9 @@ def _print_result(spec: CollectiveSpec, result: CollectiveResult, backend: str) 
     s = result.straggler
     late = s is not None and s.rank is not None
     out = result.to_json()
-    table = Table(title=f"{spec.collective} on {result.nranks} {backend} ranks ({out['config']}), median "
-                        f"of {spec.runs} runs (spread {result.spread_pct:.1f}%)")
+    hosts = ", emulated hosts" if result.emulated_hosts else ""
+    table = Table(title=f"{spec.collective} on {result.nranks} {backend} ranks ({out['config']}{hosts}), "
+                        f"median of {spec.runs} runs (spread {result.spread_pct:.1f}%)")
     for col in ("size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
         table.add_column(col, justify="right")
     if late:

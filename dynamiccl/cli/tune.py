@@ -34,9 +34,11 @@ def _records(paths: list[str] | None, topology) -> list:
     a folder that hold no measurements are skipped with a note; measurements of another GPU than
     the topology's are refused."""
     from dynamiccl.profiler.measurement_paths import load_paths
+    from dynamiccl.profiler.records import check_one_system_kind
 
     try:
         loaded = load_paths(paths or [])
+        check_one_system_kind(loaded.records)
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     except ValueError as exc:
@@ -135,12 +137,13 @@ def _print_report(rows: list[dict], title: str) -> None:
     console.print(table)
 
 
-def _run_plan(planned: list, record: str) -> None:
+def _run_plan(planned: list, record: str, emulate_hosts: bool = False) -> None:
     """Measures the plan on this machine's GPUs with the project's runner (``--plan --run``), one
     round of launches after another (:func:`~dynamiccl.agents.tune_plan.launch_order`: NCCL's
     default first, then each choice), so a choice's launches alternate with its default's and a
     drift over time hits both alike. Each round's records are appended as it finishes."""
     from dynamiccl.agents.tune_plan import launch_order
+    from dynamiccl.profiler.emulation import EmulationError
     from dynamiccl.profiler.records import write_jsonl
     from dynamiccl.profiler.runner import CollectiveSpec, measure_many
 
@@ -155,7 +158,10 @@ def _run_plan(planned: list, record: str) -> None:
                                 algorithm=_token(m.choice.algorithm),
                                 protocol=_token(m.choice.protocol), channels=m.choice.channels)
                  for m in launches]
-        results = measure_many(specs, ranks)
+        try:
+            results = measure_many(specs, ranks, emulate_hosts=emulate_hosts)
+        except EmulationError as exc:  # the ranks do not fit the GPUs, or MPS is not running
+            raise UserError(str(exc)) from None
         total += write_jsonl([r.to_record() for r in results], record, append=True)
         print(f"round {i}/{len(rounds)}: measured {len(results)} points", file=sys.stderr)
     print(f"measured {total} points into {record}; run tune again with --measurements {record}")
@@ -217,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
             for line in tune_plan.command_lines(planned, topology.gpus_per_node):
                 print(line)
         if args.run:
-            _run_plan(planned, args.record)
+            _run_plan(planned, args.record, args.emulate_hosts)
         return 0
     rows = _report_rows(tuner, scenarios)
     if args.output:
@@ -284,6 +290,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--run", action="store_true",
                         help="with --plan: measure the plan now on this machine's GPUs, in "
                              "interleaved launches (default, choice, default, choice...)")
+    parser.add_argument("--emulate-hosts", action="store_true",
+                        help="with --run: more ranks than GPUs, each its own host to NCCL (loopback "
+                             "sockets; needs the CUDA MPS daemon); records say so")
     parser.add_argument("--record", default="tune_measurements.jsonl", type=path_arg, metavar="FILE",
                         help="where --run appends its measurements (default tune_measurements.jsonl)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -12,7 +12,9 @@ is invalid in the scenario runs NCCL's default instead, as the environment expec
 (CPU, tests, machines without GPUs) no NCCL knob exists, so both measurements run gloo's own
 algorithm: the pipeline, the timing and the straggler observation are real, the knob effect is not.
 A scenario's straggler is injected (that rank sleeps before each collective) unless
-``inject_stragglers=False``, for systems whose stragglers are real.
+``inject_stragglers=False``, for systems whose stragglers are real. ``emulate_hosts`` runs more
+NCCL ranks than GPUs, each its own host on a loopback network (the scenario's system should then
+be one GPU per node, joined by a socket network, as NCCL sees it).
 """
 
 from __future__ import annotations
@@ -36,16 +38,20 @@ class LiveBackend:
 
     ``dist_backend``: ``gloo`` or ``nccl``; ``warmup``/``iters``/``runs``: the measurement protocol
     per step (nccl-tests style, kept short because it runs every step); ``timeout_s``: a step that
-    takes longer ends the session with an error naming the stuck rank.
+    takes longer ends the session with an error naming the stuck rank; ``emulate_hosts``: NCCL
+    ranks as hosts of their own sharing the GPUs present (needs the CUDA MPS daemon).
     """
 
     name = "live"
 
     def __init__(self, nprocs: int | None = None, dist_backend: str = "gloo", warmup: int = 2,
                  iters: int = 10, runs: int = 1, timeout_s: float = 120.0,
-                 inject_stragglers: bool = True) -> None:
+                 inject_stragglers: bool = True, emulate_hosts: bool = False) -> None:
         if dist_backend not in ("gloo", "nccl"):
             raise ValueError(f"dist_backend must be gloo or nccl, got {dist_backend!r}")
+        if emulate_hosts and dist_backend != "nccl":
+            raise ValueError("emulated hosts are NCCL ranks; use dist_backend='nccl'")
+        self.emulate_hosts = emulate_hosts
         self.nprocs, self.dist_backend = nprocs, dist_backend
         self.protocol = {"warmup": warmup, "iters": iters, "runs": runs}
         self.timeout_s, self.inject_stragglers = timeout_s, inject_stragglers
@@ -61,7 +67,7 @@ class LiveBackend:
         if self._session is None:
             from dynamiccl.profiler.session import RankSession
 
-            self._session = RankSession(nprocs, self.dist_backend, self.timeout_s)
+            self._session = RankSession(nprocs, self.dist_backend, self.timeout_s, self.emulate_hosts)
             self._finalizer = weakref.finalize(self, self._session.close)
         return self._session
 

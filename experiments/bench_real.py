@@ -1,0 +1,459 @@
+"""The whole user path on the GPUs present, in one command: ``python experiments/bench_real.py``.
+
+By default four NCCL ranks run as emulated hosts on the GPUs present (``--emulate-hosts``: one
+H100 is enough, with the CUDA MPS daemon; ``--no-emulate-hosts --nprocs N`` uses N real GPUs):
+
+1. sweep — nccl-tests-style all-reduce timings of NCCL's default and of every forced Ring/Tree x
+   LL/LL128/Simple pair at ``--sizes``, one launch of the project's runner per configuration;
+2. tune — ``dynamiccl tune`` on those records and the system's topology writes ``tuned.dccl``;
+3. deploy, interleaved — ``--pairs`` pairs of launches, NCCL's default and NCCL with the plugin
+   (``NCCL_TUNER_PLUGIN``) and the policy (``DYNAMICCL_POLICY``), alternating which goes first;
+4. DDP — a real training job (``--ddp-layers`` x Linear(``--ddp-width``), ``--ddp-bucket-mb``
+   buckets) with and without the policy, same seed, in ``--ddp-pairs`` interleaved launch pairs:
+   step times and whether the losses match;
+5. online — a DDP job on ``--online-hosts`` ranks whose buckets sit where NCCL's default loses,
+   with the plugin and no policy file, tuning itself from the step times it measures (the
+   runtime's online tuner with the adaptive policy of ``--online-model``, trained in simulation by
+   ``experiments/bench_online.py --model FILE``, or the prior-ordered sweep without one).
+
+Every launch is its own process launch; every collective measured is written as runner records
+(``sweep.jsonl``, ``ab.jsonl`` in ``--out``: valid ``dynamiccl tune --measurements`` input; a tuned
+launch's records carry the configuration the policy forced at each size). The report
+(:mod:`real_report`) gives per size the medians over launches, the launch-to-launch spread, the
+decision and its evidence and the verdict; DDP step times and losses; the online tuner's path.
+``--json`` prints everything; ``--analyse FILE.json`` re-prints a recorded run (no GPU needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+
+from dynamiccl.files import write_text_atomic
+from dynamiccl.profiler import emulation
+from dynamiccl.profiler.launcher import LaunchError, launch
+from dynamiccl.profiler.records import MeasurementRecord, write_jsonl
+from dynamiccl.profiler.runner import CollectiveSpec, measure_many
+from dynamiccl.units import parse_size
+
+#: The sweep's configurations: NCCL's default, then every forced (algorithm, protocol) pair.
+SWEEP = [(None, None)] + [(a, p) for a in ("ring", "tree") for p in ("ll", "ll128", "simple")]
+#: The online job's layers: Linear(128, 128), 66 KiB of gradient each, three to a bucket (and a
+#: last one alone): 194 KiB and 65 KiB buckets, where NCCL's default loses on 8 emulated hosts.
+ONLINE_WIDTH, ONLINE_LAYERS = 128, 13
+ONLINE_BUCKET_MB = 3 * (ONLINE_WIDTH * ONLINE_WIDTH + ONLINE_WIDTH) * 4 / 2**20
+
+
+@dataclass
+class Settings:
+    nprocs: int = 4
+    emulate_hosts: bool = True
+    sizes: list[int] = field(default_factory=lambda: [parse_size(s) for s in
+                                                      ("4K", "16K", "64K", "256K", "1M", "4M")])
+    warmup: int = 5
+    iters: int = 20
+    runs: int = 3
+    pairs: int = 3
+    ddp_pairs: int = 3
+    ddp_steps: int = 150
+    ddp_warmup: int = 30
+    ddp_width: int = 256
+    ddp_layers: int = 12
+    ddp_bucket_mb: float = 0.25
+    online_hosts: int = 8
+    online_steps: int = 200
+    online_model: str | None = None
+    timeout_s: float = 600.0
+    seed: int = 0
+
+
+#: Variables that would steer NCCL in every launch, NCCL's default arm included: the benchmark sets
+#: them per launch itself, so the caller's are dropped (with a note).
+STEERING_ENV = ("NCCL_TUNER_PLUGIN", "DYNAMICCL_POLICY", "DYNAMICCL_CONTEXT", "NCCL_ALGO",
+                "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+
+
+def clean_environment(environ: dict[str, str]) -> list[str]:
+    """Drops :data:`STEERING_ENV` from ``environ`` (the ranks inherit it); returns what was set."""
+    dropped = [name for name in STEERING_ENV if environ.get(name)]
+    for name in STEERING_ENV:
+        environ.pop(name, None)
+    return dropped
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def specs_for(s: Settings, algorithm: str | None = None, protocol: str | None = None
+              ) -> list[CollectiveSpec]:
+    return [CollectiveSpec("allreduce", n, "nccl", s.warmup, s.iters, s.runs,
+                           algorithm=algorithm, protocol=protocol) for n in s.sizes]
+
+
+def run_sweep(s: Settings, out: Path) -> dict:
+    """One runner launch per configuration; every result a record in ``sweep.jsonl``."""
+    records, launches = [], []
+    for i, (algorithm, protocol) in enumerate(SWEEP, 1):
+        label = f"{algorithm}/{protocol}" if algorithm else "NCCL default"
+        began = time.monotonic()
+        results = measure_many(specs_for(s, algorithm, protocol), s.nprocs, s.timeout_s, s.emulate_hosts)
+        seconds = time.monotonic() - began
+        progress(f"[sweep {i}/{len(SWEEP)}] {label}: {seconds:.0f} s")
+        records += [r.to_record() for r in results]
+        launches.append({"config": label, "seconds": round(seconds, 1),
+                         "times_us": {str(r.spec.nbytes): r.time_us for r in results}})
+    write_jsonl(records, out / "sweep.jsonl")
+    return {"records": str(out / "sweep.jsonl"), "launches": launches}
+
+
+def run_tune(s: Settings, topology: Path, records: Path, policy: Path) -> dict:
+    """``dynamiccl tune`` as a user runs it; its JSON decision rows."""
+    from dynamiccl import policy_file as pf
+    from dynamiccl.cli.main import main
+
+    buffer = io.StringIO()
+    size = [] if s.emulate_hosts else ["--gpus-per-node", str(s.nprocs)]
+    with contextlib.redirect_stdout(buffer):
+        code = main(["tune", "--topology", str(topology), *size, "--measurements", str(records),
+                     "--collective", "allreduce", "-o", str(policy), "--force", "--json"])
+    if code != 0:
+        raise SystemExit(f"bench_real: dynamiccl tune failed (exit {code}); see its message above")
+    return {"policy": str(policy), "sha256": pf.file_hash(policy), "rows": json.loads(buffer.getvalue())}
+
+
+def deployed_env(policy: Path | None) -> dict[str, str]:
+    """The plugin NCCL loads, and the policy it reads (none: the plugin only follows pins)."""
+    from dynamiccl import plugin
+
+    env = {"NCCL_TUNER_PLUGIN": str(plugin.library_path())}
+    return {**env, "DYNAMICCL_POLICY": str(policy)} if policy is not None else env
+
+
+def tuned_record(record: MeasurementRecord, policy, policy_path: Path) -> MeasurementRecord:
+    """A record of a launch with the plugin, labelled with what the policy forced at its size
+    (NCCL's default where the policy has no rule or defers), so tune reads it for what ran."""
+    from dynamiccl.knobs import Collective
+
+    rule = policy.decide(Collective[record.collective.upper()], record.nbytes, record.nranks,
+                         record.nnodes or 1)
+    env = {"DYNAMICCL_POLICY": str(policy_path)}
+    if rule is None or rule.decision is None:
+        return replace(record, env=env)
+    d = rule.decision
+    return replace(record, algorithm=d.algorithm.name.lower(), protocol=d.protocol.name.lower(),
+                   channels=d.channels, env=env)
+
+
+def run_ab(s: Settings, policy_path: Path, out: Path) -> dict:
+    """Interleaved launch pairs, NCCL's default against the tuned policy, the order alternating."""
+    from dynamiccl import policy_file as pf
+
+    policy = pf.read(policy_path)
+    records, launches = [], []
+    for pair in range(s.pairs):
+        for arm in ("default", "tuned") if pair % 2 == 0 else ("tuned", "default"):
+            env = deployed_env(policy_path) if arm == "tuned" else None
+            began = time.monotonic()
+            results = measure_many(specs_for(s), s.nprocs, s.timeout_s, s.emulate_hosts, env=env)
+            progress(f"[A/B pair {pair + 1}/{s.pairs}] {arm}: {time.monotonic() - began:.0f} s")
+            plain = [r.to_record() for r in results]
+            records += plain if arm == "default" else [tuned_record(r, policy, policy_path) for r in plain]
+            launches.append({"arm": arm, "pair": pair,
+                             "times_us": {str(r.spec.nbytes): r.time_us for r in results},
+                             "runs_us": {str(r.spec.nbytes): list(r.time_us_runs) for r in results}})
+    write_jsonl(records, out / "ab.jsonl")
+    return {"records": str(out / "ab.jsonl"), "launches": launches}
+
+
+def run_ddp(s: Settings, policy_path: Path) -> dict:
+    """The training job with and without the policy, interleaved launch pairs, the same seed."""
+    launches = []
+    for pair in range(s.ddp_pairs):
+        for arm in ("plain", "tuned") if pair % 2 == 0 else ("tuned", "plain"):
+            began = time.monotonic()
+            out = launch(f"{__file__}:ddp_rank", s.nprocs,
+                         {"steps": s.ddp_steps, "width": s.ddp_width, "layers": s.ddp_layers,
+                          "bucket_mb": s.ddp_bucket_mb, "seed": s.seed}, timeout_s=s.timeout_s,
+                         env=deployed_env(policy_path) if arm == "tuned" else None,
+                         emulate_hosts=s.emulate_hosts)[0]
+            progress(f"[DDP pair {pair + 1}/{s.ddp_pairs}] {arm}: median step "
+                     f"{statistics.median(out['step_ms'][s.ddp_warmup:]):.2f} ms "
+                     f"({time.monotonic() - began:.0f} s)")
+            launches.append({"arm": arm, "pair": pair, **out})
+    return {"launches": launches}
+
+
+def run_online(s: Settings, topology: Path) -> dict:
+    """The self-tuning DDP job; every rank's tuning log must be the same (lockstep)."""
+    began = time.monotonic()
+    per_rank = launch(f"{__file__}:online_rank", s.online_hosts,
+                      {"steps": s.online_steps, "topology": str(topology), "model": s.online_model,
+                       "seed": s.seed, "gpus_per_node": None if s.emulate_hosts else s.online_hosts},
+                      timeout_s=s.timeout_s, env=deployed_env(None),
+                      emulate_hosts=s.emulate_hosts)
+    progress(f"[online] {s.online_hosts} ranks, {s.online_steps} steps: {time.monotonic() - began:.0f} s")
+    out = per_rank[0]
+    out["lockstep"] = all(r["events"] == out["events"] for r in per_rank)
+    out["hosts"] = s.online_hosts
+    return out
+
+
+# ---- rank side --------------------------------------------------------------------------------
+def _join(ctx):
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", ctx.gpu())
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", init_method=ctx.init_method, rank=ctx.rank,
+                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s),
+                            device_id=device)
+    return device
+
+
+def _mlp(width: int, layers: int, seed: int):
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(*[m for _ in range(layers)
+                                 for m in (torch.nn.Linear(width, width), torch.nn.ReLU())])
+
+
+def _timed_steps(ctx, model, steps: int, width: int, seed: int, before_step=None):
+    """Trains ``model`` ``steps`` steps on this rank's fixed data; step times (ms, GPU idle at
+    both ends) and losses."""
+    import torch
+
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(1000 * seed + ctx.rank)
+    data = torch.randn(steps, 32, width, generator=gen).to(torch.cuda.current_device())
+    step_ms, losses = [], []
+    for i in range(steps):
+        if before_step is not None:
+            before_step(i)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = model(data[i]).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        torch.cuda.synchronize()
+        step_ms.append((time.perf_counter() - t0) * 1e3)
+        losses.append(loss.detach())
+    return step_ms, [float(x) for x in torch.stack(losses).cpu()]
+
+
+def _bucket_bytes(model) -> list[int]:
+    data = model._get_ddp_logging_data()
+    return [int(b) for b in str(data.get("rebuilt_bucket_sizes", data["bucket_sizes"])).split(",")]
+
+
+def ddp_rank(ctx, steps: int, width: int, layers: int, bucket_mb: float, seed: int) -> dict | None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    device = _join(ctx)
+    model = DDP(_mlp(width, layers, seed).to(device), device_ids=[device.index], bucket_cap_mb=bucket_mb)
+    step_ms, losses = _timed_steps(ctx, model, steps, width, seed)
+    buckets = _bucket_bytes(model)
+    dist.destroy_process_group()
+    return {"step_ms": step_ms, "losses": losses, "bucket_bytes": buckets} if ctx.rank == 0 else None
+
+
+def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
+                gpus_per_node: int | None) -> dict:
+    """DDP through the runtime with an online tuner and no policy file: per step what the tuner had
+    pinned and how long the step took; the tuning log (every rank returns it)."""
+    import torch.distributed as dist
+
+    from dynamiccl import runtime
+    from dynamiccl.agents.adaptive import load_adaptive, prior_sweep_tuner
+    from dynamiccl.agents.runtime_tuner import RuntimeTunerAdapter
+    from dynamiccl.topology import load_topology
+
+    device = _join(ctx)
+    system = load_topology(topology, gpus_per_node=gpus_per_node)
+    tuner = load_adaptive(model) if model else prior_sweep_tuner()
+    config = runtime.RuntimeConfig(stragglar=False, tune_start_step=3, tune_steps_per_trial=2)
+    ddp = runtime.ddp(_mlp(ONLINE_WIDTH, ONLINE_LAYERS, seed).to(device), config,
+                      tuner=RuntimeTunerAdapter(tuner, system), device_ids=[device.index],
+                      bucket_cap_mb=ONLINE_BUCKET_MB)
+    rt = ddp.dynamiccl_runtime
+    states: list[list] = []
+    explored: list[bool] = []
+
+    def before_step(_: int) -> None:  # what this step runs: the pins set at the last boundary
+        queue = rt.tuning.queue if rt.tuning is not None else []
+        states.append([[b.size_bin.min_bytes, list(b.current)] for b in queue if b.current is not None])
+        explored.append(rt.tuning is not None and rt.tuning.active is None)
+
+    step_ms, _ = _timed_steps(ctx, ddp, steps, ONLINE_WIDTH, seed, before_step)
+    trials: dict[str, list] = {}
+    for event in rt.tuning_log:
+        if event.ended is not None:
+            size_bin, candidate, agreed_us = event.ended
+            trials.setdefault(str(size_bin.min_bytes), []).append(
+                [list(candidate) if candidate is not None else None, agreed_us])
+    events = [[e.step, e.size_bin.min_bytes, e.kind, list(e.candidate) if e.candidate else None]
+              for e in rt.tuning_log]
+    buckets = _bucket_bytes(ddp)
+    dist.destroy_process_group()
+    return {"step_ms": step_ms, "states": states, "trials": trials, "events": events,
+            "exploration_ends_step": explored.index(True) if True in explored else None,
+            "warmup_steps": config.tune_start_step, "bucket_bytes": buckets,
+            "tuner": "adaptive policy" if model else "prior sweep (no --online-model)"}
+
+
+# ---- the command ------------------------------------------------------------------------------
+def write_topologies(s: Settings, out: Path) -> tuple[Path, Path]:
+    """The system of the microbenchmark and DDP job (nprocs ranks) and of the online job, written
+    by `dynamiccl profile topology`: what NCCL sees on emulated hosts, else the GPUs found (one
+    node, resized to the ranks by the reader)."""
+    from dynamiccl.cli.main import main
+
+    paths = out / "topology.yaml", out / "online_topology.yaml"
+    for path, n in zip(paths, (s.nprocs, s.online_hosts), strict=True):
+        emulate = ["--emulate-hosts", str(n)] if s.emulate_hosts else []
+        if main(["profile", "topology", "-o", str(path), "--force", *emulate]) != 0:
+            raise SystemExit("bench_real: `dynamiccl profile topology` failed; see above")
+    return paths
+
+
+def system_facts(s: Settings) -> dict:
+    import torch
+
+    return {"gpus": torch.cuda.device_count(), "gpu": torch.cuda.get_device_name(0),
+            "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+            "emulated_hosts": s.emulate_hosts}
+
+
+def check_out(out: Path) -> str | None:
+    """Why ``out`` cannot take a run's files (None: it can): only an empty folder or an earlier
+    run's."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file; name a folder"
+    if out.is_dir() and any(out.iterdir()) and not (out / "bench_real.json").is_file():
+        return f"--out {out} holds files of something else; name an empty or new folder"
+    return None
+
+
+def measure(s: Settings, out: Path, ddp: bool, online: bool) -> dict:
+    began = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    topology, online_topology = write_topologies(s, out)
+    doc: dict = {"settings": asdict(s), "system": system_facts(s), "topology": str(topology)}
+    doc["sweep"] = run_sweep(s, out)
+    doc["tune"] = run_tune(s, topology, out / "sweep.jsonl", out / "tuned.dccl")
+    progress(f"[tune] {sum(r['ours'] != 'NCCL default' for r in doc['tune']['rows'])} decision rows "
+             f"override NCCL; policy {doc['tune']['policy']}")
+    doc["ab"] = run_ab(s, out / "tuned.dccl", out)
+    if ddp:
+        doc["ddp"] = run_ddp(s, out / "tuned.dccl")
+    if online:
+        doc["online"] = run_online(s, online_topology)
+    doc["seconds"] = round(time.monotonic() - began, 1)
+    return doc
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    d = Settings()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", action="store_true", help="print the whole run (and its analysis) as JSON")
+    p.add_argument("--analyse", type=Path, metavar="FILE.json",
+                   help="re-print the report of a run recorded with --json (no GPU needed)")
+    p.add_argument("--out", type=Path, default=Path("bench_real_out"),
+                   help="folder for records, topology and policy (default bench_real_out)")
+    p.add_argument("--nprocs", type=int, default=d.nprocs, help=f"ranks (default {d.nprocs})")
+    p.add_argument("--emulate-hosts", action=argparse.BooleanOptionalAction, default=True,
+                   help="ranks as hosts of their own sharing the GPUs (default on; needs MPS)")
+    p.add_argument("--sizes", default="4K,16K,64K,256K,1M,4M",
+                   help="all-reduce sizes, nccl-tests' column (default 4K,16K,64K,256K,1M,4M)")
+    p.add_argument("--iters", type=int, default=d.iters, help=f"iterations per run ({d.iters})")
+    p.add_argument("--runs", type=int, default=d.runs, help=f"runs per launch ({d.runs})")
+    p.add_argument("--pairs", type=int, default=d.pairs, help=f"interleaved A/B pairs ({d.pairs})")
+    p.add_argument("--ddp-pairs", type=int, default=d.ddp_pairs, help=f"DDP launch pairs ({d.ddp_pairs})")
+    p.add_argument("--ddp-steps", type=int, default=d.ddp_steps, help=f"DDP steps ({d.ddp_steps})")
+    p.add_argument("--online-hosts", type=int, default=d.online_hosts,
+                   help=f"ranks of the self-tuning job ({d.online_hosts})")
+    p.add_argument("--online-steps", type=int, default=d.online_steps, help=f"its steps ({d.online_steps})")
+    p.add_argument("--online-model", help="the adaptive policy (.zip) from bench_online.py --model")
+    p.add_argument("--no-ddp", action="store_true", help="skip the DDP job")
+    p.add_argument("--no-online", action="store_true", help="skip the self-tuning job")
+    args = p.parse_args(argv)
+    try:
+        args.size_list = [parse_size(x) for x in args.sizes.split(",")]
+    except ValueError as exc:
+        p.error(f"--sizes: {exc}")
+    if min(args.nprocs, args.online_hosts) < 2 or min(args.pairs, args.ddp_pairs, args.iters, args.runs) < 1:
+        p.error("--nprocs and --online-hosts need at least 2 ranks; pairs, iters and runs at least 1")
+    if args.ddp_steps <= d.ddp_warmup:
+        p.error(f"--ddp-steps must exceed the {d.ddp_warmup} warmup steps")
+    if args.online_model and not Path(args.online_model).is_file():
+        p.error(f"--online-model {args.online_model}: no such file; train one with "
+                "`python experiments/bench_online.py --model FILE.zip`")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    import real_report
+
+    args = parse_args(argv)
+    if args.analyse:
+        try:
+            doc = json.loads(args.analyse.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"bench_real: --analyse {args.analyse}: not a run recorded with --json ({exc})",
+                  file=sys.stderr)
+            return 2
+    else:
+        s = Settings(nprocs=args.nprocs, emulate_hosts=args.emulate_hosts, sizes=args.size_list,
+                     iters=args.iters, runs=args.runs, pairs=args.pairs, ddp_pairs=args.ddp_pairs,
+                     ddp_steps=args.ddp_steps, online_hosts=args.online_hosts,
+                     online_steps=args.online_steps, online_model=args.online_model)
+        problem = check_out(args.out)
+        if emulation.visible_gpus() == 0:
+            problem = ("measures NCCL on GPUs and none is visible here; --analyse FILE.json re-prints "
+                       "a run recorded on a GPU machine")
+        if problem is not None:
+            print(f"bench_real: {problem}", file=sys.stderr)
+            return 2
+        dropped = clean_environment(os.environ)
+        if dropped:
+            progress(f"note: ignoring {', '.join(dropped)} from the environment: each launch sets "
+                     "what steers NCCL itself (NCCL's default arm runs NCCL alone)")
+        try:
+            emulation.prepare(max(s.nprocs, 0 if args.no_online else s.online_hosts),
+                              emulation.visible_gpus(), s.emulate_hosts)
+            doc = measure(s, args.out, not args.no_ddp, not args.no_online)
+        except emulation.EmulationError as exc:
+            print(f"bench_real: {exc}", file=sys.stderr)
+            return 2
+        except LaunchError as exc:
+            print(f"bench_real: a launch failed: {exc}", file=sys.stderr)
+            return 1
+        write_text_atomic(args.out / "bench_real.json", json.dumps(doc, indent=1))
+    try:
+        analysis = real_report.analyse(doc)
+    except (KeyError, TypeError, ValueError) as exc:
+        print(f"bench_real: {args.analyse or 'the run'} lacks what the report needs ({exc!r})",
+              file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({**doc, "analysis": analysis}, indent=1))
+    else:
+        real_report.print_report(doc, analysis)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
