@@ -10,10 +10,11 @@ and on NCCL 2.31+ the plugin can only lower NCCL's channel count).
 Each candidate is judged by its time relative to NCCL's default at the call, ``log(t_choice /
 t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
 
-1. **measured** — both were measured at this size on this shape: the measurement decides. Its
-   uncertainty is the launch noise (:mod:`dynamiccl.agents.tune_measurements`) shrunk by the
-   launches each side had; it is labelled *measured* only where each side had two launches or more,
-   else *measured once* (weaker: its noise is the system's conservative default).
+1. **measured** — both were measured at this size on this shape: the measurement decides (the
+   median over launches). Its uncertainty is the launch noise of the size's band
+   (:mod:`dynamiccl.agents.tune_measurements`) for the launches each side had: one launch is off by
+   up to the band's tail, the median of three or more only by its core spread; it is labelled
+   *measured* only where each side had two launches or more, else *measured once*.
 2. **interpolated** — the ratio was measured at the nearest sizes below and above, and points the
    same way at both (the choice faster at both, or slower at both): the sizes between are decided
    from those measurements, linearly in log size, with the model adding only its shape between them
@@ -26,7 +27,11 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
    bandwidth factor fitted to that choice's measured sizes (the Hockney alpha/beta split NCCL's own
    tuning tables use). The uncertainty is the launch noise plus the fit's residual plus a growth with
    the distance to the nearest measurement of that choice; where that reaches the band default the
-   correction is dropped.
+   correction is dropped. It anchors a decision only where the model splits the time into latency
+   floor and the rest much as at the choice's measured sizes (within :data:`MIX_TOLERANCE`): a
+   correction fitted where calls are latency-bound does not speak for bandwidth-bound ones (on an
+   8xH100 node, NVLS corrected at 1-8 MiB and carried to 32 MiB came out 85 % slower than ring
+   where it is 7 % faster).
 5. **model** — nothing measured for that choice: the simulator and the band defaults of
    :func:`dynamiccl.calibration.uncertainty`.
 
@@ -69,7 +74,14 @@ from dynamiccl.agents.gate import (
     passes,
     uncertainty,
 )
-from dynamiccl.agents.tune_measurements import DEFAULT, Choice, LaunchNoise, Measurements, Sample
+from dynamiccl.agents.tune_measurements import (
+    DEFAULT,
+    BandNoise,
+    Choice,
+    LaunchNoise,
+    Measurements,
+    Sample,
+)
 from dynamiccl.decisions import KnobConstraints, TimedConfig
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.scenario import Scenario
@@ -82,6 +94,11 @@ SIGMA_PER_OCTAVE = 0.04
 #: ratio is uncertain by: half of it is how far a monotone curve between them can be from the line
 #: at the midpoint.
 DISAGREEMENT_SHARE = 0.5
+#: How far (absolute share of the predicted time) the latency floor's share at a size may lie outside
+#: the shares at the choice's measured sizes for its correction to still count as measured there: a
+#: factor no measurement saw may carry that much of the call's time, of the order of the gate's own
+#: margin (a judgement, not a fit).
+MIX_TOLERANCE = 0.05
 #: The sizes decisions are made and measured at: nccl-tests' -b 8 -e 16G -f 2.
 DECISION_SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
 #: The size whose time stands for a choice's latency floor (as small as nccl-tests measures).
@@ -174,6 +191,9 @@ class Estimate:
     evidence: str
     #: Only the model (calibrated or not) speaks for it: no measurement of this choice anchors it.
     model_only: bool = False
+    #: Measured here, or corrected by measurements of this choice on both sides of this size (a
+    #: correction carried beyond the measured sizes is the model's shape speaking, not them).
+    bracketed: bool = True
 
 
 @dataclass(frozen=True)
@@ -255,10 +275,11 @@ class Tuner:
 
     def __init__(self, model_topology: Topology, measurements: Measurements, *,
                  margin: float = DEFAULT_MARGIN, calibrated: bool = False,
-                 candidates: Candidates | None = None, prior: Prior | None = None) -> None:
+                 candidates: Candidates | None = None, prior: Prior | None = None,
+                 noise_defaults: Sequence[BandNoise] | None = None) -> None:
         self.model = model_topology
         self.measurements = measurements
-        self.noise = LaunchNoise(measurements)
+        self.noise = LaunchNoise(measurements, noise_defaults)
         self.margin = margin
         self.model_evidence = CALIBRATED if calibrated else MODEL
         self.candidates = candidates or self.deployable_candidates
@@ -301,7 +322,7 @@ class Tuner:
 
     def sample_sigma(self, scenario: Scenario, sample: Sample) -> float:
         """The 1-sigma of a sample's log time: its choices' launch noise over its launches."""
-        return max(self.noise.of_mean(scenario.topology, forced, sample.launches)
+        return max(self.noise.of_mean(scenario.topology, forced, sample.launches, scenario.nbytes)
                    for forced in sample.forced)
 
     def measured_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
@@ -400,7 +421,8 @@ class Tuner:
             log_ratio = math.log(est.time_us / default.time_us)
             sigma = math.hypot(est.sigma, default.sigma)
         evidence = MODEL if MODEL == est.evidence == default.evidence else CALIBRATED
-        return RatioEstimate(log_ratio, sigma, evidence, not (est.model_only or default.model_only))
+        anchored = not (est.model_only or default.model_only) and est.bracketed and default.bracketed
+        return RatioEstimate(log_ratio, sigma, evidence, anchored)
 
     def ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
         """``choice`` against NCCL's default here: the measurement where both were measured, else
@@ -445,11 +467,14 @@ class Tuner:
         # the share of this prediction a factor the measurements did not pin carries keeps the
         # model's own uncertainty (a latency floor is not known from bandwidth-bound sizes)
         share = {"floor": floor, "rest": rest, None: 0.0}[unpinned] / max(floor + rest, 1e-12)
-        noise = self.noise.sigma(scenario.topology, choice)
+        noise = self.noise.sigma(scenario.topology, choice, scenario.nbytes)
         sigma = noise + residual + SIGMA_PER_OCTAVE * octaves + share * band
         if sigma >= band:  # too far from anything measured: the correction says nothing here
             return Estimate(run.time_us, band, self.model_evidence, model_only=True)
-        return Estimate(a * floor + b * rest, sigma, CALIBRATED)
+        shares = [f / max(f + r, 1e-12) for f, r in (_latency_split(model_scn, choice, n) for n in sizes)]
+        here = floor / max(floor + rest, 1e-12)
+        return Estimate(a * floor + b * rest, sigma, CALIBRATED,
+                        bracketed=min(shares) - MIX_TOLERANCE <= here <= max(shares) + MIX_TOLERANCE)
 
     def _factors(self, scenario: Scenario, model_scn: Scenario, choice: Choice,
                  sizes: tuple[int, ...]) -> tuple[float, float, float, str | None]:

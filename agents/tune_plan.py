@@ -6,9 +6,10 @@ default, choice...). What a measurement is worth is the expected value of what i
 (:func:`launch_value`): the tuner's estimate of the choice's log gain over NCCL's default is
 Gaussian; the launch would shrink its uncertainty, and the estimate after it may cross the gate's
 threshold either way, unlocking a gain a deferred rule leaves or withdrawing an override that would
-lose. Both a first measurement of an unmeasured choice and one more launch of a measured one are
-weighed so; the plan takes the most valuable per measurement spent, greedily, each pick lowering
-the uncertainty the next ones see.
+lose. Both a first measurement of an unmeasured choice and more launches of a measured one are
+weighed so, one to :data:`LOOKAHEAD` launches at once (a second launch alone rarely settles a
+gain of a few percent that a third does); the plan takes the most valuable per measurement spent,
+greedily, each pick lowering the uncertainty the next ones see.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dynamiccl.agents.tune import CallDecision, Tuner
@@ -33,6 +34,11 @@ from dynamiccl.nccl import (
 from dynamiccl.scenario import Scenario
 from dynamiccl.units import format_size
 
+#: How many launches of one choice at one call the plan weighs at once: one launch alone rarely
+#: settles a gain of a few percent (it may be a stray launch: its uncertainty is the size band's
+#: tail), from three the median ignores a stray launch, so the value of a second and a third launch
+#: shows only when they are weighed together.
+LOOKAHEAD = 3
 #: A launch expected to be worth less than this (log gain per measurement: a thousandth of a
 #: percent of a call's time) is not worth making.
 MIN_VALUE = 1e-5
@@ -50,6 +56,11 @@ class PlannedMeasurement:
     reason: str
     #: Which launch of this choice at this size it is (1: the first; 2: the first repeat...).
     launch: int = 1
+
+
+#: How many launches of a choice at a call can be made at most: one number for every call and
+#: choice, or per (call, choice) (a replayed log has only the launches it recorded); None: no cap.
+LaunchCap = int | Callable[[Scenario, Choice], int] | None
 
 
 def _psi(z: float) -> float:
@@ -72,7 +83,7 @@ class _Planner:
     """The greedy plan's bookkeeping: launches made or planned per (call, choice), and what one
     more launch of each candidate is worth now."""
 
-    def __init__(self, tuner: Tuner, scenarios: Sequence[Scenario], max_launches: int | None) -> None:
+    def __init__(self, tuner: Tuner, scenarios: Sequence[Scenario], max_launches: LaunchCap) -> None:
         self.tuner = tuner
         self.max_launches = max_launches
         self.decisions: dict[Scenario, CallDecision] = {s: tuner.decide(s) for s in scenarios}
@@ -85,36 +96,49 @@ class _Planner:
             for choice, est in d.estimates.items():
                 self.sigma[(s, choice)] = est.sigma
 
-    def action(self, s: Scenario, choice: Choice) -> tuple[float, int] | None:
-        """(value per measurement, measurements) of launching ``choice`` (and NCCL's default where
-        it would fall behind) once more at ``s``; None where no more launches can be made."""
-        n_choice = self.launches[(s, choice)] + 1
-        n_default = max(self.launches[(s, DEFAULT)], n_choice)
-        if self.max_launches is not None and n_choice > self.max_launches:
-            return None
-        cost = 1 + n_default - self.launches[(s, DEFAULT)]
-        after = self._sigma_after(s, choice, n_choice, n_default)
+    def action(self, s: Scenario, choice: Choice) -> tuple[float, int, int] | None:
+        """(value per measurement, measurements, launches of ``choice``) of the most valuable of
+        launching ``choice`` (and NCCL's default where it would fall behind) 1 to
+        :data:`LOOKAHEAD` more times at ``s``; None where no more launches can be made."""
+        best = None
         est = self.decisions[s].estimates[choice]
-        threshold = max(math.log1p(self.tuner.margin), after)
-        return launch_value(-est.log_ratio, self.sigma[(s, choice)], after, threshold) / cost, cost
+        for k in range(1, LOOKAHEAD + 1):
+            n_choice = self.launches[(s, choice)] + k
+            n_default = max(self.launches[(s, DEFAULT)], n_choice)
+            if n_choice > self._cap(s, choice) or n_default > self._cap(s, DEFAULT):
+                break
+            cost = k + n_default - self.launches[(s, DEFAULT)]
+            after = self._sigma_after(s, choice, n_choice, n_default)
+            threshold = max(math.log1p(self.tuner.margin), after)
+            value = launch_value(-est.log_ratio, self.sigma[(s, choice)], after, threshold) / cost
+            if best is None or value > best[0]:
+                best = (value, cost, k)
+        return best
 
-    def take(self, s: Scenario, choice: Choice, value: float) -> list[PlannedMeasurement]:
-        n_choice = self.launches[(s, choice)] + 1
+    def _cap(self, s: Scenario, choice: Choice) -> float:
+        if self.max_launches is None:
+            return math.inf
+        return self.max_launches(s, choice) if callable(self.max_launches) else self.max_launches
+
+    def take(self, s: Scenario, choice: Choice, value: float, k: int = 1) -> list[PlannedMeasurement]:
+        """Plans ``k`` more launches of ``choice`` at ``s``, NCCL's default's brought level."""
+        n_choice = self.launches[(s, choice)] + k
         n_default = max(self.launches[(s, DEFAULT)], n_choice)
         reason = self._reason(s, choice)
         out = [PlannedMeasurement(s.collective, s.topology.nranks, DEFAULT, s.nbytes, value,
                                   reason, n) for n in range(self.launches[(s, DEFAULT)] + 1,
                                                            n_default + 1)]
-        out.append(PlannedMeasurement(s.collective, s.topology.nranks, choice, s.nbytes, value,
-                                      reason, n_choice))
+        out += [PlannedMeasurement(s.collective, s.topology.nranks, choice, s.nbytes, value,
+                                   reason, n) for n in range(self.launches[(s, choice)] + 1,
+                                                            n_choice + 1)]
         self.sigma[(s, choice)] = self._sigma_after(s, choice, n_choice, n_default)
         self.launches[(s, choice)], self.launches[(s, DEFAULT)] = n_choice, n_default
         return out
 
     def _sigma_after(self, s: Scenario, choice: Choice, n_choice: int, n_default: int) -> float:
         noise = self.tuner.noise
-        return math.hypot(noise.of_mean(s.topology, choice, n_choice),
-                          noise.of_mean(s.topology, DEFAULT, n_default))
+        return math.hypot(noise.of_mean(s.topology, choice, n_choice, s.nbytes),
+                          noise.of_mean(s.topology, DEFAULT, n_default, s.nbytes))
 
     def _reason(self, s: Scenario, choice: Choice) -> str:
         d = self.decisions[s]
@@ -126,11 +150,11 @@ class _Planner:
 
 
 def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int, *,
-         max_launches: int | None = None) -> list[PlannedMeasurement]:
+         max_launches: LaunchCap = None) -> list[PlannedMeasurement]:
     """At most ``budget`` measurements (NCCL's default counted), the most valuable per measurement
     first, each a launch of one choice at one size (:class:`PlannedMeasurement`).
-    ``max_launches`` caps the launches of one choice at one size (1 where a measurement cannot be
-    repeated, e.g. a replayed log)."""
+    ``max_launches`` caps the launches of one choice at one size, NCCL's default's included (1 where
+    a measurement cannot be repeated; per call and choice where each has its own, e.g. a replay)."""
     planner = _Planner(tuner, scenarios, max_launches)
     heap: list[tuple[float, int, Scenario, Choice]] = []
     order = 0
@@ -158,7 +182,7 @@ def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int, *,
             continue
         if found[1] > left:
             continue
-        planned += planner.take(s, choice, found[0])
+        planned += planner.take(s, choice, found[0], found[2])
         left -= found[1]
         push(s)  # its default's launches changed what every candidate here is worth
     return planned

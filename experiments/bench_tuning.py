@@ -13,24 +13,34 @@ Realities:
   ``<DIR>/../<system>/topology.yaml``). A decision is a measured call (collective, ranks, size)
   with NCCL's default and at least one forced run; its choices are exactly what was measured there
   (mostly ``NCCL_ALGO`` or ``NCCL_PROTO`` alone) -- a choice nobody measured is unavailable. The
-  timings are what the hardware did, without noise added. Tuners decide from one timing, the
-  out-of-place column, and are scored on another they never see, the same log's in-place column
-  (the same call timed again); a decision whose choices lack the second timing (a summary table)
-  is decided but not scored. Each log is one launch, so no choice was measured in two launches.
-  The A3 Mega table compares runs of two clusters (its README): kept, and listed per system.
+  timings are what the hardware did, without noise added. Each log is one launch, and tuners
+  decide from some launches and are scored on another (``envs.backends.replay.LaunchSplit``):
+  where every choice of a call was timed in two launches or more, split k holds out each choice's
+  k-th launch and shows the others, one launch per measurement (the 8xH100 node's allreduce from
+  1 MiB: 10 and 11 launches); where a choice was timed once, the call is scored on that launch's
+  in-place column (the same call timed again within the launch), and a call with neither (a
+  summary table) is decided but not scored. Every split is scored; the figures are the median
+  split's share (interquartile range), the share pooled over splits, and the slower decisions of
+  the median split / the worst split. tune assumes the launch noise the split's shown launches
+  give (:func:`history_noise`: the shipped NVSwitch default is the same computation on every
+  launch, the scoring launch included). The A3 Mega table compares runs of two clusters (its
+  README): kept, and listed per system.
 * ``replay, every other size held out``: per replay table and (collective, ranks), the tuners see
-  every choice at every other size (the first, third, ...; out-of-place) and decide the sizes
-  between, scored there on their out-of-place timing, which nobody saw.
+  every launch of every choice at every other size (the first, third, ...; out-of-place) and decide
+  the sizes between, scored there on the split's held-out launch, or on the out-of-place timing of
+  a size nobody saw.
 
-Next to each table, the spread between the two timings: ``perturbed``: the measurement noise's
-sigma; ``replay``: the median |log(out-of-place / in-place)| over the scored choices (the same
-call timed twice within one launch: launches differ by more).
+Next to each table, the spread between the timings: ``perturbed``: the measurement noise's sigma;
+``replay``: the median |log(median of the launches tuners saw / the timing scored on)| over the
+scored choices; and each replayed system's launch noise per size band (core spread and one
+launch's tail) next to the system kind's default.
 
 Per tuner and reality, over all scored decisions:
 
 * ``headroom_share``: Σ log(t_default / t_pick) / Σ log(t_default / t_best), t_best the fastest
   choice in the scored timing (NCCL's default included; perturbed: any deployable action, channels
-  too) -- the share of the reality's headroom captured;
+  too) -- the share of the reality's headroom captured (where the scored timing is one launch's
+  noise, so is that headroom: ``sweep_every_launch`` shows what measuring everything takes of it);
 * ``slower_2pct`` (held-out sizes: ``slower_3pct``): decisions more than 2 % (3 %) slower than
   NCCL's default, and ``worst`` decision;
 * ``measurements``: timed calls the tuner used (online tuners: their exploration calls, whose cost
@@ -41,13 +51,16 @@ Tuners: NCCL's default; the model oracle (what the uncalibrated simulator predic
 ungated); the model behind the export gate; NVIDIA's sweep -> table (every choice at every size,
 the fastest measured wins; and the same at every other size, half the budget); AutoCCL-style
 coordinate descent and a UCB bandit with a 5 % safety gate (online, the sweep's budget per
-decision); ``tune`` with half and with the same budget as the sweep; learned policies when given
+decision); ``tune`` with half and with the same budget as the sweep (on a replay table, one
+launch per measurement: the sweep launches every choice once); on the replay tables also the sweep
+of every launch a split shows (``sweep_every_launch``, a reference); learned policies when given
 (``--adaptive MODEL.zip``: the online adaptive policy of ``agents.adaptive``; ``--policy PATH``:
 anything ``agents.registry.load_policy`` loads -- a checkpoint, a policy file -- scored per call).
 The online tuners and the adaptive policy pick exact table actions (algorithm, protocol and
 channels), which no replay table measured: they are not applicable there. With sizes held out,
-every tuner gets the same measurements (every choice at the kept sizes): NCCL's default, the
-model, the sweep's table (the rule of the measured size below) and ``tune``. Goals for ``tune``:
+every tuner gets the same measurements (every launch of every choice at the kept sizes): NCCL's
+default, the model, the sweep's table (the median of the launches; the rule of the measured size
+below) and ``tune``. Goals for ``tune``:
 replay, zero decisions > 2 % slower than NCCL, >= 80 % of the headroom with half the sweep's
 measurements, >= 95 % with the same budget; sizes held out, >= 60 % of the headroom, zero
 decisions > 3 % slower.
@@ -60,9 +73,10 @@ import json
 import math
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -75,11 +89,19 @@ from dynamiccl.agents.tune import (
     candidate_pairs,
     model_can_run,
 )
-from dynamiccl.agents.tune_measurements import DEFAULT, Choice, Measurements
+from dynamiccl.agents.tune_measurements import (
+    DEFAULT,
+    MIN_TAIL_DEVIATIONS,
+    NOISE_BANDS,
+    BandNoise,
+    Choice,
+    Measurements,
+    default_launch_noise,
+)
 from dynamiccl.agents.tune_plan import plan
 from dynamiccl.decisions import nccl_default
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
-from dynamiccl.envs.backends.replay import ReplayTable
+from dynamiccl.envs.backends.replay import HELD_OUT_LAUNCH, LaunchSplit, LaunchTiming, ReplayTable
 from dynamiccl.envs.observation import encode
 from dynamiccl.knobs import ACTIONS, Collective, valid_mask
 from dynamiccl.profiler.measurement_paths import load_paths
@@ -104,6 +126,19 @@ class Unmeasured(LookupError):
     """The reality never measured this choice for this call."""
 
 
+def history_noise(reality, scenarios: list[Scenario]) -> tuple[BandNoise, ...]:
+    """The launch noise per size band tune assumes for a replayed system, as its shipped default
+    would be computed from this system's launch history without the launches the evaluation scores
+    on: :meth:`Measurements.launch_spread` of every launch of ``scenarios`` the reality shows, where
+    a band has :data:`MIN_TAIL_DEVIATIONS`, else the system kind's default."""
+    records = [_record(s, c, t.time_us, t.launch) for s in scenarios for c in reality.menu(s)
+               for t in reality.seen(s, c)]
+    kind = default_launch_noise(reality.model)
+    measured = Measurements(records).launch_spread()
+    return tuple(BandNoise(m.core, m.tail) if len(m.deviations) >= MIN_TAIL_DEVIATIONS else d
+                 for m, d in zip(measured, kind, strict=True))
+
+
 class PerturbedReality:
     """One perturbed system: noisy measurements for tuners, noise-free truth for scoring."""
 
@@ -111,7 +146,9 @@ class PerturbedReality:
     #: The online tuners' action table can be timed here.
     times_actions = True
     #: Every measurement is a fresh noisy draw: a launch of its own, repeatable at will.
-    max_launches = None
+    launch_cap = None
+    #: tune assumes the system kind's launch noise (:func:`default_launch_noise`).
+    noise_defaults = None
 
     def __init__(self, seed: int, system: tuple[str, int]) -> None:
         self.seed = seed
@@ -127,7 +164,7 @@ class PerturbedReality:
     def truth(self, s: Scenario, choice: Choice) -> float:
         return self.truth_backend.measure_forced(s, choice.constraints).time_us
 
-    def measure(self, s: Scenario, choice: Choice) -> float:
+    def measure(self, s: Scenario, choice: Choice, nth: int = 0) -> float:
         self.calls += 1
         return self.noisy.measure_forced(s, choice.constraints).time_us
 
@@ -158,19 +195,21 @@ class PerturbedReality:
 
 
 class ReplayReality:
-    """One system's replay table: the measured choices of every call measured with NCCL's default
-    and at least one forced run; anything else is unavailable. Tuners measure the out-of-place
-    timing; the truth they are scored on is the in-place one."""
+    """One system's replay table under one launch split (:class:`LaunchSplit`): the measured
+    choices of every call measured with NCCL's default and at least one forced run; anything else
+    is unavailable. Tuners measure launch by launch what the split lets them see (out-of-place
+    timings); they are scored on the split's held-out launch, or on the in-place timing where a
+    choice was timed in one launch only."""
 
     name = "replay"
     times_actions = False
-    #: One log per choice: a measured point cannot be launched again.
-    max_launches = 1
 
-    def __init__(self, system: str, records: list[MeasurementRecord], model: Topology) -> None:
+    def __init__(self, system: str, records: list[MeasurementRecord], model: Topology,
+                 split: int = 0) -> None:
         self.system = system
         self.model = model
         self.table = ReplayTable(records)
+        self.split = LaunchSplit(self.table, split)
         shapes = {(r.coll, r.nbytes, r.nranks): r.nnodes or 1 for r in records}
         self.scenarios: list[Scenario] = []
         for (coll, nbytes, nranks), measured in sorted(self.table.calls.items(),
@@ -185,34 +224,52 @@ class ReplayReality:
         return sorted((Choice(*c) for c in self.table.choices(s)),
                       key=lambda c: (not c.is_default, c.label()))
 
-    def measured(self, s: Scenario, choice: Choice) -> float:
-        """The out-of-place timing: what tuners see."""
-        measured = self.table.choices(s)
-        key = (choice.algorithm, choice.protocol, choice.channels)
-        if key not in measured:
-            raise Unmeasured(f"{choice.label()} for {self.describe(s)}")
-        return measured[key]
+    def seen(self, s: Scenario, choice: Choice) -> tuple[LaunchTiming, ...]:
+        return self.split.seen(s, (choice.algorithm, choice.protocol, choice.channels))
+
+    @cached_property
+    def noise_defaults(self) -> tuple[BandNoise, ...]:
+        """The launch noise tune assumes for this system: :func:`history_noise` of every launch
+        this split shows."""
+        return history_noise(self, self.scenarios)
+
+    def launch_cap(self, s: Scenario, choice: Choice) -> int:
+        """How many launches of ``choice`` at ``s`` a tuner can see."""
+        return len(self.seen(s, choice))
+
+    def measure(self, s: Scenario, choice: Choice, nth: int = 0) -> float:
+        """The ``nth`` launch (from 0) of ``choice`` a tuner may see: its out-of-place timing."""
+        seen = self.seen(s, choice)
+        if nth >= len(seen):
+            raise Unmeasured(f"{choice.label()} for {self.describe(s)}: {len(seen)} launches to see")
+        self.calls += 1
+        return seen[nth].time_us
 
     def truth(self, s: Scenario, choice: Choice) -> float:
-        """The in-place timing of the same call: what tuners are scored on."""
-        again = self.table.timed_again(s)
-        key = (choice.algorithm, choice.protocol, choice.channels)
-        if key not in again:
-            raise Unmeasured(f"{choice.label()} for {self.describe(s)} (no second timing)")
-        return again[key]
-
-    def measure(self, s: Scenario, choice: Choice) -> float:
-        self.calls += 1
-        return self.measured(s, choice)
+        """The timing ``choice`` is scored on (the split's held-out launch, or in place)."""
+        t = self.split.truth(s, (choice.algorithm, choice.protocol, choice.channels))
+        if t is None:
+            raise Unmeasured(f"{choice.label()} for {self.describe(s)} (no timing to score on)")
+        return t
 
     def scored(self, s: Scenario) -> bool:
-        """Every choice of the decision has its second timing."""
-        again = self.table.timed_again(s)
-        return all((c.algorithm, c.protocol, c.channels) in again for c in self.menu(s))
+        return self.split.scoring(s) is not None
+
+    def scoring_of(self, s: Scenario) -> str | None:
+        """How this decision is scored (:class:`LaunchSplit`), None: not at all."""
+        return self.split.scoring(s)
+
+    def scoring(self) -> dict[str, int]:
+        """How many decisions are scored how (held-out launch, in-place timing, not scored)."""
+        out: dict[str, int] = defaultdict(int)
+        for s in self.scenarios:
+            out[self.scoring_of(s) or "not scored"] += 1
+        return dict(out)
 
     def spread(self) -> float | None:
-        """Median |log(out-of-place / in-place)| over the scored decisions' choices."""
-        logs = [abs(math.log(self.measured(s, c) / self.truth(s, c)))
+        """Median |log(what tuners see / the timing scored on)| over the scored decisions'
+        choices, what they see being the median of their launches' out-of-place timings."""
+        logs = [abs(math.log(float(np.median([t.time_us for t in self.seen(s, c)])) / self.truth(s, c)))
                 for s in self.scenarios if self.scored(s) for c in self.menu(s)]
         return float(np.median(logs)) if logs else None
 
@@ -224,14 +281,19 @@ class ReplayReality:
                f"({s.topology.nranks} ranks)"
 
 
+#: A held-out size scored on a launch the tuners saw at other sizes (no second launch exists).
+UNSEEN_SIZE = "out-of-place timing of a size nobody saw"
+
+
 class HeldOutSizes:
     """A replay table with every other size of each (collective, ranks) series held out: tuners
-    see every choice's out-of-place timing at the kept sizes (the first, third, ...) and are scored
-    at the held-out ones on the out-of-place timing, which nobody saw."""
+    see every choice in every launch the split shows at the kept sizes (the first, third, ...) and
+    are scored at the held-out ones, on the split's held-out launch where each choice had two
+    launches or more, else on the out-of-place timing of the launch the split picks (nobody saw
+    anything at that size)."""
 
     name = "replay, sizes held out"
     times_actions = False
-    max_launches = 1
 
     def __init__(self, replay: ReplayReality) -> None:
         self.replay = replay
@@ -245,17 +307,44 @@ class HeldOutSizes:
     def menu(self, s: Scenario) -> list[Choice]:
         return self.replay.menu(s)
 
-    def measure(self, s: Scenario, choice: Choice) -> float:
+    def seen(self, s: Scenario, choice: Choice) -> tuple[LaunchTiming, ...]:
+        return self.replay.seen(s, choice) if s in self.kept else ()
+
+    def launch_cap(self, s: Scenario, choice: Choice) -> int:
+        return len(self.seen(s, choice))
+
+    def measure(self, s: Scenario, choice: Choice, nth: int = 0) -> float:
         if s not in self.kept:
             raise Unmeasured(f"{self.describe(s)} is held out")
         self.calls += 1
-        return self.replay.measured(s, choice)
+        return self.replay.measure(s, choice, nth)
+
+    @cached_property
+    def noise_defaults(self) -> tuple[BandNoise, ...]:
+        """:func:`history_noise` of the launches this split shows at the kept sizes."""
+        return history_noise(self, self.kept)
 
     def truth(self, s: Scenario, choice: Choice) -> float:
-        return self.replay.measured(s, choice)
+        if self.replay.split.scoring(s) == HELD_OUT_LAUNCH:
+            return self.replay.truth(s, choice)
+        seen = self.replay.seen(s, choice)
+        if not seen:
+            raise Unmeasured(f"{choice.label()} for {self.describe(s)}")
+        return seen[0].time_us
 
     def scored(self, s: Scenario) -> bool:
-        return s not in self.kept
+        return s not in self.kept and all(self.replay.seen(s, c) for c in self.menu(s))
+
+    def scoring_of(self, s: Scenario) -> str | None:
+        if not self.scored(s):
+            return None
+        return HELD_OUT_LAUNCH if self.replay.split.scoring(s) == HELD_OUT_LAUNCH else UNSEEN_SIZE
+
+    def scoring(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for s in self.scenarios:
+            out[self.scoring_of(s) or "kept or not scored"] += 1
+        return dict(out)
 
     def spread(self) -> float | None:
         return self.replay.spread()
@@ -302,7 +391,8 @@ class Score:
                f"slower_{round(100 * (self.slower_than - 1))}pct": self.slower,
                "decisions": len(self.logs),
                "worst_speedup": round(self.worst[0], 4) if scored else None,
-               "worst_decision": self.worst[1], "measurements": self.measurements}
+               "worst_decision": self.worst[1], "measurements": self.measurements,
+               "log_gain": round(sum(self.logs), 6), "log_headroom": round(headroom, 6)}
         if self.unavailable:
             out["unavailable"] = self.unavailable
         if self.exploration:
@@ -360,9 +450,14 @@ def _size_series(scenarios: list[Scenario]) -> dict[Scenario, int]:
             for i, s in enumerate(sorted(group, key=lambda x: x.nbytes))}
 
 
-def sweep_table(every: int) -> Callable:
+def sweep_table(every: int, every_launch: bool = False) -> Callable:
     """NVIDIA's optimize_config: measure every choice at every ``every``-th size, keep the fastest
-    measured per size; a size not measured takes the rule of the measured size below it."""
+    measured per size; a size not measured takes the rule of the measured size below it. With
+    ``every_launch`` it measures every launch the reality shows and compares their medians."""
+    def measure(reality: Reality, s: Scenario, c: Choice) -> list[float]:
+        launches = reality.launch_cap(s, c) if every_launch and reality.launch_cap else 1
+        return [reality.measure(s, c, nth) for nth in range(launches)]
+
     def decide(reality: Reality):
         picks: dict[Scenario, Choice] = {}
         used = 0
@@ -372,9 +467,10 @@ def sweep_table(every: int) -> Callable:
                                                           x.nbytes)):
             series = (s.collective, s.topology.nranks)
             if index[s] % every == 0:
-                measured = {c: reality.measure(s, c) for c in reality.menu(s)}
-                used += len(measured)
-                last[series] = min(measured, key=measured.__getitem__)
+                timed = {c: measure(reality, s, c) for c in reality.menu(s)}
+                used += sum(map(len, timed.values()))
+                medians = {c: float(np.median(t)) for c, t in timed.items()}
+                last[series] = min(medians, key=medians.__getitem__)
             picks[s] = last[series] if last.get(series) in reality.menu(s) else DEFAULT
         return picks, used
     return decide
@@ -445,7 +541,7 @@ def static_policy(path: str) -> Picker:
 def _tuner(reality: Reality, records: list[MeasurementRecord], model: Topology) -> Tuner:
     """``dynamiccl tune``'s tuner on ``records``, weighing the choices the reality offers."""
     return Tuner(model, Measurements(records), calibrated=model is not reality.model,
-                 candidates=lambda s: model_menu(reality, s))
+                 candidates=lambda s: model_menu(reality, s), noise_defaults=reality.noise_defaults)
 
 
 def tune(fraction: float, calibrate: bool) -> Callable:
@@ -455,13 +551,16 @@ def tune(fraction: float, calibrate: bool) -> Callable:
         budget = int(fraction * sweep_budget(reality))
         at = {(s.collective, s.topology.nranks, s.nbytes): s for s in reality.scenarios}
         records: list[MeasurementRecord] = []
+        launches: Counter[tuple[Scenario, Choice]] = Counter()
         model = reality.model
         tuner = _tuner(reality, records, model)
         for r in range(TUNE_ROUNDS):
             share = budget // TUNE_ROUNDS if r < TUNE_ROUNDS - 1 else budget - len(records)
-            for m in plan(tuner, reality.scenarios, share, max_launches=reality.max_launches):
+            for m in plan(tuner, reality.scenarios, share, max_launches=reality.launch_cap):
                 s = at[(m.collective, m.nranks, m.nbytes)]
-                records.append(_record(s, m.choice, reality.measure(s, m.choice), len(records)))
+                time_us = reality.measure(s, m.choice, launches[(s, m.choice)])
+                launches[(s, m.choice)] += 1
+                records.append(_record(s, m.choice, time_us, len(records)))
             if calibrate:
                 model, _ = calibrated_topology(records, reality.model)
             tuner = _tuner(reality, records, model)
@@ -470,25 +569,27 @@ def tune(fraction: float, calibrate: bool) -> Callable:
 
 
 def tune_on_kept(calibrate: bool) -> Callable:
-    """``dynamiccl tune`` given every choice at the kept sizes of a held-out reality."""
+    """``dynamiccl tune`` given every launch of every choice at the kept sizes of a held-out
+    reality."""
     def decide(reality: HeldOutSizes):
-        records = [_record(s, c, reality.measure(s, c), i)
-                   for i, (s, c) in enumerate((s, c) for s in reality.kept for c in reality.menu(s))]
+        shown = [(s, c, nth) for s in reality.kept for c in reality.menu(s)
+                 for nth in range(reality.launch_cap(s, c))]
+        records = [_record(s, c, reality.measure(s, c, nth), i) for i, (s, c, nth) in enumerate(shown)]
         model = calibrated_topology(records, reality.model)[0] if calibrate else reality.model
         tuner = _tuner(reality, records, model)
         return {s: tuner.decide(s).chosen for s in reality.scenarios}, len(records)
     return decide
 
 
-def _record(s: Scenario, choice: Choice, time_us: float, launch: int) -> MeasurementRecord:
-    """One measurement as a record: a launch of its own (``bench-<n>``)."""
+def _record(s: Scenario, choice: Choice, time_us: float, launch: int | str) -> MeasurementRecord:
+    """One measurement as a record: a launch of its own (``bench-<n>``), or the named one."""
     algbw, busbw = bandwidths(s.collective, s.nbytes, s.topology.nranks, time_us)
     return MeasurementRecord(
         s.collective.name.lower(), s.nbytes, s.topology.nranks, time_us, algbw, busbw,
         algorithm=None if choice.algorithm is None else choice.algorithm.name.lower(),
         protocol=None if choice.protocol is None else choice.protocol.name.lower(),
         channels=choice.channels, nnodes=s.topology.nodes, source="bench_tuning",
-        launch=f"bench-{launch}")
+        launch=launch if isinstance(launch, str) else f"bench-{launch}")
 
 
 def tuners(calibrate: bool, adaptive_model: str | None = None,
@@ -517,32 +618,51 @@ ACTION_TUNERS = ("coordinate_descent", "bandit_5pct_gate", "adaptive")
 
 def score(realities: list[Reality], pickers: dict[str, Picker],
           progress: Callable[[Reality], None] | None = None, slower_than: float = SLOWER,
-          by_system: dict[str, dict] | None = None) -> dict:
-    """Every picker on every reality, over the scored decisions; per system too where
-    ``by_system`` is given (filled in place)."""
+          by_system: dict[str, dict] | None = None, by_scoring: dict[str, dict] | None = None,
+          cache: dict | None = None) -> dict:
+    """Every picker on every reality, over the scored decisions; per system and per way of
+    scoring too where ``by_system`` / ``by_scoring`` are given (filled in place; the latter
+    without measurement counts, which belong to a reality, not to a decision). ``cache`` keeps
+    each picker's outcome on a reality by the reality's ``key`` (a replay split that repeats
+    another: a system with fewer launches than the most launched one)."""
     scores = {name: Score(slower_than) for name in pickers}
-    systems: dict[str, dict[str, Score]] = defaultdict(dict)
+    groups: dict[str, dict[str, dict[str, Score]]] = {"system": defaultdict(dict),
+                                                      "scoring": defaultdict(dict)}
     for reality in realities:
         scored = [s for s in reality.scenarios if reality.scored(s)]
         t_def = {s: reality.truth(s, DEFAULT) for s in scored}
         t_best = {s: reality.best(s) for s in scored}
         system = getattr(reality, "system", None)
+        kind = getattr(reality, "scoring_of", lambda s: None)
+        key = getattr(reality, "key", None)
         for name, pick in pickers.items():
             if name in ACTION_TUNERS and not reality.times_actions:
                 continue
-            times, used, exploration = pick(reality)
-            mine = systems[system].setdefault(name, Score(slower_than)) if system else None
+            if cache is not None and key is not None and (key, name) in cache:
+                times, used, exploration = cache[(key, name)]
+            else:
+                times, used, exploration = pick(reality)
+                if cache is not None and key is not None:
+                    cache[(key, name)] = (times, used, exploration)
+            mine = groups["system"][system].setdefault(name, Score(slower_than)) if system else None
             for target in filter(None, (scores[name], mine)):
                 target.measurements += used
                 target.exploration += exploration
-                for s in scored:
-                    target.add(reality.describe(s), t_def[s], t_best[s], times[s])
+            for s in scored:
+                where = reality.describe(s)
+                how = kind(s)
+                targets = [scores[name], mine,
+                           groups["scoring"][how].setdefault(name, Score(slower_than)) if how else None]
+                for target in filter(None, targets):
+                    target.add(where, t_def[s], t_best[s], times[s])
         if progress:
             progress(reality)
-    if by_system is not None:
-        for system, per_tuner in systems.items():
-            by_system[system] = {name: s.summary() for name, s in per_tuner.items()
-                                 if s.logs or s.unavailable}
+    for wanted, grouped, drop in ((by_system, groups["system"], ()),
+                                  (by_scoring, groups["scoring"], ("measurements",))):
+        if wanted is not None:
+            for label, per_tuner in grouped.items():
+                wanted[label] = {name: {k: v for k, v in s.summary().items() if k not in drop}
+                                 for name, s in per_tuner.items() if s.logs or s.unavailable}
     return {name: s.summary() for name, s in scores.items()
             if s.logs or s.unavailable}
 
@@ -556,84 +676,233 @@ def run(seeds: list[int], systems, calibrate: bool, progress: bool,
     return score(realities, tuners(calibrate, adaptive_model, policies), done)
 
 
-def replay_realities(folder: Path) -> list[ReplayReality]:
-    """One reality per replay table with at least one decision; its system's datasheet topology
-    is the fixture folder's ``<system>/topology.yaml``."""
+@dataclass(frozen=True)
+class ReplaySystem:
+    """One replay table: its system, records, datasheet topology and number of launch splits."""
+
+    name: str
+    records: list[MeasurementRecord]
+    model: Topology
+    splits: int
+
+    def reality(self, split: int) -> ReplayReality:
+        """Split ``split`` (taken modulo this table's own number of splits)."""
+        reality = ReplayReality(self.name, self.records, self.model, split % self.splits)
+        reality.key = (self.name, split % self.splits)
+        return reality
+
+
+def replay_systems(folder: Path) -> list[ReplaySystem]:
+    """One per replay table with at least one decision; its system's datasheet topology is the
+    fixture folder's ``<system>/topology.yaml``."""
     out = []
     for table in sorted(folder.glob("*.csv")):
         topology = folder.parent / table.stem / "topology.yaml"
         if not topology.is_file():
             continue
-        reality = ReplayReality(table.stem, load_paths([table]).records, load_topology(topology))
+        records = load_paths([table]).records
+        reality = ReplayReality(table.stem, records, load_topology(topology))
         if reality.scenarios:
-            out.append(reality)
+            out.append(ReplaySystem(table.stem, records, reality.model,
+                                    LaunchSplit.count(reality.table)))
     return out
 
 
-def _spreads(realities: list) -> dict:
-    """The spread between the timing decided on and the one scored on, per system and overall
-    (the median of the systems' medians)."""
-    per = {r.system: r.spread() for r in realities}
+def launch_noise_report(system: ReplaySystem) -> dict[str, dict]:
+    """Per size band: the launch-to-launch noise every repeated launch of the table shows
+    (:meth:`Measurements.launch_spread`; deviations counted) next to the system kind's default tune
+    assumes without them (:func:`default_launch_noise`)."""
+    measured = Measurements(system.records).launch_spread()
+    kind = default_launch_noise(system.model)
+    return {band: {"deviations": len(m.deviations), "core": round(m.core, 4),
+                   "tail": round(m.tail, 4), "default_core": d.core, "default_tail": d.tail}
+            for band, m, d in zip(NOISE_BANDS, measured, kind, strict=True)}
+
+
+def replay_realities(folder: Path, split: int = 0) -> list[ReplayReality]:
+    """Every replay table's reality under launch split ``split``."""
+    return [system.reality(split) for system in replay_systems(folder)]
+
+
+def over_splits(summaries: list[dict]) -> dict:
+    """One tuner's summaries over the launch splits: the median split's share with the
+    interquartile range of all (a split whose scoring launch left little headroom has a share
+    far from the rest), the share pooled over all splits (their gains over their headroom), the
+    most decisions slower in any split, the median split's, and the worst decision of all."""
+    shares = [r["headroom_share"] for r in summaries if r["headroom_share"] is not None]
+    slower = next(k for k in summaries[0] if k.startswith("slower_"))
+    worst = min((r for r in summaries if r["worst_speedup"] is not None),
+                key=lambda r: r["worst_speedup"], default=summaries[0])
+    headroom = sum(r["log_headroom"] for r in summaries)
+    out = {"headroom_share": round(float(np.median(shares)), 4) if shares else None,
+           "share_iqr": [round(float(q), 4) for q in np.quantile(shares, [0.25, 0.75])]
+           if shares else None,
+           "pooled_share": round(sum(r["log_gain"] for r in summaries) / headroom, 4)
+           if headroom > 1e-9 else None,
+           "geomean_speedup": None if worst["geomean_speedup"] is None else round(float(np.median(
+               [r["geomean_speedup"] for r in summaries])), 4),
+           slower: max(r[slower] for r in summaries),
+           f"{slower}_median_split": int(np.median([r[slower] for r in summaries])),
+           "splits_with_slower": sum(r[slower] > 0 for r in summaries),
+           "decisions": summaries[0]["decisions"],
+           "worst_speedup": worst["worst_speedup"], "worst_decision": worst["worst_decision"],
+           "splits": len(summaries)}
+    if "measurements" in summaries[0]:
+        out["measurements"] = int(np.median([r["measurements"] for r in summaries]))
+    if any(r.get("unavailable") for r in summaries):
+        out["unavailable"] = max(r.get("unavailable", 0) for r in summaries)
+    return out
+
+
+def _spreads(per_split: list[list]) -> dict:
+    """The spread between the timing decided on and the one scored on, per system (the median
+    over splits) and overall (the median of the systems')."""
+    systems = [r.system for r in per_split[0]]
+    per: dict[str, float | None] = {}
+    for i, name in enumerate(systems):
+        known = [v for split in per_split if (v := split[i].spread()) is not None]
+        per[name] = float(np.median(known)) if known else None
     known = [v for v in per.values() if v is not None]
     return {"median_abs_log": round(float(np.median(known)), 4) if known else None,
             "by_system": {k: None if v is None else round(v, 4) for k, v in per.items()}}
 
 
+def score_splits(systems: list[ReplaySystem], pickers: dict[str, Picker],
+                 held_out: bool = False, slower_than: float = SLOWER) -> dict:
+    """Every picker on every launch split of the replay tables (:class:`LaunchSplit`): each split
+    scored on its own, then summarised over the splits (:func:`over_splits`)."""
+    splits = max((s.splits for s in systems), default=1)
+    cache: dict = {}
+    tuned, per_system, per_scoring, realities = [], [], [], []
+    for k in range(splits):
+        split = [system.reality(k) for system in systems]
+        if held_out:
+            split = [_held_out(r) for r in split]
+        by_system: dict[str, dict] = {}
+        by_scoring: dict[str, dict] = {}
+        tuned.append(score(split, pickers, slower_than=slower_than, by_system=by_system,
+                           by_scoring=by_scoring, cache=cache))
+        per_system.append(by_system)
+        per_scoring.append(by_scoring)
+        realities.append(split)
+    names = [name for name in pickers if name in tuned[0]]
+    kinds = sorted({kind for b in per_scoring for kind in b})
+    return {"splits": splits, "splits_by_system": {s.name: s.splits for s in systems},
+            "scoring": {r.system: r.scoring() for r in realities[0]},
+            "spread": _spreads(realities),
+            "tuners": {name: over_splits([t[name] for t in tuned]) for name in names},
+            "by_scoring": {kind: {name: over_splits([b[kind][name] for b in per_scoring])
+                                  for name in names if name in per_scoring[0].get(kind, {})}
+                           for kind in kinds},
+            "by_system": {s.name: {name: over_splits([b[s.name][name] for b in per_system])
+                                   for name in names if name in per_system[0].get(s.name, {})}
+                          for s in systems}}
+
+
+def _held_out(replay: ReplayReality) -> HeldOutSizes:
+    held = HeldOutSizes(replay)
+    held.key = ("held out", *replay.key)
+    return held
+
+
 def run_replay(folder: Path, calibrate: bool, adaptive_model: str | None = None,
                policies: tuple[str, ...] = ()) -> dict:
-    realities = replay_realities(folder)
-    pickers = tuners(calibrate, adaptive_model, policies)
-    by_system: dict[str, dict] = {}
-    tuned = score(realities, pickers, by_system=by_system)
+    systems = replay_systems(folder)
+    pickers = {**tuners(calibrate, adaptive_model, policies),
+               "sweep_every_launch": _choices_picker(sweep_table(1, every_launch=True))}
+    first = [s.reality(0) for s in systems]
     return {"tables": str(folder),
-            "systems": {r.system: len(r.scenarios) for r in realities},
-            "scored": {r.system: sum(map(r.scored, r.scenarios)) for r in realities},
-            "decided_on": "out-of-place timing", "scored_on": "in-place timing of the same call",
-            "spread": _spreads(realities),
+            "launch_noise": {s.name: launch_noise_report(s) for s in systems},
+            "systems": {r.system: len(r.scenarios) for r in first},
+            "scored": {r.system: sum(map(r.scored, r.scenarios)) for r in first},
+            "decided_on": "out-of-place timings of the launches each split shows",
+            "scored_on": "each split's held-out launch (every choice timed in 2+ launches), else "
+                         "the in-place timing of the launch the split picks",
             "not_applicable": {name: NOT_ON_REPLAY for name in pickers if name in ACTION_TUNERS},
-            "tuners": tuned, "by_system": by_system}
+            **score_splits(systems, pickers)}
 
 
 def run_held_out(folder: Path, calibrate: bool) -> dict:
-    """The replay tables with every other size held out (:class:`HeldOutSizes`)."""
-    realities = [HeldOutSizes(r) for r in replay_realities(folder)]
+    """The replay tables with every other size held out (:class:`HeldOutSizes`), per launch split."""
+    systems = replay_systems(folder)
     pickers = {"nccl_default": _choices_picker(nccl_default_tuner),
                "model_oracle_export": _choices_picker(model_oracle),
                "model_gated_export": _choices_picker(model_gated),
-               "sweep_table_half": _choices_picker(sweep_table(2)),
+               "sweep_table_half": _choices_picker(sweep_table(2, every_launch=True)),
                "tune": _choices_picker(tune_on_kept(calibrate))}
-    by_system: dict[str, dict] = {}
-    tuned = score(realities, pickers, slower_than=SLOWER_HELD_OUT, by_system=by_system)
+    first = [HeldOutSizes(s.reality(0)) for s in systems]
     return {"tables": str(folder),
-            "held_out": {r.system: sum(map(r.scored, r.scenarios)) for r in realities},
-            "decided_on": "out-of-place timing at the kept sizes",
-            "scored_on": "out-of-place timing at the held-out sizes",
-            "spread": _spreads(realities), "tuners": tuned, "by_system": by_system}
+            "held_out": {r.system: sum(map(r.scored, r.scenarios)) for r in first},
+            "decided_on": "out-of-place timing at the kept sizes (one launch per choice)",
+            "scored_on": "at the held-out sizes: each split's held-out launch, else the out-of-place "
+                         "timing of the launch the split picks",
+            **score_splits(systems, pickers, held_out=True, slower_than=SLOWER_HELD_OUT)}
 
 
-def _print(title: str, results: dict, by_system: dict | None = None) -> None:
+def _share(r: dict | None) -> str:
+    """A share with its interquartile range over launch splits where they differ:
+    ``0.812 (0.70..0.90)``."""
+    if r is None or r["headroom_share"] is None:
+        return "n/a"
+    lo, hi = r.get("share_iqr") or (r["headroom_share"], r["headroom_share"])
+    return f"{r['headroom_share']:.3f}" + (f" ({lo:.2f}..{hi:.2f})" if hi - lo > 5e-4 else "")
+
+
+def _print(title: str, results: dict, by_system: dict | None = None,
+           by_scoring: dict | None = None) -> None:
     print(title)
     slower = next((k for r in results.values() for k in r if k.startswith("slower_")), "slower_2pct")
     column = f">{slower.split('_')[1].removesuffix('pct')}% slower"
-    print(f"{'tuner':24} {'share':>7} {'geomean':>8} {column:>10} {'worst':>7} "
-          f"{'measurements':>12}  worst decision")
+    pooled = any("pooled_share" in r for r in results.values())
+    print(f"{'tuner':24} {'share':>19}" + (f" {'pooled':>7}" if pooled else "")
+          + f" {'geomean':>8} {column:>10} {'worst':>7} {'measurements':>12}  worst decision")
     for name, r in results.items():
-        share = "n/a" if r["headroom_share"] is None else f"{r['headroom_share']:.3f}"
         worst = "n/a" if r["worst_speedup"] is None else f"{r['worst_speedup']:.3f}x"
         geomean = "n/a" if r["geomean_speedup"] is None else f"{r['geomean_speedup']:.3f}x"
         missing = f" ({r['unavailable']} picks unmeasured)" if r.get("unavailable") else ""
-        print(f"{name:24} {share:>7} {geomean:>8} {r[slower]:>10} {worst:>7} "
-              f"{r['measurements']:>12}  {r['worst_decision']}{missing}")
-    if by_system:
-        systems = list(by_system)
-        print(f"  share by system: {'tuner':22} " + " ".join(f"{k[:22]:>22}" for k in systems))
+        share = "n/a" if r.get("pooled_share") is None else f"{r['pooled_share']:.3f}"
+        print(f"{name:24} {_share(r):>19}" + (f" {share:>7}" if pooled else "")
+              + f" {geomean:>8} {_slower(r, slower):>10} {worst:>7} {r['measurements']:>12}  "
+              f"{r['worst_decision']}{missing}")
+    for label, groups in (("system", by_system), ("scoring", by_scoring)):
+        if not groups:
+            continue
+        keys = list(groups)
+        print(f"  share by {label}: {'tuner':22} " + " ".join(f"{k[:30]:>30}" for k in keys))
         for name in results:
             cells = []
-            for k in systems:
-                r = by_system[k].get(name)
+            for k in keys:
+                r = groups[k].get(name)
                 cells.append("n/a" if r is None or r["headroom_share"] is None else
-                             f"{r['headroom_share']:.3f} ({r[slower]} slower)")
-            print(f"  {'':17}{name:22} " + " ".join(f"{c:>22}" for c in cells))
+                             f"{_share(r)} {_slower(r, slower)}sl")
+            print(f"  {'':17}{name:22} " + " ".join(f"{c:>30}" for c in cells))
+
+
+def _slower(r: dict, key: str) -> str:
+    """Slower decisions: the median split's / the most in any split, where splits differ."""
+    median = r.get(f"{key}_median_split")
+    return str(r[key]) if median is None or median == r[key] else f"{median}/{r[key]}"
+
+
+def _noise_lines(noise: dict) -> str:
+    """Per system with repeated launches: each size band's launch noise (core 1-sigma / one
+    launch's tail, and how many launch deviations say so) against the system kind's default."""
+    lines = []
+    for system, bands in noise.items():
+        cells = [f"{band} {100 * b['core']:.2f}%/{100 * b['tail']:.1f}% ({b['deviations']}; "
+                 f"default {100 * b['default_core']:.2f}%/{100 * b['default_tail']:.1f}%)"
+                 for band, b in bands.items() if b["deviations"]]
+        if cells:
+            lines.append(f"launch noise of {system} (core/tail from its repeated launches; tune "
+                         f"recomputes it per split without the scoring launch): " + "; ".join(cells))
+    return "\n".join(lines) or "launch noise: no replay table has repeated launches"
+
+
+def _scoring_line(replay: dict) -> str:
+    """Per system: its decisions and how they are scored."""
+    def how(system: str) -> str:
+        return ", ".join(f"{n} on {kind}" for kind, n in replay["scoring"][system].items())
+    return "; ".join(f"{k} {v} decisions ({how(k)})" for k, v in replay["systems"].items())
 
 
 def _spread_line(spread: dict, what: str) -> str:
@@ -692,19 +961,20 @@ def main() -> int:
     lo, hi = p["spread"]["noise_sigma_range"]
     print(f"spread (noisy measurement vs truth): noise sigma {100 * lo:.1f}-{100 * hi:.1f}% "
           f"(median {100 * p['spread']['noise_sigma_median']:.1f}%)")
-    systems = ", ".join(f"{k} ({replay['scored'][k]} of {v} scored)"
-                        for k, v in replay["systems"].items())
     print()
-    _print(f"replay: {systems} decisions; measured choices only; decided on out-of-place, scored on "
-           "in-place", replay["tuners"], replay["by_system"])
-    print(_spread_line(replay["spread"], "out-of-place vs in-place, same call"))
+    _print(f"replay: {_scoring_line(replay)}; measured choices only; {replay['splits']} launch "
+           "splits (share: the median split's (interquartile range); pooled: all splits' gains "
+           "over their headroom; slower: the median split's/the most in any split)",
+           replay["tuners"], replay["by_system"], replay["by_scoring"])
+    print(_spread_line(replay["spread"], "what tuners saw vs the timing scored on"))
+    print(_noise_lines(replay["launch_noise"]))
     for name, why in replay["not_applicable"].items():
         print(f"{name}: not applicable on replay ({why})")
     print()
     held = ", ".join(f"{k} ({v})" for k, v in held_out["held_out"].items())
-    _print(f"replay, every other size held out: {held} held-out decisions; every choice measured at "
-           "the kept sizes", held_out["tuners"], held_out["by_system"])
-    print(_spread_line(held_out["spread"], "out-of-place vs in-place, same call, for reference"))
+    _print(f"replay, every other size held out: {held} held-out decisions; every choice measured "
+           f"in every launch shown at the kept sizes; {held_out['splits']} launch splits",
+           held_out["tuners"], held_out["by_system"], held_out["by_scoring"])
     return 0
 
 

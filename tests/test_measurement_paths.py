@@ -16,8 +16,9 @@ REAL = Path(__file__).parent / "fixtures" / "real" / "h100_nvswitch_node"
 def test_a_fixture_folder_reads_every_log_through_its_sidecar_and_notes_the_rest():
     loaded = load_paths([REAL])
     runs = {(r.collective, r.algorithm) for r in loaded.records}
-    assert runs == {("allreduce", None), ("allreduce", "ring"), ("allgather", None),
-                    ("allgather", "ring")}  # the forced runs are known as forced
+    assert runs == {(c, a) for c in ("allreduce", "allgather", "reducescatter")
+                    for a in (None, "ring")}  # the forced runs are known as forced
+    assert len({r.launch for r in loaded.records}) == len(list(REAL.glob("*.txt")))  # a launch a log
     assert all(r.nnodes == 1 and r.nranks == 8 for r in loaded.records)
     assert sorted(Path(n.split(":")[0]).name for n in loaded.skipped) == ["system.yaml",
                                                                           "topology.yaml"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +21,14 @@ from dynamiccl.envs.backends.perturbed import (
     Miscalibration,
     PerturbedBackend,
 )
-from dynamiccl.envs.backends.replay import ReplayBackend, ReplayTable
+from dynamiccl.envs.backends.replay import (
+    DEFAULT_CHOICE,
+    HELD_OUT_LAUNCH,
+    IN_PLACE,
+    LaunchSplit,
+    ReplayBackend,
+    ReplayTable,
+)
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 from dynamiccl.envs.workloads import Episode, load_suite
 from dynamiccl.knobs import ACTION_INDEX, Algorithm, Collective, Config, Protocol
@@ -70,6 +78,41 @@ def test_the_environment_masks_what_the_replay_cannot_answer(replay):
     assert done and info["time_us"] == 40.0 and info["action"] == -1
     with pytest.raises(ValueError, match="empty"):
         ReplayTable([])
+
+
+def test_a_launch_split_scores_on_a_launch_the_tuners_did_not_see():
+    """Every choice timed in two launches or more: split k holds out each choice's k-th launch
+    (modulo its launches) and shows the others, the next one first; a choice timed once makes the
+    call scored on the in-place timing of that launch; no second timing, not scored."""
+    def timed(nbytes, launch, t, algorithm=None, again=None):
+        out = [MeasurementRecord("allreduce", nbytes, 8, t, 1.0, 1.0, algorithm, nnodes=1,
+                                 launch=launch)]
+        if again is not None:
+            out.append(replace(out[0], time_us=again, in_place=True))
+        return out
+
+    big, small, lone = 1 << 22, 1 << 10, 1 << 12
+    records = (timed(big, "d1", 56.0) + timed(big, "d2", 55.5) + timed(big, "d3", 56.4)
+               + timed(big, "r1", 53.4, "ring") + timed(big, "r2", 94.2, "ring")
+               + timed(small, "d1", 35.0, again=34.6) + timed(small, "r1", 36.0, "ring", 37.8)
+               + timed(small, "r2", 35.1, "ring", 35.2) + timed(lone, "d1", 35.5)
+               + timed(lone, "r1", 35.9, "ring"))
+    table = ReplayTable(records)
+    assert LaunchSplit.count(table) == 3  # NCCL's default at 4 MiB: three launches
+    ring = (Algorithm.RING, None, None)
+    at = {n: Scenario(TOPO, Collective.ALLREDUCE, n) for n in (big, small, lone)}
+    first, second = LaunchSplit(table, 0), LaunchSplit(table, 1)
+    assert first.scoring(at[big]) == second.scoring(at[big]) == HELD_OUT_LAUNCH
+    assert [first.truth(at[big], c) for c in (DEFAULT_CHOICE, ring)] == [56.0, 53.4]
+    assert [t.launch for t in first.seen(at[big], DEFAULT_CHOICE)] == ["d2", "d3"]
+    assert [t.time_us for t in second.seen(at[big], ring)] == [53.4]  # r2 held out: 94.2 us
+    assert LaunchSplit(table, 3).truth(at[big], ring) == 94.2  # 3 mod 2: the stalled launch
+    assert first.scoring(at[small]) == IN_PLACE  # NCCL's default was launched once
+    assert (first.truth(at[small], DEFAULT_CHOICE), first.truth(at[small], ring)) == (34.6, 37.8)
+    assert [t.time_us for t in second.seen(at[small], ring)] == [35.1, 36.0]  # its out-of-place first
+    assert first.scoring(at[lone]) is None and first.truth(at[lone], ring) is None
+    with pytest.raises(ValueError, match="numbered from 0"):
+        LaunchSplit(table, -1)
 
 
 def test_perturbed_systems_are_seeded_and_drawn_from_the_documented_ranges():
@@ -140,34 +183,44 @@ def test_bench_tuning_scores_every_tuner_against_one_reality():
 
 @pytest.mark.slow
 def test_bench_tuning_scores_every_tuner_on_the_replay_tables_too():
-    """Real measurements decide, scored on a timing the tuners did not see: the sweep measures
-    everything on the out-of-place column and is scored on the in-place one, so it no longer
-    captures all of the headroom by construction; a choice nobody measured is never offered."""
+    """Real measurements decide, scored on a timing the tuners did not see: the H100 node's
+    allreduce from 1 MiB on a held-out launch (10-11 launches a choice, one split each), the rest
+    on the in-place column; a choice nobody measured is never offered."""
     bench = _bench()
     replay = bench.run_replay(bench.REPLAY_DIR, calibrate=False)
-    assert replay["systems"]["h100_nvswitch_node"] == 58  # 31 allreduce + 27 allgather sizes
-    assert replay["scored"]["h100_nvswitch_node"] == 58 and replay["scored"]["dgx_b200_ib"] == 0
-    h100 = next(r for r in bench.replay_realities(bench.REPLAY_DIR) if r.system == "h100_nvswitch_node")
+    assert replay["systems"]["h100_nvswitch_node"] == 85  # 31 allreduce + 27 + 27 sizes
+    assert replay["scoring"]["h100_nvswitch_node"] == {"in-place timing": 71, "held-out launch": 14}
+    assert replay["scored"]["dgx_b200_ib"] == 0 and replay["splits"] == 11
+    h100 = next(r for r in bench.replay_realities(bench.REPLAY_DIR, split=1)
+                if r.system == "h100_nvswitch_node")
     smallest = next(s for s in h100.scenarios if s.collective.name == "ALLREDUCE" and s.nbytes == 8)
-    # allreduce 8 B: NCCL's default took 36.22 us out of place and 35.03 us in place
+    # allreduce 8 B: NCCL's default was launched once: 36.22 us out of place, 35.03 us in place
     assert (h100.measure(smallest, bench.DEFAULT), h100.truth(smallest, bench.DEFAULT)) == (36.22, 35.03)
+    four = next(s for s in h100.scenarios if s.collective.name == "ALLREDUCE" and s.nbytes == 1 << 22)
+    assert h100.launch_cap(four, bench.DEFAULT) == 9 and h100.truth(four, bench.DEFAULT) not in [
+        h100.measure(four, bench.DEFAULT, k) for k in range(9)]  # the held-out launch is unseen
     assert 0 < replay["spread"]["by_system"]["h100_nvswitch_node"] < 0.05
+    noise = replay["launch_noise"]["h100_nvswitch_node"]
+    assert noise[">= 16 MiB"]["core"] < noise["1-16 MiB"]["core"] < noise["< 1 MiB"]["core"]
     tuners = replay["tuners"]
-    assert tuners["sweep_table"]["headroom_share"] < 1.0
     assert tuners["sweep_table"]["measurements"] == sum(
         len(r.menu(s)) for r in bench.replay_realities(bench.REPLAY_DIR) for s in r.scenarios)
-    assert tuners["tune_same_budget"]["slower_2pct"] == 0
+    assert tuners["tune_same_budget"]["slower_2pct_median_split"] == 0
     assert tuners["tune_same_budget"]["measurements"] <= tuners["sweep_table"]["measurements"]
+    held = replay["by_scoring"]["held-out launch"]
+    assert held["sweep_every_launch"]["headroom_share"] > held["sweep_table"]["headroom_share"]
+    assert held["tune_same_budget"]["headroom_share"] > 0.5  # ring at 2-8 MiB, measured 3x each
     assert {"model_oracle_export", "model_gated_export", "tune_half_budget"} <= set(tuners)
     assert "coordinate_descent" not in tuners and "coordinate_descent" in replay["not_applicable"]
 
 
 @pytest.mark.slow
 def test_bench_tuning_holds_out_every_other_size_of_the_replay_tables():
-    """Every tuner sees every choice at the kept sizes and is scored at the others only."""
+    """Every tuner sees every launch of every choice at the kept sizes and is scored at the others
+    only."""
     bench = _bench()
     held = bench.run_held_out(bench.REPLAY_DIR, calibrate=False)
-    assert held["held_out"]["h100_nvswitch_node"] == 28  # 15 allreduce + 13 allgather sizes
+    assert held["held_out"]["h100_nvswitch_node"] == 41  # 15 allreduce + 13 + 13 sizes
     assert held["held_out"]["dgx_b200_ib"] == 0  # one size per series: nothing between
     tuners = held["tuners"]
     assert tuners["tune"]["measurements"] == tuners["sweep_table_half"]["measurements"]
@@ -200,5 +253,5 @@ def test_bench_tuning_scores_learned_policies_when_given(tmp_path):
     replay = bench.score(bench.replay_realities(bench.REPLAY_DIR), learned)
     assert "adaptive" not in replay  # it runs exact table actions, which no table measured
     scored = replay["policy:oracle.dccl"]
-    # 104 decisions, of which the summary table's 14 have no second timing to score them on
-    assert scored["decisions"] + scored.get("unavailable", 0) == 90
+    # 131 decisions, of which the summary table's 14 have no second timing to score them on
+    assert scored["decisions"] + scored.get("unavailable", 0) == 117

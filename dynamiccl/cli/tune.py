@@ -172,15 +172,18 @@ def _token(knob) -> str | None:
 
 
 def _noise_note(tuner, scenarios: list) -> str:
-    """How noisy one launch of NCCL's default is taken to be on each shape, and from what."""
-    from dynamiccl.agents.tune_measurements import DEFAULT
+    """How noisy NCCL's default is taken to be on each shape, per size band, and from what."""
+    from dynamiccl.agents.tune_measurements import DEFAULT, NOISE_BAND_EDGES, NOISE_BANDS
 
     parts = []
     for system in dict.fromkeys(s.topology for s in scenarios):
-        sigma = tuner.noise.sigma(system, DEFAULT)
-        repeated = any(n == system.nranks for n, _ in tuner.measurements.repeats)
+        sizes = [1, *NOISE_BAND_EDGES]
+        bands = ", ".join(f"{name} {100 * tuner.noise.sigma(system, DEFAULT, n):.1f}% "
+                          f"(one launch {100 * tuner.noise.of_mean(system, DEFAULT, 1, n):.1f}%)"
+                          for name, n in zip(NOISE_BANDS, sizes, strict=True))
+        repeated = any(n == system.nranks for n, _, _ in tuner.measurements.spreads)
         source = "from repeated launches" if repeated else "no repeated launch: the system's default"
-        parts.append(f"{system.nranks} ranks: launch noise {100 * sigma:.1f}% ({source})")
+        parts.append(f"{system.nranks} ranks: launch noise {bands} ({source})")
     return "; ".join(parts)
 
 

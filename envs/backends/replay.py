@@ -7,6 +7,11 @@ raises :class:`~dynamiccl.envs.backends.base.UnmeasuredChoice` rather than guess
 ``available`` mask tells the environment which actions it can answer. Times are the median of all
 out-of-place measurements of the same call and choice (in-place ones only where no out-of-place
 exists). There is no noise to add: the numbers are what the hardware did.
+
+The table also keeps each launch's timings apart (:class:`LaunchTiming`: one nccl-tests log, one
+runner start-up of ranks), so an evaluation can decide from some launches and score on another
+(:class:`LaunchSplit`): two launches of the same call differ by far more than the two timings
+within one launch, and a decision is only worth what it does in a launch it did not see.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,16 +55,30 @@ def _record_choice(rec: MeasurementRecord) -> Choice:
     return (algo, proto, rec.channels)
 
 
+@dataclass(frozen=True)
+class LaunchTiming:
+    """One launch's timing of a call and choice: the out-of-place time (the median of that launch's
+    runs) and the in-place time of the same launch, where the log has one (the call timed again
+    within that launch)."""
+
+    launch: str
+    time_us: float
+    again_us: float | None = None
+
+
 class ReplayTable:
-    """Measured times per call and choice."""
+    """Measured times per call and choice, and per launch (records of unknown launch are one)."""
 
     def __init__(self, records: Iterable[MeasurementRecord]) -> None:
         grouped: dict[tuple[CallKey, Choice, bool], list[float]] = defaultdict(list)
+        by_launch: dict[tuple[CallKey, Choice, str], dict[bool, list[float]]] = defaultdict(
+            lambda: defaultdict(list))
         for rec in records:
             if rec.backend != "nccl" or rec.straggler_delay_us > 0:
                 continue
             key = (rec.coll, rec.nbytes, rec.nranks)
             grouped[(key, _record_choice(rec), rec.in_place)].append(rec.time_us)
+            by_launch[(key, _record_choice(rec), rec.launch)][rec.in_place].append(rec.time_us)
         table: dict[CallKey, dict[Choice, float]] = defaultdict(dict)
         again: dict[CallKey, dict[Choice, float]] = defaultdict(dict)
         for (call, choice, in_place), times in sorted(grouped.items(), key=lambda kv: kv[0][2]):
@@ -69,6 +89,15 @@ class ReplayTable:
         self.calls: dict[CallKey, dict[Choice, float]] = dict(table)
         #: The in-place timings of calls whose answer is out-of-place: the same call timed again.
         self.again: dict[CallKey, dict[Choice, float]] = dict(again)
+        launches: dict[CallKey, dict[Choice, list[LaunchTiming]]] = defaultdict(lambda: defaultdict(list))
+        for (call, choice, launch), timed in sorted(by_launch.items(), key=lambda kv: kv[0][2]):
+            if timed[False]:
+                again_us = float(np.median(timed[True])) if timed[True] else None
+                launches[call][choice].append(
+                    LaunchTiming(launch, float(np.median(timed[False])), again_us))
+        #: Per call and choice, each launch's timings, in launch-id order.
+        self.launches: dict[CallKey, dict[Choice, tuple[LaunchTiming, ...]]] = {
+            call: {c: tuple(t) for c, t in per.items()} for call, per in launches.items()}
         if not self.calls:
             raise ValueError("the replay table is empty: give nccl-tests logs or measurement "
                              "records of NCCL runs (forced choices next to NCCL's default)")
@@ -89,6 +118,73 @@ class ReplayTable:
     def timed_again(self, scenario: Scenario) -> dict[Choice, float]:
         """The choices of this call that were also timed in place, with that second time."""
         return self.again.get(_call(scenario), {})
+
+    def launch_timings(self, scenario: Scenario) -> dict[Choice, tuple[LaunchTiming, ...]]:
+        """Every out-of-place-timed choice of this call, with each launch's timings."""
+        return self.launches.get(_call(scenario), {})
+
+
+#: How a call of a :class:`LaunchSplit` is scored.
+HELD_OUT_LAUNCH, IN_PLACE = "held-out launch", "in-place timing"
+
+
+class LaunchSplit:
+    """Split ``split`` of a replay table's launches: per call and choice, the timing a tuner is
+    scored on and the launches it may see.
+
+    * A call whose every choice was timed in two launches or more is scored on a launch held out:
+      each choice's ``split``-th launch (modulo its number of launches, in launch-id order). Tuners
+      see the others, the one after the held-out launch first, so each split shows a different
+      launch first.
+    * A call with a choice timed in one launch only is scored on the in-place timing of the launch
+      the split picks (the one second timing there is; it shares its launch's state, so it flatters
+      a decision) and tuners see every launch's out-of-place timing, that launch's first.
+    * A call without an in-place timing of that launch is not scored (a summary table).
+    """
+
+    def __init__(self, table: ReplayTable, split: int) -> None:
+        if split < 0:
+            raise ValueError(f"a launch split is numbered from 0, got {split}")
+        self.table = table
+        self.split = split
+
+    @staticmethod
+    def count(table: ReplayTable) -> int:
+        """How many splits differ: the most launches a choice has at a call scored on a held-out
+        launch (1 where none is)."""
+        held = [len(t) for per in table.launches.values() if min(map(len, per.values())) >= 2
+                for t in per.values()]
+        return max(held, default=1)
+
+    def scoring(self, scenario: Scenario) -> str | None:
+        """How this call is scored (:data:`HELD_OUT_LAUNCH`, :data:`IN_PLACE`), or None."""
+        timed = self.table.launch_timings(scenario)
+        if not timed:
+            return None
+        if min(map(len, timed.values())) >= 2:
+            return HELD_OUT_LAUNCH
+        return IN_PLACE if all(self._held(t).again_us is not None for t in timed.values()) else None
+
+    def _held(self, timings: tuple[LaunchTiming, ...]) -> LaunchTiming:
+        return timings[self.split % len(timings)]
+
+    def seen(self, scenario: Scenario, choice: Choice) -> tuple[LaunchTiming, ...]:
+        """The launches of ``choice`` a tuner may see here, in the order it is shown them."""
+        timings = self.table.launch_timings(scenario).get(choice, ())
+        if not timings:
+            return ()
+        k = self.split % len(timings)
+        rotated = timings[k:] + timings[:k]
+        return rotated[1:] if self.scoring(scenario) == HELD_OUT_LAUNCH else rotated
+
+    def truth(self, scenario: Scenario, choice: Choice) -> float | None:
+        """The timing ``choice`` is scored on here (None: not scored, or not measured)."""
+        how = self.scoring(scenario)
+        timings = self.table.launch_timings(scenario).get(choice)
+        if how is None or not timings:
+            return None
+        held = self._held(timings)
+        return held.time_us if how == HELD_OUT_LAUNCH else held.again_us
 
 
 def _call(scenario: Scenario) -> CallKey:
