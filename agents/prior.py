@@ -88,6 +88,8 @@ PICK_TOLERANCE = 1e-9
 LOG_RATIO_CLIP = 3.0
 #: Distances in octaves are divided by this (the span of nccl-tests' 8 B - 16 GiB sweep is 31).
 OCTAVE_SCALE = 8.0
+#: log2 of a size is divided by this (16 GiB = 2^34), of the ranks by LOG2_RANKS_SCALE (4096).
+LOG2_SIZE_SCALE, LOG2_RANKS_SCALE = 34.0, 12.0
 #: The smallest 1-sigma the network may claim (log space).
 SIGMA_FLOOR = 2e-3
 #: Noise of one measured log-ratio when the caller knows none: two timings of 5 % each.
@@ -134,8 +136,9 @@ def series_features(log2_sizes: np.ndarray, pairs: list[tuple[Algorithm, Protoco
     pick = np.abs(model) < PICK_TOLERANCE
     picked = np.where(pick.any(axis=0), pick.argmax(axis=0), -1)  # which pair NCCL runs per size
     m = np.clip(np.nan_to_num(model, nan=0.0), -LOG_RATIO_CLIP, LOG_RATIO_CLIP)
-    cols: list[np.ndarray] = [m, pick.astype(float), np.broadcast_to(x / 34.0, (n_pairs, n_sizes)),
-                              np.full((n_pairs, n_sizes), math.log2(max(nranks, 1)) / 12.0),
+    cols: list[np.ndarray] = [m, pick.astype(float),
+                              np.broadcast_to(x / LOG2_SIZE_SCALE, (n_pairs, n_sizes)),
+                              np.full((n_pairs, n_sizes), math.log2(max(nranks, 1)) / LOG2_RANKS_SCALE),
                               np.full((n_pairs, n_sizes), math.log(max(noise, 1e-4)) / 4.0),
                               _local_slope(pair_log_time, x),
                               np.broadcast_to(_local_slope(default_log_time[None, :], x), (n_pairs, n_sizes))]
