@@ -27,7 +27,8 @@ class ConfigCheckError(ValueError):
 
 
 #: What a training run reports (and a sweep may optimise), with the direction that is better.
-METRICS = {"oracle_share": "max", "geomean_speedup": "max", "worst_speedup": "max"}
+METRICS = {"oracle_share": "max", "geomean_speedup": "max", "worst_speedup": "max",
+           "val_nll": "min"}
 
 
 def _suggest(key: str, allowed: list[str]) -> str:
@@ -148,6 +149,11 @@ def check_env(cfg: DictConfig) -> None:
             load_scenario_distribution(str(systems))
         except ConfigError as exc:
             raise ConfigCheckError(f"agent.model.systems: {exc}; or keep systems=random") from None
+    from dynamiccl.agents.prior_agent import is_learned_prior
+
+    if is_learned_prior(cfg.agent) and cfg.get("deploy") is not None:
+        raise ConfigCheckError("agent=learned_prior trains a prior for `dynamiccl tune`, not a policy "
+                               "to export; drop the export with ~deploy")
     if cfg.get("deploy") is not None and observation != "deployable":
         raise ConfigCheckError(f"this run exports its policy (deploy), but env.observation={observation} "
                                "holds what the tuner plugin cannot see; train with "

@@ -24,14 +24,13 @@ deployable observation.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from dynamiccl.agents import round_checkpoints
 from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy, masked_loss
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.envs.action_values import ActionValues
@@ -55,38 +54,10 @@ def build(agent: DictConfig, seed: int) -> FullInfoLearner:
     return FullInfoLearner(config)
 
 
-def _resume_file(path: Path, step: int) -> Path:
-    return path.with_name(f"{path.stem}_resume_{step}.pt")
-
-
-def _replace_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def save_checkpoint(learner: FullInfoLearner, path: str | Path, *, resume: bool = True) -> Path:
-    """Writes the learner to ``path`` (``.pt``), after its sidecar and, with ``resume``, after the
-    state a resumed run needs (named after the step), so a kill at any moment leaves a complete
-    checkpoint; older resume files are removed once the new one is complete."""
-    path = Path(path).with_suffix(".pt")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    step = learner.samples_seen
-    # The sidecar first: a learner file never lacks one (it may name the step being written).
-    _replace_atomically(path.with_suffix(".json"), json.dumps(
-        {"algo": NAME, "class": CONFIG_CLASS, "num_timesteps": step}, indent=2))
-    keep = None
-    if resume:
-        keep = _resume_file(path, step)
-        tmp = keep.with_name(f".{keep.name}.tmp")
-        torch.save({"optimizer": learner.optimizer.state_dict(),
-                    "rng": learner.rng.bit_generator.state}, tmp)
-        os.replace(tmp, keep)
-    learner.save(path)
-    for stale in path.parent.glob(f"{path.stem}_resume_*.pt"):
-        if stale != keep:
-            stale.unlink()
-    return path
+    """Writes the learner to ``path`` (``.pt``) with its sidecar and, with ``resume``, the state a
+    resumed run needs (:mod:`dynamiccl.agents.round_checkpoints`)."""
+    return round_checkpoints.save(learner, path, algo=NAME, config_class=CONFIG_CLASS, resume=resume)
 
 
 def _load_learner(path: Path) -> FullInfoLearner:
@@ -104,15 +75,8 @@ def _load_learner(path: Path) -> FullInfoLearner:
 def load_checkpoint(path: str | Path) -> tuple[FullInfoLearner, bool]:
     """The learner of a training checkpoint, and whether its optimizer and generator came back too
     (False: the file holds only the network, e.g. a final ``model.pt``)."""
-    path = Path(path)
-    learner = _load_learner(path)
-    resume = _resume_file(path, learner.samples_seen)
-    if not resume.is_file():
-        return learner, False
-    state = torch.load(resume, map_location="cpu", weights_only=True)
-    learner.optimizer.load_state_dict(state["optimizer"])
-    learner.rng.bit_generator.state = state["rng"]
-    return learner, True
+    learner = _load_learner(Path(path))
+    return learner, round_checkpoints.restore(learner, path)
 
 
 def checkpoint_in(path: str | Path) -> Path | None:

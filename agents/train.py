@@ -34,6 +34,7 @@ from dynamiccl.agents.config_schema import ConfigCheckError, validate
 from dynamiccl.agents.deploy import export_and_score
 from dynamiccl.agents.envs_factory import deployable, make_training_env
 from dynamiccl.agents.full_info_agent import is_full_info
+from dynamiccl.agents.prior_agent import is_learned_prior
 from dynamiccl.agents.resume_state import restore
 from dynamiccl.agents.run_folder import locked, record_config
 from dynamiccl.agents.sb3_agents import (
@@ -201,8 +202,10 @@ def _train(cfg: DictConfig, run_dir: Path, report: Reporter | None, run_logger: 
     import torch
 
     torch.set_num_threads(int(cfg.trainer.torch_threads))
-    learn = _learn_full_info if is_full_info(cfg.agent) else _learn_sb3
     try:
+        if is_learned_prior(cfg.agent):
+            return _learn_prior(cfg, run_dir, run_logger, report, changes)
+        learn = _learn_full_info if is_full_info(cfg.agent) else _learn_sb3
         policy, step, seconds = learn(cfg, run_dir, run_logger, report, changes)
         return _evaluate_and_ship(cfg, policy, run_dir, run_logger, report, step, seconds)
     finally:
@@ -285,13 +288,16 @@ class _AtMultiples:
         return True
 
 
-def _learn_full_info(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter | None,
-                     changes: str | None) -> tuple[Any, int, float]:
-    """Trains (or resumes) the full-information learner round by round: its curve to the progress
-    CSV and the run logger, checkpoints and evaluations at round boundaries, Ctrl-C saves first."""
+def _learn_rounds(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter | None,
+                  changes: str | None, agent: Any, evaluate: Callable[[Any], dict[str, Any]],
+                  evaluated: tuple[str, str]) -> tuple[Any, int, float]:
+    """Trains (or resumes) a learner that learns in rounds (``agent``: its pipeline module, e.g.
+    :mod:`~dynamiccl.agents.full_info_agent`): its curve to the progress CSV and the run logger,
+    checkpoints and evaluations (``evaluate(learner)``; ``evaluated``: the metric the training
+    curve shows of them, and its label) at round boundaries, Ctrl-C saves first. Returns the
+    learner, the step reached and the seconds spent."""
     import csv
 
-    from dynamiccl.agents import full_info_agent as agent
     from dynamiccl.agents.progress import progress_bar
 
     ckpt_dir = run_dir / "checkpoints"
@@ -328,6 +334,7 @@ def _learn_full_info(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Re
         writer.writeheader()
         while learner.samples_seen < total:
             began = time.perf_counter()
+            before = learner.samples_seen
             data = learner.draw_round()
             fresh = agent.fresh_loss(learner, data)  # before learning from these new systems
             loss = learner.train_round(data)
@@ -338,11 +345,11 @@ def _learn_full_info(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Re
             fh.flush()
             run_logger.log_metrics(curve, step=step)
             if advance is not None:
-                advance(len(data.gains))
+                advance(step - before)
             if checkpoint_due(step) or interrupt.requested:
                 checkpoint()
-            if eval_due(step) and step < total:  # the last round is evaluated with the baselines
-                metrics = quick_metrics(cfg, learner.policy(name=str(cfg.agent.name)))
+            if eval_due(step) and step < total:  # the last round is evaluated at the end
+                metrics = evaluate(learner)
                 evaluations.append({"step": step, **metrics})
                 run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items() if v is not None},
                                        step=step)
@@ -357,8 +364,48 @@ def _learn_full_info(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Re
         agent.save_checkpoint(learner, run_dir / "model.pt", resume=False)
     from dynamiccl.agents.training_plots import plot_training
 
-    plot_training(run_dir, str(cfg.agent.name), agent.CURVE)
-    return learner.policy(name=str(cfg.agent.name)), step, seconds
+    plot_training(run_dir, str(cfg.agent.name), agent.CURVE, evaluated)
+    return learner, step, seconds
+
+
+def _learn_full_info(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter | None,
+                     changes: str | None) -> tuple[Any, int, float]:
+    """Trains (or resumes) the full-information learner; returns its policy, the step reached and
+    the seconds."""
+    from dynamiccl.agents import full_info_agent as agent
+    from dynamiccl.agents.training_plots import ORACLE_SHARE
+
+    name = str(cfg.agent.name)
+    learner, step, seconds = _learn_rounds(cfg, run_dir, run_logger, report, changes, agent,
+                                           lambda learner: quick_metrics(cfg, learner.policy(name=name)),
+                                           ORACLE_SHARE)
+    return learner.policy(name=name), step, seconds
+
+
+def _learn_prior(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter | None,
+                 changes: str | None) -> dict[str, Any]:
+    """Trains (or resumes) the learned prior, scores it on the validation realities and writes the
+    file that ships (``learned_prior.npz``); returns its metrics."""
+    from dynamiccl.agents import prior_agent as agent
+
+    learner, step, seconds = _learn_rounds(cfg, run_dir, run_logger, report, changes, agent,
+                                           agent.validate, agent.EVALUATED)
+    metrics = agent.validate(learner, final=True)
+    shipped = agent.ship(cfg, learner, run_dir, metrics)
+    out = run_dir / "eval"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(metrics, indent=2))
+    run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=step)
+    metrics = {**metrics, "step": step, "train_seconds": seconds}
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    if report is not None:
+        report(metrics, run_dir / "checkpoints")
+    else:  # a sweep prints its own table
+        _console(f"validation realities: NLL {metrics['val_nll']:.3f}, RMS error "
+                 f"{metrics['val_rmse']:.3f}, within 1 sigma {metrics['val_cover_1sigma']:.1%}, "
+                 f"within 2 sigma {metrics['val_cover_2sigma']:.1%} ({metrics['val_points']} points); "
+                 f"the prior: {shipped}")
+    return metrics
 
 
 def _evaluate_and_ship(cfg: DictConfig, policy: Any, run_dir: Path, run_logger: Any,

@@ -59,9 +59,15 @@ def training_curve(run_dir: Path, column: str = REWARD[0]) -> list[tuple[float, 
     return points
 
 
-def plot_training(run_dir: Path, agent: str, curve_of: tuple[str, str] = REWARD) -> Path | None:
+#: What the periodic evaluations of a policy show: (evaluations.jsonl key, axis label).
+ORACLE_SHARE = ("oracle_share", "share of the oracle's log-speedup")
+
+
+def plot_training(run_dir: Path, agent: str, curve_of: tuple[str, str] = REWARD,
+                  evaluated: tuple[str, str] = ORACLE_SHARE) -> Path | None:
     """``training_curve.png``: the agent's training curve (``curve_of``: its progress column and
-    label; default the episode reward), and the periodic evaluations' oracle share."""
+    label; default the episode reward), and the periodic evaluations' ``evaluated`` metric
+    (default the oracle share)."""
     column, label = curve_of
     curve = training_curve(run_dir, column)
     evals_file = run_dir / "evaluations.jsonl"
@@ -80,17 +86,18 @@ def plot_training(run_dir: Path, agent: str, curve_of: tuple[str, str] = REWARD)
     ax.xaxis.set_major_formatter(FuncFormatter(_steps))
     _plain_axis(ax.yaxis)
     handles, labels = ax.get_legend_handles_labels()
-    shares = [(e["step"], e["oracle_share"]) for e in evals if e.get("oracle_share") is not None]
+    key, eval_label = evaluated
+    shares = [(e["step"], e[key]) for e in evals if e.get(key) is not None]
     if shares:
         right = ax.twinx()
         eval_steps, values = zip(*shares, strict=True)
         right.plot(eval_steps, values, "o-", color=policy_colour("oracle"),
-                   label="oracle share (eval)")
-        right.set_ylabel("share of the oracle's log-speedup")
+                   label=f"{key.replace('_', ' ')} (eval)")
+        right.set_ylabel(eval_label)
         _plain_axis(right.yaxis)
         more = right.get_legend_handles_labels()
         handles, labels = handles + more[0], labels + more[1]
-    ax.legend(handles, labels, loc="lower right")
+    ax.legend(handles, labels, loc="best")
     ax.set_title(f"training curve: {agent} in {run_dir.name}")
     return save(fig, run_dir / "training_curve.png")
 

@@ -10,7 +10,12 @@ from pathlib import Path
 def write_text_atomic(path: str | Path, text: str, *, encoding: str = "utf-8",
                       durable: bool = False) -> Path:
     """Writes ``text`` to a temporary file beside ``path`` and renames it over ``path``: a crash or a
-    concurrent reader sees the old file or the new one, never a mix.
+    concurrent reader sees the old file or the new one, never a mix (see :func:`write_bytes_atomic`)."""
+    return write_bytes_atomic(path, text.encode(encoding), durable=durable)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> Path:
+    """Writes ``data`` to a temporary file beside ``path`` and renames it over ``path``.
 
     ``durable`` also flushes the data and the rename to disk, for files other processes start from
     (a policy every rank of a job loads). The file gets the permissions of any file the user writes,
@@ -20,8 +25,8 @@ def write_text_atomic(path: str | Path, text: str, *, encoding: str = "utf-8",
     folder = path.parent
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding=encoding, newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())

@@ -1,0 +1,190 @@
+"""The learned prior through the training pipeline (issue 22, item 3): its config, a run folder
+with its curve, wandb run and the file that ships, exact resume after kill -9, its Ray Tune sweep,
+and the benchmark that scores it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from training_runs import ENV, REPO, checkpoint_steps, run, start_and_wait
+
+from dynamiccl.agents import prior_agent
+from dynamiccl.agents.config_schema import ConfigCheckError, validate
+from dynamiccl.agents.prior import LearnedPrior
+from dynamiccl.agents.prior_learner import PriorConfig
+from dynamiccl.agents.train import train
+
+#: A prior small enough for tests: about a hundred examples a round from two fresh systems.
+SMALL = ["agent=learned_prior", "trainer.progress_bar=false", "agent.model.systems_per_round=2",
+         "agent.model.series_per_system=1", "agent.model.budgets_per_series=4",
+         "agent.model.queries_per_budget=16", "agent.model.hidden=8", "agent.model.ensemble=2",
+         "agent.model.validation_systems=3"]
+
+
+def make(*overrides: str):
+    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+def test_the_learned_prior_is_an_agent_option_whose_model_keys_are_its_config():
+    cfg = make("agent=learned_prior")
+    validate(cfg)
+    assert cfg.agent.name == prior_agent.NAME and prior_agent.is_learned_prior(cfg.agent)
+    assert prior_agent.build(cfg.agent, seed=7).config == PriorConfig(seed=7), \
+        "the YAML trains what the defaults describe"
+    assert not prior_agent.is_learned_prior(make().agent)
+    with pytest.raises(ConfigCheckError, match=r"agent.model.hiden.*did you mean 'hidden'"):
+        validate(make("agent=learned_prior", "+agent.model.hiden=3"))
+    with pytest.raises(ConfigCheckError, match="agent=learned_prior trains a prior for `dynamiccl "
+                                               "tune`, not a policy to export; drop the export"):
+        validate(make("experiment=quickstart", "agent=learned_prior"))
+    sweep = make("hparams_search=learned_prior")
+    validate(sweep, sweep=True)
+    assert sweep.agent.name == "learned_prior" and sweep.tune.metric == "val_nll"
+    assert sweep.tune.mode == "min"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A short run in a run folder, logging to wandb offline."""
+    run_dir = tmp_path_factory.mktemp("prior") / "run"
+    old = {k: os.environ.get(k) for k in ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLE_GIT")}
+    os.environ.update(WANDB_MODE="offline", WANDB_DIR=str(run_dir.parent), WANDB_DISABLE_GIT="true")
+    try:
+        metrics = train(make(*SMALL, "logger=wandb", "trainer.total_timesteps=600",
+                             "trainer.checkpoint_every=300", "trainer.eval_every=300"), run_dir)
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return run_dir, metrics
+
+
+def test_a_training_run_leaves_its_curve_evaluations_wandb_run_and_the_prior_file(trained):
+    run_dir, metrics = trained
+    assert metrics["step"] >= 600 and metrics["train_seconds"] > 0
+    assert np.isfinite(metrics["val_nll"]) and 0 < metrics["val_cover_2sigma"] <= 1
+    rows = list(csv.DictReader((run_dir / "progress.csv").open()))
+    steps = [int(r["time/total_timesteps"]) for r in rows]
+    assert steps == sorted(steps) and steps[-1] == metrics["step"] and len(steps) >= 3
+    assert all(np.isfinite(float(r["train/fresh_loss"])) for r in rows)
+    evaluations = [json.loads(line) for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
+    assert evaluations and all("val_nll" in e and e["step"] < metrics["step"] for e in evaluations)
+    assert (run_dir / "training_curve.png").stat().st_size > 0
+    assert json.loads((run_dir / "eval" / "summary.json").read_text())["val_nll"] == metrics["val_nll"]
+    assert json.loads((run_dir / "model.json").read_text())["algo"] == "learned_prior"
+    prior = LearnedPrior.load(run_dir / "learned_prior.npz")
+    assert prior.meta["command"] == (
+        "dynamiccl train agent=learned_prior seed=0 trainer.total_timesteps=600 agent.model.hidden=8 "
+        "agent.model.ensemble=2 agent.model.systems_per_round=2 agent.model.series_per_system=1 "
+        "agent.model.budgets_per_series=4 agent.model.queries_per_budget=16 "
+        "agent.model.validation_systems=3"), "the seeded command that trains it again"
+    assert prior.meta["validation"]["val_nll"] == metrics["val_nll"]
+    assert (run_dir / "learned_prior.npz").stat().st_size < 20_000
+    [offline] = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert list(offline.glob("*.wandb"))
+
+
+def test_a_run_folder_of_the_prior_is_refused_for_another_agent(trained):
+    run_dir, _ = trained
+    with pytest.raises(ConfigCheckError, match="holds a learned_prior agent but agent is full_info"):
+        train(make("agent=full_info", "resume.allow_changes=true"), run_dir)
+
+
+# --- kill -9, then resume ---------------------------------------------------------------------------
+
+TOTAL = 3000
+
+
+def command(run_dir: Path) -> list[str]:
+    return [sys.executable, str(REPO / "experiments" / "train.py"), *SMALL, "logger=none",
+            f"hydra.run.dir={run_dir}", f"trainer.total_timesteps={TOTAL}",
+            "trainer.checkpoint_every=300"]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    run(command(run_dir))
+    return run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_path):
+    resumed = tmp_path / "resumed"
+    proc = start_and_wait(command(resumed), resumed, checkpoints=2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    learner, restored = prior_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    assert restored and 0 < learner.samples_seen < TOTAL and not (resumed / "model.pt").exists()
+
+    out = run(command(resumed))
+    assert f"resuming at step {learner.samples_seen} of {TOTAL}" in out.stdout
+    assert "optimizer and generator restored" in out.stdout
+    a = torch.load(resumed / "model.pt", weights_only=True)
+    b = torch.load(straight / "model.pt", weights_only=True)
+    assert a["samples_seen"] == b["samples_seen"] >= TOTAL
+    different = [k for k in a["state"] if not torch.equal(a["state"][k], b["state"][k])]
+    assert not different, f"parameters differ from the uninterrupted run: {different}"
+    x, y = (LearnedPrior.load(d / "learned_prior.npz") for d in (resumed, straight))
+    assert all(np.array_equal(u, v) for u, v in zip(x.weights + x.biases, y.weights + y.biases,
+                                                     strict=True))
+    assert x.meta == y.meta
+    steps = checkpoint_steps(resumed)
+    assert steps[-1] == a["samples_seen"] and steps == sorted(steps)
+
+
+# --- the Ray Tune sweep and the benchmark -----------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_learned_prior_sweep_runs_on_ray_tune_and_reports_each_evaluation(tmp_path):
+    out_dir = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "dynamiccl.cli.main", "sweep", f"hydra.run.dir={out_dir}",
+           "hparams_search=learned_prior", "ray.num_cpus=2", "tune.num_samples=2",
+           "trainer.total_timesteps=300", "trainer.checkpoint_every=150", "trainer.eval_every=150",
+           *SMALL[2:], "logger=none"]
+    env = {**ENV, "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads((out_dir / "results.json").read_text())
+    assert len(rows) == 2 and "OK" in {r["status"] for r in rows}
+    for row in rows:
+        trial = Path(row["path"])
+        progress = list(csv.DictReader((trial / "progress.csv").open()))
+        assert all(np.isfinite(float(p["val_nll"])) for p in progress)
+        if row["status"] == "OK":
+            assert len(progress) >= 2 and np.isfinite(row["val_nll"])
+            assert (trial / "run" / "learned_prior.npz").is_file()
+
+
+@pytest.mark.slow
+def test_bench_prior_scores_every_predictor_on_held_out_realities():
+    out = subprocess.run([sys.executable, str(REPO / "experiments" / "bench_prior.py"), "--seeds", "1",
+                          "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    assert doc["reality"].startswith("perturbed, held-out seeds 1000")
+    for budget, per in doc["budgets"].items():
+        assert set(per) == {"model", "nearest", "residual", "prior", "tune", "tune+prior"}, budget
+        assert per["prior"]["mae"] < per["model"]["mae"], budget
+        assert per["prior"]["points"] == per["model"]["points"] > 0
+        for name, result in per.items():
+            assert result["decisions"] == per["model"]["decisions"], (budget, name)
+            assert 0 <= result["slower_2pct"] <= result["overrides"] <= result["decisions"]
+    bad = subprocess.run([sys.executable, str(REPO / "experiments" / "bench_prior.py"), "--prior",
+                          str(REPO / "README.md")], capture_output=True, text=True, env=ENV, timeout=120)
+    assert bad.returncode == 2 and "is not a learned-prior file" in bad.stderr
