@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dynamiccl.agents.gate import DEFAULT_MARGIN, check_margin
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import Collective
@@ -162,6 +163,24 @@ def positive_float(text: str) -> float:
     if value == 0:
         raise argparse.ArgumentTypeError("must be greater than 0")
     return value
+
+
+def add_gate_margin_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--margin``: the safety gate's margin (``agents.gate.DEFAULT_MARGIN`` unless given), checked
+    where it is parsed by the gate's own range check."""
+    parser.add_argument("--margin", type=_gate_margin, default=DEFAULT_MARGIN, metavar="FRACTION",
+                        help=f"{what} (default {DEFAULT_MARGIN:g} = {100 * DEFAULT_MARGIN:g}%%)")
+
+
+def _gate_margin(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    try:
+        return check_margin(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def load_policy_arg(name_or_path: str, **kwargs: Any) -> Any:
