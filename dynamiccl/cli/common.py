@@ -165,6 +165,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def add_action_set_args(parser: argparse.ArgumentParser, who: str) -> None:
+    """``--all-actions`` / ``--deployable``: whether ``who`` may also use the simulator-only actions;
+    ``args.all_actions`` is False (deployable, the default) unless asked."""
+    actions = parser.add_mutually_exclusive_group()
+    actions.add_argument("--all-actions", action="store_true",
+                         help=f"let {who} also use the simulator-only ring-over-ring and StragglAR (no "
+                              "real job can run them)")
+    actions.add_argument("--deployable", action="store_true",
+                         help=f"only what the tuner plugin can make NCCL run, for {who} (the default)")
+
+
 def add_gate_margin_arg(parser: argparse.ArgumentParser, what: str) -> None:
     """``--margin``: the safety gate's margin (``agents.gate.DEFAULT_MARGIN`` unless given), checked
     where it is parsed by the gate's own range check."""
