@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from dynamiccl.agents.gate import DEFAULT_MARGIN, check_margin
 from dynamiccl.config_loader import ConfigError
@@ -194,40 +193,6 @@ def _gate_margin(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def load_policy_arg(name_or_path: str, **kwargs: Any) -> Any:
-    """``agents.registry.load_policy`` for a name the user typed: a name that is no policy, or a
-    file that is no checkpoint (a policy file, a truncated zip), is one UserError naming it."""
-    import zipfile
-
-    from dynamiccl.agents.deployed import is_policy_file
-    from dynamiccl.agents.registry import BUILTIN, load_policy
-    from dynamiccl.cli.policy_sniff import policy_file_kind
-
-    path = Path(name_or_path)
-    builtin = name_or_path.strip().lower() in BUILTIN
-    names_something = builtin or path.exists() or path.with_suffix(".zip").exists()
-    if not names_something and _looks_like_path(name_or_path):
-        raise UserError(f"{name_or_path} does not exist; give the path of a checkpoint, its run "
-                        f"folder or an exported policy file, or a built-in policy ({', '.join(BUILTIN)})")
-    if not builtin and is_policy_file(path):
-        policy_file_kind(path)  # a file that is no shipped policy is named for what it is
-    try:
-        return load_policy(name_or_path, **kwargs)
-    except zipfile.BadZipFile:
-        raise UserError(f"{name_or_path} is not a checkpoint written by `dynamiccl train` (not a zip "
-                        "file)") from None
-    except ValueError as exc:
-        if names_something:  # the name was fine: whatever failed is not the user's doing
-            raise
-        raise UserError(str(exc)) from None
-
-
-def _looks_like_path(text: str) -> bool:
-    """A name with a folder or a suffix (``runs/x``, ``model.zip``) was meant as a file, so a missing
-    one is reported as a missing file rather than as an unknown built-in name."""
-    return any(sep in text for sep in (os.sep, os.altsep) if sep) or bool(Path(text).suffix)
-
-
 def path_arg(text: str) -> str:
     """A file or folder name (or a preset's name) the user typed. An empty one (often an unset
     shell variable) is refused: some commands would read it as the current folder, others as
@@ -239,10 +204,24 @@ def path_arg(text: str) -> str:
 
 def read_text(path: str | Path, what: str) -> str:
     """The text of a file the user named, or one UserError saying why it cannot be read."""
-    try:
+    with _reading(path, what):
         return Path(path).read_text()
+
+
+def read_head(path: str | Path, what: str, size: int, missing: str = "check the path") -> bytes:
+    """The first ``size`` bytes of a file the user named, or one UserError saying why they cannot
+    be read (``missing``: the fix for a file that does not exist)."""
+    with _reading(path, what, missing), Path(path).open("rb") as fh:
+        return fh.read(size)
+
+
+@contextmanager
+def _reading(path: str | Path, what: str, missing: str = "check the path") -> Iterator[None]:
+    """Why a file the user named cannot be read, as one UserError: the ladder every reader shares."""
+    try:
+        yield
     except FileNotFoundError:
-        raise UserError(f"{path}: no such {what}; check the path") from None
+        raise UserError(f"{path}: no such {what}; {missing}") from None
     except IsADirectoryError:
         raise UserError(f"{path} is a folder, not a {what}; give the file inside it") from None
     except PermissionError:

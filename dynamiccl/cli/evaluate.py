@@ -18,7 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, add_action_set_args, load_policy_arg, non_negative_int, path_arg
+from dynamiccl.cli.common import UserError, add_action_set_args, non_negative_int, path_arg
+from dynamiccl.cli.policy_sniff import load_policy_arg
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, a
 checkpoint path (model.zip or checkpoints/last.zip of an SB3 agent, model.pt of the

@@ -21,11 +21,11 @@ from dynamiccl.cli.common import (
     UserError,
     add_gate_margin_arg,
     add_topology_args,
-    load_policy_arg,
     non_negative_int,
     positive_int,
     topology_from_args,
 )
+from dynamiccl.cli.policy_sniff import load_policy_arg
 
 EPILOG = """examples:
   dynamiccl export --policy oracle --topology dgx_h100 --nodes 2 -o oracle.dccl
