@@ -31,14 +31,8 @@ static uint64_t rnd(void) { /* xorshift64*: reproducible from the seed */
 static size_t below(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
 static int g_warns;
-static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
-                   ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  (void)flags, (void)file, (void)line;
+static void count_warnings(int level, unsigned long flags, const char* msg) {
+  (void)flags, (void)msg;
   if (level == DCCL_LOG_WARN) g_warns++;
 }
 
@@ -230,6 +224,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s PLUGIN.so VALID_POLICY WORKDIR ITERATIONS SEED\n", argv[0]);
     return 2;
   }
+  g_log_sink = count_warnings;
   char* seed_data;
   size_t seed_len;
   char err[256], path[4096], why[256];
@@ -271,7 +266,7 @@ int main(int argc, char** argv) {
     setenv("DYNAMICCL_LOG_DECISIONS", below(2) ? "1" : "0", 1);
     const plugin_t* p = &plugins[2 + below(5)];
     void* ctx = (void*)0x1;
-    ncclDebugLogger_t log = below(10) ? logger : NULL;
+    ncclDebugLogger_t log = below(10) ? harness_logger : NULL;
     int warns = g_warns;
     size_t nr = ranks[below(7)], nn = nodes[below(5)];
     if (g_nsys && below(4)) {
