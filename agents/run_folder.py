@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from dynamiccl.agents.config_schema import ConfigCheckError
+from dynamiccl.agents.config_checks import ConfigCheckError
 
 #: Config keys (and key prefixes) that do not influence the trained model.
 NEUTRAL_KEYS = ("resume.", "trainer.progress_bar", "trainer.checkpoint_every", "trainer.eval_every",

@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_module
 from training_runs import ENV, REPO, checkpoint_steps, interrupt, run, start_and_wait
 
 from dynamiccl.agents import full_info_agent
-from dynamiccl.agents.config_schema import ConfigCheckError, validate
+from dynamiccl.agents.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.full_info import FullInfoConfig
 from dynamiccl.agents.registry import load_policy
 from dynamiccl.agents.train import train

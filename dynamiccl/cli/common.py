@@ -32,7 +32,7 @@ class UserError(Exception):
 INPUT_ERRORS = (
     ("dynamiccl.config_loader", "ConfigError"),
     ("dynamiccl.policy_file", "PolicyFileError"),
-    ("dynamiccl.agents.config_schema", "ConfigCheckError"),
+    ("dynamiccl.agents.config_checks", "ConfigCheckError"),
     ("dynamiccl.profiler.nccl_tests", "NcclTestsParseError"),
     ("dynamiccl.profiler.calibrate", "CalibrationError"),
 )
