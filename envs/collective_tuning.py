@@ -346,9 +346,9 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
     * ``render_mode``: None or ``"ansi"`` (a line per call).
     * other keyword arguments go to the backend's constructor.
 
-    ``import dynamiccl`` registers the id. A worker process that has not imported it (SB3's
+    ``import dynamiccl.envs`` registers the id. A worker process that has not imported it (SB3's
     SubprocVecEnv starts workers with forkserver or spawn) finds the environment through the
-    ``module:id`` form, ``gymnasium.make("dynamiccl:dynamiccl/CollectiveTuning-v0")``.
+    ``module:id`` form, ``gymnasium.make("dynamiccl.envs:dynamiccl/CollectiveTuning-v0")``.
 
     ## Version History
 

@@ -133,9 +133,10 @@ def _config_path(name: str) -> str:
     return str(resources.files("dynamiccl.configs") / name)
 
 
-def test_core_imports_do_not_load_gymnasium_yet_import_registers_the_env() -> None:
+def test_core_imports_do_not_load_gymnasium_and_importing_the_envs_registers_them() -> None:
     code = ("import sys, dynamiccl, dynamiccl.knobs, dynamiccl.simulator, dynamiccl.policy_file; "
-            "print('gymnasium' in sys.modules); import gymnasium; "
-            "print(gymnasium.spec(dynamiccl.ENV_ID).entry_point == dynamiccl.ENV_ENTRY_POINT)")
+            "print('gymnasium' in sys.modules); import dynamiccl.envs, gymnasium; "
+            "print(gymnasium.spec(dynamiccl.ENV_ID).entry_point == "
+            "dynamiccl.envs.ENVIRONMENTS[dynamiccl.ENV_ID])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
