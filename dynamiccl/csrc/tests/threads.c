@@ -59,15 +59,16 @@ static void count_logs(int level, unsigned long flags, const char* msg) {
 }
 
 static void ask(const plugin_t* p, void* ctx, const query_t* q, int out[3]) {
-  float table[7 * 3];
-  unsigned char usable[7 * 3];
+  float table[DCCL_NUM_ALGOS * DCCL_NUM_PROTOS];
+  unsigned char usable[DCCL_NUM_ALGOS * DCCL_NUM_PROTOS];
   memset(usable, 1, sizeof(usable));
-  fill_table(table, 7, 3, usable);
+  fill_table(table, DCCL_NUM_ALGOS, DCCL_NUM_PROTOS, usable);
   int nch = 0;
-  plugin_coll(p, ctx, q->coll, q->nbytes, q->pipe, q->reg, table, 7, 3, &nch);
+  plugin_coll(p, ctx, q->coll, q->nbytes, q->pipe, q->reg, table, DCCL_NUM_ALGOS, DCCL_NUM_PROTOS,
+              &nch);
   out[0] = out[1] = -1;
-  for (int i = 0; i < 21; i++)
-    if (table[i] == 0.0f) out[0] = i / 3, out[1] = i % 3;
+  for (int i = 0; i < DCCL_NUM_ALGOS * DCCL_NUM_PROTOS; i++)
+    if (table[i] == 0.0f) out[0] = i / DCCL_NUM_PROTOS, out[1] = i % DCCL_NUM_PROTOS;
   out[2] = nch;
 }
 
