@@ -41,13 +41,15 @@ PATH_TYPES = ("NVL", "PIX", "PXB", "PHB", "SYS")
 #: The PCIe path from a GPU to its NIC, in NCCL's path types (a network tier's ``nic_path``). NVIDIA's
 #: HGX/DGX boards, p4d/p5 and A3 put each NIC on a PCIe switch with its GPUs (PIX/PXB); a NIC on a CPU
 #: root port while the GPUs hang elsewhere is PHB, one on the other socket SYS. NCCL reads it when it
-#: decides whether LL128 may cross the network (nccl_abi.md §3.7: only when the path is at most PXB).
+#: decides whether LL128 may cross the network (NCCL 2.30.7 ``src/graph/tuning.cc``: only when the
+#: path is at most PXB).
 NIC_PATHS = PATH_TYPES[1:]
 DEFAULT_NIC_PATH = "PXB"
 #: NIC paths beyond PXB, across which NCCL keeps LL128 off by default.
 NO_LL128_NIC_PATHS = NIC_PATHS[NIC_PATHS.index("PXB") + 1:]
-#: GB/s NCCL assigns to a CPU socket interconnect for GPU traffic (nccl_abi.md §3.9, its QPI/UPI,
-#: AMD, Zhaoxin, POWER and ARM constants): Intel Broadwell, Skylake, Sapphire Rapids, Emerald Rapids.
+#: GB/s NCCL assigns to a CPU socket interconnect for GPU traffic (NCCL 2.30.7 ``src/graph/topo.h``,
+#: its QPI/UPI, AMD, Zhaoxin, POWER and ARM constants): Intel Broadwell, Skylake, Sapphire Rapids,
+#: Emerald Rapids.
 SOCKET_LINK_GBPS = {"bdw": 6.0, "skl": 10.0, "srp": 22.0, "erp": 40.0, "amd": 16.0, "p9": 32.0,
                     "arm": 6.0}
 #: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).
@@ -168,7 +170,7 @@ class Topology:
 
     @property
     def ll128_enabled(self) -> bool:
-        """NCCL's default LL128 rule (nccl_abi.md §3.7): sm70+, an NVLink intra-node path, and across
+        """NCCL's default LL128 rule (``src/graph/tuning.cc``): sm70+, an NVLink intra-node path, and across
         nodes a NIC at most PXB from its GPU. LL128 needs every 128-byte line to land whole; NCCL
         trusts that only on paths it has validated and keeps LL128 off through a host bridge."""
         if self.gpu.sm < 70 or not (self.tiers[0].link == "nvlink" or self.gpus_per_node == 1):
