@@ -299,20 +299,6 @@ class Calls:
     comm_channels: int
 
 
-def _no_refinement(system: Any, calls: Calls, bw: np.ndarray, lat: np.ndarray) -> None:
-    """Most algorithms' per-call times need nothing beyond the table."""
-
-
-def _same_threads(system: Any, threads: np.ndarray, thresholds: np.ndarray) -> None:
-    """Most algorithms keep their thread rows on every communicator."""
-
-
-def _per_size_channels(system: Any, comm: int, nbytes: np.ndarray, threads: np.ndarray,
-                       thresholds: np.ndarray) -> np.ndarray:
-    """Ring/Tree/PAT/CollNetChain: drop channels while nBytes < nc * nThreads * threshold."""
-    return np.clip(nbytes // np.maximum(threads * thresholds, 1), 1, comm)
-
-
 @dataclass(frozen=True)
 class NcclTuning:
     """How NCCL 2.30.7's default selection treats one algorithm (``dynamiccl.nccl_model`` runs it).
@@ -339,14 +325,17 @@ class NcclTuning:
     enabled: Callable[[Any], bool] = _always
     #: (system, collective) -> whether updateCollCostTable offers it for a float Sum call.
     offered: Callable[[Any, int], bool] = _always
-    #: (system, calls, bw [B, proto], lat [B, proto]): per-call refinements, in place.
-    refine: Callable[[Any, Calls, np.ndarray, np.ndarray], None] = _no_refinement
+    #: (system, calls, bw [B, proto], lat [B, proto]): per-call refinements, in place (None: the
+    #: table's times stand).
+    refine: Callable[[Any, Calls, np.ndarray, np.ndarray], None] | None = None
     #: Its latency counts once per operation (Ring), not once per batch of eight.
     latency_per_operation: bool = False
-    #: (system, threads [proto], thresholds [proto]): the communicator's changes, in place.
-    adjust_threads: Callable[[Any, np.ndarray, np.ndarray], None] = _same_threads
-    #: (system, comm channels, nBytes [B], threads [B], thresholds [B]) -> channels [B].
-    channels: Callable[[Any, int, np.ndarray, np.ndarray, np.ndarray], np.ndarray] = _per_size_channels
+    #: (system, threads [proto], thresholds [proto]): the communicator's changes, in place (None:
+    #: the rows stand).
+    adjust_threads: Callable[[Any, np.ndarray, np.ndarray], None] | None = None
+    #: (system, comm channels, nBytes [B], threads [B], thresholds [B]) -> channels [B]; None: the
+    #: per-size rule (drop channels while nBytes < nc * nThreads * threshold).
+    channels: Callable[[Any, int, np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None
 
 
 def _ll_max(system: Any) -> float:

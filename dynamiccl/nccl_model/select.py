@@ -12,12 +12,18 @@ from __future__ import annotations
 import numpy as np
 
 from dynamiccl import nccl
-from dynamiccl.nccl import Algorithm, Calls, Protocol, nccl_tuning
+from dynamiccl.nccl import Algorithm, Calls, Protocol
 from dynamiccl.nccl_model import constants as K
 from dynamiccl.nccl_model.graph import NcclSystem
-from dynamiccl.nccl_model.tables import Tables
+from dynamiccl.nccl_model.tables import TUNINGS, Tables
 
 _F32 = np.float32
+#: The algorithms with per-call refinements (id, refinement), and those whose latency counts once
+#: per operation, not once per batch of eight.
+_REFINED = [(a, t.refine) for a, t in enumerate(TUNINGS) if t.refine is not None]
+_PER_OPERATION = np.array([t.latency_per_operation for t in TUNINGS])
+#: The algorithms with a channel rule of their own (id, rule); the others drop channels by size.
+_OWN_CHANNEL_RULE = [(a, t.channels) for a, t in enumerate(TUNINGS) if t.channels is not None]
 
 
 def log2_size_index(nbytes: np.ndarray) -> np.ndarray:
@@ -59,12 +65,10 @@ def cost_tables(
         usable &= allowed
     nc = system.comm_channels if comm_channels is None else comm_channels
     calls = Calls(colls, sizes, log2_size_index(sizes), nc)
-    lat_count = np.full(nccl.N_ALGORITHMS, -(-num_pipe_ops // K.WORK_BATCH_COLLS), dtype=_F32)
-    for a in nccl.NCCL_ALGORITHMS:
-        tuning = nccl_tuning(a)
-        tuning.refine(system, calls, bw[:, a, :], lat[:, a, :])
-        if tuning.latency_per_operation:
-            lat_count[a] = num_pipe_ops
+    for a, refine in _REFINED:
+        refine(system, calls, bw[:, a, :], lat[:, a, :])
+    lat_count = np.where(_PER_OPERATION, _F32(num_pipe_ops),
+                         _F32(-(-num_pipe_ops // K.WORK_BATCH_COLLS))).astype(_F32)
     safe_bw = np.where(usable, bw, _F32(1.0))
     time = lat * lat_count[None, :, None] + sizes.astype(_F32)[:, None, None] / (_F32(1000) * safe_bw)
     return np.where(usable, time, _F32(K.UNUSABLE)).astype(_F32)
@@ -99,10 +103,11 @@ def channels_for(
     algo = np.asarray(algo, dtype=np.int64)
     proto = np.asarray(proto, dtype=np.int64)
     sizes = np.asarray(nbytes, dtype=np.int64)
-    out = np.zeros(len(algo), dtype=np.int64)
-    for a in np.unique(algo):
+    threads, thresholds = tables.max_threads[algo, proto], tables.thread_threshold[algo, proto]
+    # the per-size rule: drop channels while nBytes < nc * nThreads * threshold
+    out = np.clip(sizes // np.maximum(threads * thresholds, 1), 1, comm)
+    for a, rule in _OWN_CHANNEL_RULE:
         rows = np.flatnonzero(algo == a)
-        out[rows] = nccl_tuning(int(a)).channels(system, comm, sizes[rows],
-                                                 tables.max_threads[a, proto[rows]],
-                                                 tables.thread_threshold[a, proto[rows]])
-    return out
+        if rows.size:
+            out[rows] = rule(system, comm, sizes[rows], threads[rows], thresholds[rows])
+    return out.astype(np.int64)

@@ -19,11 +19,10 @@ import numpy as np
 from dynamiccl import nccl
 from dynamiccl.nccl import (
     ALGORITHM_SPECS,
-    PROTOCOL_SPECS,
+    PROTOCOLS,
     Algorithm,
     LatencyTerms,
     Link,
-    Protocol,
     nccl_tuning,
     nsteps,
 )
@@ -40,17 +39,9 @@ class Tables:
     thread_threshold: np.ndarray  # int [7, 3], bytes per thread
 
 
-def _combination_exists(coll: int, algo: int, proto: int, system: NcclSystem) -> bool:
-    """Combinations NCCL skips entirely (their table entries stay unusable)."""
-    spec = ALGORITHM_SPECS[Algorithm(algo)]
-    if coll not in spec.collectives or proto not in spec.protocols:
-        return False
-    return nccl_tuning(algo).available(system)
-
-
-def _enabled(algo: int, proto: int, system: NcclSystem) -> bool:
-    """The protocol's and the algorithm's enable rules (without NCCL_ALGO/NCCL_PROTO)."""
-    return PROTOCOL_SPECS[Protocol(proto)].enabled(system) and nccl_tuning(algo).enabled(system)
+#: NCCL's algorithms by id: their entries and NCCL's cost model of each.
+SPECS = [ALGORITHM_SPECS[a] for a in nccl.NCCL_ALGORITHMS]
+TUNINGS = [nccl_tuning(a) for a in nccl.NCCL_ALGORITHMS]
 
 
 def _latency(coll: int, algo: int, proto: int, system: NcclSystem) -> float:
@@ -60,21 +51,22 @@ def _latency(coll: int, algo: int, proto: int, system: NcclSystem) -> float:
     intra_link = Link.NVLINK if g.nvlink_intra else Link.PCI
     # one GPU per node: NCCL takes the network hop of Tree for every algorithm
     inter = float(hw[Link.NET, Algorithm.TREE if system.ppn == 1 else algo, proto])
-    inter += system.latency_inter_us * PROTOCOL_SPECS[Protocol(proto)].network_round_trips
+    inter += system.latency_inter_us * PROTOCOLS[proto].network_round_trips
     terms = LatencyTerms(
         collective=coll, protocol=proto, base=float(nccl.BASE_LATENCY_US[algo, proto]),
         intra=float(hw[intra_link, algo, proto]), inter=inter,
         hw_link=intra_link if system.nnodes == 1 else Link.NET,
         steps=nsteps(coll, system.nranks), per_node=system.nranks // system.nnodes)
-    return nccl_tuning(algo).latency(system, terms)
+    return TUNINGS[algo].latency(system, terms)
 
 
 def _thread_tables(system: NcclSystem) -> tuple[np.ndarray, np.ndarray]:
     """maxThreads and the per-thread byte thresholds, with each algorithm's own changes."""
-    threads = np.array([nccl_tuning(a).max_threads for a in nccl.NCCL_ALGORITHMS])
-    thresholds = np.array([nccl_tuning(a).thread_threshold for a in nccl.NCCL_ALGORITHMS])
-    for a in nccl.NCCL_ALGORITHMS:
-        nccl_tuning(a).adjust_threads(system, threads[a], thresholds[a])
+    threads = np.array([tuning.max_threads for tuning in TUNINGS])
+    thresholds = np.array([tuning.thread_threshold for tuning in TUNINGS])
+    for a, tuning in enumerate(TUNINGS):
+        if tuning.adjust_threads is not None:
+            tuning.adjust_threads(system, threads[a], thresholds[a])
     return threads, thresholds
 
 
@@ -85,15 +77,16 @@ def build_tables(system: NcclSystem) -> Tables:
     latency = np.zeros(shape)
     offered = np.zeros(shape, dtype=bool)
     if system.nranks > 1:
-        for c in range(nccl.N_COLLECTIVES):
-            for a in range(nccl.N_ALGORITHMS):
-                tuning = nccl_tuning(a)
-                for p in range(nccl.N_PROTOCOLS):
-                    if not _combination_exists(c, a, p, system):
-                        continue
+        proto_enabled = [p.enabled(system) for p in PROTOCOLS]
+        for a, (spec, tuning) in enumerate(zip(SPECS, TUNINGS, strict=True)):
+            if not tuning.available(system):  # beyond its collectives and protocols: NCCL skips it
+                continue
+            enabled = tuning.enabled(system)
+            for c in sorted(spec.collectives):
+                for p in sorted(spec.protocols):
                     offered[c, a, p] = tuning.offered(system, c)
                     latency[c, a, p] = _latency(c, a, p, system)
-                    if _enabled(a, p, system):
+                    if proto_enabled[p] and enabled:
                         bus = tuning.bus_bandwidth(system, system.graphs[a], c, p)
                         bandwidth[c, a, p] = tuning.algorithm_bandwidth(c, bus, system.nranks)
     threads, thresholds = _thread_tables(system)

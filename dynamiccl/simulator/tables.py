@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
@@ -54,11 +53,14 @@ class CostCoefficients:
     corrections: tuple[tuple[int, np.ndarray, MeasuredCorrection], ...] = ()
 
 
-@cache
-def cost_model(algo: Algorithm) -> CostModel:
-    """The physics ``algo``'s entry in ``dynamiccl.nccl.ALGORITHMS`` names (``module:function``)."""
-    module, _, function = ALGORITHM_SPECS[Algorithm(algo)].cost_model.partition(":")
+def _load(path: str) -> CostModel:
+    module, _, function = path.partition(":")
     return getattr(importlib.import_module(module), function)
+
+
+#: Each algorithm's physics, as its entry in ``dynamiccl.nccl.ALGORITHMS`` names it
+#: (``module:function``), loaded with the simulator.
+COST_MODELS: dict[Algorithm, CostModel] = {a: _load(spec.cost_model) for a, spec in ALGORITHM_SPECS.items()}
 
 
 def _cost(topology: Topology, collective: Collective, algo: Algorithm, hier: bool,
@@ -66,7 +68,7 @@ def _cost(topology: Topology, collective: Collective, algo: Algorithm, hier: boo
     proto, ch = cols["protocol"], cols["channels"].astype(np.float64)
     if hier:  # the knob space's ring-over-ring
         return hierarchical_ring(topology, collective, proto, ch, cols["schedule"], cols["chunks"])
-    return cost_model(algo)(topology, collective, proto, ch)
+    return COST_MODELS[algo](topology, collective, proto, ch)
 
 
 def _finite(a: np.ndarray) -> np.ndarray:
