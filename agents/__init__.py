@@ -7,7 +7,8 @@
 * :mod:`~dynamiccl.agents.registry` – ``load_policy(name_or_path)``.
 * :mod:`~dynamiccl.agents.evaluate` – scoring on a suite; :mod:`.evaluation_plots` – its figures.
 * :mod:`~dynamiccl.agents.train` / :mod:`~dynamiccl.agents.sweep` – the Hydra apps (training with
-  exact resume, Ray Tune sweeps), built on :mod:`.config_schema` (the configs' schema and checks),
+  exact resume, Ray Tune sweeps), built on :mod:`.config_checks` (what the configs' schema,
+  :mod:`dynamiccl.configs.schema`, cannot express),
   :mod:`.run_folder` (lock, recorded settings), :mod:`.callbacks` (rollout-aligned checkpoints and
   evaluations, Ctrl-C), :mod:`.resume_state` (environment streams and generators in a checkpoint),
   :mod:`.training_plots`; :mod:`~dynamiccl.agents.logging` – wandb (offline by default).

@@ -7,7 +7,8 @@ default context slice: a job without ``DYNAMICCL_CONTEXT``), and pinning in NCCL
 says. NVIDIA's example-tuner CSV is scored with that plugin's own semantics (``plugins/tuner/example/
 plugin.c``): the first matching line whose algorithm/protocol NCCL can run for the call wins (a
 line NCCL's cost table marks unusable is passed over), and because it sets one channel before
-matching, a line with channels -1 or a call no line matches runs on one channel (nccl_abi.md §1.7).
+matching, a line with channels -1 or a call no line matches runs on one channel (NCCL 2.30.7
+``plugins/tuner/example/plugin.c``).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def make_training_env(cfg: DictConfig) -> Any:
     recording its place in its stream of episodes so a checkpoint can hold it."""
     from stable_baselines3.common.env_util import make_vec_env
 
-    import dynamiccl.envs  # noqa: F401  (registers the environment id)
+    import dynamiccl.envs  # noqa: F401  (registers the environment ids)
     from dynamiccl.agents.resume_state import StreamRecorder
 
     env_id = str(OmegaConf.select(cfg, "env.id", default=ENV_ID))

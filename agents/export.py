@@ -427,9 +427,9 @@ def for_example_tuner(result: ExportResult, topology: Topology,
                       context: tuple[str, str] = pf.DEFAULT_CONTEXT) -> pf.PolicyFile:
     """The export's ``context`` slice as NVIDIA's example tuner must get it.
 
-    That tuner sets one channel before it looks for a matching line (``plugins/tuner/example/
-    plugin.c``, nccl_abi.md §1.7), so a call no line matches, or a line with channels -1, runs on
-    ONE channel; it has no way to say "NCCL decides". So on every exported system each range the
+    That tuner sets one channel before it looks for a matching line (NCCL 2.30.7
+    ``plugins/tuner/example/plugin.c``), so a call no line matches, or a line with channels -1, runs
+    on ONE channel; it has no way to say "NCCL decides". So on every exported system each range the
     policy defers is written as what the model predicts NCCL runs there (algorithm, protocol and
     channel count, split where that changes), and each rule keeping NCCL's channel count gets the
     count the model predicts NCCL picks for its pair. Rules for any other system stay deferring:

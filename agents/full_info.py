@@ -7,13 +7,13 @@ gain of *every* action over NCCL's default, log(t_NCCL / t_action), from the dep
 (:mod:`dynamiccl.envs.deployable_observation`: only what the plugin sees, so export freezes nothing).
 
 Doing nothing is the safe default: the policy deviates from NCCL's pick only where the most cautious
-of its ensemble's predictions for the best action exceeds ``margin``, so an uncertain prediction
-costs nothing. The ensemble, not the margin, carries the caution: nine members disagree where a
-system lies outside what they learned from, and their smallest prediction is then low. A wide
-margin instead throws away every gain below it wherever the members agree — on the held-out suite a
-perfect predictor behind a 2 % margin keeps only 0.88 of the oracle's gain, behind 0.5 % 0.99. So
-the margin is only the size of a gain worth a deviation: 0.5 %, about the noise of a timed call
-(nccl-tests' in-place / out-of-place pairs differ by 1-2 %).
+of its ensemble's predictions for the best action exceeds ``min_gain``, so an uncertain prediction
+costs nothing. The ensemble, not ``min_gain``, carries the caution: nine members disagree where a
+system lies outside what they learned from, and their smallest prediction is then low. A high
+``min_gain`` instead throws away every gain below it wherever the members agree — on the held-out
+suite a perfect predictor that deviates only above 2 % keeps only 0.88 of the oracle's gain, above
+0.5 % 0.99. So ``min_gain`` is only the size of a gain worth a deviation: 0.5 %, about the noise of a
+timed call (nccl-tests' in-place / out-of-place pairs differ by 1-2 %).
 
 Members can also agree and all be wrong: beyond anything trained on they extrapolate alike (for a
 1 MiB all-reduce on two GB200 NVL72 racks, a 72-GPU NVLink domain where training nodes hold at most
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import InitVar, asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -72,13 +72,20 @@ class FullInfoConfig:
     #: Gradient passes over a round's calls before new systems are drawn.
     epochs_per_round: int = 3
     #: Deviate from NCCL's pick only where the best predicted gain exceeds this (relative).
-    margin: float = 0.005
+    min_gain: float = 0.005
     #: Independently initialised networks; an action's gain is the *smallest* of their predictions,
     #: so the policy deviates only where every member agrees (disagreement = uncertainty).
     ensemble: int = 9
     #: Where training systems come from: ``random`` (the sampler) or a scenario distribution's name.
     systems: str = "random"
     seed: int = 0
+    #: ``min_gain``'s name until it had one of its own (the gate's margin is another value), so
+    #: configs and learner files saved before still load; never saved.
+    margin: InitVar[float | None] = None
+
+    def __post_init__(self, margin: float | None) -> None:
+        if margin is not None:
+            self.min_gain = margin
 
 
 class GainNetwork(nn.Module):
@@ -188,7 +195,7 @@ class FullInfoLearner:
         return self
 
     def policy(self, name: str = "full_info") -> FullInfoPolicy:
-        return FullInfoPolicy(self.network, self.config.margin, name=name)
+        return FullInfoPolicy(self.network, self.config.min_gain, name=name)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -211,7 +218,7 @@ class FullInfoLearner:
 
 
 class FullInfoPolicy:
-    """The learned gains, deferring to NCCL unless the best predicted gain clears the margin.
+    """The learned gains, deferring to NCCL unless the best predicted gain exceeds ``min_gain``.
 
     It is a :class:`~dynamiccl.agents.policy.ForcingPolicy`: it tells NCCL what to pin, and
     deferring pins nothing, so NCCL runs its own pick with its own channel count (which need not be
@@ -219,9 +226,9 @@ class FullInfoPolicy:
     choices: what it learned is NCCL's knob space.
     """
 
-    def __init__(self, network: GainNetwork, margin: float, name: str = "full_info") -> None:
+    def __init__(self, network: GainNetwork, min_gain: float, name: str = "full_info") -> None:
         self.network = network.eval()
-        self.threshold = math.log1p(margin)
+        self.threshold = math.log1p(min_gain)
         self.name = name
 
     @torch.no_grad()
@@ -245,7 +252,7 @@ class FullInfoPolicy:
 
     def preferred(self, observations: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(each encoded call's best allowed action by the cautious gain, or -1 outside the box
-        trained on; that gain, 0 outside): what the policy ranks first, before the margin decides
+        trained on; that gain, 0 outside): what the policy ranks first, before ``min_gain`` decides
         whether it dares to pin it. Benchmarks score the ranking apart from the caution with it."""
         scores = np.where(allowed, self._cautious(observations), -np.inf)
         best = scores.argmax(axis=1)
@@ -253,7 +260,7 @@ class FullInfoPolicy:
         return np.where(inside, best, -1), np.where(inside, scores[np.arange(len(best)), best], 0.0)
 
     def gate(self, best: np.ndarray, gain: np.ndarray) -> np.ndarray:
-        """Action ids, or -1 to defer: ``preferred``'s actions where their gain clears the margin."""
+        """Action ids, or -1 to defer: ``preferred``'s actions where their gain exceeds ``min_gain``."""
         return np.where(gain > self.threshold, best, -1).astype(np.int64)
 
     def decide_observed(self, observations: np.ndarray, allowed: np.ndarray) -> np.ndarray:

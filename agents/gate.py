@@ -23,12 +23,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dynamiccl import decisions
 from dynamiccl.calibration import uncertainty
 from dynamiccl.knobs import Config
 from dynamiccl.scenario import Scenario
-from dynamiccl.simulator import evaluate
 
+#: The gate's margin unless a caller gives one (``export --margin``, ``tune --margin``, a training
+#: config's ``deploy.margin``).
 DEFAULT_MARGIN = 0.03
 #: What a verdict rests on, weakest first: the model; the model fitted to measurements; a learned
 #: prior's prediction; a ratio interpolated between measured sizes; a measurement of one launch on a
@@ -58,6 +58,14 @@ class Verdict:
                 "evidence": self.evidence, "override": self.override}
 
 
+def check_margin(margin: float) -> float:
+    """``margin`` if it is a fraction in [0, 1) (NaN is not), else ValueError: the one range check
+    of the gate's margin, whoever sets it."""
+    if not 0 <= margin < 1:
+        raise ValueError(f"the gate's margin is a fraction in [0, 1), e.g. {DEFAULT_MARGIN}; got {margin}")
+    return margin
+
+
 def passes(gain: float, sigma: float, margin: float) -> bool:
     """Override only when the gain clears both the margin and the uncertainty."""
     return gain > margin and math.log1p(gain) > sigma
@@ -76,13 +84,15 @@ class Gate:
 
     def __init__(self, margin: float = DEFAULT_MARGIN, evidence: str = MODEL,
                  sigma: object = uncertainty) -> None:
-        if not 0 <= margin < 1:
-            raise ValueError(f"the gate's margin is a fraction in [0, 1), got {margin}")
-        self.margin = margin
+        self.margin = check_margin(margin)
         self.evidence = evidence
         self.sigma = sigma
 
     def judge(self, scenario: Scenario, proposed: Config) -> Verdict:
+        # imported here, not at the top, so the CLI reads DEFAULT_MARGIN without loading the models
+        from dynamiccl import decisions
+        from dynamiccl.simulator import evaluate
+
         default = decisions.nccl_default(scenario)
         t_ours = evaluate(scenario, proposed).time_us
         gain = default.time_us / t_ours - 1.0

@@ -10,9 +10,9 @@ what a tuner plugin can key on at call time.
   others, move to the best point found, and repeat until a full round brings no improvement or the
   call budget is spent.
 * :class:`UcbBandit` treats every valid action as an arm and plays UCB1 on the negative log time
-  per context: it needs no structure but pays for trying arms. With ``safety_margin`` (a bandit
+  per context: it needs no structure but pays for trying arms. With ``safety_gate`` (a bandit
   tuner plugin's "zero regressions" gate uses 5 %) it settles on its best arm only when that arm's
-  mean time beats NCCL's own pick by the margin, and keeps NCCL's pick otherwise.
+  mean time beats NCCL's own pick by that fraction, and keeps NCCL's pick otherwise.
 """
 
 from __future__ import annotations
@@ -177,11 +177,11 @@ class UcbBandit:
     name = "bandit"
 
     def __init__(self, budget: int = 64, exploration: float = 1.0, seed: int = 0,
-                 deployable: bool = False, safety_margin: float | None = None) -> None:
+                 deployable: bool = False, safety_gate: float | None = None) -> None:
         if budget < 1:
             raise ValueError(f"budget must be at least 1 call, got {budget}")
         self.budget = budget
-        self.safety_margin = safety_margin
+        self.safety_gate = safety_gate
         self.exploration = exploration
         self.deployable = deployable
         self.seed = seed
@@ -223,10 +223,10 @@ class UcbBandit:
     def _settle(self, arms: _ArmStats, means: np.ndarray) -> int:
         """The arm to keep once the budget is spent: the best mean, gated against NCCL's."""
         best = int(np.argmax(means))
-        if self.safety_margin is None or arms.counts[arms.nccl] == 0:
+        if self.safety_gate is None or arms.counts[arms.nccl] == 0:
             return best
         gain = means[best] - means[arms.nccl]  # log-time advantage over NCCL's pick
-        return best if gain > math.log1p(self.safety_margin) else arms.nccl
+        return best if gain > math.log1p(self.safety_gate) else arms.nccl
 
     def update(self, scenario: Scenario, action: int, time_us: float) -> None:
         arms = self._arms(scenario, scenario_mask(scenario, deployable=self.deployable))

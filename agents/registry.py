@@ -34,7 +34,7 @@ BUILTIN: dict[str, Callable[[Topology | None, bool, int], Policy]] = {
     "random": lambda topo, dep, seed: RandomPolicy(seed=seed, deployable=dep),
     "coordinate_descent": lambda topo, dep, seed: CoordinateDescentTuner(DEFAULT_BUDGET, dep),
     "bandit": lambda topo, dep, seed: UcbBandit(DEFAULT_BUDGET, seed=seed, deployable=dep,
-                                                safety_margin=0.05),
+                                                safety_gate=0.05),
 }
 
 

@@ -18,11 +18,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from dynamiccl.agents.config_schema import ConfigCheckError
+from dynamiccl.agents.config_checks import ConfigCheckError
 
 #: Config keys (and key prefixes) that do not influence the trained model.
 NEUTRAL_KEYS = ("resume.", "trainer.progress_bar", "trainer.checkpoint_every", "trainer.eval_every",
                 "eval.", "logger.", "tags", "task_name", "ray.", "tune.", "deploy.")
+
+#: Keys renamed since a run folder may have been written: its ``config.yaml`` is read with the new
+#: names, so the run resumes (the full-information learner's ``margin`` is ``min_gain`` now).
+RENAMED_KEYS = {"agent.model.margin": "agent.model.min_gain"}
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -36,7 +40,8 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
 
 def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Dotted key -> (recorded value, new value) for every training-relevant difference."""
-    flat_old, flat_new = _flat(old), _flat(new)
+    flat_old = {RENAMED_KEYS.get(k, k): v for k, v in _flat(old).items()}
+    flat_new = _flat(new)
     keys = sorted(set(flat_old) | set(flat_new))
     return {k: (flat_old.get(k), flat_new.get(k)) for k in keys
             if flat_old.get(k) != flat_new.get(k) and not k.startswith(NEUTRAL_KEYS)}

@@ -29,7 +29,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dynamiccl.agents.config_schema import ConfigCheckError, validate
+from dynamiccl.agents.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.run_folder import locked
 
 

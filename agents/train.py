@@ -30,7 +30,7 @@ from dynamiccl.agents.callbacks import (
     SaveCheckpoint,
     record_checkpoint,
 )
-from dynamiccl.agents.config_schema import ConfigCheckError, validate
+from dynamiccl.agents.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.deploy import export_and_score
 from dynamiccl.agents.envs_factory import deployable, make_training_env
 from dynamiccl.agents.full_info_agent import is_full_info

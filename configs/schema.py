@@ -5,7 +5,7 @@ The dataclasses hold every default of the ``trainer``, ``eval``, ``resume``, ``r
 sections (and the keys and types of ``env``, whose values its config group holds), so those
 defaults are written once, here, and Hydra itself refuses a misspelt key or a
 value of the wrong type while composing. What a type cannot say is checked by
-:func:`dynamiccl.agents.config_schema.validate` before any work starts.
+:func:`dynamiccl.agents.config_checks.validate` before any work starts.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from dynamiccl.knobs import (
     nccl_config,
     valid_mask,
 )
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Collective, Protocol, nccl_stand_in
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.nccl_model.select import cost_tables
 from dynamiccl.scenario import Scenario
@@ -222,12 +222,13 @@ def _nccl_cost_table(topology: Topology, collective: Collective, nbytes: int) ->
 def _nccl_algorithms(constraints: KnobConstraints) -> set[Algorithm] | None:
     """The NCCL algorithms NCCL_ALGO would have to allow for the pinned knobs to make sense.
 
-    NCCL cannot run StragglAR or a scheduled ring-over-ring; their nearest NCCL relative, the ring,
-    sets the protocol and channels NCCL would use and the pinned knobs are applied on top.
+    NCCL cannot run a simulator-only algorithm (StragglAR) or a scheduled ring-over-ring; their
+    nearest NCCL relative (its entry's ``stand_in``; the ring) sets the protocol and channels NCCL
+    would use and the pinned knobs are applied on top.
     """
     algo = constraints.algorithm
     if algo is not None:
-        return {Algorithm.RING if algo == Algorithm.STRAGGLAR else algo}
+        return {nccl_stand_in(algo)}
     if constraints.hierarchy is not None:
         return {a for a, h in NCCL_ALGORITHM_HIERARCHY.items() if h == constraints.hierarchy} | {
             Algorithm.RING}
@@ -295,8 +296,7 @@ def _nccl_allowed(topology: Topology, collective: Collective, constraints: KnobC
     runnable, _ = _valid_candidates(topology, collective, constraints, False)
     if not runnable:
         return algorithms, protocols
-    nccl_algorithms = {Algorithm.RING if c.algorithm == Algorithm.STRAGGLAR else c.algorithm
-                       for c in runnable}
+    nccl_algorithms = {nccl_stand_in(c.algorithm) for c in runnable}
     if algorithms is not None:
         algorithms = frozenset(algorithms & nccl_algorithms)
     return algorithms, frozenset(c.protocol for c in runnable)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dynamiccl.nccl import (
-    CAPABILITIES,
+    ALGORITHM_SPECS,
     MAX_CHANNELS,
     NCCL_ALGORITHMS,
     NCCL_ALIASES,
@@ -64,7 +64,7 @@ CHUNK_LEVELS: tuple[int, ...] = (1, 2, 4, 8)
 ALGO_HIERARCHY_PAIRS: tuple[tuple[Algorithm, Hierarchy], ...] = (
     (Algorithm.RING, Hierarchy.FLAT),
     (Algorithm.RING, Hierarchy.HIERARCHICAL),
-    *((algo, Hierarchy(CAPABILITIES[algo].hierarchical)) for algo in Algorithm if algo != Algorithm.RING),
+    *((algo, Hierarchy(ALGORITHM_SPECS[algo].hierarchical)) for algo in Algorithm if algo != Algorithm.RING),
 )
 
 #: The one place that says which (algorithm, hierarchy) pairs exist only in the simulator: a
@@ -236,7 +236,8 @@ def _shape_problem(config: Config) -> str | None:
 def invalid_reason(topology: Topology, collective: Collective, config: Config) -> str | None:
     """Why ``config`` cannot run ``collective`` on ``topology`` (None when it can).
 
-    The rules follow NCCL's own enable rules (nccl_abi.md §3.4–3.7) where NCCL has them.
+    The rules follow NCCL's own enable rules (NCCL 2.30.7 ``src/graph/tuning.cc``,
+    ``src/enqueue.cc``) where NCCL has them.
     """
     algo, proto = config.algorithm, config.protocol
     nranks = topology.nranks
@@ -247,7 +248,7 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
         if (algo, proto, config.hierarchy) != (Algorithm.RING, Protocol.SIMPLE, Hierarchy.FLAT):
             return "a single rank only runs NCCL's local copy (ring/simple)"
         return None
-    capability = CAPABILITIES[algo]
+    capability = ALGORITHM_SPECS[algo]
     if collective not in capability.collectives:
         allowed = ", ".join(sorted(c.name.lower() for c in capability.collectives))
         return f"{algo.name.lower()} only implements {allowed}"

@@ -1,6 +1,6 @@
 """The same decisions in the CSV format of NVIDIA's example tuner (``plugins/tuner/example``).
 
-For users who would rather run NVIDIA's plugin. Its format (nccl_abi.md §1.7): one rule per line,
+For users who would rather run NVIDIA's plugin. Its format (NCCL 2.30.7): one rule per line,
 ``collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff``,
 first matching rule wins, -1 = any. Two properties of that plugin shape what is written here:
 it sets ``nChannels = 1`` before matching (``plugins/tuner/example/plugin.c``), so a rule saying

@@ -14,29 +14,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.nccl import Algorithm, Protocol
+from dynamiccl.nccl import ALGORITHMS, PROTOCOLS
 from dynamiccl.units import format_size
 
-#: One colour per algorithm (matplotlib's tab10 entries, fixed by name, colour-blind friendly order).
-ALGORITHM_COLOURS: dict[str, str] = {
-    Algorithm.RING.name.lower(): "#1f77b4",
-    Algorithm.TREE.name.lower(): "#2ca02c",
-    Algorithm.NVLS.name.lower(): "#d62728",
-    Algorithm.NVLS_TREE.name.lower(): "#ff7f0e",
-    Algorithm.COLLNET_DIRECT.name.lower(): "#9467bd",
-    Algorithm.COLLNET_CHAIN.name.lower(): "#8c564b",
-    Algorithm.PAT.name.lower(): "#e377c2",
-    Algorithm.STRAGGLAR.name.lower(): "#17becf",
-    "ring-hier": "#bcbd22",
-}
-#: One marker per protocol.
-PROTOCOL_MARKERS: dict[str, str] = {
-    Protocol.LL.name.lower(): "o",
-    Protocol.LL128.name.lower(): "s",
-    Protocol.SIMPLE.name.lower(): "^",
-}
-#: How light a protocol's shade of its algorithm's colour is in filled cells (heatmaps).
-PROTOCOL_SHADE: dict[str, float] = {"ll": 0.55, "ll128": 0.3, "simple": 0.0}
+#: One colour per algorithm (each entry of dynamiccl.nccl.ALGORITHMS names its own), and the
+#: ring-over-ring's.
+ALGORITHM_COLOURS: dict[str, str] = {a.name.lower(): a.colour for a in ALGORITHMS} | {"ring-hier": "#bcbd22"}
+#: One marker per protocol, and how light a protocol's shade of its algorithm's colour is in filled
+#: cells (heatmaps): each entry of dynamiccl.nccl.PROTOCOLS names its own.
+PROTOCOL_MARKERS: dict[str, str] = {p.name.lower(): p.marker for p in PROTOCOLS}
+PROTOCOL_SHADE: dict[str, float] = {p.name.lower(): p.shade for p in PROTOCOLS}
 UNKNOWN_COLOUR = "#7f7f7f"
 #: Built-in policies keep their colour in every figure; other (trained) policies get one from
 #: ``_OTHER_COLOURS`` chosen by a hash of their name, so a run is drawn alike every time.

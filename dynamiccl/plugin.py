@@ -29,7 +29,8 @@ CACHE_ENV = "DYNAMICCL_CACHE_DIR"
 #: The compiler flags, one per line, shared with the CMake build (and read by clangd).
 FLAGS_FILE = "compile_flags.txt"
 
-#: The first tuner ABI each NCCL release loads (nccl_abi.md §1.1), as (first version code, ABI).
+#: The first tuner ABI each NCCL release loads (its ``src/plugin/tuner.cc``), as (first version
+#: code, ABI).
 _FIRST_ABI_BY_NCCL = ((23003, 6), (22803, 5), (22403, 4), (22203, 3), (22105, 2))
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from dynamiccl import __version__
 from dynamiccl.nccl import (
     ALGO_ENV,
+    ALGORITHM_SPECS,
     ALGORITHM_TOKENS,
-    CAPABILITIES,
     COLLECTIVE_TOKENS,
     MAX_CHANNELS,
     PROTO_ENV,
@@ -92,16 +92,12 @@ LOG_DECISIONS_ENV = "DYNAMICCL_LOG_DECISIONS"
 #: What the v2 ABI (NCCL 2.21) may be told to run: NCCL 2.21 takes the plugin's algorithm and
 #: protocol without checking that the algorithm implements the collective, that the protocol is
 #: enabled or that the pair has bandwidth. Keyed by algorithm: (collectives the plugin forces it
-#: for, the system feature it needs or None); its protocols are NCCL's (dynamiccl.nccl). Only
-#: allreduce for CollNet and NVLS (what every release since 2.21 implements); PAT does not exist in
-#: 2.21.
+#: for, the system feature it needs or None), each from its entry in dynamiccl.nccl.ALGORITHMS; its
+#: protocols are NCCL's. Only allreduce for CollNet and NVLS (what every release since 2.21
+#: implements); PAT does not exist in 2.21.
 V2_ALLOWED: dict[Algorithm, tuple[frozenset[Collective], str | None]] = {
-    Algorithm.TREE: (frozenset({Collective.ALLREDUCE}), None),
-    Algorithm.RING: (frozenset(Collective), None),
-    Algorithm.COLLNET_DIRECT: (frozenset({Collective.ALLREDUCE}), "collnet"),
-    Algorithm.COLLNET_CHAIN: (frozenset({Collective.ALLREDUCE}), "collnet"),
-    Algorithm.NVLS: (frozenset({Collective.ALLREDUCE}), "nvls"),
-    Algorithm.NVLS_TREE: (frozenset({Collective.ALLREDUCE}), "nvls"),
+    algo: (spec.v2_collectives, spec.v2_feature) for algo, spec in ALGORITHM_SPECS.items()
+    if spec.v2_collectives
 }
 #: The protocol that needs a recorded feature wherever it is forced through v2.
 V2_PROTO_FEATURE = {Protocol.LL128: "ll128"}
@@ -194,7 +190,7 @@ def c_header() -> str:
     ]
     for algo in ALGORITHM_TOKENS:
         colls, feature = V2_ALLOWED.get(algo, (frozenset(), None))
-        protos = CAPABILITIES[algo].protocols if algo in V2_ALLOWED else frozenset()
+        protos = ALGORITHM_SPECS[algo].protocols if algo in V2_ALLOWED else frozenset()
         bit = feature_bit[feature] if feature else 0
         lines.append(f"  {{{_bitmask(colls)}, {_bitmask(protos)}, {bit}u}}, /* {ALGORITHM_TOKENS[algo]} */")
     lines += ["};"]

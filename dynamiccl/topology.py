@@ -41,7 +41,8 @@ PATH_TYPES = ("NVL", "PIX", "PXB", "PHB", "SYS")
 #: The PCIe path from a GPU to its NIC, in NCCL's path types (a network tier's ``nic_path``). NVIDIA's
 #: HGX/DGX boards, p4d/p5 and A3 put each NIC on a PCIe switch with its GPUs (PIX/PXB); a NIC on a CPU
 #: root port while the GPUs hang elsewhere is PHB, one on the other socket SYS. NCCL reads it when it
-#: decides whether LL128 may cross the network (nccl_abi.md §3.7: only when the path is at most PXB).
+#: decides whether LL128 may cross the network (NCCL 2.30.7 ``src/graph/tuning.cc``: only when the
+#: path is at most PXB).
 NIC_PATHS = PATH_TYPES[1:]
 DEFAULT_NIC_PATH = "PXB"
 #: The GPU-NIC path NCCL sees, at best, on a transport without GPUDirect RDMA: it routes the GPU's
@@ -52,8 +53,9 @@ DEFAULT_NIC_PATH = "PXB"
 CPU_NIC_PATH = "PHB"
 #: NIC paths beyond PXB, across which NCCL keeps LL128 off by default.
 NO_LL128_NIC_PATHS = NIC_PATHS[NIC_PATHS.index("PXB") + 1:]
-#: GB/s NCCL assigns to a CPU socket interconnect for GPU traffic (nccl_abi.md §3.9, its QPI/UPI,
-#: AMD, Zhaoxin, POWER and ARM constants): Intel Broadwell, Skylake, Sapphire Rapids, Emerald Rapids.
+#: GB/s NCCL assigns to a CPU socket interconnect for GPU traffic (NCCL 2.30.7 ``src/graph/topo.h``,
+#: its QPI/UPI, AMD, Zhaoxin, POWER and ARM constants): Intel Broadwell, Skylake, Sapphire Rapids,
+#: Emerald Rapids.
 SOCKET_LINK_GBPS = {"bdw": 6.0, "skl": 10.0, "srp": 22.0, "erp": 40.0, "amd": 16.0, "p9": 32.0,
                     "arm": 6.0}
 #: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).

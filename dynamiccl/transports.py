@@ -1,9 +1,10 @@
 """Network transport kinds and what each costs per message: facts shared by the schema and the models.
 
-NCCL's measured NET latencies (``hwLatencies``, nccl_abi.md §3.2) were taken by NVIDIA on its own
-InfiniBand clusters, so InfiniBand is the reference and adds nothing to them. Every other kind adds
-its own *per-message* overhead: the extra time one network message spends in the host or NIC
-software path and the switches, compared with InfiniBand. The simulator charges it once per network
+NCCL's measured NET latencies (``hwLatencies``, NCCL 2.30.7 ``src/graph/tuning.cc``) were taken by
+NVIDIA on its own InfiniBand clusters, so InfiniBand is the reference and adds nothing to them.
+Every other kind adds its own *per-message* overhead: the extra time one network message spends in
+the host or NIC software path and the switches, compared with InfiniBand. The simulator charges it
+once per network
 hop of an algorithm (it is a latency: a message must arrive before the next step can use it).
 
 A tier that does not give ``latency_us`` gets its kind's ``wire_latency_us``: the one-way latency of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +18,14 @@ from dynamiccl.envs.backends import Backend, ForcingBackend, Measurement, make_b
 from dynamiccl.envs.deployable_observation import (
     DEPLOYABLE_HIGH,
     DEPLOYABLE_LOW,
+    DEPLOYABLE_SIZE,
+    docstring_table,
     encode_deployable,
     scenario_context,
 )
 from dynamiccl.envs.observation import OBS_HIGH, OBS_LOW, complete, static_features
 from dynamiccl.envs.workloads import Episode, ScenarioDistribution, load_scenario_distribution
-from dynamiccl.knobs import ACTIONS, N_ACTIONS, valid_mask
+from dynamiccl.knobs import ACTIONS, ALGO_HIERARCHY_PAIRS, N_ACTIONS, Algorithm, Hierarchy, valid_mask
 from dynamiccl.scenario import Scenario
 from dynamiccl.units import format_size, format_time_us
 
@@ -45,6 +48,30 @@ def observation_set(size: int) -> str:
             return name
     sizes = ", ".join(f"{name} {len(low)}" for name, (low, _) in _BOUNDS.items())
     raise ValueError(f"an observation of {size} fields is none of this environment's ({sizes})")
+
+
+def _algorithm_rows(width: int = 65) -> str:
+    """The action table's algorithm row: every (algorithm, hierarchy) pair of the knob space."""
+    def name(algo: Algorithm, hierarchical: Hierarchy) -> str:
+        token = algo.name.lower()
+        if sum(a == algo for a, _ in ALGO_HIERARCHY_PAIRS) == 1:
+            return token
+        return f"{token}-over-{token} (hierarchical)" if hierarchical else f"{token} (flat)"
+
+    lines = textwrap.wrap(", ".join(name(*pair) for pair in ALGO_HIERARCHY_PAIRS), width)
+    return "\n".join(f"| {'algorithm (hierarchy)' if i == 0 else '':<21} | {line:<{width}} |"
+                     for i, line in enumerate(lines))
+
+
+def _documented(doc: str) -> str:
+    """The docstring with what follows from the knob space and the deployable fields filled in, so
+    adding an algorithm (dynamiccl.nccl.ALGORITHMS) never needs an edit here."""
+    def table(text: str) -> str:  # at the marker's indentation
+        return textwrap.indent(text, "    ").lstrip()
+
+    return (doc.replace("{N_ACTIONS}", str(N_ACTIONS)).replace("{ALGORITHM_ROWS}", table(_algorithm_rows()))
+            .replace("{DEPLOYABLE_SIZE}", str(DEPLOYABLE_SIZE))
+            .replace("{DEPLOYABLE_TABLE}", table(docstring_table())))
 
 
 @dataclass(frozen=True)
@@ -75,13 +102,12 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Action Space
 
-    ``Discrete(336)``: an index into :data:`dynamiccl.knobs.ACTIONS`, the joint table of every knob
+    ``Discrete({N_ACTIONS})``: an index into :data:`dynamiccl.knobs.ACTIONS`, the joint table of every knob
     (flat, so a mask can forbid exact combinations, and DQN works too):
 
     | Knob                  | Values                                                            |
     |-----------------------|-------------------------------------------------------------------|
-    | algorithm (hierarchy) | ring (flat), ring-over-ring (hierarchical), tree, collnet_direct, |
-    |                       | collnet_chain, nvls, nvls_tree, pat, stragglar                    |
+    {ALGORITHM_ROWS}
     | protocol              | ll, ll128, simple                                                 |
     | channels              | 1, 2, 4, 8, 16, 32, 64                                            |
     | schedule              | baseline, bw_aware (ring-over-ring only)                          |
@@ -132,176 +158,13 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
 
     With ``observation="deployable"`` (what the training configs use, since it is what ships) the
     observation is instead exactly what the tuner plugin sees per call plus the deployment's
-    constants, ``Box(shape=(DEPLOYABLE_SIZE,), float32)`` (90 fields,
+    constants, ``Box(shape=(DEPLOYABLE_SIZE,), float32)`` ({DEPLOYABLE_SIZE} fields,
     :data:`dynamiccl.envs.deployable_observation.DEPLOYABLE_FIELDS`). The context fields are the
     slice the runtime agrees on every rank: straggler none/short/long from the delay observed on the
     previous call (none at the first call), c2c none/low/high. No timing, no straggler rank, no
     exact c2c: a policy trained on it is exported without freezing a feature it learned to use.
 
-    | Num | Field                         | Min | Max | Meaning                                       |
-    |-----|-------------------------------|-----|-----|-----------------------------------------------|
-    | 0   | collective_broadcast          | 0   | 1   | 1 if the call is broadcast                    |
-    | 1   | collective_reduce             | 0   | 1   | 1 if the call is reduce                       |
-    | 2   | collective_allgather          | 0   | 1   | 1 if the call is allgather                    |
-    | 3   | collective_reducescatter      | 0   | 1   | 1 if the call is reducescatter                |
-    | 4   | collective_allreduce          | 0   | 1   | 1 if the call is allreduce                    |
-    | 5   | log2_bytes                    | 0   | 1   | log2(1 + nBytes) / 40 (exact size, not a bin) |
-    | 6   | ranks                         | 0   | 1   | log2(nRanks) / 12                             |
-    | 7   | nodes                         | 0   | 1   | log2(nNodes) / 12                             |
-    | 8   | num_pipe_ops                  | 0   | 1   | log2(numPipeOps) / 6                          |
-    | 9   | reg_buff                      | 0   | 1   | 1 if the buffers are registered (regBuff)     |
-    | 10  | nccl_algorithm_tree           | 0   | 1   | 1 if NCCL's own pick is tree                  |
-    | 11  | nccl_algorithm_ring           | 0   | 1   | 1 if NCCL's own pick is ring                  |
-    | 12  | nccl_algorithm_collnet_direct | 0   | 1   | 1 if NCCL's own pick is collnet_direct        |
-    | 13  | nccl_algorithm_collnet_chain  | 0   | 1   | 1 if NCCL's own pick is collnet_chain         |
-    | 14  | nccl_algorithm_nvls           | 0   | 1   | 1 if NCCL's own pick is nvls                  |
-    | 15  | nccl_algorithm_nvls_tree      | 0   | 1   | 1 if NCCL's own pick is nvls_tree             |
-    | 16  | nccl_algorithm_pat            | 0   | 1   | 1 if NCCL's own pick is pat                   |
-    | 17  | nccl_protocol_ll              | 0   | 1   | 1 if NCCL's own pick uses ll                  |
-    | 18  | nccl_protocol_ll128           | 0   | 1   | 1 if NCCL's own pick uses ll128               |
-    | 19  | nccl_protocol_simple          | 0   | 1   | 1 if NCCL's own pick uses simple              |
-    | 20  | nccl_channels                 | 0   | 1   | log2(NCCL's channel count) / 6                |
-    | 21  | nccl_predicted_us             | 0   | 1   | log10(NCCL's predicted µs of its pick) / 7    |
-    | 22  | cost_tree_ll                  | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 23  | cost_tree_ll128               | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 24  | cost_tree_simple              | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 25  | cost_ring_ll                  | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 26  | cost_ring_ll128               | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 27  | cost_ring_simple              | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 28  | cost_collnet_direct_ll        | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 29  | cost_collnet_direct_ll128     | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 30  | cost_collnet_direct_simple    | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 31  | cost_collnet_chain_ll         | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 32  | cost_collnet_chain_ll128      | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 33  | cost_collnet_chain_simple     | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 34  | cost_nvls_ll                  | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 35  | cost_nvls_ll128               | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 36  | cost_nvls_simple              | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 37  | cost_nvls_tree_ll             | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 38  | cost_nvls_tree_ll128          | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 39  | cost_nvls_tree_simple         | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 40  | cost_pat_ll                   | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 41  | cost_pat_ll128                | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 42  | cost_pat_simple               | 0   | 1   | log2(NCCL's cost-table entry / its pick's) /  |
-    |     |                               |     |     | 10; 1 = unusable                              |
-    | 43  | context_straggler_none        | 0   | 1   | 1 if the runtime's context slice says         |
-    |     |                               |     |     | straggler=none                                |
-    | 44  | context_straggler_short       | 0   | 1   | 1 if the runtime's context slice says         |
-    |     |                               |     |     | straggler=short                               |
-    | 45  | context_straggler_long        | 0   | 1   | 1 if the runtime's context slice says         |
-    |     |                               |     |     | straggler=long                                |
-    | 46  | context_c2c_none              | 0   | 1   | 1 if the runtime's context slice says         |
-    |     |                               |     |     | c2c=none                                      |
-    | 47  | context_c2c_low               | 0   | 1   | 1 if the runtime's context slice says c2c=low |
-    | 48  | context_c2c_high              | 0   | 1   | 1 if the runtime's context slice says         |
-    |     |                               |     |     | c2c=high                                      |
-    | 49  | sms                           | 0   | 1   | log2(SM count) / 8                            |
-    | 50  | gpus_per_node                 | 0   | 1   | log2(GPUs per node) / 7 (a deployment         |
-    |     |                               |     |     | constant)                                     |
-    | 51  | gpu_arch                      | 0   | 1   | (SM version - 70) / 30 (sm70 = 0, sm100 = 1)  |
-    |     |                               |     |     | (a deployment constant)                       |
-    | 52  | feature_nvls                  | 0   | 1   | 1 if NVSwitch multicast (NVLS) is available   |
-    |     |                               |     |     | (a deployment constant)                       |
-    | 53  | feature_collnet               | 0   | 1   | 1 if in-network reduction (CollNet/SHARP) is  |
-    |     |                               |     |     | available (a deployment constant)             |
-    | 54  | tier0_present                 | 0   | 1   | 1 if the system has this tier (0 = innermost, |
-    |     |                               |     |     | the node); an outer tier of size 1 carries no |
-    |     |                               |     |     | traffic and is encoded as absent (all its     |
-    |     |                               |     |     | fields 0) (a deployment constant)             |
-    | 55  | tier0_size                    | 0   | 1   | log2(tier size) / 12 (a deployment constant)  |
-    | 56  | tier0_bandwidth               | 0   | 1   | log10(per-rank port GB/s) / 3 (1 GB/s = 0, 1  |
-    |     |                               |     |     | TB/s = 1) (a deployment constant)             |
-    | 57  | tier0_bandwidth_ratio         | 0   | 1   | log2(tier-0 GB/s / this tier's per-rank GB/s) |
-    |     |                               |     |     | / 8 (1:1 = 0, 256:1 = 1) (a deployment        |
-    |     |                               |     |     | constant)                                     |
-    | 58  | tier0_latency                 | 0   | 1   | log10(10 x hop latency µs) / 3 (0.1 µs = 0,   |
-    |     |                               |     |     | 100 µs = 1) (a deployment constant)           |
-    | 59  | tier0_fabric_switch           | 0   | 1   | 1 if the tier's fabric is switch (a           |
-    |     |                               |     |     | deployment constant)                          |
-    | 60  | tier0_fabric_ring             | 0   | 1   | 1 if the tier's fabric is ring (a deployment  |
-    |     |                               |     |     | constant)                                     |
-    | 61  | tier0_fabric_torus2d          | 0   | 1   | 1 if the tier's fabric is torus2d (a          |
-    |     |                               |     |     | deployment constant)                          |
-    | 62  | tier0_fabric_fully_connected  | 0   | 1   | 1 if the tier's fabric is fully_connected (a  |
-    |     |                               |     |     | deployment constant)                          |
-    | 63  | tier0_link_nvlink             | 0   | 1   | 1 if the tier's links are nvlink (a           |
-    |     |                               |     |     | deployment constant)                          |
-    | 64  | tier0_link_pcie               | 0   | 1   | 1 if the tier's links are pcie (a deployment  |
-    |     |                               |     |     | constant)                                     |
-    | 65  | tier0_link_net                | 0   | 1   | 1 if the tier's links are net (a deployment   |
-    |     |                               |     |     | constant)                                     |
-    | 66  | tier1_present                 | 0   | 1   | 1 if the system has this tier (0 = innermost, |
-    |     |                               |     |     | the node); an outer tier of size 1 carries no |
-    |     |                               |     |     | traffic and is encoded as absent (all its     |
-    |     |                               |     |     | fields 0) (a deployment constant)             |
-    | 67  | tier1_size                    | 0   | 1   | log2(tier size) / 12 (a deployment constant)  |
-    | 68  | tier1_bandwidth               | 0   | 1   | log10(per-rank port GB/s) / 3 (1 GB/s = 0, 1  |
-    |     |                               |     |     | TB/s = 1) (a deployment constant)             |
-    | 69  | tier1_bandwidth_ratio         | 0   | 1   | log2(tier-0 GB/s / this tier's per-rank GB/s) |
-    |     |                               |     |     | / 8 (1:1 = 0, 256:1 = 1) (a deployment        |
-    |     |                               |     |     | constant)                                     |
-    | 70  | tier1_latency                 | 0   | 1   | log10(10 x hop latency µs) / 3 (0.1 µs = 0,   |
-    |     |                               |     |     | 100 µs = 1) (a deployment constant)           |
-    | 71  | tier1_fabric_switch           | 0   | 1   | 1 if the tier's fabric is switch (a           |
-    |     |                               |     |     | deployment constant)                          |
-    | 72  | tier1_fabric_ring             | 0   | 1   | 1 if the tier's fabric is ring (a deployment  |
-    |     |                               |     |     | constant)                                     |
-    | 73  | tier1_fabric_torus2d          | 0   | 1   | 1 if the tier's fabric is torus2d (a          |
-    |     |                               |     |     | deployment constant)                          |
-    | 74  | tier1_fabric_fully_connected  | 0   | 1   | 1 if the tier's fabric is fully_connected (a  |
-    |     |                               |     |     | deployment constant)                          |
-    | 75  | tier1_link_nvlink             | 0   | 1   | 1 if the tier's links are nvlink (a           |
-    |     |                               |     |     | deployment constant)                          |
-    | 76  | tier1_link_pcie               | 0   | 1   | 1 if the tier's links are pcie (a deployment  |
-    |     |                               |     |     | constant)                                     |
-    | 77  | tier1_link_net                | 0   | 1   | 1 if the tier's links are net (a deployment   |
-    |     |                               |     |     | constant)                                     |
-    | 78  | tier2_present                 | 0   | 1   | 1 if the system has this tier (0 = innermost, |
-    |     |                               |     |     | the node); an outer tier of size 1 carries no |
-    |     |                               |     |     | traffic and is encoded as absent (all its     |
-    |     |                               |     |     | fields 0) (a deployment constant)             |
-    | 79  | tier2_size                    | 0   | 1   | log2(tier size) / 12 (a deployment constant)  |
-    | 80  | tier2_bandwidth               | 0   | 1   | log10(per-rank port GB/s) / 3 (1 GB/s = 0, 1  |
-    |     |                               |     |     | TB/s = 1) (a deployment constant)             |
-    | 81  | tier2_bandwidth_ratio         | 0   | 1   | log2(tier-0 GB/s / this tier's per-rank GB/s) |
-    |     |                               |     |     | / 8 (1:1 = 0, 256:1 = 1) (a deployment        |
-    |     |                               |     |     | constant)                                     |
-    | 82  | tier2_latency                 | 0   | 1   | log10(10 x hop latency µs) / 3 (0.1 µs = 0,   |
-    |     |                               |     |     | 100 µs = 1) (a deployment constant)           |
-    | 83  | tier2_fabric_switch           | 0   | 1   | 1 if the tier's fabric is switch (a           |
-    |     |                               |     |     | deployment constant)                          |
-    | 84  | tier2_fabric_ring             | 0   | 1   | 1 if the tier's fabric is ring (a deployment  |
-    |     |                               |     |     | constant)                                     |
-    | 85  | tier2_fabric_torus2d          | 0   | 1   | 1 if the tier's fabric is torus2d (a          |
-    |     |                               |     |     | deployment constant)                          |
-    | 86  | tier2_fabric_fully_connected  | 0   | 1   | 1 if the tier's fabric is fully_connected (a  |
-    |     |                               |     |     | deployment constant)                          |
-    | 87  | tier2_link_nvlink             | 0   | 1   | 1 if the tier's links are nvlink (a           |
-    |     |                               |     |     | deployment constant)                          |
-    | 88  | tier2_link_pcie               | 0   | 1   | 1 if the tier's links are pcie (a deployment  |
-    |     |                               |     |     | constant)                                     |
-    | 89  | tier2_link_net                | 0   | 1   | 1 if the tier's links are net (a deployment   |
-    |     |                               |     |     | constant)                                     |
+    {DEPLOYABLE_TABLE}
 
     ## Rewards
 
@@ -346,9 +209,9 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
     * ``render_mode``: None or ``"ansi"`` (a line per call).
     * other keyword arguments go to the backend's constructor.
 
-    ``import dynamiccl`` registers the id. A worker process that has not imported it (SB3's
+    ``import dynamiccl.envs`` registers the id. A worker process that has not imported it (SB3's
     SubprocVecEnv starts workers with forkserver or spawn) finds the environment through the
-    ``module:id`` form, ``gymnasium.make("dynamiccl:dynamiccl/CollectiveTuning-v0")``.
+    ``module:id`` form, ``gymnasium.make("dynamiccl.envs:dynamiccl/CollectiveTuning-v0")``.
 
     ## Version History
 
@@ -568,3 +431,6 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
                                scenario.topology.nranks)
             self._facts[scenario] = facts
         return facts
+
+
+CollectiveTuningEnv.__doc__ = _documented(CollectiveTuningEnv.__doc__ or "")

@@ -16,13 +16,14 @@ system at once (training a full-information learner encodes millions of calls).
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
 
 from dynamiccl.envs.observation import SYSTEM_FIELDS, ObservationField, system_features
-from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.nccl import MAX_CHANNELS
+from dynamiccl.knobs import Collective, Protocol
+from dynamiccl.nccl import MAX_CHANNELS, NCCL_ALGORITHMS
 from dynamiccl.nccl_model.model import NcclModel
 from dynamiccl.nccl_model.select import cost_tables
 from dynamiccl.policy_file import C2C_BUCKETS, STRAGGLER_BUCKETS, context_buckets
@@ -42,7 +43,6 @@ LOG10_MAX_US = 7.0
 #: log2 of the largest SM count encoded (256).
 LOG2_MAX_SMS = 8
 
-NCCL_ALGORITHMS = tuple(a for a in Algorithm if a != Algorithm.STRAGGLAR)
 _SYSTEM_FIELDS = SYSTEM_FIELDS[2:]  # ranks and nodes are per-call fields here
 
 
@@ -85,6 +85,23 @@ DEPLOYABLE_HIGH = np.array([f.high for f in DEPLOYABLE_FIELDS], dtype=np.float32
 _INDEX = {f.name: f.index for f in DEPLOYABLE_FIELDS}
 _STRAGGLER_BUCKETS = tuple(STRAGGLER_BUCKETS)
 _C2C_BUCKETS = tuple(C2C_BUCKETS)
+
+
+def docstring_table(width: int = 106) -> str:
+    """:data:`DEPLOYABLE_FIELDS` as the environment's docstring tables them, ``width`` columns wide
+    (its lines stay within 110 indented by 4): one row per field, long meanings continued on rows
+    with empty cells."""
+    header = "| Num | Field                         | Min | Max | Meaning"
+    meaning = width - len(header) - 2
+    rows = [header + " " * (meaning - len("Meaning")) + " |",
+            "|-----|-------------------------------|-----|-----|" + "-" * (meaning + 2) + "|"]
+    for f in DEPLOYABLE_FIELDS:
+        cells = [str(f.index), f.name, f"{f.low:g}", f"{f.high:g}"]
+        for line in textwrap.wrap(f.meaning, meaning):
+            rows.append(f"| {cells[0]:<3} | {cells[1]:<29} | {cells[2]:<3} | {cells[3]:<3} | "
+                        f"{line:<{meaning}} |")
+            cells = [""] * 4
+    return "\n".join(rows)
 
 
 def _log_unit(x: np.ndarray, scale: float) -> np.ndarray:

@@ -34,8 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dynamiccl.cli.simulate import REQUEST_FLAGS
 from dynamiccl.cli.simulate_batch import CHUNK_LINES, BatchSimulator
+from dynamiccl.cli.simulate_request import REQUEST_FLAGS
 
 CLI = [sys.executable, "-m", "dynamiccl.cli.main"]
 

@@ -20,6 +20,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
+import dynamiccl.envs  # noqa: F401  (registers the environment ids)
 from dynamiccl import ENV_ID
 
 

@@ -183,9 +183,9 @@ def _share(value: float | None) -> str:
 def _trained(args: argparse.Namespace, seed: int) -> FullInfoLearner:
     if args.load:
         learner = FullInfoLearner.load(args.load)
-        learner.config.margin = args.margin
+        learner.config.min_gain = args.min_gain
         return learner
-    learner = FullInfoLearner(FullInfoConfig(seed=seed, margin=args.margin))
+    learner = FullInfoLearner(FullInfoConfig(seed=seed, min_gain=args.min_gain))
     done = 0
     with progress_bar(f"training full_info (seed {seed})", args.samples) as advance:
         def shown(samples: int, _loss: float) -> None:
@@ -203,9 +203,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--seeds", type=int, default=1,
                         help="train this many learners (seeds SEED, SEED+1, ...) and score each: how "
                              "far they differ is part of the result (default 1)")
-    parser.add_argument("--margin", type=float, default=FullInfoConfig.margin,
+    parser.add_argument("--min-gain", type=float, default=FullInfoConfig.min_gain,
                         help="deviate from NCCL only above this predicted gain "
-                             f"(default {FullInfoConfig.margin})")
+                             f"(default {FullInfoConfig.min_gain})")
     parser.add_argument("--suite", default="heldout",
                         help="scenario suite to score on (default heldout; unseen_kinds: system "
                              "kinds never trained on)")

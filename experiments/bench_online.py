@@ -186,7 +186,7 @@ def players(adaptive: dict[str, CandidateTuner]) -> dict[str, Player]:
         "sweep_table": play_sweep,
         "coordinate_descent": fresh(lambda s: CoordinateDescentTuner(budget_of(s), deployable=True)),
         "bandit_5pct_gate": fresh(lambda s: UcbBandit(budget_of(s), deployable=True,
-                                                      safety_margin=0.05)),
+                                                      safety_gate=0.05)),
         "prior_sweep": forced(prior_sweep_tuner()),
         **{name: forced(tuner) for name, tuner in adaptive.items()},
     }

@@ -98,7 +98,7 @@ def measure(policy_file: Path, nranks: int, nnodes: int, calls: int, reps: int,
     noop = plugin.compile_c([tests / "noop_tuner.c"], "libnccl-tuner-noop.so",
                             flags=plugin.cflags(src), shared=True, depends=[src / "nccl_tuner_abi.h"])
     driver = plugin.compile_c([tests / "bench_driver.c"], "bench_driver",
-                              flags=["-std=c11", "-O2"], depends=[src / "nccl_tuner_abi.h"])
+                              flags=["-std=c11", "-O2"], depends=plugin.headers(src))
     env = {**os.environ, fmt.POLICY_ENV: str(policy_file)}
     for name in (fmt.LOG_DECISIONS_ENV, fmt.CONTEXT_ENV):
         env.pop(name, None)

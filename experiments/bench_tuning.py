@@ -601,7 +601,7 @@ def tuners(calibrate: bool, adaptive_model: str | None = None,
         "sweep_table": _choices_picker(sweep_table(1)),
         "sweep_table_half": _choices_picker(sweep_table(2)),
         "coordinate_descent": online(lambda b: CoordinateDescentTuner(b, deployable=True)),
-        "bandit_5pct_gate": online(lambda b: UcbBandit(b, deployable=True, safety_margin=0.05)),
+        "bandit_5pct_gate": online(lambda b: UcbBandit(b, deployable=True, safety_gate=0.05)),
         "tune_half_budget": _choices_picker(tune(0.5, calibrate)),
         "tune_same_budget": _choices_picker(tune(1.0, calibrate)),
     }

@@ -121,3 +121,79 @@ def test_an_import_against_the_direction_is_caught(module: str, statement: str) 
 def test_the_cli_may_import_every_layer() -> None:
     source = "\n".join(f"import {prefix}" for _, prefix in LAYERS)
     assert violations("dynamiccl.cli.main", source) == []
+
+
+def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node outside ``if TYPE_CHECKING:`` blocks (a type named for the reader, not imported)."""
+    found, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo += node.orelse
+            continue
+        todo += ast.iter_child_nodes(node)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the installed modules it imports when it runs (functions included: a loop through a
+    deferred import is still a loop; ``TYPE_CHECKING`` imports are not). ``from package import
+    module`` is an edge to the module, not to the package, whose ``__init__`` Python runs anyway."""
+    modules = {module_name(path): path for path in _installed_modules()}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        edges = set()
+        for node in _run_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges |= {alias.name for alias in node.names if alias.name in modules}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    target = f"{node.module}.{alias.name}"
+                    edges.add(target if target in modules else node.module)
+        graph[module] = {target for target in edges if target in modules and target != module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """A loop (a imports b, b imports a, even inside a function) means neither can be read, tested
+    or moved alone; the shared part belongs in a third module both import."""
+    assert not cycles(import_graph()), "import loops:\n" + "\n".join(
+        " <-> ".join(c) for c in cycles(import_graph()))
+
+
+def test_a_loop_through_a_deferred_import_is_caught() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

@@ -147,8 +147,8 @@ def test_a_thousand_odd_requests_end_in_answers_or_readable_errors_never_in_bugs
     import argparse
     import random
 
-    from dynamiccl.cli.simulate import REQUEST_FLAGS
     from dynamiccl.cli.simulate_batch import BatchSimulator
+    from dynamiccl.cli.simulate_request import REQUEST_FLAGS
 
     rng = random.Random(11)
     choices = {

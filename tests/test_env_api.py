@@ -32,11 +32,19 @@ def _masked_rollout(env: gym.Env, seed: int, steps: int) -> list[tuple]:
     return out
 
 
-def test_import_registers_the_id_without_importing_the_environment():
-    code = ("import sys, dynamiccl, gymnasium as gym; gym.spec('dynamiccl/CollectiveTuning-v0'); "
+def test_importing_the_envs_registers_the_ids_without_importing_the_environments():
+    code = ("import sys, dynamiccl.envs, gymnasium as gym; gym.spec('dynamiccl/CollectiveTuning-v0'); "
+            "gym.spec('dynamiccl/OnlineTuning-v0'); "
             "print('dynamiccl.envs.collective_tuning' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_module_form_makes_the_environment_in_a_fresh_interpreter():
+    code = ("import gymnasium as gym; env = gym.make('dynamiccl.envs:dynamiccl/CollectiveTuning-v0', "
+            "scenario='smoke'); print(type(env.unwrapped).__name__, env.spec.id)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["CollectiveTuningEnv", "dynamiccl/CollectiveTuning-v0"]
 
 
 def test_gym_make_builds_the_environment():
@@ -160,9 +168,9 @@ def test_subproc_vec_env_matches_dummy_vec_env():
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     kwargs = {"scenario": "smoke", "render_mode": None}
-    # A spawned worker has not imported dynamiccl: the "module:id" form makes gymnasium import it.
-    sub = make_vec_env(f"dynamiccl:{ENV_ID}", n_envs=2, seed=5, vec_env_cls=SubprocVecEnv, env_kwargs=kwargs,
-                       vec_env_kwargs={"start_method": "spawn"})
+    # A spawned worker has not imported dynamiccl.envs: the "module:id" form makes gymnasium import it.
+    sub = make_vec_env(f"dynamiccl.envs:{ENV_ID}", n_envs=2, seed=5, vec_env_cls=SubprocVecEnv,
+                       env_kwargs=kwargs, vec_env_kwargs={"start_method": "spawn"})
     dummy = make_vec_env(ENV_ID, n_envs=2, seed=5, vec_env_cls=DummyVecEnv, env_kwargs=kwargs)
     try:
         np.testing.assert_array_equal(sub.reset(), dummy.reset())

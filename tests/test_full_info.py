@@ -57,7 +57,7 @@ def test_the_loss_ignores_actions_that_are_not_allowed() -> None:
     assert float(masked_loss(torch.tensor([[0.3, -0.5, 9.0]]), gains, allowed)) > 0.0
 
 
-def _constant_policy(values: np.ndarray, margin: float = 0.02) -> FullInfoPolicy:
+def _constant_policy(values: np.ndarray, min_gain: float = 0.02) -> FullInfoPolicy:
     learner = FullInfoLearner(FullInfoConfig(hidden=8, layers=1, ensemble=2))
     with torch.no_grad():
         for p in learner.network.parameters():
@@ -65,14 +65,14 @@ def _constant_policy(values: np.ndarray, margin: float = 0.02) -> FullInfoPolicy
         for member in learner.network.members:
             member[-1].bias.copy_(torch.as_tensor(values, dtype=torch.float32))
     learner.network.widen_support(torch.as_tensor(np.stack([DEPLOYABLE_LOW, DEPLOYABLE_HIGH])))
-    return FullInfoPolicy(learner.network, margin)
+    return FullInfoPolicy(learner.network, min_gain)
 
 
-def test_policy_defers_to_nccl_unless_the_predicted_gain_clears_the_margin() -> None:
+def test_policy_defers_to_nccl_unless_the_predicted_gain_exceeds_min_gain() -> None:
     scenario = Scenario(load_topology("dgx_h100", nodes=2), Collective.ALLREDUCE, 1 << 20)
     ring = ACTIONS.index(nccl_config(1, 2, 16))  # ring/simple/16
     small = np.zeros(len(ACTIONS))
-    small[ring] = np.log(1.015)                    # 1.5 % predicted: below the 2 % margin
+    small[ring] = np.log(1.015)                    # 1.5 % predicted: below min_gain, 2 %
     assert _constant_policy(small).force(scenario) == KnobConstraints()  # NCCL decides
     big = np.zeros(len(ACTIONS))
     big[ring] = np.log(1.5)
@@ -113,7 +113,7 @@ def test_a_policy_acts_only_inside_the_box_of_observations_it_trained_on() -> No
     for outside in (Scenario(load_topology("dgx_h100", nodes=16), Collective.ALLREDUCE, 1 << 20),
                     Scenario(load_topology("gb200_nvl72", nodes=2), Collective.ALLREDUCE, 1 << 20)):
         assert policy.force(outside) == KnobConstraints()
-    # What it ranks first, before the margin: the pinned action inside, nothing outside.
+    # What it ranks first, before min_gain decides: the pinned action inside, nothing outside.
     mixed = [load_topology("dgx_h100", nodes=n) for n in (2, 16)]
     one_call = CallBatch(np.array([int(Collective.ALLREDUCE)]), np.array([1 << 20]), np.zeros(1), np.zeros(1))
     ranked = [policy.preferred(v.observations, v.allowed)

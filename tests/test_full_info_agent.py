@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_module
 from training_runs import ENV, REPO, checkpoint_steps, interrupt, run, start_and_wait
 
 from dynamiccl.agents import full_info_agent
-from dynamiccl.agents.config_schema import ConfigCheckError, validate
+from dynamiccl.agents.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.full_info import FullInfoConfig
 from dynamiccl.agents.registry import load_policy
 from dynamiccl.agents.train import train
@@ -178,6 +178,34 @@ def test_a_run_folder_of_another_agent_is_refused_by_name(trained):
         train(make("experiment=smoke", "resume.allow_changes=true"), run_dir)
 
 
+def test_a_run_folder_and_a_learner_file_from_when_min_gain_was_called_margin_still_load(trained,
+                                                                                       tmp_path):
+    from omegaconf import OmegaConf
+
+    from dynamiccl.agents.full_info import FullInfoLearner
+    from dynamiccl.agents.run_folder import record_config
+
+    run_dir, _ = trained
+    recorded = OmegaConf.load(run_dir / "config.yaml")
+    old = OmegaConf.to_container(recorded)
+    old["agent"]["model"]["margin"] = old["agent"]["model"].pop("min_gain")
+    old_run = tmp_path / "old_run"
+    old_run.mkdir()
+    (old_run / "config.yaml").write_text(OmegaConf.to_yaml(old))
+    assert record_config(recorded, old_run, 1024) is None, "the renamed key is the same setting"
+    old["agent"]["model"]["margin"] = 0.02
+    (old_run / "config.yaml").write_text(OmegaConf.to_yaml(old))
+    with pytest.raises(ConfigCheckError, match=r"agent.model.min_gain \(0.02 -> 0.005\)"):
+        record_config(recorded, old_run, 1024)
+
+    blob = torch.load(run_dir / "model.pt", weights_only=True)
+    blob["config"].pop("min_gain")
+    blob["config"]["margin"] = 0.02
+    torch.save(blob, tmp_path / "old.pt")
+    assert FullInfoLearner.load(tmp_path / "old.pt").config.min_gain == 0.02
+    assert FullInfoLearner.load(tmp_path / "old.pt").policy().threshold == pytest.approx(np.log1p(0.02))
+
+
 # --- kill -9 and Ctrl-C, then resume ---------------------------------------------------------------
 
 TOTAL = 8192
@@ -323,7 +351,7 @@ def test_in_distribution_bands_count_what_a_policy_takes_of_each_calls_best_gain
             gains = scored["now"].gains
             return gains.argmax(axis=1), gains.max(axis=1)
 
-    best = bench.in_distribution(BestAction(learner.network, margin=0.0), systems=4)
+    best = bench.in_distribution(BestAction(learner.network, min_gain=0.0), systems=4)
     assert [b["calls"] for b in best.values()] == [b["calls"] for b in idle.values()]
     assert best["all"]["share"] == pytest.approx(1.0) and best["all"]["slower_than_nccl_2pct"] == 0.0
     assert all(b["share"] is None or b["share"] == pytest.approx(1.0) for b in best.values())

@@ -23,7 +23,7 @@ from dynamiccl.topology import load_topology, preset_names
 
 
 def test_nccl_integer_ids_match_the_reference() -> None:
-    # nccl_abi.md §1.2: ncclFunc_t and the tuner's algorithm/protocol indices.
+    # NCCL 2.30.7 src/include/nccl_common.h: ncclFunc_t and the tuner's algorithm/protocol indices.
     assert [int(c) for c in (Collective.BROADCAST, Collective.REDUCE, Collective.ALLGATHER,
                              Collective.REDUCESCATTER, Collective.ALLREDUCE)] == [0, 1, 2, 3, 4]
     assert [int(a) for a in (Algorithm.TREE, Algorithm.RING, Algorithm.COLLNET_DIRECT,

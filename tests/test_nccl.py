@@ -17,8 +17,8 @@ from dynamiccl import nccl
 from dynamiccl.knobs import Config, ConfigBatch, invalid_reason, parse_enum
 from dynamiccl.nccl import (
     ALGORITHM_NCCL_NAMES,
+    ALGORITHM_SPECS,
     ALGORITHM_TOKENS,
-    CAPABILITIES,
     COLLECTIVE_TOKENS,
     PROTOCOL_TOKENS,
     Algorithm,
@@ -33,7 +33,7 @@ from dynamiccl.topology import load_topology
 
 
 def test_ids_are_nccls() -> None:
-    # nccl_abi.md §1.2: ncclFunc_t, NCCL_ALGO_*, NCCL_PROTO_* and the table sizes.
+    # NCCL 2.30.7 src/include/nccl_common.h: ncclFunc_t, NCCL_ALGO_*, NCCL_PROTO_*, the table sizes.
     assert [int(c) for c in (Collective.BROADCAST, Collective.ALLREDUCE)] == [0, 4]
     assert [int(a) for a in (Algorithm.TREE, Algorithm.RING, Algorithm.PAT)] == [0, 1, 6]
     assert (nccl.N_COLLECTIVES, nccl.N_ALGORITHMS, nccl.N_PROTOCOLS) == (5, 7, 3)
@@ -48,7 +48,7 @@ def test_table_sizes_are_counted_from_the_enums_not_written_again() -> None:
                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
                if isinstance(target, ast.Name) and target.id.startswith("N_")]
     assert written == []
-    assert nccl.N_ALGORITHMS == sum(1 for c in CAPABILITIES.values() if c.nccl_name)
+    assert nccl.N_ALGORITHMS == sum(1 for c in ALGORITHM_SPECS.values() if c.nccl_name)
 
 
 def test_policy_tokens_cover_exactly_what_nccl_can_be_told() -> None:
@@ -76,7 +76,7 @@ def test_profiler_forces_knobs_with_nccl_names() -> None:
 
 def test_validity_rules_read_the_capability_table() -> None:
     topo = load_topology("dgx_h100", nodes=2)
-    for algo, capability in CAPABILITIES.items():
+    for algo, capability in ALGORITHM_SPECS.items():
         for collective in Collective:
             reason = invalid_reason(topo, collective, Config(algo, Protocol.SIMPLE, 8, _hierarchy(algo)))
             if collective not in capability.collectives:
@@ -133,9 +133,10 @@ def _config_path(name: str) -> str:
     return str(resources.files("dynamiccl.configs") / name)
 
 
-def test_core_imports_do_not_load_gymnasium_yet_import_registers_the_env() -> None:
+def test_core_imports_do_not_load_gymnasium_and_importing_the_envs_registers_them() -> None:
     code = ("import sys, dynamiccl, dynamiccl.knobs, dynamiccl.simulator, dynamiccl.policy_file; "
-            "print('gymnasium' in sys.modules); import gymnasium; "
-            "print(gymnasium.spec(dynamiccl.ENV_ID).entry_point == dynamiccl.ENV_ENTRY_POINT)")
+            "print('gymnasium' in sys.modules); import dynamiccl.envs, gymnasium; "
+            "print(gymnasium.spec(dynamiccl.ENV_ID).entry_point == "
+            "dynamiccl.envs.ENVIRONMENTS[dynamiccl.ENV_ID])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]

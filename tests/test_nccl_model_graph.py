@@ -1,7 +1,7 @@
 """NCCL's init-time search, emulated (dynamiccl.nccl_model.graph): values derived by hand.
 
 Each expected graph is worked out in the comment beside it from the rules in graph.py's docstring
-(nccl_abi.md §3.8/§3.9 and src/graph/search.cc, connect.cc). Three of them reproduce channel
+(NCCL 2.30.7 src/graph/search.cc, connect.cc, topo.h). Three of them reproduce channel
 counts NCCL printed on real machines (cited), which is how the emulation was checked.
 """
 
@@ -31,8 +31,8 @@ def _sm90_nodes(bandwidth: float, ppn: int, nodes: int, nic: float = 50.0) -> ob
     (100, 3, 40.1),
 ])
 def test_compcap_row_and_nvlink_constant(sm: int, index: int, link_bw: float) -> None:
-    # §3.3: >=100 Blackwell(3), >=90 Hopper(2), >=80 Ampere(1), else Volta(0).
-    # §3.9: NVLink SM70 20, SM80 20, SM86 12, SM90 20.6, SM100 40.1 (sm75 -> SM70, sm89 -> SM80).
+    # tuning.cc: >=100 Blackwell(3), >=90 Hopper(2), >=80 Ampere(1), else Volta(0).
+    # topo.h: NVLink SM70 20, SM80 20, SM86 12, SM90 20.6, SM100 40.1 (sm75 -> SM70, sm89 -> SM80).
     assert compcap_index(sm) == index
     assert nvlink_link_bw(sm) == link_bw
 

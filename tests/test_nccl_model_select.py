@@ -1,4 +1,4 @@
-"""NCCL's per-call decision (nccl_abi.md §3.1, §3.6, §1.5.4, §3.8): time, pick, channels.
+"""NCCL's per-call decision (NCCL 2.30.7 src/graph/tuning.cc, src/enqueue.cc): time, pick, channels.
 
 Table values used (hand-derived in test_nccl_model_tables.py): dgx_h100 one node, AllReduce:
 Ring LL 15.0 µs / 141 x 8/14 GB/s, Tree LL 15.2 µs / 43.58 GB/s, Tree Simple 64.4 µs / 165.6 GB/s,
@@ -38,7 +38,7 @@ def h8() -> NcclModel:
     (512 << 20, 23), (1 << 30, 24),
 ])
 def test_tree_correction_index(nbytes: int, index: int) -> None:
-    # floor(log2(nBytes >> 6)); -1 (no correction) below 64 B (§3.1).
+    # floor(log2(nBytes >> 6)); -1 (no correction) below 64 B (ncclTopoGetAlgoTime).
     assert log2_size_index(np.array([nbytes]))[0] == index
 
 
@@ -88,7 +88,7 @@ def test_pre_ampere_plateau_factor() -> None:
 
 
 def test_num_pipe_ops_multiplies_latency(h1: NcclModel) -> None:
-    # 9 pipelined ops: Ring latCount 9, others ceil(9/8) = 2 (§3.1).
+    # 9 pipelined ops: Ring latCount 9, others ceil(9/8) = 2 (ncclTopoGetAlgoTime).
     table = h1.cost_table(AR, 8, num_pipe_ops=9)
     assert table[RING, LL] == pytest.approx(15.0 * 9 + 8 / (1000 * 141 * 8 / 14), rel=1e-5)
     assert table[TREE, LL] == pytest.approx(15.2 * 2 + 8 / (1000 * 331.2 / 3.8 * 0.5), rel=1e-5)
@@ -110,7 +110,7 @@ def test_pick_takes_lowest_algorithm_then_protocol_on_ties() -> None:
     assert pick(np.full((1, 7, 3), -1.0, dtype=np.float32))[0][0] == -1
 
 
-# Channel heuristic (§3.8): nc drops while nBytes < nc x maxThreads x threshold.
+# Channel heuristic (src/enqueue.cc): nc drops while nBytes < nc x maxThreads x threshold.
 CHANNELS = [
     ("h1", AR, 8, "ring/ll", 1, "8 B < 1 x 512 x (8 x 8 ranks)"),
     ("h1", AR, 65536, "ring/ll", 2, "65536 // (512 x 64) = 2"),

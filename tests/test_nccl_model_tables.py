@@ -1,4 +1,4 @@
-"""NCCL's per-communicator tables (nccl_abi.md §3.2, §3.4, §3.5) against values computed by hand.
+"""NCCL's per-communicator tables (NCCL 2.30.7 src/graph/tuning.cc) against values computed by hand.
 
 Graph inputs used below (derived in test_nccl_model_graph.py):
   dgx_h100, 1 node:  ring/tree 12 ch x 30 GB/s, NVLS 8 heads (bwIntra 40, bwInter 60), NVLINK.
@@ -75,7 +75,7 @@ def _collnet_h100(fabric: str = "switch") -> NcclModel:
     (nccl.PER_CH_MAX_NVLS_TREE_BW, (2, 2), 45.5), (nccl.PER_CH_MAX_RING_LL128_BW, (2, 0), 36.7),
 ])
 def test_default_constants(table: object, index: tuple[int, ...], value: float) -> None:
-    # §3.2, as NCCL 2.30.7 ships them (the † cells are the 2.30.7 values, not 2.32.3's).
+    # ncclTunerConstantsDefaults, as NCCL 2.30.7 ships them (the † cells are the 2.30.7 values, not 2.32.3's).
     assert table[index] == value  # type: ignore[index]
 
 
@@ -176,7 +176,7 @@ def test_unusable_combinations_have_no_bandwidth(request: pytest.FixtureRequest,
 
 
 def test_ll128_default_rule_follows_the_topology() -> None:
-    pcie = NcclModel(load_topology("pcie_cluster"))  # PCIe intra path: LL128 off (§3.7)
+    pcie = NcclModel(load_topology("pcie_cluster"))  # PCIe intra path: LL128 off (tuning.cc)
     assert not pcie.tables.bandwidth[:, :, LL128].any()
     assert pcie.tables.bandwidth[AR, RING, LL] > 0
 

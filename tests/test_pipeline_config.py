@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from dynamiccl.agents.config_schema import ConfigCheckError, validate
+from dynamiccl.agents.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.envs_factory import env_kwargs, scenario_spec
 from dynamiccl.agents.sb3_agents import build_model
 from dynamiccl.agents.sweep import search_space

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-from dynamiccl.agents.config_schema import ConfigCheckError
+from dynamiccl.agents.config_checks import ConfigCheckError
 from dynamiccl.agents.train import train
 
 REPO = Path(__file__).resolve().parents[1]

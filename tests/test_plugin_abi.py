@@ -79,7 +79,7 @@ def driver(tmp_path_factory) -> Driver:
     library = plugin.build(cache=cache)
     exe = plugin.compile_c([src / "tests" / "driver.c"], "driver",
                            flags=["-std=c11", "-O1", "-g", "-Wall", "-Wextra"], cache=cache,
-                           depends=[src / "tests" / "harness.h", src / "nccl_tuner_abi.h"])
+                           depends=[src / "tests" / "harness.h", *plugin.headers(src)])
     return Driver(exe, library)
 
 

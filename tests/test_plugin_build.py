@@ -12,7 +12,8 @@ import pytest
 from dynamiccl import plugin, policy_format
 from dynamiccl.cli.main import main
 
-#: NCCL's struct sizes (nccl_abi.md §1.3): name + 3 function pointers, v6 one more.
+#: NCCL's struct sizes (NCCL 2.30.7 src/include/plugin/tuner/tuner_v*.h): name + 3 function
+#: pointers, v6 one more.
 STRUCT_BYTES = {"ncclTunerPlugin_v2": 32, "ncclTunerPlugin_v3": 32, "ncclTunerPlugin_v4": 32,
                 "ncclTunerPlugin_v5": 32, "ncclTunerPlugin_v6": 40}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl import plugin
+from dynamiccl import nccl, plugin
 from dynamiccl import policy_file as pf
 from dynamiccl.nccl import Algorithm, Collective, Protocol
 
@@ -132,8 +132,12 @@ def test_bounded_libfuzzer_run_of_the_parser(cache, seed_policies, tmp_path):
     for seed in seed_policies:  # bodies without the checksum line: the target appends one
         text = seed.read_text()
         (corpus / seed.stem).write_text(text[: text.rindex("checksum")])
+    dictionary = tmp_path / "policy.dict"
+    names = [*nccl.COLLECTIVE_TOKENS.values(), *nccl.ALGORITHM_TOKENS.values(),
+             *nccl.PROTOCOL_TOKENS.values()]
+    dictionary.write_text((TESTS / "policy.dict").read_text() + "".join(f'"{n}"\n' for n in names))
     proc = _run([fuzzer, "-max_total_time=15", "-timeout=10", "-rss_limit_mb=2048",
-                 f"-dict={TESTS / 'policy.dict'}", "-print_final_stats=1", corpus], timeout=120)
+                 f"-dict={dictionary}", "-print_final_stats=1", corpus], timeout=120)
     assert proc.returncode == 0, proc.stderr[-4000:]
     runs = int(next(line.split()[-1] for line in proc.stderr.splitlines()
                     if line.startswith("stat::number_of_executed_units")))

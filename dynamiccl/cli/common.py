@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
+from dynamiccl.agents.gate import DEFAULT_MARGIN, check_margin
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import Collective
@@ -32,7 +32,7 @@ class UserError(Exception):
 INPUT_ERRORS = (
     ("dynamiccl.config_loader", "ConfigError"),
     ("dynamiccl.policy_file", "PolicyFileError"),
-    ("dynamiccl.agents.config_schema", "ConfigCheckError"),
+    ("dynamiccl.agents.config_checks", "ConfigCheckError"),
     ("dynamiccl.profiler.nccl_tests", "NcclTestsParseError"),
     ("dynamiccl.profiler.calibrate", "CalibrationError"),
 )
@@ -164,38 +164,33 @@ def positive_float(text: str) -> float:
     return value
 
 
-def load_policy_arg(name_or_path: str, **kwargs: Any) -> Any:
-    """``agents.registry.load_policy`` for a name the user typed: a name that is no policy, or a
-    file that is no checkpoint (a policy file, a truncated zip), is one UserError naming it."""
-    import zipfile
+def add_action_set_args(parser: argparse.ArgumentParser, who: str) -> None:
+    """``--all-actions`` / ``--deployable``: whether ``who`` may also use the simulator-only actions;
+    ``args.all_actions`` is False (deployable, the default) unless asked."""
+    actions = parser.add_mutually_exclusive_group()
+    actions.add_argument("--all-actions", action="store_true",
+                         help=f"let {who} also use the simulator-only ring-over-ring and StragglAR (no "
+                              "real job can run them)")
+    actions.add_argument("--deployable", action="store_true",
+                         help=f"only what the tuner plugin can make NCCL run, for {who} (the default)")
 
-    from dynamiccl.agents.deployed import is_policy_file
-    from dynamiccl.agents.registry import BUILTIN, load_policy
-    from dynamiccl.cli.policy_sniff import policy_file_kind
 
-    path = Path(name_or_path)
-    builtin = name_or_path.strip().lower() in BUILTIN
-    names_something = builtin or path.exists() or path.with_suffix(".zip").exists()
-    if not names_something and _looks_like_path(name_or_path):
-        raise UserError(f"{name_or_path} does not exist; give the path of a checkpoint, its run "
-                        f"folder or an exported policy file, or a built-in policy ({', '.join(BUILTIN)})")
-    if not builtin and is_policy_file(path):
-        policy_file_kind(path)  # a file that is no shipped policy is named for what it is
+def add_gate_margin_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--margin``: the safety gate's margin (``agents.gate.DEFAULT_MARGIN`` unless given), checked
+    where it is parsed by the gate's own range check."""
+    parser.add_argument("--margin", type=_gate_margin, default=DEFAULT_MARGIN, metavar="FRACTION",
+                        help=f"{what} (default {DEFAULT_MARGIN:g} = {100 * DEFAULT_MARGIN:g}%%)")
+
+
+def _gate_margin(text: str) -> float:
     try:
-        return load_policy(name_or_path, **kwargs)
-    except zipfile.BadZipFile:
-        raise UserError(f"{name_or_path} is not a checkpoint written by `dynamiccl train` (not a zip "
-                        "file)") from None
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    try:
+        return check_margin(value)
     except ValueError as exc:
-        if names_something:  # the name was fine: whatever failed is not the user's doing
-            raise
-        raise UserError(str(exc)) from None
-
-
-def _looks_like_path(text: str) -> bool:
-    """A name with a folder or a suffix (``runs/x``, ``model.zip``) was meant as a file, so a missing
-    one is reported as a missing file rather than as an unknown built-in name."""
-    return any(sep in text for sep in (os.sep, os.altsep) if sep) or bool(Path(text).suffix)
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def path_arg(text: str) -> str:
@@ -209,10 +204,24 @@ def path_arg(text: str) -> str:
 
 def read_text(path: str | Path, what: str) -> str:
     """The text of a file the user named, or one UserError saying why it cannot be read."""
-    try:
+    with _reading(path, what):
         return Path(path).read_text()
+
+
+def read_head(path: str | Path, what: str, size: int, missing: str = "check the path") -> bytes:
+    """The first ``size`` bytes of a file the user named, or one UserError saying why they cannot
+    be read (``missing``: the fix for a file that does not exist)."""
+    with _reading(path, what, missing), Path(path).open("rb") as fh:
+        return fh.read(size)
+
+
+@contextmanager
+def _reading(path: str | Path, what: str, missing: str = "check the path") -> Iterator[None]:
+    """Why a file the user named cannot be read, as one UserError: the ladder every reader shares."""
+    try:
+        yield
     except FileNotFoundError:
-        raise UserError(f"{path}: no such {what}; check the path") from None
+        raise UserError(f"{path}: no such {what}; {missing}") from None
     except IsADirectoryError:
         raise UserError(f"{path} is a folder, not a {what}; give the file inside it") from None
     except PermissionError:

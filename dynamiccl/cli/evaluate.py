@@ -18,7 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, load_policy_arg, non_negative_int, path_arg
+from dynamiccl.cli.common import UserError, add_action_set_args, non_negative_int, path_arg
+from dynamiccl.cli.policy_sniff import load_policy_arg
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, a
 checkpoint path (model.zip or checkpoints/last.zip of an SB3 agent, model.pt of the
@@ -172,12 +173,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "comma-separate) for more")
     parser.add_argument("--suite", default="heldout", type=path_arg, metavar="NAME|FILE.yaml",
                         help="scenario suite (default: heldout)")
-    actions = parser.add_mutually_exclusive_group()
-    actions.add_argument("--all-actions", action="store_true",
-                         help="also allow the simulator-only ring-over-ring and StragglAR (no "
-                              "real job can run them)")
-    actions.add_argument("--deployable", action="store_true",
-                         help="only actions the tuner plugin can make NCCL run (the default)")
+    add_action_set_args(parser, "every policy")
     parser.add_argument("--backend", choices=("sim", "perturbed", "replay"), default="sim",
                         help="the reality that times every call (default: sim)")
     parser.add_argument("--reality-seed", type=int, default=1000, metavar="SEED",

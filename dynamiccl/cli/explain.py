@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dynamiccl.cli.common import (
     UserError,
+    add_action_set_args,
     add_topology_args,
     collective_arg,
     path_arg,
@@ -39,12 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_topology_args(p)
     p.add_argument("--collective", required=True, type=collective_arg,
                    help="allreduce, allgather, reducescatter, broadcast or reduce")
-    actions = p.add_mutually_exclusive_group()
-    actions.add_argument("--all-actions", action="store_true",
-                         help="let the best pick use the simulator-only ring-over-ring and StragglAR "
-                              "(no real job can run them)")
-    actions.add_argument("--deployable", action="store_true",
-                         help="best pick among what the tuner plugin can make NCCL run (the default)")
+    add_action_set_args(p, "the best pick")
     p.add_argument("--min-size", type=size_arg, default=MIN_SIZE, help="smallest size (default 8)")
     p.add_argument("--max-size", type=size_arg, default=MAX_SIZE, help="largest size (default 4G)")
     p.add_argument("--plot", type=path_arg, metavar="FILE.png",

@@ -19,12 +19,13 @@ from pathlib import Path
 
 from dynamiccl.cli.common import (
     UserError,
+    add_gate_margin_arg,
     add_topology_args,
-    load_policy_arg,
     non_negative_int,
     positive_int,
     topology_from_args,
 )
+from dynamiccl.cli.policy_sniff import load_policy_arg
 
 EPILOG = """examples:
   dynamiccl export --policy oracle --topology dgx_h100 --nodes 2 -o oracle.dccl
@@ -106,8 +107,6 @@ def _run(args: argparse.Namespace) -> int:
     if args.points_per_octave > exporting.MAX_POINTS_PER_OCTAVE:
         raise UserError(f"--points-per-octave {args.points_per_octave}: points per octave must be "
                         f"1..{exporting.MAX_POINTS_PER_OCTAVE} (boundaries are bisected to the byte anyway)")
-    if not 0 <= args.margin < 1:
-        raise UserError(f"--margin {args.margin}: give a fraction in [0, 1), e.g. 0.03")
     out = _output(args)
     topology = topology_from_args(args)
     node_counts = args.node_counts or [topology.nodes]
@@ -202,9 +201,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="context slices: 'default' (no straggler, no overlap) or 'all'")
     parser.add_argument("--points-per-octave", type=positive_int, default=8,
                         help="size samples per doubling before bisection (1..64, default 8)")
-    parser.add_argument("--margin", type=float, default=0.03, metavar="FRACTION",
-                        help="gate: override NCCL only where the predicted gain exceeds this and "
-                             "the model's uncertainty (default 0.03 = 3%%)")
+    add_gate_margin_arg(parser, "gate: override NCCL only where the predicted gain exceeds this and "
+                                "the model's uncertainty")
     parser.add_argument("--no-gate", action="store_true",
                         help="write the policy's answers ungated (still refused where predicted "
                              "slower than NCCL, unless --allow-slower)")

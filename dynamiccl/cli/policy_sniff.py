@@ -1,17 +1,19 @@
-"""What a file handed over as a shipped policy is, told from its first bytes.
+"""What a policy the user names is: a built-in, a checkpoint, or a shipped file told from its first bytes.
 
 ``show`` and ``evaluate`` accept two text formats (a ``.dccl`` file, NVIDIA's example-tuner CSV).
 Anything that is neither used to reach the CSV parser and be reported as a CSV with a bad first
 line; a folder as a missing file. The first bytes say what a file is, so the message names that
 (a folder, a zip archive, a binary file, a damaged ``.dccl``) and what to give instead.
+:func:`load_policy_arg` loads any ``--policy`` argument with the same care.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from dynamiccl.cli.common import UserError
+from dynamiccl.cli.common import UserError, read_head
 
 #: Bytes read to decide (a CSV's header comments fit in them).
 SNIFF_BYTES = 4096
@@ -25,17 +27,7 @@ def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
     from dynamiccl import policy_file as pf
 
     path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{path} is a folder, not a policy file; give the file inside it")
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(SNIFF_BYTES)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such policy file; export one with `dynamiccl export`") from None
-    except PermissionError:
-        raise UserError(f"{path}: permission denied; make it readable") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    head = read_head(path, "policy file", SNIFF_BYTES, missing="export one with `dynamiccl export`")
     if head.startswith(pf.MAGIC.encode()):
         return "dccl"
     if not head:
@@ -55,3 +47,36 @@ def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
         raise UserError(f"{path} is neither a DynamICCL policy file (no '{pf.MAGIC}' first line) "
                         f"nor NVIDIA example-tuner CSV (its first rule line has no commas); {_GIVE}")
     return "csv"
+
+
+def load_policy_arg(name_or_path: str, **kwargs: Any) -> Any:
+    """``agents.registry.load_policy`` for a name the user typed: a name that is no policy, or a
+    file that is no checkpoint (a policy file, a truncated zip), is one UserError naming it."""
+    import zipfile
+
+    from dynamiccl.agents.deployed import is_policy_file
+    from dynamiccl.agents.registry import BUILTIN, load_policy
+
+    path = Path(name_or_path)
+    builtin = name_or_path.strip().lower() in BUILTIN
+    names_something = builtin or path.exists() or path.with_suffix(".zip").exists()
+    if not names_something and _looks_like_path(name_or_path):
+        raise UserError(f"{name_or_path} does not exist; give the path of a checkpoint, its run "
+                        f"folder or an exported policy file, or a built-in policy ({', '.join(BUILTIN)})")
+    if not builtin and is_policy_file(path):
+        policy_file_kind(path)  # a file that is no shipped policy is named for what it is
+    try:
+        return load_policy(name_or_path, **kwargs)
+    except zipfile.BadZipFile:
+        raise UserError(f"{name_or_path} is not a checkpoint written by `dynamiccl train` (not a zip "
+                        "file)") from None
+    except ValueError as exc:
+        if names_something:  # the name was fine: whatever failed is not the user's doing
+            raise
+        raise UserError(str(exc)) from None
+
+
+def _looks_like_path(text: str) -> bool:
+    """A name with a folder or a suffix (``runs/x``, ``model.zip``) was meant as a file, so a missing
+    one is reported as a missing file rather than as an unknown built-in name."""
+    return any(sep in text for sep in (os.sep, os.altsep) if sep) or bool(Path(text).suffix)

@@ -29,7 +29,7 @@ from dynamiccl.cli.common import (
     size_arg,
 )
 from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
+from dynamiccl.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol
 from dynamiccl.topology import DEFAULT_NIC_PATH, NIC_PATHS
 from dynamiccl.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
 
@@ -153,8 +153,9 @@ def _nccl_name(enum_cls: type[Algorithm] | type[Protocol]):
             value = parse_enum(enum_cls, text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-        if value == Algorithm.STRAGGLAR and enum_cls is Algorithm:
-            raise argparse.ArgumentTypeError("stragglar exists only in the simulator; NCCL cannot run it")
+        if enum_cls is Algorithm and value not in NCCL_ALGORITHMS:
+            raise argparse.ArgumentTypeError(f"{value.name.lower()} exists only in the simulator; "
+                                             "NCCL cannot run it")
         return value.name.lower()
 
     parse.__name__ = enum_cls.__name__.lower()

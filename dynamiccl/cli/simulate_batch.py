@@ -31,7 +31,7 @@ from dynamiccl.cli.common import (
     read_text,
     topology_from_args,
 )
-from dynamiccl.cli.simulate import (
+from dynamiccl.cli.simulate_request import (
     REQUEST_FLAGS,
     add_request_args,
     constraints_from_args,

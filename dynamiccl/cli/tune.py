@@ -17,7 +17,13 @@ import argparse
 import json
 import sys
 
-from dynamiccl.cli.common import UserError, add_topology_args, path_arg, topology_from_args
+from dynamiccl.cli.common import (
+    UserError,
+    add_gate_margin_arg,
+    add_topology_args,
+    path_arg,
+    topology_from_args,
+)
 
 EPILOG = """examples:
   dynamiccl tune --topology dgx_h100 --plan --budget 40
@@ -202,8 +208,6 @@ def _run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.budget <= MAX_BUDGET:
         raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measurements")
-    if not 0 <= args.margin < 1:
-        raise UserError(f"--margin {args.margin}: give a fraction in [0, 1), e.g. 0.03")
     topology = topology_from_args(args)
     records = _records([p for group in args.measurements or [] for p in group], topology)
     measurements = tune.Measurements(records)
@@ -278,9 +282,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--collective", action="append", choices=_COLLECTIVES + (
         "broadcast", "reduce"), help="only these collectives (default: allreduce, allgather, "
                                      "reducescatter)")
-    parser.add_argument("--margin", type=float, default=0.03, metavar="FRACTION",
-                        help="override only where the gain exceeds this and the uncertainty "
-                             "(default 0.03)")
+    add_gate_margin_arg(parser, "override only where the gain exceeds this and the uncertainty")
     parser.add_argument("--no-calibrate", action="store_true",
                         help="use the topology as given (skip fitting it to the measurements)")
     parser.add_argument("-o", "--output", type=path_arg, metavar="FILE", help="write the tuned policy file")

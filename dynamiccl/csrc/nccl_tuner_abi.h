@@ -1,8 +1,9 @@
-/* The slice of NCCL's tuner-plugin interface DynamICCL needs, written from the facts recorded in
- * shared/reference/nccl_abi.md §1 (no NCCL header ships with the wheel, so the plugin carries its
- * own). Only layouts and constants: nothing here is NCCL code.
+/* The slice of NCCL's tuner-plugin interface DynamICCL needs, written from the facts of NCCL's public
+ * headers (NCCL 2.30.7 src/include/plugin/nccl_tuner.h, src/include/plugin/tuner/tuner_v2.h ..
+ * tuner_v6.h; no NCCL header ships with the wheel, so the plugin carries its own). Only layouts and
+ * constants: nothing here is NCCL code.
  *
- * Versions (§1.1/§1.3): v2 (NCCL 2.21) chooses algorithm/protocol through out-parameters; v3 and
+ * Versions (src/plugin/tuner.cc loads v6, then v5 .. v2): v2 (NCCL 2.21) chooses algorithm/protocol through out-parameters; v3 and
  * later read a contiguous float[numAlgo][numProto] cost table; v4 adds regBuff; v5 moves the
  * context out-pointer to the first init argument and adds commId, NVL-domain info and the
  * cost-model constants; v6 adds the optional getChunkSize. */
@@ -17,13 +18,13 @@ typedef int ncclResult_t; /* ncclSuccess = 0; a tuner never returns anything els
 
 typedef int ncclFunc_t; /* NCCL's collective ids (DCCL_COLL_* in policy_format.h) */
 
-/* Logger (§1.2). Levels and the TUNING subsystem bit are all we use. */
+/* Logger (src/include/nccl_common.h). Levels and the TUNING subsystem bit are all we use. */
 enum { DCCL_LOG_WARN = 2, DCCL_LOG_INFO = 3 };
 #define DCCL_LOG_SUBSYS_TUNING 0x40UL
 typedef void (*ncclDebugLogger_t)(int level, unsigned long flags, const char* file, int line,
                                   const char* fmt, ...);
 
-/* v5/v6 init arguments (§1.3/§1.4): 12-byte NVL-domain info; the 1152-byte constants block is
+/* v5/v6 init arguments (tuner_v5.h): 12-byte NVL-domain info; the 1152-byte constants block is
  * passed through untouched, so it stays opaque here. */
 typedef struct {
   int nNvlDomains;

@@ -1,7 +1,8 @@
 /* DynamICCL's NCCL tuner plugin: reads the policy file named by DYNAMICCL_POLICY and steers each
  * collective NCCL asks about. Loaded by stock NCCL through NCCL_TUNER_PLUGIN.
  *
- * Rules this file keeps (reasons in shared/reference/nccl_abi.md §1):
+ * Rules this file keeps (reasons: how NCCL 2.30.7 loads and calls a tuner, src/plugin/tuner.cc and
+ * src/enqueue.cc):
  *  - every entry point returns ncclSuccess: an error fails the user's communicator or collective;
  *  - a problem with the policy file is one WARN, then the plugin steps aside for that communicator;
  *  - a cost-table entry is written (0.0, "force") only if NCCL marked it usable (>= 0), so neither

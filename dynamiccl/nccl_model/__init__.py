@@ -2,8 +2,9 @@
 
 Modules, in the order NCCL runs them: ``graph`` (what the topology search finds at init),
 ``tables`` (the per-communicator bandwidth/latency tables), ``select`` (the per-call cost table,
-the pick and the channel count), ``model`` (the public API). Every constant lives in
-``constants`` with the section of ``shared/reference/nccl_abi.md`` it comes from.
+the pick and the channel count), ``model`` (the public API). What differs between algorithms is each
+algorithm's entry in :data:`dynamiccl.nccl.ALGORITHMS`; the other constants live in ``constants``,
+each with the NCCL source file it was read from.
 """
 
 from dynamiccl.nccl_model.model import NcclChoice, NcclModel

@@ -1,35 +1,35 @@
 """What NCCL learns about a communicator at init: its topology-search graphs and channel counts.
 
 NCCL's cost model (``tables.py``) never sees link bandwidths directly; it sees, per algorithm, the
-graph its topology search found: a channel count and the per-channel speeds ``bwIntra``/
-``bwInter`` (nccl_abi.md §3.4, §3.9). This module derives those from a :class:`Topology` by
-emulating the search, so the model inherits NCCL's quantisation (speeds come from fixed lists,
-channels are whole) instead of using the topology's raw bandwidth.
+graph its topology search found: a channel count and the per-channel speeds ``bwIntra``/ ``bwInter``
+(NCCL 2.30.7 ``src/graph/tuning.cc``, ``src/graph/search.cc``). This module derives those from a
+:class:`Topology` by emulating the search, so the model inherits NCCL's quantisation (speeds come
+from fixed lists, channels are whole) instead of using the topology's raw bandwidth.
 
 Mapping from our Topology to NCCL's inputs (each a documented choice):
 
 * ``nNodes = topology.nodes``, ``nRanks = topology.nranks``, ``ppn = gpus_per_node`` (the same
   notion of "node" as the knob space's validity rules, so NCCL's pick is always a valid action).
 * Compute capability row from ``gpu.arch``: sm70/75 Volta, sm80/86/89 Ampere, sm90 Hopper, sm100
-  Blackwell (§3.3). The host CPU is Intel x86 (llMaxBws row 0, 1 µs net overhead, §3.3/§3.5).
+  Blackwell (tuning.cc). The host CPU is Intel x86 (llMaxBws row 0, 1 µs net overhead, tuning.cc).
 * The intra-node tier is ``tiers[0]``; NCCL's intra link class is NVLINK for ``link: nvlink`` and
   PCI otherwise (a network-linked innermost tier is no NVLink either).
 * The NET tier is ``tiers[1]``, the first tier beyond the node, even in 3+-tier systems: NCCL
   reads its NIC's port speed and never sees the fabric beyond it (oversubscription included).
   NICs per node = ceil(ppn / link_share), each of ``bandwidth_GBps``.
-* NCCL measures NVLink as (number of links) x (its per-link constant, §3.9), not as the marketing
+* NCCL measures NVLink as (number of links) x (its per-link constant, src/graph/topo.h), not as the marketing
   total: an H100 with 18 links is 18 x 20.6 = 370.8 GB/s to NCCL (the ``totalBw 370.8`` NCCL
   prints on sm90 NVSwitch nodes), an A100 12 x 20 = 240. The link count is the tier bandwidth
   over the generation's physical lane rate. PCIe and NIC bandwidths are taken as given.
 * A PCIe node's path type (``Tier.path``: PIX, PXB, PHB, SYS from its ``pcie`` tree) is what
   NCCL's topology detection finds; a path is as fast as its slowest link, so on SYS every GPU pair
   that crosses sockets gets the socket interconnect's bandwidth (NCCL's QPI/AMD/ARM constants,
-  §3.9) and the search lays out its channels at that speed. Whether NCCL then uses P2P or its
+  src/graph/topo.h) and the search lays out its channels at that speed. Whether NCCL then uses P2P or its
   host-memory SHM transport (P2P level PXB by default) does not enter its cost model.
 * NVLS support = ``features.nvls`` and sm90+ and ppn >= 2; CollNet = ``features.collnet`` on more
   than one node; CollNetDirect additionally needs an NVSwitch node (``fabric: switch`` over
-  NVLink); PAT auto-enable = one GPU per node (nNodes == nRanks, §3.7).
-* LL128 default rule (§3.7) = ``Topology.ll128_enabled`` (sm70+, NVLink or one GPU per node,
+  NVLink); PAT auto-enable = one GPU per node (nNodes == nRanks, src/init.cc).
+* LL128 default rule (tuning.cc) = ``Topology.ll128_enabled`` (sm70+, NVLink or one GPU per node,
   and across nodes the network tier's ``nic_path`` at most PXB: NCCL's ``typeInter``).
   ``latencyInter`` = 0 (the IB/socket net plugins report no latency property). Channels of a
   graph are all alike (``sameChannels``).
@@ -45,7 +45,7 @@ up to twice the inter speed (trees). The tree graph must have as many channels a
 Multi-node searches use the inter speed list for both speeds. An NVLS channel (one head GPU)
 costs ``s`` on every GPU's NVSwitch link and ``2s`` on its head's (heads are at most 32).
 
-Communicator channels (src/graph/connect.cc @2.30.7; §3.8 leaves out the first rule): twice the
+Communicator channels (src/graph/connect.cc @2.30.7): twice the
 search channels, x1.5 with CollNet when the chain graph is faster inside than across, doubled on
 Hopper+ multi-node when the ring's bwIntra > 45 and fewer than 16, then clamped to
 [max(NCCL_MIN_NCHANNELS, minCTAs), min(NCCL_MAX_NCHANNELS, maxCTAs)] = [1, 64].
@@ -65,6 +65,7 @@ from dynamiccl.nccl import (
     NVLS_MULTICAST,
     PAT_ONE_GPU_PER_NODE,
     compcap_index,
+    nccl_tuning,
 )
 from dynamiccl.nccl_model import constants as K
 from dynamiccl.topology import Topology
@@ -78,14 +79,14 @@ Capacity = Callable[[float, float], int]
 
 @dataclass(frozen=True)
 class Graph:
-    """One algorithm's search result: the inputs ``ncclTopoTuneModel`` reads (§3.4)."""
+    """One algorithm's search result: the inputs ``ncclTopoTuneModel`` reads."""
 
     n_channels: int
     bw_intra: float
     bw_inter: float
-    #: NCCL's ``typeIntra == NVLink`` test: picks the NVLINK or PCI latency row (§3.3).
+    #: NCCL's ``typeIntra == NVLink`` test: picks the NVLINK or PCI latency row.
     nvlink_intra: bool = False
-    #: "tree" pattern: all NIC traffic through one GPU (Tree bandwidth x0.85, §3.4).
+    #: "tree" pattern: all NIC traffic through one GPU (Tree bandwidth x0.85).
     tree_pattern: bool = False
 
 
@@ -101,7 +102,8 @@ class NcclSystem:
     ppn: int
     sm: int
     compcap: int
-    #: Graphs indexed by NCCL algorithm id (NVLS and NVLSTree share one; PAT uses the tree's).
+    #: Graphs indexed by NCCL algorithm id, the one each algorithm's entry names (NVLS and
+    #: NVLSTree share one; PAT uses the tree's).
     graphs: tuple[Graph, ...]
     #: Channels a collective starts from before the per-size reduction (``collChannels``).
     comm_channels: int
@@ -162,16 +164,16 @@ class _Fabric:
     def nvls_cap(self, s_intra: float, s_inter: float) -> int:
         """Heads n such that a head's NVSwitch link carries (n+1)·s (one NIC per head across)."""
         heads = math.floor(self.intra_port_bw / s_intra + _EPS) - 1
-        return max(0, min(heads, self.ppn, K.NVLS_MAX_ARITY, self.nic_cap(s_inter)))
+        return max(0, min(heads, self.ppn, nccl.NVLS_MAX_ARITY, self.nic_cap(s_inter)))
 
     def collnet_direct_cap(self, s_intra: float, s_inter: float) -> int:
         """Heads with their own NIC (approximation: the reference does not detail this search)."""
-        return min(K.COLLNET_DIRECT_MAX_HEADS, self.ppn, self.nic_cap(s_inter),
+        return min(nccl.COLLNET_DIRECT_MAX_HEADS, self.ppn, self.nic_cap(s_inter),
                    self.intra_cap(s_intra))
 
 
 def nvlink_link_bw(sm: int) -> float:
-    """NCCL's per-link NVLink bandwidth for the minimum compute capability (§3.9)."""
+    """NCCL's per-link NVLink bandwidth for the minimum compute capability (src/graph/topo.h)."""
     if sm == 86:
         return K.NVLINK_BW[86]
     return K.NVLINK_BW[max(cc for cc in K.NVLINK_BW if cc != 86 and cc <= sm)]
@@ -317,7 +319,7 @@ def derive_system(topology: Topology) -> NcclSystem:
     tree = _with(tree, nvlink, tree_pattern=ppn == 1)
     nvls = NO_GRAPH
     if nvls_support:
-        heads = min(ppn, K.NVLS_MAX_ARITY)
+        heads = min(ppn, nccl.NVLS_MAX_ARITY)
         nvls = search("nvls", speeds, fabric.nvls_cap, fabric, 1 if fabric.multi_node else heads,
                       heads, sm)
         nvls = _with(nvls, True)
@@ -325,9 +327,11 @@ def derive_system(topology: Topology) -> NcclSystem:
     if collnet:
         chain = _with(tree, nvlink)
         direct = search("tree", speeds, fabric.collnet_direct_cap, fabric, 1,
-                        min(K.COLLNET_DIRECT_MAX_HEADS, ppn), sm)
+                        min(nccl.COLLNET_DIRECT_MAX_HEADS, ppn), sm)
         direct = _with(direct, nvlink)
-    graphs = (tree, _with(ring, nvlink), direct, chain, nvls, nvls, tree)
+    by_kind = {"tree": tree, "ring": _with(ring, nvlink), "collnet_direct": direct,
+               "collnet_chain": chain, "nvls": nvls}
+    graphs = tuple(by_kind[nccl_tuning(a).graph] for a in nccl.NCCL_ALGORITHMS)
     return NcclSystem(
         nranks=nranks, nnodes=nodes, ppn=ppn, sm=sm, compcap=compcap_index(sm), graphs=graphs,
         comm_channels=_comm_channels(ring, tree, chain, collnet, sm, nodes, ppn),
@@ -351,7 +355,8 @@ def _comm_channels(ring: Graph, tree: Graph, chain: Graph, collnet: bool, sm: in
 
 
 def _nvls_channels(sm: int, nodes: int) -> int:
-    """§3.7: 16 on SM90; 24 (one node) or 32 (multi-node) on SM100; clamped to [1, 64]."""
+    """NVLS channels (src/init.cc): 16 on SM90; 24 (one node) or 32 (multi-node) on SM100; clamped
+    to [1, 64]."""
     if sm >= 100:
         nc = K.NVLS_CHANNELS_SM100_MULTI if nodes > 1 else K.NVLS_CHANNELS_SM100_1NODE
     else:

@@ -34,7 +34,8 @@ class NcclChoice:
 
 
 class NcclModel:
-    """NCCL's default algorithm/protocol/channel selection for one system (nccl_abi.md §3).
+    """NCCL's default algorithm/protocol/channel selection for one system (NCCL 2.30.7
+    ``src/graph/tuning.cc``, ``src/enqueue.cc``).
 
     ``algorithms``/``protocols`` restrict like NCCL_ALGO/NCCL_PROTO: entries outside become
     unusable (-1). They only remove: LL128 stays under its default enable rule even if named
@@ -43,7 +44,7 @@ class NcclModel:
     NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS plus a tuner's ``nChannels`` would: the communicator
     has exactly that many channels (which moves the Ring/Simple plateau rule) and the collective
     runs on all of them. The datatype is taken to be a non-fp8 float Sum (what NVLS and CollNet
-    support), so the fp8 ring penalty and op-specific exclusions of §3.6 never apply.
+    support), so the fp8 ring penalty and op-specific exclusions of ``updateCollCostTable`` never apply.
     """
 
     def __init__(self, topology: Topology, version: str = "2.30.7") -> None:

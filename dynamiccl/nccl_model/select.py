@@ -1,8 +1,10 @@
-"""NCCL's per-call decision: the cost table, the pick, and the channel count (nccl_abi.md §3.1, §3.6,
-§1.5.4, §3.8), vectorized over a batch of (collective, size) pairs.
+"""NCCL's per-call decision: the cost table, the pick and the channel count (NCCL 2.30.7
+``src/graph/tuning.cc`` ncclTopoGetAlgoTime, ``src/enqueue.cc``), vectorized over a batch of
+(collective, size) pairs.
 
 Everything here is float32 like NCCL's ``float`` arithmetic, so exact ties resolve as NCCL's
-would: the scan takes the first minimum in (algorithm, protocol) index order.
+would: the scan takes the first minimum in (algorithm, protocol) index order. Each algorithm's own
+per-call refinements and channel rule are in its :class:`~dynamiccl.nccl.NcclTuning`.
 """
 
 from __future__ import annotations
@@ -10,20 +12,22 @@ from __future__ import annotations
 import numpy as np
 
 from dynamiccl import nccl
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.nccl import Algorithm, Calls, Protocol
 from dynamiccl.nccl_model import constants as K
 from dynamiccl.nccl_model.graph import NcclSystem
-from dynamiccl.nccl_model.tables import Tables
+from dynamiccl.nccl_model.tables import TUNINGS, Tables
 
 _F32 = np.float32
-#: Algorithms whose channel count follows the generic size rule (§3.8); NVLS and CollNetDirect
-#: have their own.
-_GENERIC_CHANNEL_RULE = np.isin(np.arange(nccl.N_ALGORITHMS),
-                                (Algorithm.TREE, Algorithm.RING, Algorithm.COLLNET_CHAIN, Algorithm.PAT))
+#: The algorithms with per-call refinements (id, refinement), and those whose latency counts once
+#: per operation, not once per batch of eight.
+_REFINED = [(a, t.refine) for a, t in enumerate(TUNINGS) if t.refine is not None]
+_PER_OPERATION = np.array([t.latency_per_operation for t in TUNINGS])
+#: The algorithms with a channel rule of their own (id, rule); the others drop channels by size.
+_OWN_CHANNEL_RULE = [(a, t.channels) for a, t in enumerate(TUNINGS) if t.channels is not None]
 
 
 def log2_size_index(nbytes: np.ndarray) -> np.ndarray:
-    """floor(log2(nBytes >> 6)), -1 below 64 B: the treeCorrectionFactor index (§3.1)."""
+    """floor(log2(nBytes >> 6)), -1 below 64 B: the treeCorrectionFactor index (ncclTopoGetAlgoTime)."""
     shifted = np.asarray(nbytes, dtype=np.int64) >> 6
     _, exponent = np.frexp(shifted.astype(np.float64))
     return np.where(shifted > 0, exponent - 1, -1)
@@ -48,7 +52,7 @@ def cost_tables(
     sizes = np.asarray(nbytes, dtype=np.int64)
     if num_pipe_ops < 1:
         raise ValueError(f"num_pipe_ops must be at least 1, got {num_pipe_ops}")
-    if system.nranks == 1:  # §3.6: a single rank only runs the local copy, at no cost
+    if system.nranks == 1:  # updateCollCostTable: a single rank only runs the local copy, free
         out = np.full((len(colls), nccl.N_ALGORITHMS, nccl.N_PROTOCOLS), K.UNUSABLE, dtype=_F32)
         ok = (np.ones(len(colls), bool) if allowed is None
               else np.full(len(colls), allowed[Algorithm.RING, Protocol.SIMPLE]))
@@ -59,32 +63,20 @@ def cost_tables(
     usable = (bw > 0) & tables.offered[colls]
     if allowed is not None:
         usable &= allowed
-    is_ar = colls == Collective.ALLREDUCE
-    index = log2_size_index(sizes)
-    _correct_tree(bw, Algorithm.TREE, is_ar, index, K.TREE_CORRECTION_MAX_INDEX)
-    if system.sm >= 100 and system.cpu in ("intel", "amd"):  # NVLSTree on Blackwell with x86
-        _correct_tree(bw, Algorithm.NVLS_TREE, is_ar, index, K.NVLS_TREE_CORRECTION_MAX_INDEX)
     nc = system.comm_channels if comm_channels is None else comm_channels
-    if system.nnodes > 1:
-        plateau = is_ar & (sizes // (nc * system.nranks) >= K.RING_PLATEAU_MIN_BYTES_PER_CHANNEL_RANK)
-        factor = K.RING_PLATEAU_FACTOR if system.sm >= 80 else K.RING_PLATEAU_FACTOR_PRE_AMPERE
-        lat[plateau, Algorithm.RING, Protocol.SIMPLE] *= _F32(factor)
-    lat_count = np.full(nccl.N_ALGORITHMS, -(-num_pipe_ops // K.WORK_BATCH_COLLS), dtype=_F32)
-    lat_count[Algorithm.RING] = num_pipe_ops
+    calls = Calls(colls, sizes, log2_size_index(sizes), nc)
+    for a, refine in _REFINED:
+        refine(system, calls, bw[:, a, :], lat[:, a, :])
+    lat_count = np.where(_PER_OPERATION, _F32(num_pipe_ops),
+                         _F32(-(-num_pipe_ops // K.WORK_BATCH_COLLS))).astype(_F32)
     safe_bw = np.where(usable, bw, _F32(1.0))
     time = lat * lat_count[None, :, None] + sizes.astype(_F32)[:, None, None] / (_F32(1000) * safe_bw)
     return np.where(usable, time, _F32(K.UNUSABLE)).astype(_F32)
 
 
-def _correct_tree(bw: np.ndarray, algo: int, is_ar: np.ndarray, index: np.ndarray,
-                  max_index: int) -> None:
-    rows = is_ar & (index >= 0) & (index <= max_index)
-    factors = K.TREE_CORRECTION[:, np.clip(index, 0, max_index)].T.astype(_F32)  # [B, 3]
-    bw[rows, algo, :] *= factors[rows]
-
-
 def pick(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """§1.5.4: the minimum over entries >= 0, ties to the lowest algorithm, then protocol.
+    """``topoGetAlgoInfo`` (src/enqueue.cc): the minimum over entries >= 0, ties to the lowest
+    algorithm, then protocol.
 
     Returns (algorithm, protocol, time); rows with nothing usable get algorithm -1.
     """
@@ -106,38 +98,16 @@ def channels_for(
     nbytes: np.ndarray,
     comm_channels: int | None = None,
 ) -> np.ndarray:
-    """§3.8 per-collective channel count for the chosen (algorithm, protocol)."""
+    """The per-collective channel count for the chosen (algorithm, protocol) (src/enqueue.cc)."""
     comm = system.comm_channels if comm_channels is None else comm_channels
     algo = np.asarray(algo, dtype=np.int64)
     proto = np.asarray(proto, dtype=np.int64)
     sizes = np.asarray(nbytes, dtype=np.int64)
-    per_channel = tables.max_threads[algo, proto] * tables.thread_threshold[algo, proto]
-    # Ring/Tree/PAT/CollNetChain: drop channels while nBytes < nc * nThreads * threshold.
-    generic = np.clip(sizes // np.maximum(per_channel, 1), 1, comm)
-    out = np.where(_GENERIC_CHANNEL_RULE[algo], generic, comm)
-    nvls = system.nvls_channels
-    out = np.where(algo == Algorithm.NVLS, min(nvls, comm) if system.nnodes > 1 else nvls, out)
-    out = np.where(algo == Algorithm.NVLS_TREE, nvls, out)
-    for i in np.flatnonzero(algo == Algorithm.COLLNET_DIRECT):
-        a, p = Algorithm.COLLNET_DIRECT, proto[i]
-        out[i] = _collnet_direct_channels(int(sizes[i]), comm, int(tables.max_threads[a, p]),
-                                          int(tables.thread_threshold[a, p]), system.collnet_heads)
+    threads, thresholds = tables.max_threads[algo, proto], tables.thread_threshold[algo, proto]
+    # the per-size rule: drop channels while nBytes < nc * nThreads * threshold
+    out = np.clip(sizes // np.maximum(threads * thresholds, 1), 1, comm)
+    for a, rule in _OWN_CHANNEL_RULE:
+        rows = np.flatnonzero(algo == a)
+        if rows.size:
+            out[rows] = rule(system, comm, sizes[rows], threads[rows], thresholds[rows])
     return out.astype(np.int64)
-
-
-def _collnet_direct_channels(nbytes: int, nc: int, threads: int, threshold: int, heads: int) -> int:
-    """CollNetDirect's stepped reduction (src/enqueue.cc @2.30.7, restated): in steps of 16, 8,
-    4, 2, 1 channels, drop one channel at a time while the size is below nc x threads x heads x
-    threshold, halving the threshold when passing 1.5 steps above the step size."""
-    step = K.COLLNET_DIRECT_NC_SWITCH
-    too_small = True
-    while step >= 1 and too_small:
-        while True:
-            too_small = nbytes < nc * threads * heads * threshold
-            if not (too_small and nc > step):
-                break
-            if nc == step + step // 2:
-                threshold //= 2
-            nc -= 1
-        step //= 2
-    return nc

@@ -1,6 +1,6 @@
 """The simulator's public entry points: ``simulate`` (vectorized) and ``evaluate`` (one scenario).
 
-Conventions (nccl-tests, nccl_abi §3.9): ``nbytes`` is nccl-tests' size column — the whole
+Conventions (nccl-tests' src/common.cu and *_perf.cu): ``nbytes`` is nccl-tests' size column — the whole
 gathered/scattered buffer for all-gather/reduce-scatter, the per-rank buffer otherwise.
 ``algbw = nbytes / time_after_straggler`` (the collective's own duration once every rank is there,
 which is what nccl-tests times with synchronised ranks) and ``busbw = algbw × factor`` with factors

@@ -2,12 +2,13 @@
 buffer crosses the network once each way instead of the ring's 2(n−1)/n.
 
 CollNetDirect (NVSwitch node, ≤ 8 GPUs): the GPUs reduce-scatter inside the node, each sends its
-1/ppn shard through its own NIC to the switch and receives the reduced shard, then all-gather inside;
-the phases pipeline, so T_bw = max(intra, inter). NCCL measured it 15 % below that on Hopper
-(× 0.85, nccl_abi §3.4). CollNetChain: a chain inside the node (every GPU sends S up and S down) whose
-head sends the whole buffer to the switch; NCCL spreads the channels' heads over the NICs.
-Latency formulas: nccl_abi §3.5 (Direct 2·(intra + 0.4 µs·(ppn−1)) + inter; Chain 2(ppn−1)·intra +
-inter). Bound checked: algbw ≤ min(NVLink bw, node's NIC aggregate), since data crosses each once.
+1/ppn shard through its own NIC to the switch and receives the reduced shard, then all-gather
+inside; the phases pipeline, so T_bw = max(intra, inter). NCCL measured it 15 % below that on Hopper
+(× 0.85, NCCL 2.30.7 src/graph/tuning.cc). CollNetChain: a chain inside the node (every GPU sends S
+up and S down) whose head sends the whole buffer to the switch; NCCL spreads the channels' heads
+over the NICs. Latency formulas: tuning.cc (Direct 2·(intra + 0.4 µs·(ppn−1)) + inter; Chain
+2(ppn−1)·intra + inter). Bound checked: algbw ≤ min(NVLink bw, node's NIC aggregate), since data
+crosses each once.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def collnet_direct(topology: Topology, collective: Collective, proto: np.ndarray
     return single(lat, coef, P.base_latency_us(Algorithm.COLLNET_DIRECT, proto))
 
 
-def collnet_chain(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
+def collnet_chain(topology: Topology, collective: Collective, proto: np.ndarray,
+                  channels: np.ndarray) -> Cost:
     ppn = topology.gpus_per_node
     rate, hop = _intra(topology, Algorithm.COLLNET_CHAIN, proto, channels)
     coef = transfer(2.0, rate)

@@ -1,4 +1,4 @@
-"""NVLS and NVLSTree: NVSwitch multicast with in-switch reduction (Hopper+, nccl_abi §3.7).
+"""NVLS and NVLSTree: NVSwitch multicast with in-switch reduction (Hopper+; NCCL 2.30.7 nvls.cc).
 
 Inside a node the switch does the arithmetic: for all-reduce every GPU's data crosses its NVLink
 about once towards the switch and the result once back, so T = (1 + 1/ppn) S / (NVLink payload bw ·
@@ -11,7 +11,7 @@ Across nodes: multi-node NVLS needs in-network reduction (NVLS+SHARP): each GPU 
 shard through its own NIC once. NVLSTree reduces in the switch and runs a tree across nodes on each
 GPU's 1/ppn shard, every GPU through its own NIC: a tree's load per NIC (``tree.dtree_load``: 2 for
 large trees, 1 on 2 nodes, where each node is one tree's root and the other's leaf) times S/ppn.
-Latency: NCCL's NVLS hardware latencies (25 µs NVLink, 18/20.9 µs network; nccl_abi §3.2/§3.5).
+Latency: NCCL's NVLS hardware latencies (25 µs NVLink, 18/20.9 µs network; NCCL 2.30.7 src/graph/tuning.cc).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def nvls(topology: Topology, collective: Collective, proto: np.ndarray, channels
     return single(lat, coef, P.base_latency_us(Algorithm.NVLS, proto))
 
 
-def nvls_tree(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
+def nvls_tree(topology: Topology, collective: Collective, proto: np.ndarray,
+              channels: np.ndarray) -> Cost:
     n, ppn = topology.nranks, topology.gpus_per_node
     cc, sc = compcap_index(topology.gpu.sm), scale_index(topology.nodes)
     rate = _switch_rate(topology, proto, channels)

@@ -1,7 +1,7 @@
-"""PAT (Parallel Aggregated Trees) all-gather / reduce-scatter, one GPU per node (nccl_abi §3.7).
+"""PAT (Parallel Aggregated Trees) all-gather / reduce-scatter, one GPU per node (NCCL 2.30.7 src/init.cc).
 
 A Bruck-like schedule: log2(n) rounds of latency instead of the ring's n−1, the same (n−1)/n · S of
-traffic per rank, at 75 % of the link's bandwidth (NCCL's own PAT factor, nccl_abi §3.4).
+traffic per rank, at 75 % of the link's bandwidth (NCCL's own PAT factor, src/graph/tuning.cc).
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from dynamiccl import nccl
-from dynamiccl.nccl import Algorithm
+from dynamiccl.nccl import Algorithm, Collective
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import levels, log2ceil
 from dynamiccl.simulator.phases import Cost, single, transfer
 from dynamiccl.topology import Topology
 
 
-def pat(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
+def pat(topology: Topology, collective: Collective, proto: np.ndarray, channels: np.ndarray) -> Cost:
     n = topology.nranks
     rate = channels * P.per_channel_gbps(topology, proto)
     lat = np.zeros(proto.shape)

@@ -14,9 +14,15 @@ driven past its bandwidth — seed 000's "8× linear" active-chunk gain cannot a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from dynamiccl.nccl import Collective
+    from dynamiccl.topology import Topology
 
 US_PER_BYTE_PER_GBPS = 1e-3  # 1 GB/s moves 1e3 bytes per µs
 
@@ -37,6 +43,11 @@ class Cost:
     #: StragglAR's precondition among the non-straggler ranks (overlaps the straggler's delay).
     pre: Phase | None = None
     chunks: np.ndarray | None = field(default=None)
+
+
+#: An algorithm's physics, as its entry in ``dynamiccl.nccl.ALGORITHMS`` names it (``cost_model``):
+#: (topology, collective, protocol [A], channels [A]) -> its Cost for those configurations.
+CostModel = Callable[["Topology", "Collective", np.ndarray, np.ndarray], Cost]
 
 
 def transfer(nbytes_factor: np.ndarray | float, rate_gbps: np.ndarray) -> np.ndarray:

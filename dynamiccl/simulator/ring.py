@@ -7,7 +7,7 @@ slowest hop — every step every rank sends S/n and the step ends when the slowe
 inter-node one) is done, so the bytes term is 2(n−1)/n · S / B_bottleneck. This is the physical point
 of "Seed 000, corrected": seed 000's ASTRA-sim charged the *intra*-node bandwidth on every flat-ring
 hop. Latency: a chunk's dependency chain goes around the ring, so the hop latencies of the tiers it
-crosses add up (NCCL's own ring latency has the same structure, nccl_abi §3.5).
+crosses add up (NCCL's own ring latency has the same structure, NCCL 2.30.7 src/graph/tuning.cc).
 
 Ring-over-ring: one ring per tier (per dimension of a 2-D torus, ``fabric.ring_levels``: the
 torus's dimension-wise collectives); every hop is charged at the bandwidth and latency of the tier it
@@ -35,7 +35,7 @@ def pass_hops(topology: Topology) -> list[tuple[Level, int]]:
     A level with groups of ``block`` ranks, ``size`` of them per parent group, owns
     n/block − n/(block·size) of the ring's edges (a chain through each parent group); the top level
     also owns the wrap-around edge, which a pass of n−1 hops does not use. For two tiers this is
-    NCCL's split: n − nodes intra-node hops and nodes − 1 inter-node hops per pass (nccl_abi §3.5).
+    NCCL's split: n − nodes intra-node hops and nodes − 1 inter-node hops per pass (tuning.cc).
     """
     n = topology.nranks
     return [(level, n // level.block - n // (level.block * level.size)) for level in levels(topology)]

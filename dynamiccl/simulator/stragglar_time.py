@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.nccl import Algorithm
+from dynamiccl.nccl import Algorithm, Collective
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import levels
 from dynamiccl.simulator.phases import Cost, Phase, single, transfer
@@ -23,7 +23,8 @@ from dynamiccl.simulator.stragglar_schedule import rounds
 from dynamiccl.topology import Topology
 
 
-def stragglar(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
+def stragglar(topology: Topology, collective: Collective, proto: np.ndarray,
+              channels: np.ndarray) -> Cost:
     n = topology.nranks
     base = P.base_latency_us(Algorithm.STRAGGLAR, proto)
     rate = channel_caps(topology, proto, channels)

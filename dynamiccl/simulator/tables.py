@@ -7,6 +7,7 @@ coefficients are computed once per system, collective and configuration batch an
 
 from __future__ import annotations
 
+import importlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -14,19 +15,16 @@ import numpy as np
 
 from dynamiccl.calibration import MeasuredCorrection
 from dynamiccl.knobs import NCCL_ALGORITHM_HIERARCHY, Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.nccl import ALGORITHM_SPECS, Algorithm, Collective, Protocol
 from dynamiccl.simulator import protocols as P
-from dynamiccl.simulator.collnet import collnet_chain, collnet_direct
 from dynamiccl.simulator.launch import launch_floor_us
-from dynamiccl.simulator.nvls import nvls, nvls_tree
-from dynamiccl.simulator.pat import pat
-from dynamiccl.simulator.phases import Cost
-from dynamiccl.simulator.ring import flat_ring, hierarchical_ring
-from dynamiccl.simulator.stragglar_time import stragglar
-from dynamiccl.simulator.tree import tree_allreduce
+from dynamiccl.simulator.phases import Cost, CostModel
+from dynamiccl.simulator.ring import hierarchical_ring
 from dynamiccl.topology import Topology
 
 N_COLLECTIVES = len(Collective)
+#: The algorithms whose cost has a precondition that overlaps a late rank's delay (StragglAR).
+_HIDES_STRAGGLER_DELAY = [int(a) for a, spec in ALGORITHM_SPECS.items() if spec.hides_straggler_delay]
 _FIELDS = ("algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks")
 
 
@@ -44,7 +42,7 @@ class CostCoefficients:
     pipe_idx: np.ndarray     # columns of hierarchical rings with more than one active chunk
     extra_lat: np.ndarray    # [C, R, P]
     extra_coef: np.ndarray   # [C, R, P]
-    sar_idx: np.ndarray      # columns of StragglAR configs
+    sar_idx: np.ndarray      # columns of algorithms that hide a straggler's delay (StragglAR)
     pre_lat: np.ndarray      # [C, S] its precondition (inf where invalid)
     pre_coef: np.ndarray     # [C, S]
     channels: np.ndarray     # [A] float
@@ -55,30 +53,22 @@ class CostCoefficients:
     corrections: tuple[tuple[int, np.ndarray, MeasuredCorrection], ...] = ()
 
 
+def _load(path: str) -> CostModel:
+    module, _, function = path.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+#: Each algorithm's physics, as its entry in ``dynamiccl.nccl.ALGORITHMS`` names it
+#: (``module:function``), loaded with the simulator.
+COST_MODELS: dict[Algorithm, CostModel] = {a: _load(spec.cost_model) for a, spec in ALGORITHM_SPECS.items()}
+
+
 def _cost(topology: Topology, collective: Collective, algo: Algorithm, hier: bool,
           cols: dict[str, np.ndarray]) -> Cost:
     proto, ch = cols["protocol"], cols["channels"].astype(np.float64)
-    if algo == Algorithm.RING and hier:
+    if hier:  # the knob space's ring-over-ring
         return hierarchical_ring(topology, collective, proto, ch, cols["schedule"], cols["chunks"])
-    if algo == Algorithm.RING:
-        return flat_ring(topology, collective, proto, ch)
-    if algo == Algorithm.TREE:
-        return tree_allreduce(topology, proto, ch)
-    if algo == Algorithm.NVLS:
-        return nvls(topology, collective, proto, ch)
-    if algo == Algorithm.NVLS_TREE:
-        return nvls_tree(topology, proto, ch)
-    if algo == Algorithm.COLLNET_DIRECT:
-        return collnet_direct(topology, collective, proto, ch)
-    if algo == Algorithm.COLLNET_CHAIN:
-        return collnet_chain(topology, proto, ch)
-    if algo == Algorithm.PAT:
-        return pat(topology, proto, ch)
-    if algo == Algorithm.STRAGGLAR:
-        return stragglar(topology, proto, ch)
-    # an algorithm added to dynamiccl.nccl without its physics here must not be timed as another
-    raise NotImplementedError(f"the simulator has no cost model for {algo.name}; add one in "
-                              "dynamiccl/simulator/ and dispatch it here")
+    return COST_MODELS[algo](topology, collective, proto, ch)
 
 
 def _finite(a: np.ndarray) -> np.ndarray:
@@ -185,7 +175,7 @@ def build(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
     algo = cols_all["algorithm"]
     is_hier = (algo == int(Algorithm.RING)) & (cols_all["hierarchy"] == int(Hierarchy.HIERARCHICAL))
     pipe_idx = np.flatnonzero(is_hier & (cols_all["chunks"] > 1))
-    sar_idx = np.flatnonzero(algo == int(Algorithm.STRAGGLAR))
+    sar_idx = np.flatnonzero(np.isin(algo, _HIDES_STRAGGLER_DELAY))
     lat, coef = np.zeros((N_COLLECTIVES, a)), np.zeros((N_COLLECTIVES, a))
     pre_lat = np.zeros((N_COLLECTIVES, sar_idx.size))
     pre_coef = np.zeros((N_COLLECTIVES, sar_idx.size))

@@ -1,6 +1,6 @@
 """NCCL's Tree all-reduce: a chain inside each node below a double binary tree across nodes.
 
-Latency (nccl_abi §3.5): the reduction climbs the chain and the tree and the result comes back down,
+Latency (NCCL's tuning.cc): the reduction climbs the chain and the tree and the result comes back down,
 2 · ((ppn − 1) · intra hop + log2(nodes) · inter hop). Bandwidth: the whole buffer streams up
 (reduce) and down (broadcast) at once; every rank of the chain sends S up and S down (2S through its
 port). Across nodes each of the two trees carries half the buffer, and a node sends S/2 per tree
@@ -9,7 +9,7 @@ own tree construction (src/graph/trees.cc: a binary tree and its mirror or shift
 edges any node has in both trees. A large tree's interior nodes have 3 + 1 edges, so the busiest
 NIC carries 2S; on 2 nodes each node is a root with one child in one tree and a leaf in the other,
 2 edges: S per direction, which is why a 2-node tree beats the ring's NIC ceiling (NCCL's own model
-doubles its 2-node NVLSTree bandwidth for the same reason, nccl_abi §3.4); 3 nodes carry 1.5S.
+doubles its 2-node NVLSTree bandwidth for the same reason, tuning.cc); 3 nodes carry 1.5S.
 Unlike a ring there is no (n−1)/n saving, which is why a ring wins for large all-reduce on one node.
 Across nodes NCCL runs each channel's tree through a different NIC on a switched fabric, as for rings.
 """
@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.nccl import Algorithm
+from dynamiccl.nccl import Algorithm, Collective
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import levels, log2ceil, mesh_link_gbps
 from dynamiccl.simulator.phases import Cost, single, transfer
@@ -56,7 +56,8 @@ def dtree_load(nodes: int) -> float:
     return max(_btree_edges(nodes, r) + _btree_edges(nodes, twin(r)) for r in range(nodes)) / 2
 
 
-def tree_allreduce(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> Cost:
+def tree_allreduce(topology: Topology, collective: Collective, proto: np.ndarray,
+                   channels: np.ndarray) -> Cost:
     eff = P.PROTO_EFFICIENCY[proto]
     rate = np.minimum(channels * P.tree_per_channel_gbps(topology, proto), P.ll_cap(topology, proto))
     lat = np.zeros(proto.shape)

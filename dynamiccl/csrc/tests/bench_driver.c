@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "../nccl_tuner_abi.h"
+#include "../policy_format.h"
 
 #define NQ 4096
 
@@ -40,15 +41,22 @@ static int cmp_double(const void* a, const void* b) {
 static volatile float g_sink;
 
 static double run(const dccl_tuner_v6_t* t, void* ctx, const query_t* q, long calls) {
-  float tmpl[21], table[21];
+  enum { N = DCCL_NUM_ALGOS * DCCL_NUM_PROTOS };
+  float tmpl[N], table[N];
   /* usable as on an H100 system: Tree and Ring with every protocol, NVLS/NVLSTree Simple */
-  for (int i = 0; i < 21; i++) tmpl[i] = (i < 6 || i == 14 || i == 17) ? 10.0f + (float)i : -1.0f;
+  for (int i = 0; i < N; i++) {
+    int algo = i / DCCL_NUM_PROTOS, proto = i % DCCL_NUM_PROTOS;
+    int usable = algo == DCCL_ALGO_TREE || algo == DCCL_ALGO_RING ||
+                 ((algo == DCCL_ALGO_NVLS || algo == DCCL_ALGO_NVLS_TREE) && proto == DCCL_PROTO_SIMPLE);
+    tmpl[i] = usable ? 10.0f + (float)i : -1.0f;
+  }
   double t0 = now_ns();
   for (long i = 0; i < calls; i++) {
     const query_t* c = &q[i & (NQ - 1)];
     int nch = 0;
     memcpy(table, tmpl, sizeof(table));
-    t->getCollInfo(ctx, c->coll, c->nbytes, 1, (float**)(void*)table, 7, 3, 0, &nch);
+    t->getCollInfo(ctx, c->coll, c->nbytes, 1, (float**)(void*)table, DCCL_NUM_ALGOS,
+                   DCCL_NUM_PROTOS, 0, &nch);
     g_sink += table[c->coll] + (float)nch;
   }
   return (now_ns() - t0) / (double)calls;

@@ -28,15 +28,7 @@
 
 #define MAX_CTX 4096
 
-static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
-                   ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  (void)file;
-  (void)line;
+static void print_log(int level, unsigned long flags, const char* msg) {
   printf("LOG %d %lx %s\n", level, flags, msg);
 }
 
@@ -64,6 +56,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s PLUGIN.so < commands\n", argv[0]);
     return 2;
   }
+  g_log_sink = print_log;
   plugin_t plugins[MAX_CTX];
   void* ctxs[MAX_CTX];
   int nctx = 0, failed = 0;
@@ -81,7 +74,7 @@ int main(int argc, char** argv) {
     if (sscanf(line, "init %d %63s %63s", &v, a, b) == 3) {
       if (nctx == MAX_CTX || plugin_load(argv[1], v, &plugins[nctx]) != 0) return 2;
       ctxs[nctx] = (void*)0x1; /* NCCL does not clear it; the plugin must set it */
-      int rc = plugin_init(&plugins[nctx], parse_size(a), parse_size(b), logger, &ctxs[nctx],
+      int rc = plugin_init(&plugins[nctx], parse_size(a), parse_size(b), harness_logger, &ctxs[nctx],
                            constants);
       if (rc != 0) printf("VIOLATION init returned %d\n", rc), failed = 1;
       if (memcmp(constants, constants_before, sizeof(constants)) != 0)

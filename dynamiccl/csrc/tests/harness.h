@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../nccl_tuner_abi.h"
+#include "../policy_format.h" /* NCCL's table sizes and names (generated from dynamiccl.nccl) */
 
 typedef struct {
   int version;
@@ -59,6 +60,22 @@ static int runtime_api(runtime_api_t* api) {
   *(void**)&api->version = dlsym(g_plugin_handle, "dynamiccl_plugin_version");
   *(void**)&api->pin = dlsym(g_plugin_handle, "dynamiccl_pin");
   return api->set_context && api->policy_hash && api->version && api->pin ? 0 : -1;
+}
+
+/* NCCL's logger as the tests hand it to the plugin: the message formatted, then given to the
+ * program's sink (set before init; NULL drops it). NCCL's logger is thread-safe; a sink must be. */
+typedef void (*log_sink_t)(int level, unsigned long flags, const char* msg);
+static log_sink_t g_log_sink;
+
+static void harness_logger(int level, unsigned long flags, const char* file, int line,
+                           const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  (void)file, (void)line;
+  if (g_log_sink) g_log_sink(level, flags, msg);
 }
 
 /* init with the version's argument order: v2-v4 (nRanks, nNodes, logger, &ctx), v5/v6 (&ctx,

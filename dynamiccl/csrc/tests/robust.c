@@ -31,22 +31,27 @@ static uint64_t rnd(void) { /* xorshift64*: reproducible from the seed */
 static size_t below(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
 static int g_warns;
-static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
-                   ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  (void)flags, (void)file, (void)line;
+static void count_warnings(int level, unsigned long flags, const char* msg) {
+  (void)flags, (void)msg;
   if (level == DCCL_LOG_WARN) g_warns++;
 }
 
 static const char* const k_tokens[] = {
     "0", "1", "7", "8", "-1", "*", "-", "64", "65", "2048", "2047", "1073741825",
-    "18446744073709551615", "18446744073709551616", "99999999999999999999999", "defer", "ring",
-    "tree", "nvls_tree", "pat", "ll", "ll128", "simple", "slice", "straggler=none", "c2c=none",
-    "straggler=long", "allreduce", "broadcast", "bogus", "policy", "DYNAMICCL-POLICY", "#", "\t"};
+    "18446744073709551615", "18446744073709551616", "99999999999999999999999", "defer", "slice",
+    "straggler=none", "c2c=none", "straggler=long", "bogus", "policy", "DYNAMICCL-POLICY", "#", "\t"};
+#define N_TOKENS (sizeof(k_tokens) / sizeof(k_tokens[0]))
+
+/* A token a rule line may hold: the format's own, or a collective, algorithm or protocol name (the
+ * generated header's tables, so a new algorithm is fuzzed without an edit here). */
+static const char* random_token(void) {
+  size_t i = below(N_TOKENS + DCCL_NUM_COLLS + DCCL_NUM_ALGOS + DCCL_NUM_PROTOS);
+  if (i < N_TOKENS) return k_tokens[i];
+  i -= N_TOKENS;
+  if (i < DCCL_NUM_COLLS) return dccl_coll_names[i];
+  i -= DCCL_NUM_COLLS;
+  return i < DCCL_NUM_ALGOS ? dccl_algo_names[i] : dccl_proto_names[i - DCCL_NUM_ALGOS];
+}
 
 typedef struct {
   char* d;
@@ -101,7 +106,7 @@ static void mutate(buf_t* b) {
       while (s > 0 && b->d[s - 1] != ' ' && b->d[s - 1] != '\n') s--;
       size_t e = s;
       while (e < b->n && b->d[e] != ' ' && b->d[e] != '\n') e++;
-      const char* t = k_tokens[below(sizeof(k_tokens) / sizeof(k_tokens[0]))];
+      const char* t = random_token();
       memmove(b->d + s, b->d + e, b->n - e);
       b->n -= e - s;
       insert(b, s, t, strlen(t));
@@ -181,18 +186,21 @@ static int hostile_call(const plugin_t* p, void* ctx, char* why, size_t whylen) 
     int* pa = below(10) ? &algo : NULL;
     int rc = plugin_coll_v2(p, ctx, coll, nbytes, (int)below(3), (int)below(3), pipe, pa, &proto,
                             below(10) ? &nch : NULL);
-    if (rc != 0 || nch < 0 || nch > 64 || algo < -1 || algo > 5 || proto < -1 || proto > 2) {
+    /* the v2 ABI (NCCL 2.21) may only be told an algorithm and protocol that NCCL 2.21 has */
+    int bad_algo = algo < -1 || algo >= DCCL_NUM_ALGOS || (algo >= 0 && !dccl_v2_allowed[algo].colls);
+    if (rc != 0 || nch < 0 || nch > 64 || bad_algo || proto < -1 || proto >= DCCL_NUM_PROTOS) {
       snprintf(why, whylen, "v2 call: rc %d algo %d proto %d nch %d", rc, algo, proto, nch);
       return -1;
     }
     return 0;
   }
-  int numAlgo = below(2) ? 6 : 7, numProto = 3, n = numAlgo * numProto;
-  unsigned char usable[32];
+  /* this NCCL's table, or an older NCCL's with one algorithm fewer (2.21/2.22 had no PAT) */
+  int numAlgo = DCCL_NUM_ALGOS - (int)below(2), numProto = DCCL_NUM_PROTOS, n = numAlgo * numProto;
+  unsigned char usable[DCCL_NUM_ALGOS * DCCL_NUM_PROTOS];
   int mode = (int)below(5);
   for (int i = 0; i < n; i++) usable[i] = mode == 0 ? 0 : mode == 1 ? 1 : (unsigned char)below(2);
   float* table = malloc(sizeof(float) * (size_t)n);
-  float before[32];
+  float before[DCCL_NUM_ALGOS * DCCL_NUM_PROTOS];
   fill_table(table, numAlgo, numProto, usable);
   for (int i = 0; i < n; i++) {
     if (usable[i] && below(8) == 0) table[i] = below(2) ? 0.0f : INFINITY;
@@ -230,6 +238,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s PLUGIN.so VALID_POLICY WORKDIR ITERATIONS SEED\n", argv[0]);
     return 2;
   }
+  g_log_sink = count_warnings;
   char* seed_data;
   size_t seed_len;
   char err[256], path[4096], why[256];
@@ -271,7 +280,7 @@ int main(int argc, char** argv) {
     setenv("DYNAMICCL_LOG_DECISIONS", below(2) ? "1" : "0", 1);
     const plugin_t* p = &plugins[2 + below(5)];
     void* ctx = (void*)0x1;
-    ncclDebugLogger_t log = below(10) ? logger : NULL;
+    ncclDebugLogger_t log = below(10) ? harness_logger : NULL;
     int warns = g_warns;
     size_t nr = ranks[below(7)], nn = nodes[below(5)];
     if (g_nsys && below(4)) {

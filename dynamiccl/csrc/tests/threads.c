@@ -51,29 +51,24 @@ static void* mutator(void* arg) {
   return (void*)n;
 }
 
-static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
-                   ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  (void)level, (void)flags, (void)file, (void)line;
+static void count_logs(int level, unsigned long flags, const char* msg) {
+  (void)level, (void)flags, (void)msg;
   pthread_mutex_lock(&g_log_lock); /* NCCL's logger is thread-safe; so is this one */
   g_logs++;
   pthread_mutex_unlock(&g_log_lock);
 }
 
 static void ask(const plugin_t* p, void* ctx, const query_t* q, int out[3]) {
-  float table[7 * 3];
-  unsigned char usable[7 * 3];
+  float table[DCCL_NUM_ALGOS * DCCL_NUM_PROTOS];
+  unsigned char usable[DCCL_NUM_ALGOS * DCCL_NUM_PROTOS];
   memset(usable, 1, sizeof(usable));
-  fill_table(table, 7, 3, usable);
+  fill_table(table, DCCL_NUM_ALGOS, DCCL_NUM_PROTOS, usable);
   int nch = 0;
-  plugin_coll(p, ctx, q->coll, q->nbytes, q->pipe, q->reg, table, 7, 3, &nch);
+  plugin_coll(p, ctx, q->coll, q->nbytes, q->pipe, q->reg, table, DCCL_NUM_ALGOS, DCCL_NUM_PROTOS,
+              &nch);
   out[0] = out[1] = -1;
-  for (int i = 0; i < 21; i++)
-    if (table[i] == 0.0f) out[0] = i / 3, out[1] = i % 3;
+  for (int i = 0; i < DCCL_NUM_ALGOS * DCCL_NUM_PROTOS; i++)
+    if (table[i] == 0.0f) out[0] = i / DCCL_NUM_PROTOS, out[1] = i % DCCL_NUM_PROTOS;
   out[2] = nch;
 }
 
@@ -84,7 +79,7 @@ static void* worker(void* arg) {
     int s = (int)((t + r) % NSYS);
     const plugin_t* p = &g_p[4 + (t + r) % 3]; /* v4, v5, v6: same decisions, different ABIs */
     void* ctx = NULL;
-    if (plugin_init(p, k_sys[s][0], k_sys[s][1], logger, &ctx, NULL) != 0 || !ctx) return (void*)1;
+    if (plugin_init(p, k_sys[s][0], k_sys[s][1], harness_logger, &ctx, NULL) != 0 || !ctx) return (void*)1;
     for (int i = 0; i < NQ; i++) {
       int got[3];
       ask(p, ctx, &g_q[(i + t * 37) % NQ], got);
@@ -102,6 +97,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s PLUGIN.so THREADS ROUNDS [runtime]\n", argv[0]);
     return 2;
   }
+  g_log_sink = count_logs;
   g_mutate = argc == 5;
   g_path = argv[1];
   int nthreads = atoi(argv[2]);
@@ -118,7 +114,7 @@ int main(int argc, char** argv) {
   int applied = 0;
   for (int s = 0; s < NSYS; s++) { /* the single-threaded reference */
     void* ctx = NULL;
-    plugin_init(&g_p[6], k_sys[s][0], k_sys[s][1], logger, &ctx, NULL);
+    plugin_init(&g_p[6], k_sys[s][0], k_sys[s][1], harness_logger, &ctx, NULL);
     if (!ctx) {
       printf("FAIL the policy did not load for nRanks %zu nNodes %zu\n", k_sys[s][0], k_sys[s][1]);
       return 1;
@@ -135,7 +131,7 @@ int main(int argc, char** argv) {
   /* A communicator stays alive throughout, so the policy the mutator matches contexts against is
    * loaded while the workers run. */
   void* keep = NULL;
-  plugin_init(&g_p[6], 16, 2, logger, &keep, NULL);
+  plugin_init(&g_p[6], 16, 2, harness_logger, &keep, NULL);
   pthread_t mut;
   if (g_mutate) pthread_create(&mut, NULL, mutator, NULL);
   for (long t = 0; t < nthreads; t++) pthread_create(&th[t], NULL, worker, (void*)t);

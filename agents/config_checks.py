@@ -1,10 +1,10 @@
 """Checks of a composed training or sweep config that its schema's types cannot express.
 
-The schema itself (every default, every type) is :mod:`dynamiccl.configs.schema`, registered in
-Hydra's ConfigStore; Hydra refuses misspelt keys and wrong types while composing. What remains is
-checked here before any work starts, each with one message naming the key and the fix: positive
-step counts, a metric training reports, hyperparameters the chosen SB3 class accepts (and, for
-keys of another algorithm, which agents take them), keys forced in with ``+key=value``, an
+The schema itself (every default, every type) is :mod:`dynamiccl.configs.schema` and only that,
+registered in Hydra's ConfigStore; Hydra refuses misspelt keys and wrong types while composing.
+What remains is checked here before any work starts, each with one message naming the key and the
+fix: positive step counts, a metric training reports, hyperparameters the chosen SB3 class accepts
+(and, for keys of another algorithm, which agents take them), keys forced in with ``+key=value``, an
 observation set that exists (and is the deployable one where the run ships its policy).
 """
 
