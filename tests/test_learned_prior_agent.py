@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_module
 from training_runs import ENV, REPO, checkpoint_steps, run, start_and_wait
 
 from dynamiccl.agents import prior_agent
-from dynamiccl.agents.config_schema import ConfigCheckError, validate
+from dynamiccl.agents.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.prior import LearnedPrior
 from dynamiccl.agents.prior_learner import PriorConfig
 from dynamiccl.agents.train import train
