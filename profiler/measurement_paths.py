@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dynamiccl.files import not_regular_message
 from dynamiccl.profiler.measurements import MeasurementFormatError, load
 from dynamiccl.profiler.published import load_sidecar, sidecar_log
 from dynamiccl.profiler.records import MeasurementRecord
@@ -43,7 +44,8 @@ def load_paths(paths: Iterable[str | Path]) -> LoadedMeasurements:
         elif item.is_file():
             records += _load_file(item)
         else:
-            raise MeasurementFormatError(f"{item}: no such measurement file or folder; check the path")
+            raise MeasurementFormatError(not_regular_message(item, "measurement file") or
+                                         f"{item}: no such measurement file or folder; check the path")
     return LoadedMeasurements(records, skipped)
 
 

@@ -170,7 +170,10 @@ def test_cli_calibrates_nccl_tests_output_and_jsonl(tmp_path, capsys):
     write_jsonl(S.measurements(S.perturbed(base, TRUE_FACTORS), _sweeps(), seed=6), jsonl)
     plot = tmp_path / "fit.png"
     assert main(["calibrate", str(jsonl), "--topology", "dgx_h100", "-o", str(out),
-                 "--plot", str(plot)]) == 0
+                 "--plot", str(plot)]) == 2  # its own earlier file, kept unless told
+    assert "pass --force" in capsys.readouterr().err
+    assert main(["calibrate", str(jsonl), "--topology", "dgx_h100", "-o", str(out),
+                 "--plot", str(plot), "--force"]) == 0
     printed = capsys.readouterr().out
     assert "infiniband.bandwidth_GBps" in printed and "held-out sizes" in printed
     assert plot.stat().st_size > 10_000

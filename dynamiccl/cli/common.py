@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dynamiccl.config_loader import ConfigError
+from dynamiccl.files import not_regular_message
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import Collective
 from dynamiccl.topology import Topology, load_topology
@@ -35,6 +36,7 @@ INPUT_ERRORS = (
     ("dynamiccl.agents.config_schema", "ConfigCheckError"),
     ("dynamiccl.profiler.nccl_tests", "NcclTestsParseError"),
     ("dynamiccl.profiler.calibrate", "CalibrationError"),
+    ("dynamiccl.files", "OutputRefused"),
 )
 
 DEBUG_ENV = "DYNAMICCL_DEBUG"
@@ -174,6 +176,9 @@ def load_policy_arg(name_or_path: str, **kwargs: Any) -> Any:
     from dynamiccl.cli.policy_sniff import policy_file_kind
 
     path = Path(name_or_path)
+    special = not_regular_message(path, "checkpoint or policy file")
+    if special:  # reading a FIFO blocks, /dev/zero never ends
+        raise UserError(special)
     builtin = name_or_path.strip().lower() in BUILTIN
     names_something = builtin or path.exists() or path.with_suffix(".zip").exists()
     if not names_something and _looks_like_path(name_or_path):
@@ -208,7 +213,11 @@ def path_arg(text: str) -> str:
 
 
 def read_text(path: str | Path, what: str) -> str:
-    """The text of a file the user named, or one UserError saying why it cannot be read."""
+    """The text of a file the user named, or one UserError saying why it cannot be read (a FIFO or
+    a device is named, never opened: reading one blocks or never ends)."""
+    special = not_regular_message(path, what)
+    if special:
+        raise UserError(special)
     try:
         return Path(path).read_text()
     except FileNotFoundError:

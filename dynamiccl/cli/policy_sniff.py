@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from dynamiccl.cli.common import UserError
+from dynamiccl.files import not_regular_message
 
 #: Bytes read to decide (a CSV's header comments fit in them).
 SNIFF_BYTES = 4096
@@ -27,6 +28,9 @@ def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path} is a folder, not a policy file; give the file inside it")
+    special = not_regular_message(path, "policy file")
+    if special:  # reading a FIFO blocks, /dev/zero never ends
+        raise UserError(special)
     try:
         with path.open("rb") as fh:
             head = fh.read(SNIFF_BYTES)

@@ -187,8 +187,9 @@ def _echo(args: argparse.Namespace, scenario: Scenario) -> dict[str, Any]:
 
 def decide(args: argparse.Namespace,
            load: Callable[[argparse.Namespace], Topology] = topology_from_args
-           ) -> tuple[Scenario, Decision, Decision]:
-    """The scenario of one request, NCCL's pick and the best pick; UserError for a bad request."""
+           ) -> tuple[Scenario, Decision | None, Decision | None]:
+    """The scenario of one request, NCCL's pick and the best pick (None for a size-0 call, which
+    is no collective at all); UserError for a bad request."""
     from dynamiccl.decisions import NcclCannotRun, best, nccl_default, why_impossible
 
     scenario = scenario_from_args(args, load)
@@ -196,6 +197,8 @@ def decide(args: argparse.Namespace,
     reason = why_impossible(scenario, constraints) if constraints.given() else None
     if reason:
         raise UserError(f"invalid combination: {reason}")
+    if scenario.nbytes == 0:
+        return scenario, None, None
     try:
         return scenario, nccl_default(scenario, constraints), best(scenario, constraints)
     except NcclCannotRun as exc:
@@ -204,9 +207,23 @@ def decide(args: argparse.Namespace,
         raise UserError(f"invalid combination: {exc}") from None
 
 
-def result_json(args: argparse.Namespace, scenario: Scenario, default: Decision,
-                top: Decision) -> dict[str, Any]:
-    """The ``--json`` object of one request (also each ``--batch`` line's answer)."""
+#: A size-0 call moves nothing: NCCL queues no task for a collective of count 0 (src/enqueue.cc,
+#: taskAppend returns ncclSuccess first), and nccl-tests prints its size-0 rows at the ~1 µs its own
+#: call takes. Simulated as no time and no choice of NCCL's.
+NO_OP_NOTE = ("a size-0 call is a no-op: NCCL returns without running a collective (nccl-tests "
+              "prints such rows at the ~1 µs its own call takes)")
+
+
+def result_json(args: argparse.Namespace, scenario: Scenario, default: Decision | None,
+                top: Decision | None) -> dict[str, Any]:
+    """The ``--json`` object of one request (also each ``--batch`` line's answer); a size-0 call
+    is a no-op (``no_op`` true, times 0, no configuration)."""
+    if default is None or top is None:
+        zero = {key: 0.0 for key in ("time_us", "algbw_with_wait_GBps", "busbw_with_wait_GBps",
+                                     "time_after_straggler_us", "algbw_GBps", "busbw_GBps")}
+        return {"input": _echo(args, scenario), "nranks": scenario.topology.nranks, **zero,
+                "config": None, "nccl_default": None, "best": None, "gain": 1.0, "no_op": True,
+                "note": NO_OP_NOTE}
     return {
         "input": _echo(args, scenario),
         "nranks": scenario.topology.nranks,
@@ -233,14 +250,19 @@ def run_simulate(args: argparse.Namespace) -> int:
         json.dump(result_json(args, scenario, default, top), sys.stdout, indent=2)
         print()
         return 0
+    if default is None or top is None:
+        print(f"{scenario.collective.name.lower()} of 0 B on {scenario.topology.describe()}: 0 µs; "
+              f"{NO_OP_NOTE}")
+        return 0
     _print_result(scenario, default, top)
     return 0
 
 
 def _print_result(scenario: Scenario, default: Decision, top: Decision) -> None:
     """One row per pick; with a straggler two, one per time (from the first and the last arrival)."""
-    from rich.console import Console
     from rich.table import Table
+
+    from dynamiccl.console import console as table_console
 
     late = scenario.has_straggler
     title = (f"{scenario.collective.name.lower()} of {scenario.nbytes} B ({format_size(scenario.nbytes)}) "
@@ -268,15 +290,15 @@ def _print_result(scenario: Scenario, default: Decision, top: Decision) -> None:
             lead = [label, pick.config.label()] if i == 0 else ["", ""]
             table.add_row(*lead, *([since] if late else []), *(f"{t[k]:.2f}" for k in keys),
                           predicted if i == 0 else "")
-    console = Console(width=max(120, Console().width))
+    console = table_console()
     console.print(table)
     console.print(f"gain of the best pick over NCCL's: {_gain(default, top):.2f}x")
 
 
 def run_topologies(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
+    from dynamiccl.console import console as table_console
     from dynamiccl.topology import load_topology, preset_names
 
     presets = [load_topology(name) for name in preset_names()]
@@ -292,5 +314,5 @@ def run_topologies(args: argparse.Namespace) -> int:
         tiers = " × ".join(f"{t.size} {t.name} ({t.fabric}, {t.bandwidth_GBps:g} GB/s)" for t in topo.tiers)
         table.add_row(topo.name, str(topo.nranks), str(topo.nodes), str(topo.gpus_per_node),
                       topo.gpu.arch, tiers)
-    Console(width=max(120, Console().width)).print(table)
+    table_console().print(table)
     return 0
