@@ -359,8 +359,11 @@ def test_a_suite_repeated_without_end_is_refused(tmp_path: Path,
 
 REAL = Path(__file__).parent / "fixtures" / "real" / "sophia_dgx_a100_ib"
 NVML = Path(__file__).parent / "fixtures" / "profiler" / "nvml" / "dgx_h100.yaml"
-#: A bad input is answered within this many seconds (a FIFO opened for reading blocked for ever).
+#: A bad input is answered within this many seconds of work (a 10^9-node system took minutes)...
 ANSWER_S = 5
+#: ... and within this many seconds of wall time, however loaded the machine (a FIFO opened for
+#: reading blocked for ever, using no CPU at all).
+HANG_S = 30
 
 
 @pytest.fixture(scope="module")
@@ -421,17 +424,21 @@ def workdir(inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 
 @pytest.fixture
 def answers_in_time():
-    """A command that blocks (a FIFO opened for reading) fails the test instead of hanging it."""
+    """A command that blocks (a FIFO opened for reading) fails the test instead of hanging it, and
+    one that works for more than ANSWER_S seconds of CPU fails it too."""
     import signal
+    import time
 
     def hung(signum: int, frame: object) -> None:
-        raise TimeoutError(f"no answer within {ANSWER_S} s")
+        raise TimeoutError(f"no answer within {HANG_S} s")
 
     previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(ANSWER_S)
+    signal.alarm(HANG_S)
+    started = time.process_time()
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
+    assert time.process_time() - started < ANSWER_S
 
 
 CAL = ["calibrate", "meas.txt", "--topology", "t.yaml", "--keep-undetermined"]
