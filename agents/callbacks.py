@@ -51,27 +51,50 @@ class AtRolloutBoundary(EveryNTimesteps):
         return self._go_on
 
 
-def record_checkpoint(folder: Path, step: int) -> None:
-    """Appends a checkpoint taken at ``step`` to ``<folder>/history.jsonl``."""
+def record_checkpoint(folder: Path, step: int, train_seconds: float | None = None) -> None:
+    """Appends a checkpoint taken at ``step`` to ``<folder>/history.jsonl``, with the seconds spent
+    training up to it over every segment of the run (a resumed run starts its clock there)."""
+    row: dict[str, Any] = {"event": "checkpoint", "step": step, "time": time.time()}
+    if train_seconds is not None:
+        row["train_seconds"] = round(train_seconds, 3)
     with (folder / "history.jsonl").open("a") as fh:
-        fh.write(json.dumps({"event": "checkpoint", "step": step, "time": time.time()}) + "\n")
+        fh.write(json.dumps(row) + "\n")
+
+
+def trained_seconds(folder: Path, step: int) -> float:
+    """The training seconds recorded with the checkpoint at ``step`` (0 when none were)."""
+    path = folder / "history.jsonl"
+    if not path.is_file():
+        return 0.0
+    seconds = 0.0
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("event") == "checkpoint" and row.get("step") == step:
+            seconds = float(row.get("train_seconds", 0.0))
+    return seconds
 
 
 class SaveCheckpoint(BaseCallback):
     """Replaces ``<folder>/last.zip`` with the model and its resume state, and appends the save to
     ``history.jsonl``; ``last_step`` is the step of the newest checkpoint (``start`` before any)."""
 
-    def __init__(self, folder: Path, algo: str, start: int = 0) -> None:
+    def __init__(self, folder: Path, algo: str, start: int = 0,
+                 clock: Callable[[], float] | None = None) -> None:
         super().__init__()
         self.folder = Path(folder)
         self.algo = algo
         self.last_step = start
+        #: The run's training seconds so far (recorded with each checkpoint), if known.
+        self.clock = clock
 
     def save_now(self, model: Any) -> Path:
         """Saves ``model``; call only at a rollout boundary (or after ``learn`` returned)."""
         step = int(model.num_timesteps)
         path = save_checkpoint(model, self.folder / "last.zip", self.algo, resume=capture(model))
-        record_checkpoint(self.folder, step)
+        record_checkpoint(self.folder, step, None if self.clock is None else self.clock())
         self.last_step = step
         return path
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from dynamiccl.agents.policy import ForcingPolicy, OnlinePolicy, Policy
 from dynamiccl.agents.progress import Advance, progress_bar
+from dynamiccl.files import FileKind, OutputRefused, claim_output, read_head, starts_with
 from dynamiccl.knobs import Config
 from dynamiccl.nccl import Algorithm
 from dynamiccl.units import format_size
@@ -300,7 +301,6 @@ def table_title(title: str, reports: Sequence[PolicyReport]) -> str:
 
 
 def print_table(reports: Sequence[PolicyReport], title: str = "evaluation", console: Any = None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=table_title(title, reports))
@@ -317,10 +317,42 @@ def print_table(reports: Sequence[PolicyReport], title: str = "evaluation", cons
         table.add_row(r.policy, f"{r.geomean_speedup:.3f}x", share, str(r.slower_calls),
                       f"{r.worst_speedup:.3f}x", r.worst_call, calls, explore, str(r.scenarios))
     if console is None:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=200)
+        from dynamiccl.console import console as table_console
+
+        console = table_console()
     console.print(table)
+
+
+def _is_summary_json(path: Path) -> bool:
+    head = read_head(path, 256)
+    return head.startswith(b"[") and b'"policy"' in head
+
+
+#: The files ``save_reports`` writes into a folder, each recognisable by its first bytes, so
+#: ``--force`` replaces earlier results and never a user's own file of the same name.
+RESULT_FILES = {
+    "summary.csv": FileKind("a summary written by `dynamiccl evaluate`", starts_with(b"policy,")),
+    "summary.json": FileKind("a summary written by `dynamiccl evaluate`", _is_summary_json),
+    "calls.csv": FileKind("a call table written by `dynamiccl evaluate`",
+                          starts_with(b"policy,action_set,backend,workload,call,")),
+}
+
+
+def claim_results(out_dir: str | Path, *, force: bool, inputs: Sequence[str | Path] = (),
+                  figures: Sequence[str] = ()) -> None:
+    """Checks before any work that ``out_dir`` may take the results (and the named ``figures``):
+    a folder (or one to create), and every file in it this would replace one written by
+    ``evaluate`` (with ``force``), none of the command's ``inputs``."""
+    from dynamiccl.plots import FIGURE
+
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputRefused(f"{out} is a file; --out takes a folder (it writes "
+                            f"{', '.join(RESULT_FILES)} into it)")
+    if not out.exists():
+        return
+    for name, kind in [*RESULT_FILES.items(), *((f, FIGURE) for f in figures)]:
+        claim_output(out / name, kind, inputs=inputs, force=force, flag="--out")
 
 
 def save_reports(reports: Sequence[PolicyReport], out_dir: str | Path, *,

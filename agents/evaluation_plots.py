@@ -21,7 +21,7 @@ import numpy as np
 
 from dynamiccl.agents.evaluate import PolicyReport
 from dynamiccl.envs.observation import size_bin
-from dynamiccl.plots import choice_colour, policy_colour, pyplot, ratio_axis, save, size_axis
+from dynamiccl.plots import choice_colour, fit_text, policy_colour, pyplot, ratio_axis, save, size_axis
 from dynamiccl.units import format_size
 
 
@@ -58,8 +58,8 @@ def choice_maps_figure(reports: Sequence[PolicyReport], context: str = "") -> An
     index = {label: i for i, label in enumerate(labels)}
     cmap = ListedColormap([choice_colour(label) for label in labels] or ["white"])
     height = 1.6 + (0.45 * len(ranks) + 0.9) * len(reports)
-    fig, axes = plt.subplots(len(reports), 1, figsize=(max(7.0, 0.45 * len(bins) + 4.5), height),
-                             squeeze=False, sharex=True)
+    width = max(7.0, 0.45 * len(bins) + 4.5)
+    fig, axes = plt.subplots(len(reports), 1, figsize=(width, height), squeeze=False, sharex=True)
     for ax, report, cell in zip(axes[:, 0], reports, cells, strict=True):
         grid = np.full((len(ranks), len(bins)), np.nan)
         for (r, b), label in cell.items():
@@ -72,8 +72,8 @@ def choice_maps_figure(reports: Sequence[PolicyReport], context: str = "") -> An
         ax.set_xticks(range(len(bins)), [format_size(2**b) for b in bins], rotation=60, fontsize=7)
     axes[-1, 0].set_xlabel("message size bin (nccl-tests' size column, from this size up)", fontsize=8)
     handles = [Patch(color=choice_colour(label), label=label) for label in labels]
-    fig.suptitle(f"most frequent pick per cell; {context}" if context else "most frequent pick per cell",
-                 fontsize=9)
+    title = f"most frequent pick per cell; {context}" if context else "most frequent pick per cell"
+    fig.suptitle(fit_text(title, width - 0.4, 9), fontsize=9)
     # The legend gets its own column right of the panels, so it never covers a cell or a label.
     fig.tight_layout(rect=(0, 0, 0.78, 1))
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.79, 0.95), fontsize=7,
@@ -114,6 +114,10 @@ def speedup_figure(reports: Sequence[PolicyReport], context: str = "") -> Any:
     return fig
 
 
+#: The figures :func:`plot_reports` writes into its folder.
+FIGURES = ("choices.png", "speedup_vs_size.png")
+
+
 def plot_reports(reports: Sequence[PolicyReport], out_dir: str | Path, *, suite: str | None = None,
                  deployable: bool | None = None) -> dict[str, Path]:
     out = Path(out_dir)
@@ -123,5 +127,6 @@ def plot_reports(reports: Sequence[PolicyReport], out_dir: str | Path, *, suite:
         if deployable is None:
             context = f"{context}, {reports[0].action_set}"
         context = f"{context}; reality: {reports[0].backend}"
-    return {"choices": plot_choice_maps(reports, out / "choices.png", context),
-            "speedup_vs_size": plot_speedup_vs_size(reports, out / "speedup_vs_size.png", context)}
+    choices, speedups = FIGURES
+    return {"choices": plot_choice_maps(reports, out / choices, context),
+            "speedup_vs_size": plot_speedup_vs_size(reports, out / speedups, context)}

@@ -35,6 +35,7 @@ from dynamiccl import policy_file as pf
 from dynamiccl.agents.gate import Gate, Verdict
 from dynamiccl.agents.progress import progress_bar
 from dynamiccl.decisions import KnobConstraints
+from dynamiccl.files import FileKind, read_head, write_text_atomic
 from dynamiccl.knobs import ACTIONS, N_ACTIONS, span_label, valid_mask, without_channels
 from dynamiccl.nccl import Collective
 from dynamiccl.scenario import Scenario
@@ -397,10 +398,17 @@ def _file_checksum(policy_path: Path) -> str:
     return policy_path.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode("ascii", "replace")
 
 
+def _is_evidence(path: Path) -> bool:
+    head = read_head(path, 64)
+    return head.startswith(b"{") and b'"policy_checksum"' in head
+
+
+#: The evidence file beside a policy (``<file>.evidence.json``): replaced only when it is one.
+EVIDENCE = FileKind("the evidence file of a DynamICCL policy", _is_evidence)
+
+
 def save_evidence(policy_path: str | Path, rows: list[dict[str, object]]) -> Path:
     """Writes the evidence of the policy file just written (tied to it by its checksum line)."""
-    from dynamiccl.files import write_text_atomic
-
     policy_path = Path(policy_path)
     doc = {"policy_checksum": _file_checksum(policy_path), "rules": rows}
     return write_text_atomic(evidence_path(policy_path), json.dumps(doc, indent=1))

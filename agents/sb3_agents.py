@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dynamiccl.agents.policy import masked_argmax, scenario_mask
+from dynamiccl.config_loader import ConfigError
 
 if TYPE_CHECKING:
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -109,7 +110,11 @@ def checkpoint_meta(path: str | Path) -> dict[str, Any]:
     import zipfile
 
     with zipfile.ZipFile(path) as zf:
-        data = json.loads(zf.read("data"))
+        try:
+            data = json.loads(zf.read("data"))
+        except (KeyError, ValueError):  # no SB3 "data" member, or not SB3's JSON in it
+            raise ConfigError(f"{path} is a zip archive but not a checkpoint written by `dynamiccl "
+                              "train` (it holds no SB3 model); give model.zip or its run folder") from None
     module = data.get("policy_class", {}).get("__module__", "")
     algo = "maskable_ppo" if "maskable" in module else "dqn" if "dqn" in module else "ppo"
     return {"algo": algo, "class": _BUILTIN_CLASSES[algo]}

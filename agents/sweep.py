@@ -55,9 +55,9 @@ def check_restore(cfg: DictConfig, out_dir: Path) -> None:
     settings = {"num_samples": int(cfg.tune.num_samples), "metric": str(cfg.tune.metric),
                 "mode": str(cfg.tune.mode), "search_space": list(cfg.tune.search_space)}
     if not recorded.is_file():
-        tmp = recorded.with_name(".sweep.yaml.tmp")
-        tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(settings)))
-        tmp.replace(recorded)
+        from dynamiccl.files import write_text_atomic
+
+        write_text_atomic(recorded, OmegaConf.to_yaml(OmegaConf.create(settings)))
         return
     before = OmegaConf.to_container(OmegaConf.load(recorded))
     changed = [f"tune.{k} ({before.get(k)!r} -> {v!r})" for k, v in settings.items()  # type: ignore[union-attr]
@@ -202,19 +202,25 @@ def results_rows(grid: Any, keys: list[str], metric: str) -> list[dict[str, Any]
 
 
 def write_results(rows: list[dict[str, Any]], out_dir: Path) -> None:
+    """``results.json`` and ``results.csv``, each written atomically."""
+    import io
+
+    from dynamiccl.files import write_text_atomic
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(rows, indent=2, default=str))
+    write_text_atomic(out_dir / "results.json", json.dumps(rows, indent=2, default=str))
     if rows:
-        with (out_dir / "results.csv").open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        write_text_atomic(out_dir / "results.csv", buf.getvalue())
 
 
 def print_results(rows: list[dict[str, Any]], metric: str) -> None:
-    from rich.console import Console
-    from rich.measure import Measurement
     from rich.table import Table
+
+    from dynamiccl.console import console
 
     table = Table(title=f"sweep results (best {metric} first)")
     columns = [c for c in (rows[0] if rows else {}) if c != "path"]
@@ -223,11 +229,7 @@ def print_results(rows: list[dict[str, Any]], metric: str) -> None:
     for row in rows:
         table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in
                         (row[c] for c in columns)))
-    console = Console()
-    if not console.is_terminal:  # piped: as wide as the table, not rich's default 80 columns
-        wide = Console(width=10_000)
-        console = Console(width=Measurement.get(wide, wide.options, table).maximum)
-    console.print(table)
+    console().print(table)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://dynamiccl.configs", config_name="sweep")

@@ -29,6 +29,7 @@ from dynamiccl.agents.callbacks import (
     SaveAndStopOnInterrupt,
     SaveCheckpoint,
     record_checkpoint,
+    trained_seconds,
 )
 from dynamiccl.agents.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.deploy import export_and_score
@@ -45,6 +46,7 @@ from dynamiccl.agents.sb3_agents import (
     save_checkpoint,
 )
 from dynamiccl.config_loader import ConfigError
+from dynamiccl.files import write_text_atomic
 
 #: ``report(metrics, checkpoint_folder)``: called after every evaluation (Ray Tune's hook).
 Reporter = Callable[[dict[str, Any], Path], None]
@@ -147,9 +149,7 @@ class _Evaluations:
         if path.is_file():
             kept = [line for line in path.read_text().splitlines()
                     if line and json.loads(line)["step"] <= start]
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text("".join(f"{line}\n" for line in kept))
-            tmp.replace(path)
+            write_text_atomic(path, "".join(f"{line}\n" for line in kept))
 
     def append(self, row: dict[str, Any]) -> None:
         with self.path.open("a") as fh:
@@ -157,9 +157,10 @@ class _Evaluations:
 
 
 def _callbacks(cfg: DictConfig, model: Any, run_dir: Path, run_logger: Any, start: int,
-               report: Reporter | None, interrupt: Interrupt) -> tuple[list[Any], SaveCheckpoint]:
+               report: Reporter | None, interrupt: Interrupt,
+               clock: Callable[[], float]) -> tuple[list[Any], SaveCheckpoint]:
     ckpt_dir = run_dir / "checkpoints"
-    saver = SaveCheckpoint(ckpt_dir, str(cfg.agent.name), start)
+    saver = SaveCheckpoint(ckpt_dir, str(cfg.agent.name), start, clock)
     callbacks: list[Any] = [SaveAndStopOnInterrupt(interrupt, saver), *run_logger.sb3_callbacks()]
     if int(cfg.trainer.checkpoint_every) > 0:
         callbacks.append(AtRolloutBoundary(int(cfg.trainer.checkpoint_every), saver))
@@ -218,12 +219,21 @@ def _starting(cfg: DictConfig, run_dir: Path, ckpt: Path, start: int, changes: s
     """Records and says where training starts; ``restored`` says what a run resumed from ``ckpt``
     got back. Returns the step training ends at."""
     total = int(cfg.trainer.total_timesteps)
-    (run_dir / "train_state.json").write_text(json.dumps(
+    earlier = (run_dir / "train_state.json").is_file()  # a run started here before
+    write_text_atomic(run_dir / "train_state.json", json.dumps(
         {"started_at_step": start, "resumed": start > 0, "total_timesteps": total}, indent=2))
     if changes:
         _console(changes)
-    if start:
+    if start >= total:  # rollouts (rounds) are whole, so a run may end past total_timesteps
+        past = " (whole rollouts end past trainer.total_timesteps)" if start > total else ""
+        _console(f"training already finished at step {start} of {total}{past}: {ckpt}; "
+                 "evaluating it")
+    elif start:
         _console(f"resuming at step {start} of {total} from {ckpt} ({restored})")
+    elif earlier:
+        _console(f"no checkpoint in {ckpt.parent} to resume from (the earlier run stopped before "
+                 f"its first, due at step {int(cfg.trainer.checkpoint_every)}): training "
+                 f"{cfg.agent.name} from step 0 for {total} steps")
     else:
         _console(f"training {cfg.agent.name} for {total} steps in {run_dir}")
     return total
@@ -250,13 +260,19 @@ def _learn_sb3(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter
                       "start afresh")
     model.set_logger(_sb3_logger(run_dir, run_logger, start))
     interrupt = Interrupt()
-    callbacks, saver = _callbacks(cfg, model, run_dir, run_logger, start, report, interrupt)
+    before = trained_seconds(run_dir / "checkpoints", start) if start else 0.0
     began = time.perf_counter()
+
+    def clock() -> float:
+        """Seconds of training over every segment of the run, up to now."""
+        return before + time.perf_counter() - began
+
+    callbacks, saver = _callbacks(cfg, model, run_dir, run_logger, start, report, interrupt, clock)
     if total > start:
         with interrupt.installed():
             model.learn(total - start, callback=callbacks, reset_num_timesteps=start == 0,
                         progress_bar=bool(cfg.trainer.progress_bar))
-    seconds = time.perf_counter() - began
+    seconds = clock()
     if interrupt.saved_at is not None:
         raise _stopped(interrupt.saved_at, total, ckpt, run_dir)
     step = int(model.num_timesteps)
@@ -311,20 +327,20 @@ def _learn_rounds(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Repor
                       if restored else "the checkpoint holds only the network: optimizer and "
                       "generator start afresh")
     saved_at = start if restored else None
+    seconds = trained_seconds(ckpt_dir, start) if start else 0.0  # over every segment of the run
 
     def checkpoint() -> None:
         """Saves the learner at this round boundary (once)."""
         nonlocal saved_at
         if saved_at != learner.samples_seen:
             agent.save_checkpoint(learner, last)
-            record_checkpoint(ckpt_dir, learner.samples_seen)
+            record_checkpoint(ckpt_dir, learner.samples_seen, seconds)
             saved_at = learner.samples_seen
 
     checkpoint_due = _AtMultiples(int(cfg.trainer.checkpoint_every), start)
     eval_due = _AtMultiples(int(cfg.trainer.eval_every), start)
     evaluations = _Evaluations(run_dir / "evaluations.jsonl", start)
     interrupt = Interrupt()
-    seconds = 0.0
     progress_file = run_dir / (f"progress_from_{start}.csv" if start else "progress.csv")
     columns = ["time/total_timesteps", "train/loss", agent.CURVE[0]]
     bar = progress_bar(f"training {cfg.agent.name}", total) if cfg.trainer.progress_bar \
@@ -414,7 +430,7 @@ def _evaluate_and_ship(cfg: DictConfig, policy: Any, run_dir: Path, run_logger: 
     metrics, reports = evaluate_run(cfg, policy, run_dir, run_logger, step)
     reports += export_and_score(cfg, policy, run_dir)
     metrics.update(step=step, train_seconds=seconds)
-    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    write_text_atomic(run_dir / "metrics.json", json.dumps(metrics, indent=2))
     if report is not None:
         report(metrics, run_dir / "checkpoints")
     if report is None:  # a sweep prints its own table
@@ -435,6 +451,27 @@ def refuse_search(command: str) -> None:
                                f"`dynamiccl sweep hparams_search={search}`")
 
 
+#: Overrides that pick the systems and calls SB3 agents train on (``scenario.systems=[...]`` is the
+#: README's calibrate -> train step).
+SYSTEM_KEYS = ("scenario.systems", "scenario.workloads", "topology", "workload")
+
+
+def refuse_ignored_systems(cfg: DictConfig, overrides: list[str]) -> None:
+    """The full-information learner draws fresh random systems (``agent.model.systems=random``),
+    not the ``scenario`` group's; a scenario, topology or workload given on the command line (the
+    README's calibrate -> train flow) would be ignored without a word, so it is refused in one line
+    that names how to learn on those systems."""
+    if not is_full_info(cfg.agent) or OmegaConf.select(cfg, "agent.model.systems") != "random":
+        return
+    given = [o for o in overrides if o.lstrip("+~").split("=")[0] in SYSTEM_KEYS
+             or o.lstrip("+~").split("=")[0].split(".")[0] in SYSTEM_KEYS]
+    if given:
+        raise ConfigCheckError(
+            f"{given[0]}: agent=full_info learns on random systems (agent.model.systems=random) and "
+            "would ignore it; to learn on your systems give a scenario file that lists them, "
+            "agent.model.systems=FILE.yaml, or train agent=maskable_ppo on the scenario")
+
+
 @hydra.main(version_base="1.3", config_path="pkg://dynamiccl.configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """Hydra entry point; returns the oracle share so Hydra multirun sweeps can use it."""
@@ -442,6 +479,7 @@ def main(cfg: DictConfig) -> float | None:
 
     with user_errors_exit("train"):
         refuse_search("train")
+        refuse_ignored_systems(cfg, list(HydraConfig.get().overrides.task))
         metrics = train(cfg, HydraConfig.get().runtime.output_dir)
     return metrics.get("oracle_share")
 

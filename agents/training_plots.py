@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.plots import policy_colour, pyplot, save
+from dynamiccl.plots import fit_text, policy_colour, pyplot, save
 
 
 def _steps(value: float, _pos: Any = None) -> str:
@@ -82,7 +82,7 @@ def plot_training(run_dir: Path, agent: str, curve_of: tuple[str, str] = REWARD,
         steps, values = zip(*curve, strict=True)
         ax.plot(steps, values, color=policy_colour(agent), label=f"{agent}: {label}")
     ax.set_xlabel("training step")
-    ax.set_ylabel(label)
+    ax.set_ylabel(fit_text(label, 3.2))
     ax.xaxis.set_major_formatter(FuncFormatter(_steps))
     _plain_axis(ax.yaxis)
     handles, labels = ax.get_legend_handles_labels()
@@ -93,12 +93,13 @@ def plot_training(run_dir: Path, agent: str, curve_of: tuple[str, str] = REWARD,
         eval_steps, values = zip(*shares, strict=True)
         right.plot(eval_steps, values, "o-", color=policy_colour("oracle"),
                    label=f"{key.replace('_', ' ')} (eval)")
-        right.set_ylabel(eval_label)
+        right.set_ylabel(fit_text(eval_label, 3.2))
         _plain_axis(right.yaxis)
         more = right.get_legend_handles_labels()
         handles, labels = handles + more[0], labels + more[1]
-    ax.legend(handles, labels, loc="best")
-    ax.set_title(f"training curve: {agent} in {run_dir.name}")
+    # Below the axes: inside them the legend hid the curve's last points.
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False)
+    ax.set_title(fit_text(f"training curve: {agent} in {run_dir.name}", 6.5, 12))
     return save(fig, run_dir / "training_curve.png")
 
 
@@ -123,5 +124,6 @@ def plot_sweep(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], metric: s
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(metric)
     _plain_axis(axes[0][0].yaxis)
-    fig.suptitle(f"sweep of {agent}: {metric} per trial ({len(done)} of {len(rows)} trials with a result)")
+    fig.suptitle(fit_text(f"sweep of {agent}: {metric} per trial ({len(done)} of {len(rows)} trials "
+                          "with a result)", 4 * len(keys) - 0.3, 12))
     return save(fig, out_dir / "sweep_results.png")

@@ -217,10 +217,22 @@ def launch_order(planned: Sequence[PlannedMeasurement]) -> list[list[PlannedMeas
             for k in sorted(rounds)]
 
 
+#: The MPI launchers a multi-node line is printed for, with how each sets a variable on every rank
+#: and places ranks per node: OpenMPI forwards only the variables named with ``-x`` to remote
+#: ranks, MPICH's and Intel MPI's Hydra those named with ``-genv`` (a variable set before
+#: ``mpirun`` reaches the local ranks only, and ranks choosing differently hang NCCL).
+LAUNCHERS = (
+    ("OpenMPI", "-N", lambda k, v: f"-x {k}={v}"),
+    ("MPICH/Intel MPI", "-ppn", lambda k, v: f"-genv {k} {v}"),
+)
+
+
 def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> list[str]:
     """nccl-tests commands covering the plan, in :func:`launch_order`: one per round,
     (collective, ranks, choice) and contiguous run of powers of two (``-b/-e -f 2``), pinned through
-    :func:`nccl_environment`. Each line is one launch; run them in the order printed."""
+    :func:`nccl_environment`. Each line is one launch; run them in the order printed. Across nodes
+    each is printed once per launcher of :data:`LAUNCHERS`, the variables set on every rank the
+    way that launcher does it and the launcher named in the line's comment."""
     lines = []
     for launches in launch_order(planned):
         groups: dict[tuple, list[int]] = defaultdict(list)
@@ -234,13 +246,18 @@ def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> 
                     runs[-1].append(n)
                 else:
                     runs.append([n])
-            env = "".join(f"{k}={v} " for k, v in nccl_environment(choice).items())
+            env = nccl_environment(choice)
             nodes = max(1, nranks // max(gpus_per_node, 1))
-            launcher = (f"mpirun -np {nranks} -N {min(gpus_per_node, nranks)} " if nodes > 1 else "")
-            gpus = "-g 1" if nodes > 1 else f"-g {nranks}"
             which = f", launch {launch}" if launch > 1 else ""
             for run in runs:
-                lines.append(f"{env}{launcher}{_BINARIES[coll]} -b {run[0]} -e {run[-1]} -f 2 {gpus}"
-                             f"  # {choice.label()}, {format_size(run[0])}..{format_size(run[-1])}"
-                             f"{which}")
+                test = f"{_BINARIES[coll]} -b {run[0]} -e {run[-1]} -f 2"
+                what = f"{choice.label()}, {format_size(run[0])}..{format_size(run[-1])}{which}"
+                if nodes == 1:  # one process drives every GPU: the shell's variables reach it
+                    prefix = "".join(f"{k}={v} " for k, v in env.items())
+                    lines.append(f"{prefix}{test} -g {nranks}  # {what}")
+                    continue
+                for name, per_node, set_var in LAUNCHERS:
+                    flags = "".join(f"{set_var(k, v)} " for k, v in env.items())
+                    lines.append(f"mpirun -np {nranks} {per_node} {min(gpus_per_node, nranks)} {flags}"
+                                 f"{test} -g 1  # {name}: {what}")
     return lines

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from dynamiccl.files import not_regular_message
+
 
 class ConfigError(ValueError):
     """A config (topology, workload, scenario) that cannot be used; the message says where and how
@@ -55,6 +57,9 @@ def _read_file(path: Path, group: str) -> str:
     """A file the user named, or one ConfigError saying why it cannot be read."""
     if path.is_dir():
         raise ConfigError(f"{path} is a folder; give a {group} YAML file")
+    special = not_regular_message(path, f"{group} YAML file")
+    if special:
+        raise ConfigError(special)
     if not path.is_file():
         raise ConfigError(f"{path}: no such {group} file; check the path")
     try:

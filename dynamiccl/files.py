@@ -1,9 +1,18 @@
-"""Writing result files so that a reader never sees half of one and nothing is lost by accident."""
+"""Writing result files so that a reader never sees half of one and nothing is lost by accident.
+
+Every command that writes goes through here twice: :func:`claim_output` before any work (never one
+of the command's own inputs, never a file another program wrote, ``--force`` only over a file of
+the kind the command writes), then an atomic write (:func:`write_text_atomic`,
+:func:`replace_atomically`). Each writer names what it writes as a :class:`FileKind`.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -21,15 +30,27 @@ def write_bytes_atomic(path: str | Path, data: bytes, *, durable: bool = False) 
     (a policy every rank of a job loads). The file gets the permissions of any file the user writes,
     not the temporary file's private 0600. An OSError leaves the previous file untouched.
     """
-    path = Path(path)
-    folder = path.parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
+
+    def fill(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
             fh.write(data)
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
+
+    return replace_atomically(path, fill, durable=durable)
+
+
+def replace_atomically(path: str | Path, fill: Callable[[Path], object], *,
+                       durable: bool = False) -> Path:
+    """``fill(tmp)`` writes a temporary file beside ``path`` (a figure, a YAML dump, a checkpoint),
+    which is then renamed over ``path``: never half a file, and a failure leaves the old one."""
+    path = Path(path)
+    folder = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        fill(Path(tmp))
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
@@ -46,21 +67,154 @@ def write_bytes_atomic(path: str | Path, data: bytes, *, durable: bool = False) 
     return path
 
 
-def check_writable_file(path: str | Path, *, overwrite: bool, what: str = "output") -> Path:
-    """The problems a user can fix before any work starts, each as one ValueError naming the fix:
-    an empty name, a folder where a file goes, a missing or read-only folder, an existing file
-    without ``overwrite``."""
+# ---------------------------------------------------------------------------------------------
+# Claiming an output path before any work: never an input, never a file another program wrote
+# ---------------------------------------------------------------------------------------------
+
+#: Bytes of an existing file read to tell what wrote it.
+HEAD_BYTES = 65536
+#: Files under an input folder compared with an output path (a folder of logs holds a few hundred).
+MAX_INPUT_FILES = 100_000
+
+
+class OutputRefused(ValueError):
+    """An output path a command must not write to; the message names the path and the fix."""
+
+
+@dataclass(frozen=True)
+class FileKind:
+    """What a command writes, and how to recognise a file it (or its twin) wrote before: ``--force``
+    replaces a file of this kind only, never a log, a model or a user's own file of the same name.
+
+    ``reuse``: an existing file of this kind is replaced (a plot a re-run redraws) or appended to (a
+    record file) without ``--force``.
+    """
+
+    name: str
+    written_by: Callable[[Path], bool]
+    reuse: bool = False
+
+
+def starts_with(*prefixes: bytes) -> Callable[[Path], bool]:
+    """A ``written_by`` test: the file starts with one of ``prefixes``."""
+
+    def test(path: Path) -> bool:
+        first = read_head(path, max(len(p) for p in prefixes))
+        return any(first.startswith(p) for p in prefixes)
+
+    return test
+
+
+def read_head(path: str | Path, size: int = HEAD_BYTES) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(size)
+
+
+def read_tail(path: str | Path, size: int = HEAD_BYTES) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(max(0, os.fstat(fh.fileno()).st_size - size))
+        return fh.read(size)
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_file(path: str | Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder (``"a FIFO (named
+    pipe)"``, ``"a character device"``, ...), else None. Reading a FIFO blocks until a writer comes
+    and ``/dev/zero`` never ends, so a command names such a file instead of opening it."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return next((what for test, what in _SPECIAL if test(mode)), None)
+
+
+def not_regular_message(path: str | Path, what: str) -> str | None:
+    """One line for a ``path`` the user gave as a ``what`` (e.g. "policy file") that is a FIFO, a
+    device or a socket; None for a regular file, a folder or a missing path."""
+    kind = special_file(path)
+    return None if kind is None else f"{path} is {kind}, not a regular file; give the {what} itself"
+
+
+def claim_output(path: str | Path, kind: FileKind, *, inputs: Iterable[str | Path] = (),
+                 force: bool = False, flag: str = "-o") -> Path:
+    """``path`` checked before any work as the place a command writes ``kind`` to; OutputRefused
+    names what is wrong and the fix. Refused: an empty name, a folder, a missing or read-only
+    folder, a FIFO/device/socket, any of the command's ``inputs`` (files, and files inside input
+    folders; same inode or same resolved path, ``--force`` or not), an existing file that is not
+    ``kind``, and an existing file of ``kind`` without ``force`` (unless ``kind.reuse``)."""
     text = str(path)
     if not text.strip():
-        raise ValueError(f"the {what} path is empty; give a file name")
+        raise OutputRefused(f"the {flag} path is empty; give a file name")
     path = Path(text)
     if path.is_dir():
-        raise ValueError(f"{path} is a folder; give a file path for the {what}")
+        raise OutputRefused(f"{path} is a folder; give a file path for {flag}")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise ValueError(f"{parent} does not exist; create the folder or pick another {what} path")
+        raise OutputRefused(f"{parent} does not exist; create the folder or pick another {flag} path")
     if not os.access(parent, os.W_OK):
-        raise ValueError(f"{parent} is not writable; pick another {what} path")
-    if path.exists() and not overwrite:
-        raise ValueError(f"{path} already exists; pass --force to replace it or pick another path")
+        raise OutputRefused(f"{parent} is not writable; pick another {flag} path")
+    special = special_file(path)
+    if special:
+        raise OutputRefused(f"{path} is {special}, not a regular file; pick another {flag} path")
+    source = _same_as_input(path, inputs)
+    if source is not None:
+        which = "" if Path(source) == path else f" (as {source})"
+        raise OutputRefused(f"{flag} {path} is an input of this command{which}; writing it would "
+                            "destroy it, so pick another path")
+    if not path.exists():
+        return path
+    try:
+        ours = kind.written_by(path)
+    except OSError as exc:
+        raise OutputRefused(f"cannot read {path} to check what it is ({exc.strerror or exc}); pick "
+                            f"another {flag} path") from None
+    if not ours:
+        raise OutputRefused(f"{path} exists and is not {kind.name}; refusing to replace it (move it "
+                            f"away or pick another {flag} path)")
+    if not force and not kind.reuse:
+        raise OutputRefused(f"{path} already exists; pass --force to replace it or pick another path")
     return path
+
+
+def distinct_outputs(*outputs: tuple[str, str | Path | None]) -> None:
+    """Two outputs of one command (``-o x --plot x``) would overwrite each other: one line names them."""
+    seen: dict[str, str] = {}
+    for flag, path in outputs:
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise OutputRefused(f"{seen[key]} and {flag} name the same file {path}; give each its own")
+        seen[key] = flag
+
+
+def _same_as_input(path: Path, inputs: Iterable[str | Path]) -> str | None:
+    """The input ``path`` would overwrite (itself, or a file inside an input folder), if any."""
+    target = os.path.realpath(path)
+    exists = path.exists()
+    for given in inputs:
+        if given is None or not str(given).strip():
+            continue
+        candidates: Iterable[str | Path] = (given,)
+        if Path(given).is_dir():
+            candidates = _files_under(Path(given))
+        for candidate in candidates:
+            if os.path.realpath(candidate) == target:
+                return str(candidate)
+            if exists:
+                try:
+                    if os.path.samefile(candidate, path):  # a hard link or another spelling
+                        return str(candidate)
+                except OSError:
+                    continue
+    return None
+
+
+def _files_under(folder: Path) -> Iterator[Path]:
+    for n, path in enumerate(p for p in folder.rglob("*") if not p.is_dir()):
+        if n >= MAX_INPUT_FILES:
+            return
+        yield path

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dynamiccl import policy_file as pf
+from dynamiccl.files import FileKind
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import (
     ALGORITHM_TOKENS,
@@ -84,12 +85,15 @@ def _is_ours(path: Path) -> bool:
         return f.read(len(FIRST_LINE_PREFIX)) == FIRST_LINE_PREFIX.encode()
 
 
+#: What ``export --format nccl-example-csv`` writes (``--force`` replaces only such a file).
+KIND = FileKind("a DynamICCL export for NVIDIA's example tuner", _is_ours)
+
+
 def write_nccl_example_csv(policy: pf.PolicyFile, path: str | Path, *,
                            context: tuple[str, str] = pf.DEFAULT_CONTEXT) -> Path:
     """Writes the CSV atomically (ranks starting meanwhile read the old or the new file, never a
     mixture); an existing file is replaced only if this function wrote it."""
-    return pf.replace_file(path, to_nccl_example_csv(policy, context=context), replaceable=_is_ours,
-                           what="a DynamICCL export for NVIDIA's example tuner")
+    return pf.replace_file(path, to_nccl_example_csv(policy, context=context), kind=KIND)
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ never assigned in order of appearance), a marker the same protocol, and ratio ax
 from __future__ import annotations
 
 import math
-import os
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dynamiccl.files import FileKind, claim_output, read_head, read_tail, replace_atomically
 from dynamiccl.nccl import ALGORITHMS, PROTOCOLS
 from dynamiccl.units import format_size
 
@@ -46,18 +46,58 @@ def pyplot() -> Any:
     return plt
 
 
+#: Written into every figure's metadata, so a later run knows the file at its path is a figure of
+#: ours to redraw (and not a user's picture to keep).
+FIGURE_MARK = "DynamICCL figure"
+_IMAGE_MAGIC = (b"\x89PNG", b"%PDF", b"<?xml", b"<svg", b"\xff\xd8\xff")
+
+
+def _is_our_figure(path: Path) -> bool:
+    head = read_head(path)
+    if not head.startswith(_IMAGE_MAGIC):
+        return False
+    mark = FIGURE_MARK.encode()
+    return mark in head or mark in read_tail(path)  # a PDF keeps its metadata at the end
+
+
+#: A figure: a re-run redraws its own figure, and any other file at that path is kept.
+FIGURE = FileKind("a figure written by dynamiccl", _is_our_figure, reuse=True)
+
+
+def figure_path(path: str | Path) -> Path:
+    """The file a figure asked for at ``path`` goes to: ``x`` and ``x.v2`` become ``x.png`` and
+    ``x.v2.png``, and that is the name reported."""
+    path = Path(path)
+    if str(path).strip() and path.suffix.lower() not in IMAGE_SUFFIXES:
+        path = path.with_name(path.name + ".png")
+    return path
+
+
+def claim_figure(path: str | Path, *, inputs: Sequence[str | Path] = (), flag: str = "--plot") -> Path:
+    """:func:`figure_path` of ``path``, checked before any work (``files.claim_output``)."""
+    return claim_output(figure_path(path), FIGURE, inputs=inputs, flag=flag)
+
+
 def save(fig: Any, path: str | Path) -> Path:
     """Writes ``fig`` atomically (a temporary file renamed into place): a reader never sees half a
-    figure, and a failed write leaves any earlier file intact."""
+    figure, and a failed write leaves any earlier file intact. The figure carries
+    :data:`FIGURE_MARK`, which marks it as ours to redraw."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    mark = ({"pil_kwargs": {"comment": FIGURE_MARK.encode()}} if fmt in ("jpg", "jpeg") else
+            {"metadata": {"Software" if fmt == "png" else "Creator": FIGURE_MARK}})
     try:
-        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
-        os.replace(tmp, path)
+        replace_atomically(path, lambda tmp: fig.savefig(tmp, dpi=120, format=fmt, **mark))
     finally:
-        tmp.unlink(missing_ok=True)
         pyplot().close(fig)
     return path
+
+
+def fit_text(text: str, inches: float, fontsize: float = 10.0) -> str:
+    """``text`` wrapped onto lines that fit ``inches`` of a figure at ``fontsize`` points (a title
+    wider than its figure is cut off on both sides when the file is written)."""
+    chars = max(16, int(inches * 72 / (0.6 * fontsize)))
+    return textwrap.fill(text, chars)
 
 
 def algorithm_colour(algorithm: str) -> str:

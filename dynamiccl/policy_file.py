@@ -50,11 +50,10 @@ import hashlib
 import re
 import zlib
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dynamiccl.files import write_text_atomic
+from dynamiccl.files import FileKind, write_text_atomic
 from dynamiccl.nccl import ALGORITHM_TOKENS as ALGO_TOKENS
 from dynamiccl.nccl import COLLECTIVE_TOKENS as COLL_TOKENS
 from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
@@ -324,24 +323,28 @@ def is_policy_file(path: Path) -> bool:
         return f.read(len(MAGIC) + 1) == f"{MAGIC} ".encode()
 
 
-def replace_file(path: str | Path, text: str, *, replaceable: Callable[[Path], bool],
-                 what: str) -> Path:
+#: What ``export`` and ``tune`` write: ``--force`` replaces a policy file and nothing else.
+KIND = FileKind("a DynamICCL policy file", is_policy_file)
+
+
+def replace_file(path: str | Path, text: str, *, kind: FileKind) -> Path:
     """Writes ``text`` to ``path`` atomically: a temporary file in the same folder, fsync, rename.
 
     Ranks that start while a policy is being rewritten then read either the old or the new file,
-    never a mixture. An existing ``path`` is replaced only if ``replaceable(path)`` says it holds
-    ``what`` (a policy file, say), so a mistyped ``-o model.zip`` cannot destroy a model.
+    never a mixture. An existing ``path`` is replaced only if it holds ``kind`` (a policy file,
+    say), so a mistyped ``-o model.zip`` cannot destroy a model. (The commands check the same with
+    ``files.claim_output`` before any work; this is the last word at the moment of writing.)
     """
     path = Path(path)
     if path.is_dir():
         raise PolicyFileError(f"{path} is a folder; give a file name")
     if path.exists():
         try:
-            ours = path.is_file() and replaceable(path)
+            ours = path.is_file() and kind.written_by(path)
         except OSError as exc:
             raise PolicyFileError(f"cannot read {path} to check what it is ({exc.strerror})") from None
         if not ours:
-            raise PolicyFileError(f"refusing to overwrite {path}: it is not {what}; remove it or "
+            raise PolicyFileError(f"refusing to overwrite {path}: it is not {kind.name}; remove it or "
                                   "choose another output file")
     try:
         return write_text_atomic(path, text, encoding="ascii", durable=True)
@@ -352,7 +355,7 @@ def replace_file(path: str | Path, text: str, *, replaceable: Callable[[Path], b
 
 def write(pf: PolicyFile, path: str | Path) -> Path:
     """Writes a policy file atomically; an existing file is replaced only if it is a policy."""
-    return replace_file(path, dumps(pf), replaceable=is_policy_file, what="a DynamICCL policy file")
+    return replace_file(path, dumps(pf), kind=KIND)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -58,6 +58,12 @@ NO_LL128_NIC_PATHS = NIC_PATHS[NIC_PATHS.index("PXB") + 1:]
 #: Emerald Rapids.
 SOCKET_LINK_GBPS = {"bdw": 6.0, "skl": 10.0, "srp": 22.0, "erp": 40.0, "amd": 16.0, "p9": 32.0,
                     "arm": 6.0}
+#: The most ranks a system may have. The largest systems built hold about 10^5 GPUs; beyond 2^17 a
+#: size is a slip (an extra zero), and every command's work grows with it.
+MAX_RANKS = 2**17
+#: The most GPUs one node (the innermost NVLink or PCIe tier) may hold: NVIDIA's largest NVLink
+#: domain, the NVL576 rack (PCIe servers hold at most 16-20).
+MAX_GPUS_PER_NODE = 576
 #: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).
 ARCHS = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100}
 
@@ -201,6 +207,7 @@ class Topology:
         so a three-tier system needs a node count their product divides.
         """
         tiers = list(self.tiers)
+        _check_resize(self, nodes, gpus_per_node)
         if gpus_per_node is not None:
             _require_positive("gpus_per_node", gpus_per_node)
             tiers[0] = _retier(tiers[0], gpus_per_node)
@@ -260,6 +267,38 @@ def default_nic_path(transport: str) -> str:
     """A network tier's ``nic_path`` when its file does not say: on the GPUs' PCIe switch, or at the
     CPU for a transport without GPUDirect RDMA (:data:`CPU_NIC_PATH`)."""
     return DEFAULT_NIC_PATH if TRANSPORTS[transport].gpudirect_rdma else CPU_NIC_PATH
+
+
+def _check_resize(topology: Topology, nodes: int | None, gpus_per_node: int | None) -> None:
+    """--nodes/--gpus-per-node within :data:`MAX_RANKS` and :data:`MAX_GPUS_PER_NODE`, said before any
+    tier is built (a per-node loop over 10^9 nodes ran for minutes)."""
+    node = topology.tiers[0]
+    gpus = topology.gpus_per_node if gpus_per_node is None else gpus_per_node
+    if gpus_per_node is not None and node.link != "net" and gpus_per_node > MAX_GPUS_PER_NODE:
+        raise ConfigError(f"--gpus-per-node {gpus_per_node} is more than the {MAX_GPUS_PER_NODE} GPUs "
+                          f"of the largest NVLink domain (NVL576); give 1..{MAX_GPUS_PER_NODE}")
+    count = topology.nodes if nodes is None else nodes
+    if isinstance(count, int) and isinstance(gpus, int) and count * gpus > MAX_RANKS:
+        flag = "--nodes" if nodes is not None else "--gpus-per-node"
+        value = nodes if nodes is not None else gpus_per_node
+        raise ConfigError(f"{flag} {value} makes {count * gpus} ranks, more than the {MAX_RANKS} "
+                          f"this models (the largest systems have about 10^5 GPUs); give at most "
+                          + (f"{MAX_RANKS // gpus} nodes" if nodes is not None else
+                             f"{MAX_RANKS // count} GPUs per node"))
+
+
+def _check_size(tiers: tuple[Tier, ...], fail: Any) -> None:
+    """A file's tiers within :data:`MAX_RANKS` and :data:`MAX_GPUS_PER_NODE`."""
+    node = tiers[0]
+    if node.link != "net" and len(tiers) > 1 and node.size > MAX_GPUS_PER_NODE:
+        raise fail("tiers[0].size", f"is {node.size}; a node holds at most {MAX_GPUS_PER_NODE} GPUs "
+                   "(the largest NVLink domain, NVL576)")
+    ranks = 1
+    for i, tier in enumerate(tiers):
+        ranks *= tier.size
+        if ranks > MAX_RANKS:
+            raise fail(f"tiers[{i}].size", f"is {tier.size}, which makes more than {MAX_RANKS} ranks "
+                       "(the largest systems have about 10^5 GPUs); give a smaller size")
 
 
 def _require_positive(name: str, value: int) -> None:
@@ -341,6 +380,7 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     if not isinstance(tiers_d, list) or not tiers_d:
         raise fail("tiers", "must be a non-empty list of tiers, innermost (the node) first")
     tiers = tuple(_tier_from_dict(t, i, fail, len(tiers_d)) for i, t in enumerate(tiers_d))
+    _check_size(tiers, fail)
     if feat_d.get("nvls") and ARCHS[arch] < 90:
         raise fail("features.nvls", f"is true on {arch}; NVLS needs NVSwitch multicast on sm90+ "
                    "GPUs: set it false or give the GPU's real arch")

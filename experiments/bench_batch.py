@@ -128,8 +128,9 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from dynamiccl.console import console as table_console
 
     table = Table(title=f"simulate: {args.requests} requests (load average {result['load_average_1min']:.1f} "
                         f"on {result['cpus']} CPUs)")
@@ -139,7 +140,7 @@ def main() -> None:
     table.add_row("--batch, in-process steady state", f"{steady_rps:,.0f}", "")
     table.add_row("--batch, in-process, per CPU second", f"{steady_cpu_rps:,.0f}", "")
     table.add_row("one CLI process per request", f"{1 / cli_s:,.2f}", f"{cli_s:.2f} each")
-    Console().print(table)
+    table_console().print(table)
 
 
 if __name__ == "__main__":

@@ -38,13 +38,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from dynamiccl.agents.evaluate import PolicyReport, evaluate_policy, oracle_share
 from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy
 from dynamiccl.agents.progress import progress_bar
 from dynamiccl.agents.registry import load_policy
+from dynamiccl.console import console as table_console
 from dynamiccl.envs.action_values import ActionValues, action_values
 from dynamiccl.envs.system_sampler import CallBatch, random_calls, random_topology
 from dynamiccl.envs.workloads import SuiteEntry, load_suite
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         table.add_row(str(r["policy"]), f"{r['geomean_speedup']:.4f}x", share,
                       f"{100 * r['slower_than_nccl_2pct']:.1f} %", f"{r['worst_speedup']:.3f}x",
                       str(r["worst_call"]))
-    console = Console(width=200)
+    console = table_console()
     console.print(table)
     systems = Table(title=f"oracle share per {args.suite} system")
     systems.add_column("policy")

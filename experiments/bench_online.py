@@ -339,8 +339,9 @@ def main() -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from dynamiccl.console import console as table_console
 
     table = Table(title=f"Online tuners on {doc['reality']} ({', '.join(doc['systems'])}; "
                         f"{N_CALLS} calls per context; deployable actions)")
@@ -354,7 +355,7 @@ def main() -> int:
                       f"{r['within_10_calls']:.2f}", str(r["slower_after_exploration"]),
                       str(r["slower_repeats"]), we, fs, str(r["final_slower_2pct"]),
                       f"{r['explored_per_context']:.2f}", f"{r['speedup_50']:.3f}x")
-    Console().print(table)
+    table_console().print(table)
     print("goals:", ", ".join(f"{k}={'met' if v else 'NOT met'}" for k, v in doc["goals"].items()))
     return 0
 

@@ -136,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from dynamiccl.console import console as table_console
 
     table = Table(title=f"training speed on the {args.suite} suite (target: 98% of the oracle "
                         "in <= 600 s)")
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         reached = run["seconds_to_98pct_oracle"]
         table.add_row(algo, "not reached" if reached is None else f"{reached:.1f}",
                       f"{run['oracle_share']:.4f}", str(run["steps"]))
-    Console().print(table)
+    table_console().print(table)
     return 0
 
 

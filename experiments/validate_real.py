@@ -191,8 +191,9 @@ def _fmt(stats: Stats) -> str:
 
 
 def print_table(results: Sequence[SystemResult], summary: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from dynamiccl.console import console as table_console
 
     table = Table(title="Simulator vs published nccl-tests runs: median / worst error ratio "
                         "(datasheet topology | calibrated on every other size, held-out sizes)")
@@ -219,7 +220,7 @@ def print_table(results: Sequence[SystemResult], summary: dict) -> None:
     table.add_row("[dim]parameters only[/dim]", "", "", "", "", "",
                   *[f"[dim]{_fmt(Stats(params[b]['n'], params[b]['median'], params[b]['worst']))}[/dim]"
                     for b, _, _ in BANDS])
-    console = Console(width=220)
+    console = table_console()
     console.print(table)
     for res in results:
         if res.note:
@@ -275,9 +276,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also draw predicted / measured against size, one panel per system")
     args = parser.parse_args(argv)
-    if args.plot is not None and not args.plot.resolve().parent.is_dir():
-        parser.error(f"--plot {args.plot}: folder {args.plot.resolve().parent} does not exist; "
-                     "create it first")
+    if args.plot is not None:
+        from dynamiccl.files import OutputRefused
+        from dynamiccl.plots import claim_figure
+
+        try:
+            args.plot = claim_figure(args.plot)
+        except OutputRefused as exc:
+            parser.error(str(exc))
     dirs = [d for d in system_dirs(args.root) if not args.system or d.name in args.system]
     if not dirs:
         parser.error(f"no system folder under {args.root} matches {args.system or 'anything'}")

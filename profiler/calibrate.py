@@ -61,7 +61,7 @@ MAX_REL_STD = 0.25
 #: Run-to-run scatter of one nccl-tests measurement (log-time 1-sigma; a few percent is typical).
 MEASUREMENT_SIGMA = 0.05
 _FD_STEP = 1e-4
-#: A latency this close to its bound (µs) sits on it.
+#: A parameter this close to one of its bounds (solver units) sits on it.
 _AT_BOUND = 1e-6
 _MAX_PICK_ROUNDS = 4
 
@@ -250,9 +250,9 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
     x, iterations = _fit_with_picks(problem, base, params, start, free)
     x, free, dropped, n = _drop_undetermined(problem, base, params, x, x0, free, n_tier)
     iterations += n
-    # the solver stops a hair inside a bound: a latency it holds at 0 is written as 0, not 1e-11
-    x = np.array([FP.lower_bound(p) if x[i] - FP.lower_bound(p) < _AT_BOUND else x[i]
-                  for i, p in enumerate(params)])
+    # the solver stops a hair inside a bound: a latency it holds at its floor is written as the
+    # floor, not 1e-11 above it, and an efficiency at 1 as 1
+    x = np.array([_on_bound(p, x[i]) for i, p in enumerate(params)])
     notes.update(dropped)
     _refuse_or_keep({i: why for i, why in dropped.items() if i < n_tier}, params, keep_undetermined)
     std = _posterior(problem, base, params, x, free).std
@@ -415,6 +415,12 @@ def _priors(base: Topology, params: list[Param], x: np.ndarray, free: np.ndarray
     return np.array(rows, dtype=float)
 
 
+def _on_bound(p: Param, value: float) -> float:
+    """``value`` snapped onto a bound of ``p`` it sits within ``_AT_BOUND`` of."""
+    low, high = FP.lower_bound(p), FP.upper_bound(p)
+    return low if value - low < _AT_BOUND else high if high - value < _AT_BOUND else value
+
+
 def _solve(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
            free: np.ndarray) -> tuple[np.ndarray, int]:
     if not len(free):
@@ -426,8 +432,9 @@ def _solve(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
         return np.concatenate([_residuals(problem, base, params, full), _priors(base, params, full, free)])
 
     lower = np.array([FP.lower_bound(params[i]) for i in free])
-    start = np.maximum(x[free], lower)
-    res = least_squares(fun, start, bounds=(lower, np.inf), method="trf", diff_step=_FD_STEP,
+    upper = np.array([FP.upper_bound(params[i]) for i in free])
+    start = np.clip(x[free], lower, upper)
+    res = least_squares(fun, start, bounds=(lower, upper), method="trf", diff_step=_FD_STEP,
                         x_scale="jac", max_nfev=200 * len(free))
     out = x.copy()
     out[free] = res.x
@@ -483,7 +490,8 @@ def _posterior(problem: Problem, base: Topology, params: list[Param], x: np.ndar
     alone[free] = np.sqrt(1.0 / np.maximum(np.diag(h), 1e-30))
     centre = np.array([FP.encode(params[i], FP.natural_value(base, params[i])) for i in free])
     gradient = jac.T @ r + prior * (x[free] - centre)  # of half the squared residuals
-    pinned = np.array([x[i] - FP.lower_bound(params[i]) < _AT_BOUND and gradient[k] > 0
+    pinned = np.array([(x[i] - FP.lower_bound(params[i]) < _AT_BOUND and gradient[k] > 0)
+                       or (FP.upper_bound(params[i]) - x[i] < _AT_BOUND and gradient[k] < 0)
                        for k, i in enumerate(free)], dtype=bool)
     inner = np.flatnonzero(~pinned)
     std[free[pinned]] = alone[free[pinned]]

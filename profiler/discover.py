@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from dynamiccl.files import FileKind, starts_with
 from dynamiccl.profiler.nvml import NVLINK_GENERATION, GpuFacts, NvmlSnapshot
 from dynamiccl.topology import ARCHS, DEFAULT_NIC_PATH, Topology, topology_from_dict
 
@@ -38,6 +39,12 @@ class NetworkSpec:
     intra_latency_us: float | None = None
     #: NCCL's path type from a GPU to its NIC (``NIC_PATHS``; ``nvidia-smi topo -m`` prints it).
     nic_path: str | None = None
+
+
+#: The first words of every topology ``profile topology`` writes (``--force`` replaces only such a file).
+DISCOVERED_HEADER = "# Discovered by `dynamiccl profile topology`"
+DISCOVERED = FileKind("a topology written by `dynamiccl profile topology`",
+                      starts_with(DISCOVERED_HEADER.encode()))
 
 
 @dataclass
@@ -67,7 +74,7 @@ def discover(snapshot: NvmlSnapshot, network: NetworkSpec | None = None,
 
     sms_text = f"sms: {sms}" if sms else "sms: 132"
     lines = [
-        f"# Discovered by `dynamiccl profile topology` from NVML on {snapshot.hostname or 'this host'}"
+        f"{DISCOVERED_HEADER} from NVML on {snapshot.hostname or 'this host'}"
         f" (driver {snapshot.driver_version}), {_dt.date.today().isoformat()}.",
         f"# {len(gpus)} x {gpus[0].name}. Values marked 'default' or 'from --flag' were NOT measured.",
         f"name: {topo_name}",

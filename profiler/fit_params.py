@@ -16,6 +16,9 @@ Two families:
 
 Positive scale parameters (bandwidths, efficiencies) are solved in log space, so a step is a factor
 and they stay positive; latencies, floors and overheads are solved in µs with a lower bound of 0.
+Physics bounds both further: a tier's hop takes at least ``HOP_LATENCY_FLOOR_US`` of its link, and
+an algorithm/protocol moves data at most at the physical model's rate (efficiency <= 1: the model's
+rate is already what the links carry).
 """
 
 from __future__ import annotations
@@ -34,6 +37,13 @@ from dynamiccl.topology import Topology
 from dynamiccl.transports import TRANSPORTS
 
 EFFICIENCY_PRIOR_LOG_SIGMA = 0.5
+#: The least one hop across a tier takes (µs), by link: the fastest NVSwitch and PCIe-switch hops
+#: take a few hundred ns and an RDMA network hop (InfiniBand, RoCE) about a microsecond end to end.
+#: A fit that drives a tier's latency lower has put its time elsewhere (a base latency, the launch
+#: floor), which the data cannot tell apart.
+HOP_LATENCY_FLOOR_US = {"nvlink": 0.1, "pcie": 0.1, "net": 0.5}
+#: The most an algorithm/protocol's bandwidth efficiency may be (the physical model's own rate).
+MAX_EFFICIENCY = 1.0
 LATENCY_PRIOR_US = 10.0
 TIER_FIELDS = ("bandwidth_GBps", "latency_us")
 
@@ -47,6 +57,8 @@ class Param:
     field: str = ""
     algorithm: int = -1
     protocol: int = -1
+    #: A latency's physical floor (µs); 0 for the additive refinements.
+    floor_us: float = 0.0
 
     @property
     def log_coded(self) -> bool:
@@ -65,7 +77,8 @@ class Param:
 def tier_params(base: Topology) -> list[Param]:
     """Bandwidth and latency of every tier, and the socket link of a PCIe node spread over
     several CPU sockets (it, not the PCIe links, paces the GPUs' traffic there)."""
-    out = [Param("tier", f"{t.name}.{f}", tier=i, field=f)
+    out = [Param("tier", f"{t.name}.{f}", tier=i, field=f,
+                 floor_us=HOP_LATENCY_FLOOR_US[t.link] if f == "latency_us" else 0.0)
            for i, t in enumerate(base.tiers) for f in TIER_FIELDS]
     out += [Param("tier", f"{t.name}.socket_link_GBps", tier=i, field="socket_link_GBps")
             for i, t in enumerate(base.tiers) if t.path == "SYS"]
@@ -110,7 +123,13 @@ def decode(p: Param, x: float) -> float:
 
 
 def lower_bound(p: Param) -> float:
-    return -np.inf if p.log_coded else 0.0
+    """The least value ``p`` may take, in solver units."""
+    return -np.inf if p.log_coded else p.floor_us
+
+
+def upper_bound(p: Param) -> float:
+    """The most value ``p`` may take, in solver units (an efficiency at most ``MAX_EFFICIENCY``)."""
+    return float(np.log(MAX_EFFICIENCY)) if p.kind == "efficiency" else np.inf
 
 
 def apply(base: Topology, params: Sequence[Param], x: np.ndarray,

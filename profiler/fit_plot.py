@@ -9,32 +9,31 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from dynamiccl.plots import fit_text, pyplot, save
 from dynamiccl.profiler.calibrate import FitResult
 from dynamiccl.units import format_size
 
 
-def _runs(fit: FitResult) -> dict[str, list[int]]:
-    runs: dict[str, list[int]] = {}
+def _runs(fit: FitResult) -> dict[tuple[str, str], list[int]]:
+    """Measurement indices per run, keyed by (file, what was run): the panel's two title lines.
+    The file is named by its base name; a full path ran across the neighbouring panels."""
+    runs: dict[tuple[str, str], list[int]] = {}
     for i, rec in enumerate(fit.problem.records):
         forced = "/".join(str(x) for x in (rec.algorithm, rec.protocol, rec.channels) if x)
-        label = (f"{rec.source.rsplit(':', 1)[0]} {rec.collective} {rec.nnodes or '?'}n "
-                 f"{rec.nranks}r {forced or 'default'}")
-        runs.setdefault(label, []).append(i)
+        source = Path(rec.source.rsplit(":", 1)[0]).name or "records"
+        what = f"{rec.collective}, {rec.nnodes or '?'} nodes x {rec.nranks} ranks, {forced or 'default'}"
+        runs.setdefault((source, what), []).append(i)
     return runs
 
 
-def plot_fit(fit: FitResult, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot_fit(fit: FitResult, path: Path) -> Path:
     runs = _runs(fit)
     cols = min(3, len(runs))
     rows = math.ceil(len(runs) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    fig, axes = pyplot().subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False,
+                                  layout="constrained")
     sizes = fit.problem.sizes
-    for ax, (label, idx) in zip(axes.flat, runs.items(), strict=False):
+    for ax, ((source, what), idx) in zip(axes.flat, runs.items(), strict=False):
         idx = sorted(idx, key=lambda i: sizes[i])
         xs = [sizes[i] for i in idx]
         ax.plot(xs, [fit.problem.measured_us[i] for i in idx], "ko", ms=4, label="measured")
@@ -42,7 +41,7 @@ def plot_fit(fit: FitResult, path: Path) -> None:
         ax.plot(xs, [fit.predicted_us[i] for i in idx], color="tab:blue", label="calibrated")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_title(label, fontsize=8)
+        ax.set_title(f"{fit_text(source, 4.6, 8)}\n{fit_text(what, 4.6, 8)}", fontsize=8)
         ticks = xs[:: max(1, len(xs) // 6)]
         ax.set_xticks(ticks, [format_size(int(s)) for s in ticks], fontsize=7, rotation=45)
         ax.set_ylabel("time (µs)", fontsize=8)
@@ -50,6 +49,4 @@ def plot_fit(fit: FitResult, path: Path) -> None:
     for ax in list(axes.flat)[len(runs):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return save(fig, path)

@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from dynamiccl.calibration import SIZE_BANDS
+from dynamiccl.files import FileKind, starts_with
 from dynamiccl.nccl import Collective
 from dynamiccl.profiler.calibrate import FitResult, Problem, calibrate, pick_configs, predict, prepare
 from dynamiccl.profiler.records import MeasurementRecord
@@ -147,10 +148,15 @@ def with_heldout(fit: FitResult, held: Heldout | None, source: str) -> FitResult
     return replace(fit, topology=replace(fit.topology, calibration=cal))
 
 
+#: The first words of every file ``calibrate`` writes: ``--force`` replaces only such a file.
+FITTED_HEADER = "# Calibrated by `dynamiccl calibrate`"
+FITTED = FileKind("a topology written by `dynamiccl calibrate`", starts_with(FITTED_HEADER.encode()))
+
+
 def fitted_yaml(fit: FitResult, sources: Sequence[str]) -> str:
     """A normal topology file whose comments say how it was obtained and how well it fits; its
     ``calibration:`` section carries the refinements, the uncertainties and the held-out error."""
-    lines = [f"# Calibrated by `dynamiccl calibrate` on {_dt.date.today().isoformat()} from "
+    lines = [f"{FITTED_HEADER} on {_dt.date.today().isoformat()} from "
              f"{len(fit.problem.records)} measurements ({', '.join(sources) or 'records'}),",
              f"# starting from {fit.problem.base.name}. RMS log error {fit.rms_log(False):.3f} -> "
              f"{fit.rms_log(True):.3f}."]
@@ -202,8 +208,10 @@ def report_json(fit: FitResult, heldout: Heldout | None = None) -> dict:
 
 def format_table(rows: Sequence[ErrorRow]) -> str:
     """The error table as text (a rich table rendered at its natural width, for print or logs)."""
-    from rich.console import Console
     from rich.table import Table
+
+    from dynamiccl.console import UNBOUNDED_WIDTH
+    from dynamiccl.console import console as table_console
 
     table = Table(box=None)
     for col in ("collective", "sizes", "n", "base med%", "med%", "max%"):
@@ -212,6 +220,6 @@ def format_table(rows: Sequence[ErrorRow]) -> str:
         base = "" if r.base_median_abs_pct is None else f"{r.base_median_abs_pct:.1f}"
         table.add_row(r.collective, r.size_range, str(r.n), base, f"{r.median_abs_pct:.2f}",
                       f"{r.max_abs_pct:.2f}")
-    console = Console(width=200, record=True, file=io.StringIO())
+    console = table_console(width=UNBOUNDED_WIDTH, record=True, file=io.StringIO())
     console.print(table)
     return console.export_text().rstrip()

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dynamiccl.files import not_regular_message
 from dynamiccl.knobs import Collective
 from dynamiccl.profiler.measurements import MeasurementFormatError, detect_format, load
 from dynamiccl.profiler.nccl_debug_log import NcclDebugLogError, parse_debug_log_file
@@ -56,7 +57,8 @@ def load_paths(paths: Iterable[str | Path]) -> LoadedMeasurements:
         elif item.is_file():
             records += _load_file(item, picks)
         else:
-            raise MeasurementFormatError(f"{item}: no such measurement file or folder; check the path")
+            raise MeasurementFormatError(not_regular_message(item, "measurement file") or
+                                         f"{item}: no such measurement file or folder; check the path")
     return LoadedMeasurements(_with_picks(records, picks), skipped)
 
 

@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from dynamiccl.files import not_regular_message
 from dynamiccl.knobs import Collective
 from dynamiccl.profiler.records import REQUIRED_FIELDS, MeasurementRecord, read_jsonl
 
@@ -76,8 +77,11 @@ def read(path: str | Path, collective: Collective | None = None) -> tuple[list[M
 def _head(path: Path) -> str:
     if not path.exists():
         raise MeasurementFormatError(f"{path}: no such file; check the path")
-    if not path.is_file():
-        raise MeasurementFormatError(f"{path}: is a directory, not a measurement file")
+    if path.is_dir():
+        raise MeasurementFormatError(f"{path}: is a folder, not a measurement file")
+    special = not_regular_message(path, "measurement file")
+    if special:
+        raise MeasurementFormatError(special)
     try:
         with open(path, "rb") as fh:
             raw = fh.read(_SNIFF_BYTES)

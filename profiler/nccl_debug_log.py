@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dynamiccl.files import not_regular_message
 from dynamiccl.knobs import Config, parse_enum
 from dynamiccl.nccl import (
     ALGORITHM_NCCL_NAMES,
@@ -114,6 +115,9 @@ class NcclDebugLog:
 
 def parse_debug_log_file(path: str | Path) -> NcclDebugLog:
     path = Path(path)
+    special = not_regular_message(path, "NCCL debug log")
+    if special:
+        raise NcclDebugLogError(special)
     try:
         text = path.read_text(errors="replace")
     except OSError as exc:

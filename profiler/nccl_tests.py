@@ -11,6 +11,7 @@ nothing to fit.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -289,8 +290,8 @@ class _Parser:
                                 f"({'in' if in_place else 'out-of'}-place); row skipped")
                 continue
             time_us = _float(row, f"{prefix}time", lineno, self)
-            if time_us <= 0:
-                warnings.append(f"line {lineno}: time {time_us} is not positive; skipped")
+            if not (math.isfinite(time_us) and time_us > 0):  # nan and inf too
+                warnings.append(f"line {lineno}: time {time_us} is not a positive number; skipped")
                 continue
             out.append(MeasurementRecord(
                 collective=collective.name.lower(), nbytes=nbytes, nranks=nranks, time_us=time_us,

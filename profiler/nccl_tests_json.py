@@ -15,6 +15,7 @@ row shapes are the fall-backs, as for the text output.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,7 @@ def parse_nccl_tests_json(report: Any, source: str = "<json>",
             if half is None:
                 continue
             time_us = half.get("time", half.get("cpu_time"))
-            if not isinstance(time_us, (int, float)) or time_us <= 0:
+            if not isinstance(time_us, (int, float)) or not (math.isfinite(time_us) and time_us > 0):
                 warnings.append(f"{where}.{key}: time {time_us!r} is not a positive number; skipped")
                 continue
             if half.get("nwrong"):

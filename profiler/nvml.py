@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import yaml
 
+from dynamiccl.files import FileKind, read_head, write_text_atomic
+
 #: NVML's nvmlNvLinkVersion values → the NVLink generation they name.
 NVLINK_GENERATION = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
 _REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch", 255: "unknown"}
@@ -139,10 +141,26 @@ def snapshot_from_dict(data: Any, source: str = "<dict>") -> NvmlSnapshot:
                         data.get("cuda_driver_version"), str(data.get("hostname", "")), levels)
 
 
+#: The first line of a recording ``--record`` writes; older recordings are told by their keys.
+RECORDING_HEADER = "# NVML answers recorded by `dynamiccl profile topology --record`"
+
+
+def _is_recording(path: Path) -> bool:
+    head = read_head(path)
+    return head.startswith(RECORDING_HEADER.encode()) or (
+        head.startswith(b"driver_version:") and b"\ngpus:" in head)
+
+
+#: What ``profile topology --record`` writes (``--force`` replaces only such a file).
+RECORDING = FileKind("an NVML recording written by `dynamiccl profile topology --record`",
+                     _is_recording)
+
+
 def save_snapshot(snapshot: NvmlSnapshot, path: str | Path) -> None:
-    """YAML with one NVLink per line, so recordings stay readable in review."""
+    """YAML with one NVLink per line, so recordings stay readable in review; written atomically."""
     data = json.loads(json.dumps(snapshot.to_dict()))
-    Path(path).write_text(yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None))
+    write_text_atomic(path, f"{RECORDING_HEADER}\n" + yaml.safe_dump(
+        data, sort_keys=False, width=120, default_flow_style=None))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,11 +10,13 @@ the NCCL-default model what NCCL would have run.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dynamiccl.files import FileKind, read_head
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import Algorithm, Collective, Protocol, bus_factor
 
@@ -78,7 +80,7 @@ class MeasurementRecord:
 
     def __post_init__(self) -> None:
         Collective[self.collective.upper()]  # raises KeyError early for a misspelt collective
-        if self.nbytes < 0 or self.nranks < 1 or self.time_us <= 0:
+        if self.nbytes < 0 or self.nranks < 1 or not (math.isfinite(self.time_us) and self.time_us > 0):
             raise ValueError(
                 f"record from {self.source or 'unknown source'}: needs nbytes >= 0, nranks >= 1 and "
                 f"time_us > 0 (got {self.nbytes}, {self.nranks}, {self.time_us})"
@@ -142,6 +144,22 @@ def normalize_config(
     algo = parse_enum(Algorithm, algorithm).name.lower() if algorithm is not None else None
     proto = parse_enum(Protocol, protocol).name.lower() if protocol is not None else None
     return algo, proto
+
+
+def _is_record_file(path: Path) -> bool:
+    """Empty, or its first line is a measurement record (what ``--record`` appends to)."""
+    first = next((line for line in read_head(path).splitlines() if line.strip()), None)
+    if first is None:
+        return True
+    try:
+        data = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and all(k in data for k in REQUIRED_FIELDS)
+
+
+#: A JSON-lines file of measurement records: ``--record`` appends to one and to nothing else.
+RECORDS = FileKind("a file of measurement records (JSON lines)", _is_record_file, reuse=True)
 
 
 def write_jsonl(records: Iterable[MeasurementRecord], path: str | Path, append: bool = False) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -114,7 +115,7 @@ def _record(row: dict[str, str], where: str) -> MeasurementRecord:
 
 
 def _timed_again(record: MeasurementRecord, time_us: float) -> MeasurementRecord:
-    if not time_us > 0:
+    if not (math.isfinite(time_us) and time_us > 0):
         raise ValueError(f"time {time_us}")
     algbw, busbw = bandwidths(record.coll, record.nbytes, record.nranks, time_us)
     return replace(record, time_us=time_us, algbw_GBps=algbw, busbw_GBps=busbw, in_place=True)

@@ -170,7 +170,10 @@ def test_cli_calibrates_nccl_tests_output_and_jsonl(tmp_path, capsys):
     write_jsonl(S.measurements(S.perturbed(base, TRUE_FACTORS), _sweeps(), seed=6), jsonl)
     plot = tmp_path / "fit.png"
     assert main(["calibrate", str(jsonl), "--topology", "dgx_h100", "-o", str(out),
-                 "--plot", str(plot)]) == 0
+                 "--plot", str(plot)]) == 2  # its own earlier file, kept unless told
+    assert "pass --force" in capsys.readouterr().err
+    assert main(["calibrate", str(jsonl), "--topology", "dgx_h100", "-o", str(out),
+                 "--plot", str(plot), "--force"]) == 0
     printed = capsys.readouterr().out
     assert "infiniband.bandwidth_GBps" in printed and "held-out sizes" in printed
     assert plot.stat().st_size > 10_000
@@ -237,17 +240,27 @@ def _sophia_records():
     return [r for name in ("all_reduce_n2.txt", "all_gather_n2.txt") for r in read(SOPHIA / name)[0]]
 
 
+def _system_fit_inputs(name: str):
+    from dataclasses import replace
+
+    from dynamiccl.profiler.published import load_system, system_topology
+
+    system = Path(__file__).parent / "fixtures" / "real" / name
+    runs = load_system(system)
+    return [r for run in runs for r in run.records], replace(system_topology(system), launch=runs[0].launch)
+
+
 def test_determined_means_the_reported_uncertainty_is_within_the_limit():
     """One criterion: what is written as fitted carries a reported uncertainty within the limit,
-    and whatever exceeds it is kept at its base value with the reason (real DGX A100 logs, whose
+    and whatever exceeds it is kept at its base value with the reason (real p4d logs on EFA, whose
     data cannot tell the network latency from the transport's overhead)."""
-    base = load_topology(SOPHIA / "topology.yaml")
-    fit = calibrate(_sophia_records(), base, keep_undetermined=True)
+    records, base = _system_fit_inputs("p4d_a100_efa")
+    fit = calibrate(records, base, keep_undetermined=True)
     fitted = [p for p in fit.params + fit.refinements if p.determined]
     assert fitted and all(p.rel_std <= MAX_REL_STD for p in fitted), \
         [(p.label, p.rel_std) for p in fitted if p.rel_std > MAX_REL_STD]
     kept = {p.label: p for p in fit.params + fit.refinements if not p.determined and p.note}
-    assert "infiniband.latency_us" in kept and "only determined to" in kept["infiniband.latency_us"].note
+    assert "efa.latency_us" in kept and "only determined to" in kept["efa.latency_us"].note
     assert all(p.fitted == p.base for p in kept.values())
     cal = fit.topology.calibration
     written = [f for _, f in cal.tiers] + [f for a in cal.algorithms
@@ -255,8 +268,25 @@ def test_determined_means_the_reported_uncertainty_is_within_the_limit():
     written += [f for f in (cal.launch_floor_us, cal.transport_overhead_us) if f]
     assert written and all(f.rel_std <= MAX_REL_STD for f in written)
     assert fit.topology.tiers[1].latency_us == base.tiers[1].latency_us
-    with pytest.raises(CalibrationError, match="infiniband.latency_us: only determined to"):
-        calibrate(_sophia_records(), base)
+    with pytest.raises(CalibrationError, match="cannot determine .* pass --keep-undetermined"):
+        calibrate(records, base)
+
+
+def test_fitted_parameters_stay_within_physical_bounds():
+    """Issue 23: the DGX A100 logs fitted an NVLink hop of 0 µs and a ring/LL128 efficiency of
+    1.073; a hop takes at least its link's floor and no algorithm beats the links' own rate."""
+    from dynamiccl.profiler.fit_params import HOP_LATENCY_FLOOR_US, MAX_EFFICIENCY
+
+    base = load_topology(SOPHIA / "topology.yaml")
+    fit = calibrate(_sophia_records(), base, keep_undetermined=True)
+    by_label = {p.label: p for p in fit.params + fit.refinements}
+    for tier in base.tiers:
+        assert by_label[f"{tier.name}.latency_us"].fitted >= HOP_LATENCY_FLOOR_US[tier.link]
+    efficiencies = [p for p in fit.refinements if p.label.endswith(".bw_efficiency")]
+    assert efficiencies and all(p.fitted <= MAX_EFFICIENCY for p in efficiencies)
+    assert by_label["ring/ll128.bw_efficiency"].fitted == MAX_EFFICIENCY  # was 1.073
+    assert fit.topology.tiers[0].latency_us == HOP_LATENCY_FLOOR_US["nvlink"]  # was 0
+    assert fit.rms_log(fitted=True) < 0.12 < fit.rms_log(fitted=False)
 
 
 def test_cli_calibrates_real_logs_without_their_no_op_rows(tmp_path, capsys):
@@ -284,19 +314,16 @@ def test_cli_refuses_a_json_that_is_no_measurement_in_one_line(tmp_path, capsys)
 
 def test_a_latency_pair_seen_only_as_a_sum_near_zero_keeps_the_fit():
     """TCP between two L40S hosts: a hop's latency and the socket transport's overhead only show as
-    their sum, which the data puts near 0 µs. Both bounds bind, so the latency is determined (at 0)
-    and the overhead is the one sent back to its base value, with the fit still good; sending the
-    overhead back first (8 µs, above the whole sum) would force the rest below zero and wreck it."""
-    from dataclasses import replace
+    their sum, which the data puts near 0 µs. Both bounds bind, so the latency is determined (at a
+    network hop's floor) and the overhead is the one sent back to its base value, with the fit still
+    good; sending the overhead back first (8 µs, above the whole sum) would wreck it."""
+    from dynamiccl.profiler.fit_params import HOP_LATENCY_FLOOR_US
 
-    from dynamiccl.profiler.published import load_system, system_topology
-
-    system = Path(__file__).parent / "fixtures" / "real" / "l40s_tcp_socket"
-    runs = load_system(system)
-    base = replace(system_topology(system), launch=runs[0].launch)
-    fit = calibrate([r for run in runs for r in run.records], base, keep_undetermined=True)
+    records, base = _system_fit_inputs("l40s_tcp_socket")
+    fit = calibrate(records, base, keep_undetermined=True)
     assert fit.rms_log(fitted=True) < 0.1 < fit.rms_log(fitted=False)
     by_label = {p.label: p for p in fit.params + fit.refinements}
     latency = by_label["socket.latency_us"]
-    assert latency.determined and latency.fitted == 0.0 and latency.rel_std <= MAX_REL_STD
+    assert latency.determined and latency.fitted == HOP_LATENCY_FLOOR_US["net"]
+    assert latency.rel_std <= MAX_REL_STD
     assert all(p.rel_std <= MAX_REL_STD for p in by_label.values() if p.determined)

@@ -353,3 +353,258 @@ def test_a_suite_repeated_without_end_is_refused(tmp_path: Path,
     assert main(["evaluate", "--policy", "oracle", "--suite", str(suite)]) == 2
     err = capsys.readouterr().err
     assert "'suite.repeats' is 100000000; at most 100" in err and err.count("\n") == 1
+
+
+# --- issue 23: what a new user and an adversary broke --------------------------------------------
+
+REAL = Path(__file__).parent / "fixtures" / "real" / "sophia_dgx_a100_ib"
+NVML = Path(__file__).parent / "fixtures" / "profiler" / "nvml" / "dgx_h100.yaml"
+#: A bad input is answered within this many seconds of work (a 10^9-node system took minutes)...
+ANSWER_S = 5
+#: ... and within this many seconds of wall time, however loaded the machine (a FIFO opened for
+#: reading blocked for ever, using no CPU at all).
+HANG_S = 30
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The files the cases read and must leave byte-identical: logs, a topology, a user's notes
+    and picture, policies written by `dynamiccl export`, a zip that is no checkpoint, ..."""
+    import shutil
+    import zipfile
+
+    root = tmp_path_factory.mktemp("issue23")
+    shutil.copy(REAL / "all_reduce_n2.txt", root / "meas.txt")
+    shutil.copy(REAL / "topology.yaml", root / "t.yaml")
+    (root / "logs").mkdir()
+    shutil.copy(REAL / "all_reduce_n2.txt", root / "logs" / "run1.txt")
+    shutil.copy(NVML, root / "rec.yaml")
+    lines = (root / "meas.txt").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["1048576"])
+    fields = lines[at].split()
+    fields[5] = "nan"
+    lines[at] = "  ".join(fields)
+    (root / "nan.txt").write_text("\n".join(lines) + "\n")
+    (root / "notes.txt").write_text("my notes, not a policy\n")
+    (root / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"a user's own picture" * 10)
+    (root / "hello.yaml").write_text("# my own yaml\nkey: value\n")
+    (root / "foreign").mkdir()
+    (root / "foreign" / "summary.csv").write_text("my,own,spreadsheet\n1,2,3\n")
+    (root / "adir").mkdir()
+    with zipfile.ZipFile(root / "fake.zip", "w") as zf:
+        zf.writestr("hello.txt", "no data member")
+    (root / "bigtier.yaml").write_text((root / "t.yaml").read_text().replace("size: 2,", "size: 1000000000,"))
+    export = ["export", "--policy", "oracle", "--topology", "dgx_h100"]
+    assert main([*export, "-o", str(root / "existing.dccl")]) == 0
+    assert main([*export, "--format", "nccl-example-csv", "-o", str(root / "nv.csv")]) == 0
+    return root
+
+
+def _digest(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def workdir(inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh copy of the inputs as the current folder, with a FIFO, a socket and FIFOs named like
+    a topology and a policy (special files copy badly, so they are made here)."""
+    import shutil
+    import socket
+
+    work = tmp_path / "work"
+    shutil.copytree(inputs, work)
+    for name in ("fifo", "fifo.yaml", "fifo.dccl"):
+        os.mkfifo(work / name)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(work / "sock"))
+    monkeypatch.chdir(work)
+    yield work
+    sock.close()
+
+
+@pytest.fixture
+def answers_in_time():
+    """A command that blocks (a FIFO opened for reading) fails the test instead of hanging it, and
+    one that works for more than ANSWER_S seconds of CPU fails it too."""
+    import signal
+    import time
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError(f"no answer within {HANG_S} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(HANG_S)
+    started = time.process_time()
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+    assert time.process_time() - started < ANSWER_S
+
+
+CAL = ["calibrate", "meas.txt", "--topology", "t.yaml", "--keep-undetermined"]
+EXPORT = ["export", "--policy", "oracle", "--topology", "dgx_h100"]
+COLLECTIVE = ["profile", "collective", "--backend", "gloo", "--nprocs", "1", "--runs", "1", "--iters", "1"]
+ISSUE_23 = [
+    # 1. no command overwrites a file it did not write, its own input never; --force only its kind
+    ([*CAL, "-o", "meas.txt"], "-o meas.txt is an input of this command"),
+    ([*CAL, "-o", "meas.txt", "--force"], "-o meas.txt is an input of this command"),
+    ([*CAL, "-o", "t.yaml", "--force"], "-o t.yaml is an input of this command"),
+    ([*CAL, "-o", "existing.dccl"], "existing.dccl exists and is not a topology written by `dynamiccl "
+                                    "calibrate`; refusing to replace it"),
+    ([*CAL, "-o", "hello.yaml", "--force"], "is not a topology written by `dynamiccl calibrate`"),
+    ([*CAL, "-o", "new.yaml", "--plot", "photo.png"], "photo.png exists and is not a figure written by "
+                                                      "dynamiccl"),
+    ([*CAL, "-o", "x.png", "--plot", "x.png"], "-o and --plot name the same file x.png"),
+    (["tune", "--topology", "dgx_h100", "-o", "notes.txt", "--force"],
+     "notes.txt exists and is not a DynamICCL policy file; refusing to replace it"),
+    (["tune", "--topology", "dgx_h100", "--measurements", "meas.txt", "-o", "meas.txt", "--force"],
+     "-o meas.txt is an input of this command"),
+    (["tune", "--topology", "dgx_h100", "--measurements", "logs", "-o", "logs/run1.txt", "--force"],
+     "-o logs/run1.txt is an input of this command"),
+    (["tune", "--topology", "t.yaml", "-o", "t.yaml", "--force"], "-o t.yaml is an input"),
+    (["tune", "--topology", "dgx_h100", "-o", "existing.dccl"], "already exists; pass --force"),
+    (["tune", "--topology", "dgx_h100", "-o", "fifo", "--force"], "fifo is a FIFO (named pipe), not a "
+                                                                   "regular file; pick another -o path"),
+    (["tune", "--topology", "dgx_h100", "--plan", "--run", "--record", "notes.txt"],
+     "notes.txt exists and is not a file of measurement records"),
+    ([*EXPORT, "-o", "notes.txt", "--force"], "is not a DynamICCL policy file; refusing to replace it"),
+    ([*EXPORT, "--format", "nccl-example-csv", "-o", "notes.txt", "--force"],
+     "is not a DynamICCL export for NVIDIA's example tuner"),
+    ([*EXPORT, "--format", "nccl-example-csv", "-o", "existing.dccl", "--force"],
+     "is not a DynamICCL export for NVIDIA's example tuner"),
+    (["export", "--policy", "existing.dccl", "--topology", "dgx_h100", "-o", "existing.dccl", "--force"],
+     "-o existing.dccl is an input of this command"),
+    (["export", "--policy", "oracle", "--topology", "t.yaml", "-o", "t.yaml", "--force"],
+     "-o t.yaml is an input of this command"),
+    (["profile", "topology", "--from", "rec.yaml", "-o", "rec.yaml", "--force"],
+     "-o rec.yaml is an input of this command"),
+    (["profile", "topology", "--from", str(NVML), "-o", "notes.txt", "--force"],
+     "is not a topology written by `dynamiccl profile topology`"),
+    (["profile", "topology", "--from", str(NVML), "--record", "notes.txt", "--force"],
+     "is not an NVML recording written by `dynamiccl profile topology --record`"),
+    ([*COLLECTIVE, "--record", "notes.txt"], "is not a file of measurement records"),
+    ([*COLLECTIVE, "--plot", "photo.png"], "is not a figure written by dynamiccl"),
+    ([*EXPLAIN, "--plot", "photo.png"], "is not a figure written by dynamiccl"),
+    (["evaluate", "--policy", "nccl_default", "--suite", "smoke", "--out", "foreign", "--force"],
+     "foreign/summary.csv exists and is not a summary written by `dynamiccl evaluate`"),
+    # 2. bounded work, refused at the system level whichever command builds the system
+    ([*SIM, "--nodes", "1000000000", "--collective", "allreduce", "--size", "1M"],
+     "--nodes 1000000000 makes 8000000000 ranks, more than the 131072"),
+    ([*SIM, "--gpus-per-node", "1000000000", "--collective", "allreduce", "--size", "1M"],
+     "the largest NVLink domain (NVL576)"),
+    ([*SIM, "--gpus-per-node", "1", "--nodes", "131073", "--collective", "allreduce", "--size", "1M"],
+     "give at most 131072 nodes"),
+    (["simulate", "--topology", "bigtier.yaml", "--collective", "allreduce", "--size", "1M"],
+     "field 'tiers[1].size' is 1000000000, which makes more than 131072 ranks"),
+    (["explain", "--topology", "dgx_h100", "--nodes", "1000000000", "--collective", "allreduce"],
+     "more than the 131072"),
+    (["tune", "--topology", "dgx_h100", "--nodes", "1000000000", "--plan"], "more than the 131072"),
+    ([*EXPORT, "--node-counts", "100000000", "-o", "n.dccl"], "--nodes 100000000 makes"),
+    ([*EXPORT, "--node-counts", ",".join(map(str, range(1, 66))), "-o", "n.dccl"],
+     "65 values; export at most 64 at once"),
+    # 4. what ended in "internal error"
+    ([*EXPORT[:2], "fake.zip", *EXPORT[3:], "-o", "f.dccl"], "fake.zip is a zip archive but not a "
+                                                              "checkpoint written by `dynamiccl train`"),
+    (["evaluate", "--policy", "fake.zip", "--suite", "smoke"], "is a zip archive but not a checkpoint"),
+    (["show", "existing.dccl", "--collective", "nosuch"], "unknown collective 'nosuch'"),
+    (["evaluate", "--policy", "nccl_default", "--suite", "smoke", "--backend", "perturbed",
+      "--reality-seed", "-1"], "argument --reality-seed"),
+    # 5. special files are named, never opened
+    (["show", "fifo"], "fifo is a FIFO (named pipe), not a regular file"),
+    (["show", "fifo.dccl"], "fifo.dccl is a FIFO (named pipe), not a regular file"),
+    (["show", "/dev/zero"], "/dev/zero is a character device, not a regular file"),
+    (["show", "sock"], "sock is a socket, not a regular file"),
+    (["calibrate", "fifo", "--topology", "t.yaml", "-o", "f.yaml"], "fifo is a FIFO (named pipe)"),
+    (["calibrate", "/dev/zero", "--topology", "t.yaml", "-o", "f.yaml"], "is a character device"),
+    (["calibrate", "adir", "--topology", "t.yaml", "-o", "f.yaml"], "adir: is a folder"),
+    (["calibrate", "meas.txt", "--topology", "fifo.yaml", "-o", "f.yaml"], "fifo.yaml is a FIFO"),
+    (["simulate", "--topology", "fifo.yaml", "--collective", "allreduce", "--size", "1M"],
+     "fifo.yaml is a FIFO (named pipe), not a regular file; give the topology YAML file itself"),
+    (["simulate", "--topology", "/dev/zero", "--collective", "allreduce", "--size", "1M"],
+     "/dev/zero is a character device"),
+    (["simulate", "--batch", "fifo"], "fifo is a FIFO (named pipe)"),
+    (["simulate", "--batch", "/dev/zero"], "/dev/zero is a character device"),
+    (["tune", "--topology", "dgx_h100", "--measurements", "fifo", "--plan"], "fifo is a FIFO"),
+    (["tune", "--topology", "dgx_h100", "--measurements", "/dev/zero", "--plan"], "character device"),
+    (["evaluate", "--policy", "nccl_default", "--suite", "fifo.yaml"], "fifo.yaml is a FIFO"),
+    (["evaluate", "--policy", "nccl_default", "--suite", "smoke", "--backend", "replay", "--replay",
+      "fifo"], "fifo is a FIFO"),
+    (["profile", "topology", "--from", "fifo.yaml"], "fifo.yaml is a FIFO"),
+    (["check-model", "fifo", "--topology", "dgx_h100"], "fifo is a FIFO"),
+    # 9. small lies
+    (["show", "existing.dccl", "--nodes", "-1"], "argument --nodes"),
+    (["show", "existing.dccl", "--width", "5"], "argument --width: must be at least 60, got 5"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), ISSUE_23, ids=[" ".join(a)[-60:] for a, _ in ISSUE_23])
+def test_issue23_bad_input_is_one_line_in_time_and_touches_no_file(
+        workdir: Path, answers_in_time: None, capsys: pytest.CaptureFixture[str], argv: list[str],
+        message: str) -> None:
+    before = _digest(workdir)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert _digest(workdir) == before  # every input byte-identical, nothing written
+    assert not (workdir / "n.dccl").exists() and not (workdir / "f.yaml").exists()
+
+
+def test_a_batch_line_beyond_the_limits_is_answered_in_its_line(workdir: Path, answers_in_time: None,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """One line of 10^9 nodes stalled a whole batch for 5 minutes (a per-node loop)."""
+    lines = ['{"topology": "dgx_h100", "collective": "allreduce", "size": "1M"}',
+             '{"topology": "dgx_h100", "nodes": 1000000000, "collective": "allreduce", "size": "1M"}',
+             '{"topology": "dgx_h100", "gpus_per_node": 1000000000, "collective": "allreduce", "size": 8}']
+    (workdir / "batch.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["simulate", "--batch", "batch.jsonl"]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "error" not in answers[0] and answers[0]["time_us"] > 0
+    assert "more than the 131072" in answers[1]["error"] and "NVL576" in answers[2]["error"]
+
+
+def test_a_nan_time_is_skipped_with_a_warning_like_a_negative_one(workdir: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`calibrate` on a log with a `nan` time ended in "internal error" (the solver's non-finite start)."""
+    assert main(["calibrate", "nan.txt", "--topology", "t.yaml", "-o", "fit.yaml",
+                 "--keep-undetermined"]) == 0
+    captured = capsys.readouterr()
+    assert "time nan is not a positive number; skipped" in captured.err
+    assert "fitted 57 measurements" in captured.out  # one of the 58 timed rows dropped
+
+
+def test_force_replaces_a_file_of_the_commands_own_kind(workdir: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """--force replaces what the command wrote; a figure of ours is redrawn without it, and records
+    are appended to."""
+    before = (workdir / "existing.dccl").read_bytes()
+    assert main([*EXPORT, "--nodes", "2", "-o", "existing.dccl", "--force"]) == 0
+    assert (workdir / "existing.dccl").read_bytes() != before
+    assert main([*EXPLAIN, "--plot", "sweep.png", "--max-size", "64"]) == 0
+    drawn = (workdir / "sweep.png").read_bytes()
+    assert main([*EXPLAIN, "--plot", "sweep.png", "--max-size", "128"]) == 0  # a re-run redraws it
+    assert (workdir / "sweep.png").read_bytes() != drawn
+    assert main([*EXPLAIN, "--plot", "notes.txt", "--max-size", "64"]) == 0  # .png added: no clash
+    assert (workdir / "notes.txt.png").is_file() and (workdir / "notes.txt").read_text().startswith("my")
+    capsys.readouterr()
+
+
+def test_claim_output_compares_inodes_and_files_inside_input_folders(tmp_path: Path) -> None:
+    from dynamiccl.files import FileKind, OutputRefused, claim_output, starts_with
+
+    kind = FileKind("a test file", starts_with(b"ours"))
+    log = tmp_path / "logs" / "run.txt"
+    log.parent.mkdir()
+    log.write_text("a log\n")
+    link = tmp_path / "alias.txt"
+    os.link(log, link)  # the same inode under another name
+    for path, inputs in ((link, [log]), (log, [tmp_path / "logs"]), (tmp_path / "logs" / ".." / "logs" /
+                                                                      "run.txt", [log])):
+        with pytest.raises(OutputRefused, match="is an input of this command"):
+            claim_output(path, kind, inputs=inputs, force=True)
+    ours = tmp_path / "ours.txt"
+    ours.write_text("ours, written before\n")
+    with pytest.raises(OutputRefused, match="pass --force"):
+        claim_output(ours, kind)
+    assert claim_output(ours, kind, force=True) == ours
+    assert claim_output(tmp_path / "logs" / "new.txt", kind, inputs=[tmp_path / "logs"]).name == "new.txt"

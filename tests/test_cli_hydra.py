@@ -85,3 +85,39 @@ def test_a_refusal_in_an_existing_folder_keeps_what_was_there(tmp_path: Path) ->
     assert out.returncode == 2
     one_line(out.stderr, "trainer.total_timesteps must be a positive number, got -5")
     assert [p.name for p in run_dir.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["hydra.run.dir="], "hydra.run.dir is empty (an unset shell variable?), which would write the "
+                         "run into the current folder"),
+    (["agent.model.learning_rate=abc"], "agent.model.learning_rate is 'abc'; give a number in (0, 1]"),
+    (["agent.model.n_steps=0"], "agent.model.n_steps is 0; give a whole number in [1, 10000000], e.g. "
+                                "agent.model.n_steps=2048"),
+    (["agent.model.gamma=5"], "agent.model.gamma is 5; give a number in [0, 1]"),
+    (["agent.model.n_steps=1"], "collects one step per rollout; PPO needs at least 2"),
+    (["agent=dqn", "agent.model.buffer_size=-1"], "agent.model.buffer_size is -1"),
+    (["agent=full_info", "agent.model.hidden=0"], "agent.model.hidden is 0"),
+    (["trainer.total_timesteps=100000000000000000000"],
+     "trainer.total_timesteps is 100000000000000000000, more than the limit of 1000000000"),
+    (["scenario.systems=[{topology: bad.yaml, nodes: [2]}]"], "bad.yaml: not valid YAML"),
+    (["scenario.systems=[{topology: huge.yaml, nodes: [2]}]"], "which makes more than 131072 ranks"),
+    (["experiment=quickstart", "scenario.systems=[{topology: t.yaml, nodes: [2]}]"],
+     "agent=full_info learns on random systems (agent.model.systems=random) and would ignore it; to "
+     "learn on your systems give a scenario file that lists them, agent.model.systems=FILE.yaml"),
+])
+def test_training_settings_are_checked_before_work_and_leave_nothing_behind(
+        tmp_path: Path, overrides: list[str], message: str) -> None:
+    """Issue 23: these trained the full run in the current folder, failed mid-rollout (n_steps=0:
+    UnboundLocalError; learning_rate=abc: InstantiationException) or trained into NaN (gamma=5),
+    each leaving a run folder; a bad scenario.systems entry failed after config.yaml was written."""
+    (tmp_path / "bad.yaml").write_text("not: [a topology\n")
+    topology = Path(__file__).parent / "fixtures" / "real" / "sophia_dgx_a100_ib" / "topology.yaml"
+    (tmp_path / "t.yaml").write_text(topology.read_text())
+    (tmp_path / "huge.yaml").write_text(topology.read_text().replace("size: 2,", "size: 100000,"))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    run_dir = [] if any(o.startswith("hydra.run.dir") for o in overrides) else [
+        f"hydra.run.dir={tmp_path}/run"]
+    out = cli("train", "logger=none", *run_dir, *overrides, cwd=tmp_path)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    one_line(out.stderr, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no run folder, no log

@@ -132,15 +132,22 @@ def test_profile_topology_keeps_an_existing_file_unless_told(tmp_path: Path,
     out = tmp_path / "mine.yaml"
     out.write_text("my hand-written topology\n")
     argv = ["profile", "topology", "--from", str(recording), "-o", str(out)]
+    for force in ([], ["--force"]):  # --force replaces only a topology `profile topology` wrote
+        assert main([*argv, *force]) == 2
+        assert "is not a topology written by `dynamiccl profile topology`" in capsys.readouterr().err
+        assert out.read_text() == "my hand-written topology\n"
+    out.unlink()
+    assert main(argv) == 0
+    written = out.read_text()
     assert main(argv) == 2
     assert "exists; pass --force" in capsys.readouterr().err
-    assert out.read_text() == "my hand-written topology\n"
     assert main([*argv, "--force"]) == 0
-    assert "tiers" in out.read_text() and [p.name for p in tmp_path.iterdir()] == ["mine.yaml"]
+    assert out.read_text() == written and [p.name for p in tmp_path.iterdir()] == ["mine.yaml"]
     raw = tmp_path / "answers.yaml"
     raw.write_text("earlier recording\n")
-    assert main(["profile", "topology", "--from", str(recording), "--record", str(raw)]) == 2
-    assert "--record path" in capsys.readouterr().err and raw.read_text() == "earlier recording\n"
+    for force in ([], ["--force"]):
+        assert main(["profile", "topology", "--from", str(recording), "--record", str(raw), *force]) == 2
+        assert "--record path" in capsys.readouterr().err and raw.read_text() == "earlier recording\n"
 
 
 @pytest.mark.parametrize("knobs", [["--hierarchy", "hierarchical"],
@@ -157,3 +164,38 @@ def test_pinned_knobs_yield_a_runnable_nccl_pick(capsys: pytest.CaptureFixture[s
         if flag in pinned:
             assert str(out["config"][pinned[flag]]) == value
     assert out["config"]["protocol"] == "simple" or out["config"]["algorithm"] != "stragglar"
+
+
+def test_show_says_any_size_and_what_nvidias_example_tuner_does_with_unmatched_calls(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: the byte column wrapped 18446744073709551615 over two lines, and for the CSV
+    `show` said unmatched calls are "left to NCCL" while `export` warned they run on one channel.
+    NVIDIA's example tuner sets one channel before it looks for a line (plugins/tuner/example/
+    plugin.c), so `show` now says what export says, and a line's -1 channels reads 1."""
+    dccl, csv = tmp_path / "p.dccl", tmp_path / "p.csv"
+    export = ["export", "--policy", "oracle", "--topology", "dgx_h100"]
+    assert main([*export, "-o", str(dccl)]) == 0
+    assert main([*export, "--format", "nccl-example-csv", "-o", str(csv)]) == 0
+    capsys.readouterr()
+    assert main(["show", str(dccl)]) == 0
+    shown = capsys.readouterr().out
+    assert "any size" in shown and "18446744073709551615" not in shown
+    assert main(["show", str(csv)]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "a call no line matches keeps NCCL's algorithm and protocol but runs on 1 channel" in shown
+    assert "left to NCCL" not in shown
+    csv.write_text(csv.read_text() + "allreduce,0,1000,ring,simple,-1,9,72,-1,-1\n")
+    assert main(["show", str(csv), "--json"]) == 0
+    rules = json.loads(capsys.readouterr().out)
+    assert rules[-1]["channels"] == 1 and all(r["channels"] >= 1 for r in rules)
+
+
+def test_a_size_0_call_is_a_no_op(capsys: pytest.CaptureFixture[str]) -> None:
+    """NCCL queues nothing for a count-0 collective; the simulator said 23 µs."""
+    argv = ["simulate", "--topology", "dgx_h100", "--collective", "allreduce", "--size", "0"]
+    assert main([*argv, "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["no_op"] and answer["time_us"] == 0.0 and answer["best"] is None
+    assert answer["input"]["size"] == 0
+    assert main(argv) == 0
+    assert ": 0 µs; a size-0 call is a no-op" in capsys.readouterr().out

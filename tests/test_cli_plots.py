@@ -191,3 +191,118 @@ def test_explain_json_rows_name_their_action_set(capsys, flag, words) -> None:
                  "--max-size", "1K", "--json", *flag]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(r["action_set"].startswith(words) for r in rows)
+
+
+# --- issue 23: every figure the project writes, read at a glance -----------------------------------
+
+def _texts_inside(fig) -> None:
+    """Every title, axis label and legend lies wholly inside the figure (a title wider than its
+    figure lost its first letters; a long y-label ran off the left edge)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [fig._suptitle] if fig._suptitle is not None else []
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax.xaxis.label, ax.yaxis.label]
+    boxes = [t.get_window_extent(renderer) for t in texts if t.get_text()]
+    boxes += [legend.get_window_extent(renderer) for legend in fig.legends]
+    for box in boxes:
+        assert box.x0 >= -1 and box.y0 >= -1, box
+        assert box.x1 <= fig.bbox.width + 1 and box.y1 <= fig.bbox.height + 1, box
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch):
+    """The figures written through ``plots.save`` by the modules under test, kept for inspection."""
+    figures = []
+
+    def keep(fig, path):
+        figures.append(fig)
+        return Path(path)
+
+    for module in ("dynamiccl.agents.training_plots", "dynamiccl.agents.evaluation_plots",
+                   "dynamiccl.profiler.fit_plot"):
+        monkeypatch.setattr(f"{module}.save", keep)
+    yield figures
+    for fig in figures:
+        pyplot().close(fig)
+
+
+def test_the_training_curve_keeps_its_labels_and_its_last_point_in_view(tmp_path: Path, captured) -> None:
+    from dynamiccl.agents.full_info_agent import CURVE
+    from dynamiccl.agents.training_plots import plot_training
+
+    steps = range(8192, 204801, 8192)
+    (tmp_path / "progress.csv").write_text("time/total_timesteps," + CURVE[0] + "\n" + "".join(
+        f"{s},{0.4 / (1 + s / 20000):.4f}\n" for s in steps))
+    (tmp_path / "evaluations.jsonl").write_text("".join(
+        json.dumps({"step": s, "oracle_share": s / 250000}) + "\n" for s in range(40960, 204801, 40960)))
+    plot_training(tmp_path, "full_info", CURVE)
+    fig = captured[0]
+    _texts_inside(fig)
+    renderer = fig.canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(renderer)
+    assert all(not _overlaps(legend, ax.get_window_extent(renderer)) for ax in fig.axes)
+
+
+@pytest.mark.parametrize("keys", [["learning_rate"], ["learning_rate", "n_steps", "gamma"]])
+def test_the_sweep_title_fits_one_panel_or_many(tmp_path: Path, captured, keys: list[str]) -> None:
+    from dynamiccl.agents.training_plots import plot_sweep
+
+    rows = [{"learning_rate": 10 ** (-4 + i / 3), "n_steps": 64 * (i + 1), "gamma": 0.9 + i / 100,
+             "oracle_share": 0.3 + i / 20} for i in range(8)]
+    plot_sweep(rows, keys, "oracle_share", "maskable_ppo", tmp_path)
+    _texts_inside(captured[0])
+    assert captured[0]._suptitle.get_text().replace("\n", " ").startswith("sweep of maskable_ppo")
+
+
+def test_the_choice_maps_title_keeps_its_first_letter(smoke_reports, captured, tmp_path: Path) -> None:
+    from dynamiccl.agents.evaluation_plots import plot_reports
+
+    plot_reports(smoke_reports, tmp_path, suite="smoke", deployable=True)
+    for fig in captured:
+        _texts_inside(fig)
+    assert captured[0]._suptitle.get_text().startswith("most frequent pick per cell")
+
+
+def test_calibration_panels_are_titled_by_file_name_without_overlap(tmp_path: Path, captured) -> None:
+    from dynamiccl.profiler.calibrate import calibrate
+    from dynamiccl.profiler.fit_plot import plot_fit
+    from dynamiccl.profiler.measurements import read
+
+    folder = Path(__file__).parent / "fixtures" / "real" / "sophia_dgx_a100_ib"
+    records = [r for name in ("all_reduce_n2.txt", "all_gather_n2.txt") for r in read(folder / name)[0]]
+    plot_fit(calibrate(records, load_topology(folder / "topology.yaml"), keep_undetermined=True),
+             tmp_path / "fit.png")
+    fig = captured[0]
+    _texts_inside(fig)
+    renderer = fig.canvas.get_renderer()
+    titles = [ax.title for ax in fig.axes if ax.get_title()]
+    assert [t.get_text().splitlines()[0] for t in titles] == ["all_reduce_n2.txt", "all_gather_n2.txt"]
+    assert not _overlaps(*(t.get_window_extent(renderer) for t in titles))
+    assert str(folder) not in "".join(t.get_text() for t in titles)
+
+
+def test_a_figure_of_ours_is_told_from_a_users_picture(tmp_path: Path) -> None:
+    from dynamiccl.plots import FIGURE, save
+
+    for suffix in (".png", ".pdf", ".svg", ".jpg"):
+        fig, ax = pyplot().subplots()
+        ax.plot([1, 2])
+        ours = save(fig, tmp_path / f"ours{suffix}")
+        assert FIGURE.written_by(ours), suffix
+    picture = tmp_path / "photo.png"
+    picture.write_bytes((tmp_path / "ours.png").read_bytes().replace(b"DynamICCL figure", b"my holiday....."))
+    assert not FIGURE.written_by(picture)
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--topology", "dgx_h100", "--collective", "allreduce", "--size", "1M"],
+    ["explain", "--topology", "dgx_h100", "--collective", "allreduce", "--max-size", "1K"],
+    ["evaluate", "--policy", "nccl_default", "--policy", "oracle", "--suite", "smoke"],
+])
+def test_tables_printed_to_a_pipe_keep_every_header_whole(capsys, argv: list[str]) -> None:
+    """Outside a terminal rich squeezed tables to 80 columns: "cal…", "ncc…", "tun…"."""
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) > 80  # the whole table, not a squeezed one

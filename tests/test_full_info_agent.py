@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from hydra import compose, initialize_config_module
 from training_runs import ENV, REPO, checkpoint_steps, interrupt, run, start_and_wait
 
 from dynamiccl.agents import full_info_agent
+from dynamiccl.agents.callbacks import trained_seconds
 from dynamiccl.agents.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.full_info import FullInfoConfig
 from dynamiccl.agents.registry import load_policy
@@ -250,6 +252,9 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_
     assert f"resuming at step {learner.samples_seen} of {TOTAL}" in out.stdout
     assert "optimizer and generator restored" in out.stdout
     assert_identical(resumed, straight)
+    # the seconds of both segments, not the second's alone (it said 0.0 after a resume)
+    before = trained_seconds(resumed / "checkpoints", learner.samples_seen)
+    assert json.loads((resumed / "metrics.json").read_text())["train_seconds"] > before > 0
     steps = checkpoint_steps(resumed)
     assert steps[-1] == TOTAL and steps == sorted(steps)
     # The progress file of each segment holds the rounds it trained; together, the whole run once.
@@ -268,6 +273,49 @@ def test_ctrl_c_saves_at_a_round_boundary_exits_with_one_line_and_resume_matches
     assert learner.samples_seen == step and step % 256 == 0, "the label is the step actually trained"
     run(command(resumed))
     assert_identical(resumed, straight)
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_finished_run_started_again_says_so_and_keeps_its_training_time(straight, tmp_path):
+    """Rounds are whole, so 8000 steps end at step 8192: the run started again printed "resuming at
+    step 8192 of 8000"."""
+    import shutil
+
+    again = tmp_path / "again"
+    shutil.copytree(straight, again)
+    seconds = json.loads((again / "metrics.json").read_text())["train_seconds"]
+    out = run([*command(again), "trainer.total_timesteps=8000", "resume.allow_changes=true"])
+    assert f"training already finished at step {TOTAL} of 8000 (whole rollouts end past" in out.stdout
+    assert "resuming" not in out.stdout
+    assert json.loads((again / "metrics.json").read_text())["train_seconds"] == \
+        pytest.approx(seconds, abs=0.01)
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_run_killed_before_its_first_checkpoint_says_it_starts_again_from_0(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [arg if not arg.startswith("trainer.checkpoint_every=") else "trainer.checkpoint_every=1000000"
+           for arg in command(run_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)
+    progress = run_dir / "progress.csv"
+    deadline = time.monotonic() + 300
+    while not (progress.is_file() and len(progress.read_text().splitlines()) >= 3):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not (run_dir / "checkpoints" / "last.pt").exists()
+    again = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV, cwd=REPO,
+                             text=True)
+    try:
+        said = next(line for line in again.stdout if line.startswith("[dynamiccl train]"))
+    finally:
+        again.kill()
+        again.wait(timeout=30)
+    assert "no checkpoint in" in said and "stopped before its first, due at step 1000000" in said
+    assert "from step 0" in said
 
 
 # --- the Ray Tune sweep and the benchmark ----------------------------------------------------------

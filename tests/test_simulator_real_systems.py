@@ -45,6 +45,43 @@ def test_transport_kind_adds_its_per_message_overhead_per_network_hop() -> None:
     assert efa.fingerprint() != ib.fingerprint()
 
 
+def _nccl_btree_edges(nranks: int, rank: int) -> int:
+    """Edges (parent + children) of ``rank`` in NCCL's binary tree, built as src/graph/trees.cc
+    builds it: rank 0 is the root with one child; a rank's parent flips its lowest set bit, its
+    children are rank -/+ half of it (the upper one halved until it exists)."""
+    bit = 1
+    while bit < nranks and not bit & rank:
+        bit <<= 1
+    if rank == 0:
+        return 1 if nranks > 1 else 0
+    edges, low = 1, bit >> 1
+    if low:
+        edges += 1
+        while low and rank + low >= nranks:
+            low >>= 1
+        edges += 1 if low else 0
+    return edges
+
+
+def _nccl_dtree_load(nodes: int) -> float:
+    """The busiest node's edges in both trees (the second mirrored for even counts, shifted by one
+    for odd ones), counted node by node."""
+    if nodes < 2:
+        return 0.0
+
+    def twin(r: int) -> int:
+        return (r - 1) % nodes if nodes % 2 else nodes - 1 - r
+
+    return max(_nccl_btree_edges(nodes, r) + _nccl_btree_edges(nodes, twin(r)) for r in range(nodes)) / 2
+
+
+def test_the_double_tree_load_in_closed_form_is_nccls_construction_counted_node_by_node() -> None:
+    """The simulator's closed form (no loop over nodes, so 10^5 nodes cost what 2 do) against
+    NCCL's tree construction counted edge by edge."""
+    assert [dtree_load(n) for n in range(1, 3000)] == [_nccl_dtree_load(n) for n in range(1, 3000)]
+    assert [dtree_load(2**k) for k in range(12, 18)] == [_nccl_dtree_load(2**k) for k in range(12, 18)]
+
+
 def test_nccl_double_tree_loads_the_busiest_node_s_on_two_nodes_and_2s_beyond() -> None:
     assert [dtree_load(n) for n in (1, 2, 3, 4, 8, 64, 255)] == [0, 1.0, 1.5, 2.0, 2.0, 2.0, 2.0]
     big = 2**30

@@ -443,6 +443,43 @@ def test_a_plan_for_a_channel_pin_sets_nccl_min_and_max_nchannels():
 # -- the CLI and export ----------------------------------------------------------------------------
 
 
+def _launched_environment(line: str) -> tuple[str, dict[str, str]]:
+    """(launcher named in the comment, variables the line sets on every rank), read as MPI reads
+    the line: OpenMPI's ``-x VAR=value`` and Hydra's ``-genv VAR value``; nothing before mpirun."""
+    import shlex
+
+    command, _, comment = line.partition("  # ")
+    words = shlex.split(command)
+    assert words[0] == "mpirun", f"a variable set before mpirun reaches the local ranks only: {line}"
+    env, i = {}, 0
+    while i < len(words):
+        if words[i] == "-x":
+            key, _, value = words[i + 1].partition("=")
+            env[key], i = value, i + 2
+        elif words[i] == "-genv":
+            env[words[i + 1]], i = words[i + 2], i + 3
+        else:
+            i += 1
+    return comment.split(":")[0], env
+
+
+def test_multi_node_command_lines_set_the_variables_on_every_rank_for_each_launcher():
+    """Issue 23: `NCCL_ALGO=Ring mpirun -np 16 -N 8 ...` leaves OpenMPI's remote ranks on NCCL's own
+    algorithm, and ranks that choose differently hang NCCL."""
+    pinned = Choice(Algorithm.RING, Protocol.LL, 4)
+    items = [PlannedMeasurement(Collective.ALLREDUCE, 16, choice, 1 << 20, 1.0, "")
+             for choice in (DEFAULT, pinned)]
+    lines = command_lines(items, gpus_per_node=8)
+    assert len(lines) == 4
+    launched = [_launched_environment(line) for line in lines]
+    assert [name for name, _ in launched] == ["OpenMPI", "MPICH/Intel MPI"] * 2
+    assert [env for _, env in launched[:2]] == [{}, {}]
+    want = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MIN_NCHANNELS": "4", "NCCL_MAX_NCHANNELS": "4"}
+    assert [env for _, env in launched[2:]] == [want, want]
+    assert all("-np 16" in line and "-g 1" in line for line in lines)
+    assert "-N 8" in lines[2] and "-ppn 8" in lines[3]
+
+
 def test_tune_cli_writes_a_gated_policy_and_plans(tmp_path, capsys):
     s = at(1 << 20)
     logs = tmp_path / "runs.jsonl"

@@ -59,7 +59,7 @@ def test_plot_draws_every_system_and_a_missing_folder_is_one_line(tmp_path: Path
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {figure}" in out.stderr
     assert "l40s_tcp_socket" in out.stdout  # the table is still printed beside the figure
     missing = _run("--system", "h100_nvswitch_node", "--plot", str(tmp_path / "no" / "real.png"))
-    assert missing.returncode == 2 and "does not exist; create it first" in missing.stderr
+    assert missing.returncode == 2 and "does not exist; create the folder" in missing.stderr
     assert not (tmp_path / "no").exists()
 
 

@@ -33,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", required=True, type=path_arg, metavar="NAME|FILE.yaml",
                    help="the base topology: a preset or a YAML file (e.g. from `profile topology`)")
     p.add_argument("-o", "--output", required=True, type=path_arg, metavar="FILE.yaml",
-                   help="where to write the fitted topology")
+                   help="where to write the fitted topology (never one of the inputs)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing -o file written by `dynamiccl calibrate` (and no other)")
     p.add_argument("--collective", type=collective_arg,
                    help="the collective of nccl-tests outputs whose name and content do not say it")
     p.add_argument("--keep-undetermined", action="store_true",
@@ -42,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write only the fitted parameters, not the measured corrections between "
                         "them and the logs (per collective, algorithm/protocol and size)")
     p.add_argument("--plot", type=path_arg, metavar="FILE.png",
-                   help="draw measured vs predicted time per run")
+                   help="draw measured vs predicted time per run (.png is added when missing)")
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
     p.set_defaults(func=run_calibrate)
 
@@ -72,9 +74,11 @@ def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from dynamiccl.config_loader import ConfigError
-    from dynamiccl.files import write_text_atomic
+    from dynamiccl.files import claim_output, distinct_outputs, write_text_atomic
+    from dynamiccl.plots import claim_figure
     from dynamiccl.profiler.calibrate import CalibrationError, calibrate
     from dynamiccl.profiler.fit_report import (
+        FITTED,
         error_table,
         fitted_yaml,
         format_table,
@@ -84,6 +88,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
     )
     from dynamiccl.topology import load_topology
 
+    inputs = [*args.measurements, args.topology]
+    output = claim_output(args.output, FITTED, inputs=inputs, force=args.force)
+    plot = claim_figure(args.plot, inputs=inputs) if args.plot else None
+    distinct_outputs(("-o", output), ("--plot", plot))
     try:
         base = load_topology(args.topology)
     except ConfigError as exc:
@@ -99,19 +107,19 @@ def run_calibrate(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     fit = with_heldout(fit, held, ", ".join(Path(m).name for m in args.measurements))
     try:
-        write_text_atomic(args.output, fitted_yaml(fit, args.measurements))
+        write_text_atomic(output, fitted_yaml(fit, args.measurements))
     except OSError as exc:
-        raise UserError(f"{args.output}: cannot write the fitted topology ({exc.strerror})") from None
-    if args.plot:
+        raise UserError(f"{output}: cannot write the fitted topology ({exc.strerror})") from None
+    if plot is not None:
         from dynamiccl.profiler.fit_plot import plot_fit
 
-        plot_fit(fit, Path(args.plot))
+        plot_fit(fit, plot)
     if args.json:
         json.dump(report_json(fit, held), sys.stdout, indent=2)
         print()
         return 0
     print(f"fitted {len(records)} measurements: RMS log error {fit.rms_log(False):.3f} (base) -> "
-          f"{fit.rms_log(True):.3f}; wrote {args.output}")
+          f"{fit.rms_log(True):.3f}; wrote {output}")
     for p in fit.params + fit.refinements:
         if p.determined:
             print(f"  {p.label:36s} {p.base:g} -> {p.fitted:.4g} (±{100 * p.rel_std:.1f}%)")

@@ -90,9 +90,9 @@ def _report(path: str, log, topology, table, picks) -> dict:
 
 
 def _print(table) -> None:
-    from rich.console import Console
+    from dynamiccl.console import console as table_console
 
-    Console(width=max(120, Console().width)).print(table)
+    table_console().print(table)
 
 
 def _entries_table(agreement):

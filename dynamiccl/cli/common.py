@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dynamiccl.agents.gate import DEFAULT_MARGIN, check_margin
 from dynamiccl.config_loader import ConfigError
+from dynamiccl.files import not_regular_message
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import Collective
 from dynamiccl.topology import Topology, load_topology
@@ -35,6 +36,7 @@ INPUT_ERRORS = (
     ("dynamiccl.agents.config_checks", "ConfigCheckError"),
     ("dynamiccl.profiler.nccl_tests", "NcclTestsParseError"),
     ("dynamiccl.profiler.calibrate", "CalibrationError"),
+    ("dynamiccl.files", "OutputRefused"),
 )
 
 DEBUG_ENV = "DYNAMICCL_DEBUG"
@@ -217,7 +219,11 @@ def read_head(path: str | Path, what: str, size: int, missing: str = "check the 
 
 @contextmanager
 def _reading(path: str | Path, what: str, missing: str = "check the path") -> Iterator[None]:
-    """Why a file the user named cannot be read, as one UserError: the ladder every reader shares."""
+    """Why a file the user named cannot be read, as one UserError: the ladder every reader shares.
+    A FIFO or a device is named, never opened: reading one blocks or never ends."""
+    special = not_regular_message(path, what)
+    if special:
+        raise UserError(special)
     try:
         yield
     except FileNotFoundError:

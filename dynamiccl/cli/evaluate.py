@@ -18,7 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, add_action_set_args, non_negative_int, path_arg
+from dynamiccl.cli.common import UserError, add_action_set_args, int_between, non_negative_int, path_arg
 from dynamiccl.cli.policy_sniff import load_policy_arg
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, a
@@ -39,7 +39,6 @@ examples:
 JSON_KEYS = ("policy", "action_set", "backend", "geomean_speedup", "oracle_share", "slower_calls",
              "worst_speedup", "worst_call", "scenarios")
 MAX_BUDGET = 10_000
-RESULT_FILES = ("summary.csv", "summary.json", "calls.csv")
 ONLINE_KEYS = ("calls_to_5pct", "reached_5pct", "exploration_calls", "exploration_speedup")
 
 
@@ -95,9 +94,12 @@ def _run(args: argparse.Namespace) -> int:
     names = _policy_names(args.policy)
     if args.plots and not args.out:
         raise UserError("--plots needs --out DIR to write the figures into")
-    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UserError(f"{args.out} is a file; --out takes a folder (it writes summary.csv, "
-                        "summary.json and calls.csv into it)")
+    if args.out:
+        from dynamiccl.agents.evaluate import claim_results
+        from dynamiccl.agents.evaluation_plots import FIGURES
+
+        claim_results(args.out, force=args.force, figures=FIGURES if args.plots else (),
+                      inputs=[*names, args.suite, *(args.replay or [])])
     backend, backend_kwargs = _backend(args)
     suite = load_suite(args.suite)
     if not suite:
@@ -113,9 +115,6 @@ def _run(args: argparse.Namespace) -> int:
             policy.budget = args.budget
     from dynamiccl.envs.backends import UnmeasuredChoice
 
-    if args.out and not args.force and any((Path(args.out) / f).exists() for f in RESULT_FILES):
-        raise UserError(f"{args.out} already holds results; pass --force to replace them or pick "
-                        "another --out folder")
     try:
         reports = evaluate_policies(policies, suite, deployable=deployable, backend=backend,
                                     backend_kwargs=backend_kwargs, progress=True)
@@ -176,7 +175,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_action_set_args(parser, "every policy")
     parser.add_argument("--backend", choices=("sim", "perturbed", "replay"), default="sim",
                         help="the reality that times every call (default: sim)")
-    parser.add_argument("--reality-seed", type=int, default=1000, metavar="SEED",
+    parser.add_argument("--reality-seed", type=int_between(0, 2**32 - 1), default=1000, metavar="SEED",
                         help="system of the perturbed reality (default 1000, a held-out seed)")
     parser.add_argument("--replay", action="append", type=path_arg, metavar="LOGS",
                         help="measurements for --backend replay (files or folders; repeatable)")

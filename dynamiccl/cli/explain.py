@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from dynamiccl.cli.common import (
     UserError,
@@ -106,23 +105,15 @@ def _stderr():
     return Console(stderr=True)
 
 
-def plot_path(path: Path) -> Path:
-    """The file the plot goes to: ``x`` and ``x.v2`` become ``x.png`` and ``x.v2.png``, and that is
-    the name reported."""
-    from dynamiccl.plots import IMAGE_SUFFIXES
-
-    return path if path.suffix.lower() in IMAGE_SUFFIXES else path.with_name(path.name + ".png")
-
-
 def run_explain(args: argparse.Namespace) -> int:
+    from dynamiccl.plots import claim_figure
+
+    plot = claim_figure(args.plot, inputs=[args.topology]) if args.plot else None
     topology = topology_from_args(args)
     lo, hi = args.min_size, args.max_size
     if lo > hi:
         raise UserError(f"--min-size {lo} is larger than --max-size {hi}")
     sizes = sweep_sizes(lo, hi)
-    plot = plot_path(Path(args.plot)) if args.plot else None
-    if plot is not None and not plot.parent.is_dir():
-        raise UserError(f"--plot {args.plot}: folder {plot.parent} does not exist; create it first")
     deployable = not args.all_actions
     rows = explain_rows(topology, args.collective, sizes, deployable)
     which = ("deployable configurations" if deployable
@@ -143,8 +134,9 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def _print_table(rows: list[dict], title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from dynamiccl.console import console as table_console
 
     table = Table(title=title)
     for col, justify in (("size (B)", "right"), ("NCCL picks", "left"), ("NCCL model (us)", "right"),
@@ -157,4 +149,4 @@ def _print_table(rows: list[dict], title: str) -> None:
         table.add_row(str(r["size"]), r["nccl_config"], model, f"{r['nccl_time_us']:.2f}",
                       r["best_config"], f"{r['best_time_us']:.2f}",
                       f"[bold green]{gain}[/]" if r["gain"] >= 1.05 else gain)
-    Console(width=max(120, Console().width)).print(table)
+    table_console().print(table)

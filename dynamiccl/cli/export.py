@@ -36,6 +36,10 @@ EPILOG = """examples:
 then: NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY=policy.dccl torchrun ..."""
 
 
+#: Node counts (GPUs-per-node values) one export evaluates; each costs a full sweep of sizes.
+MAX_LIST = 64
+
+
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.replace(" ", "").split(",") if v]
@@ -44,6 +48,8 @@ def _int_list(text: str) -> list[int]:
             f"{text!r} is not a comma-separated list of integers") from None
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r}: give positive integers, e.g. 1,2,4")
+    if len(values) > MAX_LIST:
+        raise argparse.ArgumentTypeError(f"{len(values)} values; export at most {MAX_LIST} at once")
     return values
 
 
@@ -79,21 +85,19 @@ def _source(name_or_path: str) -> str:
 
 
 def _output(args: argparse.Namespace) -> Path:
-    """The -o path, checked before any work: never a folder, a missing or read-only place, or an
-    existing file without --force; never a file that is not a policy (e.g. the model itself)."""
+    """The -o path (and the evidence beside a .dccl), checked before any work: never a folder, a
+    missing or read-only place, an input (the policy, the topology), an existing file without
+    --force, or a file of another kind than the format written (e.g. the model itself)."""
+    from dynamiccl import nccl_csv
     from dynamiccl import policy_file as pf
-    from dynamiccl.files import check_writable_file
+    from dynamiccl.agents.export import EVIDENCE, evidence_path
+    from dynamiccl.files import claim_output
 
-    try:
-        out = check_writable_file(args.output, overwrite=args.force, what="-o")
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    if out.is_file() and args.format == "dccl":
-        with out.open("rb") as fh:
-            if fh.read(len(pf.MAGIC)) != pf.MAGIC.encode():
-                raise UserError(f"{out} exists and is not a policy file; refusing to replace it")
-    if Path(args.policy).exists() and out.exists() and out.resolve() == Path(args.policy).resolve():
-        raise UserError(f"-o {out} is the policy being exported; pick another path")
+    inputs = [args.policy, args.topology]
+    kind = pf.KIND if args.format == "dccl" else nccl_csv.KIND
+    out = claim_output(args.output, kind, inputs=inputs, force=args.force)
+    if args.format == "dccl":
+        claim_output(evidence_path(out), EVIDENCE, inputs=inputs, force=True)
     return out
 
 
@@ -110,6 +114,9 @@ def _run(args: argparse.Namespace) -> int:
     out = _output(args)
     topology = topology_from_args(args)
     node_counts = args.node_counts or [topology.nodes]
+    for nodes in node_counts:  # within the system limits, said before any work
+        for gpus in args.gpus_per_node_list or [None]:
+            topology.resized(nodes=nodes, gpus_per_node=gpus)
     try:
         policy = load_policy_arg(args.policy, topology=topology, deployable=True, seed=args.seed)
         digest = _checkpoint_digest(args.policy)

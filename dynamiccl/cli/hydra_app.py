@@ -37,6 +37,9 @@ def check_output_dirs(overrides: list[str]) -> None:
     a folder that cannot be created is refused here first, in one line."""
     given = {k: v for k, _, v in (o.partition("=") for o in overrides)}
     for key in ("hydra.run.dir", "hydra.sweep.dir"):
+        if key in given and not given[key].strip(" '\""):
+            raise UserError(f"{key} is empty (an unset shell variable?), which would write the run "
+                            f"into the current folder; give a run folder, e.g. {key}=runs/mine")
         path = Path(given.get(key, "outputs")).absolute()
         existing = next(p for p in (path, *path.parents) if p.exists())
         if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):

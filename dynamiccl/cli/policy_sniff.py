@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dynamiccl.cli.common import UserError, read_head
+from dynamiccl.files import not_regular_message
 
 #: Bytes read to decide (a CSV's header comments fit in them).
 SNIFF_BYTES = 4096
@@ -58,6 +59,9 @@ def load_policy_arg(name_or_path: str, **kwargs: Any) -> Any:
     from dynamiccl.agents.registry import BUILTIN, load_policy
 
     path = Path(name_or_path)
+    special = not_regular_message(path, "checkpoint or policy file")
+    if special:  # reading a FIFO blocks, /dev/zero never ends
+        raise UserError(special)
     builtin = name_or_path.strip().lower() in BUILTIN
     names_something = builtin or path.exists() or path.with_suffix(".zip").exists()
     if not names_something and _looks_like_path(name_or_path):

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +29,7 @@ from dynamiccl.cli.common import (
 )
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol
-from dynamiccl.topology import DEFAULT_NIC_PATH, NIC_PATHS
+from dynamiccl.topology import DEFAULT_NIC_PATH, MAX_RANKS, NIC_PATHS
 from dynamiccl.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
 
 if TYPE_CHECKING:
@@ -69,7 +68,8 @@ def _register_topology(kinds: argparse._SubParsersAction) -> None:
                    help="use NVML answers recorded earlier (--record) instead of the driver")
     t.add_argument("--record", type=path_arg, metavar="FILE", help="also save the raw NVML answers to FILE")
     t.add_argument("--name", help="the topology's name (default: from the GPU model)")
-    t.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="number of nodes (default 1)")
+    t.add_argument("--nodes", type=int_between(1, MAX_RANKS), default=1, metavar="N",
+                   help=f"number of nodes, 1..{MAX_RANKS} (default 1)")
     t.add_argument("--network-bandwidth-GBps", type=positive_float, metavar="X",
                    help="per-NIC network bandwidth each way (default 50, a 400 Gb/s NIC)")
     t.add_argument("--network-latency-us", type=positive_float, metavar="Y",
@@ -170,12 +170,15 @@ def _channels_arg(text: str) -> int:
 
 
 def run_topology(args: argparse.Namespace) -> int:
-    from dynamiccl.profiler.discover import NetworkSpec, discover
-    from dynamiccl.profiler.nvml import NoDriverError, local_provider, save_snapshot
+    from dynamiccl.files import claim_output, distinct_outputs, write_text_atomic
+    from dynamiccl.profiler.discover import DISCOVERED, NetworkSpec, discover
+    from dynamiccl.profiler.nvml import RECORDING, NoDriverError, local_provider, save_snapshot
 
-    for flag, path in (("-o", args.output), ("--record", args.record)):
-        if path and Path(path).exists() and not args.force:
-            raise UserError(f"{path} exists; pass --force to replace it or pick another {flag} path")
+    inputs = [args.recorded] if args.recorded else []
+    for flag, path, kind in (("-o", args.output, DISCOVERED), ("--record", args.record, RECORDING)):
+        if path:
+            claim_output(path, kind, inputs=inputs, force=args.force, flag=flag)
+    distinct_outputs(("-o", args.output), ("--record", args.record))
     if args.recorded:
         read_text(args.recorded, "NVML recording")  # unreadable: one line, before anything else
     try:
@@ -186,7 +189,7 @@ def run_topology(args: argparse.Namespace) -> int:
     except ValueError as exc:  # only a recording is parsed here; the driver path raises NoDriverError
         raise UserError(f"{args.recorded} is not an NVML recording written by --record: {exc}") from None
     if args.record:
-        _replace_atomically(Path(args.record), lambda tmp: save_snapshot(snapshot, tmp))
+        save_snapshot(snapshot, args.record)
     if args.emulate_hosts:
         text, topology = _emulated(snapshot, args.emulate_hosts, args.name)
     else:
@@ -197,7 +200,7 @@ def run_topology(args: argparse.Namespace) -> int:
             print(f"warning: {warning}", file=sys.stderr)
         text, topology = found.yaml_text, found.topology
     if args.output:
-        _replace_atomically(Path(args.output), lambda tmp: tmp.write_text(text))
+        write_text_atomic(args.output, text)
         print(f"wrote {args.output}: {topology.describe()}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -222,17 +225,6 @@ def _emulated(snapshot, hosts: int, name: str | None):
               f"# loopback bandwidth_GBps {LOOPBACK_GBPS:g}: measured on an H100, a starting point "
               "for calibration, NOT measured here" + ("" if sms else "; sms: default") + "\n")
     return header + yaml.safe_dump(data, sort_keys=False), topology_from_dict(data, source="emulated")
-
-
-def _replace_atomically(path: Path, write: Callable[[Path], object]) -> None:
-    """``write`` fills a temporary file that is then renamed over ``path``: a reader (or a crash)
-    never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) -> None:
@@ -265,17 +257,19 @@ def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) 
             check_placement(nprocs, visible_gpus(), args.emulate_hosts)
         except EmulationError as exc:
             raise UserError(str(exc)) from None
-    if args.record and not Path(args.record).resolve().parent.is_dir():
-        raise UserError(f"--record {args.record}: its folder does not exist; create it first")
-    if args.plot and not Path(args.plot).resolve().parent.is_dir():
-        raise UserError(f"--plot {args.plot}: its folder does not exist; create it first")
 
 
 def run_collective(args: argparse.Namespace) -> int:
+    from dynamiccl.files import claim_output
+    from dynamiccl.plots import claim_figure
     from dynamiccl.profiler.emulation import EmulationError
     from dynamiccl.profiler.launcher import LaunchError
+    from dynamiccl.profiler.records import RECORDS
     from dynamiccl.profiler.runner import CollectiveSpec, measure_collective, run_under_torchrun
 
+    plot = claim_figure(args.plot) if args.plot else None  # before torch loads: refused at once
+    if args.record:
+        claim_output(args.record, RECORDS, flag="--record")
     backend = args.backend or _default_backend()
     under_torchrun = "WORLD_SIZE" in os.environ and args.nprocs is None
     if under_torchrun and args.emulate_hosts:
@@ -307,7 +301,8 @@ def run_collective(args: argparse.Namespace) -> int:
         from dynamiccl.profiler.records import write_jsonl
 
         write_jsonl([result.to_record()], args.record, append=True)
-    plot = _plot(result, Path(args.plot)) if args.plot else None
+    if plot is not None:
+        plot = _plot(result, plot)
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         print()
@@ -319,22 +314,22 @@ def run_collective(args: argparse.Namespace) -> int:
 
 
 def _plot(result: CollectiveResult, path: Path) -> Path:
-    from dynamiccl.cli.explain import plot_path
-    from dynamiccl.plots import plot_arrivals
+    from dynamiccl.plots import figure_path, plot_arrivals
 
     if result.arrival_us is None:
         raise UserError("--plot needs the ranks on one host (their arrival clocks must agree)")
     s = result.straggler
     title = (f"{result.spec.collective} of {result.spec.nbytes} B on {result.nranks} "
              f"{result.spec.backend} ranks: arrival of each rank per iteration")
-    return plot_arrivals(result.arrival_us, plot_path(path), title,
+    return plot_arrivals(result.arrival_us, figure_path(path), title,
                          straggler=s.rank if s is not None else None)
 
 
 def _print_result(spec: CollectiveSpec, result: CollectiveResult, backend: str) -> None:
     """nccl-tests' columns; with a straggler one row per time (first and last arrival)."""
-    from rich.console import Console
     from rich.table import Table
+
+    from dynamiccl.console import console as table_console
 
     s = result.straggler
     late = s is not None and s.rank is not None
@@ -355,7 +350,7 @@ def _print_result(spec: CollectiveSpec, result: CollectiveResult, backend: str) 
                  "the straggler's arrival")]
     for time_us, algbw, busbw, since in rows:
         table.add_row(*cells, f"{time_us:.2f}", f"{algbw:.3f}", f"{busbw:.3f}", *([since] if late else []))
-    console = Console(width=max(120, Console().width))
+    console = table_console()
     console.print(table)
     if s is None:
         return

@@ -23,11 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from dynamiccl.cli.common import UserError, path_arg
+from dynamiccl.cli.common import UserError, collective_arg, int_between, path_arg, positive_int
+from dynamiccl.console import UNBOUNDED_WIDTH
 
 #: The keys of every ``show --json`` object (a contract; tests hold it).
 JSON_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", "algorithm", "protocol",
              "channels", "defer")
+#: Narrower tables print one word per line.
+MIN_WIDTH = 60
 #: Rows printed as tables before the rest is summarised (a 10^6-rule file must not flood a terminal).
 MAX_TABLE_ROWS = 400
 
@@ -44,6 +47,15 @@ def _human_range(lo: int, hi: int) -> str:
     if hi == pf.MAX_BYTES:
         return "any size" if lo == 0 else f"above {format_size(lo - 1)}"
     return f"{format_size(lo)} - {format_size(hi + 1)}"
+
+
+def _byte_range(lo: int, hi: int) -> str:
+    """The bytes column: ``lo-hi`` inclusive, and no 20-digit sentinel for "no upper end"."""
+    from dynamiccl import policy_file as pf
+
+    if hi == pf.MAX_BYTES:
+        return "any size" if lo == 0 else f"{lo} and up"
+    return f"{lo}-{hi}"
 
 
 def _title(rule, slice_name: str | None) -> str:
@@ -102,10 +114,8 @@ def _rule_evidence(index: dict[tuple, list[dict]], rule) -> list[dict]:
 def _selected(policy, args: argparse.Namespace) -> list[tuple[object, list]]:
     """(slice, rules) pairs after the --collective/--nodes/--all-slices filters."""
     from dynamiccl import policy_file as pf
-    from dynamiccl.knobs import parse_enum
-    from dynamiccl.nccl import Collective
 
-    want = parse_enum(Collective, args.collective) if args.collective else None
+    want = args.collective
     out = []
     for sl in policy.slices:
         if not args.all_slices and sl.key != pf.DEFAULT_CONTEXT:
@@ -116,23 +126,31 @@ def _selected(policy, args: argparse.Namespace) -> list[tuple[object, list]]:
     return out
 
 
+#: Channels NVIDIA's example tuner gives a call before it looks for a matching line, kept for a
+#: line with channels -1 and for a call no line matches (NCCL's plugins/tuner/example/plugin.c,
+#: ``pluginGetCollInfo``: ``*nChannels = 1`` first, overridden only by a line's own count).
+EXAMPLE_TUNER_CHANNELS = 1
+
+
 def csv_rule_json(rule) -> dict:
-    """One example-tuner CSV line in the ``--json`` contract (its max_bytes is inclusive)."""
+    """One example-tuner CSV line in the ``--json`` contract (its max_bytes is inclusive); its
+    channels are what that tuner runs, so a line's -1 reads 1 (:data:`EXAMPLE_TUNER_CHANNELS`)."""
     from dynamiccl import policy_file as pf
 
     return {"collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
             "min_bytes": rule.min_bytes, "max_bytes": rule.max_bytes + 1,
             "algorithm": pf.ALGO_TOKENS[rule.algorithm], "protocol": pf.PROTO_TOKENS[rule.protocol],
-            "channels": rule.channels, "defer": False}
+            "channels": EXAMPLE_TUNER_CHANNELS if rule.channels is None else rule.channels,
+            "defer": False}
 
 
 def _show_csv(args: argparse.Namespace) -> int:
     """The example tuner's CSV (what ``export --format nccl-example-csv`` writes): its lines in
     file order, since the example tuner applies the first line that matches a call."""
-    from rich.console import Console
     from rich.table import Table
 
     from dynamiccl import policy_file as pf
+    from dynamiccl.console import console as table_console
     from dynamiccl.nccl_csv import read_nccl_example_csv_file
 
     rules = read_nccl_example_csv_file(args.file)
@@ -143,9 +161,12 @@ def _show_csv(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    console = Console(width=args.width or max(140, Console().width))
+    console = table_console(width=args.width)
     console.print(f"[bold]{args.file}[/bold]: NVIDIA example-tuner CSV, {len(rules)} rules; the "
-                  "first line matching a call wins, calls no line matches are left to NCCL")
+                  "first line matching a call wins; a call no line matches keeps NCCL's algorithm "
+                  f"and protocol but runs on {EXAMPLE_TUNER_CHANNELS} channel, as a line with "
+                  "channels -1 does (the example tuner sets one channel before it looks: NCCL's "
+                  "plugins/tuner/example/plugin.c)")
     table = Table(title_justify="left")
     for col in ("#", "collective", "nodes", "ranks", "size [from, to)", "algorithm", "protocol",
                 "channels"):
@@ -153,8 +174,7 @@ def _show_csv(args: argparse.Namespace) -> int:
     for i, row in enumerate(rows[:MAX_TABLE_ROWS], 1):
         table.add_row(str(i), row["collective"], _dim(row["nodes"]), _dim(row["ranks"]),
                       _human_range(row["min_bytes"], min(row["max_bytes"] - 1, pf.MAX_BYTES)),
-                      row["algorithm"], row["protocol"],
-                      "NCCL's" if row["channels"] is None else str(row["channels"]))
+                      row["algorithm"], row["protocol"], str(row["channels"]))
     console.print(table)
     if len(rows) > MAX_TABLE_ROWS:
         console.print(f"... {len(rows) - MAX_TABLE_ROWS} more rules not printed (read them all "
@@ -163,11 +183,11 @@ def _show_csv(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from dynamiccl import policy_file as pf
     from dynamiccl.cli.policy_sniff import policy_file_kind
+    from dynamiccl.console import console as table_console
 
     if policy_file_kind(args.file) == "csv":
         return _show_csv(args)
@@ -186,7 +206,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     h = policy.header
-    console = Console(width=args.width or max(140, Console().width))
+    console = table_console(width=args.width)
     console.print(f"[bold]{args.file}[/bold]: policy [bold]{h.policy}[/bold], format "
                   f"{pf.FORMAT_VERSION}, checksum OK, {policy.n_rules} rules")
     console.print(f"topology {h.topology} (fingerprint {h.fingerprint}, features {h.features}), "
@@ -231,7 +251,7 @@ def _row(rule, ev: dict | None) -> tuple[str, ...]:
 
     d = rule.decision
     lo, hi = (rule.min_bytes, rule.max_bytes) if ev is None else (ev["min_bytes"], ev["max_bytes"] - 1)
-    sizes = (_human_range(lo, hi), f"{lo}-{hi}")
+    sizes = (_human_range(lo, hi), _byte_range(lo, hi))
     known = ("", "", "", "") if ev is None else (
         str(ev["nccl"]), f"{100 * float(ev['gain']):+.1f}%", f"±{100 * float(ev['uncertainty']):.1f}%",
         str(ev["evidence"]))
@@ -253,12 +273,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("file", type=path_arg,
                         help="policy file written by `dynamiccl export` (a .dccl, or NVIDIA's "
                              "example-tuner CSV from --format nccl-example-csv)")
-    parser.add_argument("--collective", default=None, help="only this collective (e.g. allreduce)")
-    parser.add_argument("--nodes", type=int, default=None, help="only rules for this node count")
+    parser.add_argument("--collective", type=collective_arg, default=None,
+                        help="only this collective (e.g. allreduce)")
+    parser.add_argument("--nodes", type=positive_int, default=None, help="only rules for this node count")
     parser.add_argument("--all-slices", action="store_true",
                         help="also print the straggler/overlap context slices")
-    parser.add_argument("--width", type=int, default=None,
-                        help="table width (default: the terminal, at least 140)")
+    parser.add_argument("--width", type=int_between(MIN_WIDTH, UNBOUNDED_WIDTH), default=None,
+                        help=f"table width in columns, {MIN_WIDTH}..{UNBOUNDED_WIDTH} (default: the "
+                             "terminal's; piped, the whole table)")
     parser.add_argument("--json", action="store_true",
                         help="print the rules as a JSON list (collective, nodes, ranks, min_bytes, "
                              "max_bytes [exclusive], algorithm, protocol, channels, defer)")

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from dynamiccl.cli.common import path_arg
-from dynamiccl.cli.simulate_request import add_request_args, decide, gain, result_json, timing
+from dynamiccl.cli.simulate_request import NO_OP_NOTE, add_request_args, decide, gain, result_json, timing
 from dynamiccl.scenario import Scenario
 from dynamiccl.units import format_size, format_time_us
 
@@ -43,7 +43,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=run_topologies)
 
 
-
 def run_simulate(args: argparse.Namespace) -> int:
     if args.batch is not None:
         from dynamiccl.cli.simulate_batch import run_batch
@@ -54,14 +53,19 @@ def run_simulate(args: argparse.Namespace) -> int:
         json.dump(result_json(args, scenario, default, top), sys.stdout, indent=2)
         print()
         return 0
+    if default is None or top is None:
+        print(f"{scenario.collective.name.lower()} of 0 B on {scenario.topology.describe()}: 0 µs; "
+              f"{NO_OP_NOTE}")
+        return 0
     _print_result(scenario, default, top)
     return 0
 
 
 def _print_result(scenario: Scenario, default: Decision, top: Decision) -> None:
     """One row per pick; with a straggler two, one per time (from the first and the last arrival)."""
-    from rich.console import Console
     from rich.table import Table
+
+    from dynamiccl.console import console as table_console
 
     late = scenario.has_straggler
     title = (f"{scenario.collective.name.lower()} of {scenario.nbytes} B ({format_size(scenario.nbytes)}) "
@@ -89,15 +93,15 @@ def _print_result(scenario: Scenario, default: Decision, top: Decision) -> None:
             lead = [label, pick.config.label()] if i == 0 else ["", ""]
             table.add_row(*lead, *([since] if late else []), *(f"{t[k]:.2f}" for k in keys),
                           predicted if i == 0 else "")
-    console = Console(width=max(120, Console().width))
+    console = table_console()
     console.print(table)
     console.print(f"gain of the best pick over NCCL's: {gain(default, top):.2f}x")
 
 
 def run_topologies(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
+    from dynamiccl.console import console as table_console
     from dynamiccl.topology import load_topology, preset_names
 
     presets = [load_topology(name) for name in preset_names()]
@@ -113,5 +117,5 @@ def run_topologies(args: argparse.Namespace) -> int:
         tiers = " × ".join(f"{t.size} {t.name} ({t.fabric}, {t.bandwidth_GBps:g} GB/s)" for t in topo.tiers)
         table.add_row(topo.name, str(topo.nranks), str(topo.nodes), str(topo.gpus_per_node),
                       topo.gpu.arch, tiers)
-    Console(width=max(120, Console().width)).print(table)
+    table_console().print(table)
     return 0

@@ -162,8 +162,9 @@ def _echo(args: argparse.Namespace, scenario: Scenario) -> dict[str, Any]:
 
 def decide(args: argparse.Namespace,
            load: Callable[[argparse.Namespace], Topology] = topology_from_args
-           ) -> tuple[Scenario, Decision, Decision]:
-    """The scenario of one request, NCCL's pick and the best pick; UserError for a bad request."""
+           ) -> tuple[Scenario, Decision | None, Decision | None]:
+    """The scenario of one request, NCCL's pick and the best pick (None for a size-0 call, which
+    is no collective at all); UserError for a bad request."""
     from dynamiccl.decisions import NcclCannotRun, best, nccl_default, why_impossible
 
     scenario = scenario_from_args(args, load)
@@ -171,6 +172,8 @@ def decide(args: argparse.Namespace,
     reason = why_impossible(scenario, constraints) if constraints.given() else None
     if reason:
         raise UserError(f"invalid combination: {reason}")
+    if scenario.nbytes == 0:
+        return scenario, None, None
     try:
         return scenario, nccl_default(scenario, constraints), best(scenario, constraints)
     except NcclCannotRun as exc:
@@ -179,9 +182,23 @@ def decide(args: argparse.Namespace,
         raise UserError(f"invalid combination: {exc}") from None
 
 
-def result_json(args: argparse.Namespace, scenario: Scenario, default: Decision,
-                top: Decision) -> dict[str, Any]:
-    """The ``--json`` object of one request (also each ``--batch`` line's answer)."""
+#: A size-0 call moves nothing: NCCL queues no task for a collective of count 0 (src/enqueue.cc,
+#: taskAppend returns ncclSuccess first), and nccl-tests prints its size-0 rows at the ~1 µs its own
+#: call takes. Simulated as no time and no choice of NCCL's.
+NO_OP_NOTE = ("a size-0 call is a no-op: NCCL returns without running a collective (nccl-tests "
+              "prints such rows at the ~1 µs its own call takes)")
+
+
+def result_json(args: argparse.Namespace, scenario: Scenario, default: Decision | None,
+                top: Decision | None) -> dict[str, Any]:
+    """The ``--json`` object of one request (also each ``--batch`` line's answer); a size-0 call
+    is a no-op (``no_op`` true, times 0, no configuration)."""
+    if default is None or top is None:
+        zero = {key: 0.0 for key in ("time_us", "algbw_with_wait_GBps", "busbw_with_wait_GBps",
+                                     "time_after_straggler_us", "algbw_GBps", "busbw_GBps")}
+        return {"input": _echo(args, scenario), "nranks": scenario.topology.nranks, **zero,
+                "config": None, "nccl_default": None, "best": None, "gain": 1.0, "no_op": True,
+                "note": NO_OP_NOTE}
     return {
         "input": _echo(args, scenario),
         "nranks": scenario.topology.nranks,

@@ -208,8 +208,9 @@ def _run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.budget <= MAX_BUDGET:
         raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measurements")
+    output = _claim_output(args)
     topology = topology_from_args(args)
-    records = _records([p for group in args.measurements or [] for p in group], topology)
+    records = _records(_measurement_paths(args), topology)
     measurements = tune.Measurements(records)
     model, note = (topology, "uncalibrated (--no-calibrate)") if args.no_calibrate else \
         tune.calibrated_topology(records, topology)
@@ -233,8 +234,9 @@ def _run(args: argparse.Namespace) -> int:
             _run_plan(planned, args.record, args.emulate_hosts)
         return 0
     rows = _report_rows(tuner, scenarios)
-    if args.output:
-        _export(args, topology, tune.TunedPolicy(tuner), sorted({s.topology.nodes for s in scenarios}))
+    if output is not None:
+        _export(args, output, topology, tune.TunedPolicy(tuner),
+                sorted({s.topology.nodes for s in scenarios}))
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
@@ -243,19 +245,41 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export(args: argparse.Namespace, topology, policy, node_counts: list[int]) -> None:
+def _measurement_paths(args: argparse.Namespace) -> list[str]:
+    """Every --measurements path, flat (the flag takes several paths and may be repeated)."""
+    return [path for group in args.measurements or [] for path in group]
+
+
+def _claim_output(args: argparse.Namespace):
+    """The -o policy file (and its evidence beside it), checked before any work: never an input
+    (a measurement, also inside a --measurements folder, or the topology), and --force replaces a
+    policy file only; with --plan --run, the --record file likewise."""
+    from dynamiccl import policy_file as pf
+    from dynamiccl.agents.export import EVIDENCE, evidence_path
+    from dynamiccl.files import claim_output
+    from dynamiccl.profiler.records import RECORDS
+
+    inputs = [*_measurement_paths(args), args.topology]
+    if args.plan and args.run:
+        claim_output(args.record, RECORDS, inputs=[args.topology], flag="--record")
+    if not args.output or args.plan:
+        return None
+    out = claim_output(args.output, pf.KIND, inputs=inputs, force=args.force)
+    claim_output(evidence_path(out), EVIDENCE, inputs=inputs, force=True, flag="-o")
+    return out
+
+
+def _export(args: argparse.Namespace, out, topology, policy, node_counts: list[int]) -> None:
     from dynamiccl import policy_file as pf
     from dynamiccl.agents.export import export_policy, rule_evidence, save_evidence
-    from dynamiccl.files import check_writable_file, write_text_atomic
     from dynamiccl.knobs import Collective, parse_enum
 
     try:
-        out = check_writable_file(args.output, overwrite=args.force, what="-o")
         collectives = [Collective(parse_enum(Collective, c))
                        for c in (args.collective or _COLLECTIVES)]
         result = export_policy(policy, topology, policy_name="tune", node_counts=node_counts,
                                collectives=collectives, gate=None)
-        write_text_atomic(out, pf.dumps(result.policy_file))
+        pf.write(result.policy_file, out)
         save_evidence(out, rule_evidence(result))
     except OSError as exc:
         raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
