@@ -94,6 +94,9 @@ LOG2_SIZE_SCALE, LOG2_RANKS_SCALE = 34.0, 12.0
 SIGMA_FLOOR = 2e-3
 #: Noise of one measured log-ratio when the caller knows none: two timings of 5 % each.
 DEFAULT_RATIO_NOISE = 0.05 * math.sqrt(2)
+#: Per-timing noise of a training series, log-uniform in this range: the prior has seen measured
+#: log-ratios with a 1-sigma from NOISE_RANGE[0] to NOISE_RANGE[1] times sqrt 2, and no other.
+NOISE_RANGE = (0.005, 0.2)
 
 _NEIGHBOUR = ("present", "residual", "octaves", "model_change", "same_pick", "was_pick",
               "pair_slope", "default_slope")

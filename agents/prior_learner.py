@@ -36,6 +36,7 @@ from dynamiccl.agents.baselines import NCCL_PAIRS, pair_constraints
 from dynamiccl.agents.prior import (
     FEATURES,
     FORMAT_VERSION,
+    NOISE_RANGE,
     PICK_TOLERANCE,
     SIGMA_FLOOR,
     LearnedPrior,
@@ -55,8 +56,6 @@ SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
 VALIDATION_SEED_START = 900
 #: The validation systems' generator (fixed: every run is scored on the same systems).
 VALIDATION_SYSTEMS_SEED = 4242
-#: Per-timing noise of a series, log-uniform in this range.
-NOISE_RANGE = (0.005, 0.2)
 #: Residual targets are learned within this (log space).
 TARGET_CLIP = 3.0
 #: The fewest sizes a budget's window spans.
@@ -387,4 +386,22 @@ def score(prior: LearnedPrior, cases: list[ValidationCase]) -> dict[str, float]:
             "val_rmse": float(np.sqrt(np.mean(err ** 2))),
             "val_cover_1sigma": float(np.mean(z <= 1.0)), "val_cover_2sigma": float(np.mean(z <= 2.0)),
             "val_points": int(len(err))}
+
+
+def gate_sigmas(prior: LearnedPrior, cases: list[ValidationCase], margin: float,
+                quantile: float = 0.995) -> float:
+    """How many of the prior's sigmas a predicted gain must clear for an override to be wrong no
+    more often than ``1 - quantile``: the ``quantile`` of (truth - prediction) / sigma over the
+    unmeasured points of ``cases`` where the prior predicts a gain above ``margin`` (one-sided:
+    only a prediction too optimistic makes a call slower). ``dynamiccl tune`` gates the prior at
+    this (``agents.tune.PRIOR_SIGMAS``)."""
+    z = []
+    for case in cases:
+        s = case.series
+        mu, sigma = prior.predict_series(s.log2_sizes, s.pairs, s.collective, s.nranks,
+                                         s.pair_log_time, s.default_log_time, case.values, case.noise)
+        query = (np.isfinite(s.model) & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
+                 & (-mu > math.log1p(margin)))
+        z.append((s.truth[query] - mu[query]) / sigma[query])
+    return float(np.quantile(np.concatenate(z), quantile))
 

@@ -20,8 +20,11 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
    from those measurements, linearly in log size, with the model adding only its shape between them
    (never leaving the neighbours' range). The uncertainty is the neighbours' own, plus a growth with
    the distance in octaves to the nearer one and a share of their disagreement.
-3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`): what it predicts
-   from the system's measured ratios and the model's ratios.
+3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`; ``dynamiccl tune``
+   gives the shipped one, :mod:`dynamiccl.agents.tune_prior`, unless ``--no-prior``): what it
+   predicts from the system's measured ratios of the collective and the model's times, asked once
+   per collective and shape. The gate asks it for :data:`PRIOR_SIGMAS` of its own (calibrated)
+   sigmas; it counts as anchored where the system has measured ratios of that collective.
 4. **calibrated model** — the simulator, fitted to the measurements (``profiler.calibrate``, kept
    behind :func:`calibrated_topology`), then corrected per choice with a latency factor and a
    bandwidth factor fitted to that choice's measured sizes (the Hockney alpha/beta split NCCL's own
@@ -35,15 +38,24 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
 5. **model** — nothing measured for that choice: the simulator and the band defaults of
    :func:`dynamiccl.calibration.uncertainty`.
 
-Sources 2-5 compete by their uncertainty: the most certain one speaks. A run forced with only
-``NCCL_ALGO`` or only ``NCCL_PROTO`` measured the pair NCCL picked under that constraint: its
-``TUNING`` log says which where one was kept (``MeasurementRecord.nccl_pick``), NCCL's model on the
-given topology otherwise (:func:`resolved`); so it is evidence for that pair.
+Sources 2, 4 and 5 compete by their uncertainty: the most certain one speaks. The learned prior
+only adds: where tune's own source makes an override, it stands; where it does not, the prior's
+override does if the prior makes one; elsewhere the more certain of the two is what the plan values
+launches by (where only the model speaks, its ±100 %-and-more uncertainty ties every candidate, and
+the prior's prediction tells them apart). Letting the prior compete by its sigma instead, or
+weighting both by their precision, took less on validation realities (``experiments/bench_tuning.py
+--validation --seeds 3``: 9 realities, half / same budget: 0.917 / 0.968 and 0.927 / 0.970 of the
+headroom against 0.935 / 0.969; without the prior 0.914 / 0.964; 0 decisions slower in all): the
+prior vetoed overrides that tune's per-choice correction got right.
+
+A run forced with only ``NCCL_ALGO`` or only ``NCCL_PROTO`` measured the pair NCCL picked under that
+constraint: its ``TUNING`` log says which where one was kept (``MeasurementRecord.nccl_pick``),
+NCCL's model on the given topology otherwise (:func:`resolved`); so it is evidence for that pair.
 
 Every decision goes through the same gate as export (:func:`dynamiccl.agents.gate.passes`): an
 override only where the gain clears the margin and its uncertainty, and, unlike export, only where
 measurements anchor both NCCL's default and the choice (sources 1, 2, a prior that saw
-measurements, or 4): what the model alone says ranks the next measurements
+measurements of the collective, or 4): what the model alone says ranks the next measurements
 (:mod:`dynamiccl.agents.tune_plan`) but pins nothing. A collective measured nowhere on a shape is
 left to NCCL there (evidence *not measured*).
 """
@@ -83,6 +95,7 @@ from dynamiccl.agents.tune_measurements import (
     Sample,
 )
 from dynamiccl.decisions import KnobConstraints, TimedConfig
+from dynamiccl.knobs import Collective
 from dynamiccl.profiler.records import MeasurementRecord
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
@@ -103,6 +116,15 @@ MIX_TOLERANCE = 0.05
 DECISION_SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
 #: The size whose time stands for a choice's latency floor (as small as nccl-tests measures).
 FLOOR_BYTES = 8
+#: How many of a learned prior's own sigmas its predicted gain must clear (the gate asks every
+#: source for a gain beyond its sigma): the shipped prior's one-sided 99.5 % quantile of (truth -
+#: prediction) / sigma on its validation realities (seeds 900-999; ``prior_learner.gate_sigmas`` of
+#: ``validation_cases(48, budgets=4)``, the 3875 points where it predicts a gain above the 3 %
+#: margin: 2.41). Gating at it, 1 of its 1599 overrides there is more than 2 % slower than NCCL (at
+#: 1 sigma: 50 of 2458). On bench_tuning's validation realities (``--validation --seeds 3``, half
+#: budget) 1.5 and 2 let one override 2.5 % slower than NCCL through (share 0.940, 0.939), 3 takes
+#: less (0.922); 2.4: 0.935, none slower.
+PRIOR_SIGMAS = 2.4
 
 
 def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
@@ -223,27 +245,37 @@ class RatioPoint:
 
 @dataclass(frozen=True)
 class PriorQuery:
-    """What a :class:`Prior` is asked: a choice's ratio to NCCL's default at one call.
+    """What a :class:`Prior` is asked, once per collective and system shape: every choice's ratio
+    to NCCL's default at every size.
 
-    ``measured`` holds every ratio measured on the system for this collective and shape, per
-    choice (the pair NCCL ran, :func:`resolved`) and size; ``model`` gives the model's
-    ``log(t_choice / t_default)`` for any (choice, size) of this collective and shape, None where the
-    model cannot run the choice.
+    ``choices`` are the algorithm/protocol pairs NCCL can run for the collective there;
+    ``measured`` holds every ratio measured on the system for this collective and shape, per pair
+    (the pair NCCL ran, :func:`resolved`) and size; ``model_us`` gives the model's time (µs) of a
+    choice (NCCL's default included) at a size, None where the model cannot run it. That model is
+    the system as given, not as fitted: what NCCL's own cost model says there, the model a learned
+    prior learned its residuals against.
     """
 
-    scenario: Scenario
-    choice: Choice
+    topology: Topology
+    collective: Collective
+    sizes: tuple[int, ...]
+    choices: tuple[Choice, ...]
     measured: Mapping[Choice, tuple[RatioPoint, ...]]
-    model: Callable[[Choice, int], float | None]
+    model_us: Callable[[Choice, int], float | None]
+
+
+#: A prior's answers: (log ratio, 1-sigma) per (choice, size).
+PriorAnswers = Mapping[tuple[Choice, int], tuple[float, float]]
 
 
 class Prior(Protocol):
-    """Predicts a choice's ratio to NCCL's default where it was not measured: the seam a learned
-    prior plugs into (``Tuner(prior=...)``). It answers ``(log ratio, sigma)``, or None to abstain;
-    its estimate competes with the interpolated and calibrated ones by its sigma, and counts as
-    anchored when the query carried measurements."""
+    """Predicts how each choice compares with NCCL's default where it was not measured: the seam a
+    learned prior plugs into (``Tuner(prior=...)``; :class:`dynamiccl.agents.tune_prior.LearnedPriorSource`
+    is the shipped one). It answers ``(log ratio, 1-sigma)`` per (choice, size) of the query, a
+    calibrated Gaussian, leaving out what it cannot answer. A :class:`Tuner` asks it once per
+    collective and shape and keeps the answers; see :meth:`Tuner.prior_ratio` for how they count."""
 
-    def estimate(self, query: PriorQuery) -> tuple[float, float] | None: ...
+    def estimate(self, query: PriorQuery) -> PriorAnswers: ...
 
 
 @dataclass(frozen=True)
@@ -286,6 +318,7 @@ class Tuner:
         self.prior = prior
         self._points: dict[tuple, tuple[RatioPoint, ...]] = {}
         self._sizes: dict[tuple, list[int]] = {}
+        self._prior_answers: dict[tuple, tuple[PriorAnswers, bool]] = {}
 
     def deployable_candidates(self, scenario: Scenario) -> list[Choice]:
         """Every algorithm/protocol pair that can run the call, and each such pair with a channel
@@ -394,17 +427,43 @@ class Tuner:
         return len(runs) == 1
 
     def prior_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
-        """Source 3: the learned prior's prediction, where one is given and answers."""
+        """Source 3: the prior's answer for the pair NCCL runs when told ``choice``, where a prior
+        is given and answers. Its sigma is :data:`PRIOR_SIGMAS` of the prior's own: the gate asks
+        every source for a gain beyond its sigma, and a calibrated Gaussian's one sigma is crossed
+        the wrong way one time in six. Anchored where the system has measured ratios of this
+        collective on this shape."""
         if self.prior is None:
             return None
-        measured = {c: points for c in dict.fromkeys(self.candidates(scenario))
-                    if (points := self.ratio_points(scenario, c))}
-        answer = self.prior.estimate(PriorQuery(
-            scenario, choice, measured,
-            lambda c, n: self.model_log_ratio(replace(scenario, nbytes=n), c)))
-        if answer is None:
+        pair = resolved(scenario, choice)
+        if not pair.exportable or pair.channels is not None:
             return None
-        return RatioEstimate(float(answer[0]), float(answer[1]), LEARNED_PRIOR, bool(measured))
+        answers, anchored = self._prior_series(scenario)
+        found = answers.get((pair, scenario.nbytes))
+        if found is None or not all(map(math.isfinite, found)):
+            return None
+        return RatioEstimate(float(found[0]), PRIOR_SIGMAS * float(found[1]), LEARNED_PRIOR, anchored)
+
+    def _prior_series(self, scenario: Scenario) -> tuple[PriorAnswers, bool]:
+        """The prior's answers for this collective and shape (one query, kept), at every decision
+        size, every measured size and, where it is neither, this one; and whether any ratio of the
+        series was measured."""
+        topology, collective = scenario.topology, scenario.collective
+        grid = {*DECISION_SIZES, *self.measurements.sizes(collective, topology.nranks)}
+        extra = None if scenario.nbytes in grid else scenario.nbytes
+        key = (topology, collective, extra)
+        if key not in self._prior_answers:
+            pairs = tuple(candidate_pairs(scenario))
+            measured = {c: points for c in pairs if (points := self.ratio_points(scenario, c))}
+
+            def model_us(choice: Choice, nbytes: int) -> float | None:
+                call = replace(scenario, nbytes=nbytes)
+                return _model_time(call, choice) if model_can_run(call, choice) else None
+
+            sizes = tuple(sorted(grid | ({extra} if extra else set())))
+            answers = self.prior.estimate(PriorQuery(topology, collective, sizes, pairs, measured,
+                                                     model_us))
+            self._prior_answers[key] = (answers, bool(measured))
+        return self._prior_answers[key]
 
     def model_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
         """Sources 4 and 5: the calibrated model corrected by each side's own measurements, or
@@ -426,13 +485,21 @@ class Tuner:
 
     def ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
         """``choice`` against NCCL's default here: the measurement where both were measured, else
-        the most certain of the other sources."""
+        tune's own most certain source (interpolated, calibrated model, model) where it makes an
+        override, else the learned prior where it makes one, else the more certain of the two (what
+        the plan values launches by). See the module docstring for why the prior only adds."""
         measured = self.measured_ratio(scenario, choice)
         if measured is not None:
             return measured
-        options = [self.interpolated_ratio(scenario, choice), self.prior_ratio(scenario, choice),
-                   self.model_ratio(scenario, choice)]
-        return min((o for o in options if o is not None), key=lambda o: o.sigma)
+        own = min((o for o in (self.interpolated_ratio(scenario, choice),
+                               self.model_ratio(scenario, choice)) if o is not None),
+                  key=lambda o: o.sigma)
+        prior = self.prior_ratio(scenario, choice)
+        if prior is None or (own.anchored and passes(own.gain, own.sigma, self.margin)):
+            return own  # an override tune's own sources make stands
+        if prior.anchored and passes(prior.gain, prior.sigma, self.margin):
+            return prior
+        return min((own, prior), key=lambda o: o.sigma)
 
     # -- the calibrated model, corrected per choice -----------------------------------------------
 

@@ -68,12 +68,19 @@ def _psi(z: float) -> float:
     return math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) - z * 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def launch_value(log_gain: float, sigma_now: float, sigma_after: float, threshold: float) -> float:
+def launch_value(log_gain: float, sigma_now: float, sigma_after: float, threshold: float,
+                 anchored: bool = True) -> float:
     """Expected value of one more launch for a decision "override where the log gain clears
     ``threshold``": the estimate moves by a Gaussian of sigma sqrt(sigma_now^2 - sigma_after^2),
     and its value is the expected gain of acting on where it lands (the classic expected value of
-    sample information for a two-action decision with linear payoff)."""
+    sample information for a two-action decision with linear payoff). An estimate no measurement
+    anchors (``anchored`` False) cannot override whatever it says, so the launch is worth the gain
+    it could unlock, also where the estimate already clears the threshold."""
     spread = math.sqrt(max(sigma_now * sigma_now - sigma_after * sigma_after, 0.0))
+    if not anchored:
+        if spread <= 0:
+            return max(log_gain - threshold, 0.0)
+        return spread * _psi((threshold - log_gain) / spread)
     if spread <= 0:
         return 0.0
     return spread * _psi(abs(log_gain - threshold) / spread)
@@ -110,7 +117,10 @@ class _Planner:
             cost = k + n_default - self.launches[(s, DEFAULT)]
             after = self._sigma_after(s, choice, n_choice, n_default)
             threshold = max(math.log1p(self.tuner.margin), after)
-            value = launch_value(-est.log_ratio, self.sigma[(s, choice)], after, threshold) / cost
+            # once launched (or planned), a choice's measurement anchors it
+            anchored = est.anchored or self.launches[(s, choice)] > 0
+            value = launch_value(-est.log_ratio, self.sigma[(s, choice)], after, threshold,
+                                 anchored) / cost
             if best is None or value > best[0]:
                 best = (value, cost, k)
         return best

@@ -26,10 +26,16 @@ Predictors of log(t_pair / t_default) at the points not measured (NCCL's own pic
 Scores: mean and median absolute error, mean Gaussian NLL, the share of true values within 1 and 2
 sigma. Then decisions at every size: each predictor (a measured point counts as measured for all
 but ``model``) overrides NCCL with its best pair only where the predicted log-gain exceeds
-log(1 + margin) + k sigma; ``tune`` (:class:`dynamiccl.agents.tune.Tuner`, no prior) decides from
-the same measurements as records, and ``tune+prior`` takes tune's override where it makes one and
-the prior's elsewhere. Scored on the truth: the share of the headroom (the best pair's
-gain over NCCL's default, summed) captured, decisions > 2 % slower than NCCL, the worst decision.
+log(1 + margin) + k sigma; ``tune`` (:class:`dynamiccl.agents.tune.Tuner` with this prior, as
+``dynamiccl tune`` runs) and ``tune_no_prior`` (``--no-prior``) decide from the same measurements as
+records. Scored on the truth with ``bench_tuning``'s scoring (:class:`bench_tuning.Score`): the
+share of the headroom (the best pair's gain over NCCL's default, summed) captured, decisions > 2 %
+slower than NCCL, the worst decision.
+
+This bench holds the budget fixed to see the predictor; ``experiments/bench_tuning.py`` scores
+``tune`` end to end (planning its own measurements, with and without the prior) next to the sweep,
+coordinate descent and the gated bandit at the same budgets, on perturbed and real (replayed)
+systems.
 """
 
 from __future__ import annotations
@@ -43,11 +49,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from bench_tuning import Score
 
 from dynamiccl.agents.gate import DEFAULT_MARGIN
 from dynamiccl.agents.prior import PICK_TOLERANCE, LearnedPrior
 from dynamiccl.agents.prior_learner import Series, time_series
-from dynamiccl.agents.tune import DEFAULT, Choice, Measurements, Tuner
+from dynamiccl.agents.tune import DEFAULT, Choice, Measurements, Prior, Tuner
+from dynamiccl.agents.tune_prior import LearnedPriorSource
 from dynamiccl.calibration import uncertainty
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
@@ -69,12 +77,10 @@ BUDGETS: dict[str, Callable[[np.random.Generator, tuple[int, int]], np.ndarray]]
     "random eighth": lambda rng, shape: rng.random(shape) < 0.125,
 }
 PREDICTORS = ("model", "nearest", "residual", "prior")
-#: Decisions that are no predictor's: tune without the prior, and tune where it pins a pair with the
-#: prior's override (gated as above) where tune leaves NCCL alone.
-TUNERS = ("tune", "tune+prior")
+#: Decisions that are no predictor's: ``dynamiccl tune`` with the prior, and without.
+TUNERS = ("tune", "tune_no_prior")
 #: Sigma growth of the interpolation baselines per octave to the nearest measurement (tune's).
 SIGMA_PER_OCTAVE = 0.04
-SLOWER = math.log(1.02)
 
 
 @dataclass
@@ -160,22 +166,18 @@ def predictions(case: Case, prior: LearnedPrior) -> dict[str, tuple[np.ndarray, 
 
 @dataclass
 class Tally:
-    """One predictor's (or tuner's) errors and decisions over many cases."""
+    """One predictor's (or tuner's) errors over many cases, and its decisions
+    (:class:`bench_tuning.Score`, log-ratios as times relative to NCCL's default)."""
 
     errors: list[np.ndarray]
     z: list[np.ndarray]
     nll: list[np.ndarray]
-    taken: float = 0.0
-    headroom: float = 0.0
-    slower: int = 0
-    decisions: int = 0
+    decisions: Score
     overrides: int = 0
-    #: The slowest decision: its true log(t_pick / t_default), and where it was.
-    worst: tuple[float, str] = (-math.inf, "")
 
     @classmethod
     def empty(cls) -> Tally:
-        return cls([], [], [])
+        return cls([], [], [], Score())
 
     def predicted(self, error: np.ndarray, sigma: np.ndarray) -> None:
         self.errors.append(error)
@@ -184,13 +186,8 @@ class Tally:
 
     def decided(self, truth: float, best: float, where: str, overridden: bool) -> None:
         """``truth``: the true log(t_pick / t_default) of the decision, ``best``: the best pair's."""
-        self.taken += -truth
-        self.headroom += -best
-        self.decisions += 1
+        self.decisions.add(where, 1.0, math.exp(best), math.exp(truth))
         self.overrides += int(overridden)
-        self.slower += int(truth > SLOWER)
-        if truth > self.worst[0]:
-            self.worst = (truth, where)
 
     def summary(self) -> dict:
         out: dict = {}
@@ -200,9 +197,10 @@ class Tally:
                        median_abs_error=round(float(np.median(np.abs(err))), 4),
                        nll=round(float(np.mean(nll)), 3), cover_1sigma=round(float(np.mean(z <= 1)), 3),
                        cover_2sigma=round(float(np.mean(z <= 2)), 3), points=int(len(err)))
-        out.update(headroom_share=round(self.taken / self.headroom, 4) if self.headroom > 1e-9 else None,
-                   slower_2pct=self.slower, overrides=self.overrides, decisions=self.decisions,
-                   worst_speedup=round(math.exp(-self.worst[0]), 4), worst_decision=self.worst[1])
+        decided = self.decisions.summary()
+        out.update({k: decided[k] for k in ("headroom_share", "slower_2pct", "decisions",
+                                             "worst_speedup", "worst_decision")},
+                   overrides=self.overrides)
         return out
 
 
@@ -225,14 +223,15 @@ def _record(case: Case, i: int | None, j: int, time_us: float) -> MeasurementRec
                              nnodes=case.topology.nodes, source="bench_prior")
 
 
-def tune_picks(case: Case) -> np.ndarray:
-    """``tune``'s pinned pair per size (row, or -1), from the case's measurements as records."""
+def tune_picks(case: Case, prior: Prior | None) -> np.ndarray:
+    """``tune``'s pinned pair per size (row, or -1), from the case's measurements as records, with
+    ``prior`` (or none)."""
     s = case.series
     records = [_record(case, None, j, t) for j, t in enumerate(case.default_us) if np.isfinite(t)]
     records += [_record(case, i, j, case.pair_us[i, j]) for i, j in np.argwhere(case.measured)]
     rows = {Choice(a, p): i for i, (a, p) in enumerate(s.pairs)}
     column = {1 << int(round(x)): j for j, x in enumerate(s.log2_sizes)}
-    tuner = Tuner(case.topology, Measurements(records), candidates=lambda scn: [
+    tuner = Tuner(case.topology, Measurements(records), prior=prior, candidates=lambda scn: [
         c for c, i in rows.items() if np.isfinite(s.model[i, column[scn.nbytes]])])
     out = []
     for x in s.log2_sizes:
@@ -253,8 +252,8 @@ def score_case(case: Case, prior: LearnedPrior, tallies: dict[str, Tally], margi
             mu = np.where(case.measured, case.values, mu)
             sigma = np.where(case.measured, case.noise, sigma)
         picks[name] = decide(mu, sigma, margin, k)
-    picks["tune"] = tune_picks(case)
-    picks["tune+prior"] = np.where(picks["tune"] >= 0, picks["tune"], picks["prior"])
+    picks["tune"] = tune_picks(case, LearnedPriorSource(prior))
+    picks["tune_no_prior"] = tune_picks(case, None)
     for name, rows in picks.items():
         for j, row in enumerate(rows):
             truth = 0.0 if row < 0 else float(s.truth[row, j])

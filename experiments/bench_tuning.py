@@ -47,23 +47,31 @@ Per tuner and reality, over all scored decisions:
   ``exploration_speedup`` reports; they see noisy timings like everyone who measures);
 * ``unavailable``: decisions where the tuner picked a choice the reality never measured (replay).
 
-Tuners: NCCL's default; the model oracle (what the uncalibrated simulator predicts fastest,
-ungated); the model behind the export gate; NVIDIA's sweep -> table (every choice at every size,
-the fastest measured wins; and the same at every other size, half the budget); AutoCCL-style
-coordinate descent and a UCB bandit with a 5 % safety gate (online, the sweep's budget per
-decision); ``tune`` with half and with the same budget as the sweep (on a replay table, one
-launch per measurement: the sweep launches every choice once); on the replay tables also the sweep
-of every launch a split shows (``sweep_every_launch``, a reference); learned policies when given
+Tuners, each at half and at the same measurement budget as the sweep: NVIDIA's sweep -> table
+(every choice at every size, the fastest measured wins; ``_half``: every other size);
+AutoCCL-style coordinate descent and a UCB bandit with a 5 % safety gate (online, the sweep's
+budget per decision or half of it); ``tune`` (on a replay table, one launch per measurement: the
+sweep launches every choice once) with the shipped learned prior as ``dynamiccl tune`` runs, and
+without it (``_no_prior``, ``dynamiccl tune --no-prior``); besides, NCCL's default, the model oracle
+(what the uncalibrated simulator predicts fastest, ungated), the model behind the export gate, and
+on the replay tables the sweep of every launch a split shows (``sweep_every_launch``, a
+reference); learned policies when given
 (``--adaptive MODEL.zip``: the online adaptive policy of ``agents.adaptive``; ``--policy PATH``:
 anything ``agents.registry.load_policy`` loads -- a checkpoint, a policy file -- scored per call).
 The online tuners and the adaptive policy pick exact table actions (algorithm, protocol and
 channels), which no replay table measured: they are not applicable there. With sizes held out,
 every tuner gets the same measurements (every launch of every choice at the kept sizes): NCCL's
 default, the model, the sweep's table (the median of the launches; the rule of the measured size
-below) and ``tune``. Goals for ``tune``:
-replay, zero decisions > 2 % slower than NCCL, >= 80 % of the headroom with half the sweep's
-measurements, >= 95 % with the same budget; sizes held out, >= 60 % of the headroom, zero
-decisions > 3 % slower.
+below) and ``tune`` with and without the prior. Every tuner on a perturbed reality draws the same
+measurement noise in the same order (common random numbers), whichever ran before it. Goals for
+``tune``: replay, zero decisions > 2 % slower than NCCL, >= 80 % of the headroom with half the
+sweep's measurements, >= 95 % with the same budget; sizes held out, >= 60 % of the headroom, zero
+decisions > 3 % slower; perturbed, the learned prior beats ``tune`` without it at equal budget.
+
+``--validation`` scores the perturbed realities only, on validation seeds (from 900) and other
+systems: how tune uses the learned prior was chosen there, never on the held-out seeds or the
+replay tables. ``experiments/bench_prior.py`` scores the prior itself (its errors and calibration,
+and decisions at fixed budgets), with this script's :class:`Score`.
 """
 
 from __future__ import annotations
@@ -76,13 +84,16 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from dynamiccl.agents.online import CoordinateDescentTuner, UcbBandit
+from dynamiccl.agents.prior import LearnedPrior
+from dynamiccl.agents.prior_learner import VALIDATION_SEED_START
 from dynamiccl.agents.tune import (
+    Prior,
     Tuner,
     _model_time,
     calibrated_topology,
@@ -99,6 +110,7 @@ from dynamiccl.agents.tune_measurements import (
     default_launch_noise,
 )
 from dynamiccl.agents.tune_plan import plan
+from dynamiccl.agents.tune_prior import LearnedPriorSource
 from dynamiccl.decisions import nccl_default
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
 from dynamiccl.envs.backends.replay import HELD_OUT_LAUNCH, LaunchSplit, LaunchTiming, ReplayTable
@@ -111,6 +123,9 @@ from dynamiccl.topology import Topology, load_topology
 from dynamiccl.units import format_size
 
 SYSTEMS = (("dgx_h100", 1), ("dgx_h100", 2), ("dgx_a100", 2))
+#: ``--validation``: other systems in validation realities (seeds from VALIDATION_SEED_START), where
+#: tune's use of the learned prior was chosen; the evaluation's systems and seeds never decided it.
+VALIDATION_SYSTEMS = (("dgx_h100", 4), ("dgx_a100", 1), ("pcie_cluster", 2))
 COLLECTIVES = (Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER)
 SIZES = tuple(1 << k for k in range(10, 31))
 SLOWER = 1.02
@@ -120,6 +135,12 @@ TUNE_ROUNDS = 4
 REPLAY_DIR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "real" / "replay"
 NOT_ON_REPLAY = ("picks exact table actions (algorithm, protocol and channels); the replay tables "
                  "measured NCCL_ALGO/NCCL_PROTO runs only, so none of its choices was measured")
+
+
+@lru_cache(maxsize=1)
+def shipped_prior() -> LearnedPriorSource:
+    """The learned prior ``dynamiccl tune`` uses by default (loaded once)."""
+    return LearnedPriorSource()
 
 
 class Unmeasured(LookupError):
@@ -152,10 +173,15 @@ class PerturbedReality:
 
     def __init__(self, seed: int, system: tuple[str, int]) -> None:
         self.seed = seed
-        self.noisy = PerturbedBackend(seed, noisy=True)
         self.truth_backend = PerturbedBackend(seed, noisy=False)
         self.model = load_topology(system[0], nodes=system[1])
         self.scenarios = [Scenario(self.model, c, n) for c in COLLECTIVES for n in SIZES]
+        self.restart()
+
+    def restart(self) -> None:
+        """A fresh stream of measurement noise: every tuner draws the same noise in the same order
+        (common random numbers), whichever tuners ran before it."""
+        self.noisy = PerturbedBackend(self.seed, noisy=True)
         self.calls = 0
 
     def menu(self, s: Scenario) -> list[Choice]:
@@ -480,14 +506,15 @@ def sweep_budget(reality: Reality) -> int:
     return sum(len(reality.menu(s)) for s in reality.scenarios)
 
 
-def online(make: Callable[[int], object]) -> Picker:
-    """An online tuner with the sweep's per-decision budget, on deployable actions, noisy times."""
+def online(make: Callable[[int], object], fraction: float = 1.0) -> Picker:
+    """An online tuner with ``fraction`` of the sweep's per-decision budget, on deployable actions,
+    noisy times."""
     def run(reality: Reality) -> Outcome:
         times: dict[Scenario, float | None] = {}
         used = 0
         exploration: list[float] = []
         for s in reality.scenarios:
-            tuner = make(len(reality.menu(s)))
+            tuner = make(max(1, int(fraction * len(reality.menu(s)))))
             mask = valid_mask(s.topology, s.collective, deployable=True)
             t_def = reality.truth(s, DEFAULT)
             obs = np.zeros(1, dtype=np.float32)
@@ -538,22 +565,25 @@ def static_policy(path: str) -> Picker:
     return run
 
 
-def _tuner(reality: Reality, records: list[MeasurementRecord], model: Topology) -> Tuner:
+def _tuner(reality: Reality, records: list[MeasurementRecord], model: Topology,
+           prior: Prior | None) -> Tuner:
     """``dynamiccl tune``'s tuner on ``records``, weighing the choices the reality offers."""
     return Tuner(model, Measurements(records), calibrated=model is not reality.model,
-                 candidates=lambda s: model_menu(reality, s), noise_defaults=reality.noise_defaults)
+                 candidates=lambda s: model_menu(reality, s), noise_defaults=reality.noise_defaults,
+                 prior=prior)
 
 
-def tune(fraction: float, calibrate: bool) -> Callable:
+def tune(fraction: float, calibrate: bool, prior: Prior | None) -> Callable:
     """``dynamiccl tune``'s loop: plan, measure, refit, in rounds, within ``fraction`` of the
-    sweep's budget, weighing the choices the reality offers."""
+    sweep's budget, weighing the choices the reality offers (with the learned prior, or without:
+    ``--no-prior``)."""
     def decide(reality: Reality):
         budget = int(fraction * sweep_budget(reality))
         at = {(s.collective, s.topology.nranks, s.nbytes): s for s in reality.scenarios}
         records: list[MeasurementRecord] = []
         launches: Counter[tuple[Scenario, Choice]] = Counter()
         model = reality.model
-        tuner = _tuner(reality, records, model)
+        tuner = _tuner(reality, records, model, prior)
         for r in range(TUNE_ROUNDS):
             share = budget // TUNE_ROUNDS if r < TUNE_ROUNDS - 1 else budget - len(records)
             for m in plan(tuner, reality.scenarios, share, max_launches=reality.launch_cap):
@@ -563,12 +593,12 @@ def tune(fraction: float, calibrate: bool) -> Callable:
                 records.append(_record(s, m.choice, time_us, len(records)))
             if calibrate:
                 model, _ = calibrated_topology(records, reality.model)
-            tuner = _tuner(reality, records, model)
+            tuner = _tuner(reality, records, model, prior)
         return {s: tuner.decide(s).chosen for s in reality.scenarios}, len(records)
     return decide
 
 
-def tune_on_kept(calibrate: bool) -> Callable:
+def tune_on_kept(calibrate: bool, prior: Prior | None) -> Callable:
     """``dynamiccl tune`` given every launch of every choice at the kept sizes of a held-out
     reality."""
     def decide(reality: HeldOutSizes):
@@ -576,7 +606,7 @@ def tune_on_kept(calibrate: bool) -> Callable:
                  for nth in range(reality.launch_cap(s, c))]
         records = [_record(s, c, reality.measure(s, c, nth), i) for i, (s, c, nth) in enumerate(shown)]
         model = calibrated_topology(records, reality.model)[0] if calibrate else reality.model
-        tuner = _tuner(reality, records, model)
+        tuner = _tuner(reality, records, model, prior)
         return {s: tuner.decide(s).chosen for s in reality.scenarios}, len(records)
     return decide
 
@@ -593,17 +623,31 @@ def _record(s: Scenario, choice: Choice, time_us: float, launch: int | str) -> M
 
 
 def tuners(calibrate: bool, adaptive_model: str | None = None,
-           policies: tuple[str, ...] = ()) -> dict[str, Picker]:
+           policies: tuple[str, ...] = (), prior: Prior | None = None) -> dict[str, Picker]:
+    """Every tuner at half and at the sweep's budget; ``tune`` with ``prior`` (default: the shipped
+    learned prior) and without."""
+    prior = prior if prior is not None else shipped_prior()
+
+    def descent(budget: int) -> CoordinateDescentTuner:
+        return CoordinateDescentTuner(budget, deployable=True)
+
+    def bandit(budget: int) -> UcbBandit:
+        return UcbBandit(budget, deployable=True, safety_gate=0.05)
+
     out = {
         "nccl_default": _choices_picker(nccl_default_tuner),
         "model_oracle_export": _choices_picker(model_oracle),
         "model_gated_export": _choices_picker(model_gated),
         "sweep_table": _choices_picker(sweep_table(1)),
         "sweep_table_half": _choices_picker(sweep_table(2)),
-        "coordinate_descent": online(lambda b: CoordinateDescentTuner(b, deployable=True)),
-        "bandit_5pct_gate": online(lambda b: UcbBandit(b, deployable=True, safety_gate=0.05)),
-        "tune_half_budget": _choices_picker(tune(0.5, calibrate)),
-        "tune_same_budget": _choices_picker(tune(1.0, calibrate)),
+        "coordinate_descent_half_budget": online(descent, 0.5),
+        "bandit_5pct_gate_half_budget": online(bandit, 0.5),
+        "tune_half_budget": _choices_picker(tune(0.5, calibrate, prior)),
+        "tune_half_budget_no_prior": _choices_picker(tune(0.5, calibrate, None)),
+        "coordinate_descent": online(descent),
+        "bandit_5pct_gate": online(bandit),
+        "tune_same_budget": _choices_picker(tune(1.0, calibrate, prior)),
+        "tune_same_budget_no_prior": _choices_picker(tune(1.0, calibrate, None)),
     }
     if adaptive_model:
         out["adaptive"] = adaptive(adaptive_model)
@@ -613,7 +657,8 @@ def tuners(calibrate: bool, adaptive_model: str | None = None,
 
 
 #: Tuners that time the online action table (not applicable to a replay table).
-ACTION_TUNERS = ("coordinate_descent", "bandit_5pct_gate", "adaptive")
+ACTION_TUNERS = ("coordinate_descent", "bandit_5pct_gate", "coordinate_descent_half_budget",
+                 "bandit_5pct_gate_half_budget", "adaptive")
 
 
 def score(realities: list[Reality], pickers: dict[str, Picker],
@@ -641,6 +686,7 @@ def score(realities: list[Reality], pickers: dict[str, Picker],
             if cache is not None and key is not None and (key, name) in cache:
                 times, used, exploration = cache[(key, name)]
             else:
+                getattr(reality, "restart", lambda: None)()
                 times, used, exploration = pick(reality)
                 if cache is not None and key is not None:
                     cache[(key, name)] = (times, used, exploration)
@@ -668,12 +714,13 @@ def score(realities: list[Reality], pickers: dict[str, Picker],
 
 
 def run(seeds: list[int], systems, calibrate: bool, progress: bool,
-        adaptive_model: str | None = None, policies: tuple[str, ...] = ()) -> dict:
+        adaptive_model: str | None = None, policies: tuple[str, ...] = (),
+        prior: Prior | None = None) -> dict:
     """Every tuner on the perturbed realities of ``seeds`` x ``systems``."""
     realities = [PerturbedReality(seed, system) for seed in seeds for system in systems]
     done = (lambda r: print(f"seed {r.seed} {r.model.name}x{r.model.nodes} done", file=sys.stderr,
                             flush=True)) if progress else None
-    return score(realities, tuners(calibrate, adaptive_model, policies), done)
+    return score(realities, tuners(calibrate, adaptive_model, policies, prior), done)
 
 
 @dataclass(frozen=True)
@@ -806,9 +853,9 @@ def _held_out(replay: ReplayReality) -> HeldOutSizes:
 
 
 def run_replay(folder: Path, calibrate: bool, adaptive_model: str | None = None,
-               policies: tuple[str, ...] = ()) -> dict:
+               policies: tuple[str, ...] = (), prior: Prior | None = None) -> dict:
     systems = replay_systems(folder)
-    pickers = {**tuners(calibrate, adaptive_model, policies),
+    pickers = {**tuners(calibrate, adaptive_model, policies, prior),
                "sweep_every_launch": _choices_picker(sweep_table(1, every_launch=True))}
     first = [s.reality(0) for s in systems]
     return {"tables": str(folder),
@@ -822,14 +869,15 @@ def run_replay(folder: Path, calibrate: bool, adaptive_model: str | None = None,
             **score_splits(systems, pickers)}
 
 
-def run_held_out(folder: Path, calibrate: bool) -> dict:
+def run_held_out(folder: Path, calibrate: bool, prior: Prior | None = None) -> dict:
     """The replay tables with every other size held out (:class:`HeldOutSizes`), per launch split."""
     systems = replay_systems(folder)
     pickers = {"nccl_default": _choices_picker(nccl_default_tuner),
                "model_oracle_export": _choices_picker(model_oracle),
                "model_gated_export": _choices_picker(model_gated),
                "sweep_table_half": _choices_picker(sweep_table(2, every_launch=True)),
-               "tune": _choices_picker(tune_on_kept(calibrate))}
+               "tune": _choices_picker(tune_on_kept(calibrate, prior or shipped_prior())),
+               "tune_no_prior": _choices_picker(tune_on_kept(calibrate, None))}
     first = [HeldOutSizes(s.reality(0)) for s in systems]
     return {"tables": str(folder),
             "held_out": {r.system: sum(map(r.scored, r.scenarios)) for r in first},
@@ -854,28 +902,28 @@ def _print(title: str, results: dict, by_system: dict | None = None,
     slower = next((k for r in results.values() for k in r if k.startswith("slower_")), "slower_2pct")
     column = f">{slower.split('_')[1].removesuffix('pct')}% slower"
     pooled = any("pooled_share" in r for r in results.values())
-    print(f"{'tuner':24} {'share':>19}" + (f" {'pooled':>7}" if pooled else "")
+    print(f"{'tuner':30} {'share':>19}" + (f" {'pooled':>7}" if pooled else "")
           + f" {'geomean':>8} {column:>10} {'worst':>7} {'measurements':>12}  worst decision")
     for name, r in results.items():
         worst = "n/a" if r["worst_speedup"] is None else f"{r['worst_speedup']:.3f}x"
         geomean = "n/a" if r["geomean_speedup"] is None else f"{r['geomean_speedup']:.3f}x"
         missing = f" ({r['unavailable']} picks unmeasured)" if r.get("unavailable") else ""
         share = "n/a" if r.get("pooled_share") is None else f"{r['pooled_share']:.3f}"
-        print(f"{name:24} {_share(r):>19}" + (f" {share:>7}" if pooled else "")
+        print(f"{name:30} {_share(r):>19}" + (f" {share:>7}" if pooled else "")
               + f" {geomean:>8} {_slower(r, slower):>10} {worst:>7} {r['measurements']:>12}  "
               f"{r['worst_decision']}{missing}")
     for label, groups in (("system", by_system), ("scoring", by_scoring)):
         if not groups:
             continue
         keys = list(groups)
-        print(f"  share by {label}: {'tuner':22} " + " ".join(f"{k[:30]:>30}" for k in keys))
+        print(f"  share by {label}: {'tuner':30} " + " ".join(f"{k[:30]:>30}" for k in keys))
         for name in results:
             cells = []
             for k in keys:
                 r = groups[k].get(name)
                 cells.append("n/a" if r is None or r["headroom_share"] is None else
                              f"{_share(r)} {_slower(r, slower)}sl")
-            print(f"  {'':17}{name:22} " + " ".join(f"{c:>30}" for c in cells))
+            print(f"  {'':17}{name:30} " + " ".join(f"{c:>30}" for c in cells))
 
 
 def _slower(r: dict, key: str) -> str:
@@ -924,6 +972,12 @@ def main() -> int:
     parser.add_argument("--policy", action="append", default=[], metavar="PATH",
                         help="also score a policy agents.registry loads (checkpoint, policy "
                              "file); repeatable")
+    parser.add_argument("--prior", metavar="FILE",
+                        help="tune's learned prior (default: the shipped one)")
+    parser.add_argument("--validation", action="store_true",
+                        help="perturbed realities only, on validation seeds (from "
+                             f"{VALIDATION_SEED_START}) and other systems: where choices about tune "
+                             "are made, never on the held-out seeds or the replay tables")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not 1 <= args.seeds <= 100:
@@ -933,24 +987,32 @@ def main() -> int:
     for path in [args.adaptive, *args.policy]:
         if path and not Path(path).exists():
             parser.error(f"{path}: no such model or policy file")
+    try:
+        prior = LearnedPriorSource(LearnedPrior.load(args.prior))
+    except ValueError as exc:
+        parser.error(str(exc))
     began = time.perf_counter()
-    seeds = list(range(HELDOUT_SEED_START, HELDOUT_SEED_START + args.seeds))
-    learned = {"adaptive_model": args.adaptive, "policies": tuple(args.policy)}
-    realities = [PerturbedReality(seed, system) for seed in seeds for system in SYSTEMS]
+    first, systems = (VALIDATION_SEED_START, VALIDATION_SYSTEMS) if args.validation else \
+        (HELDOUT_SEED_START, SYSTEMS)
+    seeds = list(range(first, first + args.seeds))
+    learned = {"adaptive_model": args.adaptive, "policies": tuple(args.policy), "prior": prior}
+    realities = [PerturbedReality(seed, system) for seed in seeds for system in systems]
     noise = [r.spread() for r in realities]
-    perturbed = run(seeds, SYSTEMS, args.calibrate, progress=not args.json, **learned)
-    replay = run_replay(args.replay, args.calibrate, **learned)
-    held_out = run_held_out(args.replay, args.calibrate)
+    perturbed = run(seeds, systems, args.calibrate, progress=not args.json, **learned)
+    replay = None if args.validation else run_replay(args.replay, args.calibrate, **learned)
+    held_out = None if args.validation else run_held_out(args.replay, args.calibrate, prior)
+    kind = "validation" if args.validation else "held-out"
     doc = {"action_set": "deployable", "calibrate": args.calibrate,
-           "perturbed": {"reality": f"perturbed, held-out seeds {seeds[0]}..{seeds[-1]}",
-                         "systems": [f"{t}x{n}" for t, n in SYSTEMS],
+           "prior": prior.learned.meta.get("command", args.prior or "shipped"),
+           "perturbed": {"reality": f"perturbed, {kind} seeds {seeds[0]}..{seeds[-1]}",
+                         "systems": [f"{t}x{n}" for t, n in systems],
                          "sizes": "1KiB..1GiB (powers of two)",
                          "collectives": [c.name.lower() for c in COLLECTIVES],
                          "decided_on": "noisy measurements", "scored_on": "noise-free truth",
                          "spread": {"noise_sigma_median": round(float(np.median(noise)), 4),
                                     "noise_sigma_range": [round(min(noise), 4), round(max(noise), 4)]},
                          "tuners": perturbed},
-           "replay": replay, "replay_sizes_held_out": held_out,
+           **({} if replay is None else {"replay": replay, "replay_sizes_held_out": held_out}),
            "seconds": round(time.perf_counter() - began, 1)}
     if args.json:
         print(json.dumps(doc, indent=2))
@@ -962,6 +1024,8 @@ def main() -> int:
     print(f"spread (noisy measurement vs truth): noise sigma {100 * lo:.1f}-{100 * hi:.1f}% "
           f"(median {100 * p['spread']['noise_sigma_median']:.1f}%)")
     print()
+    if replay is None:
+        return 0
     _print(f"replay: {_scoring_line(replay)}; measured choices only; {replay['splits']} launch "
            "splits (share: the median split's (interquartile range); pooled: all splits' gains "
            "over their headroom; slower: the median split's/the most in any split)",

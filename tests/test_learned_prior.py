@@ -16,16 +16,18 @@ import pytest
 from training_runs import ENV
 
 from dynamiccl.agents import prior_learner
+from dynamiccl.agents.gate import DEFAULT_MARGIN
 from dynamiccl.agents.prior import FEATURES, FORMAT_VERSION, SHIPPED_NAME, LearnedPrior
 from dynamiccl.agents.prior_learner import (
     VALIDATION_SEED_START,
     PriorConfig,
     PriorLearner,
     Series,
+    gate_sigmas,
     time_series,
     validation_cases,
 )
-from dynamiccl.agents.tune import Choice
+from dynamiccl.agents.tune import PRIOR_SIGMAS, Choice
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, Miscalibration, PerturbedBackend
 from dynamiccl.knobs import Algorithm, Collective, Protocol
 from dynamiccl.topology import load_topology
@@ -246,3 +248,13 @@ def test_learning_is_seeded_and_lowers_the_loss_on_new_systems():
         b.train_round(b.draw_round())
     assert a.loss(held) < before
     assert all(np.array_equal(x, y) for x, y in zip(a.prior().weights, b.prior().weights, strict=True))
+
+
+@pytest.mark.slow
+def test_tunes_gate_asks_the_prior_for_its_one_sided_validation_quantile_of_sigmas(prior):
+    """``agents.tune.PRIOR_SIGMAS`` is what the shipped prior's validation realities say (never the
+    held-out ones): a predicted gain that clears that many sigmas is too optimistic 1 time in 200."""
+    cases = validation_cases(48, budgets=4)
+    assert gate_sigmas(prior, cases, DEFAULT_MARGIN) == pytest.approx(PRIOR_SIGMAS, abs=0.05)
+    assert gate_sigmas(prior, cases, DEFAULT_MARGIN, quantile=0.9) < PRIOR_SIGMAS
+

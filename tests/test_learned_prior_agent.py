@@ -179,7 +179,7 @@ def test_bench_prior_scores_every_predictor_on_held_out_realities():
     doc = json.loads(out.stdout)
     assert doc["reality"].startswith("perturbed, held-out seeds 1000")
     for budget, per in doc["budgets"].items():
-        assert set(per) == {"model", "nearest", "residual", "prior", "tune", "tune+prior"}, budget
+        assert set(per) == {"model", "nearest", "residual", "prior", "tune", "tune_no_prior"}, budget
         assert per["prior"]["mae"] < per["model"]["mae"], budget
         assert per["prior"]["points"] == per["model"]["points"] > 0
         for name, result in per.items():

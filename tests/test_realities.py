@@ -177,8 +177,15 @@ def test_bench_tuning_scores_every_tuner_against_one_reality():
     results = bench.run([1000], [("dgx_h100", 1)], calibrate=False, progress=False)
     assert results["nccl_default"]["headroom_share"] == 0.0
     assert results["model_gated_export"]["slower_2pct"] == 0
-    assert results["tune_same_budget"]["measurements"] <= results["sweep_table"]["measurements"]
-    assert results["tune_same_budget"]["slower_2pct"] == 0
+    sweep = results["sweep_table"]["measurements"]
+    for prior in ("", "_no_prior"):  # tune with the learned prior and without, at both budgets
+        assert results[f"tune_same_budget{prior}"]["measurements"] <= sweep
+        assert results[f"tune_half_budget{prior}"]["measurements"] <= sweep // 2
+        assert results[f"tune_same_budget{prior}"]["slower_2pct"] == 0
+        assert results[f"tune_half_budget{prior}"]["slower_2pct"] == 0
+    for online in ("coordinate_descent", "bandit_5pct_gate"):  # the same budgets for the others
+        assert results[online]["measurements"] == sweep
+        assert results[f"{online}_half_budget"]["measurements"] <= sweep // 2
 
 
 @pytest.mark.slow
@@ -210,8 +217,11 @@ def test_bench_tuning_scores_every_tuner_on_the_replay_tables_too():
     held = replay["by_scoring"]["held-out launch"]
     assert held["sweep_every_launch"]["headroom_share"] > held["sweep_table"]["headroom_share"]
     assert held["tune_same_budget"]["headroom_share"] > 0.5  # ring at 2-8 MiB, measured 3x each
-    assert {"model_oracle_export", "model_gated_export", "tune_half_budget"} <= set(tuners)
-    assert "coordinate_descent" not in tuners and "coordinate_descent" in replay["not_applicable"]
+    assert {"model_oracle_export", "model_gated_export", "tune_half_budget",
+            "tune_half_budget_no_prior", "tune_same_budget_no_prior"} <= set(tuners)
+    assert tuners["tune_half_budget"]["slower_2pct"] == 0
+    for online in ("coordinate_descent", "coordinate_descent_half_budget", "bandit_5pct_gate_half_budget"):
+        assert online not in tuners and online in replay["not_applicable"]
 
 
 @pytest.mark.slow
@@ -226,6 +236,8 @@ def test_bench_tuning_holds_out_every_other_size_of_the_replay_tables():
     assert tuners["tune"]["measurements"] == tuners["sweep_table_half"]["measurements"]
     assert tuners["tune"]["slower_3pct"] == 0 and tuners["nccl_default"]["headroom_share"] == 0.0
     assert tuners["tune"]["decisions"] == sum(held["held_out"].values())
+    assert tuners["tune_no_prior"]["slower_3pct"] == 0
+    assert tuners["tune_no_prior"]["measurements"] == tuners["tune"]["measurements"]
 
 
 @pytest.mark.slow

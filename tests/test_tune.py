@@ -6,16 +6,19 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from dynamiccl.agents.tune import (
+    PRIOR_SIGMAS,
     PriorQuery,
     TunedPolicy,
     Tuner,
     _model_time,
+    candidate_pairs,
     resolved,
 )
 from dynamiccl.agents.tune_measurements import (
@@ -28,6 +31,7 @@ from dynamiccl.agents.tune_measurements import (
     noise_band,
 )
 from dynamiccl.agents.tune_plan import PlannedMeasurement, command_lines, launch_order, plan
+from dynamiccl.agents.tune_prior import LearnedPriorSource
 from dynamiccl.cli.main import main
 from dynamiccl.knobs import Algorithm, Collective, Protocol, span_label, without_channels
 from dynamiccl.profiler.records import MeasurementRecord, write_jsonl
@@ -258,10 +262,10 @@ def test_real_forced_runs_count_and_nccls_pick_is_its_cost_model_on_the_topology
         assert int(lo) <= _model_pick(n).channels <= int(hi or lo), n
 
 
-def _model_pick(n: int):
+def _model_pick(n: int, topology=TOPO):
     from dynamiccl.decisions import nccl_default
 
-    return nccl_default(at(n)).config
+    return nccl_default(at(n, topology)).config
 
 
 def _sizes(lo: int, hi: int) -> list[int]:
@@ -326,34 +330,130 @@ def test_measurements_take_several_paths_after_one_flag(tmp_path, capsys):
 # -- the learned prior's seam ----------------------------------------------------------------------
 
 
-class _ScaledModel:
-    """A prior for the test: the model's ratio at the query, scaled by what was measured."""
+class _ModelRatio:
+    """A prior for the test: the model's ratio at every point asked, plus ``shift(choice, size)``
+    where given, with one sigma; it keeps the queries it was asked."""
 
-    def __init__(self, sigma: float) -> None:
+    def __init__(self, sigma: float, shift: Callable[[Choice, int], float] | None = None) -> None:
         self.sigma = sigma
+        self.shift = shift or (lambda choice, nbytes: 0.0)
         self.queries: list[PriorQuery] = []
 
-    def estimate(self, query: PriorQuery) -> tuple[float, float] | None:
+    def estimate(self, query: PriorQuery) -> dict[tuple[Choice, int], tuple[float, float]]:
         self.queries.append(query)
-        model = query.model(query.choice, query.scenario.nbytes)
-        return None if model is None else (model, self.sigma)
+        out = {}
+        for n in query.sizes:
+            for c in query.choices:
+                t, t_default = query.model_us(c, n), query.model_us(DEFAULT, n)
+                if t is not None and t_default is not None:
+                    out[(c, n)] = (math.log(t / t_default) + self.shift(c, n), self.sigma)
+        return out
 
 
 def test_a_prior_is_one_more_source_where_nothing_was_measured():
     records = _both(1 << 20, 0.5)
-    certain = _ScaledModel(0.001)
+    certain = _ModelRatio(0.001)
     tuner = Tuner(TOPO, Measurements(records), prior=certain)
     est = tuner.ratio(at(1 << 26), NVLS)
-    assert est.evidence == "learned prior" and est.anchored and est.sigma == 0.001
+    assert est.evidence == "learned prior" and est.anchored
+    assert est.sigma == pytest.approx(PRIOR_SIGMAS * 0.001)  # the gate asks it for k of its sigmas
     query = certain.queries[-1]
-    assert query.choice == NVLS and query.scenario.nbytes == 1 << 26
+    assert query.collective == Collective.ALLREDUCE and query.topology == TOPO
+    assert NVLS in query.choices and {1 << 20, 1 << 26} <= set(query.sizes)
     assert [p.nbytes for p in query.measured[NVLS]] == [1 << 20]
     assert query.measured[NVLS][0].log_ratio == pytest.approx(math.log(0.5))
     assert tuner.ratio(at(1 << 20), NVLS).evidence == "measured once"  # measured wins
-    vague = Tuner(TOPO, Measurements(records), prior=_ScaledModel(10.0))
+    for k in range(3, 35):
+        tuner.decide(at(1 << k))
+    assert len(certain.queries) == 1  # asked once per collective and shape, the answers kept
+    tuner.decide(at(3 << 19))  # a size off the grid: asked once more, with that size
+    assert len(certain.queries) == 2 and 3 << 19 in certain.queries[-1].sizes
+    vague = Tuner(TOPO, Measurements(records), prior=_ModelRatio(10.0))
     assert vague.ratio(at(1 << 26), NVLS).evidence != "learned prior"  # the more certain source
     unmeasured = Tuner(TOPO, Measurements([]), prior=certain).ratio(at(1 << 26), NVLS)
     assert unmeasured.evidence == "learned prior" and not unmeasured.anchored
+
+
+def test_the_learned_prior_is_not_asked_about_the_pair_the_model_takes_for_nccls_own():
+    """It would answer "no change, surely" there: true in its simulated realities, not on a real
+    system (NCCL may run another pair); tune's model source, with the model's doubt, speaks."""
+    tuner = Tuner(TOPO, Measurements(_planted()), prior=LearnedPriorSource())
+    s = at(1 << 10)
+    own = Choice(_model_pick(1 << 10).algorithm, _model_pick(1 << 10).protocol)
+    assert tuner.prior_ratio(s, own) is None and tuner.ratio(s, own).evidence == "model"
+    other = next(c for c in candidate_pairs(s) if c != own)
+    assert tuner.prior_ratio(s, other).evidence == "learned prior"
+
+
+#: The planted miscalibration: ring/LL128 on two DGX H100 nodes runs in 0.4x the modelled time
+#: (NCCL's default as modelled), measured in three launches a side at 1 MiB and at 4 MiB, where NCCL
+#: runs tree/LL128 and NVLS-tree/Simple: the neighbours say nothing of 2 MiB (NCCL's pick changes
+#: between them) and tune's own per-choice correction is too uncertain there to pin anything.
+TWO_NODES = load_topology("dgx_h100", nodes=2)
+RING_LL128 = Choice(Algorithm.RING, Protocol.LL128)
+PLANTED = (1 << 20, 1 << 22)
+
+
+def _planted() -> list[MeasurementRecord]:
+    out = []
+    for n in PLANTED:
+        s = at(n, TWO_NODES)
+        out += launches(s, DEFAULT, *[_model_time(s, DEFAULT)] * 3, tag=str(n))
+        out += launches(s, RING_LL128, *[0.4 * _model_time(s, RING_LL128)] * 3, tag=str(n))
+    return out
+
+
+def test_the_learned_prior_carries_a_planted_miscalibration_to_a_third_size():
+    third = at(1 << 21, TWO_NODES)
+    measurements = Measurements(_planted())
+    without = Tuner(TWO_NODES, measurements).decide(third)
+    assert without.chosen == DEFAULT
+    picks = [_model_pick(n, TWO_NODES) for n in PLANTED]
+    assert [(c.algorithm, c.protocol) for c in picks] == [(Algorithm.TREE, Protocol.LL128),
+                                                         (Algorithm.NVLS_TREE, Protocol.SIMPLE)]
+    d = Tuner(TWO_NODES, measurements, prior=LearnedPriorSource()).decide(third)
+    assert d.chosen == RING_LL128 and d.verdict.evidence == "learned prior" and d.verdict.override
+    assert d.estimates[RING_LL128].anchored and d.verdict.gain > 0.2
+
+
+def test_the_prior_never_overrides_where_this_sizes_measurements_say_nccl_wins():
+    """At a size where every pair was measured slower than NCCL's default, neither the learned
+    prior nor a prior that calls every pair twice as fast (and is sure of it) pins anything; at a
+    size nothing measured, that prior does."""
+    third = at(1 << 21, TWO_NODES)
+    lost = [*launches(third, DEFAULT, 100.0, 100.0, 100.0, tag="third")]
+    for pair in candidate_pairs(third):
+        lost += launches(third, pair, 110.0, 110.0, 110.0, tag="third")
+    measurements = Measurements(_planted() + lost)
+    for prior in (LearnedPriorSource(), _ModelRatio(0.001, lambda choice, nbytes: -2.0)):
+        tuner = Tuner(TWO_NODES, measurements, prior=prior)
+        d = tuner.decide(third)
+        assert d.chosen == DEFAULT and d.verdict.evidence == "measured"
+    assert tuner.decide(at(1 << 24, TWO_NODES)).verdict.evidence == "learned prior"
+    assert tuner.decide(at(1 << 24, TWO_NODES)).chosen != DEFAULT
+
+
+def test_two_tuners_with_the_learned_prior_decide_alike():
+    measurements = Measurements(_planted())
+    first, second = (Tuner(TWO_NODES, measurements, prior=LearnedPriorSource()) for _ in range(2))
+    for k in range(3, 35):
+        s = at(1 << k, TWO_NODES)
+        a, b = first.decide(s), second.decide(s)
+        assert (a.chosen, a.verdict) == (b.chosen, b.verdict)
+        assert a.estimates == b.estimates
+
+
+def test_the_plan_values_launches_by_the_priors_prediction_where_only_the_model_speaks():
+    """Nothing measured: the model's uncertainty ties the candidates; a prior sure that NVLS wins
+    at 1 MiB (where NCCL runs ring/LL) and every other pair loses everywhere makes NVLS at 1 MiB,
+    with NCCL's default beside it, the first launches (its prediction cannot pin anything before
+    they are made)."""
+    scenarios = [at(1 << k) for k in range(10, 31)]
+    assert _model_pick(1 << 20).algorithm != Algorithm.NVLS
+    sure = _ModelRatio(0.02, lambda c, n: -0.5 if (c, n) == (NVLS, 1 << 20) else 1.0)
+    planned = plan(Tuner(TOPO, Measurements([]), prior=sure), scenarios, 2)
+    assert {(m.choice, m.nbytes) for m in planned} == {(DEFAULT, 1 << 20), (NVLS, 1 << 20)}
+    assert plan(Tuner(TOPO, Measurements([])), scenarios, 2) != planned
 
 
 # -- planning --------------------------------------------------------------------------------------
@@ -496,12 +596,45 @@ def test_tune_cli_writes_a_gated_policy_and_plans(tmp_path, capsys):
     rules = json.loads(capsys.readouterr().out)
     hit = [r for r in rules if r["nodes"] == 1 and r["min_bytes"] <= s.nbytes < r["max_bytes"]]
     assert hit[0]["algorithm"] == "nvls" and hit[0]["channels"] is None
-    assert hit[0]["evidence"] in ("measured", "interpolated", "calibrated model")
+    assert hit[0]["evidence"] in ("measured", "interpolated", "learned prior", "calibrated model")
     assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--measurements", str(logs),
                  "--collective", "allreduce", "--no-calibrate", "--plan", "--budget", "4"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert 1 <= len(lines) <= 4 and all("all_reduce_perf" in line for line in lines)
     assert main(["tune", "--topology", "dgx_h100", "--plan", "--budget", "0"]) == 2
+
+
+def test_tune_uses_the_learned_prior_unless_told_not_to(tmp_path, capsys):
+    """The planted miscalibration as logs: tune's table, the evidence beside the policy and show
+    all name the learned prior at 2 MiB; with --no-prior NCCL keeps 2 MiB; --plan takes the flag."""
+    logs = tmp_path / "planted.jsonl"
+    write_jsonl(_planted(), logs)
+    base = ["tune", "--topology", "dgx_h100", "--nodes", "2", "--measurements", str(logs),
+            "--collective", "allreduce", "--no-calibrate", "--json"]
+
+    def row_at(rows: list[dict], nbytes: int) -> dict:
+        return next(r for r in rows if r["from"] <= nbytes <= r["to"])
+
+    out = tmp_path / "with.dccl"
+    assert main([*base, "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    row = row_at(json.loads(captured.out), 1 << 21)
+    assert (row["ours"], row["evidence"]) == ("ring/ll128", "learned prior")
+    assert "learned prior: on" in captured.err
+    assert main(["show", str(out), "--json"]) == 0
+    rule = next(r for r in json.loads(capsys.readouterr().out)
+                if r["nodes"] == 2 and r["min_bytes"] <= 1 << 21 < r["max_bytes"])
+    assert (rule["algorithm"], rule["protocol"], rule["evidence"]) == ("ring", "ll128", "learned prior")
+    assert main([*base, "--no-prior"]) == 0
+    captured = capsys.readouterr()
+    row = row_at(json.loads(captured.out), 1 << 21)
+    assert row["ours"] == "NCCL default" and row["evidence"] != "learned prior"
+    assert "learned prior: off (--no-prior)" in captured.err
+    plans = []
+    for flag in ([], ["--no-prior"]):
+        assert main([*base, "--plan", "--budget", "6", *flag]) == 0
+        plans.append(json.loads(capsys.readouterr().out))
+    assert plans[0] != plans[1] and all(1 <= len(p) <= 6 for p in plans)
 
 
 def test_tune_calibrates_on_real_logs_by_default(tmp_path, capsys):
