@@ -110,9 +110,9 @@ def test_imports_follow_the_layers() -> None:
     ("dynamiccl.simulator.protocols", "from dynamiccl.nccl_model import constants"),
     ("dynamiccl.nccl_model.graph", "import dynamiccl.simulator.fabric"),
     ("dynamiccl.knobs", "def f():\n    from dynamiccl.envs import observation"),
-    ("dynamiccl.envs.workloads", "from dynamiccl.agents.baselines import nccl_action"),
+    ("dynamiccl.envs.workloads", "from dynamiccl.agents.policies.baselines import nccl_action"),
     ("dynamiccl.nccl", "from dynamiccl.topology import Topology"),
-    ("dynamiccl.agents.train", "from dynamiccl.cli.common import UserError"),
+    ("dynamiccl.agents.training.train", "from dynamiccl.cli.common import UserError"),
 ])
 def test_an_import_against_the_direction_is_caught(module: str, statement: str) -> None:
     assert violations(module, statement)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from training_runs import ENV, REPO, checkpoint_steps, run
 
-from dynamiccl.agents.sb3_agents import load_checkpoint
+from dynamiccl.agents.policies.sb3_agents import load_checkpoint
 
 SAVED = REPO / "tests" / "fixtures" / "old_artifacts"
 FULL_INFO = ["agent=full_info", "scenario=smoke", "logger=none", "eval.suite=smoke",

@@ -1,0 +1,1 @@
+"""Policies: what chooses NCCL's algorithm, protocol and channels for a call."""

@@ -1,0 +1,1 @@
+"""Shipping: scoring policies and turning them and measurements into policy files."""

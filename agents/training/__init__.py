@@ -1,0 +1,1 @@
+"""Training: the Hydra pipeline that trains, checkpoints, resumes and sweeps agents."""

@@ -1,0 +1,1 @@
+"""Fitting: the simulator calibrated to measurements, and its report."""

@@ -1,0 +1,1 @@
+"""Formats: measurement records and the files users already have, read into them."""

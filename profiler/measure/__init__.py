@@ -1,0 +1,1 @@
+"""Measuring: ranks on the local GPUs, collective timings, stragglers, NVML facts."""
