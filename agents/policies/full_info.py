@@ -289,3 +289,36 @@ class FullInfoPolicy:
         if action >= 0 and mask[action]:
             return action
         return nearest_valid_action(decisions.nccl_default(scenario).config, mask)
+
+
+def load_learner(path: str | Path) -> FullInfoLearner:
+    """The learner saved in ``path``; a file that holds none is one :class:`ConfigError`."""
+    try:
+        return FullInfoLearner.load(path)
+    except OSError:
+        raise  # unreadable: the caller says so
+    except ConfigError:
+        raise  # ours, naming the fix
+    except Exception:  # torch reports a damaged or foreign file in many ways, none of them short
+        raise ConfigError(f"{path} is not a full-information learner saved by `dynamiccl train "
+                          "agent=full_info` (or bench_learning.py --save)") from None
+
+
+def checkpoint_in(path: str | Path) -> Path | None:
+    """The learner file ``path`` names: a ``.pt`` file, or a run folder's ``model.pt`` (else its
+    ``checkpoints/last.pt``); None when it names none."""
+    path = Path(path)
+    if path.is_dir():
+        return next((c for c in (path / "model.pt", path / "checkpoints" / "last.pt") if c.is_file()),
+                    None)
+    return path if path.suffix == ".pt" and path.is_file() else None
+
+
+def load_policy(path: str | Path) -> FullInfoPolicy:
+    """The trained policy in ``path`` (see :func:`checkpoint_in`), named after its file (a run
+    folder's after the learner)."""
+    found = checkpoint_in(path)
+    if found is None:
+        raise FileNotFoundError(f"{path} holds no model.pt or checkpoints/last.pt; train first")
+    learner = load_learner(found)
+    return learner.policy(name=Path(path).stem) if Path(path).is_file() else learner.policy()

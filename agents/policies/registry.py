@@ -54,10 +54,10 @@ def load_policy(name_or_path: str, *, topology: Topology | None = None, deployab
 
     if is_policy_file(path):
         return load_deployed(path)
-    from dynamiccl.agents.training import full_info_agent
+    from dynamiccl.agents.policies import full_info
 
-    if full_info_agent.checkpoint_in(path) is not None:
-        return full_info_agent.load_policy(path)
+    if full_info.checkpoint_in(path) is not None:
+        return full_info.load_policy(path)
     if path.exists() or path.with_suffix(".zip").exists():
         from dynamiccl.agents.policies.sb3_agents import SB3Policy
 

@@ -1,7 +1,8 @@
 """The full-information learner as an agent of the training pipeline: ``dynamiccl train agent=full_info``.
 
-:mod:`dynamiccl.agents.policies.full_info` holds the learner; this module holds only what the pipeline needs
-around it, so the learner can change without the pipeline changing:
+:mod:`dynamiccl.agents.policies.full_info` holds the learner and loads its trained policy from a
+``.pt`` file or a run folder (what ``evaluate`` and ``export`` accept); this module holds only what
+the pipeline needs around it, so the learner can change without the pipeline changing:
 
 * its config: ``configs/agent/full_info.yaml``'s ``model`` node names
   :class:`~dynamiccl.agents.policies.full_info.FullInfoConfig` as ``_target_``, so the checks of
@@ -11,7 +12,6 @@ around it, so the learner can change without the pipeline changing:
   systems it draws in ``<name>_resume_<step>.pt``, written first, and a JSON sidecar like the SB3
   agents' (``algo``, ``class``, ``num_timesteps``). Taken at round boundaries, they let a run
   resumed after ``kill -9`` end bit-identical to the uninterrupted one;
-* a trained policy from a ``.pt`` file or a run folder (what ``evaluate`` and ``export`` accept);
 * the training curve: the loss on each round's calls before learning from them. Those calls come
   from systems the learner has never seen, so the curve is a held-out loss.
 
@@ -30,9 +30,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from dynamiccl.agents.policies.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy, masked_loss
+from dynamiccl.agents.policies.full_info import FullInfoConfig, FullInfoLearner, load_learner, masked_loss
 from dynamiccl.agents.training import round_checkpoints
-from dynamiccl.config_loader import ConfigError
 from dynamiccl.envs.action_values import ActionValues
 
 NAME = "full_info"
@@ -60,42 +59,11 @@ def save_checkpoint(learner: FullInfoLearner, path: str | Path, *, resume: bool 
     return round_checkpoints.save(learner, path, algo=NAME, config_class=CONFIG_CLASS, resume=resume)
 
 
-def _load_learner(path: Path) -> FullInfoLearner:
-    try:
-        return FullInfoLearner.load(path)
-    except OSError:
-        raise  # unreadable: the caller says so
-    except ConfigError:
-        raise  # ours, naming the fix
-    except Exception:  # torch reports a damaged or foreign file in many ways, none of them short
-        raise ConfigError(f"{path} is not a full-information learner saved by `dynamiccl train "
-                          "agent=full_info` (or bench_learning.py --save)") from None
-
-
 def load_checkpoint(path: str | Path) -> tuple[FullInfoLearner, bool]:
     """The learner of a training checkpoint, and whether its optimizer and generator came back too
     (False: the file holds only the network, e.g. a final ``model.pt``)."""
-    learner = _load_learner(Path(path))
+    learner = load_learner(path)
     return learner, round_checkpoints.restore(learner, path)
-
-
-def checkpoint_in(path: str | Path) -> Path | None:
-    """The learner file ``path`` names: a ``.pt`` file, or a run folder's ``model.pt`` (else its
-    ``checkpoints/last.pt``); None when it names none."""
-    path = Path(path)
-    if path.is_dir():
-        return next((c for c in (path / "model.pt", path / "checkpoints" / "last.pt") if c.is_file()),
-                    None)
-    return path if path.suffix == ".pt" and path.is_file() else None
-
-
-def load_policy(path: str | Path) -> FullInfoPolicy:
-    """The trained policy in ``path`` (see :func:`checkpoint_in`), named after its file."""
-    found = checkpoint_in(path)
-    if found is None:
-        raise FileNotFoundError(f"{path} holds no model.pt or checkpoints/last.pt; train first")
-    name = Path(path).stem if Path(path).is_file() else NAME
-    return _load_learner(found).policy(name=name)
 
 
 def fresh_loss(learner: FullInfoLearner, data: ActionValues) -> float:
