@@ -96,3 +96,52 @@ def test_a_saved_killed_run_resumes_to_where_the_uninterrupted_run_ends(name, tm
     for m in metrics:
         del m["train_seconds"]
     assert metrics[0] == metrics[1], "the resumed run scores as the uninterrupted one"
+
+
+def _recorded_targets() -> set[str]:
+    """Every dynamiccl ``_target_`` the saved run folders' ``config.yaml`` files record."""
+    from omegaconf import OmegaConf
+
+    found = set()
+    for config in SAVED.glob("*/config.yaml"):
+        flat = OmegaConf.to_container(OmegaConf.load(config))
+        stack = [flat]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                target = node.get("_target_")
+                if isinstance(target, str) and target.startswith("dynamiccl."):
+                    found.add(target)
+                stack += list(node.values())
+    return found
+
+
+def test_the_table_of_moved_modules_holds_exactly_what_saved_folders_name():
+    import importlib
+    import importlib.util
+
+    from hydra.utils import get_object
+
+    from dynamiccl.agents import MOVED, current_name
+
+    recorded = _recorded_targets()
+    assert {target.rsplit(".", 1)[0] for target in recorded} == set(MOVED)
+    for target in recorded:
+        assert importlib.util.find_spec(target.rsplit(".", 1)[0]) is None, f"{target}: not moved?"
+        assert callable(get_object(current_name(target)))
+    assert current_name("dynamiccl.agents.policies.full_info.FullInfoConfig") == \
+        "dynamiccl.agents.policies.full_info.FullInfoConfig"
+    assert current_name("dynamiccl.agents.full_info_x.Y") == "dynamiccl.agents.full_info_x.Y"
+
+
+def test_a_moved_target_is_the_same_setting_and_another_target_is_not():
+    from dynamiccl.agents.training.run_folder import changed_keys
+
+    def config(target: str) -> dict:
+        return {"agent": {"model": {"_target_": target, "hidden": 8}}}
+
+    old = config("dynamiccl.agents.full_info.FullInfoConfig")
+    assert changed_keys(old, config("dynamiccl.agents.policies.full_info.FullInfoConfig")) == {}
+    assert changed_keys(old, config("dynamiccl.agents.training.prior_learner.PriorConfig")) == {
+        "agent.model._target_": ("dynamiccl.agents.policies.full_info.FullInfoConfig",
+                                 "dynamiccl.agents.training.prior_learner.PriorConfig")}

@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from dynamiccl.agents import current_name
 from dynamiccl.agents.training.config_checks import ConfigCheckError
 
 #: Config keys (and key prefixes) that do not influence the trained model.
@@ -25,7 +26,8 @@ NEUTRAL_KEYS = ("resume.", "trainer.progress_bar", "trainer.checkpoint_every", "
                 "eval.", "logger.", "tags", "task_name", "ray.", "tune.", "deploy.")
 
 #: Keys renamed since a run folder may have been written: its ``config.yaml`` is read with the new
-#: names, so the run resumes (the full-information learner's ``margin`` is ``min_gain`` now).
+#: names, so the run resumes (the full-information learner's ``margin`` is ``min_gain`` now); module
+#: paths in it are read the same way (:func:`_as_today`).
 RENAMED_KEYS = {"agent.model.margin": "agent.model.min_gain"}
 
 
@@ -38,9 +40,15 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: data}
 
 
+def _as_today(key: str, value: Any) -> Any:
+    """A recorded value as today's code names it: a ``_target_`` in a module that has moved since
+    (:data:`dynamiccl.agents.MOVED`) is the same setting under its new path."""
+    return current_name(value) if key.endswith("_target_") and isinstance(value, str) else value
+
+
 def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Dotted key -> (recorded value, new value) for every training-relevant difference."""
-    flat_old = {RENAMED_KEYS.get(k, k): v for k, v in _flat(old).items()}
+    flat_old = {RENAMED_KEYS.get(k, k): _as_today(k, v) for k, v in _flat(old).items()}
     flat_new = _flat(new)
     keys = sorted(set(flat_old) | set(flat_new))
     return {k: (flat_old.get(k), flat_new.get(k)) for k in keys
