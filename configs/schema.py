@@ -5,7 +5,7 @@ The dataclasses hold every default of the ``trainer``, ``eval``, ``resume``, ``r
 sections (and the keys and types of ``env``, whose values its config group holds), so those
 defaults are written once, here, and Hydra itself refuses a misspelt key or a
 value of the wrong type while composing. What a type cannot say is checked by
-:func:`dynamiccl.agents.config_checks.validate` before any work starts.
+:func:`dynamiccl.agents.training.config_checks.validate` before any work starts.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     agent: Any = None
     logger: Any = None
-    #: Where the trained policy is exported after training (``dynamiccl.agents.deploy`` checks it).
+    #: Where the trained policy is exported after training (``dynamiccl.agents.shipping.deploy`` checks it).
     deploy: Any = None
 
 

@@ -1,6 +1,6 @@
 """A topology's ``calibration:`` section: values fitted to the system's own measurements.
 
-``dynamiccl calibrate`` (``profiler/calibrate.py``) writes it; the simulator reads it, so every
+``dynamiccl calibrate`` (``profiler/fit/calibrate.py``) writes it; the simulator reads it, so every
 command that loads the topology file (simulate, explain, export, training) predicts with it. The
 fitted tier bandwidths and latencies are written into the tiers themselves; this section holds what
 the tiers cannot say, each value with its relative 1-sigma uncertainty from the fit:

@@ -6,7 +6,7 @@ first matching rule wins, -1 = any. Two properties of that plugin shape what is 
 it sets ``nChannels = 1`` before matching (``plugins/tuner/example/plugin.c``), so a rule saying
 -1, or no rule at all, runs on ONE channel -- every rule therefore carries an explicit channel
 count; and it has no "defer", so a file meant to leave NCCL alone somewhere must spell out NCCL's
-own choice there (``dynamiccl.agents.export.for_example_tuner``). Rules that still defer (the
+own choice there (``dynamiccl.agents.shipping.export.for_example_tuner``). Rules that still defer (the
 "any other system" ones) are left out: the systems they stand for run on one channel.
 """
 

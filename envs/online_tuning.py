@@ -23,7 +23,7 @@ H100, ring/Simple is predicted 2.3x NCCL's pick and is 2.4x faster than it in a 
 where NCCL's pick takes 2.8x its predicted time).
 
 :class:`CallLog` keeps what the tuner has measured and :func:`encode` turns the context, the prior
-and the log into the observation; the online tuner in :mod:`dynamiccl.agents.adaptive` uses the
+and the log into the observation; the online tuner in :mod:`dynamiccl.agents.policies.adaptive` uses the
 same two pieces inside a job, so the policy sees the same vector in training and deployment.
 """
 

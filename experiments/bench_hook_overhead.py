@@ -33,7 +33,7 @@ import statistics
 import time
 from datetime import timedelta
 
-from dynamiccl.profiler.launcher import launch
+from dynamiccl.profiler.measure.launcher import launch
 
 VARIANTS = ("ddp", "ddp_view", "torch_hook", "runtime", "runtime_no_control")
 

@@ -1,6 +1,6 @@
 """Zero-shot learning benchmark: the full-information learner against the simple baselines.
 
-Trains :class:`dynamiccl.agents.full_info.FullInfoLearner` on random systems for a sample budget,
+Trains :class:`dynamiccl.agents.policies.full_info.FullInfoLearner` on random systems for a sample budget,
 then scores it and the baselines on the held-out suite with the deployable observation and the
 deployable actions (only what the tuner plugin can make NCCL do). Per policy: the share of the
 deployable oracle's gain captured, the calls slower than NCCL by more than 2 %, the worst call, and
@@ -40,10 +40,10 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 from rich.table import Table
 
-from dynamiccl.agents.evaluate import PolicyReport, evaluate_policy, oracle_share
-from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy
-from dynamiccl.agents.progress import progress_bar
-from dynamiccl.agents.registry import load_policy
+from dynamiccl.agents.policies.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy
+from dynamiccl.agents.policies.registry import load_policy
+from dynamiccl.agents.shipping.evaluate import PolicyReport, evaluate_policy, oracle_share
+from dynamiccl.agents.shipping.progress import progress_bar
 from dynamiccl.console import console as table_console
 from dynamiccl.envs.action_values import ActionValues, action_values
 from dynamiccl.envs.system_sampler import CallBatch, random_calls, random_topology

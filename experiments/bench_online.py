@@ -22,9 +22,9 @@ noisy backend per tuner and context). Scored against the reality's noise-free tr
 
 Tuners: NCCL's default; NVIDIA's sweep -> table (every NCCL_ALGO/NCCL_PROTO pair once, then the
 fastest measured); AutoCCL-style coordinate descent and the UCB bandit with its 5 % gate
-(:mod:`dynamiccl.agents.online`, the sweep's budget, then their pick); the prior-ordered sweep of
+(:mod:`dynamiccl.agents.policies.online`, the sweep's budget, then their pick); the prior-ordered sweep of
 the model's candidates (non-learned); the adaptive policy (MaskablePPO trained on training
-realities after imitating the prior sweep, :mod:`dynamiccl.agents.adaptive`) and that imitation
+realities after imitating the prior sweep, :mod:`dynamiccl.agents.policies.adaptive`) and that imitation
 alone. The candidate tuners pin knobs as the runtime would (NCCL's pick = nothing pinned); the
 action-id tuners run NCCL's pick as its nearest table entry, as they are written. Goals (issue 12):
 the adaptive policy within 2 % of the best in <= 10 calls (median), lower regret than coordinate
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dynamiccl.agents.adaptive import (
+from dynamiccl.agents.policies.adaptive import (
     HPARAMS,
     CandidateTuner,
     adaptive_tuner,
@@ -51,8 +51,8 @@ from dynamiccl.agents.adaptive import (
     prior_sweep_tuner,
     train_adaptive,
 )
-from dynamiccl.agents.online import CoordinateDescentTuner, UcbBandit
-from dynamiccl.agents.tune import DEFAULT, Choice, candidate_pairs
+from dynamiccl.agents.policies.online import CoordinateDescentTuner, UcbBandit
+from dynamiccl.agents.shipping.tune import DEFAULT, Choice, candidate_pairs
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
 from dynamiccl.envs.online_tuning import N_CALLS, TRAIN_SYSTEMS
 from dynamiccl.knobs import valid_mask

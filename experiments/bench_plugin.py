@@ -34,8 +34,8 @@ TARGET_OVERHEAD_NS = 30.0
 
 
 def _export_oracle(path: Path, topology: str, nodes: int) -> tuple[int, int]:
-    from dynamiccl.agents.export import export_policy
-    from dynamiccl.agents.registry import load_policy
+    from dynamiccl.agents.policies.registry import load_policy
+    from dynamiccl.agents.shipping.export import export_policy
     from dynamiccl.topology import load_topology
 
     topo = load_topology(topology, nodes=nodes)

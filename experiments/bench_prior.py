@@ -21,12 +21,12 @@ Predictors of log(t_pair / t_default) at the points not measured (NCCL's own pic
   the noise plus 0.04 per octave to the nearest measurement plus half the neighbours' disagreement;
 * ``residual``: the model's ratio plus the same pair's measured residual (measured minus model),
   interpolated the same way (the model gives the shape, the measurements the level);
-* ``prior``: the learned prior (:mod:`dynamiccl.agents.prior`; the shipped file unless ``--prior``).
+* ``prior``: the learned prior (:mod:`dynamiccl.agents.shipping.prior`; the shipped file unless ``--prior``).
 
 Scores: mean and median absolute error, mean Gaussian NLL, the share of true values within 1 and 2
 sigma. Then decisions at every size: each predictor (a measured point counts as measured for all
 but ``model``) overrides NCCL with its best pair only where the predicted log-gain exceeds
-log(1 + margin) + k sigma; ``tune`` (:class:`dynamiccl.agents.tune.Tuner` with this prior, as
+log(1 + margin) + k sigma; ``tune`` (:class:`dynamiccl.agents.shipping.tune.Tuner` with this prior, as
 ``dynamiccl tune`` runs) and ``tune_no_prior`` (``--no-prior``) decide from the same measurements as
 records. Scored on the truth with ``bench_tuning``'s scoring (:class:`bench_tuning.Score`): the
 share of the headroom (the best pair's gain over NCCL's default, summed) captured, decisions > 2 %
@@ -51,16 +51,16 @@ from dataclasses import dataclass
 import numpy as np
 from bench_tuning import Score
 
-from dynamiccl.agents.gate import DEFAULT_MARGIN
-from dynamiccl.agents.prior import PICK_TOLERANCE, LearnedPrior
-from dynamiccl.agents.prior_learner import Series, time_series
-from dynamiccl.agents.tune import DEFAULT, Choice, Measurements, Prior, Tuner
-from dynamiccl.agents.tune_prior import LearnedPriorSource
+from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN
+from dynamiccl.agents.shipping.prior import PICK_TOLERANCE, LearnedPrior
+from dynamiccl.agents.shipping.tune import DEFAULT, Choice, Measurements, Prior, Tuner
+from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
+from dynamiccl.agents.training.prior_learner import Series, time_series
 from dynamiccl.calibration import uncertainty
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
 from dynamiccl.knobs import Collective
-from dynamiccl.profiler.records import MeasurementRecord, bandwidths
+from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology, load_topology
 

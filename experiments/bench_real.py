@@ -39,10 +39,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from dynamiccl.files import write_text_atomic
-from dynamiccl.profiler import emulation
-from dynamiccl.profiler.launcher import LaunchError, launch
-from dynamiccl.profiler.records import MeasurementRecord, write_jsonl
-from dynamiccl.profiler.runner import CollectiveSpec, measure_many
+from dynamiccl.profiler.formats.records import MeasurementRecord, write_jsonl
+from dynamiccl.profiler.measure import emulation
+from dynamiccl.profiler.measure.launcher import LaunchError, launch
+from dynamiccl.profiler.measure.runner import CollectiveSpec, measure_many
 from dynamiccl.units import parse_size
 
 #: The sweep's configurations: NCCL's default, then every forced (algorithm, protocol) pair.
@@ -277,8 +277,8 @@ def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
     import torch.distributed as dist
 
     from dynamiccl import runtime
-    from dynamiccl.agents.adaptive import load_adaptive, prior_sweep_tuner
-    from dynamiccl.agents.runtime_tuner import RuntimeTunerAdapter
+    from dynamiccl.agents.policies.adaptive import load_adaptive, prior_sweep_tuner
+    from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
     from dynamiccl.topology import load_topology
 
     device = _join(ctx)

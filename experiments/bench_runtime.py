@@ -56,8 +56,8 @@ import time
 from datetime import timedelta
 
 from dynamiccl.knobs import Algorithm, Collective, Config, Protocol
-from dynamiccl.profiler import emulation
-from dynamiccl.profiler.launcher import launch
+from dynamiccl.profiler.measure import emulation
+from dynamiccl.profiler.measure.launcher import launch
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator.api import evaluate
 from dynamiccl.topology import Topology, topology_from_dict

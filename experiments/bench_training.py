@@ -21,11 +21,11 @@ from typing import Any
 import torch
 from hydra import compose, initialize_config_module
 
-from dynamiccl.agents import full_info_agent
-from dynamiccl.agents.callbacks import AtRolloutBoundary, Evaluate
-from dynamiccl.agents.envs_factory import make_training_env
-from dynamiccl.agents.evaluate import evaluate_policy
-from dynamiccl.agents.sb3_agents import SB3Policy, build_model
+from dynamiccl.agents.policies.sb3_agents import SB3Policy, build_model
+from dynamiccl.agents.shipping.evaluate import evaluate_policy
+from dynamiccl.agents.training import full_info_agent
+from dynamiccl.agents.training.callbacks import AtRolloutBoundary, Evaluate
+from dynamiccl.agents.training.envs_factory import make_training_env
 from dynamiccl.envs.workloads import load_suite
 
 TARGET = 0.98

@@ -89,10 +89,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.agents.online import CoordinateDescentTuner, UcbBandit
-from dynamiccl.agents.prior import LearnedPrior
-from dynamiccl.agents.prior_learner import VALIDATION_SEED_START
-from dynamiccl.agents.tune import (
+from dynamiccl.agents.policies.online import CoordinateDescentTuner, UcbBandit
+from dynamiccl.agents.shipping.prior import LearnedPrior
+from dynamiccl.agents.shipping.tune import (
     Prior,
     Tuner,
     _model_time,
@@ -100,7 +99,7 @@ from dynamiccl.agents.tune import (
     candidate_pairs,
     model_can_run,
 )
-from dynamiccl.agents.tune_measurements import (
+from dynamiccl.agents.shipping.tune_measurements import (
     DEFAULT,
     MIN_TAIL_DEVIATIONS,
     NOISE_BANDS,
@@ -109,15 +108,16 @@ from dynamiccl.agents.tune_measurements import (
     Measurements,
     default_launch_noise,
 )
-from dynamiccl.agents.tune_plan import plan
-from dynamiccl.agents.tune_prior import LearnedPriorSource
+from dynamiccl.agents.shipping.tune_plan import plan
+from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
+from dynamiccl.agents.training.prior_learner import VALIDATION_SEED_START
 from dynamiccl.decisions import nccl_default
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
 from dynamiccl.envs.backends.replay import HELD_OUT_LAUNCH, LaunchSplit, LaunchTiming, ReplayTable
 from dynamiccl.envs.observation import encode
 from dynamiccl.knobs import ACTIONS, Collective, valid_mask
-from dynamiccl.profiler.measurement_paths import load_paths
-from dynamiccl.profiler.records import MeasurementRecord, bandwidths
+from dynamiccl.profiler.formats.measurement_paths import load_paths
+from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology, load_topology
 from dynamiccl.units import format_size
@@ -529,8 +529,8 @@ def online(make: Callable[[int], object], fraction: float = 1.0) -> Picker:
 
 
 def adaptive(path: str) -> Picker:
-    """The trained online adaptive policy (``agents.adaptive``), one context per decision."""
-    from dynamiccl.agents.adaptive import load_adaptive
+    """The trained online adaptive policy (``agents.policies.adaptive``), one context per decision."""
+    from dynamiccl.agents.policies.adaptive import load_adaptive
 
     tuner = load_adaptive(path)
 
@@ -542,9 +542,9 @@ def adaptive(path: str) -> Picker:
 
 
 def static_policy(path: str) -> Picker:
-    """A per-call policy ``agents.registry`` loads (a checkpoint, a policy file, ...): its action
+    """A per-call policy ``agents.policies.registry`` loads (a checkpoint, a policy file, ...): its action
     at each decision; NCCL's own configuration counts as leaving NCCL alone (export defers there)."""
-    from dynamiccl.agents.registry import load_policy
+    from dynamiccl.agents.policies.registry import load_policy
 
     policy = load_policy(path, deployable=True)
 
@@ -964,13 +964,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5, help="held-out realities (default 5)")
     parser.add_argument("--calibrate", action="store_true",
-                        help="tune also fits the topology (profiler.calibrate) each round")
+                        help="tune also fits the topology (profiler.fit.calibrate) each round")
     parser.add_argument("--replay", type=Path, default=REPLAY_DIR, metavar="DIR",
                         help="folder of replay tables (default: tests/fixtures/real/replay)")
     parser.add_argument("--adaptive", metavar="MODEL.zip",
-                        help="also score the trained adaptive online policy (agents.adaptive)")
+                        help="also score the trained adaptive online policy (agents.policies.adaptive)")
     parser.add_argument("--policy", action="append", default=[], metavar="PATH",
-                        help="also score a policy agents.registry loads (checkpoint, policy "
+                        help="also score a policy agents.policies.registry loads (checkpoint, policy "
                              "file); repeatable")
     parser.add_argument("--prior", metavar="FILE",
                         help="tune's learned prior (default: the shipped one)")

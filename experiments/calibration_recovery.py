@@ -23,9 +23,9 @@ import numpy as np
 from dynamiccl.calibration import AlgoProtoFit, Calibration, Fitted
 from dynamiccl.knobs import nccl_config
 from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.profiler import synthetic as S
-from dynamiccl.profiler.calibrate import calibrate, prepare
-from dynamiccl.profiler.fit_report import error_table, format_table, heldout_table
+from dynamiccl.profiler.fit import synthetic as S
+from dynamiccl.profiler.fit.calibrate import calibrate, prepare
+from dynamiccl.profiler.fit.fit_report import error_table, format_table, heldout_table
 from dynamiccl.topology import load_topology
 
 FACTORS = {"nvlink.bandwidth_GBps": 0.8, "nvlink.latency_us": 1.5,

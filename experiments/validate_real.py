@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.profiler.calibrate import CalibrationError, calibrate, pick_configs, predict, prepare
-from dynamiccl.profiler.fit_report import split_every_other
-from dynamiccl.profiler.published import PublishedRun, load_system, system_dirs, system_topology
-from dynamiccl.profiler.records import MeasurementRecord
+from dynamiccl.profiler.fit.calibrate import CalibrationError, calibrate, pick_configs, predict, prepare
+from dynamiccl.profiler.fit.fit_report import split_every_other
+from dynamiccl.profiler.formats.published import PublishedRun, load_system, system_dirs, system_topology
+from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.topology import Topology
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "real"
@@ -105,7 +105,7 @@ def predicted_us(records: Sequence[MeasurementRecord], topology: Topology) -> np
 
 
 def fit_topology(records: Sequence[MeasurementRecord], base: Topology) -> Topology:
-    """The calibration call (profiler.calibrate's public API), kept in one place to adapt."""
+    """The calibration call (profiler.fit.calibrate's public API), kept in one place to adapt."""
     return calibrate(records, base, keep_undetermined=True).topology
 
 

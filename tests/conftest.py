@@ -45,7 +45,7 @@ def mps(tmp_path_factory: pytest.TempPathFactory):
     import subprocess
     import time
 
-    from dynamiccl.profiler import emulation
+    from dynamiccl.profiler.measure import emulation
 
     if emulation.mps_problem() is None:
         yield None

@@ -55,8 +55,8 @@ def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float, backe
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dynamiccl.profiler import hooks
-    from dynamiccl.profiler.hooks import CommProbe
+    from dynamiccl.profiler.measure import hooks
+    from dynamiccl.profiler.measure.hooks import CommProbe
 
     device = torch.device("cuda", ctx.gpu()) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
@@ -133,7 +133,7 @@ class _StandInEventClock:
 
 def nccl_environment(ctx):
     """The NCCL variables this rank runs with (no GPU touched)."""
-    from dynamiccl.profiler import emulation
+    from dynamiccl.profiler.measure import emulation
 
     names = {*emulation.EMULATED_HOST_ENV, emulation.HOSTID_ENV}
     return {"emulated_hosts": ctx.emulated_hosts,

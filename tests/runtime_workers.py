@@ -179,8 +179,8 @@ def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = No
                      backend: str = "gloo"):
     """Plain torch.distributed use of the runtime with an online tuner; returns the tuning log and
     what the plugin decides afterwards for each size."""
-    from dynamiccl.agents.online import CoordinateDescentTuner
-    from dynamiccl.agents.runtime_tuner import RuntimeTunerAdapter
+    from dynamiccl.agents.policies.online import CoordinateDescentTuner
+    from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
     from dynamiccl.runtime import Runtime, RuntimeConfig
     from dynamiccl.runtime.plugin_control import PluginControl
     from dynamiccl.topology import load_topology
@@ -188,7 +188,7 @@ def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = No
     nccl = _with_plugin(ctx, plugin)
     device = _join(ctx, backend)
     if ctx.emulated_hosts:  # the system NCCL sees: one GPU per host, loopback sockets between
-        from dynamiccl.profiler.emulation import local_emulated_topology
+        from dynamiccl.profiler.measure.emulation import local_emulated_topology
 
         topology = local_emulated_topology(ctx.world_size)
     else:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dynamiccl import decisions
-from dynamiccl.agents.baselines import (
+from dynamiccl.agents.policies.baselines import (
     NCCL_PAIRS,
     NcclDefaultPolicy,
     OraclePolicy,
@@ -16,14 +16,14 @@ from dynamiccl.agents.baselines import (
     static_best_pair,
     training_scenarios,
 )
-from dynamiccl.agents.policy import (
+from dynamiccl.agents.policies.policy import (
     ForcingPolicy,
     Policy,
     masked_argmax,
     nearest_valid_action,
     scenario_mask,
 )
-from dynamiccl.agents.registry import BUILTIN, load_policy
+from dynamiccl.agents.policies.registry import BUILTIN, load_policy
 from dynamiccl.envs.observation import encode
 from dynamiccl.envs.workloads import load_suite
 from dynamiccl.knobs import ACTIONS, EXPORTABLE_MASK, Config, nccl_config

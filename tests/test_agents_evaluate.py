@@ -9,16 +9,16 @@ import math
 import numpy as np
 import pytest
 
-from dynamiccl.agents.baselines import OraclePolicy, RandomPolicy
-from dynamiccl.agents.evaluate import (
+from dynamiccl.agents.policies.baselines import OraclePolicy, RandomPolicy
+from dynamiccl.agents.policies.registry import load_policy
+from dynamiccl.agents.shipping.evaluate import (
     evaluate_policies,
     evaluate_policy,
     oracle_share,
     print_table,
     save_reports,
 )
-from dynamiccl.agents.evaluation_plots import plot_reports
-from dynamiccl.agents.registry import load_policy
+from dynamiccl.agents.shipping.evaluation_plots import plot_reports
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 from dynamiccl.envs.workloads import load_suite
 
@@ -132,7 +132,7 @@ def test_a_policy_that_emits_an_invalid_action_is_caught(suite):
 def test_a_learned_policy_is_shown_the_observation_set_it_was_trained_on(suite, observation):
     from omegaconf import OmegaConf
 
-    from dynamiccl.agents.sb3_agents import SB3Policy, build_model
+    from dynamiccl.agents.policies.sb3_agents import SB3Policy, build_model
 
     agent = OmegaConf.create({"name": "ppo", "model": {
         "_target_": "stable_baselines3.PPO", "policy": "MlpPolicy", "n_steps": 32, "batch_size": 16,

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from dynamiccl import decisions
-from dynamiccl.agents.baselines import nccl_action
-from dynamiccl.agents.online import (
+from dynamiccl.agents.policies.baselines import nccl_action
+from dynamiccl.agents.policies.online import (
     COORDINATES,
     CoordinateDescentTuner,
     UcbBandit,
     context_key,
     coordinate_candidates,
 )
-from dynamiccl.agents.policy import OnlinePolicy, scenario_mask
+from dynamiccl.agents.policies.policy import OnlinePolicy, scenario_mask
 from dynamiccl.envs.observation import encode
 from dynamiccl.knobs import ACTIONS
 from dynamiccl.nccl import Collective

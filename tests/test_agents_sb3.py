@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from dynamiccl.agents.policy import scenario_mask
-from dynamiccl.agents.registry import load_policy
-from dynamiccl.agents.resume_state import StreamRecorder, capture
-from dynamiccl.agents.sb3_agents import (
+from dynamiccl.agents.policies.policy import scenario_mask
+from dynamiccl.agents.policies.registry import load_policy
+from dynamiccl.agents.policies.sb3_agents import (
     SB3Policy,
     build_model,
     checkpoint_meta,
@@ -21,6 +20,7 @@ from dynamiccl.agents.sb3_agents import (
     resolve_checkpoint,
     save_checkpoint,
 )
+from dynamiccl.agents.training.resume_state import StreamRecorder, capture
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 from dynamiccl.envs.observation import encode
 from dynamiccl.envs.workloads import load_suite
@@ -107,7 +107,7 @@ def test_checkpoint_paths_resolve_from_run_folders_and_missing_ones_say_what_to_
 
 
 def test_learning_rate_schedule_instantiated_from_yaml():
-    schedule = {"_target_": "dynamiccl.agents.sb3_agents.linear_schedule", "start": 2e-3}
+    schedule = {"_target_": "dynamiccl.agents.policies.sb3_agents.linear_schedule", "start": 2e-3}
     model = build_model(agent("ppo", learning_rate=schedule, n_steps=32, batch_size=16),
                         CollectiveTuningEnv("smoke"))
     assert model.lr_schedule(1.0) == pytest.approx(2e-3)

@@ -18,31 +18,49 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {"dynamiccl": "dynamiccl", "envs": "dynamiccl.envs", "agents": "dynamiccl.agents",
             "profiler": "dynamiccl.profiler", "configs": "dynamiccl.configs"}
 
-#: Layers, most specific prefix first; ``core`` is every other module of ``dynamiccl``.
+#: Layers, most specific prefix first; ``core`` is every other module of ``dynamiccl``. ``agents`` and
+#: ``profiler`` are rooms by stage; the packages themselves (their ``__init__``) are layers of their own.
 LAYERS = (
     ("nccl", "dynamiccl.nccl"),
     ("simulator", "dynamiccl.simulator"),
     ("nccl_model", "dynamiccl.nccl_model"),
     ("cli", "dynamiccl.cli"),
     ("envs", "dynamiccl.envs"),
+    ("policies", "dynamiccl.agents.policies"),
+    ("shipping", "dynamiccl.agents.shipping"),
+    ("training", "dynamiccl.agents.training"),
     ("agents", "dynamiccl.agents"),
+    ("formats", "dynamiccl.profiler.formats"),
+    ("measure", "dynamiccl.profiler.measure"),
+    ("fit", "dynamiccl.profiler.fit"),
     ("profiler", "dynamiccl.profiler"),
     ("configs", "dynamiccl.configs"),
     ("core", "dynamiccl"),
 )
+#: The rooms of ``agents/`` and ``profiler/``: every module there lives in one of them.
+ROOMS = {"agents": ("policies", "shipping", "training"), "profiler": ("formats", "measure", "fit")}
 _CORE = {"nccl", "core", "simulator", "nccl_model", "configs"}
 #: What each layer may import (besides itself). The simulator and NCCL's model never import each
 #: other: both read NCCL's facts from ``dynamiccl.nccl`` and only ``decisions.py`` compares them.
+#: Measuring and fitting both read and write the formats, never each other; policies know nothing of
+#: shipping or training, and shipping nothing of training (arrows run policies <- shipping <- training).
 ALLOWED: dict[str, set[str]] = {
     "nccl": set(),
     "simulator": {"nccl", "core", "configs"},
     "nccl_model": {"nccl", "core", "configs"},
     "core": _CORE,
     "configs": set(),
-    "profiler": _CORE,
-    "envs": _CORE | {"profiler"},
-    "agents": _CORE | {"profiler", "envs"},
-    "cli": _CORE | {"profiler", "envs", "agents"},
+    "profiler": set(),
+    "formats": _CORE,
+    "measure": _CORE | {"formats"},
+    "fit": _CORE | {"formats"},
+    "envs": _CORE | {"formats", "measure"},
+    "agents": set(),
+    "policies": _CORE | {"envs", "agents"},
+    "shipping": _CORE | {"formats", "measure", "fit", "envs", "agents", "policies"},
+    "training": _CORE | {"formats", "measure", "fit", "envs", "agents", "policies", "shipping"},
+    "cli": _CORE | {"profiler", "formats", "measure", "fit", "envs", "agents", "policies", "shipping",
+                    "training"},
 }
 
 
@@ -99,6 +117,18 @@ def test_every_layer_is_written_down() -> None:
     assert all(allowed <= set(ALLOWED) for allowed in ALLOWED.values())
 
 
+def test_every_module_of_agents_and_profiler_lives_in_a_room() -> None:
+    """A module dropped beside the rooms (``agents/x.py``) would sit in no stage and import anything
+    its package may; only the packages' ``__init__`` files are there."""
+    for folder, rooms in ROOMS.items():
+        loose = sorted(p.name for p in (REPO / folder).glob("*.py") if p.name != "__init__.py")
+        assert not loose, f"{folder}/ holds modules outside its rooms {rooms}: {loose}"
+        found = {p.name for p in (REPO / folder).iterdir() if (p / "__init__.py").is_file()}
+        assert found == set(rooms)
+        assert all(ast.get_docstring(ast.parse((REPO / folder / room / "__init__.py").read_text()))
+                   for room in rooms), "each room says what it holds"
+
+
 def test_imports_follow_the_layers() -> None:
     found = [v for path in _installed_modules()
              for v in violations(module_name(path), path.read_text(encoding="utf-8"))]
@@ -106,16 +136,33 @@ def test_imports_follow_the_layers() -> None:
 
 
 @pytest.mark.parametrize(("module", "statement"), [
-    ("dynamiccl.simulator.ring", "from dynamiccl.agents import policy"),
+    ("dynamiccl.simulator.ring", "from dynamiccl.agents.policies import policy"),
     ("dynamiccl.simulator.protocols", "from dynamiccl.nccl_model import constants"),
     ("dynamiccl.nccl_model.graph", "import dynamiccl.simulator.fabric"),
     ("dynamiccl.knobs", "def f():\n    from dynamiccl.envs import observation"),
-    ("dynamiccl.envs.workloads", "from dynamiccl.agents.baselines import nccl_action"),
+    ("dynamiccl.envs.workloads", "from dynamiccl.agents.policies.baselines import nccl_action"),
     ("dynamiccl.nccl", "from dynamiccl.topology import Topology"),
-    ("dynamiccl.agents.train", "from dynamiccl.cli.common import UserError"),
+    ("dynamiccl.agents.training.train", "from dynamiccl.cli.common import UserError"),
+    ("dynamiccl.agents.policies.registry", "from dynamiccl.agents.training import full_info_agent"),
+    ("dynamiccl.agents.policies.baselines", "from dynamiccl.agents.shipping.gate import Gate"),
+    ("dynamiccl.agents.shipping.tune", "def f():\n    from dynamiccl.agents.training.train import main"),
+    ("dynamiccl.agents", "from dynamiccl.agents.policies import registry"),
+    ("dynamiccl.profiler.formats.records", "from dynamiccl.profiler.measure import runner"),
+    ("dynamiccl.profiler.measure.runner", "from dynamiccl.profiler.fit.calibrate import calibrate"),
+    ("dynamiccl.profiler.fit.calibrate", "import dynamiccl.profiler.measure.launcher"),
+    ("dynamiccl.envs.backends.replay", "from dynamiccl.profiler.fit import calibrate"),
 ])
 def test_an_import_against_the_direction_is_caught(module: str, statement: str) -> None:
     assert violations(module, statement)
+
+
+def test_training_may_import_shipping_and_policies_and_shipping_policies() -> None:
+    training = ("from dynamiccl.agents.shipping import evaluate\n"
+                "from dynamiccl.agents.policies import registry\nfrom dynamiccl.agents import MOVED")
+    shipping = ("from dynamiccl.agents.policies.policy import Policy\n"
+                "from dynamiccl.profiler.fit.calibrate import calibrate")
+    assert violations("dynamiccl.agents.training.train", training) == []
+    assert violations("dynamiccl.agents.shipping.tune", shipping) == []
 
 
 def test_the_cli_may_import_every_layer() -> None:

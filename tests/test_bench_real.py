@@ -18,9 +18,9 @@ import yaml
 from dynamiccl import policy_file as pf
 from dynamiccl.cli.main import main
 from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.profiler.emulation import emulated_topology_dict
-from dynamiccl.profiler.records import read_jsonl, write_jsonl
-from dynamiccl.profiler.runner import CollectiveSpec, summarize
+from dynamiccl.profiler.formats.records import read_jsonl, write_jsonl
+from dynamiccl.profiler.measure.emulation import emulated_topology_dict
+from dynamiccl.profiler.measure.runner import CollectiveSpec, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "bench_real.py"

@@ -1,6 +1,6 @@
 """Calibration recovers known tier parameters from synthetic measurements and refuses what the
 data cannot determine. The "real system" is the simulator with perturbed parameters plus seeded
-3 % log-normal noise (profiler.synthetic)."""
+3 % log-normal noise (profiler.fit.synthetic)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 from dynamiccl.cli.main import main
 from dynamiccl.knobs import nccl_config
 from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.profiler import synthetic as S
-from dynamiccl.profiler.calibrate import MAX_REL_STD, CalibrationError, calibrate, prepare
-from dynamiccl.profiler.fit_report import error_table, heldout_table, split_every_other
-from dynamiccl.profiler.measurements import read
-from dynamiccl.profiler.records import write_jsonl
+from dynamiccl.profiler.fit import synthetic as S
+from dynamiccl.profiler.fit.calibrate import MAX_REL_STD, CalibrationError, calibrate, prepare
+from dynamiccl.profiler.fit.fit_report import error_table, heldout_table, split_every_other
+from dynamiccl.profiler.formats.measurements import read
+from dynamiccl.profiler.formats.records import write_jsonl
 from dynamiccl.topology import load_topology
 
 FIX = Path(__file__).parent / "fixtures" / "profiler" / "nccl_tests"
@@ -63,8 +63,8 @@ def test_known_parameters_are_recovered(setup):
 def test_a_trial_point_with_a_vanishing_bandwidth_is_infinitely_wrong_without_a_warning(setup):
     """The solver may probe a log-coded bandwidth near zero (bench_tuning --calibrate did): the
     residual must be +inf, which least_squares rejects, and no overflow warning may reach the user."""
-    from dynamiccl.profiler import fit_params as FP
-    from dynamiccl.profiler.calibrate import _residuals, pick_configs
+    from dynamiccl.profiler.fit import fit_params as FP
+    from dynamiccl.profiler.fit.calibrate import _residuals, pick_configs
 
     base, _, records, _ = setup
     problem = prepare(records, base)
@@ -243,7 +243,7 @@ def _sophia_records():
 def _system_fit_inputs(name: str):
     from dataclasses import replace
 
-    from dynamiccl.profiler.published import load_system, system_topology
+    from dynamiccl.profiler.formats.published import load_system, system_topology
 
     system = Path(__file__).parent / "fixtures" / "real" / name
     runs = load_system(system)
@@ -275,7 +275,7 @@ def test_determined_means_the_reported_uncertainty_is_within_the_limit():
 def test_fitted_parameters_stay_within_physical_bounds():
     """Issue 23: the DGX A100 logs fitted an NVLink hop of 0 µs and a ring/LL128 efficiency of
     1.073; a hop takes at least its link's floor and no algorithm beats the links' own rate."""
-    from dynamiccl.profiler.fit_params import HOP_LATENCY_FLOOR_US, MAX_EFFICIENCY
+    from dynamiccl.profiler.fit.fit_params import HOP_LATENCY_FLOOR_US, MAX_EFFICIENCY
 
     base = load_topology(SOPHIA / "topology.yaml")
     fit = calibrate(_sophia_records(), base, keep_undetermined=True)
@@ -317,7 +317,7 @@ def test_a_latency_pair_seen_only_as_a_sum_near_zero_keeps_the_fit():
     their sum, which the data puts near 0 µs. Both bounds bind, so the latency is determined (at a
     network hop's floor) and the overhead is the one sent back to its base value, with the fit still
     good; sending the overhead back first (8 µs, above the whole sum) would wreck it."""
-    from dynamiccl.profiler.fit_params import HOP_LATENCY_FLOOR_US
+    from dynamiccl.profiler.fit.fit_params import HOP_LATENCY_FLOOR_US
 
     records, base = _system_fit_inputs("l40s_tcp_socket")
     fit = calibrate(records, base, keep_undetermined=True)

@@ -20,9 +20,9 @@ from dynamiccl.calibration import (
 )
 from dynamiccl.knobs import ConfigBatch, nccl_config
 from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.profiler.calibrate import calibrate, pick_configs, predict, prepare
-from dynamiccl.profiler.fit_report import split_every_other, topology_yaml
-from dynamiccl.profiler.published import load_system, system_topology
+from dynamiccl.profiler.fit.calibrate import calibrate, pick_configs, predict, prepare
+from dynamiccl.profiler.fit.fit_report import split_every_other, topology_yaml
+from dynamiccl.profiler.formats.published import load_system, system_topology
 from dynamiccl.simulator import simulate
 from dynamiccl.topology import load_topology
 

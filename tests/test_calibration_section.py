@@ -20,7 +20,7 @@ from dynamiccl.calibration import (
 )
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.profiler.fit_report import topology_yaml
+from dynamiccl.profiler.fit.fit_report import topology_yaml
 from dynamiccl.topology import load_topology, topology_from_dict
 
 H100 = Path(__file__).parents[1] / "configs/topology/dgx_h100.yaml"

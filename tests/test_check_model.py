@@ -14,7 +14,7 @@ import numpy as np
 from dynamiccl.cli.main import main
 from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
-from dynamiccl.profiler.nccl_debug_log import TuningTable, compare_tables
+from dynamiccl.profiler.formats.nccl_debug_log import TuningTable, compare_tables
 from dynamiccl.topology import load_topology
 
 REAL = Path(__file__).parent / "fixtures" / "real"

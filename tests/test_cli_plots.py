@@ -82,8 +82,8 @@ def test_the_explain_figure_makes_a_ten_percent_gain_visible_and_explains_its_ma
 
 @pytest.fixture(scope="module")
 def smoke_reports():
-    from dynamiccl.agents.evaluate import evaluate_policies
-    from dynamiccl.agents.registry import load_policy
+    from dynamiccl.agents.policies.registry import load_policy
+    from dynamiccl.agents.shipping.evaluate import evaluate_policies
     from dynamiccl.envs.workloads import load_suite
 
     suite = load_suite("smoke")
@@ -95,7 +95,7 @@ def _overlaps(a, b) -> bool:
 
 
 def test_heatmaps_have_labels_a_title_and_a_legend_beside_them(smoke_reports) -> None:
-    from dynamiccl.agents.evaluation_plots import choice_maps_figure, describe_run
+    from dynamiccl.agents.shipping.evaluation_plots import choice_maps_figure, describe_run
 
     fig = choice_maps_figure(smoke_reports, describe_run("smoke", deployable=True))
     fig.canvas.draw()
@@ -110,7 +110,7 @@ def test_heatmaps_have_labels_a_title_and_a_legend_beside_them(smoke_reports) ->
 
 
 def test_speedup_plot_reads_in_ratios_and_names_the_run(smoke_reports) -> None:
-    from dynamiccl.agents.evaluation_plots import describe_run, speedup_figure
+    from dynamiccl.agents.shipping.evaluation_plots import describe_run, speedup_figure
 
     fig = speedup_figure(smoke_reports, describe_run("heldout", deployable=False))
     ax = fig.axes[0]
@@ -144,7 +144,7 @@ def test_profile_table_has_nccl_tests_columns_and_one_row_per_time(
     import numpy as np
 
     from dynamiccl.cli.profile import _plot, _print_result
-    from dynamiccl.profiler.runner import CollectiveSpec, summarize
+    from dynamiccl.profiler.measure.runner import CollectiveSpec, summarize
 
     spec = CollectiveSpec("allreduce", 2**20, "gloo", warmup=0, iters=10, runs=1, straggler_rank=1,
                           straggler_delay_us=30_000.0)
@@ -219,8 +219,8 @@ def captured(monkeypatch: pytest.MonkeyPatch):
         figures.append(fig)
         return Path(path)
 
-    for module in ("dynamiccl.agents.training_plots", "dynamiccl.agents.evaluation_plots",
-                   "dynamiccl.profiler.fit_plot"):
+    for module in ("dynamiccl.agents.training.training_plots", "dynamiccl.agents.shipping.evaluation_plots",
+                   "dynamiccl.profiler.fit.fit_plot"):
         monkeypatch.setattr(f"{module}.save", keep)
     yield figures
     for fig in figures:
@@ -228,8 +228,8 @@ def captured(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_the_training_curve_keeps_its_labels_and_its_last_point_in_view(tmp_path: Path, captured) -> None:
-    from dynamiccl.agents.full_info_agent import CURVE
-    from dynamiccl.agents.training_plots import plot_training
+    from dynamiccl.agents.training.full_info_agent import CURVE
+    from dynamiccl.agents.training.training_plots import plot_training
 
     steps = range(8192, 204801, 8192)
     (tmp_path / "progress.csv").write_text("time/total_timesteps," + CURVE[0] + "\n" + "".join(
@@ -246,7 +246,7 @@ def test_the_training_curve_keeps_its_labels_and_its_last_point_in_view(tmp_path
 
 @pytest.mark.parametrize("keys", [["learning_rate"], ["learning_rate", "n_steps", "gamma"]])
 def test_the_sweep_title_fits_one_panel_or_many(tmp_path: Path, captured, keys: list[str]) -> None:
-    from dynamiccl.agents.training_plots import plot_sweep
+    from dynamiccl.agents.training.training_plots import plot_sweep
 
     rows = [{"learning_rate": 10 ** (-4 + i / 3), "n_steps": 64 * (i + 1), "gamma": 0.9 + i / 100,
              "oracle_share": 0.3 + i / 20} for i in range(8)]
@@ -256,7 +256,7 @@ def test_the_sweep_title_fits_one_panel_or_many(tmp_path: Path, captured, keys: 
 
 
 def test_the_choice_maps_title_keeps_its_first_letter(smoke_reports, captured, tmp_path: Path) -> None:
-    from dynamiccl.agents.evaluation_plots import plot_reports
+    from dynamiccl.agents.shipping.evaluation_plots import plot_reports
 
     plot_reports(smoke_reports, tmp_path, suite="smoke", deployable=True)
     for fig in captured:
@@ -265,9 +265,9 @@ def test_the_choice_maps_title_keeps_its_first_letter(smoke_reports, captured, t
 
 
 def test_calibration_panels_are_titled_by_file_name_without_overlap(tmp_path: Path, captured) -> None:
-    from dynamiccl.profiler.calibrate import calibrate
-    from dynamiccl.profiler.fit_plot import plot_fit
-    from dynamiccl.profiler.measurements import read
+    from dynamiccl.profiler.fit.calibrate import calibrate
+    from dynamiccl.profiler.fit.fit_plot import plot_fit
+    from dynamiccl.profiler.formats.measurements import read
 
     folder = Path(__file__).parent / "fixtures" / "real" / "sophia_dgx_a100_ib"
     records = [r for name in ("all_reduce_n2.txt", "all_gather_n2.txt") for r in read(folder / name)[0]]

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from dynamiccl.cli.main import main
-from dynamiccl.profiler import emulation
-from dynamiccl.profiler.emulation import (
+from dynamiccl.profiler.formats.records import MeasurementRecord, read_jsonl, write_jsonl
+from dynamiccl.profiler.measure import emulation
+from dynamiccl.profiler.measure.emulation import (
     EMULATED_HOST_ENV,
     EmulationError,
     check_mps,
@@ -23,9 +24,8 @@ from dynamiccl.profiler.emulation import (
     gpu_of,
     mps_problem,
 )
-from dynamiccl.profiler.launcher import launch
-from dynamiccl.profiler.records import MeasurementRecord, read_jsonl, write_jsonl
-from dynamiccl.profiler.runner import CollectiveSpec, summarize
+from dynamiccl.profiler.measure.launcher import launch
+from dynamiccl.profiler.measure.runner import CollectiveSpec, summarize
 
 WORKERS = str(Path(__file__).parent / "profiler_workers.py")
 
@@ -183,7 +183,7 @@ def test_tune_and_calibrate_refuse_emulated_and_real_measurements_together(tmp_p
 
 def test_live_backend_and_sessions_refuse_emulated_gloo():
     from dynamiccl.envs.backends.live import LiveBackend
-    from dynamiccl.profiler.session import RankSession
+    from dynamiccl.profiler.measure.session import RankSession
 
     with pytest.raises(ValueError, match="NCCL ranks"):
         LiveBackend(nprocs=2, emulate_hosts=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dynamiccl import policy_file as pf
-from dynamiccl.agents.export import MAX_BYTES, export_policy, size_grid
+from dynamiccl.agents.shipping.export import MAX_BYTES, export_policy, size_grid
 from dynamiccl.cli.main import main
 from dynamiccl.knobs import Config, Hierarchy, Schedule, action_id
 from dynamiccl.nccl import Algorithm, Collective, Protocol
@@ -194,7 +194,7 @@ def test_the_shipped_csv_runs_nccls_own_choice_where_the_policy_defers(tmp_path)
     a size the CSV leaves out runs on 1 channel: a gated export must list every size of the
     exported system, with NCCL's own pick (channels included) where it defers."""
     from dynamiccl import decisions
-    from dynamiccl.agents.deployed import load_deployed
+    from dynamiccl.agents.policies.deployed import load_deployed
     from dynamiccl.scenario import Scenario
 
     out = tmp_path / "p.csv"
@@ -214,9 +214,9 @@ def test_the_shipped_csv_runs_nccls_own_choice_where_the_policy_defers(tmp_path)
 
 def test_export_judges_the_csv_as_nvidias_example_tuner_runs_it(topo):
     """A CSV missing the sizes the policy defers runs them on 1 channel: predicted slower."""
-    from dynamiccl.agents.deployed import NcclExampleCsvPolicy
-    from dynamiccl.agents.export import for_example_tuner, predicted_slower_as_shipped
-    from dynamiccl.agents.registry import load_policy
+    from dynamiccl.agents.policies.deployed import NcclExampleCsvPolicy
+    from dynamiccl.agents.policies.registry import load_policy
+    from dynamiccl.agents.shipping.export import for_example_tuner, predicted_slower_as_shipped
     from dynamiccl.nccl_csv import read_nccl_example_csv
 
     result = export_policy(load_policy("oracle", deployable=True), topo,
@@ -231,7 +231,7 @@ def test_export_judges_the_csv_as_nvidias_example_tuner_runs_it(topo):
 
 
 def test_a_csv_line_nccl_cannot_run_is_passed_over_as_the_example_tuner_does():
-    from dynamiccl.agents.deployed import NcclExampleCsvPolicy
+    from dynamiccl.agents.policies.deployed import NcclExampleCsvPolicy
     from dynamiccl.nccl_csv import read_nccl_example_csv
     from dynamiccl.scenario import Scenario
 
@@ -253,7 +253,7 @@ def test_evaluate_shows_a_shipped_file_next_to_the_checkpoint_or_policy_it_came_
 
     from omegaconf import OmegaConf
 
-    from dynamiccl.agents.sb3_agents import build_model, save_checkpoint
+    from dynamiccl.agents.policies.sb3_agents import build_model, save_checkpoint
     from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 
     agent = OmegaConf.create({"name": "a2c", "model": {"_target_": "stable_baselines3.A2C",
@@ -281,7 +281,7 @@ def test_evaluate_shows_a_shipped_file_next_to_the_checkpoint_or_policy_it_came_
 def _sb3_policy(observation: str):
     from omegaconf import OmegaConf
 
-    from dynamiccl.agents.sb3_agents import SB3Policy, build_model
+    from dynamiccl.agents.policies.sb3_agents import SB3Policy, build_model
     from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 
     agent = OmegaConf.create({"name": "ppo", "model": {
@@ -304,7 +304,7 @@ class Shown:
 
 
 def test_export_shows_a_policy_the_observation_it_was_trained_on_context_included(topo):
-    from dynamiccl.agents.export import context_scenario
+    from dynamiccl.agents.shipping.export import context_scenario
     from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
     from dynamiccl.envs.deployable_observation import DEPLOYABLE_SIZE, describe, scenario_context
 
@@ -327,8 +327,8 @@ def test_export_shows_a_policy_the_observation_it_was_trained_on_context_include
 
 
 def test_a_policy_trained_on_the_research_observation_is_refused_not_frozen(topo, tmp_path, capsys):
-    from dynamiccl.agents.export import NotExportable
-    from dynamiccl.agents.sb3_agents import save_checkpoint
+    from dynamiccl.agents.policies.sb3_agents import save_checkpoint
+    from dynamiccl.agents.shipping.export import NotExportable
 
     research = _sb3_policy("research")
     with pytest.raises(NotExportable, match="trained on the research observation"):
@@ -342,7 +342,7 @@ def test_a_policy_trained_on_the_research_observation_is_refused_not_frozen(topo
 
 
 def test_a_checkpoint_trained_on_the_deployable_observation_exports_from_the_cli(tmp_path):
-    from dynamiccl.agents.sb3_agents import save_checkpoint
+    from dynamiccl.agents.policies.sb3_agents import save_checkpoint
 
     deployable = _sb3_policy("deployable")
     save_checkpoint(deployable.model, tmp_path / "model.zip", "ppo")
@@ -357,7 +357,7 @@ def test_where_a_forcing_policy_pins_nothing_the_file_defers_even_ungated(topo):
     table entry; the file must leave those calls to NCCL, not pin that entry."""
     import torch
 
-    from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner
+    from dynamiccl.agents.policies.full_info import FullInfoConfig, FullInfoLearner
 
     learner = FullInfoLearner(FullInfoConfig(hidden=8, layers=1, ensemble=1))
     with torch.no_grad():

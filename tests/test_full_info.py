@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dynamiccl import decisions
-from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy, masked_loss
+from dynamiccl.agents.policies.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy, masked_loss
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.action_values import action_values
 from dynamiccl.envs.deployable_observation import DEPLOYABLE_HIGH, DEPLOYABLE_LOW
@@ -146,7 +146,7 @@ def test_training_lowers_the_loss_and_a_saved_learner_predicts_the_same(tmp_path
 
 
 def test_scored_in_the_environment_it_defers_as_nccl_runs_and_pins_what_it_chose() -> None:
-    from dynamiccl.agents.evaluate import evaluate_policy
+    from dynamiccl.agents.shipping.evaluate import evaluate_policy
     from dynamiccl.envs.workloads import load_suite
 
     suite = load_suite("smoke")[:1]

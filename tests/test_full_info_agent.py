@@ -20,12 +20,12 @@ import torch
 from hydra import compose, initialize_config_module
 from training_runs import ENV, REPO, checkpoint_steps, interrupt, run, start_and_wait
 
-from dynamiccl.agents import full_info_agent
-from dynamiccl.agents.callbacks import trained_seconds
-from dynamiccl.agents.config_checks import ConfigCheckError, validate
-from dynamiccl.agents.full_info import FullInfoConfig
-from dynamiccl.agents.registry import load_policy
-from dynamiccl.agents.train import train
+from dynamiccl.agents.policies.full_info import FullInfoConfig
+from dynamiccl.agents.policies.registry import load_policy
+from dynamiccl.agents.training import full_info_agent
+from dynamiccl.agents.training.callbacks import trained_seconds
+from dynamiccl.agents.training.config_checks import ConfigCheckError, validate
+from dynamiccl.agents.training.train import train
 from dynamiccl.knobs import Collective
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
@@ -162,7 +162,7 @@ def test_a_damaged_learner_file_is_one_line(tmp_path):
 def test_a_learner_file_from_before_the_trained_on_box_is_one_line_naming_the_fix(tmp_path):
     import torch
 
-    from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner
+    from dynamiccl.agents.policies.full_info import FullInfoConfig, FullInfoLearner
 
     old = FullInfoLearner(FullInfoConfig(hidden=8, layers=1, ensemble=1)).save(tmp_path / "old.pt")
     blob = torch.load(old, weights_only=True)
@@ -184,8 +184,8 @@ def test_a_run_folder_and_a_learner_file_from_when_min_gain_was_called_margin_st
                                                                                        tmp_path):
     from omegaconf import OmegaConf
 
-    from dynamiccl.agents.full_info import FullInfoLearner
-    from dynamiccl.agents.run_folder import record_config
+    from dynamiccl.agents.policies.full_info import FullInfoLearner
+    from dynamiccl.agents.training.run_folder import record_config
 
     run_dir, _ = trained
     recorded = OmegaConf.load(run_dir / "config.yaml")
@@ -370,7 +370,7 @@ def test_in_distribution_bands_count_what_a_policy_takes_of_each_calls_best_gain
     deployable action takes all of every band's gain."""
     import torch
 
-    from dynamiccl.agents.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy
+    from dynamiccl.agents.policies.full_info import FullInfoConfig, FullInfoLearner, FullInfoPolicy
     from dynamiccl.envs.deployable_observation import DEPLOYABLE_HIGH, DEPLOYABLE_LOW
 
     bench = _bench_module("bench_learning")

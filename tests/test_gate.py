@@ -9,9 +9,9 @@ import pytest
 
 from dynamiccl import decisions
 from dynamiccl import policy_file as pf
-from dynamiccl.agents.baselines import OraclePolicy
-from dynamiccl.agents.export import export_policy, load_evidence, rule_evidence, save_evidence
-from dynamiccl.agents.gate import DEFAULT_MARGIN, Gate, passes, uncertainty
+from dynamiccl.agents.policies.baselines import OraclePolicy
+from dynamiccl.agents.shipping.export import export_policy, load_evidence, rule_evidence, save_evidence
+from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN, Gate, passes, uncertainty
 from dynamiccl.calibration import DATASHEET_REL_STD
 from dynamiccl.cli.main import main
 from dynamiccl.cli.show import JSON_KEYS
@@ -78,7 +78,7 @@ class RingLLOneChannel:
 
 
 def test_export_refuses_a_policy_predicted_slower_unless_told(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("dynamiccl.agents.registry.load_policy",
+    monkeypatch.setattr("dynamiccl.agents.policies.registry.load_policy",
                         lambda *a, **k: RingLLOneChannel())
     out = tmp_path / "bad.dccl"
     args = ["export", "--policy", "ring_ll_1ch", "--topology", "dgx_h100", "-o", str(out)]

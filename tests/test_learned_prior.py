@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 from training_runs import ENV
 
-from dynamiccl.agents import prior_learner
-from dynamiccl.agents.gate import DEFAULT_MARGIN
-from dynamiccl.agents.prior import FEATURES, FORMAT_VERSION, SHIPPED_NAME, LearnedPrior
-from dynamiccl.agents.prior_learner import (
+from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN
+from dynamiccl.agents.shipping.prior import FEATURES, FORMAT_VERSION, SHIPPED_NAME, LearnedPrior
+from dynamiccl.agents.shipping.tune import PRIOR_SIGMAS, Choice
+from dynamiccl.agents.training import prior_learner
+from dynamiccl.agents.training.prior_learner import (
     VALIDATION_SEED_START,
     PriorConfig,
     PriorLearner,
@@ -27,7 +28,6 @@ from dynamiccl.agents.prior_learner import (
     time_series,
     validation_cases,
 )
-from dynamiccl.agents.tune import PRIOR_SIGMAS, Choice
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, Miscalibration, PerturbedBackend
 from dynamiccl.knobs import Algorithm, Collective, Protocol
 from dynamiccl.topology import load_topology
@@ -147,7 +147,7 @@ def test_answers_are_the_same_whatever_the_thread_count(planted):
     script = textwrap.dedent("""
         import sys, torch
         torch.set_num_threads(int(sys.argv[1]))
-        from dynamiccl.agents.prior import LearnedPrior
+        from dynamiccl.agents.shipping.prior import LearnedPrior
         from dynamiccl.knobs import Algorithm, Collective, Protocol
         ring_ll = (Algorithm.RING, Protocol.LL)
         model = {(Collective.ALLREDUCE, 16, None, 1 << k): 10.0 + k for k in range(10, 20)}
@@ -164,7 +164,7 @@ def test_answers_are_the_same_whatever_the_thread_count(planted):
 
 
 def test_the_shipped_prior_is_a_small_file_in_the_package_with_its_training_command():
-    shipped = resources.files("dynamiccl.agents") / SHIPPED_NAME
+    shipped = resources.files("dynamiccl.agents.shipping") / SHIPPED_NAME
     assert shipped.is_file(), "found through the package, as an editable or a wheel install finds it"
     with resources.as_file(shipped) as path:
         assert path.stat().st_size < 100_000

@@ -18,11 +18,11 @@ import torch
 from hydra import compose, initialize_config_module
 from training_runs import ENV, REPO, checkpoint_steps, run, start_and_wait
 
-from dynamiccl.agents import prior_agent
-from dynamiccl.agents.config_checks import ConfigCheckError, validate
-from dynamiccl.agents.prior import LearnedPrior
-from dynamiccl.agents.prior_learner import PriorConfig
-from dynamiccl.agents.train import train
+from dynamiccl.agents.shipping.prior import LearnedPrior
+from dynamiccl.agents.training import prior_agent
+from dynamiccl.agents.training.config_checks import ConfigCheckError, validate
+from dynamiccl.agents.training.prior_learner import PriorConfig
+from dynamiccl.agents.training.train import train
 
 #: A prior small enough for tests: about a hundred examples a round from two fresh systems.
 SMALL = ["agent=learned_prior", "trainer.progress_bar=false", "agent.model.systems_per_round=2",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl.profiler.measurement_paths import load_paths
-from dynamiccl.profiler.measurements import MeasurementFormatError
+from dynamiccl.profiler.formats.measurement_paths import load_paths
+from dynamiccl.profiler.formats.measurements import MeasurementFormatError
 
 REAL = Path(__file__).parent / "fixtures" / "real" / "h100_nvswitch_node"
 

@@ -16,15 +16,15 @@ import pytest
 
 from dynamiccl.nccl import Algorithm, Protocol
 from dynamiccl.nccl_model import NcclModel
-from dynamiccl.profiler.measurements import MeasurementFormatError, detect_format, load, read
-from dynamiccl.profiler.nccl_debug_log import (
+from dynamiccl.profiler.formats.measurements import MeasurementFormatError, detect_format, load, read
+from dynamiccl.profiler.formats.nccl_debug_log import (
     NcclDebugLogError,
     compare_tables,
     parse_debug_log,
     parse_debug_log_file,
 )
-from dynamiccl.profiler.nccl_tests_json import NcclTestsJsonError
-from dynamiccl.profiler.published import (
+from dynamiccl.profiler.formats.nccl_tests_json import NcclTestsJsonError
+from dynamiccl.profiler.formats.published import (
     REPLAY_COLUMNS,
     PublishedRunError,
     load_all,
@@ -32,8 +32,8 @@ from dynamiccl.profiler.published import (
     load_sidecar,
     replay_rows,
 )
-from dynamiccl.profiler.records import read_jsonl, write_jsonl
-from dynamiccl.profiler.tuner_measurements_csv import TunerCsvError, parse_tuner_csv
+from dynamiccl.profiler.formats.records import read_jsonl, write_jsonl
+from dynamiccl.profiler.formats.tuner_measurements_csv import TunerCsvError, parse_tuner_csv
 from dynamiccl.topology import load_topology
 
 REAL = Path(__file__).parent / "fixtures" / "real"
@@ -200,7 +200,7 @@ def test_replay_tables_are_up_to_date() -> None:
             committed = list(csv.DictReader(fh))
         fresh = replay_rows(load_all(REAL)[system])
         assert committed == fresh, (f"{path} is stale; regenerate with python -m "
-                                    "dynamiccl.profiler.published tests/fixtures/real --replay "
+                                    "dynamiccl.profiler.formats.published tests/fixtures/real --replay "
                                     "tests/fixtures/real/replay")
         assert list(committed[0]) == list(REPLAY_COLUMNS)
 

@@ -26,8 +26,8 @@ from dynamiccl.nccl import (
     Protocol,
     bus_factor,
 )
-from dynamiccl.profiler.records import bandwidths
-from dynamiccl.profiler.runner import CollectiveSpec, nccl_env
+from dynamiccl.profiler.formats.records import bandwidths
+from dynamiccl.profiler.measure.runner import CollectiveSpec, nccl_env
 from dynamiccl.simulator import simulate
 from dynamiccl.topology import load_topology
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamiccl.agents.adaptive import (
+from dynamiccl.agents.policies.adaptive import (
     adaptive_agent,
     adaptive_tuner,
     gated_slot,
@@ -14,8 +14,8 @@ from dynamiccl.agents.adaptive import (
     prior_sweep_tuner,
     train_adaptive,
 )
-from dynamiccl.agents.baselines import nccl_action
-from dynamiccl.agents.policy import ForcingPolicy, OnlinePolicy
+from dynamiccl.agents.policies.baselines import nccl_action
+from dynamiccl.agents.policies.policy import ForcingPolicy, OnlinePolicy
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START
 from dynamiccl.envs.online_tuning import CallLog, Candidates, OnlineTuningEnv
@@ -77,7 +77,7 @@ def test_a_tiny_trained_policy_acts_as_an_online_tuner_and_never_saw_a_heldout_r
 def test_imitation_fits_the_teachers_choices():
     from stable_baselines3.common.env_util import make_vec_env
 
-    from dynamiccl.agents.sb3_agents import build_model
+    from dynamiccl.agents.policies.sb3_agents import build_model
 
     model = build_model(adaptive_agent(), make_vec_env(OnlineTuningEnv, n_envs=1, seed=0), seed=0)
     uniform = -np.log(5.0)  # about the mean slot count
@@ -104,7 +104,7 @@ def test_force_pins_nothing_for_nccls_pick_and_the_candidates_knobs_otherwise():
 
 
 def test_the_runtimes_adapter_drives_a_candidate_tuner():
-    from dynamiccl.agents.runtime_tuner import RuntimeTunerAdapter
+    from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
     from dynamiccl.runtime.tuning import SizeBin
 
     adapter = RuntimeTunerAdapter(prior_sweep_tuner(), TOPO, budget=16)

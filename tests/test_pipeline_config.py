@@ -7,10 +7,10 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from dynamiccl.agents.config_checks import ConfigCheckError, validate
-from dynamiccl.agents.envs_factory import env_kwargs, scenario_spec
-from dynamiccl.agents.sb3_agents import build_model
-from dynamiccl.agents.sweep import search_space
+from dynamiccl.agents.policies.sb3_agents import build_model
+from dynamiccl.agents.training.config_checks import ConfigCheckError, validate
+from dynamiccl.agents.training.envs_factory import env_kwargs, scenario_spec
+from dynamiccl.agents.training.sweep import search_space
 from dynamiccl.configs.schema import Config, TrainerConfig
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 from dynamiccl.envs.workloads import load_scenario_distribution

@@ -12,7 +12,7 @@ import pytest
 import torch
 from training_runs import REPO, checkpoint_steps, interrupt, run, start_and_wait
 
-from dynamiccl.agents.sb3_agents import load_checkpoint
+from dynamiccl.agents.policies.sb3_agents import load_checkpoint
 
 TOTAL = 1024
 AGENTS = {

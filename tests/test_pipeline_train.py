@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-from dynamiccl.agents.config_checks import ConfigCheckError
-from dynamiccl.agents.train import train
+from dynamiccl.agents.training.config_checks import ConfigCheckError
+from dynamiccl.agents.training.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
@@ -72,7 +72,7 @@ def one_line_error(out: subprocess.CompletedProcess, message: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("observation", ["deployable", "research"])
 def test_either_observation_set_trains_and_is_evaluated_on_what_it_was_trained_on(tmp_path, observation):
-    from dynamiccl.agents.registry import load_policy
+    from dynamiccl.agents.policies.registry import load_policy
 
     metrics = train(smoke(f"env.observation={observation}"), tmp_path)
     assert metrics["step"] == 256 and f"observation: {observation}" in (tmp_path / "config.yaml").read_text()

@@ -345,8 +345,8 @@ class LogBucketPolicy:
 @pytest.mark.parametrize("which", ["oracle", "log-buckets"])
 def test_exported_grid_round_trips_through_the_plugin(driver, tmp_path, which):
     """Exhaustive: every call export evaluated gets the same decision from the C plugin."""
-    from dynamiccl.agents.export import export_policy
-    from dynamiccl.agents.registry import load_policy
+    from dynamiccl.agents.policies.registry import load_policy
+    from dynamiccl.agents.shipping.export import export_policy
     from dynamiccl.topology import load_topology
 
     topo = load_topology("dgx_h100", nodes=2)

@@ -57,7 +57,7 @@ HOSTS = 2
 def _run_logged(tmp_path: Path, name: str, env: dict[str, str]) -> list[str]:
     """All-reduces SIZES on HOSTS emulated hosts with NCCL's INIT,TUNING log per rank; returns the
     ranks' logs (each result checked to be the exact sum)."""
-    from dynamiccl.profiler.launcher import launch
+    from dynamiccl.profiler.measure.launcher import launch
 
     folder = tmp_path / name
     folder.mkdir()
@@ -69,7 +69,7 @@ def _run_logged(tmp_path: Path, name: str, env: dict[str, str]) -> list[str]:
 
 
 def _picks(log: str) -> dict[int, tuple[Algorithm, Protocol]]:
-    from dynamiccl.profiler.nccl_debug_log import parse_debug_log
+    from dynamiccl.profiler.formats.nccl_debug_log import parse_debug_log
 
     return {p.nbytes: (p.algorithm, p.protocol) for p in parse_debug_log(log).distinct_picks()
             if p.collective == Collective.ALLREDUCE}
@@ -83,7 +83,7 @@ def test_on_emulated_hosts_nccl_runs_the_policys_choice_where_it_overrides_and_i
     """Two emulated hosts on one GPU (a one-rank communicator never asks the tuner). NCCL's own
     TUNING log (rank 0 prints every call's pick) shows what ran: first without the plugin, then
     with a policy that overrides NCCL at OVERRIDDEN only; every rank logs the policy's sha."""
-    from dynamiccl.profiler.nccl_debug_log import parse_debug_log
+    from dynamiccl.profiler.formats.nccl_debug_log import parse_debug_log
 
     baseline = _run_logged(tmp_path, "nccl", {})
     own = _picks(baseline[0])

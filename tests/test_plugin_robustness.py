@@ -45,8 +45,8 @@ def _harness(name: str, cache: Path, flags: list[str], *, with_parser: bool = Fa
 @pytest.fixture(scope="module")
 def seed_policies(tmp_path_factory) -> list[Path]:
     """Valid starting points for mutation: a real export and a file using every format feature."""
-    from dynamiccl.agents.export import export_policy
-    from dynamiccl.agents.registry import load_policy
+    from dynamiccl.agents.policies.registry import load_policy
+    from dynamiccl.agents.shipping.export import export_policy
     from dynamiccl.topology import load_topology
 
     folder = tmp_path_factory.mktemp("seeds")

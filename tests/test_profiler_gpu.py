@@ -12,11 +12,11 @@ import pytest
 from dynamiccl.cli.main import main
 from dynamiccl.knobs import Config, action_id
 from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.profiler.emulation import local_emulated_topology
-from dynamiccl.profiler.launcher import launch
-from dynamiccl.profiler.nvml import RecordedNvml
-from dynamiccl.profiler.records import read_jsonl
-from dynamiccl.profiler.runner import CollectiveSpec, measure_many
+from dynamiccl.profiler.formats.records import read_jsonl
+from dynamiccl.profiler.measure.emulation import local_emulated_topology
+from dynamiccl.profiler.measure.launcher import launch
+from dynamiccl.profiler.measure.nvml import RecordedNvml
+from dynamiccl.profiler.measure.runner import CollectiveSpec, measure_many
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
 
@@ -120,7 +120,7 @@ def test_an_online_agent_steps_the_environment_on_real_multi_rank_nccl_timings(m
     as the step's reward and the observed straggler as the next observation."""
     import numpy as np
 
-    from dynamiccl.agents.online import CoordinateDescentTuner
+    from dynamiccl.agents.policies.online import CoordinateDescentTuner
     from dynamiccl.envs.backends.live import LiveBackend
     from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
     from dynamiccl.envs.observation import OBSERVATION_FIELDS

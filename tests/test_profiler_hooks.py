@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynamiccl.profiler.launcher import launch
+from dynamiccl.profiler.measure.launcher import launch
 
 WORKERS = str(Path(__file__).parent / "profiler_workers.py")
 #: Far above the several ms a loaded 2-core machine adds to any sleep or compute step.

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from dynamiccl.nccl import Collective, bus_factor
-from dynamiccl.profiler.nccl_tests import (
+from dynamiccl.profiler.formats.nccl_tests import (
     NcclTestsParseError,
     collective_from_name,
     parse_nccl_tests,
     parse_nccl_tests_file,
 )
-from dynamiccl.profiler.records import read_jsonl, write_jsonl
+from dynamiccl.profiler.formats.records import read_jsonl, write_jsonl
 
 FIX = Path(__file__).parent / "fixtures" / "profiler" / "nccl_tests"
 

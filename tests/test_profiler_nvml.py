@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from dynamiccl.cli.main import main
-from dynamiccl.profiler.discover import NetworkSpec, discover
-from dynamiccl.profiler.nvml import (
+from dynamiccl.profiler.measure.discover import NetworkSpec, discover
+from dynamiccl.profiler.measure.nvml import (
     NoDriverError,
     PynvmlProvider,
     RecordedNvml,

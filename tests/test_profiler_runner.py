@@ -10,9 +10,9 @@ import pytest
 
 from dynamiccl.cli.main import main
 from dynamiccl.nccl import bus_factor
-from dynamiccl.profiler.launcher import LaunchError, launch
-from dynamiccl.profiler.records import read_jsonl
-from dynamiccl.profiler.runner import CollectiveSpec, measure_many, nccl_env
+from dynamiccl.profiler.formats.records import read_jsonl
+from dynamiccl.profiler.measure.launcher import LaunchError, launch
+from dynamiccl.profiler.measure.runner import CollectiveSpec, measure_many, nccl_env
 
 WORKERS = str(Path(__file__).parent / "profiler_workers.py")
 pytestmark = pytest.mark.multiproc

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from dynamiccl.agents.progress import progress_bar
+from dynamiccl.agents.shipping.progress import progress_bar
 
 #: rich reads these to force or forbid a terminal; the tests decide what stderr is.
 _RICH_OVERRIDES = ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS",
@@ -84,7 +84,7 @@ def checkpoint(tmp_path_factory):
     """An (untrained) agent on the deployable observation, saved as `dynamiccl train` saves one."""
     from omegaconf import OmegaConf
 
-    from dynamiccl.agents.sb3_agents import build_model, save_checkpoint
+    from dynamiccl.agents.policies.sb3_agents import build_model, save_checkpoint
     from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 
     agent = OmegaConf.create({"name": "ppo", "model": {

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from dynamiccl import decisions
-from dynamiccl.agents.baselines import NcclDefaultPolicy
-from dynamiccl.agents.evaluate import evaluate_policy
-from dynamiccl.agents.registry import load_policy
+from dynamiccl.agents.policies.baselines import NcclDefaultPolicy
+from dynamiccl.agents.policies.registry import load_policy
+from dynamiccl.agents.shipping.evaluate import evaluate_policy
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends import UnmeasuredChoice
 from dynamiccl.envs.backends.perturbed import (
@@ -32,7 +32,7 @@ from dynamiccl.envs.backends.replay import (
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 from dynamiccl.envs.workloads import Episode, load_suite
 from dynamiccl.knobs import ACTION_INDEX, Algorithm, Collective, Config, Protocol
-from dynamiccl.profiler.records import MeasurementRecord
+from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
 
@@ -245,8 +245,8 @@ def test_bench_tuning_scores_learned_policies_when_given(tmp_path):
     """``--policy`` (anything the registry loads, here a shipped file) and ``--adaptive``."""
     from stable_baselines3.common.env_util import make_vec_env
 
-    from dynamiccl.agents.adaptive import adaptive_agent
-    from dynamiccl.agents.sb3_agents import build_model
+    from dynamiccl.agents.policies.adaptive import adaptive_agent
+    from dynamiccl.agents.policies.sb3_agents import build_model
     from dynamiccl.cli.main import main
     from dynamiccl.envs.online_tuning import OnlineTuningEnv
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynamiccl.profiler.launcher import launch
+from dynamiccl.profiler.measure.launcher import launch
 from dynamiccl.runtime.matchings import matchings_for, worthwhile
 from dynamiccl.runtime.stragglar import _chunked
 from dynamiccl.simulator.stragglar_schedule import check_schedule, rounds

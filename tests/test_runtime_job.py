@@ -10,7 +10,7 @@ import torch
 from dynamiccl import plugin as plugin_build
 from dynamiccl import policy_file as pf
 from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.profiler.launcher import launch
+from dynamiccl.profiler.measure.launcher import launch
 from dynamiccl.runtime.plugin_control import CONTROL_SYMBOLS
 from dynamiccl.runtime.tuning import KEEP_DEFAULT, MEASURE_CANDIDATE, PIN_WINNER
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl.profiler.launcher import launch
+from dynamiccl.profiler.measure.launcher import launch
 from dynamiccl.runtime import RuntimeConfig
 from dynamiccl.runtime.paths import (
     PathOptions,

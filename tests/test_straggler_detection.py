@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from dynamiccl.nccl import Collective
-from dynamiccl.profiler import straggler_detection
-from dynamiccl.profiler.c2c import simulator_c2c, step_breakdown
+from dynamiccl.profiler.measure import straggler_detection
+from dynamiccl.profiler.measure.c2c import simulator_c2c, step_breakdown
 from dynamiccl.topology import load_topology
 
 

@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from dynamiccl.agents.config_checks import ConfigCheckError, validate
+from dynamiccl.agents.training.config_checks import ConfigCheckError, validate
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl.agents.tune import (
+from dynamiccl.agents.shipping.tune import (
     PRIOR_SIGMAS,
     PriorQuery,
     TunedPolicy,
@@ -21,7 +21,7 @@ from dynamiccl.agents.tune import (
     candidate_pairs,
     resolved,
 )
-from dynamiccl.agents.tune_measurements import (
+from dynamiccl.agents.shipping.tune_measurements import (
     DEFAULT,
     INTRA_NODE_LAUNCH_NOISE,
     NVSWITCH_NODE_LAUNCH_NOISE,
@@ -30,11 +30,11 @@ from dynamiccl.agents.tune_measurements import (
     default_launch_noise,
     noise_band,
 )
-from dynamiccl.agents.tune_plan import PlannedMeasurement, command_lines, launch_order, plan
-from dynamiccl.agents.tune_prior import LearnedPriorSource
+from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement, command_lines, launch_order, plan
+from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
 from dynamiccl.cli.main import main
 from dynamiccl.knobs import Algorithm, Collective, Protocol, span_label, without_channels
-from dynamiccl.profiler.records import MeasurementRecord, write_jsonl
+from dynamiccl.profiler.formats.records import MeasurementRecord, write_jsonl
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import load_topology
 from dynamiccl.transports import TRANSPORTS
@@ -152,7 +152,7 @@ def test_the_systems_default_launch_noise_follows_its_transports_and_its_node():
 def test_the_nvswitch_nodes_default_noise_is_what_its_repeated_launches_say():
     """The shipped constant is :meth:`Measurements.launch_spread` of the H100 node's fixtures:
     per size band, the core spread and the tail of one launch."""
-    from dynamiccl.profiler.published import load_system
+    from dynamiccl.profiler.formats.published import load_system
 
     records = [r for run in load_system(REAL) for r in run.records]
     spread = Measurements(records).launch_spread(8)
@@ -164,7 +164,7 @@ def test_the_nvswitch_nodes_default_noise_is_what_its_repeated_launches_say():
 
 
 def test_the_spread_within_one_launch_is_only_a_floor_of_its_noise():
-    from dynamiccl.profiler.measurements import load
+    from dynamiccl.profiler.formats.measurements import load
 
     steady = load(FIXTURES / "replay" / "h100_nvswitch_node.csv")
     tuner = Tuner(TOPO, Measurements(steady))
@@ -712,7 +712,7 @@ def test_plan_run_measures_interleaved_launches_on_a_gpu(tmp_path, capsys):
 
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-    from dynamiccl.profiler.records import read_jsonl
+    from dynamiccl.profiler.formats.records import read_jsonl
 
     record_file = tmp_path / "m.jsonl"
     assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--gpus-per-node", "1",

@@ -90,8 +90,8 @@ def test_every_other_size_split_and_error_ratio() -> None:
         import validate_real as vr
     finally:
         sys.path.pop(0)
-    from dynamiccl.profiler.fit_report import split_every_other
-    from dynamiccl.profiler.published import load_system
+    from dynamiccl.profiler.fit.fit_report import split_every_other
+    from dynamiccl.profiler.formats.published import load_system
 
     assert vr.split_every_other is split_every_other  # the CLI's held-out check holds out the same
     runs = load_system(ROOT / "tests" / "fixtures" / "real" / "sophia_dgx_a100_ib")
@@ -105,8 +105,8 @@ def test_every_other_size_split_and_error_ratio() -> None:
 def test_forced_tree_and_ll_are_simulated_as_forced() -> None:
     """Enum members whose value is 0 (Tree, LL) must still count as forced, in the calibration
     and so in the validation that predicts through it."""
-    from dynamiccl.profiler.calibrate import pick_configs, prepare
-    from dynamiccl.profiler.published import load_system
+    from dynamiccl.profiler.fit.calibrate import pick_configs, prepare
+    from dynamiccl.profiler.formats.published import load_system
     from dynamiccl.topology import load_topology
 
     fixtures = ROOT / "tests" / "fixtures" / "real"

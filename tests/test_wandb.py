@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl.agents.logging import NullLogger, WandbLogger
+from dynamiccl.agents.training.logging import NullLogger, WandbLogger
 
 
 def read_records(offline_dir: Path) -> list[dict]:
@@ -113,7 +113,7 @@ def test_bad_mode_is_refused_and_null_logger_writes_nothing(tmp_path):
 def test_training_run_logs_curves_evaluation_table_and_plots_to_offline_wandb(offline_wandb):
     from hydra import compose, initialize_config_module
 
-    from dynamiccl.agents.train import train
+    from dynamiccl.agents.training.train import train
 
     with initialize_config_module("dynamiccl.configs", version_base="1.3"):
         cfg = compose("train", overrides=[

@@ -1,6 +1,6 @@
 """``dynamiccl calibrate``: fit a topology to measurements and write it, calibration section included.
 
-The fit (``profiler.calibrate``) sets tier bandwidths and latencies plus the refinements the data
+The fit (``profiler.fit.calibrate``) sets tier bandwidths and latencies plus the refinements the data
 determines (per algorithm/protocol efficiency and base latency, launch floor, transport overhead).
 Before the final fit on everything, a held-out check fits every other size of each run and predicts
 the others (``fit_report.split_every_other``: by size, so a size's out-of-place and in-place times
@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
     """Records from every file, whatever its format; one readable line for any file that fails."""
-    from dynamiccl.profiler.measurements import MeasurementFormatError, read
-    from dynamiccl.profiler.records import check_one_system_kind
+    from dynamiccl.profiler.formats.measurements import MeasurementFormatError, read
+    from dynamiccl.profiler.formats.records import check_one_system_kind
 
     records, warnings = [], []
     for path in paths:
@@ -76,8 +76,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from dynamiccl.config_loader import ConfigError
     from dynamiccl.files import claim_output, distinct_outputs, write_text_atomic
     from dynamiccl.plots import claim_figure
-    from dynamiccl.profiler.calibrate import CalibrationError, calibrate
-    from dynamiccl.profiler.fit_report import (
+    from dynamiccl.profiler.fit.calibrate import CalibrationError, calibrate
+    from dynamiccl.profiler.fit.fit_report import (
         FITTED,
         error_table,
         fitted_yaml,
@@ -111,7 +111,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UserError(f"{output}: cannot write the fitted topology ({exc.strerror})") from None
     if plot is not None:
-        from dynamiccl.profiler.fit_plot import plot_fit
+        from dynamiccl.profiler.fit.fit_plot import plot_fit
 
         plot_fit(fit, plot)
     if args.json:

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_check_model(args: argparse.Namespace) -> int:
     from dynamiccl.nccl_model import NcclModel
-    from dynamiccl.profiler.nccl_debug_log import (
+    from dynamiccl.profiler.formats.nccl_debug_log import (
         NcclDebugLogError,
         compare_picks,
         compare_tables,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dynamiccl.agents.gate import DEFAULT_MARGIN, check_margin
+from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN, check_margin
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.files import not_regular_message
 from dynamiccl.knobs import parse_enum
@@ -33,9 +33,9 @@ class UserError(Exception):
 INPUT_ERRORS = (
     ("dynamiccl.config_loader", "ConfigError"),
     ("dynamiccl.policy_file", "PolicyFileError"),
-    ("dynamiccl.agents.config_checks", "ConfigCheckError"),
-    ("dynamiccl.profiler.nccl_tests", "NcclTestsParseError"),
-    ("dynamiccl.profiler.calibrate", "CalibrationError"),
+    ("dynamiccl.agents.training.config_checks", "ConfigCheckError"),
+    ("dynamiccl.profiler.formats.nccl_tests", "NcclTestsParseError"),
+    ("dynamiccl.profiler.fit.calibrate", "CalibrationError"),
     ("dynamiccl.files", "OutputRefused"),
 )
 
@@ -178,7 +178,7 @@ def add_action_set_args(parser: argparse.ArgumentParser, who: str) -> None:
 
 
 def add_gate_margin_arg(parser: argparse.ArgumentParser, what: str) -> None:
-    """``--margin``: the safety gate's margin (``agents.gate.DEFAULT_MARGIN`` unless given), checked
+    """``--margin``: the safety gate's margin (``agents.shipping.gate.DEFAULT_MARGIN`` unless given), checked
     where it is parsed by the gate's own range check."""
     parser.add_argument("--margin", type=_gate_margin, default=DEFAULT_MARGIN, metavar="FRACTION",
                         help=f"{what} (default {DEFAULT_MARGIN:g} = {100 * DEFAULT_MARGIN:g}%%)")

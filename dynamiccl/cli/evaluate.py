@@ -46,8 +46,8 @@ def _source_policy(path: Path) -> str | None:
     """The policy a shipped file (``.dccl`` or NVIDIA's CSV) records it was exported from, where
     that can be loaded: a built-in policy, or a checkpoint that is still there."""
     from dynamiccl import policy_file as pf
-    from dynamiccl.agents.deployed import is_policy_file, load_deployed
-    from dynamiccl.agents.registry import BUILTIN
+    from dynamiccl.agents.policies.deployed import is_policy_file, load_deployed
+    from dynamiccl.agents.policies.registry import BUILTIN
 
     try:
         source = load_deployed(path).source if is_policy_file(path) else None
@@ -85,7 +85,7 @@ def _backend(args: argparse.Namespace) -> tuple[str, dict]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dynamiccl.agents.evaluate import evaluate_policies, print_table, save_reports
+    from dynamiccl.agents.shipping.evaluate import evaluate_policies, print_table, save_reports
     from dynamiccl.envs.workloads import load_suite
 
     deployable = not args.all_actions
@@ -95,8 +95,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.plots and not args.out:
         raise UserError("--plots needs --out DIR to write the figures into")
     if args.out:
-        from dynamiccl.agents.evaluate import claim_results
-        from dynamiccl.agents.evaluation_plots import FIGURES
+        from dynamiccl.agents.shipping.evaluate import claim_results
+        from dynamiccl.agents.shipping.evaluation_plots import FIGURES
 
         claim_results(args.out, force=args.force, figures=FIGURES if args.plots else (),
                       inputs=[*names, args.suite, *(args.replay or [])])
@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.out:
         save_reports(reports, args.out, overwrite=True)
         if args.plots:
-            from dynamiccl.agents.evaluation_plots import plot_reports
+            from dynamiccl.agents.shipping.evaluation_plots import plot_reports
 
             plot_reports(reports, args.out, suite=str(args.suite), deployable=deployable)
     if args.json:
@@ -140,7 +140,7 @@ def _note_unlisted_calls(policies: list, reports: list) -> None:
     say how many of the suite's calls that is, so a slow score is not mistaken for bad rules."""
     import sys
 
-    from dynamiccl.agents.deployed import NcclExampleCsvPolicy
+    from dynamiccl.agents.policies.deployed import NcclExampleCsvPolicy
 
     for policy, report in zip(policies, reports, strict=True):
         if isinstance(policy, NcclExampleCsvPolicy):

@@ -58,7 +58,7 @@ def sweep_sizes(lo: int, hi: int) -> list[int]:
 
 
 def explain_row(topology: Topology, collective: Collective, size: int, deployable: bool) -> dict:
-    from dynamiccl.agents.evaluate import action_set
+    from dynamiccl.agents.shipping.evaluate import action_set
     from dynamiccl.decisions import best, nccl_default
 
     scenario = Scenario(topology, collective, size)

@@ -78,7 +78,7 @@ def _checkpoint_digest(name_or_path: str) -> str | None:
 def _source(name_or_path: str) -> str:
     """What the file records as its source: a built-in policy's name, else the checkpoint's
     absolute path (so ``evaluate`` finds it from any folder)."""
-    from dynamiccl.agents.registry import BUILTIN
+    from dynamiccl.agents.policies.registry import BUILTIN
 
     key = name_or_path.strip().lower()
     return key if key in BUILTIN else str(Path(name_or_path).resolve())
@@ -90,7 +90,7 @@ def _output(args: argparse.Namespace) -> Path:
     --force, or a file of another kind than the format written (e.g. the model itself)."""
     from dynamiccl import nccl_csv
     from dynamiccl import policy_file as pf
-    from dynamiccl.agents.export import EVIDENCE, evidence_path
+    from dynamiccl.agents.shipping.export import EVIDENCE, evidence_path
     from dynamiccl.files import claim_output
 
     inputs = [args.policy, args.topology]
@@ -103,9 +103,9 @@ def _output(args: argparse.Namespace) -> Path:
 
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl import policy_file as pf
-    from dynamiccl.agents import export as exporting
-    from dynamiccl.agents.deployed import NcclExampleCsvPolicy
-    from dynamiccl.agents.gate import Gate
+    from dynamiccl.agents.policies.deployed import NcclExampleCsvPolicy
+    from dynamiccl.agents.shipping import export as exporting
+    from dynamiccl.agents.shipping.gate import Gate
     from dynamiccl.nccl_csv import read_nccl_example_csv, to_nccl_example_csv, write_nccl_example_csv
 
     if args.points_per_octave > exporting.MAX_POINTS_PER_OCTAVE:

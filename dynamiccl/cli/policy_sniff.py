@@ -51,12 +51,12 @@ def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
 
 
 def load_policy_arg(name_or_path: str, **kwargs: Any) -> Any:
-    """``agents.registry.load_policy`` for a name the user typed: a name that is no policy, or a
+    """``agents.policies.registry.load_policy`` for a name the user typed: a name that is no policy, or a
     file that is no checkpoint (a policy file, a truncated zip), is one UserError naming it."""
     import zipfile
 
-    from dynamiccl.agents.deployed import is_policy_file
-    from dynamiccl.agents.registry import BUILTIN, load_policy
+    from dynamiccl.agents.policies.deployed import is_policy_file
+    from dynamiccl.agents.policies.registry import BUILTIN, load_policy
 
     path = Path(name_or_path)
     special = not_regular_message(path, "checkpoint or policy file")

@@ -33,7 +33,7 @@ from dynamiccl.topology import DEFAULT_NIC_PATH, MAX_RANKS, NIC_PATHS
 from dynamiccl.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
 
 if TYPE_CHECKING:
-    from dynamiccl.profiler.runner import CollectiveResult, CollectiveSpec
+    from dynamiccl.profiler.measure.runner import CollectiveResult, CollectiveSpec
 
 #: nccl-tests' default data type; the count column counts its elements.
 ELEMENT_TYPE, ELEMENT_BYTES = "float", 4
@@ -171,8 +171,8 @@ def _channels_arg(text: str) -> int:
 
 def run_topology(args: argparse.Namespace) -> int:
     from dynamiccl.files import claim_output, distinct_outputs, write_text_atomic
-    from dynamiccl.profiler.discover import DISCOVERED, NetworkSpec, discover
-    from dynamiccl.profiler.nvml import RECORDING, NoDriverError, local_provider, save_snapshot
+    from dynamiccl.profiler.measure.discover import DISCOVERED, NetworkSpec, discover
+    from dynamiccl.profiler.measure.nvml import RECORDING, NoDriverError, local_provider, save_snapshot
 
     inputs = [args.recorded] if args.recorded else []
     for flag, path, kind in (("-o", args.output, DISCOVERED), ("--record", args.record, RECORDING)):
@@ -212,7 +212,7 @@ def _emulated(snapshot, hosts: int, name: str | None):
     from) and as a topology."""
     import yaml
 
-    from dynamiccl.profiler.emulation import LOOPBACK_GBPS, emulated_topology_dict
+    from dynamiccl.profiler.measure.emulation import LOOPBACK_GBPS, emulated_topology_dict
     from dynamiccl.topology import topology_from_dict
 
     oldest = min(snapshot.gpus, key=lambda g: g.compute_capability)
@@ -251,7 +251,7 @@ def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) 
                             f"{format_size(2 * args.size * nprocs)} of memory; this machine has "
                             f"{format_size(memory)}")
     if backend == "nccl":
-        from dynamiccl.profiler.emulation import EmulationError, check_placement, visible_gpus
+        from dynamiccl.profiler.measure.emulation import EmulationError, check_placement, visible_gpus
 
         try:
             check_placement(nprocs, visible_gpus(), args.emulate_hosts)
@@ -262,10 +262,10 @@ def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) 
 def run_collective(args: argparse.Namespace) -> int:
     from dynamiccl.files import claim_output
     from dynamiccl.plots import claim_figure
-    from dynamiccl.profiler.emulation import EmulationError
-    from dynamiccl.profiler.launcher import LaunchError
-    from dynamiccl.profiler.records import RECORDS
-    from dynamiccl.profiler.runner import CollectiveSpec, measure_collective, run_under_torchrun
+    from dynamiccl.profiler.formats.records import RECORDS
+    from dynamiccl.profiler.measure.emulation import EmulationError
+    from dynamiccl.profiler.measure.launcher import LaunchError
+    from dynamiccl.profiler.measure.runner import CollectiveSpec, measure_collective, run_under_torchrun
 
     plot = claim_figure(args.plot) if args.plot else None  # before torch loads: refused at once
     if args.record:
@@ -298,7 +298,7 @@ def run_collective(args: argparse.Namespace) -> int:
     except LaunchError as exc:
         raise UserError(f"the measurement failed: {exc}") from None
     if args.record:
-        from dynamiccl.profiler.records import write_jsonl
+        from dynamiccl.profiler.formats.records import write_jsonl
 
         write_jsonl([result.to_record()], args.record, append=True)
     if plot is not None:

@@ -94,7 +94,7 @@ def rule_json(rule, evidence: list[dict] | None = None) -> dict:
 
 def _evidence_index(path: str) -> dict[tuple, list[dict]]:
     """Evidence rows per (collective, nodes, ranks), in size order."""
-    from dynamiccl.agents.export import load_evidence
+    from dynamiccl.agents.shipping.export import load_evidence
 
     index: dict[tuple, list[dict]] = {}
     for r in load_evidence(path) or []:

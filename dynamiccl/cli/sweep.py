@@ -19,7 +19,7 @@ every evaluation (ASHA stops weak ones early) and log to wandb (offline), groupe
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     add_hydra_command(
-        subparsers, "sweep", "dynamiccl.agents.sweep:main",
+        subparsers, "sweep", "dynamiccl.agents.training.sweep:main",
         summary="hyperparameter sweep on Ray Tune (Hydra overrides follow)",
         description="Run a hyperparameter search on Ray Tune (local Ray unless ray.address is "
                     "given). The search space comes from configs/hparams_search/. Arguments are "

@@ -1,4 +1,4 @@
-"""``dynamiccl train [OVERRIDES]``: the Hydra training app (``dynamiccl.agents.train``) on the CLI.
+"""``dynamiccl train [OVERRIDES]``: the Hydra training app (``dynamiccl.agents.training.train``) on the CLI.
 
 Everything after ``train`` is handed to Hydra unchanged, so every Hydra feature works here too:
 ``experiment=NAME``, ``agent=dqn``, ``trainer.total_timesteps=20000``, ``-m`` for multirun,
@@ -28,7 +28,7 @@ hparams_search, debug"""
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     add_hydra_command(
-        subparsers, "train", "dynamiccl.agents.train:main",
+        subparsers, "train", "dynamiccl.agents.training.train:main",
         summary="train a tuning policy (Hydra overrides follow: key=value ...)",
         description="Train a tuning policy on the simulator, checkpoint it, and evaluate it "
                     "against the baselines. Arguments are Hydra overrides.",

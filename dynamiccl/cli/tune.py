@@ -40,8 +40,8 @@ def _records(paths: list[str] | None, topology) -> list:
     """Every measurement given (files or folders): the one place tune reads measurements. Files of
     a folder that hold no measurements are skipped with a note; measurements of another GPU than
     the topology's are refused."""
-    from dynamiccl.profiler.measurement_paths import load_paths
-    from dynamiccl.profiler.records import check_one_system_kind
+    from dynamiccl.profiler.formats.measurement_paths import load_paths
+    from dynamiccl.profiler.formats.records import check_one_system_kind
 
     try:
         loaded = load_paths(paths or [])
@@ -74,7 +74,7 @@ def _check_gpus(records: list, topology) -> None:
 
 
 def _scenarios(topology, collectives: list[str], shapes: set[tuple[int, int]]) -> list:
-    from dynamiccl.agents.tune import DECISION_SIZES
+    from dynamiccl.agents.shipping.tune import DECISION_SIZES
     from dynamiccl.knobs import Collective, parse_enum
     from dynamiccl.scenario import Scenario
 
@@ -146,13 +146,13 @@ def _print_report(rows: list[dict], title: str) -> None:
 
 def _run_plan(planned: list, record: str, emulate_hosts: bool = False) -> None:
     """Measures the plan on this machine's GPUs with the project's runner (``--plan --run``), one
-    round of launches after another (:func:`~dynamiccl.agents.tune_plan.launch_order`: NCCL's
+    round of launches after another (:func:`~dynamiccl.agents.shipping.tune_plan.launch_order`: NCCL's
     default first, then each choice), so a choice's launches alternate with its default's and a
     drift over time hits both alike. Each round's records are appended as it finishes."""
-    from dynamiccl.agents.tune_plan import launch_order
-    from dynamiccl.profiler.emulation import EmulationError
-    from dynamiccl.profiler.records import write_jsonl
-    from dynamiccl.profiler.runner import CollectiveSpec, measure_many
+    from dynamiccl.agents.shipping.tune_plan import launch_order
+    from dynamiccl.profiler.formats.records import write_jsonl
+    from dynamiccl.profiler.measure.emulation import EmulationError
+    from dynamiccl.profiler.measure.runner import CollectiveSpec, measure_many
 
     nranks = {m.nranks for m in planned}
     if len(nranks) != 1:
@@ -175,8 +175,8 @@ def _run_plan(planned: list, record: str, emulate_hosts: bool = False) -> None:
 
 
 def _learned_prior():
-    """The shipped learned prior as tune's prior (:mod:`dynamiccl.agents.tune_prior`)."""
-    from dynamiccl.agents.tune_prior import LearnedPriorSource
+    """The shipped learned prior as tune's prior (:mod:`dynamiccl.agents.shipping.tune_prior`)."""
+    from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
 
     try:
         return LearnedPriorSource()
@@ -190,7 +190,7 @@ def _token(knob) -> str | None:
 
 def _noise_note(tuner, scenarios: list) -> str:
     """How noisy NCCL's default is taken to be on each shape, per size band, and from what."""
-    from dynamiccl.agents.tune_measurements import DEFAULT, NOISE_BAND_EDGES, NOISE_BANDS
+    from dynamiccl.agents.shipping.tune_measurements import DEFAULT, NOISE_BAND_EDGES, NOISE_BANDS
 
     parts = []
     for system in dict.fromkeys(s.topology for s in scenarios):
@@ -215,7 +215,7 @@ def _note_unmeasured(measurements, scenarios: list) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dynamiccl.agents import tune, tune_plan
+    from dynamiccl.agents.shipping import tune, tune_plan
 
     if not 1 <= args.budget <= MAX_BUDGET:
         raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measurements")
@@ -268,9 +268,9 @@ def _claim_output(args: argparse.Namespace):
     (a measurement, also inside a --measurements folder, or the topology), and --force replaces a
     policy file only; with --plan --run, the --record file likewise."""
     from dynamiccl import policy_file as pf
-    from dynamiccl.agents.export import EVIDENCE, evidence_path
+    from dynamiccl.agents.shipping.export import EVIDENCE, evidence_path
     from dynamiccl.files import claim_output
-    from dynamiccl.profiler.records import RECORDS
+    from dynamiccl.profiler.formats.records import RECORDS
 
     inputs = [*_measurement_paths(args), args.topology]
     if args.plan and args.run:
@@ -284,7 +284,7 @@ def _claim_output(args: argparse.Namespace):
 
 def _export(args: argparse.Namespace, out, topology, policy, node_counts: list[int]) -> None:
     from dynamiccl import policy_file as pf
-    from dynamiccl.agents.export import export_policy, rule_evidence, save_evidence
+    from dynamiccl.agents.shipping.export import export_policy, rule_evidence, save_evidence
     from dynamiccl.knobs import Collective, parse_enum
 
     try:

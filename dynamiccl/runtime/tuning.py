@@ -14,7 +14,7 @@ The tuner is any object with this protocol (rank 0 calls it; see :class:`OnlineT
     propose(size_bin) -> Candidate | None   # the next configuration to measure; None: done
     observe(size_bin, candidate, time_us)    # the agreed time of a proposed candidate
 
-``dynamiccl.agents.runtime_tuner`` adapts the project's coordinate descent and UCB bandit to it.
+``dynamiccl.agents.policies.runtime_tuner`` adapts the project's coordinate descent and UCB bandit to it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The ``live`` backend: every step's collective runs on real ranks through the profiler's runner.
 
-A :class:`~dynamiccl.profiler.session.RankSession` keeps ``nprocs`` local ranks up for the whole
+A :class:`~dynamiccl.profiler.measure.session.RankSession` keeps ``nprocs`` local ranks up for the whole
 episode. Each step sends the chosen action to rank 0, which broadcasts it, so every rank runs the
 same configuration; the step's result is the measured time of that configuration and of NCCL's own
 choice measured right after it on the same ranks (the reward's reference), plus the straggler the
@@ -28,8 +28,8 @@ from dynamiccl.knobs import ACTIONS, invalid_reason
 if TYPE_CHECKING:
     import numpy as np
 
-    from dynamiccl.profiler.runner import CollectiveResult, CollectiveSpec
-    from dynamiccl.profiler.session import RankSession
+    from dynamiccl.profiler.measure.runner import CollectiveResult, CollectiveSpec
+    from dynamiccl.profiler.measure.session import RankSession
     from dynamiccl.scenario import Scenario
 
 
@@ -65,14 +65,14 @@ class LiveBackend:
                              f"{nprocs}; describe the measured system (`dynamiccl profile "
                              "topology`) or set nprocs to match")
         if self._session is None:
-            from dynamiccl.profiler.session import RankSession
+            from dynamiccl.profiler.measure.session import RankSession
 
             self._session = RankSession(nprocs, self.dist_backend, self.timeout_s, self.emulate_hosts)
             self._finalizer = weakref.finalize(self, self._session.close)
         return self._session
 
     def _spec(self, scenario: Scenario, action: int | None) -> CollectiveSpec:
-        from dynamiccl.profiler.runner import CollectiveSpec
+        from dynamiccl.profiler.measure.runner import CollectiveSpec
 
         knobs: dict[str, object] = {}
         if action is not None and self.dist_backend == "nccl":

@@ -27,7 +27,7 @@ import numpy as np
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.base import Measurement, UnmeasuredChoice
 from dynamiccl.knobs import ACTIONS, Algorithm, Collective, Protocol, parse_enum
-from dynamiccl.profiler.records import MeasurementRecord
+from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.scenario import Scenario
 from dynamiccl.units import format_size
 
@@ -104,10 +104,10 @@ class ReplayTable:
 
     @classmethod
     def load(cls, paths: str | Path | Sequence[str | Path]) -> ReplayTable:
-        """Measurements from files or folders (:func:`~dynamiccl.profiler.measurement_paths.load_paths`:
-        the files of a folder that hold no measurements are skipped, published runs' sidecars
-        applied)."""
-        from dynamiccl.profiler.measurement_paths import load_paths
+        """Measurements from files or folders
+        (:func:`~dynamiccl.profiler.formats.measurement_paths.load_paths`: the files of a folder
+        that hold no measurements are skipped, published runs' sidecars applied)."""
+        from dynamiccl.profiler.formats.measurement_paths import load_paths
 
         return cls(load_paths([paths] if isinstance(paths, str | Path) else paths).records)
 

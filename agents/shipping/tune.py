@@ -1,0 +1,632 @@
+"""``dynamiccl tune``: from a system's measurements to a gated policy.
+
+The decisions are the ones a user can verify with nccl-tests: per collective, system shape and
+message size, pin ``NCCL_ALGO``/``NCCL_PROTO`` to one pair (NCCL keeps choosing channels) or leave
+NCCL alone. A channel count pinned with the pair (``NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS``) is a
+candidate only where it was measured on the system: the model alone never proposes one (seven
+channel levels per pair would dilute the plan's budget for the few percent of headroom they hold,
+and on NCCL 2.31+ the plugin can only lower NCCL's channel count).
+
+Each candidate is judged by its time relative to NCCL's default at the call, ``log(t_choice /
+t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
+
+1. **measured** — both were measured at this size on this shape: the measurement decides (the
+   median over launches). Its uncertainty is the launch noise of the size's band
+   (:mod:`dynamiccl.agents.shipping.tune_measurements`) for the launches each side had: one launch is off by
+   up to the band's tail, the median of three or more only by its core spread; it is labelled
+   *measured* only where each side had two launches or more, else *measured once*.
+2. **interpolated** — the ratio was measured at the nearest sizes below and above, and points the
+   same way at both (the choice faster at both, or slower at both): the sizes between are decided
+   from those measurements, linearly in log size, with the model adding only its shape between them
+   (never leaving the neighbours' range). The uncertainty is the neighbours' own, plus a growth with
+   the distance in octaves to the nearer one and a share of their disagreement.
+3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`; ``dynamiccl tune``
+   gives the shipped one, :mod:`dynamiccl.agents.shipping.tune_prior`, unless ``--no-prior``): what it
+   predicts from the system's measured ratios of the collective and the model's times, asked once
+   per collective and shape. The gate asks it for :data:`PRIOR_SIGMAS` of its own (calibrated)
+   sigmas; it counts as anchored where the system has measured ratios of that collective.
+4. **calibrated model** — the simulator, fitted to the measurements (``profiler.calibrate``, kept
+   behind :func:`calibrated_topology`), then corrected per choice with a latency factor and a
+   bandwidth factor fitted to that choice's measured sizes (the Hockney alpha/beta split NCCL's own
+   tuning tables use). The uncertainty is the launch noise plus the fit's residual plus a growth with
+   the distance to the nearest measurement of that choice; where that reaches the band default the
+   correction is dropped. It anchors a decision only where the model splits the time into latency
+   floor and the rest much as at the choice's measured sizes (within :data:`MIX_TOLERANCE`): a
+   correction fitted where calls are latency-bound does not speak for bandwidth-bound ones (on an
+   8xH100 node, NVLS corrected at 1-8 MiB and carried to 32 MiB came out 85 % slower than ring
+   where it is 7 % faster).
+5. **model** — nothing measured for that choice: the simulator and the band defaults of
+   :func:`dynamiccl.calibration.uncertainty`.
+
+Sources 2, 4 and 5 compete by their uncertainty: the most certain one speaks. The learned prior
+only adds: where tune's own source makes an override, it stands; where it does not, the prior's
+override does if the prior makes one; elsewhere the more certain of the two is what the plan values
+launches by (where only the model speaks, its ±100 %-and-more uncertainty ties every candidate, and
+the prior's prediction tells them apart). Letting the prior compete by its sigma instead, or
+weighting both by their precision, took less on validation realities (``experiments/bench_tuning.py
+--validation --seeds 3``: 9 realities, half / same budget: 0.917 / 0.968 and 0.927 / 0.970 of the
+headroom against 0.935 / 0.969; without the prior 0.914 / 0.964; 0 decisions slower in all): the
+prior vetoed overrides that tune's per-choice correction got right.
+
+A run forced with only ``NCCL_ALGO`` or only ``NCCL_PROTO`` measured the pair NCCL picked under that
+constraint: its ``TUNING`` log says which where one was kept (``MeasurementRecord.nccl_pick``),
+NCCL's model on the given topology otherwise (:func:`resolved`); so it is evidence for that pair.
+
+Every decision goes through the same gate as export (:func:`dynamiccl.agents.shipping.gate.passes`): an
+override only where the gain clears the margin and its uncertainty, and, unlike export, only where
+measurements anchor both NCCL's default and the choice (sources 1, 2, a prior that saw
+measurements of the collective, or 4): what the model alone says ranks the next measurements
+(:mod:`dynamiccl.agents.shipping.tune_plan`) but pins nothing. A collective measured nowhere on a shape is
+left to NCCL there (evidence *not measured*).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Protocol
+
+import numpy as np
+
+from dynamiccl import decisions
+from dynamiccl import policy_file as pf
+from dynamiccl.agents.policies.baselines import NCCL_PAIRS, pair_constraints
+from dynamiccl.agents.shipping.gate import (
+    CALIBRATED,
+    DEFAULT_MARGIN,
+    INTERPOLATED,
+    LEARNED_PRIOR,
+    MEASURED,
+    MEASURED_ONCE,
+    MODEL,
+    NOT_MEASURED,
+    Verdict,
+    passes,
+    uncertainty,
+)
+from dynamiccl.agents.shipping.tune_measurements import (
+    DEFAULT,
+    BandNoise,
+    Choice,
+    LaunchNoise,
+    Measurements,
+    Sample,
+)
+from dynamiccl.decisions import KnobConstraints, TimedConfig
+from dynamiccl.knobs import Collective
+from dynamiccl.profiler.formats.records import MeasurementRecord
+from dynamiccl.scenario import Scenario
+from dynamiccl.topology import Topology
+
+#: How fast a measurement loses credibility with distance (relative sigma per octave): for a
+#: choice's measured correction of the model, and for a ratio interpolated between measured sizes.
+SIGMA_PER_OCTAVE = 0.04
+#: The share of the neighbours' disagreement (|ratio below - ratio above|, in log) an interpolated
+#: ratio is uncertain by: half of it is how far a monotone curve between them can be from the line
+#: at the midpoint.
+DISAGREEMENT_SHARE = 0.5
+#: How far (absolute share of the predicted time) the latency floor's share at a size may lie outside
+#: the shares at the choice's measured sizes for its correction to still count as measured there: a
+#: factor no measurement saw may carry that much of the call's time, of the order of the gate's own
+#: margin (a judgement, not a fit).
+MIX_TOLERANCE = 0.05
+#: The sizes decisions are made and measured at: nccl-tests' -b 8 -e 16G -f 2.
+DECISION_SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
+#: The size whose time stands for a choice's latency floor (as small as nccl-tests measures).
+FLOOR_BYTES = 8
+#: How many of a learned prior's own sigmas its predicted gain must clear (the gate asks every
+#: source for a gain beyond its sigma): the shipped prior's one-sided 99.5 % quantile of (truth -
+#: prediction) / sigma on its validation realities (seeds 900-999; ``prior_learner.gate_sigmas`` of
+#: ``validation_cases(48, budgets=4)``, the 3875 points where it predicts a gain above the 3 %
+#: margin: 2.41). Gating at it, 1 of its 1599 overrides there is more than 2 % slower than NCCL (at
+#: 1 sigma: 50 of 2458). On bench_tuning's validation realities (``--validation --seeds 3``, half
+#: budget) 1.5 and 2 let one override 2.5 % slower than NCCL through (share 0.940, 0.939), 3 takes
+#: less (0.922); 2.4: 0.935, none slower.
+PRIOR_SIGMAS = 2.4
+
+
+def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
+                        ) -> tuple[Topology, str]:
+    """The model's system fitted to the measurements, and a note of what happened.
+
+    The one call into calibration (``profiler.fit.calibrate``); parameters the data cannot determine
+    keep their base values, and a fit that fails leaves the base system. Without the measured
+    corrections: tune corrects each choice itself (:meth:`Tuner._factors`) and judges that
+    correction by its residual on the measured sizes, which corrections fitted to the very same
+    sizes would make zero, and the uncertainty with it.
+    """
+    from dynamiccl.profiler.fit.calibrate import CalibrationError, calibrate
+
+    usable = [r for r in records if r.backend == "nccl" and r.straggler_delay_us == 0]
+    if not usable:
+        return topology, "no measurements: the uncalibrated model"
+    try:
+        fit = calibrate(usable, topology, keep_undetermined=True, corrections=False)
+    except (CalibrationError, ValueError) as exc:
+        return topology, f"calibration failed ({exc}); the uncalibrated model"
+    fitted = [f.label for f in fit.params if f.determined]
+    return fit.topology, (f"calibrated {', '.join(fitted)} (RMS log error {fit.rms_log(False):.3f}"
+                          f" -> {fit.rms_log(True):.3f})" if fitted else
+                          "calibration determined nothing; the uncalibrated model")
+
+
+@lru_cache(maxsize=131072)
+def _model_run(scenario: Scenario, choice: Choice) -> TimedConfig:
+    """What NCCL runs on the model when told ``choice`` (its own pick for the knobs left free)."""
+    return decisions.nccl_default(scenario, choice.constraints)
+
+
+def _model_time(scenario: Scenario, choice: Choice) -> float:
+    return _model_run(scenario, choice).time_us
+
+
+def model_can_run(scenario: Scenario, choice: Choice) -> bool:
+    """Whether NCCL could run ``choice`` for this call on the model's system (a fitted system may
+    lose a pair the datasheet one has, e.g. one whose fitted bandwidth NCCL's table deems unusable)."""
+    try:
+        _model_run(scenario, choice)
+    except ValueError:  # decisions.NcclCannotRun included
+        return False
+    return True
+
+
+def resolved(scenario: Scenario, choice: Choice) -> Choice:
+    """The pair NCCL runs for this call when told ``choice``, as NCCL's own cost model picks on the
+    scenario's system (pinned channels kept): a run forced with ``NCCL_ALGO`` alone measured that
+    pair. NCCL's default and a choice NCCL's model cannot run stay as they are."""
+    if choice.is_default or choice.exportable:
+        return choice
+    try:
+        config = _model_run(scenario, choice).config
+    except ValueError:
+        return choice
+    return Choice(config.algorithm, config.protocol, choice.channels)
+
+
+@lru_cache(maxsize=131072)
+def _latency_split(scenario: Scenario, choice: Choice, nbytes: int) -> tuple[float, float]:
+    """A modelled time at ``nbytes`` as (latency floor, the rest): the Hockney alpha/beta split,
+    the floor being the same choice's time at :data:`FLOOR_BYTES`."""
+    t = _model_time(replace(scenario, nbytes=nbytes), choice)
+    floor = min(_model_time(replace(scenario, nbytes=FLOOR_BYTES), choice), t)
+    return floor, t - floor
+
+
+def _nccl_pair(scenario: Scenario) -> tuple:
+    config = _model_run(scenario, DEFAULT).config
+    return config.algorithm, config.protocol
+
+
+def candidate_pairs(scenario: Scenario) -> list[Choice]:
+    """Every NCCL algorithm/protocol pair that can run this call."""
+    return [Choice(a, p) for a, p in NCCL_PAIRS if pair_constraints(scenario, (a, p)).given()]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A choice's time at one call as the calibrated model has it."""
+
+    time_us: float
+    sigma: float
+    evidence: str
+    #: Only the model (calibrated or not) speaks for it: no measurement of this choice anchors it.
+    model_only: bool = False
+    #: Measured here, or corrected by measurements of this choice on both sides of this size (a
+    #: correction carried beyond the measured sizes is the model's shape speaking, not them).
+    bracketed: bool = True
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    """A choice against NCCL's default at one call: ``log(t_choice / t_default)`` (negative: the
+    choice is faster), its 1-sigma, the source that gave it, and whether measurements anchor it."""
+
+    log_ratio: float
+    sigma: float
+    evidence: str
+    anchored: bool
+
+    @property
+    def gain(self) -> float:
+        """t_default / t_choice - 1."""
+        return math.exp(-self.log_ratio) - 1.0
+
+
+@dataclass(frozen=True)
+class RatioPoint:
+    """A measured ``log(t_choice / t_default)`` at one size, with its 1-sigma."""
+
+    nbytes: int
+    log_ratio: float
+    sigma: float
+
+
+@dataclass(frozen=True)
+class PriorQuery:
+    """What a :class:`Prior` is asked, once per collective and system shape: every choice's ratio
+    to NCCL's default at every size.
+
+    ``choices`` are the algorithm/protocol pairs NCCL can run for the collective there;
+    ``measured`` holds every ratio measured on the system for this collective and shape, per pair
+    (the pair NCCL ran, :func:`resolved`) and size; ``model_us`` gives the model's time (µs) of a
+    choice (NCCL's default included) at a size, None where the model cannot run it. That model is
+    the system as given, not as fitted: what NCCL's own cost model says there, the model a learned
+    prior learned its residuals against.
+    """
+
+    topology: Topology
+    collective: Collective
+    sizes: tuple[int, ...]
+    choices: tuple[Choice, ...]
+    measured: Mapping[Choice, tuple[RatioPoint, ...]]
+    model_us: Callable[[Choice, int], float | None]
+
+
+#: A prior's answers: (log ratio, 1-sigma) per (choice, size).
+PriorAnswers = Mapping[tuple[Choice, int], tuple[float, float]]
+
+
+class Prior(Protocol):
+    """Predicts how each choice compares with NCCL's default where it was not measured: the seam a
+    learned prior plugs into (``Tuner(prior=...)``;
+    :class:`dynamiccl.agents.shipping.tune_prior.LearnedPriorSource` is the shipped one). It answers
+    ``(log ratio, 1-sigma)`` per (choice, size) of the query, a calibrated Gaussian, leaving out what
+    it cannot answer. A :class:`Tuner` asks it once per collective and shape and keeps the answers;
+    see :meth:`Tuner.prior_ratio` for how they count."""
+
+    def estimate(self, query: PriorQuery) -> PriorAnswers: ...
+
+
+@dataclass(frozen=True)
+class CallDecision:
+    """What tune decided for one call: the choice it pins (``DEFAULT``: leave NCCL alone), the
+    gate's verdict on the best alternative to NCCL's default, and every candidate's estimate."""
+
+    scenario: Scenario
+    chosen: Choice
+    #: The most convincing alternative to NCCL's default (the one the verdict judges).
+    alternative: Choice
+    verdict: Verdict
+    #: Every candidate's ratio to NCCL's default, for the report and the plan.
+    estimates: dict[Choice, RatioEstimate]
+
+
+#: Which choices tune weighs for a call (besides NCCL's default).
+Candidates = Callable[[Scenario], Sequence[Choice]]
+
+
+class Tuner:
+    """Decisions from a model (``model_topology``: the system as fitted) and measurements.
+
+    ``calibrated`` says whether the model was fitted (the evidence label of model-only estimates).
+    ``candidates`` (default :meth:`deployable_candidates`) says which choices are weighed; a
+    choice the model cannot run is never weighed. ``prior`` (a :class:`Prior`) is one more source
+    of a ratio where nothing was measured.
+    """
+
+    def __init__(self, model_topology: Topology, measurements: Measurements, *,
+                 margin: float = DEFAULT_MARGIN, calibrated: bool = False,
+                 candidates: Candidates | None = None, prior: Prior | None = None,
+                 noise_defaults: Sequence[BandNoise] | None = None) -> None:
+        self.model = model_topology
+        self.measurements = measurements
+        self.noise = LaunchNoise(measurements, noise_defaults)
+        self.margin = margin
+        self.model_evidence = CALIBRATED if calibrated else MODEL
+        self.candidates = candidates or self.deployable_candidates
+        self.prior = prior
+        self._points: dict[tuple, tuple[RatioPoint, ...]] = {}
+        self._sizes: dict[tuple, list[int]] = {}
+        self._prior_answers: dict[tuple, tuple[PriorAnswers, bool]] = {}
+
+    def deployable_candidates(self, scenario: Scenario) -> list[Choice]:
+        """Every algorithm/protocol pair that can run the call, and each such pair with a channel
+        count pinned wherever that was measured on this system."""
+        pairs = candidate_pairs(scenario)
+        forced = self.measurements.forced_choices(scenario.collective, scenario.topology.nranks)
+        pinned = [c for c in forced if c.channels is not None
+                  and Choice(c.algorithm, c.protocol) in pairs]
+        return pairs + sorted(pinned, key=Choice.label)
+
+    def _on_model(self, scenario: Scenario) -> Scenario:
+        topo = self.model.resized(nodes=scenario.topology.nodes,
+                                  gpus_per_node=scenario.topology.gpus_per_node)
+        return replace(scenario, topology=topo)
+
+    # -- what was measured ------------------------------------------------------------------------
+
+    def sample(self, scenario: Scenario, choice: Choice) -> Sample | None:
+        """``choice``'s measured time at this call: every run forced as ``choice``, and every run
+        that made NCCL run the same pair (:func:`resolved`, or the pair its TUNING log names),
+        their launches together."""
+        measured = self.measurements.at(scenario.collective, scenario.topology.nranks,
+                                         scenario.nbytes)
+        if choice.is_default:
+            return measured.get(DEFAULT)
+        target = resolved(scenario, choice)
+        found = [s for forced, s in measured.items() if not forced.is_default and (
+            forced == choice or (s.logged or resolved(scenario, forced)) == target)]
+        if len(found) <= 1:
+            return found[0] if found else None
+        times = [t for s in found for t in s.launch_times]
+        return Sample(float(np.median(times)), len(times), None, tuple(times),
+                      tuple(f for s in found for f in s.forced))
+
+    def sample_sigma(self, scenario: Scenario, sample: Sample) -> float:
+        """The 1-sigma of a sample's log time: its choices' launch noise over its launches."""
+        return max(self.noise.of_mean(scenario.topology, forced, sample.launches, scenario.nbytes)
+                   for forced in sample.forced)
+
+    def measured_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
+        """Source 1: both sides measured at this size."""
+        default, mine = self.sample(scenario, DEFAULT), self.sample(scenario, choice)
+        if default is None or mine is None:
+            return None
+        sigma = math.hypot(self.sample_sigma(scenario, mine), self.sample_sigma(scenario, default))
+        repeated = min(default.launches, mine.launches) >= 2
+        return RatioEstimate(math.log(mine.time_us / default.time_us), sigma,
+                             MEASURED if repeated else MEASURED_ONCE, True)
+
+    def ratio_points(self, scenario: Scenario, choice: Choice) -> tuple[RatioPoint, ...]:
+        """Every size of this collective and shape where ``choice``'s ratio was measured."""
+        key = (scenario.topology, scenario.collective, choice)
+        if key not in self._points:
+            points = []
+            for n in self.measurements.sizes(scenario.collective, scenario.topology.nranks):
+                m = self.measured_ratio(replace(scenario, nbytes=n), choice)
+                if m is not None:
+                    points.append(RatioPoint(n, m.log_ratio, m.sigma))
+            self._points[key] = tuple(points)
+        return self._points[key]
+
+    # -- the sources where this size was not measured ---------------------------------------------
+
+    def model_log_ratio(self, scenario: Scenario, choice: Choice) -> float | None:
+        """The (calibrated) model's ``log(t_choice / t_default)``; None where it cannot run it."""
+        model_scn = self._on_model(scenario)
+        if not model_can_run(model_scn, choice):
+            return None
+        return math.log(_model_time(model_scn, choice) / _model_time(model_scn, DEFAULT))
+
+    def interpolated_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
+        """Source 2: between the nearest measured sizes below and above, where both point the same
+        way (see the module docstring)."""
+        points = self.ratio_points(scenario, choice)
+        below = [p for p in points if p.nbytes < scenario.nbytes]
+        above = [p for p in points if p.nbytes > scenario.nbytes]
+        if not below or not above:
+            return None
+        lo, hi = below[-1], above[0]
+        if lo.log_ratio * hi.log_ratio <= 0 or not self._same_runs(scenario, choice, lo.nbytes,
+                                                                     hi.nbytes):
+            return None
+        x, x0, x1 = (math.log2(n) for n in (scenario.nbytes, lo.nbytes, hi.nbytes))
+        w = (x - x0) / (x1 - x0)
+        line = (1 - w) * lo.log_ratio + w * hi.log_ratio
+        shape = 0.0
+        model = [self.model_log_ratio(replace(scenario, nbytes=n), choice)
+                 for n in (lo.nbytes, scenario.nbytes, hi.nbytes)]
+        if None not in model:
+            shape = model[1] - ((1 - w) * model[0] + w * model[2])
+        ratio = float(np.clip(line + shape, min(lo.log_ratio, hi.log_ratio),
+                              max(lo.log_ratio, hi.log_ratio)))
+        sigma = math.sqrt(((1 - w) * lo.sigma) ** 2 + (w * hi.sigma) ** 2
+                          + (SIGMA_PER_OCTAVE * min(x - x0, x1 - x)) ** 2
+                          + (DISAGREEMENT_SHARE * (hi.log_ratio - lo.log_ratio)) ** 2)
+        return RatioEstimate(ratio, sigma, INTERPOLATED, True)
+
+    @staticmethod
+    def _same_runs(scenario: Scenario, choice: Choice, lo: int, hi: int) -> bool:
+        """Whether NCCL runs the same pairs from ``lo`` to ``hi`` (NCCL's model on the given
+        topology): where its default changes algorithm or protocol, or what ``choice`` makes it run
+        does, the ratio jumps, and the neighbours say nothing of the sizes past the jump."""
+        sizes = [1 << k for k in range(lo.bit_length() - 1, hi.bit_length())]
+        runs = {(_nccl_pair(replace(scenario, nbytes=n)), resolved(replace(scenario, nbytes=n), choice))
+                for n in {lo, hi, scenario.nbytes, *(n for n in sizes if lo < n < hi)}}
+        return len(runs) == 1
+
+    def prior_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
+        """Source 3: the prior's answer for the pair NCCL runs when told ``choice``, where a prior
+        is given and answers. Its sigma is :data:`PRIOR_SIGMAS` of the prior's own: the gate asks
+        every source for a gain beyond its sigma, and a calibrated Gaussian's one sigma is crossed
+        the wrong way one time in six. Anchored where the system has measured ratios of this
+        collective on this shape."""
+        if self.prior is None:
+            return None
+        pair = resolved(scenario, choice)
+        if not pair.exportable or pair.channels is not None:
+            return None
+        answers, anchored = self._prior_series(scenario)
+        found = answers.get((pair, scenario.nbytes))
+        if found is None or not all(map(math.isfinite, found)):
+            return None
+        return RatioEstimate(float(found[0]), PRIOR_SIGMAS * float(found[1]), LEARNED_PRIOR, anchored)
+
+    def _prior_series(self, scenario: Scenario) -> tuple[PriorAnswers, bool]:
+        """The prior's answers for this collective and shape (one query, kept), at every decision
+        size, every measured size and, where it is neither, this one; and whether any ratio of the
+        series was measured."""
+        topology, collective = scenario.topology, scenario.collective
+        grid = {*DECISION_SIZES, *self.measurements.sizes(collective, topology.nranks)}
+        extra = None if scenario.nbytes in grid else scenario.nbytes
+        key = (topology, collective, extra)
+        if key not in self._prior_answers:
+            pairs = tuple(candidate_pairs(scenario))
+            measured = {c: points for c in pairs if (points := self.ratio_points(scenario, c))}
+
+            def model_us(choice: Choice, nbytes: int) -> float | None:
+                call = replace(scenario, nbytes=nbytes)
+                return _model_time(call, choice) if model_can_run(call, choice) else None
+
+            sizes = tuple(sorted(grid | ({extra} if extra else set())))
+            answers = self.prior.estimate(PriorQuery(topology, collective, sizes, pairs, measured,
+                                                     model_us))
+            self._prior_answers[key] = (answers, bool(measured))
+        return self._prior_answers[key]
+
+    def model_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
+        """Sources 4 and 5: the calibrated model corrected by each side's own measurements, or
+        the model alone."""
+        default, est = self.estimate(scenario, DEFAULT), self.estimate(scenario, choice)
+        if est.model_only and not default.model_only:
+            # Only the model speaks for this choice: trust its ratio to NCCL's default, not its
+            # absolute time (a system the model misjudges misjudges both alike). That ratio
+            # carries the model's error on both choices, measured default or not.
+            model_scn = self._on_model(scenario)
+            log_ratio = math.log(est.time_us / _model_time(model_scn, DEFAULT))
+            sigma = math.hypot(est.sigma, est.sigma)
+        else:
+            log_ratio = math.log(est.time_us / default.time_us)
+            sigma = math.hypot(est.sigma, default.sigma)
+        evidence = MODEL if MODEL == est.evidence == default.evidence else CALIBRATED
+        anchored = not (est.model_only or default.model_only) and est.bracketed and default.bracketed
+        return RatioEstimate(log_ratio, sigma, evidence, anchored)
+
+    def ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
+        """``choice`` against NCCL's default here: the measurement where both were measured, else
+        tune's own most certain source (interpolated, calibrated model, model) where it makes an
+        override, else the learned prior where it makes one, else the more certain of the two (what
+        the plan values launches by). See the module docstring for why the prior only adds."""
+        measured = self.measured_ratio(scenario, choice)
+        if measured is not None:
+            return measured
+        own = min((o for o in (self.interpolated_ratio(scenario, choice),
+                               self.model_ratio(scenario, choice)) if o is not None),
+                  key=lambda o: o.sigma)
+        prior = self.prior_ratio(scenario, choice)
+        if prior is None or (own.anchored and passes(own.gain, own.sigma, self.margin)):
+            return own  # an override tune's own sources make stands
+        if prior.anchored and passes(prior.gain, prior.sigma, self.margin):
+            return prior
+        return min((own, prior), key=lambda o: o.sigma)
+
+    # -- the calibrated model, corrected per choice -----------------------------------------------
+
+    def measured_sizes(self, scenario: Scenario, choice: Choice) -> list[int]:
+        key = (scenario.topology, scenario.collective, choice)
+        if key not in self._sizes:
+            self._sizes[key] = [
+                n for n in self.measurements.sizes(scenario.collective, scenario.topology.nranks)
+                if self.sample(replace(scenario, nbytes=n), choice) is not None]
+        return self._sizes[key]
+
+    def estimate(self, scenario: Scenario, choice: Choice) -> Estimate:
+        """``choice``'s time at this call: measured here, else the model corrected by the choice's
+        own measurements at other sizes, else the model."""
+        sample = self.sample(scenario, choice)
+        if sample is not None:
+            return Estimate(sample.time_us, self.sample_sigma(scenario, sample), MEASURED)
+        model_scn = self._on_model(scenario)
+        run = _model_run(model_scn, choice)
+        band = uncertainty(scenario.topology, scenario.collective, scenario.nbytes,
+                           run.config.algorithm, run.config.protocol)
+        sizes = self.measured_sizes(scenario, choice)
+        if choice.is_default:  # NCCL's default is another configuration where NCCL's pick differs
+            pick = _nccl_pair(model_scn)
+            sizes = [n for n in sizes if _nccl_pair(replace(model_scn, nbytes=n)) == pick]
+        if not sizes:
+            return Estimate(run.time_us, band, self.model_evidence, model_only=True)
+        floor, rest = _latency_split(model_scn, choice, scenario.nbytes)
+        a, b, residual, unpinned = self._factors(scenario, model_scn, choice, tuple(sizes))
+        x = math.log2(max(scenario.nbytes, 1))
+        octaves = float(np.min(np.abs(np.log2(sizes) - x)))
+        # the share of this prediction a factor the measurements did not pin carries keeps the
+        # model's own uncertainty (a latency floor is not known from bandwidth-bound sizes)
+        share = {"floor": floor, "rest": rest, None: 0.0}[unpinned] / max(floor + rest, 1e-12)
+        noise = self.noise.sigma(scenario.topology, choice, scenario.nbytes)
+        sigma = noise + residual + SIGMA_PER_OCTAVE * octaves + share * band
+        if sigma >= band:  # too far from anything measured: the correction says nothing here
+            return Estimate(run.time_us, band, self.model_evidence, model_only=True)
+        shares = [f / max(f + r, 1e-12) for f, r in (_latency_split(model_scn, choice, n) for n in sizes)]
+        here = floor / max(floor + rest, 1e-12)
+        return Estimate(a * floor + b * rest, sigma, CALIBRATED,
+                        bracketed=min(shares) - MIX_TOLERANCE <= here <= max(shares) + MIX_TOLERANCE)
+
+    def _factors(self, scenario: Scenario, model_scn: Scenario, choice: Choice,
+                 sizes: tuple[int, ...]) -> tuple[float, float, float, str | None]:
+        """Latency and bandwidth correction factors of ``choice`` fitted to its measured sizes
+        (relative least squares of ``t = a * floor + b * rest``), the fit's RMS log residual, and
+        which part the measurements could not pin ("floor", "rest" or None).
+
+        One regime measured (only small or only large calls) pins one factor; the other then
+        takes the same value, and stays as uncertain as the model is where it dominates.
+        """
+        measured = np.array([self.sample(replace(scenario, nbytes=n), choice).time_us
+                             for n in sizes])
+        split = np.array([_latency_split(model_scn, choice, n) for n in sizes])
+        rows = split / measured[:, None]
+        ratio = float(np.exp(np.mean(np.log(measured / split.sum(axis=1)))))
+        a = b = ratio
+        floor_share = float(np.mean(split[:, 0] / split.sum(axis=1)))
+        unpinned: str | None = "rest" if floor_share > 0.5 else "floor"
+        if len(sizes) > 1 and np.linalg.matrix_rank(rows, tol=0.05) == 2:
+            (a, b), *_ = np.linalg.lstsq(rows, np.ones(len(sizes)), rcond=None)
+            unpinned = None
+            if not (0.05 < a < 20 and 0.05 < b < 20):
+                a = b = ratio
+                unpinned = "rest" if floor_share > 0.5 else "floor"
+        fitted = split @ np.array([a, b])
+        residual = float(np.sqrt(np.mean(np.log(measured / fitted) ** 2)))
+        return float(a), float(b), residual, unpinned
+
+    # -- the decision -----------------------------------------------------------------------------
+
+    def _config_of(self, scenario: Scenario, choice: Choice):
+        """What NCCL runs when told ``choice``, channels included, as NCCL's model on the given
+        topology has it (the fitted model where the given one cannot run it)."""
+        try:
+            return _model_run(scenario, choice).config
+        except ValueError:
+            return _model_run(self._on_model(scenario), choice).config
+
+    def decide(self, scenario: Scenario) -> CallDecision:
+        model_scn = self._on_model(scenario)
+        nccl_config = _model_run(scenario, DEFAULT).config
+        covered = self.measurements.covers(scenario.collective, scenario.topology.nranks)
+        estimates = {c: self.ratio(scenario, c) for c in dict.fromkeys(self.candidates(scenario))
+                     if not c.is_default and model_can_run(model_scn, c)}
+        best, best_verdict = DEFAULT, None
+        for choice, est in estimates.items():
+            # tune overrides NCCL only where measurements anchor both sides; what only the model
+            # says is a reason to measure (tune_plan), not to pin: the model's ratio between two
+            # algorithms can be off by far more than its error on one time
+            override = covered and est.anchored and passes(est.gain, est.sigma, self.margin)
+            verdict = Verdict(nccl_config, self._config_of(scenario, choice), est.gain, est.sigma,
+                              est.evidence if covered else NOT_MEASURED, override)
+            if best_verdict is None or (verdict.override, verdict.gain) > (
+                    best_verdict.override, best_verdict.gain):
+                best, best_verdict = choice, verdict
+        if best_verdict is None:
+            evidence = MEASURED if self.sample(scenario, DEFAULT) else (
+                self.model_evidence if covered else NOT_MEASURED)
+            best_verdict = Verdict(nccl_config, nccl_config, 0.0, 0.0, evidence, False)
+        chosen = best if best_verdict.override else DEFAULT
+        return CallDecision(scenario, chosen, best, best_verdict, estimates)
+
+
+class TunedPolicy:
+    """A :class:`Tuner`'s decisions as something export can write: pinned choice or defer."""
+
+    name = "tune"
+
+    def __init__(self, tuner: Tuner) -> None:
+        self.tuner = tuner
+
+    def decide_rule(self, scenario: Scenario) -> tuple[pf.Decision | None, Verdict]:
+        d = self.tuner.decide(scenario)
+        if d.chosen.is_default or not d.chosen.exportable:
+            return None, d.verdict
+        return pf.Decision(d.chosen.algorithm, d.chosen.protocol, d.chosen.channels), d.verdict
+
+    def force(self, scenario: Scenario) -> KnobConstraints:
+        return self.tuner.decide(scenario).chosen.constraints
+
+    def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
+            action_mask: np.ndarray | None = None) -> int:
+        from dynamiccl.agents.policies.policy import allowed_actions, forced_action, require_scenario
+
+        scenario = require_scenario(self.name, scenario)
+        return forced_action(scenario, self.force(scenario),
+                             allowed_actions(scenario, action_mask, True))

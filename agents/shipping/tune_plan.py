@@ -1,0 +1,273 @@
+"""The next measurements ``dynamiccl tune --plan`` asks for: those whose outcome could change a decision.
+
+A measurement is a launch of one choice at one size, with NCCL's default launched beside it (a
+choice decides only next to its default, and launch after launch, interleaved: default, choice,
+default, choice...). What a measurement is worth is the expected value of what it could reveal
+(:func:`launch_value`): the tuner's estimate of the choice's log gain over NCCL's default is
+Gaussian; the launch would shrink its uncertainty, and the estimate after it may cross the gate's
+threshold either way, unlocking a gain a deferred rule leaves or withdrawing an override that would
+lose. Both a first measurement of an unmeasured choice and more launches of a measured one are
+weighed so, one to :data:`LOOKAHEAD` launches at once (a second launch alone rarely settles a
+gain of a few percent that a third does); the plan takes the most valuable per measurement spent,
+greedily, each pick lowering the uncertainty the next ones see.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dynamiccl.agents.shipping.tune import CallDecision, Tuner
+from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
+from dynamiccl.knobs import Collective
+from dynamiccl.nccl import (
+    ALGO_ENV,
+    ALGORITHM_NCCL_NAMES,
+    MAX_CHANNELS_ENV,
+    MIN_CHANNELS_ENV,
+    PROTO_ENV,
+    PROTOCOL_NCCL_NAMES,
+)
+from dynamiccl.scenario import Scenario
+from dynamiccl.units import format_size
+
+#: How many launches of one choice at one call the plan weighs at once: one launch alone rarely
+#: settles a gain of a few percent (it may be a stray launch: its uncertainty is the size band's
+#: tail), from three the median ignores a stray launch, so the value of a second and a third launch
+#: shows only when they are weighed together.
+LOOKAHEAD = 3
+#: A launch expected to be worth less than this (log gain per measurement: a thousandth of a
+#: percent of a call's time) is not worth making.
+MIN_VALUE = 1e-5
+
+
+@dataclass(frozen=True)
+class PlannedMeasurement:
+    collective: Collective
+    nranks: int
+    choice: Choice
+    nbytes: int
+    #: Expected log-gain the launch it belongs to could unlock or regression it could prevent,
+    #: per measurement spent.
+    value: float
+    reason: str
+    #: Which launch of this choice at this size it is (1: the first; 2: the first repeat...).
+    launch: int = 1
+
+
+#: How many launches of a choice at a call can be made at most: one number for every call and
+#: choice, or per (call, choice) (a replayed log has only the launches it recorded); None: no cap.
+LaunchCap = int | Callable[[Scenario, Choice], int] | None
+
+
+def _psi(z: float) -> float:
+    """E[max(0, Z - z)] for a standard normal Z: the unit loss function."""
+    return math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) - z * 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def launch_value(log_gain: float, sigma_now: float, sigma_after: float, threshold: float,
+                 anchored: bool = True) -> float:
+    """Expected value of one more launch for a decision "override where the log gain clears
+    ``threshold``": the estimate moves by a Gaussian of sigma sqrt(sigma_now^2 - sigma_after^2),
+    and its value is the expected gain of acting on where it lands (the classic expected value of
+    sample information for a two-action decision with linear payoff). An estimate no measurement
+    anchors (``anchored`` False) cannot override whatever it says, so the launch is worth the gain
+    it could unlock, also where the estimate already clears the threshold."""
+    spread = math.sqrt(max(sigma_now * sigma_now - sigma_after * sigma_after, 0.0))
+    if not anchored:
+        if spread <= 0:
+            return max(log_gain - threshold, 0.0)
+        return spread * _psi((threshold - log_gain) / spread)
+    if spread <= 0:
+        return 0.0
+    return spread * _psi(abs(log_gain - threshold) / spread)
+
+
+class _Planner:
+    """The greedy plan's bookkeeping: launches made or planned per (call, choice), and what one
+    more launch of each candidate is worth now."""
+
+    def __init__(self, tuner: Tuner, scenarios: Sequence[Scenario], max_launches: LaunchCap) -> None:
+        self.tuner = tuner
+        self.max_launches = max_launches
+        self.decisions: dict[Scenario, CallDecision] = {s: tuner.decide(s) for s in scenarios}
+        self.launches: dict[tuple[Scenario, Choice], int] = {}
+        self.sigma: dict[tuple[Scenario, Choice], float] = {}
+        for s, d in self.decisions.items():
+            for choice in (DEFAULT, *d.estimates):
+                sample = tuner.sample(s, choice)
+                self.launches[(s, choice)] = 0 if sample is None else sample.launches
+            for choice, est in d.estimates.items():
+                self.sigma[(s, choice)] = est.sigma
+
+    def action(self, s: Scenario, choice: Choice) -> tuple[float, int, int] | None:
+        """(value per measurement, measurements, launches of ``choice``) of the most valuable of
+        launching ``choice`` (and NCCL's default where it would fall behind) 1 to
+        :data:`LOOKAHEAD` more times at ``s``; None where no more launches can be made."""
+        best = None
+        est = self.decisions[s].estimates[choice]
+        for k in range(1, LOOKAHEAD + 1):
+            n_choice = self.launches[(s, choice)] + k
+            n_default = max(self.launches[(s, DEFAULT)], n_choice)
+            if n_choice > self._cap(s, choice) or n_default > self._cap(s, DEFAULT):
+                break
+            cost = k + n_default - self.launches[(s, DEFAULT)]
+            after = self._sigma_after(s, choice, n_choice, n_default)
+            threshold = max(math.log1p(self.tuner.margin), after)
+            # once launched (or planned), a choice's measurement anchors it
+            anchored = est.anchored or self.launches[(s, choice)] > 0
+            value = launch_value(-est.log_ratio, self.sigma[(s, choice)], after, threshold,
+                                 anchored) / cost
+            if best is None or value > best[0]:
+                best = (value, cost, k)
+        return best
+
+    def _cap(self, s: Scenario, choice: Choice) -> float:
+        if self.max_launches is None:
+            return math.inf
+        return self.max_launches(s, choice) if callable(self.max_launches) else self.max_launches
+
+    def take(self, s: Scenario, choice: Choice, value: float, k: int = 1) -> list[PlannedMeasurement]:
+        """Plans ``k`` more launches of ``choice`` at ``s``, NCCL's default's brought level."""
+        n_choice = self.launches[(s, choice)] + k
+        n_default = max(self.launches[(s, DEFAULT)], n_choice)
+        reason = self._reason(s, choice)
+        out = [PlannedMeasurement(s.collective, s.topology.nranks, DEFAULT, s.nbytes, value,
+                                  reason, n) for n in range(self.launches[(s, DEFAULT)] + 1,
+                                                           n_default + 1)]
+        out += [PlannedMeasurement(s.collective, s.topology.nranks, choice, s.nbytes, value,
+                                   reason, n) for n in range(self.launches[(s, choice)] + 1,
+                                                            n_choice + 1)]
+        self.sigma[(s, choice)] = self._sigma_after(s, choice, n_choice, n_default)
+        self.launches[(s, choice)], self.launches[(s, DEFAULT)] = n_choice, n_default
+        return out
+
+    def _sigma_after(self, s: Scenario, choice: Choice, n_choice: int, n_default: int) -> float:
+        noise = self.tuner.noise
+        return math.hypot(noise.of_mean(s.topology, choice, n_choice, s.nbytes),
+                          noise.of_mean(s.topology, DEFAULT, n_default, s.nbytes))
+
+    def _reason(self, s: Scenario, choice: Choice) -> str:
+        d = self.decisions[s]
+        if self.launches[(s, choice)]:
+            return "another launch: the noise leaves this decision open"
+        if d.chosen == choice:
+            return f"the override rests on the {d.estimates[choice].evidence}: check it"
+        return "could beat NCCL's default if measured"
+
+
+def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int, *,
+         max_launches: LaunchCap = None) -> list[PlannedMeasurement]:
+    """At most ``budget`` measurements (NCCL's default counted), the most valuable per measurement
+    first, each a launch of one choice at one size (:class:`PlannedMeasurement`).
+    ``max_launches`` caps the launches of one choice at one size, NCCL's default's included (1 where
+    a measurement cannot be repeated; per call and choice where each has its own, e.g. a replay)."""
+    planner = _Planner(tuner, scenarios, max_launches)
+    heap: list[tuple[float, int, Scenario, Choice]] = []
+    order = 0
+
+    def push(s: Scenario) -> None:
+        nonlocal order
+        for choice in planner.decisions[s].estimates:
+            found = planner.action(s, choice)
+            if found is not None and found[0] > MIN_VALUE:
+                order += 1
+                heapq.heappush(heap, (-found[0], order, s, choice))
+
+    for s in planner.decisions:
+        push(s)
+    planned: list[PlannedMeasurement] = []
+    left = max(budget, 0)
+    while heap and left > 0:
+        neg_value, _, s, choice = heapq.heappop(heap)
+        found = planner.action(s, choice)
+        if found is None or found[0] <= MIN_VALUE:
+            continue
+        if abs(found[0] + neg_value) > 1e-12 * found[0]:  # taking another changed it: requeue
+            order += 1
+            heapq.heappush(heap, (-found[0], order, s, choice))
+            continue
+        if found[1] > left:
+            continue
+        planned += planner.take(s, choice, found[0], found[2])
+        left -= found[1]
+        push(s)  # its default's launches changed what every candidate here is worth
+    return planned
+
+
+_BINARIES = {Collective.ALLREDUCE: "all_reduce_perf", Collective.ALLGATHER: "all_gather_perf",
+             Collective.REDUCESCATTER: "reduce_scatter_perf", Collective.BROADCAST: "broadcast_perf",
+             Collective.REDUCE: "reduce_perf"}
+
+
+def nccl_environment(choice: Choice) -> dict[str, str]:
+    """The environment that makes NCCL run ``choice`` (empty for NCCL's default): NCCL_ALGO and
+    NCCL_PROTO in NCCL's spelling, a channel count as NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS."""
+    env: dict[str, str] = {}
+    if choice.algorithm is not None:
+        env[ALGO_ENV] = ALGORITHM_NCCL_NAMES[choice.algorithm]
+    if choice.protocol is not None:
+        env[PROTO_ENV] = PROTOCOL_NCCL_NAMES[choice.protocol]
+    if choice.channels is not None:
+        env[MIN_CHANNELS_ENV] = env[MAX_CHANNELS_ENV] = str(choice.channels)
+    return env
+
+
+def launch_order(planned: Sequence[PlannedMeasurement]) -> list[list[PlannedMeasurement]]:
+    """The plan as rounds of launches, to run in order: round k holds every k-th launch, NCCL's
+    default first, so each choice's launches alternate with its default's."""
+    rounds: dict[int, list[PlannedMeasurement]] = defaultdict(list)
+    for m in planned:
+        rounds[m.launch].append(m)
+    return [sorted(rounds[k], key=lambda m: (m.collective, m.nranks, not m.choice.is_default,
+                                             m.choice.label(), m.nbytes))
+            for k in sorted(rounds)]
+
+
+#: The MPI launchers a multi-node line is printed for, with how each sets a variable on every rank
+#: and places ranks per node: OpenMPI forwards only the variables named with ``-x`` to remote
+#: ranks, MPICH's and Intel MPI's Hydra those named with ``-genv`` (a variable set before
+#: ``mpirun`` reaches the local ranks only, and ranks choosing differently hang NCCL).
+LAUNCHERS = (
+    ("OpenMPI", "-N", lambda k, v: f"-x {k}={v}"),
+    ("MPICH/Intel MPI", "-ppn", lambda k, v: f"-genv {k} {v}"),
+)
+
+
+def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> list[str]:
+    """nccl-tests commands covering the plan, in :func:`launch_order`: one per round,
+    (collective, ranks, choice) and contiguous run of powers of two (``-b/-e -f 2``), pinned through
+    :func:`nccl_environment`. Each line is one launch; run them in the order printed. Across nodes
+    each is printed once per launcher of :data:`LAUNCHERS`, the variables set on every rank the
+    way that launcher does it and the launcher named in the line's comment."""
+    lines = []
+    for launches in launch_order(planned):
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for m in launches:
+            groups[(m.collective, m.nranks, m.choice, m.launch)].append(m.nbytes)
+        for (coll, nranks, choice, launch), sizes in groups.items():
+            sizes = sorted(set(sizes))
+            runs: list[list[int]] = [[sizes[0]]]
+            for n in sizes[1:]:
+                if n == runs[-1][-1] * 2:
+                    runs[-1].append(n)
+                else:
+                    runs.append([n])
+            env = nccl_environment(choice)
+            nodes = max(1, nranks // max(gpus_per_node, 1))
+            which = f", launch {launch}" if launch > 1 else ""
+            for run in runs:
+                test = f"{_BINARIES[coll]} -b {run[0]} -e {run[-1]} -f 2"
+                what = f"{choice.label()}, {format_size(run[0])}..{format_size(run[-1])}{which}"
+                if nodes == 1:  # one process drives every GPU: the shell's variables reach it
+                    prefix = "".join(f"{k}={v} " for k, v in env.items())
+                    lines.append(f"{prefix}{test} -g {nranks}  # {what}")
+                    continue
+                for name, per_node, set_var in LAUNCHERS:
+                    flags = "".join(f"{set_var(k, v)} " for k, v in env.items())
+                    lines.append(f"mpirun -np {nranks} {per_node} {min(gpus_per_node, nranks)} {flags}"
+                                 f"{test} -g 1  # {name}: {what}")
+    return lines

@@ -1,0 +1,104 @@
+"""The learned prior as an agent of the training pipeline: ``dynamiccl train agent=learned_prior``.
+
+:mod:`dynamiccl.agents.training.prior_learner` trains it; this module holds only what the pipeline needs
+around it (as :mod:`dynamiccl.agents.training.full_info_agent` does for the full-information learner):
+
+* its config: ``configs/agent/learned_prior.yaml``'s ``model`` node names
+  :class:`~dynamiccl.agents.training.prior_learner.PriorConfig`, so misspelt keys are refused as for every
+  agent; ``seed`` seeds it;
+* checkpoints at round boundaries (:mod:`dynamiccl.agents.training.round_checkpoints`): a run resumed after
+  ``kill -9`` ends bit-identical to the uninterrupted one;
+* the training curve: the loss on each round's examples before learning from them (new systems,
+  so a held-out loss), and evaluations on the validation realities (``val_nll``, the metric of
+  ``dynamiccl sweep hparams_search=learned_prior``);
+* what ships: ``learned_prior.npz`` in the run folder, the file
+  :meth:`~dynamiccl.agents.shipping.prior.LearnedPrior.load` reads, with the command that trains it again.
+
+A training step is one (point, budget) example learned from; a round is ``systems_per_round`` fresh
+systems' examples. The prior is no policy: the pipeline scores it on validation realities instead
+of the evaluation suite, and exports nothing (``deploy`` is refused).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dynamiccl.agents.shipping.prior import SHIPPED_NAME, LearnedPrior
+from dynamiccl.agents.training import round_checkpoints
+from dynamiccl.agents.training.prior_learner import (
+    PriorConfig,
+    PriorLearner,
+    ValidationCase,
+    score,
+    validation_cases,
+)
+
+NAME = "learned_prior"
+CONFIG_CLASS = f"{PriorConfig.__module__}.{PriorConfig.__qualname__}"
+#: What the training curve plots: (progress CSV column, axis label).
+CURVE = ("train/fresh_loss", "NLL on new systems, before learning")
+#: What the periodic evaluations show on the same figure: (evaluations.jsonl key, axis label).
+EVALUATED = ("val_nll", "NLL on the validation realities")
+
+
+def is_learned_prior(agent: DictConfig) -> bool:
+    """Whether an ``agent`` config (``configs/agent/*.yaml``) is the learned prior."""
+    return str(OmegaConf.select(agent, "model._target_", default="")) == CONFIG_CLASS
+
+
+def build(agent: DictConfig, seed: int) -> PriorLearner:
+    """A fresh learner from ``agent.model`` (instantiated with Hydra, as every agent's is)."""
+    import hydra
+
+    return PriorLearner(hydra.utils.instantiate(agent.model, seed=int(seed)))
+
+
+def save_checkpoint(learner: PriorLearner, path: str | Path, *, resume: bool = True) -> Path:
+    return round_checkpoints.save(learner, path, algo=NAME, config_class=CONFIG_CLASS, resume=resume)
+
+
+def load_checkpoint(path: str | Path) -> tuple[PriorLearner, bool]:
+    """The learner of a training checkpoint, and whether its optimizer and generator came back."""
+    learner = PriorLearner.load(path)
+    return learner, round_checkpoints.restore(learner, path)
+
+
+def fresh_loss(learner: PriorLearner, data: Any) -> float:
+    """The loss on ``data`` before learning from it (its systems are new to the learner)."""
+    return learner.loss(data)
+
+
+@lru_cache(maxsize=4)
+def _cases(systems: int) -> tuple[ValidationCase, ...]:
+    return tuple(validation_cases(systems))
+
+
+def validate(learner: PriorLearner, *, final: bool = False) -> dict[str, float]:
+    """The prior as it would ship, scored on the validation realities (fixed systems; a periodic
+    evaluation uses a third of the final one's)."""
+    systems = learner.config.validation_systems
+    return score(learner.prior(), list(_cases(systems if final else max(1, systems // 3))))
+
+
+def training_command(cfg: DictConfig) -> str:
+    """The seeded command that trains this prior again (settings that differ from the defaults)."""
+    defaults = asdict(PriorConfig())
+    model = OmegaConf.to_container(cfg.agent.model, resolve=True)
+    changed = [f"agent.model.{f.name}={model[f.name]}" for f in fields(PriorConfig)
+               if f.name != "seed" and f.name in model and model[f.name] != defaults[f.name]]
+    return " ".join(["dynamiccl train agent=learned_prior", f"seed={int(cfg.seed)}",
+                     f"trainer.total_timesteps={int(cfg.trainer.total_timesteps)}", *changed])
+
+
+def ship(cfg: DictConfig, learner: PriorLearner, run_dir: Path, metrics: dict[str, Any]) -> Path:
+    """``learned_prior.npz`` in the run folder: the prior, its validation scores and the command
+    that trains it (copy it to ``agents/shipping/learned_prior.npz`` to ship it)."""
+    prior = learner.prior({"command": training_command(cfg), "validation": metrics})
+    path = prior.save(run_dir / SHIPPED_NAME)
+    LearnedPrior.load(path)  # what was written reads back
+    return path

@@ -1,0 +1,107 @@
+"""One run folder, one run: a lock against a second process, and the settings it was started with.
+
+A folder that already holds a run is resumed only with the settings recorded in its
+``config.yaml``; a different setting is refused by name unless ``resume.allow_changes=true``, and
+then the new settings go to ``config_from_<step>.yaml`` beside the original, which is never
+rewritten. Keys that cannot change what is trained (progress bar, logging, evaluation, how often
+to checkpoint) may differ freely.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dynamiccl.agents import current_name
+from dynamiccl.agents.training.config_checks import ConfigCheckError
+
+#: Config keys (and key prefixes) that do not influence the trained model.
+NEUTRAL_KEYS = ("resume.", "trainer.progress_bar", "trainer.checkpoint_every", "trainer.eval_every",
+                "eval.", "logger.", "tags", "task_name", "ray.", "tune.", "deploy.")
+
+#: Keys renamed since a run folder may have been written: its ``config.yaml`` is read with the new
+#: names, so the run resumes (the full-information learner's ``margin`` is ``min_gain`` now); module
+#: paths in it are read the same way (:func:`_as_today`).
+RENAMED_KEYS = {"agent.model.margin": "agent.model.min_gain"}
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: data}
+
+
+def _as_today(key: str, value: Any) -> Any:
+    """A recorded value as today's code names it: a ``_target_`` in a module that has moved since
+    (:data:`dynamiccl.agents.MOVED`) is the same setting under its new path."""
+    return current_name(value) if key.endswith("_target_") and isinstance(value, str) else value
+
+
+def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (recorded value, new value) for every training-relevant difference."""
+    flat_old = {RENAMED_KEYS.get(k, k): _as_today(k, v) for k, v in _flat(old).items()}
+    flat_new = _flat(new)
+    keys = sorted(set(flat_old) | set(flat_new))
+    return {k: (flat_old.get(k), flat_new.get(k)) for k in keys
+            if flat_old.get(k) != flat_new.get(k) and not k.startswith(NEUTRAL_KEYS)}
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def record_config(cfg: DictConfig, run_dir: Path, step: int) -> str | None:
+    """Writes ``config.yaml`` for a new run, or checks the new settings against it for a resumed
+    one; returns a line describing accepted changes (None when there are none)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    text = OmegaConf.to_yaml(cfg, resolve=True)
+    recorded = run_dir / "config.yaml"
+    if not recorded.is_file():
+        _write_atomically(recorded, text)
+        return None
+    diff = changed_keys(OmegaConf.to_container(OmegaConf.load(recorded)), resolved)  # type: ignore[arg-type]
+    if not diff:
+        return None
+    listing = ", ".join(f"{k} ({old!r} -> {new!r})" for k, (old, new) in diff.items())
+    if not bool(cfg.resume.allow_changes):
+        raise ConfigCheckError(
+            f"{run_dir} was started with other settings: {listing}. Resume with the same settings, "
+            "choose a new run folder (hydra.run.dir=PATH), or add resume.allow_changes=true to "
+            "continue with the new ones")
+    _write_atomically(run_dir / f"config_from_{step}.yaml", text)
+    return f"continuing with changed settings (saved in config_from_{step}.yaml): {listing}"
+
+
+@contextmanager
+def locked(run_dir: Path) -> Iterator[Path]:
+    """Creates ``run_dir`` and holds its lock file; a second process gets one clear error."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(run_dir / ".lock", "a+")  # noqa: SIM115 (held for the whole run)
+    except OSError as exc:
+        raise ConfigCheckError(f"cannot write to the run folder {run_dir} ({exc.strerror}); choose "
+                               "another with hydra.run.dir=PATH") from None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            owner = handle.read().strip() or "another process"
+            raise ConfigCheckError(f"{run_dir} is in use by {owner}; wait for it to finish or choose "
+                                   "another run folder (hydra.run.dir=PATH)") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}")
+        handle.flush()
+        yield run_dir

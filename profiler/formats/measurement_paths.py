@@ -1,0 +1,140 @@
+"""Measurements from the paths a user names: measurement files, and folders holding them.
+
+A folder of logs rarely holds logs alone: a README, the job script, and for published runs the
+sidecar YAML that says how each log was run. So a folder is read for the measurement files it holds
+and every other file is skipped with a note, while a file named explicitly must be a measurement
+file (naming one that is not is a mistake worth an error). A log with a sidecar (``<run>.yaml``
+naming it, :mod:`dynamiccl.profiler.formats.published`) is read through the sidecar, which knows what the
+log alone cannot: the nodes it spanned and the ``NCCL_ALGO``/``NCCL_PROTO`` it was forced with, so
+a forced run is never mistaken for NCCL's default.
+
+An NCCL debug log (``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING``) holds no timings but NCCL's pick for
+every call: named, or found in a folder, it is read for those picks, and each record of a run
+forced the same way (the log's ``NCCL_ALGO``/``NCCL_PROTO``) of the same collective and size gets
+the pick (``MeasurementRecord.nccl_pick``): what a run forced with one knob alone measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from dynamiccl.files import not_regular_message
+from dynamiccl.knobs import Collective
+from dynamiccl.profiler.formats.measurements import MeasurementFormatError, detect_format, load
+from dynamiccl.profiler.formats.nccl_debug_log import NcclDebugLogError, parse_debug_log_file
+from dynamiccl.profiler.formats.nccl_tests import _forced_config
+from dynamiccl.profiler.formats.published import load_sidecar, sidecar_log
+from dynamiccl.profiler.formats.records import MeasurementRecord
+
+#: A logged pick's key: collective, forced NCCL_ALGO, forced NCCL_PROTO (None = NCCL chose), size,
+#: and the communicator's rank count where the log says it (None = any).
+PickKey = tuple[Collective, str | None, str | None, int, int | None]
+
+
+@dataclass(frozen=True)
+class LoadedMeasurements:
+    records: list[MeasurementRecord]
+    #: One line per file of a folder that holds no measurements, saying why it was skipped.
+    skipped: list[str]
+
+
+def load_paths(paths: Iterable[str | Path]) -> LoadedMeasurements:
+    """Every measurement in ``paths`` (files or folders, folders searched recursively).
+
+    Raises :class:`MeasurementFormatError` (a ``ValueError``) for a missing path or a named file
+    that is not a measurement file, and ``ValueError`` for a measurement file that cannot be parsed.
+    """
+    records: list[MeasurementRecord] = []
+    skipped: list[str] = []
+    picks: dict[PickKey, str] = {}
+    for item in map(Path, paths):
+        if item.is_dir():
+            found, notes = _load_folder(sorted(p for p in item.rglob("*") if p.is_file()), picks)
+            records += found
+            skipped += notes
+        elif item.is_file():
+            records += _load_file(item, picks)
+        else:
+            raise MeasurementFormatError(not_regular_message(item, "measurement file") or
+                                         f"{item}: no such measurement file or folder; check the path")
+    return LoadedMeasurements(_with_picks(records, picks), skipped)
+
+
+def _load_file(path: Path, picks: dict[PickKey, str]) -> list[MeasurementRecord]:
+    if sidecar_log(path) is not None:  # the sidecar itself was named
+        return _published(path)
+    sidecar = _sidecar_of(path)
+    if sidecar is not None:
+        return _published(sidecar)
+    if detect_format(path) == "nccl-debug-log":
+        if not _read_picks(path, picks):
+            raise MeasurementFormatError(
+                f"{path}: an NCCL debug log without per-call picks holds no timings and settles no "
+                "forced run; rerun with NCCL_DEBUG_SUBSYS=TUNING, or check NCCL's model against its "
+                "table with `dynamiccl check-model`")
+        return []
+    return load(path)
+
+
+def _load_folder(files: list[Path], picks: dict[PickKey, str]
+                 ) -> tuple[list[MeasurementRecord], list[str]]:
+    logs = {f: sidecar_log(f) for f in files}
+    through_sidecar = {log.resolve() for log in logs.values() if log is not None}
+    records: list[MeasurementRecord] = []
+    skipped: list[str] = []
+    for f in files:
+        if logs[f] is not None:
+            records += _published(f)
+        elif f.suffix == ".md":
+            skipped.append(f"{f}: documentation")
+        elif f.resolve() not in through_sidecar:
+            try:
+                if detect_format(f) != "nccl-debug-log":
+                    records += load(f)
+                elif not _read_picks(f, picks):
+                    skipped.append(f"{f}: an NCCL debug log without per-call picks")
+            except MeasurementFormatError as exc:
+                skipped.append(str(exc).split(";")[0])
+    return records, skipped
+
+
+def _read_picks(path: Path, picks: dict[PickKey, str]) -> bool:
+    """Adds the per-call picks of the debug log ``path`` to ``picks`` (the first logged pick of a
+    call wins); whether it had any."""
+    try:
+        log = parse_debug_log_file(path)
+    except NcclDebugLogError:
+        return False
+    for pick in log.distinct_picks():
+        algo, proto, _ = _forced_config(log.env, pick.collective)
+        picks.setdefault((pick.collective, algo, proto, pick.nbytes, log.nranks), pick.pair)
+    return bool(log.picks)
+
+
+def _with_picks(records: list[MeasurementRecord], picks: dict[PickKey, str]) -> list[MeasurementRecord]:
+    """Records with the pick a debug log gives for their call and forced knobs, where their own
+    log printed none."""
+    if not picks:
+        return records
+    out = []
+    for rec in records:
+        key = (rec.coll, rec.algorithm, rec.protocol, rec.nbytes)
+        pick = picks.get((*key, rec.nranks)) or picks.get((*key, None))
+        out.append(replace(rec, nccl_pick=pick) if pick and not rec.nccl_pick else rec)
+    return out
+
+
+def _sidecar_of(log: Path) -> Path | None:
+    """The sidecar next to ``log`` that names it, if any."""
+    for suffix in (".yaml", ".yml"):
+        candidate = log.with_suffix(suffix)
+        found = sidecar_log(candidate) if candidate.is_file() else None
+        if found is not None and found.resolve() == log.resolve():
+            return candidate
+    return None
+
+
+def _published(sidecar: Path) -> list[MeasurementRecord]:
+    return [rec for run in load_sidecar(sidecar) for rec in run.records]

@@ -1,0 +1,357 @@
+"""Times one collective on every rank the way nccl-tests does, and watches who arrives last.
+
+Protocol (seed 003's, nccl-tests' vocabulary): ``warmup`` untimed iterations, then ``runs`` runs of
+``iters`` timed iterations; a run's time is its mean, the reported time the median over runs with
+the spread beside it. Each timed iteration starts from a barrier, lets an injected straggler sleep,
+then records the rank's own arrival→completion time. Those per-rank execution times give both the
+collective time (the slowest rank's view, i.e. including any wait for a late peer) and the
+straggler analysis (:mod:`dynamiccl.profiler.measure.straggler_detection`) without needing
+synchronised clocks.
+
+Knobs reach NCCL through its environment variables, which it reads when a communicator is created;
+every measurement here runs in fresh processes, so each gets its own communicator and settings.
+Gloo has no such knobs: a gloo measurement is recorded as what it is, the backend's own algorithm.
+With ``emulate_hosts`` the NCCL ranks share the GPUs present, each its own host on a loopback
+network (:mod:`dynamiccl.profiler.measure.emulation`), and their records say so: NCCL saw one node per rank.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from dynamiccl.knobs import parse_enum
+from dynamiccl.nccl import (
+    ALGO_ENV,
+    ALGORITHM_NCCL_NAMES,
+    MAX_CHANNELS_ENV,
+    MIN_CHANNELS_ENV,
+    PROTO_ENV,
+    PROTOCOL_NCCL_NAMES,
+    Algorithm,
+    Collective,
+    Protocol,
+)
+from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
+from dynamiccl.profiler.measure import emulation, straggler_detection
+from dynamiccl.profiler.measure.launcher import RankContext, launch
+
+_ELEMENT_BYTES = 4  # float32, nccl-tests' default type
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    collective: str
+    #: nccl-tests' size convention (allgather/reducescatter: the whole gathered buffer).
+    nbytes: int
+    backend: str = "gloo"
+    warmup: int = 10
+    iters: int = 100
+    runs: int = 5
+    straggler_rank: int | None = None
+    straggler_delay_us: float = 0.0
+    #: NCCL knobs; ``None`` leaves the choice to NCCL. Ignored (and recorded as such) on gloo.
+    algorithm: str | None = None
+    protocol: str | None = None
+    channels: int | None = None
+
+    def __post_init__(self) -> None:
+        coll = Collective(parse_enum(Collective, self.collective))
+        object.__setattr__(self, "collective", coll.name.lower())
+        if self.backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend must be gloo or nccl, got {self.backend!r}")
+        if min(self.iters, self.runs) < 1 or self.warmup < 0:
+            raise ValueError("iters and runs must be at least 1 and warmup not negative")
+        if self.straggler_delay_us < 0:
+            raise ValueError("the injected straggler delay must not be negative")
+
+    @property
+    def coll(self) -> Collective:
+        return Collective[self.collective.upper()]
+
+    @property
+    def knobs_applied(self) -> bool:
+        return self.backend == "nccl"
+
+
+def nccl_env(spec: CollectiveSpec) -> dict[str, str]:
+    """The NCCL environment that forces ``spec``'s knobs for the communicators a rank creates."""
+    env: dict[str, str] = {}
+    if spec.algorithm is not None:
+        env[ALGO_ENV] = ALGORITHM_NCCL_NAMES[Algorithm(parse_enum(Algorithm, spec.algorithm))]
+    if spec.protocol is not None:
+        env[PROTO_ENV] = PROTOCOL_NCCL_NAMES[Protocol(parse_enum(Protocol, spec.protocol))]
+    if spec.channels is not None:
+        env[MIN_CHANNELS_ENV] = env[MAX_CHANNELS_ENV] = str(int(spec.channels))
+    return env
+
+
+@dataclass
+class CollectiveResult:
+    spec: CollectiveSpec
+    nranks: int
+    time_us: float
+    time_us_runs: tuple[float, ...]
+    #: ``time_us`` less the persistent straggler's median delay (equal without one).
+    time_after_straggler_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    straggler: straggler_detection.StragglerReport | None
+    #: Per-rank execution times ``[rank, iteration]`` over all timed iterations (µs).
+    exec_us: np.ndarray = field(repr=False)
+    #: Per-rank arrival instants ``[rank, iteration]`` on the host's monotonic clock (µs); only
+    #: comparable across ranks that share one host.
+    arrival_us: np.ndarray | None = field(default=None, repr=False)
+    #: The launch of ranks that measured it (its records' launch id; "" = not known).
+    launch: str = ""
+    #: Rank 0's GPU model ("" on CPU).
+    gpu: str = ""
+    #: The ranks were emulated hosts sharing the GPUs present (NCCL saw one node per rank).
+    emulated_hosts: bool = False
+
+    @property
+    def algbw_with_wait_GBps(self) -> float:
+        """size / time_us: the bandwidth the punctual ranks see, waiting for the straggler included."""
+        return self.algbw_GBps * self.time_after_straggler_us / self.time_us if self.time_us else 0.0
+
+    @property
+    def busbw_with_wait_GBps(self) -> float:
+        return self.busbw_GBps * self.time_after_straggler_us / self.time_us if self.time_us else 0.0
+
+    @property
+    def spread_pct(self) -> float:
+        runs = self.time_us_runs
+        return 100.0 * (max(runs) - min(runs)) / self.time_us if self.time_us else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``dynamiccl profile collective --json`` contract, plus context after the five keys."""
+        s = self.straggler
+        found = s is not None and s.rank is not None
+        return {
+            "time_us": self.time_us,
+            "algbw_GBps": self.algbw_GBps,
+            "busbw_GBps": self.busbw_GBps,
+            "straggler_rank": s.rank if found else None,
+            "straggler_delay_us": s.delay_us if found else 0.0,
+            "time_after_straggler_us": self.time_after_straggler_us,
+            "algbw_with_wait_GBps": self.algbw_with_wait_GBps,
+            "busbw_with_wait_GBps": self.busbw_with_wait_GBps,
+            "time_us_runs": list(self.time_us_runs),
+            "spread_pct": self.spread_pct,
+            "collective": self.spec.collective,
+            "nbytes": self.spec.nbytes,
+            "nranks": self.nranks,
+            "backend": self.spec.backend,
+            "emulated_hosts": self.emulated_hosts,
+            "config": self.to_record().config_label if self.spec.knobs_applied else "gloo default",
+            "straggler": s.to_json() if s is not None else None,
+            "spec": asdict(self.spec),
+        }
+
+    def to_record(self) -> MeasurementRecord:
+        s, applied = self.straggler, self.spec.knobs_applied
+        return MeasurementRecord(
+            collective=self.spec.collective, nbytes=self.spec.nbytes, nranks=self.nranks,
+            time_us=self.time_us, algbw_GBps=self.algbw_GBps, busbw_GBps=self.busbw_GBps,
+            algorithm=self.spec.algorithm if applied else None,
+            protocol=self.spec.protocol if applied else None,
+            channels=self.spec.channels if applied else None,
+            nnodes=self.nranks if self.emulated_hosts else 1,
+            backend=self.spec.backend, source="runner", time_us_runs=self.time_us_runs,
+            straggler_rank=s.rank if s else None,
+            straggler_delay_us=s.delay_us if s and s.rank is not None else 0.0,
+            env=nccl_env(self.spec) if applied else {}, launch=self.launch, gpu=self.gpu,
+            emulated_hosts=self.emulated_hosts)
+
+
+def summarize(spec: CollectiveSpec, times: np.ndarray, shared_clock: bool = True,
+              emulated_hosts: bool = False) -> CollectiveResult:
+    """``times[rank, (exec, arrival), run, iteration]`` (µs) → nccl-tests numbers and stragglers.
+
+    Like the simulator, the time is counted from the first arrival (what the punctual ranks wait)
+    while the bandwidths use the time after the straggler arrived (what the collective itself
+    took, as nccl-tests sees it with punctual ranks). Symmetric collectives find the straggler from
+    execution times, which needs no common clock; broadcast and reduce cannot (the root leaves
+    early by design), so they compare arrival instants and need ranks sharing one host's clock.
+    """
+    nranks = times.shape[0]
+    exec_us = times[:, 0]
+    slowest = exec_us.max(axis=0)  # [run, iteration]: the earliest arrival's view
+    runs = tuple(float(x) for x in slowest.mean(axis=1))
+    time_us = float(np.median(runs))
+    flat = exec_us.reshape(nranks, -1)
+    report = None
+    if nranks > 1 and spec.coll not in (Collective.BROADCAST, Collective.REDUCE):
+        report = straggler_detection.from_exec_times(flat.T)
+    elif nranks > 1 and shared_clock:
+        arrivals = times[:, 1].reshape(nranks, -1).T
+        report = straggler_detection.from_arrivals(arrivals, collective_us=float(np.median(flat.min(axis=0))))
+    delay = report.delay_us if report is not None and report.rank is not None else 0.0
+    after = max(time_us - delay, 1e-3)
+    algbw, busbw = bandwidths(spec.coll, spec.nbytes, nranks, after)
+    arrivals = times[:, 1].reshape(nranks, -1) if shared_clock else None
+    return CollectiveResult(spec, nranks, time_us, runs, after, algbw, busbw, report, flat, arrivals,
+                            emulated_hosts=emulated_hosts)
+
+
+def measure_collective(spec: CollectiveSpec, nprocs: int, timeout_s: float = 120.0,
+                       emulate_hosts: bool = False) -> CollectiveResult:
+    """Starts ``nprocs`` local ranks, measures, and summarizes on this side."""
+    return measure_many([spec], nprocs, timeout_s, emulate_hosts)[0]
+
+
+def measure_many(specs: list[CollectiveSpec], nprocs: int, timeout_s: float = 120.0,
+                 emulate_hosts: bool = False, env: dict[str, str] | None = None
+                 ) -> list[CollectiveResult]:
+    """Several measurements with one start-up of the ranks per distinct NCCL environment, in the
+    order the specs first name each environment.
+
+    NCCL caches some knobs (channel limits) per process, so measurements under different NCCL
+    knobs never share processes; gloo measurements always do. Each start-up is a launch with a
+    fresh id in its results: what one launch measures shares that launch's state, so only
+    measurements of separate launches tell how far a call's time moves from launch to launch.
+    ``emulate_hosts`` runs the NCCL ranks as hosts of their own on the GPUs present; ``env`` is
+    more environment for every NCCL rank (a tuner plugin and its policy, say). NCCL ranks that
+    cannot be placed raise :class:`~dynamiccl.profiler.measure.emulation.EmulationError` before anything
+    starts.
+    """
+    for spec in specs:
+        if spec.straggler_rank is not None and not 0 <= spec.straggler_rank < nprocs:
+            raise ValueError(f"straggler rank {spec.straggler_rank} is outside 0..{nprocs - 1}")
+    groups: dict[tuple, list[int]] = {}
+    for i, spec in enumerate(specs):
+        groups.setdefault((spec.backend, tuple(sorted(nccl_env(spec).items()))), []).append(i)
+    if any(backend == "nccl" for backend, _ in groups):
+        emulation.check_placement(nprocs, emulation.visible_gpus(), emulate_hosts)
+    results: list[CollectiveResult | None] = [None] * len(specs)
+    for (backend, knobs), idx in groups.items():
+        nccl = backend == "nccl"
+        rank_env = {**(env or {}), **dict(knobs)} if nccl else {"CUDA_VISIBLE_DEVICES": ""}
+        per_rank = launch("dynamiccl.profiler.measure.runner:rank_main", nprocs,
+                          {"specs": [specs[i] for i in idx]}, timeout_s=timeout_s, env=rank_env,
+                          emulate_hosts=emulate_hosts and nccl)
+        times, gpu = per_rank[0]
+        launch_id = f"runner-{uuid.uuid4().hex[:12]}"
+        for i, exec_us in zip(idx, times, strict=True):
+            result = summarize(specs[i], exec_us, emulated_hosts=emulate_hosts and nccl)
+            result.launch, result.gpu = launch_id, gpu
+            results[i] = result
+    return [r for r in results if r is not None]
+
+
+def rank_main(ctx: RankContext, specs: list[CollectiveSpec]) -> tuple[list[np.ndarray], str] | None:
+    """Launcher entry: join the group, measure each spec, return all ranks' times and the GPU's
+    model on rank 0."""
+    import torch
+    import torch.distributed as dist
+
+    device = join_group(ctx, specs[0].backend)
+    try:
+        out = [measure_in_group(spec, device) for spec in specs]
+    finally:
+        dist.destroy_process_group()
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    return (out, gpu) if ctx.rank == 0 else None
+
+
+def join_group(ctx: RankContext, backend: str) -> Any:
+    """Initializes the default process group for a launcher rank; returns the rank's device."""
+    import torch.distributed as dist
+
+    device = _device(backend, ctx.gpu() if backend == "nccl" else 0)
+    dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
+                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s),
+                            **({"device_id": device} if backend == "nccl" else {}))
+    return device
+
+
+def run_under_torchrun(spec: CollectiveSpec) -> CollectiveResult | None:
+    """For ``torchrun … dynamiccl profile collective``: the group comes from ``env://``."""
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if spec.backend == "nccl" and emulation.visible_gpus() <= local:
+        raise RuntimeError(f"the nccl backend needs a GPU per local rank; local rank {local} found "
+                           f"{emulation.visible_gpus()} GPU(s); use --backend gloo on CPU")
+    device = _device(spec.backend, local)
+    dist.init_process_group(spec.backend, **({"device_id": device} if spec.backend == "nccl" else {}))
+    try:
+        exec_us = measure_in_group(spec, device)
+    finally:
+        dist.destroy_process_group()
+    one_host = os.environ.get("LOCAL_WORLD_SIZE") == os.environ.get("WORLD_SIZE")
+    return summarize(spec, exec_us, shared_clock=one_host) if exec_us is not None else None
+
+
+def _device(backend: str, gpu: int) -> Any:
+    """CPU for gloo; GPU ``gpu`` (made the current device) for NCCL."""
+    import torch
+
+    if backend != "nccl":
+        return torch.device("cpu")
+    torch.cuda.set_device(gpu)
+    return torch.device("cuda", gpu)
+
+
+def measure_in_group(spec: CollectiveSpec, device: Any, group: Any = None) -> np.ndarray | None:
+    """Runs the protocol in an initialized group.
+
+    Rank 0 gets ``[rank, 2, run, iteration]``: each rank's own execution time of each collective
+    and its arrival instant on the host's monotonic clock (µs).
+    """
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    op = _collective_op(spec, world, device, group)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sleep_s = spec.straggler_delay_us / 1e6 if spec.straggler_rank == rank else 0.0
+    times = np.zeros((2, spec.runs, spec.iters))
+    for i in range(spec.warmup + spec.runs * spec.iters):
+        dist.barrier(group=group)
+        sync()
+        if sleep_s:
+            time.sleep(sleep_s)
+        t0 = time.perf_counter_ns()
+        op()
+        sync()
+        t1 = time.perf_counter_ns()
+        if i >= spec.warmup:
+            j = i - spec.warmup
+            times[:, j // spec.iters, j % spec.iters] = (t1 - t0) / 1e3, t0 / 1e3
+    mine = torch.tensor(times, dtype=torch.float64, device=device)
+    everyone = torch.empty((world * 2, spec.runs, spec.iters), dtype=torch.float64, device=device)
+    dist.all_gather_into_tensor(everyone, mine, group=group)
+    return everyone.cpu().numpy().reshape(world, 2, spec.runs, spec.iters) if rank == 0 else None
+
+
+def _collective_op(spec: CollectiveSpec, world: int, device: Any, group: Any) -> Any:
+    """A zero-argument callable running the collective once on preallocated buffers."""
+    import torch
+    import torch.distributed as dist
+
+    count = spec.nbytes // _ELEMENT_BYTES
+    coll = spec.coll
+    split = coll in (Collective.ALLGATHER, Collective.REDUCESCATTER)
+    if count < (world if split else 1):
+        raise ValueError(f"{spec.nbytes} B is too small: {coll.name.lower()} on {world} ranks needs "
+                         f"at least {_ELEMENT_BYTES * (world if split else 1)} B")
+    per_rank = count // world
+    buf = torch.ones(per_rank * world if split else count, dtype=torch.float32, device=device)
+    part = torch.ones(per_rank, dtype=torch.float32, device=device)
+    if coll == Collective.ALLREDUCE:
+        return lambda: dist.all_reduce(buf, group=group)
+    if coll == Collective.BROADCAST:
+        return lambda: dist.broadcast(buf, src=0, group=group)
+    if coll == Collective.REDUCE:
+        return lambda: dist.reduce(buf, dst=0, group=group)
+    if coll == Collective.ALLGATHER:
+        return lambda: dist.all_gather_into_tensor(buf, part, group=group)
+    return lambda: dist.reduce_scatter_tensor(part, buf, group=group)
+
