@@ -101,9 +101,12 @@ def test_heatmaps_have_labels_a_title_and_a_legend_beside_them(smoke_reports) ->
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     legend = fig.legends[0].get_window_extent(renderer)
+    title = fig._suptitle.get_window_extent(renderer)
+    assert not _overlaps(title, legend)
     for ax in fig.axes:
         assert ax.get_ylabel() == "ranks" and ax.get_title(loc="left").startswith("policy: ")
         assert not _overlaps(legend, ax.get_tightbbox(renderer))  # panels, tick labels included
+        assert not _overlaps(title, ax.get_tightbbox(renderer))  # the first panel's title too
     assert fig.axes[-1].get_xlabel().startswith("message size")
     assert "smoke suite" in fig._suptitle.get_text() and "deployable actions" in fig._suptitle.get_text()
     pyplot().close(fig)

@@ -72,11 +72,14 @@ def choice_maps_figure(reports: Sequence[PolicyReport], context: str = "") -> An
         ax.set_xticks(range(len(bins)), [format_size(2**b) for b in bins], rotation=60, fontsize=7)
     axes[-1, 0].set_xlabel("message size bin (nccl-tests' size column, from this size up)", fontsize=8)
     handles = [Patch(color=choice_colour(label), label=label) for label in labels]
-    title = f"most frequent pick per cell; {context}" if context else "most frequent pick per cell"
-    fig.suptitle(fit_text(title, width - 0.4, 9), fontsize=9)
-    # The legend gets its own column right of the panels, so it never covers a cell or a label.
-    fig.tight_layout(rect=(0, 0, 0.78, 1))
-    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.79, 0.95), fontsize=7,
+    what = "most frequent pick per cell"
+    title = fit_text(f"{what}; {context}" if context else what, width - 0.4, 9)
+    fig.suptitle(title, fontsize=9)
+    # The panels start below the title's lines (tight_layout leaves a suptitle out of its room),
+    # and the legend gets its own column right of them, so neither covers a cell or a label.
+    top = 1 - ((title.count("\n") + 1) * 9 * 1.4 / 72 + 0.05) / height
+    fig.tight_layout(rect=(0, 0, 0.78, top))
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.79, top), fontsize=7,
                title="algorithm/protocol", title_fontsize=7, frameon=False)
     return fig
 

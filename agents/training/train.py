@@ -126,7 +126,8 @@ def evaluate_run(cfg: DictConfig, policy: Any, run_dir: Path, run_logger: Any,
     if cfg.eval.plots:
         from dynamiccl.agents.shipping.evaluation_plots import plot_reports
 
-        run_logger.log_images({f"eval/{k}": p for k, p in plot_reports(reports, out).items()})
+        figures = plot_reports(reports, out, suite=str(cfg.eval.suite), deployable=only_exportable)
+        run_logger.log_images({f"eval/{k}": p for k, p in figures.items()})
     return metrics, reports
 
 
