@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+from dynamiccl.files import write_text_atomic
+
 LIBRARY_NAME = "libnccl-tuner-dynamiccl.so"
 #: The ABI versions the plugin exports, newest first (NCCL's loader tries them in this order).
 ABI_VERSIONS = (6, 5, 4, 3, 2)
@@ -165,9 +167,7 @@ def remember_build(library: Path) -> None:
     """Records ``library`` as the user's own build, so ``plugin path`` names it from now on."""
     record = cache_dir() / LAST_BUILD
     record.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_name(f".{LAST_BUILD}.{os.getpid()}")
-    tmp.write_text(str(library))
-    os.replace(tmp, record)
+    write_text_atomic(record, str(library))
 
 
 def _remembered_build(src: Path | None) -> Path | None:

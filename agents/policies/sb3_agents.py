@@ -13,7 +13,6 @@ best *allowed* one is taken, so an unmasked agent still never emits an invalid c
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ import numpy as np
 
 from dynamiccl.agents.policies.policy import masked_argmax, scenario_mask
 from dynamiccl.config_loader import ConfigError
+from dynamiccl.files import replace_atomically, write_text_atomic
 
 if TYPE_CHECKING:
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -64,12 +64,6 @@ def _sidecar(path: Path) -> Path:
     return path.with_suffix(".json")
 
 
-def _replace_atomically(write: Callable[[Path], Any], path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
 def save_checkpoint(model: BaseAlgorithm, path: str | Path, algo: str,
                     resume: Mapping[str, Any] | None = None) -> Path:
     """Writes the model (with ``resume``, the state :mod:`~dynamiccl.agents.training.resume_state` captured,
@@ -85,15 +79,15 @@ def save_checkpoint(model: BaseAlgorithm, path: str | Path, algo: str,
         resume = dict(resume)
         if getattr(model, "replay_buffer", None) is not None:
             resume["replay_buffer"] = f"{path.stem}_replay_buffer_{step}.pkl"
-            _replace_atomically(model.save_replay_buffer, path.with_name(resume["replay_buffer"]))
+            replace_atomically(path.with_name(resume["replay_buffer"]), model.save_replay_buffer)
         setattr(model, _RESUME_ATTR, resume)
         include = [_RESUME_ATTR]
     try:
-        _replace_atomically(lambda tmp: model.save(tmp, include=include), path)
+        replace_atomically(path, lambda tmp: model.save(tmp, include=include))
     finally:
         if resume is not None:
             delattr(model, _RESUME_ATTR)
-    _replace_atomically(lambda tmp: tmp.write_text(json.dumps(meta, indent=2)), _sidecar(path))
+    write_text_atomic(_sidecar(path), json.dumps(meta, indent=2))
     keep = (resume or {}).get("replay_buffer")
     for stale in path.parent.glob(f"{path.stem}_replay_buffer_*.pkl"):
         if stale.name != keep:

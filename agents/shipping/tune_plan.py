@@ -23,14 +23,7 @@ from dataclasses import dataclass
 from dynamiccl.agents.shipping.tune import CallDecision, Tuner
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
 from dynamiccl.knobs import Collective
-from dynamiccl.nccl import (
-    ALGO_ENV,
-    ALGORITHM_NCCL_NAMES,
-    MAX_CHANNELS_ENV,
-    MIN_CHANNELS_ENV,
-    PROTO_ENV,
-    PROTOCOL_NCCL_NAMES,
-)
+from dynamiccl.nccl import forcing_env
 from dynamiccl.scenario import Scenario
 from dynamiccl.units import format_size
 
@@ -204,16 +197,8 @@ _BINARIES = {Collective.ALLREDUCE: "all_reduce_perf", Collective.ALLGATHER: "all
 
 
 def nccl_environment(choice: Choice) -> dict[str, str]:
-    """The environment that makes NCCL run ``choice`` (empty for NCCL's default): NCCL_ALGO and
-    NCCL_PROTO in NCCL's spelling, a channel count as NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS."""
-    env: dict[str, str] = {}
-    if choice.algorithm is not None:
-        env[ALGO_ENV] = ALGORITHM_NCCL_NAMES[choice.algorithm]
-    if choice.protocol is not None:
-        env[PROTO_ENV] = PROTOCOL_NCCL_NAMES[choice.protocol]
-    if choice.channels is not None:
-        env[MIN_CHANNELS_ENV] = env[MAX_CHANNELS_ENV] = str(choice.channels)
-    return env
+    """The environment that makes NCCL run ``choice`` (empty for NCCL's default)."""
+    return forcing_env(choice.algorithm, choice.protocol, choice.channels)
 
 
 def launch_order(planned: Sequence[PlannedMeasurement]) -> list[list[PlannedMeasurement]]:

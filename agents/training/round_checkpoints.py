@@ -12,21 +12,16 @@ A round learner has ``samples_seen``, ``optimizer`` (a torch optimizer), ``rng``
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from dynamiccl.files import replace_atomically, write_text_atomic
+
 
 def resume_file(path: Path, step: int) -> Path:
     return path.with_name(f"{path.stem}_resume_{step}.pt")
-
-
-def _replace_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def save(learner: Any, path: str | Path, *, algo: str, config_class: str, resume: bool = True) -> Path:
@@ -36,15 +31,13 @@ def save(learner: Any, path: str | Path, *, algo: str, config_class: str, resume
     path.parent.mkdir(parents=True, exist_ok=True)
     step = learner.samples_seen
     # The sidecar first: a learner file never lacks one (it may name the step being written).
-    _replace_atomically(path.with_suffix(".json"), json.dumps(
+    write_text_atomic(path.with_suffix(".json"), json.dumps(
         {"algo": algo, "class": config_class, "num_timesteps": step}, indent=2))
     keep = None
     if resume:
         keep = resume_file(path, step)
-        tmp = keep.with_name(f".{keep.name}.tmp")
-        torch.save({"optimizer": learner.optimizer.state_dict(),
-                    "rng": learner.rng.bit_generator.state}, tmp)
-        os.replace(tmp, keep)
+        state = {"optimizer": learner.optimizer.state_dict(), "rng": learner.rng.bit_generator.state}
+        replace_atomically(keep, lambda tmp: torch.save(state, tmp))
     learner.save(path)
     for stale in path.parent.glob(f"{path.stem}_resume_*.pt"):
         if stale != keep:

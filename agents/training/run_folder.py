@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dynamiccl.agents import current_name
 from dynamiccl.agents.training.config_checks import ConfigCheckError
+from dynamiccl.files import write_text_atomic
 
 #: Config keys (and key prefixes) that do not influence the trained model.
 NEUTRAL_KEYS = ("resume.", "trainer.progress_bar", "trainer.checkpoint_every", "trainer.eval_every",
@@ -55,12 +56,6 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[An
             if flat_old.get(k) != flat_new.get(k) and not k.startswith(NEUTRAL_KEYS)}
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def record_config(cfg: DictConfig, run_dir: Path, step: int) -> str | None:
     """Writes ``config.yaml`` for a new run, or checks the new settings against it for a resumed
     one; returns a line describing accepted changes (None when there are none)."""
@@ -68,7 +63,7 @@ def record_config(cfg: DictConfig, run_dir: Path, step: int) -> str | None:
     text = OmegaConf.to_yaml(cfg, resolve=True)
     recorded = run_dir / "config.yaml"
     if not recorded.is_file():
-        _write_atomically(recorded, text)
+        write_text_atomic(recorded, text)
         return None
     diff = changed_keys(OmegaConf.to_container(OmegaConf.load(recorded)), resolved)  # type: ignore[arg-type]
     if not diff:
@@ -79,7 +74,7 @@ def record_config(cfg: DictConfig, run_dir: Path, step: int) -> str | None:
             f"{run_dir} was started with other settings: {listing}. Resume with the same settings, "
             "choose a new run folder (hydra.run.dir=PATH), or add resume.allow_changes=true to "
             "continue with the new ones")
-    _write_atomically(run_dir / f"config_from_{step}.yaml", text)
+    write_text_atomic(run_dir / f"config_from_{step}.yaml", text)
     return f"continuing with changed settings (saved in config_from_{step}.yaml): {listing}"
 
 

@@ -27,17 +27,7 @@ from typing import Any
 import numpy as np
 
 from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import (
-    ALGO_ENV,
-    ALGORITHM_NCCL_NAMES,
-    MAX_CHANNELS_ENV,
-    MIN_CHANNELS_ENV,
-    PROTO_ENV,
-    PROTOCOL_NCCL_NAMES,
-    Algorithm,
-    Collective,
-    Protocol,
-)
+from dynamiccl.nccl import Algorithm, Collective, Protocol, forcing_env
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
 from dynamiccl.profiler.measure import emulation, straggler_detection
 from dynamiccl.profiler.measure.launcher import RankContext, launch
@@ -82,14 +72,9 @@ class CollectiveSpec:
 
 def nccl_env(spec: CollectiveSpec) -> dict[str, str]:
     """The NCCL environment that forces ``spec``'s knobs for the communicators a rank creates."""
-    env: dict[str, str] = {}
-    if spec.algorithm is not None:
-        env[ALGO_ENV] = ALGORITHM_NCCL_NAMES[Algorithm(parse_enum(Algorithm, spec.algorithm))]
-    if spec.protocol is not None:
-        env[PROTO_ENV] = PROTOCOL_NCCL_NAMES[Protocol(parse_enum(Protocol, spec.protocol))]
-    if spec.channels is not None:
-        env[MIN_CHANNELS_ENV] = env[MAX_CHANNELS_ENV] = str(int(spec.channels))
-    return env
+    return forcing_env(None if spec.algorithm is None else Algorithm(parse_enum(Algorithm, spec.algorithm)),
+                       None if spec.protocol is None else Protocol(parse_enum(Protocol, spec.protocol)),
+                       spec.channels)
 
 
 @dataclass
