@@ -287,7 +287,8 @@ def run(seeds: list[int], systems, prior: LearnedPrior, margin: float, k: float,
 
 
 def _print(results: dict[str, dict[str, dict]]) -> None:
-    print(f"{'budget':17} {'predictor':10} {'MAE':>6} {'median':>7} {'NLL':>6} {'±1σ':>5} {'±2σ':>5} "
+    width = max([len("predictor")] + [len(name) for per in results.values() for name in per])
+    print(f"{'budget':17} {'predictor':{width}} {'MAE':>6} {'median':>7} {'NLL':>6} {'±1σ':>5} {'±2σ':>5} "
           f"{'share':>6} {'>2% slower':>10} {'overrides':>9} {'worst':>7}")
     for budget, per in results.items():
         for name, r in per.items():
@@ -295,7 +296,7 @@ def _print(results: dict[str, dict[str, dict]]) -> None:
                     f"{r['cover_1sigma']:5.2f} {r['cover_2sigma']:5.2f}" if "mae" in r
                     else f"{'':6} {'':7} {'':6} {'':5} {'':5}")
             share = "n/a" if r["headroom_share"] is None else f"{r['headroom_share']:.3f}"
-            print(f"{budget:17} {name:10} {pred} {share:>6} {r['slower_2pct']:>10} "
+            print(f"{budget:17} {name:{width}} {pred} {share:>6} {r['slower_2pct']:>10} "
                   f"{r['overrides']:>9} {r['worst_speedup']:>6.3f}x")
         print()
 
