@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
-from training_runs import ENV, REPO, checkpoint_steps, interrupt, run, start_and_wait
+from training_runs import ENV, REPO, checkpoint_steps, interrupt, run, start_and_wait, wandb_offline
 
 from dynamiccl.agents.policies.full_info import FullInfoConfig
 from dynamiccl.agents.policies.registry import load_policy
@@ -71,17 +71,9 @@ def _decisions(policy) -> list[int]:
 def trained(tmp_path_factory):
     """A short run in a run folder, logging to wandb offline."""
     run_dir = tmp_path_factory.mktemp("full_info") / "run"
-    old = {k: os.environ.get(k) for k in ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLE_GIT")}
-    os.environ.update(WANDB_MODE="offline", WANDB_DIR=str(run_dir.parent), WANDB_DISABLE_GIT="true")
-    try:
+    with wandb_offline(run_dir.parent):
         metrics = train(make(*SMALL, "logger=wandb", "trainer.total_timesteps=1024",
                              "trainer.checkpoint_every=512", "trainer.eval_every=512"), run_dir)
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return run_dir, metrics
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
-from training_runs import ENV, REPO, checkpoint_steps, run, start_and_wait
+from training_runs import ENV, REPO, checkpoint_steps, run, start_and_wait, wandb_offline
 
 from dynamiccl.agents.shipping.prior import LearnedPrior
 from dynamiccl.agents.training import prior_agent
@@ -58,17 +58,9 @@ def test_the_learned_prior_is_an_agent_option_whose_model_keys_are_its_config():
 def trained(tmp_path_factory):
     """A short run in a run folder, logging to wandb offline."""
     run_dir = tmp_path_factory.mktemp("prior") / "run"
-    old = {k: os.environ.get(k) for k in ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLE_GIT")}
-    os.environ.update(WANDB_MODE="offline", WANDB_DIR=str(run_dir.parent), WANDB_DISABLE_GIT="true")
-    try:
+    with wandb_offline(run_dir.parent):
         metrics = train(make(*SMALL, "logger=wandb", "trainer.total_timesteps=600",
                              "trainer.checkpoint_every=300", "trainer.eval_every=300"), run_dir)
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return run_dir, metrics
 
 

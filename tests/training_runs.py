@@ -1,6 +1,6 @@
 """Training runs as a user starts them, for the kill -9 / Ctrl-C / resume tests of every agent:
 ``python experiments/train.py OVERRIDES`` in a fresh interpreter, watched through its checkpoint
-history."""
+history; and wandb offline around an in-process run."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,3 +52,20 @@ def interrupt(proc: subprocess.Popen) -> int:
     last = output.strip().splitlines()[-1]
     assert last.startswith("dynamiccl train: interrupted: checkpoint saved at step")
     return int(last.split("at step ")[1].split()[0])
+
+
+@contextmanager
+def wandb_offline(folder: Path) -> Iterator[None]:
+    """wandb logs offline into ``folder`` (without asking git) inside the block; the environment is
+    as it was afterwards, so the suite's ``WANDB_MODE=disabled`` holds for every other test."""
+    keys = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLE_GIT")
+    old = {k: os.environ.get(k) for k in keys}
+    os.environ.update(WANDB_MODE="offline", WANDB_DIR=str(folder), WANDB_DISABLE_GIT="true")
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
