@@ -751,6 +751,8 @@ ALGO_ENV = "NCCL_ALGO"
 PROTO_ENV = "NCCL_PROTO"
 MIN_CHANNELS_ENV = "NCCL_MIN_NCHANNELS"
 MAX_CHANNELS_ENV = "NCCL_MAX_NCHANNELS"
+#: The environment variable naming the tuner plugin NCCL loads (src/plugin/tuner.cc).
+TUNER_PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
 
 #: NCCL's names (src/init.cc @2.30.7): the tokens of NCCL_ALGO / NCCL_PROTO and what its logs print.
 ALGORITHM_NCCL_NAMES: dict[Algorithm, str] = {a: str(ALGORITHM_SPECS[a].nccl_name) for a in NCCL_ALGORITHMS}

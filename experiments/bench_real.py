@@ -39,10 +39,17 @@ from datetime import timedelta
 from pathlib import Path
 
 from dynamiccl.files import write_text_atomic
+from dynamiccl.nccl import TUNER_PLUGIN_ENV
+from dynamiccl.policy_format import POLICY_ENV
 from dynamiccl.profiler.formats.records import MeasurementRecord, write_jsonl
 from dynamiccl.profiler.measure import emulation
 from dynamiccl.profiler.measure.launcher import LaunchError, launch
-from dynamiccl.profiler.measure.runner import CollectiveSpec, measure_many
+from dynamiccl.profiler.measure.runner import (
+    STEERING_ENV,
+    CollectiveSpec,
+    inherited_steering,
+    measure_many,
+)
 from dynamiccl.units import parse_size
 
 #: The sweep's configurations: NCCL's default, then every forced (algorithm, protocol) pair.
@@ -76,15 +83,11 @@ class Settings:
     seed: int = 0
 
 
-#: Variables that would steer NCCL in every launch, NCCL's default arm included: the benchmark sets
-#: them per launch itself, so the caller's are dropped (with a note).
-STEERING_ENV = ("NCCL_TUNER_PLUGIN", "DYNAMICCL_POLICY", "DYNAMICCL_CONTEXT", "NCCL_ALGO",
-                "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
-
-
 def clean_environment(environ: dict[str, str]) -> list[str]:
-    """Drops :data:`STEERING_ENV` from ``environ`` (the ranks inherit it); returns what was set."""
-    dropped = [name for name in STEERING_ENV if environ.get(name)]
+    """Drops the runner's :data:`~dynamiccl.profiler.measure.runner.STEERING_ENV` from ``environ``
+    (the DDP jobs' ranks inherit it too; the benchmark sets it per launch itself, NCCL's default arm
+    runs NCCL alone); returns what was set."""
+    dropped = inherited_steering(environ)
     for name in STEERING_ENV:
         environ.pop(name, None)
     return dropped
@@ -135,8 +138,8 @@ def deployed_env(policy: Path | None) -> dict[str, str]:
     """The plugin NCCL loads, and the policy it reads (none: the plugin only follows pins)."""
     from dynamiccl import plugin
 
-    env = {"NCCL_TUNER_PLUGIN": str(plugin.library_path())}
-    return {**env, "DYNAMICCL_POLICY": str(policy)} if policy is not None else env
+    env = {TUNER_PLUGIN_ENV: str(plugin.library_path())}
+    return {**env, POLICY_ENV: str(policy)} if policy is not None else env
 
 
 def tuned_record(record: MeasurementRecord, policy, policy_path: Path) -> MeasurementRecord:
@@ -146,7 +149,7 @@ def tuned_record(record: MeasurementRecord, policy, policy_path: Path) -> Measur
 
     rule = policy.decide(Collective[record.collective.upper()], record.nbytes, record.nranks,
                          record.nnodes or 1)
-    env = {"DYNAMICCL_POLICY": str(policy_path)}
+    env = {POLICY_ENV: str(policy_path)}
     if rule is None or rule.decision is None:
         return replace(record, env=env)
     d = rule.decision

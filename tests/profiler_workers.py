@@ -138,3 +138,8 @@ def nccl_environment(ctx):
     names = {*emulation.EMULATED_HOST_ENV, emulation.HOSTID_ENV}
     return {"emulated_hosts": ctx.emulated_hosts,
             "env": {k: v for k, v in os.environ.items() if k in names}}
+
+
+def environment(ctx, names):
+    """What this rank's environment holds of ``names`` (None: unset)."""
+    return {name: os.environ.get(name) for name in names}

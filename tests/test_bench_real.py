@@ -156,5 +156,5 @@ def test_a_tuned_launchs_records_say_what_the_policy_forced_and_tune_reads_them(
 def test_the_callers_nccl_steering_is_dropped_so_the_default_arm_runs_nccl_alone():
     environ = {"NCCL_TUNER_PLUGIN": "/x/libnccl-tuner.so", "NCCL_ALGO": "tree", "PATH": "/bin",
                "DYNAMICCL_POLICY": ""}
-    assert bench_real.clean_environment(environ) == ["NCCL_TUNER_PLUGIN", "NCCL_ALGO"]
+    assert bench_real.clean_environment(environ) == ["NCCL_ALGO", "NCCL_TUNER_PLUGIN"]
     assert environ == {"PATH": "/bin"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -12,7 +13,13 @@ from dynamiccl.cli.main import main
 from dynamiccl.nccl import bus_factor
 from dynamiccl.profiler.formats.records import read_jsonl
 from dynamiccl.profiler.measure.launcher import LaunchError, launch
-from dynamiccl.profiler.measure.runner import CollectiveSpec, measure_many, nccl_env
+from dynamiccl.profiler.measure.runner import (
+    STEERING_ENV,
+    CollectiveSpec,
+    measure_many,
+    nccl_env,
+    steered_env,
+)
 
 WORKERS = str(Path(__file__).parent / "profiler_workers.py")
 pytestmark = pytest.mark.multiproc
@@ -98,6 +105,24 @@ def test_nccl_knobs_become_nccl_environment_variables():
     assert nccl_env(CollectiveSpec("allreduce", 8, backend="nccl")) == {}
     rec_spec = CollectiveSpec("allgather", 64, backend="gloo", algorithm="ring")
     assert not rec_spec.knobs_applied
+
+
+def test_a_measurements_ranks_run_what_its_spec_says_whatever_the_callers_shell_steers(monkeypatch):
+    """A user's exported NCCL_ALGO (or tuner plugin) must not reach ranks measuring NCCL's default
+    or another choice: the record would name a choice NCCL never ran. Real spawned ranks."""
+    monkeypatch.setenv("NCCL_ALGO", "Tree")
+    monkeypatch.setenv("NCCL_PROTO", "LL")
+    monkeypatch.setenv("NCCL_TUNER_PLUGIN", "/elsewhere/libtuner.so")
+    default = CollectiveSpec("allreduce", 2**20, backend="nccl")
+    forced = CollectiveSpec("allreduce", 2**20, backend="nccl", protocol="simple")
+    plugin = {"NCCL_TUNER_PLUGIN": "/mine/libtuner.so"}
+    seen = [launch(f"{WORKERS}:environment", 2, {"names": STEERING_ENV}, timeout_s=60,
+                   env=steered_env(spec, extra))[1]
+            for spec, extra in ((default, None), (forced, None), (default, plugin))]
+    assert seen[0] == dict.fromkeys(STEERING_ENV)
+    assert seen[1] == {**dict.fromkeys(STEERING_ENV), "NCCL_PROTO": "Simple"}
+    assert seen[2] == {**dict.fromkeys(STEERING_ENV), **plugin}
+    assert os.environ["NCCL_ALGO"] == "Tree"  # the caller's own environment is left as it was
 
 
 def test_cli_collective_json_contract_and_record(tmp_path, capsys):

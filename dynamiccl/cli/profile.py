@@ -265,7 +265,12 @@ def run_collective(args: argparse.Namespace) -> int:
     from dynamiccl.profiler.formats.records import RECORDS
     from dynamiccl.profiler.measure.emulation import EmulationError
     from dynamiccl.profiler.measure.launcher import LaunchError
-    from dynamiccl.profiler.measure.runner import CollectiveSpec, measure_collective, run_under_torchrun
+    from dynamiccl.profiler.measure.runner import (
+        CollectiveSpec,
+        inherited_steering,
+        measure_collective,
+        run_under_torchrun,
+    )
 
     plot = claim_figure(args.plot) if args.plot else None  # before torch loads: refused at once
     if args.record:
@@ -277,6 +282,9 @@ def run_collective(args: argparse.Namespace) -> int:
                         "--nprocs)")
     nprocs = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nprocs or _default_nprocs(backend)
     _check_collective_args(args, backend, nprocs)
+    if backend == "nccl" and (ignored := inherited_steering()):
+        print(f"note: ignoring {', '.join(ignored)} from the environment: the measurement runs what "
+              "--algorithm/--protocol/--channels say (none: NCCL's own choice)", file=sys.stderr)
     rank, delay = args.inject_straggler or (None, 0.0)
     spec = CollectiveSpec(args.collective.name.lower(), args.size, backend, args.warmup,
                           args.iters, args.runs, rank, delay, args.algorithm, args.protocol,

@@ -152,11 +152,14 @@ def _run_plan(planned: list, record: str, emulate_hosts: bool = False) -> None:
     from dynamiccl.agents.shipping.tune_plan import launch_order
     from dynamiccl.profiler.formats.records import write_jsonl
     from dynamiccl.profiler.measure.emulation import EmulationError
-    from dynamiccl.profiler.measure.runner import CollectiveSpec, measure_many
+    from dynamiccl.profiler.measure.runner import CollectiveSpec, inherited_steering, measure_many
 
     nranks = {m.nranks for m in planned}
     if len(nranks) != 1:
         raise UserError("--run measures one system shape at a time; narrow the plan with --nodes")
+    if ignored := inherited_steering():
+        print(f"note: ignoring {', '.join(ignored)} from the environment: each launch runs the "
+              "choice the plan measures (NCCL's default runs NCCL alone)", file=sys.stderr)
     ranks = nranks.pop()
     rounds = launch_order(planned)
     total = 0

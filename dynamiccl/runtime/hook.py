@@ -17,9 +17,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from dynamiccl.nccl import TUNER_PLUGIN_ENV
 from dynamiccl.runtime.core import Runtime, RuntimeConfig
 from dynamiccl.runtime.jobcheck import check_job
-from dynamiccl.runtime.plugin_control import TUNER_ENV, PluginControl, PluginControlError
+from dynamiccl.runtime.plugin_control import PluginControl, PluginControlError
 from dynamiccl.runtime.tuning import OnlineTuner
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def start(config: RuntimeConfig | None = None, tuner: OnlineTuner | None = None,
     ``control`` defaults to the plugin named by ``NCCL_TUNER_PLUGIN`` when that is set (a plugin
     without the run-time controls is reported and the job runs without them).
     """
-    if control is None and os.environ.get(TUNER_ENV):
+    if control is None and os.environ.get(TUNER_PLUGIN_ENV):
         try:
             control = PluginControl()
         except (PluginControlError, OSError) as exc:

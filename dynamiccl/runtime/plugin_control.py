@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dynamiccl import plugin
+from dynamiccl.nccl import TUNER_PLUGIN_ENV
 
 CONTROL_SYMBOLS = plugin.RUNTIME_FUNCTIONS
-#: NCCL's environment variable naming the tuner plugin it loads.
-TUNER_ENV = "NCCL_TUNER_PLUGIN"
 _HASH_LEN = 129
 
 
@@ -48,7 +47,7 @@ class Pin:
 
 def library_to_control() -> Path:
     """The library NCCL loads: ``NCCL_TUNER_PLUGIN`` when it names a file, else the package's build."""
-    named = os.environ.get(TUNER_ENV, "")
+    named = os.environ.get(TUNER_PLUGIN_ENV, "")
     if named and Path(named).is_file():
         return Path(named)
     return plugin.library_path(build_if_missing=False)

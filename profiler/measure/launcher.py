@@ -24,7 +24,7 @@ import pickle
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,10 +71,11 @@ def launch(
     nprocs: int,
     kwargs: dict[str, Any] | None = None,
     timeout_s: float = 120.0,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     emulate_hosts: bool = False,
 ) -> list[Any]:
     """Runs ``target(ctx, **kwargs)`` on ``nprocs`` fresh interpreters; returns each rank's result.
+    ``env`` changes the ranks' environment from this process's (None unsets a variable).
 
     Raises :class:`LaunchError` when a rank raises, exits without a result, is killed, or the
     whole run exceeds ``timeout_s``; :class:`~dynamiccl.profiler.measure.emulation.EmulationError` before
@@ -93,7 +94,7 @@ class Ranks:
     """Started rank processes: watch them, and stop them all, whatever state they are in."""
 
     def __init__(self, target: str, nprocs: int, kwargs: dict[str, Any] | None, workdir: str,
-                 timeout_s: float, env: dict[str, str] | None = None,
+                 timeout_s: float, env: Mapping[str, str | None] | None = None,
                  emulate_hosts: bool = False) -> None:
         if nprocs < 1:
             raise ValueError(f"nprocs must be at least 1, got {nprocs}")
@@ -143,20 +144,27 @@ class Ranks:
                 p.join(2.0)
 
 
+def set_environment(changes: Mapping[str, str | None]) -> dict[str, str | None]:
+    """``changes`` into ``os.environ`` (None unsets a variable); returns what they replaced, in
+    the same form, so that setting that back restores the environment."""
+    saved = {k: os.environ.get(k) for k in changes}
+    for name, value in changes.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    return saved
+
+
 @contextmanager
-def _environment(overrides: dict[str, str]) -> Iterator[None]:
-    """``overrides`` in ``os.environ`` while ranks are spawned (they copy it at start), then the
+def _environment(changes: Mapping[str, str | None]) -> Iterator[None]:
+    """``changes`` in ``os.environ`` while ranks are spawned (they copy it at start), then the
     caller's own environment back."""
-    saved = {k: os.environ.get(k) for k in overrides}
-    os.environ.update(overrides)
+    saved = set_environment(changes)
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        set_environment(saved)
 
 
 def _result(rank: int, workdir: str) -> Any:

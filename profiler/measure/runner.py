@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -27,10 +28,21 @@ from typing import Any
 import numpy as np
 
 from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import Algorithm, Collective, Protocol, forcing_env
+from dynamiccl.nccl import (
+    ALGO_ENV,
+    MAX_CHANNELS_ENV,
+    MIN_CHANNELS_ENV,
+    PROTO_ENV,
+    TUNER_PLUGIN_ENV,
+    Algorithm,
+    Collective,
+    Protocol,
+    forcing_env,
+)
+from dynamiccl.policy_format import CONTEXT_ENV, POLICY_ENV
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
 from dynamiccl.profiler.measure import emulation, straggler_detection
-from dynamiccl.profiler.measure.launcher import RankContext, launch
+from dynamiccl.profiler.measure.launcher import RankContext, launch, set_environment
 
 _ELEMENT_BYTES = 4  # float32, nccl-tests' default type
 
@@ -70,11 +82,32 @@ class CollectiveSpec:
         return self.backend == "nccl"
 
 
+#: What steers NCCL's choice in a process: the knobs, a tuner plugin and the policy it reads. A
+#: measurement sets these itself, from its spec and the caller's explicit ``env``; a value left in
+#: the caller's shell would otherwise make a run recorded as NCCL's default (or as one forced choice)
+#: run something else.
+STEERING_ENV = (ALGO_ENV, PROTO_ENV, MIN_CHANNELS_ENV, MAX_CHANNELS_ENV, TUNER_PLUGIN_ENV,
+                POLICY_ENV, CONTEXT_ENV)
+
+
+def inherited_steering(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The :data:`STEERING_ENV` variables set in ``environ`` (default: this process's), which a
+    measurement ignores: commands name them in a note."""
+    environ = os.environ if environ is None else environ
+    return [name for name in STEERING_ENV if environ.get(name)]
+
+
 def nccl_env(spec: CollectiveSpec) -> dict[str, str]:
     """The NCCL environment that forces ``spec``'s knobs for the communicators a rank creates."""
     return forcing_env(None if spec.algorithm is None else Algorithm(parse_enum(Algorithm, spec.algorithm)),
                        None if spec.protocol is None else Protocol(parse_enum(Protocol, spec.protocol)),
                        spec.channels)
+
+
+def steered_env(spec: CollectiveSpec, env: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """A rank's environment changes for ``spec``: every :data:`STEERING_ENV` variable unset (None),
+    then ``env`` (a tuner plugin and its policy, say), then the spec's own knobs."""
+    return {**dict.fromkeys(STEERING_ENV), **(env or {}), **nccl_env(spec)}
 
 
 @dataclass
@@ -202,7 +235,8 @@ def measure_many(specs: list[CollectiveSpec], nprocs: int, timeout_s: float = 12
     fresh id in its results: what one launch measures shares that launch's state, so only
     measurements of separate launches tell how far a call's time moves from launch to launch.
     ``emulate_hosts`` runs the NCCL ranks as hosts of their own on the GPUs present; ``env`` is
-    more environment for every NCCL rank (a tuner plugin and its policy, say). NCCL ranks that
+    more environment for every NCCL rank (a tuner plugin and its policy, say); whatever else of
+    :data:`STEERING_ENV` this process has set, its NCCL ranks run without. NCCL ranks that
     cannot be placed raise :class:`~dynamiccl.profiler.measure.emulation.EmulationError` before anything
     starts.
     """
@@ -211,13 +245,13 @@ def measure_many(specs: list[CollectiveSpec], nprocs: int, timeout_s: float = 12
             raise ValueError(f"straggler rank {spec.straggler_rank} is outside 0..{nprocs - 1}")
     groups: dict[tuple, list[int]] = {}
     for i, spec in enumerate(specs):
-        groups.setdefault((spec.backend, tuple(sorted(nccl_env(spec).items()))), []).append(i)
+        groups.setdefault((spec.backend, tuple(steered_env(spec, env).items())), []).append(i)
     if any(backend == "nccl" for backend, _ in groups):
         emulation.check_placement(nprocs, emulation.visible_gpus(), emulate_hosts)
     results: list[CollectiveResult | None] = [None] * len(specs)
-    for (backend, knobs), idx in groups.items():
+    for (backend, steering), idx in groups.items():
         nccl = backend == "nccl"
-        rank_env = {**(env or {}), **dict(knobs)} if nccl else {"CUDA_VISIBLE_DEVICES": ""}
+        rank_env = dict(steering) if nccl else {"CUDA_VISIBLE_DEVICES": ""}
         per_rank = launch("dynamiccl.profiler.measure.runner:rank_main", nprocs,
                           {"specs": [specs[i] for i in idx]}, timeout_s=timeout_s, env=rank_env,
                           emulate_hosts=emulate_hosts and nccl)
@@ -264,6 +298,8 @@ def run_under_torchrun(spec: CollectiveSpec) -> CollectiveResult | None:
     if spec.backend == "nccl" and emulation.visible_gpus() <= local:
         raise RuntimeError(f"the nccl backend needs a GPU per local rank; local rank {local} found "
                            f"{emulation.visible_gpus()} GPU(s); use --backend gloo on CPU")
+    if spec.backend == "nccl":  # NCCL reads its knobs when this process's first communicator starts
+        set_environment(steered_env(spec))
     device = _device(spec.backend, local)
     dist.init_process_group(spec.backend, **({"device_id": device} if spec.backend == "nccl" else {}))
     try:
