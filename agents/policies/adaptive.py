@@ -49,11 +49,12 @@ if TYPE_CHECKING:
 #: Picks a slot from (observation, slot mask, candidates, log).
 SlotChooser = Callable[[np.ndarray, np.ndarray, Candidates, CallLog], int]
 
-#: The gate on re-running a measured choice (:func:`gated_slot`): the relative margin and the
-#: standard errors its advantage over NCCL's pick must clear, the tries taken to confirm a choice
-#: that merely looks faster, and the smallest noise assumed (nccl-tests' run-to-run spread is
-#: 1-5 %).
-GATE_MARGIN = 0.02
+#: The gate on re-running a measured choice (:func:`gated_slot`): the relative gain over NCCL's
+#: pick it must show (as the bandit's ``safety_gate``, of the same meaning, in
+#: :mod:`~dynamiccl.agents.policies.online`) and the standard errors of that advantage it must
+#: clear, the tries taken to confirm a choice that merely looks faster, and the smallest noise
+#: assumed (nccl-tests' run-to-run spread is 1-5 %).
+SAFETY_GATE = 0.02
 GATE_Z = 2.0
 CONFIRM_TRIES = 3
 NOISE_FLOOR = 0.02
@@ -158,7 +159,7 @@ def gated_slot(log: CallLog, slot: int) -> int:
     looked faster on lucky calls (timings are noisy: the fastest of a few single measurements is
     often a slower choice). NCCL's pick (slot 0) and a first try pass as they are (exploration,
     which the chooser is charged for). A measured choice is run again when its mean beats NCCL's
-    by more than :data:`GATE_MARGIN` and :data:`GATE_Z` standard errors of the difference; while
+    by more than :data:`SAFETY_GATE` and :data:`GATE_Z` standard errors of the difference; while
     it merely looks faster, up to :data:`CONFIRM_TRIES` tries of it and of NCCL's pick are taken
     alternately (the one with fewer tries runs); otherwise NCCL's pick runs. The noise is the
     log's pooled estimate, never below :data:`NOISE_FLOOR`."""
@@ -170,7 +171,7 @@ def gated_slot(log: CallLog, slot: int) -> int:
     sigma = max(log.noise(), NOISE_FLOOR)
     stderr = sigma * math.sqrt(1.0 / log.tries[slot] + 1.0 / log.tries[0])
     advantage = means[0] - means[slot]
-    if advantage > max(math.log1p(GATE_MARGIN), GATE_Z * stderr):
+    if advantage > max(math.log1p(SAFETY_GATE), GATE_Z * stderr):
         return slot
     if advantage > 0 and log.tries[slot] < CONFIRM_TRIES:
         return slot if log.tries[slot] < log.tries[0] else 0
