@@ -68,6 +68,14 @@ MAX_GPUS_PER_NODE = 576
 ARCHS = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100}
 
 
+def modelled_arch(capability: int) -> str:
+    """The architecture a GPU of compute capability ``capability`` (x 10: 90 for an H100) is
+    modelled as: the newest of :data:`ARCHS` not newer than it (NCCL's tables change only at
+    these), the oldest where it is older than all."""
+    known = [(v, k) for k, v in ARCHS.items() if v <= capability]
+    return max(known)[1] if known else min(ARCHS, key=ARCHS.__getitem__)
+
+
 @dataclass(frozen=True)
 class Tier:
     name: str

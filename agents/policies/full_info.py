@@ -46,6 +46,7 @@ from dynamiccl.envs.action_values import ActionValues, action_values
 from dynamiccl.envs.deployable_observation import DEPLOYABLE_SIZE, encode_batch, scenario_context
 from dynamiccl.envs.system_sampler import random_calls, random_topology
 from dynamiccl.envs.workloads import load_scenario_distribution
+from dynamiccl.files import replace_atomically
 from dynamiccl.knobs import ACTIONS, N_ACTIONS, Collective, valid_mask
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
@@ -198,12 +199,9 @@ class FullInfoLearner:
         return FullInfoPolicy(self.network, self.config.min_gain, name=name)
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"config": asdict(self.config), "state": self.network.state_dict(),
-                    "samples_seen": self.samples_seen, "rounds": self.rounds}, tmp)
-        tmp.replace(path)
-        return path
+        blob = {"config": asdict(self.config), "state": self.network.state_dict(),
+                "samples_seen": self.samples_seen, "rounds": self.rounds}
+        return replace_atomically(path, lambda tmp: torch.save(blob, tmp))
 
     @classmethod
     def load(cls, path: str | Path) -> FullInfoLearner:

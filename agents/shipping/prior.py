@@ -75,13 +75,12 @@ import numpy as np
 
 from dynamiccl.files import write_bytes_atomic
 from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.nccl import NCCL_ALGORITHMS  # in index order: the one-hot of a point's algorithm
 
 #: The file's layout; a file of another version is refused, naming the fix.
 FORMAT_VERSION = 1
 #: The prior that ships in the package (``LearnedPrior.load()``).
 SHIPPED_NAME = "learned_prior.npz"
-#: NCCL's algorithms, in index order (the one-hot of a point's algorithm).
-NCCL_ALGORITHMS = tuple(a for a in Algorithm if a != Algorithm.STRAGGLAR)
 #: A model log-ratio this close to 0 means the pair is what NCCL runs there.
 PICK_TOLERANCE = 1e-9
 #: Features clip log-ratios here: a pair 20x off is as useless as one 200x off.

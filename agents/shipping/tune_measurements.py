@@ -324,6 +324,7 @@ class LaunchNoise:
         self.measurements = measurements
         self.defaults = tuple(defaults) if defaults is not None else None
         self._cache: dict[tuple[Topology, Choice, int], float] = {}
+        self._shape_spreads: dict[int, tuple[LaunchSpread, ...]] = {}
 
     def default(self, topology: Topology, nbytes: int) -> BandNoise:
         table = self.defaults if self.defaults is not None else default_launch_noise(topology)
@@ -343,9 +344,9 @@ class LaunchNoise:
 
     def tail(self, topology: Topology, nbytes: int) -> float:
         """What one launch alone may be off by at this size (:class:`BandNoise`)."""
-        band = noise_band(nbytes)
-        shape = sum((r for (n, _, b), r in self.measurements.spreads.items()
-                     if n == topology.nranks and b == band), LaunchSpread())
+        if topology.nranks not in self._shape_spreads:
+            self._shape_spreads[topology.nranks] = self.measurements.launch_spread(topology.nranks)
+        shape = self._shape_spreads[topology.nranks][noise_band(nbytes)]
         if len(shape.deviations) >= MIN_TAIL_DEVIATIONS:
             return shape.tail
         return self.default(topology, nbytes).tail

@@ -196,11 +196,6 @@ _BINARIES = {Collective.ALLREDUCE: "all_reduce_perf", Collective.ALLGATHER: "all
              Collective.REDUCE: "reduce_perf"}
 
 
-def nccl_environment(choice: Choice) -> dict[str, str]:
-    """The environment that makes NCCL run ``choice`` (empty for NCCL's default)."""
-    return forcing_env(choice.algorithm, choice.protocol, choice.channels)
-
-
 def launch_order(planned: Sequence[PlannedMeasurement]) -> list[list[PlannedMeasurement]]:
     """The plan as rounds of launches, to run in order: round k holds every k-th launch, NCCL's
     default first, so each choice's launches alternate with its default's."""
@@ -225,7 +220,7 @@ LAUNCHERS = (
 def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> list[str]:
     """nccl-tests commands covering the plan, in :func:`launch_order`: one per round,
     (collective, ranks, choice) and contiguous run of powers of two (``-b/-e -f 2``), pinned through
-    :func:`nccl_environment`. Each line is one launch; run them in the order printed. Across nodes
+    :func:`~dynamiccl.nccl.forcing_env`. Each line is one launch; run them in the order printed. Across nodes
     each is printed once per launcher of :data:`LAUNCHERS`, the variables set on every rank the
     way that launcher does it and the launcher named in the line's comment."""
     lines = []
@@ -241,7 +236,7 @@ def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> 
                     runs[-1].append(n)
                 else:
                     runs.append([n])
-            env = nccl_environment(choice)
+            env = forcing_env(choice.algorithm, choice.protocol, choice.channels)
             nodes = max(1, nranks // max(gpus_per_node, 1))
             which = f", launch {launch}" if launch > 1 else ""
             for run in runs:

@@ -46,6 +46,7 @@ from dynamiccl.config_loader import ConfigError
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
 from dynamiccl.envs.system_sampler import random_topology
+from dynamiccl.files import replace_atomically
 from dynamiccl.knobs import Algorithm, Collective, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
@@ -318,12 +319,9 @@ class PriorLearner:
         return LearnedPrior(rounded(self.network.weights), rounded(self.network.biases), info)
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"config": asdict(self.config), "state": self.network.state_dict(),
-                    "samples_seen": self.samples_seen, "rounds": self.rounds}, tmp)
-        tmp.replace(path)
-        return path
+        blob = {"config": asdict(self.config), "state": self.network.state_dict(),
+                "samples_seen": self.samples_seen, "rounds": self.rounds}
+        return replace_atomically(path, lambda tmp: torch.save(blob, tmp))
 
     @classmethod
     def load(cls, path: str | Path) -> PriorLearner:

@@ -16,7 +16,7 @@ import yaml
 
 from dynamiccl.files import FileKind, starts_with
 from dynamiccl.profiler.measure.nvml import NVLINK_GENERATION, GpuFacts, NvmlSnapshot
-from dynamiccl.topology import ARCHS, DEFAULT_NIC_PATH, Topology, topology_from_dict
+from dynamiccl.topology import ARCHS, DEFAULT_NIC_PATH, Topology, modelled_arch, topology_from_dict
 
 #: Unidirectional GB/s per NVLink link, by NVML's version value (NVLink 1: 20, 2–4: 25, 5: 50).
 NVLINK_LINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 25.0, 6: 25.0, 7: 50.0}
@@ -111,11 +111,10 @@ def _arch(gpus: tuple[GpuFacts, ...], warnings: list[str]) -> tuple[str, str]:
         warnings.append("mixed GPU models: " + ", ".join(sorted({g.name for g in gpus}))
                         + "; the topology uses the oldest one, as NCCL does")
     cc = major * 10 + minor
-    known = [(v, k) for k, v in ARCHS.items() if v <= cc]
-    if not known:
-        return "sm70", f"compute capability {major}.{minor} is older than any modelled GPU; sm70 assumed"
-    value, arch = max(known)
-    if value == cc:
+    arch = modelled_arch(cc)
+    if ARCHS[arch] > cc:
+        return arch, f"compute capability {major}.{minor} is older than any modelled GPU; {arch} assumed"
+    if ARCHS[arch] == cc:
         return arch, f"compute capability {major}.{minor} from NVML"
     return arch, f"compute capability {major}.{minor} from NVML, modelled as the nearest older {arch}"
 

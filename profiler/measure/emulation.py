@@ -144,10 +144,9 @@ def emulated_topology_dict(nranks: int, compute_capability: tuple[int, int], sms
     node (its arch and SM count; the schema's default count when none is known), the nodes joined
     by NCCL's Socket transport (whose NIC NCCL puts behind the CPU), at the loopback's measured
     speed (:data:`LOOPBACK_GBPS`)."""
-    from dynamiccl.topology import ARCHS
+    from dynamiccl.topology import modelled_arch
 
-    cc = 10 * compute_capability[0] + compute_capability[1]
-    arch = max(((v, k) for k, v in ARCHS.items() if v <= cc), default=(70, "sm70"))[1]
+    arch = modelled_arch(10 * compute_capability[0] + compute_capability[1])
     gpu = {"arch": arch, **({"sms": int(sms)} if sms else {})}
     return {"name": f"emulated_{nranks}_hosts_{arch}", "gpu": gpu,
             "features": {"nvls": False, "collnet": False},
