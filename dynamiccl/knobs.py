@@ -233,11 +233,15 @@ def _shape_problem(config: Config) -> str | None:
     return None
 
 
-def invalid_reason(topology: Topology, collective: Collective, config: Config) -> str | None:
+def invalid_reason(topology: Topology, collective: Collective, config: Config, *,
+                   protocol_named: bool = False) -> str | None:
     """Why ``config`` cannot run ``collective`` on ``topology`` (None when it can).
 
     The rules follow NCCL's own enable rules (NCCL 2.30.7 ``src/graph/tuning.cc``,
-    ``src/enqueue.cc``) where NCCL has them.
+    ``src/enqueue.cc``) where NCCL has them. ``protocol_named``: the run named its protocol in
+    ``NCCL_PROTO``, which enables it whatever the default rule says (LL128 off by default: NCCL
+    still runs it when forced, :class:`dynamiccl.nccl_model.NcclModel`); a policy never pins such a
+    choice, but a measurement forced so is something NCCL ran.
     """
     algo, proto = config.algorithm, config.protocol
     nranks = topology.nranks
@@ -266,7 +270,7 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config) -
     if proto not in capability.protocols:
         allowed = " or ".join(p.name.lower() for p in sorted(capability.protocols))
         return f"{algo.name.lower()} only runs the {allowed} protocol"
-    if proto == Protocol.LL128 and not topology.ll128_enabled:
+    if proto == Protocol.LL128 and not topology.ll128_enabled and not protocol_named:
         return (
             "LL128 is off on this system (NCCL enables it only on sm70+ GPUs whose intra-node "
             "path is NVLink)"

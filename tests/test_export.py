@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
 
@@ -9,7 +11,12 @@ import numpy as np
 import pytest
 
 from dynamiccl import policy_file as pf
-from dynamiccl.agents.shipping.export import MAX_BYTES, export_policy, size_grid
+from dynamiccl.agents.shipping.export import (
+    MAX_BYTES,
+    MIN_OVERRIDE_OCTAVES,
+    export_policy,
+    size_grid,
+)
 from dynamiccl.cli.main import main
 from dynamiccl.knobs import Config, Hierarchy, Schedule, action_id
 from dynamiccl.nccl import Algorithm, Collective, Protocol
@@ -150,15 +157,34 @@ def test_nccl_example_csv_has_explicit_channels(exported):
 
 def test_cli_export_oracle_and_show(tmp_path, capsys):
     out = tmp_path / "oracle.dccl"
-    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "2",
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "4",
                  "-o", str(out)]) == 0
     policy = pf.read(out)
     assert policy.header.policy == "oracle" and policy.n_rules > 10
     capsys.readouterr()
     assert main(["show", str(out), "--collective", "allreduce", "--width", "150"]) == 0
     shown = capsys.readouterr().out
-    assert "checksum OK" in shown and "allreduce | nodes 2 | ranks 16" in shown
+    assert "checksum OK" in shown and "allreduce | nodes 4 | ranks 32" in shown
     assert "defer" in shown and "broadcast |" not in shown
+
+
+def test_a_gated_export_writes_no_override_narrower_than_half_an_octave(tmp_path, capsys):
+    """Issue 33: the oracle on two DGX H100 nodes cleared the gate for broadcast and reduce only
+    from 16 to 16.4 MiB (+24 % against ±21.5 %) and deferred above with the same figures; such an
+    override defers, and the evidence says why."""
+    out = tmp_path / "oracle.dccl"
+    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "2",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    for rule in pf.read(out).slice().rules:
+        if rule.decision is not None:
+            assert math.log2((rule.max_bytes + 1) / rule.min_bytes) >= MIN_OVERRIDE_OCTAVES
+    assert pf.read(out).decide(Collective.BROADCAST, 16 << 20, 16, 2).decision is None
+    assert main(["show", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    broadcast = next(r for r in rows if r["collective"] == "broadcast" and r["nodes"] == 2
+                     and r["min_bytes"] <= 16 << 20 < r["max_bytes"])
+    assert broadcast["defer"] and "narrower than half an octave" in broadcast["evidence"]
 
 
 def test_cli_export_csv_and_node_counts(tmp_path):

@@ -8,16 +8,19 @@ NVLS 25 µs; dgx_h100 8 nodes: Ring Simple 585.2 µs / 384 x 64/126 GB/s, 16 com
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import Config, Hierarchy, Schedule
+from dynamiccl.knobs import Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
 from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.nccl_model.select import log2_size_index, pick
+from dynamiccl.simulator import simulate
 from dynamiccl.topology import load_topology, topology_from_dict
 
+REAL_RUNNER = Path(__file__).parent / "fixtures" / "real" / "runner"
 AR, AG = Collective.ALLREDUCE, Collective.ALLGATHER
 TREE, RING, NVLS, PAT = 0, 1, 4, 6
 LL, LL128, S = 0, 1, 2
@@ -189,6 +192,26 @@ def test_restrictions_and_the_error_when_nothing_remains(h1: NcclModel) -> None:
         h1.choose(AR, 8, channels=0)
     with pytest.raises(ValueError, match="not modelled"):
         NcclModel(load_topology("dgx_h100"), version="2.19.3")
+
+
+def test_a_protocol_named_in_nccl_proto_runs_where_its_default_rule_disables_it() -> None:
+    """NCCL 2.28.9 and 2.30.7 ``src/graph/tuning.cc`` (``ncclTopoTuneModel``) check LL128's
+    topology only while NCCL_PROTO leaves it at its default: over a socket LL128 is off for NCCL's
+    own pick and for a tuner, yet ``NCCL_PROTO=LL128`` runs it (the forced LL128 launches of
+    ``tests/fixtures/real/runner/h200_emulated4`` ran)."""
+    sockets = load_topology(REAL_RUNNER / "h200_emulated4" / "topology.yaml")
+    assert not sockets.ll128_enabled
+    model = NcclModel(sockets)
+    assert (model.cost_table(AR, 4096)[:, LL128] == -1).all()  # what a tuner plugin is handed
+    assert model.choose(AR, 4096, algorithms={Algorithm.RING}).config.protocol != Protocol.LL128
+    named = model.choose(AR, 4096, algorithms={Algorithm.RING}, protocols={Protocol.LL128})
+    assert (named.config.algorithm, named.config.protocol) == (Algorithm.RING, Protocol.LL128)
+    assert named.table[RING, LL128] > 0 and named.table[RING, S] == -1
+    config = named.config
+    assert "LL128 is off" in invalid_reason(sockets, AR, config)  # a policy never pins it there
+    assert invalid_reason(sockets, AR, config, protocol_named=True) is None
+    assert math.isfinite(simulate(sockets, int(AR), 4096.0, ConfigBatch.from_configs([config]),
+                                  protocol_named=True).time_us[0, 0])
 
 
 def test_cost_table_is_what_a_tuner_receives(h1: NcclModel) -> None:

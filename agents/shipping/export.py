@@ -24,7 +24,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from dynamiccl import decisions
 from dynamiccl import policy_file as pf
-from dynamiccl.agents.shipping.gate import Gate, Verdict
+from dynamiccl.agents.shipping.gate import Gate, Verdict, clearance
 from dynamiccl.agents.shipping.progress import progress_bar
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.files import FileKind, read_head, write_text_atomic
@@ -50,6 +50,14 @@ DEFAULT_POINTS_PER_OCTAVE = 8
 MAX_POINTS_PER_OCTAVE = 64
 #: Relative difference below which two model times are the same (rounding, not a regression).
 SAME_TIME = 1e-6
+#: The narrowest override (octaves of message size) written between two ranges that defer: half
+#: the step of an nccl-tests sweep (-f 2), finer than any measurement or validation of the model
+#: resolves. A narrower one is a gain grazing its threshold (the oracle on two DGX H100 nodes
+#: overrode broadcast from 16 to 16.4 MiB at +24 % against ±21.5 %, and deferred above with the same
+#: figures), and a table that flips for it reads as noise.
+MIN_OVERRIDE_OCTAVES = 0.5
+#: What the evidence of such an override's calls says once it defers.
+NARROW = " (an override narrower than half an octave)"
 
 Observe = Callable[[Scenario], np.ndarray]
 
@@ -215,6 +223,20 @@ def _piecewise(decide: Callable[[int], pf.Decision | None], grid: Sequence[int]
     return sorted(points.items())
 
 
+def _slivers(points: list[tuple[int, pf.Decision | None]]) -> list[tuple[int, int]]:
+    """The first and last evaluated size of every override narrower than
+    :data:`MIN_OVERRIDE_OCTAVES` with a defer (or the grid's end) on each side."""
+    ranges = _ranges(points)
+    out = []
+    for i, (lo, hi, decision) in enumerate(ranges):
+        if decision is None or i == 0 or i == len(ranges) - 1:
+            continue
+        if ranges[i - 1][2] is None and ranges[i + 1][2] is None and \
+                math.log2((hi + 1) / lo) < MIN_OVERRIDE_OCTAVES:
+            out.append((lo, hi))
+    return out
+
+
 def _ranges(points: list[tuple[int, pf.Decision | None]]
             ) -> list[tuple[int, int, pf.Decision | None]]:
     """Inclusive byte ranges covering 0..2^64-1: the grid's decisions, "defer" outside the grid,
@@ -313,6 +335,15 @@ def export_policy(
                     key = dict(nodes=system.nodes, ranks=system.nranks)
                     points = _piecewise(lambda n, s=system, c=coll, x=context: evaluate(s, c, n, x),
                                         grid)
+                    for lo, hi in _slivers(points):
+                        for i, (n, _) in enumerate(points):
+                            if lo <= n <= hi:
+                                points[i] = (n, None)
+                                asked = (system, coll, n, context)
+                                verdict = evaluate.verdicts.get(asked)
+                                if verdict is not None:
+                                    evaluate.verdicts[asked] = replace(
+                                        verdict, override=False, evidence=verdict.evidence + NARROW)
                     cells += [Cell(coll, n, system.nodes, system.nranks, context, d,
                                    evaluate.verdicts.get((system, coll, n, context)))
                               for n, d in points]
@@ -348,9 +379,8 @@ def rule_evidence(result: ExportResult) -> list[dict[str, object]]:
     """Per rule of the default slice that names a system, one row per run of sizes over which NCCL's
     pick keeps its algorithm and protocol (NCCL's cost model on the exported topology: the pick the
     gate compared against): that pick with the channel counts it runs there (``ring/ll/1-24ch``),
-    the file's choice, the predicted gain (an override's
-    smallest over the calls of the run, a defer's largest rejected one), the largest uncertainty
-    there, and the evidence.
+    the file's choice, and the predicted gain, its uncertainty and the evidence of one call of the
+    run: an override's least convincing, a defer's most tempting (:func:`gate.clearance`).
 
     ``min_bytes``/``max_bytes`` are the run's sizes, ``max_bytes`` exclusive as in ``show --json``;
     a rule's runs cover it exactly. Rules that cover "any other system" carry no evidence (nothing
@@ -373,16 +403,20 @@ def rule_evidence(result: ExportResult) -> list[dict[str, object]]:
         # an override answers for its least convincing call, a defer for its most tempting one
         pick = min if rule.decision is not None else max
         for i, run in enumerate(runs):
-            worst = pick(run, key=lambda c: c.verdict.gain)
+            # a call whose proposal is NCCL's own configuration proposes nothing
+            proposals = [c for c in run if c.verdict.proposed != c.verdict.nccl] or run
+            worst = pick(proposals, key=lambda c: clearance(c.verdict.gain, c.verdict.sigma))
+            nccl = span_label([c.verdict.nccl for c in run])
+            proposed = worst.verdict.proposed
             rows.append({
                 "collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes,
                 "ranks": rule.ranks, "min_bytes": rule.min_bytes if i == 0 else run[0].nbytes,
                 "max_bytes": runs[i + 1][0].nbytes if i + 1 < len(runs) else rule.max_bytes + 1,
-                "nccl": span_label([c.verdict.nccl for c in run]),
+                "nccl": nccl,
                 "ours": "defer" if rule.decision is None else rule.decision.label(),
-                "proposed": worst.verdict.proposed.label(),
+                "proposed": nccl if proposed == worst.verdict.nccl else proposed.label(),
                 "gain": round(worst.verdict.gain, 6),
-                "uncertainty": round(max(c.verdict.sigma for c in run), 6),
+                "uncertainty": round(worst.verdict.sigma, 6),
                 "evidence": worst.verdict.evidence,
             })
     return rows

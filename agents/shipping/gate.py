@@ -30,12 +30,20 @@ from dynamiccl.scenario import Scenario
 #: The gate's margin unless a caller gives one (``export --margin``, ``tune --margin``, a training
 #: config's ``deploy.margin``).
 DEFAULT_MARGIN = 0.03
-#: What a verdict rests on, weakest first: the model; the model fitted to measurements; a learned
-#: prior's prediction; a ratio interpolated between measured sizes; a measurement of one launch on a
-#: side; a measurement of repeated launches on both sides. NOT_MEASURED: nothing of the collective
-#: was measured on the system, so ``tune`` leaves it to NCCL.
-MODEL, CALIBRATED, MEASURED = "model", "calibrated model", "measured"
+#: What a verdict rests on, weakest first: the model; the model corrected by each choice's own
+#: measurements where the system's fit failed or was skipped; the model fitted to measurements; a
+#: learned prior's prediction; a ratio interpolated between measured sizes; a measurement of one
+#: launch on a side; a measurement of repeated launches on both sides. NEIGHBOURS (a suffix): the
+#: measured sizes on both sides turned what this size's measurement alone says (NOT_ITS_PICK, another
+#: suffix, below); BRIDGED: no source
+#: is certain here alone, but it points the way of the overrides on both sides, which it joins.
+#: NOT_MEASURED: nothing of the collective was measured on the system, so ``tune`` leaves it to NCCL.
+MODEL, CORRECTED, CALIBRATED, MEASURED = "model", "corrected model", "calibrated model", "measured"
 LEARNED_PRIOR, INTERPOLATED, MEASURED_ONCE = "learned prior", "interpolated", "measured once"
+NEIGHBOURS, BRIDGED = " + neighbours", "between overrides"
+#: A suffix: the choice is what NCCL's model says NCCL runs by default, measured faster than NCCL's
+#: default there (the model misjudges NCCL's own pick).
+NOT_ITS_PICK = " (NCCL's default measured slower than its modelled pick)"
 NOT_MEASURED = "not measured"
 
 
@@ -68,7 +76,14 @@ def check_margin(margin: float) -> float:
 
 def passes(gain: float, sigma: float, margin: float) -> bool:
     """Override only when the gain clears both the margin and the uncertainty."""
-    return gain > margin and math.log1p(gain) > sigma
+    return gain > margin and clearance(gain, sigma) > 0
+
+
+def clearance(gain: float, sigma: float) -> float:
+    """How far the log gain clears its uncertainty: what makes an override more or less
+    convincing. A range of calls is shown by one call, the least convincing of an override or the
+    most tempting of a defer, with that call's own gain, uncertainty and evidence."""
+    return math.log1p(gain) - sigma if gain > -1 else -math.inf
 
 
 def combined_sigma(a: float, b: float) -> float:

@@ -14,19 +14,24 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
    median over launches). Its uncertainty is the launch noise of the size's band
    (:mod:`dynamiccl.agents.shipping.tune_measurements`) for the launches each side had: one launch is off by
    up to the band's tail, the median of three or more only by its core spread; it is labelled
-   *measured* only where each side had two launches or more, else *measured once*.
+   *measured* only where each side had two launches or more, else *measured once*. Where the
+   measured sizes on both sides (source 2 between them) turn its verdict, the two decide together,
+   precision-weighted (*measured once + neighbours*, :meth:`Tuner.pooled_ratio`): on a noisy
+   system one stray launch does not flip one size between two that agree.
 2. **interpolated** — the ratio was measured at the nearest sizes below and above, and points the
    same way at both (the choice faster at both, or slower at both): the sizes between are decided
-   from those measurements, linearly in log size, with the model adding only its shape between them
-   (never leaving the neighbours' range). The uncertainty is the neighbours' own, plus a growth with
-   the distance in octaves to the nearer one and a share of their disagreement.
+   from those measurements (each pooled with its own neighbours), linearly in log size, with the
+   model adding only its shape between them (never leaving the neighbours' range). The uncertainty
+   is the neighbours' own, plus a growth with the distance in octaves to the nearer one and a share
+   of their disagreement.
 3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`; ``dynamiccl tune``
    gives the shipped one, :mod:`dynamiccl.agents.shipping.tune_prior`, unless ``--no-prior``): what it
    predicts from the system's measured ratios of the collective and the model's times, asked once
    per collective and shape. The gate asks it for :data:`PRIOR_SIGMAS` of its own (calibrated)
    sigmas; it counts as anchored where the system has measured ratios of that collective.
 4. **calibrated model** — the simulator, fitted to the measurements (``profiler.calibrate``, kept
-   behind :func:`calibrated_topology`), then corrected per choice with a latency factor and a
+   behind :func:`calibrated_topology`; *corrected model* where no fit was made or it failed), then
+   corrected per choice with a latency factor and a
    bandwidth factor fitted to that choice's measured sizes (the Hockney alpha/beta split NCCL's own
    tuning tables use). The uncertainty is the launch noise plus the fit's residual plus a growth with
    the distance to the nearest measurement of that choice; where that reaches the band default the
@@ -34,9 +39,14 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
    floor and the rest much as at the choice's measured sizes (within :data:`MIX_TOLERANCE`): a
    correction fitted where calls are latency-bound does not speak for bandwidth-bound ones (on an
    8xH100 node, NVLS corrected at 1-8 MiB and carried to 32 MiB came out 85 % slower than ring
-   where it is 7 % faster).
+   where it is 7 % faster); where it does not, the evidence is the model's.
 5. **model** — nothing measured for that choice: the simulator and the band defaults of
    :func:`dynamiccl.calibration.uncertainty`.
+
+NCCL's default is what NCCL's own cost model picks on the given topology (the pick the report
+names), timed on the model as fitted: a fit moves the times, not NCCL's pick. A candidate that makes
+NCCL run that very configuration is no alternative to it, unless measurements of both beat the
+default beyond their noise (then NCCL did not run its modelled pick); no row proposes NCCL's own.
 
 Sources 2, 4 and 5 compete by their uncertainty: the most certain one speaks. The learned prior
 only adds: where tune's own source makes an override, it stands; where it does not, the prior's
@@ -57,7 +67,12 @@ override only where the gain clears the margin and its uncertainty, and, unlike 
 measurements anchor both NCCL's default and the choice (sources 1, 2, a prior that saw
 measurements of the collective, or 4): what the model alone says ranks the next measurements
 (:mod:`dynamiccl.agents.shipping.tune_plan`) but pins nothing. A collective measured nowhere on a shape is
-left to NCCL there (evidence *not measured*).
+left to NCCL there (evidence *not measured*). A decision does not flip between neighbouring sizes
+unless the evidence changes there (:meth:`Tuner.decide`): a size whose estimate points the way of
+overrides of one pair an octave below and above joins them (*between overrides*), and a size
+between two of nccl-tests' holds the nearer one's decision where NCCL picks the same pair. On the
+first real sweep (``tests/fixtures/real/runner/h200_emulated4``) decisions alternated between
+override and defer five times from 4 to 512 KiB; now twice.
 """
 
 from __future__ import annotations
@@ -74,13 +89,17 @@ from dynamiccl import decisions
 from dynamiccl import policy_file as pf
 from dynamiccl.agents.policies.baselines import NCCL_PAIRS, pair_constraints
 from dynamiccl.agents.shipping.gate import (
+    BRIDGED,
     CALIBRATED,
+    CORRECTED,
     DEFAULT_MARGIN,
     INTERPOLATED,
     LEARNED_PRIOR,
     MEASURED,
     MEASURED_ONCE,
     MODEL,
+    NEIGHBOURS,
+    NOT_ITS_PICK,
     NOT_MEASURED,
     Verdict,
     passes,
@@ -98,6 +117,7 @@ from dynamiccl.decisions import KnobConstraints, TimedConfig
 from dynamiccl.knobs import Collective
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.scenario import Scenario
+from dynamiccl.simulator import evaluate
 from dynamiccl.topology import Topology
 
 #: How fast a measurement loses credibility with distance (relative sigma per octave): for a
@@ -114,6 +134,7 @@ DISAGREEMENT_SHARE = 0.5
 MIX_TOLERANCE = 0.05
 #: The sizes decisions are made and measured at: nccl-tests' -b 8 -e 16G -f 2.
 DECISION_SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
+_DECISION_SET = frozenset(DECISION_SIZES)
 #: The size whose time stands for a choice's latency floor (as small as nccl-tests measures).
 FLOOR_BYTES = 8
 #: How many of a learned prior's own sigmas its predicted gain must clear (the gate asks every
@@ -132,7 +153,8 @@ def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
     """The model's system fitted to the measurements, and a note of what happened.
 
     The one call into calibration (``profiler.fit.calibrate``); parameters the data cannot determine
-    keep their base values, and a fit that fails leaves the base system. Without the measured
+    keep their base values, a record NCCL could not have run on the system is left out (the note
+    names it), and a fit that fails leaves the base system. Without the measured
     corrections: tune corrects each choice itself (:meth:`Tuner._factors`) and judges that
     correction by its residual on the measured sizes, which corrections fitted to the very same
     sizes would make zero, and the uncertainty with it.
@@ -146,20 +168,34 @@ def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
         fit = calibrate(usable, topology, keep_undetermined=True, corrections=False)
     except (CalibrationError, ValueError) as exc:
         return topology, f"calibration failed ({exc}); the uncalibrated model"
-    fitted = [f.label for f in fit.params if f.determined]
+    refined = sum(f.determined for f in fit.refinements)
+    fitted = [f.label for f in fit.params if f.determined] + (
+        [f"{refined} refinement(s)"] if refined else [])
+    skipped = "" if not fit.skipped else (
+        f"; {len(fit.skipped)} record(s) not fitted: {fit.skipped[0]}"
+        + ("; ..." if len(fit.skipped) > 1 else ""))
+    if not fitted:
+        return topology, f"calibration determined nothing; the uncalibrated model{skipped}"
     return fit.topology, (f"calibrated {', '.join(fitted)} (RMS log error {fit.rms_log(False):.3f}"
-                          f" -> {fit.rms_log(True):.3f})" if fitted else
-                          "calibration determined nothing; the uncalibrated model")
+                          f" -> {fit.rms_log(True):.3f}){skipped}")
 
 
 @lru_cache(maxsize=131072)
-def _model_run(scenario: Scenario, choice: Choice) -> TimedConfig:
-    """What NCCL runs on the model when told ``choice`` (its own pick for the knobs left free)."""
-    return decisions.nccl_default(scenario, choice.constraints)
+def _model_run(scenario: Scenario, choice: Choice, model: Topology | None = None) -> TimedConfig:
+    """What NCCL runs when told ``choice`` (its own pick for the knobs left free), as NCCL's cost
+    model picks it on the scenario's system, timed there or on ``model`` (the system as fitted,
+    resized alike) where given: a fit moves the times, not NCCL's pick, which NCCL makes from its own
+    tables of the system (the pick the report and ``show`` name as NCCL's)."""
+    run = decisions.nccl_default(scenario, choice.constraints)
+    if model is None or model == scenario.topology:
+        return run
+    timing = evaluate(replace(scenario, topology=model), run.config)
+    return replace(run, time_us=timing.time_us, time_after_straggler_us=timing.time_after_straggler_us,
+                   algbw_GBps=timing.algbw_GBps, busbw_GBps=timing.busbw_GBps)
 
 
-def _model_time(scenario: Scenario, choice: Choice) -> float:
-    return _model_run(scenario, choice).time_us
+def _model_time(scenario: Scenario, choice: Choice, model: Topology | None = None) -> float:
+    return _model_run(scenario, choice, model).time_us
 
 
 def model_can_run(scenario: Scenario, choice: Choice) -> bool:
@@ -186,11 +222,12 @@ def resolved(scenario: Scenario, choice: Choice) -> Choice:
 
 
 @lru_cache(maxsize=131072)
-def _latency_split(scenario: Scenario, choice: Choice, nbytes: int) -> tuple[float, float]:
+def _latency_split(scenario: Scenario, choice: Choice, nbytes: int, model: Topology | None = None
+                   ) -> tuple[float, float]:
     """A modelled time at ``nbytes`` as (latency floor, the rest): the Hockney alpha/beta split,
     the floor being the same choice's time at :data:`FLOOR_BYTES`."""
-    t = _model_time(replace(scenario, nbytes=nbytes), choice)
-    floor = min(_model_time(replace(scenario, nbytes=FLOOR_BYTES), choice), t)
+    t = _model_time(replace(scenario, nbytes=nbytes), choice, model)
+    floor = min(_model_time(replace(scenario, nbytes=FLOOR_BYTES), choice, model), t)
     return floor, t - floor
 
 
@@ -232,6 +269,12 @@ class RatioEstimate:
     def gain(self) -> float:
         """t_default / t_choice - 1."""
         return math.exp(-self.log_ratio) - 1.0
+
+
+def measured_both_sides(est: RatioEstimate) -> bool:
+    """Whether ``est`` rests on measurements of both the choice and NCCL's default at or around
+    this size (sources 1, 2 and 4 where anchored), not on the model or the prior."""
+    return est.anchored and est.evidence != LEARNED_PRIOR
 
 
 @dataclass(frozen=True)
@@ -315,11 +358,16 @@ class Tuner:
         self.noise = LaunchNoise(measurements, noise_defaults)
         self.margin = margin
         self.model_evidence = CALIBRATED if calibrated else MODEL
+        #: What the model corrected by a choice's own measurements is called: calibrated where the
+        #: system was fitted too, else the model corrected (a failed fit is no calibration).
+        self.corrected_evidence = CALIBRATED if calibrated else CORRECTED
         self.candidates = candidates or self.deployable_candidates
         self.prior = prior
         self._points: dict[tuple, tuple[RatioPoint, ...]] = {}
         self._sizes: dict[tuple, list[int]] = {}
         self._prior_answers: dict[tuple, tuple[PriorAnswers, bool]] = {}
+        self._judged: dict[Scenario, CallDecision] = {}
+        self._decided: dict[Scenario, CallDecision] = {}
 
     def deployable_candidates(self, scenario: Scenario) -> list[Choice]:
         """Every algorithm/protocol pair that can run the call, and each such pair with a channel
@@ -330,10 +378,15 @@ class Tuner:
                   and Choice(c.algorithm, c.protocol) in pairs]
         return pairs + sorted(pinned, key=Choice.label)
 
-    def _on_model(self, scenario: Scenario) -> Scenario:
-        topo = self.model.resized(nodes=scenario.topology.nodes,
+    def _fitted(self, scenario: Scenario) -> Topology:
+        """The model's system (as fitted) in the scenario's shape."""
+        return self.model.resized(nodes=scenario.topology.nodes,
                                   gpus_per_node=scenario.topology.gpus_per_node)
-        return replace(scenario, topology=topo)
+
+    def _run(self, scenario: Scenario, choice: Choice) -> TimedConfig:
+        """What NCCL runs when told ``choice`` (NCCL's pick on the given system), timed on the
+        model (:func:`_model_run`)."""
+        return _model_run(scenario, choice, self._fitted(scenario))
 
     # -- what was measured ------------------------------------------------------------------------
 
@@ -381,19 +434,63 @@ class Tuner:
             self._points[key] = tuple(points)
         return self._points[key]
 
+    def anchor_points(self, scenario: Scenario, choice: Choice) -> tuple[RatioPoint, ...]:
+        """The measured ratios as the sizes between them are interpolated from: each one pooled with
+        its own neighbours (:meth:`pooled_ratio`), so one stray launch does not bend the line, at
+        its own measurement's sigma (the neighbours it was pooled with speak for the sizes between
+        again: counting their precision twice would make the line more certain than its data)."""
+        key = (scenario.topology, scenario.collective, choice, "anchors")
+        if key not in self._points:
+            self._points[key] = tuple(
+                RatioPoint(p.nbytes, self._pooled(replace(scenario, nbytes=p.nbytes), choice)
+                           .log_ratio, p.sigma) for p in self.ratio_points(scenario, choice))
+        return self._points[key]
+
+    def pooled_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
+        """Source 1 where this size was measured: the measurement, unless the measured sizes on both
+        sides turn its verdict, in which case the two together (label ``... + neighbours``).
+
+        One launch a side on a noisy system leaves a measurement uncertain by the launch noise of
+        both sides (±35 % on sockets); the ratio interpolated between its measured neighbours is
+        another estimate of the same quantity, from other launches' timings (the noise of timings
+        at different sizes is independent as far as one launch's runs show: on the H200 sweep of
+        ``tests/fixtures/real/h200_emulated4`` NCCL's default took 349, 271 and 440 µs at 4, 16 and
+        64 KiB). Precision-weighted, they are the posterior of the ratio given both."""
+        measured = self.measured_ratio(scenario, choice)
+        if measured is None:
+            return None
+        pooled = self._pooled(scenario, choice)
+        alone = passes(measured.gain, measured.sigma, self.margin)
+        return measured if passes(pooled.gain, pooled.sigma, self.margin) == alone else pooled
+
+    def _pooled(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
+        """A measured size's ratio pooled with the one interpolated between its measured neighbours
+        (the measurement as it is where there is none)."""
+        measured = self.measured_ratio(scenario, choice)
+        between = self._interpolate(scenario, choice, self.ratio_points(scenario, choice))
+        if between is None:
+            return measured
+        w_m, w_b = measured.sigma ** -2, between.sigma ** -2
+        return RatioEstimate((w_m * measured.log_ratio + w_b * between.log_ratio) / (w_m + w_b),
+                             (w_m + w_b) ** -0.5, measured.evidence + NEIGHBOURS, True)
+
     # -- the sources where this size was not measured ---------------------------------------------
 
     def model_log_ratio(self, scenario: Scenario, choice: Choice) -> float | None:
         """The (calibrated) model's ``log(t_choice / t_default)``; None where it cannot run it."""
-        model_scn = self._on_model(scenario)
-        if not model_can_run(model_scn, choice):
+        if not model_can_run(scenario, choice):
             return None
-        return math.log(_model_time(model_scn, choice) / _model_time(model_scn, DEFAULT))
+        return math.log(self._run(scenario, choice).time_us / self._run(scenario, DEFAULT).time_us)
 
     def interpolated_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
-        """Source 2: between the nearest measured sizes below and above, where both point the same
-        way (see the module docstring)."""
-        points = self.ratio_points(scenario, choice)
+        """Source 2: between the nearest measured sizes below and above (each pooled with its own
+        neighbours: :meth:`anchor_points`), where both point the same way (see the module
+        docstring)."""
+        return self._interpolate(scenario, choice, self.anchor_points(scenario, choice))
+
+    def _interpolate(self, scenario: Scenario, choice: Choice, points: Sequence[RatioPoint]
+                     ) -> RatioEstimate | None:
+        """The ratio at this size from the nearest of ``points`` below and above it."""
         below = [p for p in points if p.nbytes < scenario.nbytes]
         above = [p for p in points if p.nbytes > scenario.nbytes]
         if not below or not above:
@@ -474,14 +571,14 @@ class Tuner:
             # Only the model speaks for this choice: trust its ratio to NCCL's default, not its
             # absolute time (a system the model misjudges misjudges both alike). That ratio
             # carries the model's error on both choices, measured default or not.
-            model_scn = self._on_model(scenario)
-            log_ratio = math.log(est.time_us / _model_time(model_scn, DEFAULT))
+            log_ratio = math.log(est.time_us / self._run(scenario, DEFAULT).time_us)
             sigma = math.hypot(est.sigma, est.sigma)
         else:
             log_ratio = math.log(est.time_us / default.time_us)
             sigma = math.hypot(est.sigma, default.sigma)
-        evidence = MODEL if MODEL == est.evidence == default.evidence else CALIBRATED
         anchored = not (est.model_only or default.model_only) and est.bracketed and default.bracketed
+        # a correction that does not anchor this size leaves the model's shape speaking
+        evidence = self.corrected_evidence if anchored else self.model_evidence
         return RatioEstimate(log_ratio, sigma, evidence, anchored)
 
     def ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
@@ -489,7 +586,7 @@ class Tuner:
         tune's own most certain source (interpolated, calibrated model, model) where it makes an
         override, else the learned prior where it makes one, else the more certain of the two (what
         the plan values launches by). See the module docstring for why the prior only adds."""
-        measured = self.measured_ratio(scenario, choice)
+        measured = self.pooled_ratio(scenario, choice)
         if measured is not None:
             return measured
         own = min((o for o in (self.interpolated_ratio(scenario, choice),
@@ -518,18 +615,18 @@ class Tuner:
         sample = self.sample(scenario, choice)
         if sample is not None:
             return Estimate(sample.time_us, self.sample_sigma(scenario, sample), MEASURED)
-        model_scn = self._on_model(scenario)
-        run = _model_run(model_scn, choice)
+        model = self._fitted(scenario)
+        run = self._run(scenario, choice)
         band = uncertainty(scenario.topology, scenario.collective, scenario.nbytes,
                            run.config.algorithm, run.config.protocol)
         sizes = self.measured_sizes(scenario, choice)
         if choice.is_default:  # NCCL's default is another configuration where NCCL's pick differs
-            pick = _nccl_pair(model_scn)
-            sizes = [n for n in sizes if _nccl_pair(replace(model_scn, nbytes=n)) == pick]
+            pick = _nccl_pair(scenario)
+            sizes = [n for n in sizes if _nccl_pair(replace(scenario, nbytes=n)) == pick]
         if not sizes:
             return Estimate(run.time_us, band, self.model_evidence, model_only=True)
-        floor, rest = _latency_split(model_scn, choice, scenario.nbytes)
-        a, b, residual, unpinned = self._factors(scenario, model_scn, choice, tuple(sizes))
+        floor, rest = _latency_split(scenario, choice, scenario.nbytes, model)
+        a, b, residual, unpinned = self._factors(scenario, choice, tuple(sizes))
         x = math.log2(max(scenario.nbytes, 1))
         octaves = float(np.min(np.abs(np.log2(sizes) - x)))
         # the share of this prediction a factor the measurements did not pin carries keeps the
@@ -539,12 +636,13 @@ class Tuner:
         sigma = noise + residual + SIGMA_PER_OCTAVE * octaves + share * band
         if sigma >= band:  # too far from anything measured: the correction says nothing here
             return Estimate(run.time_us, band, self.model_evidence, model_only=True)
-        shares = [f / max(f + r, 1e-12) for f, r in (_latency_split(model_scn, choice, n) for n in sizes)]
+        shares = [f / max(f + r, 1e-12)
+                  for f, r in (_latency_split(scenario, choice, n, model) for n in sizes)]
         here = floor / max(floor + rest, 1e-12)
-        return Estimate(a * floor + b * rest, sigma, CALIBRATED,
+        return Estimate(a * floor + b * rest, sigma, self.corrected_evidence,
                         bracketed=min(shares) - MIX_TOLERANCE <= here <= max(shares) + MIX_TOLERANCE)
 
-    def _factors(self, scenario: Scenario, model_scn: Scenario, choice: Choice,
+    def _factors(self, scenario: Scenario, choice: Choice,
                  sizes: tuple[int, ...]) -> tuple[float, float, float, str | None]:
         """Latency and bandwidth correction factors of ``choice`` fitted to its measured sizes
         (relative least squares of ``t = a * floor + b * rest``), the fit's RMS log residual, and
@@ -555,7 +653,8 @@ class Tuner:
         """
         measured = np.array([self.sample(replace(scenario, nbytes=n), choice).time_us
                              for n in sizes])
-        split = np.array([_latency_split(model_scn, choice, n) for n in sizes])
+        model = self._fitted(scenario)
+        split = np.array([_latency_split(scenario, choice, n, model) for n in sizes])
         rows = split / measured[:, None]
         ratio = float(np.exp(np.mean(np.log(measured / split.sum(axis=1)))))
         a = b = ratio
@@ -573,37 +672,105 @@ class Tuner:
 
     # -- the decision -----------------------------------------------------------------------------
 
-    def _config_of(self, scenario: Scenario, choice: Choice):
-        """What NCCL runs when told ``choice``, channels included, as NCCL's model on the given
-        topology has it (the fitted model where the given one cannot run it)."""
-        try:
-            return _model_run(scenario, choice).config
-        except ValueError:
-            return _model_run(self._on_model(scenario), choice).config
-
     def decide(self, scenario: Scenario) -> CallDecision:
-        model_scn = self._on_model(scenario)
+        """The decision for one call. At a size nccl-tests measures (:data:`DECISION_SIZES`) its own
+        evidence decides (:meth:`judge`), and a size whose evidence points the way of the overrides
+        of one pair on both sides, without being certain alone, joins them (evidence
+        :data:`BRIDGED`); a size between two of them holds the decision of the nearer one where
+        NCCL picks the same pair as there (else of the other one, where NCCL's pick is that one's),
+        so a range changes its decision only where the evidence changes: a measured size, or NCCL
+        changing its pick. Only a pick NCCL makes at neither neighbour is judged on its own."""
+        nbytes = scenario.nbytes
+        if nbytes in _DECISION_SET or not DECISION_SIZES[0] < nbytes < DECISION_SIZES[-1]:
+            return self._at_decision_size(scenario) if nbytes in _DECISION_SET else \
+                self.judge(scenario)
+        below = 1 << (nbytes.bit_length() - 1)
+        near = (below, 2 * below) if nbytes * nbytes <= 2 * below * below else (2 * below, below)
+        pick = _nccl_pair(scenario)
+        for size in near:
+            neighbour = replace(scenario, nbytes=size)
+            if _nccl_pair(neighbour) == pick:
+                return self._held(scenario, self._at_decision_size(neighbour))
+        return self.judge(scenario)
+
+    def _held(self, scenario: Scenario, held: CallDecision) -> CallDecision:
+        """``held`` (a neighbouring size's decision, where NCCL picks the same pair) at this size:
+        its choice and its evidence, with the configurations NCCL runs here."""
+        nccl_config = _model_run(scenario, DEFAULT).config
+        alternative = held.alternative
+        if not alternative.is_default and not model_can_run(scenario, alternative):
+            return self.judge(scenario)
+        proposed = nccl_config if alternative.is_default else _model_run(scenario, alternative).config
+        return CallDecision(scenario, held.chosen, alternative,
+                            replace(held.verdict, nccl=nccl_config, proposed=proposed),
+                            {c: self.ratio(scenario, c) for c in held.estimates
+                             if model_can_run(scenario, c)})
+
+    def _at_decision_size(self, scenario: Scenario) -> CallDecision:
+        """:meth:`judge`, or where it leaves NCCL alone between two overrides of one pair (one
+        octave below and above) whose estimate here also says it is faster (beyond the margin,
+        if not beyond its uncertainty), that pair (:data:`BRIDGED`): the estimates on all three
+        sizes point one way, and a decision that flips for one size and back reads as noise, not
+        as the system."""
+        if scenario not in self._decided:
+            own = self.judge(scenario)
+            self._decided[scenario] = own
+            flanks = [self.judge(replace(scenario, nbytes=n)).chosen
+                      for n in (scenario.nbytes // 2, 2 * scenario.nbytes)
+                      if n in _DECISION_SET]
+            pair = flanks[0] if len(flanks) == 2 and flanks[0] == flanks[1] else DEFAULT
+            est = own.estimates.get(pair)
+            if not own.verdict.override and not pair.is_default and est is not None and \
+                    self.measurements.covers(scenario.collective, scenario.topology.nranks) and \
+                    est.gain > self.margin and not self._nccl_own(scenario, pair):
+                verdict = Verdict(own.verdict.nccl, _model_run(scenario, pair).config, est.gain,
+                                  est.sigma, BRIDGED, True)
+                self._decided[scenario] = CallDecision(scenario, pair, pair, verdict, own.estimates)
+        return self._decided[scenario]
+
+    @staticmethod
+    def _nccl_own(scenario: Scenario, choice: Choice) -> bool:
+        """Whether telling NCCL ``choice`` here makes it run what it runs by default (its model's
+        pick, channels included): no alternative to it."""
+        return _model_run(scenario, choice).config == _model_run(scenario, DEFAULT).config
+
+    def judge(self, scenario: Scenario) -> CallDecision:
+        """This call's own evidence decides: every candidate's best estimate through the gate. A
+        candidate that makes NCCL run its own pick is no alternative (the model's ratio between a
+        configuration and itself is 1; a correction of one side alone says nothing of the other),
+        unless measurements of both beat NCCL's default beyond their noise: then NCCL's default
+        did not run what its model picks (:func:`measured_both_sides`)."""
+        if scenario in self._judged:
+            return self._judged[scenario]
         nccl_config = _model_run(scenario, DEFAULT).config
         covered = self.measurements.covers(scenario.collective, scenario.topology.nranks)
         estimates = {c: self.ratio(scenario, c) for c in dict.fromkeys(self.candidates(scenario))
-                     if not c.is_default and model_can_run(model_scn, c)}
-        best, best_verdict = DEFAULT, None
+                     if not c.is_default and model_can_run(scenario, c)}
+        best, best_verdict, best_key = DEFAULT, None, None
         for choice, est in estimates.items():
+            own = self._nccl_own(scenario, choice)
+            if own and not (measured_both_sides(est) and passes(est.gain, est.sigma, self.margin)):
+                continue
             # tune overrides NCCL only where measurements anchor both sides; what only the model
             # says is a reason to measure (tune_plan), not to pin: the model's ratio between two
             # algorithms can be off by far more than its error on one time
             override = covered and est.anchored and passes(est.gain, est.sigma, self.margin)
-            verdict = Verdict(nccl_config, self._config_of(scenario, choice), est.gain, est.sigma,
-                              est.evidence if covered else NOT_MEASURED, override)
-            if best_verdict is None or (verdict.override, verdict.gain) > (
-                    best_verdict.override, best_verdict.gain):
-                best, best_verdict = choice, verdict
+            evidence = (est.evidence + NOT_ITS_PICK if own else est.evidence) if covered else \
+                NOT_MEASURED
+            verdict = Verdict(nccl_config, _model_run(scenario, choice).config, est.gain, est.sigma,
+                              evidence, override)
+            # NCCL's modelled pick wins only where no alternative clears the gate: where the model
+            # has NCCL's pick right, its measured gain over NCCL's default is noise
+            key = (override, not own, verdict.gain)
+            if best_key is None or key > best_key:
+                best, best_verdict, best_key = choice, verdict, key
         if best_verdict is None:
             evidence = MEASURED if self.sample(scenario, DEFAULT) else (
                 self.model_evidence if covered else NOT_MEASURED)
             best_verdict = Verdict(nccl_config, nccl_config, 0.0, 0.0, evidence, False)
         chosen = best if best_verdict.override else DEFAULT
-        return CallDecision(scenario, chosen, best, best_verdict, estimates)
+        self._judged[scenario] = CallDecision(scenario, chosen, best, best_verdict, estimates)
+        return self._judged[scenario]
 
 
 class TunedPolicy:

@@ -105,6 +105,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
         held = heldout_check(records, base, keep_undetermined=True, corrections=args.corrections)
     except CalibrationError as exc:
         raise UserError(str(exc)) from None
+    for note in fit.skipped:
+        print(f"note: not fitted: {note}", file=sys.stderr)
     fit = with_heldout(fit, held, ", ".join(Path(m).name for m in args.measurements))
     try:
         write_text_atomic(output, fitted_yaml(fit, args.measurements))

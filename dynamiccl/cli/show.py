@@ -72,8 +72,9 @@ def _title(rule, slice_name: str | None) -> str:
 def rule_json(rule, evidence: list[dict] | None = None) -> dict:
     """One rule as the ``--json`` contract spells it, with its evidence rows (one per run of sizes
     with one NCCL pick) folded in: the rule answers for its least convincing override, or its most
-    tempting rejected one."""
+    tempting rejected one (its gain, uncertainty and evidence together)."""
     from dynamiccl import policy_file as pf
+    from dynamiccl.agents.shipping.gate import clearance
 
     d = rule.decision
     row = {"collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
@@ -82,10 +83,11 @@ def rule_json(rule, evidence: list[dict] | None = None) -> dict:
            "protocol": None if d is None else pf.PROTO_TOKENS[d.protocol],
            "channels": None if d is None else d.channels, "defer": d is None}
     if evidence:
-        worst = (min if d is not None else max)(evidence, key=lambda e: float(e["gain"]))
+        worst = (min if d is not None else max)(
+            evidence, key=lambda e: clearance(float(e["gain"]), float(e["uncertainty"])))
         picks = {e["nccl"] for e in evidence}
         row.update({"nccl": picks.pop() if len(picks) == 1 else None, "gain": worst["gain"],
-                    "uncertainty": max(float(e["uncertainty"]) for e in evidence),
+                    "uncertainty": worst["uncertainty"],
                     "evidence": worst["evidence"],
                     "nccl_by_size": [{k: e[k] for k in ("min_bytes", "max_bytes", "nccl")}
                                      for e in evidence]})

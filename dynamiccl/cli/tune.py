@@ -87,10 +87,12 @@ def _scenarios(topology, collectives: list[str], shapes: set[tuple[int, int]]) -
 
 
 def _report_rows(tuner, scenarios: list) -> list[dict]:
-    """Every decision, consecutive sizes merged into one row where the outcome, the evidence,
-    NCCL's pick (NCCL's cost model on the topology, as ``show`` and the evidence name it) and the
-    best alternative keep their algorithm and protocol; the channel counts NCCL runs for either
-    over the row are shown as a range (``ring/ll/1-24ch``)."""
+    """Every decision, consecutive sizes merged into one row where the decision and NCCL's pick
+    (NCCL's cost model on the topology, as ``show`` and the evidence name it) keep their algorithm
+    and protocol; the channel counts NCCL runs either with over the row are shown as a range
+    (``ring/ll/1-24ch``). A row shows one size's gain, uncertainty and evidence, as ``show`` does:
+    an override's least convincing, a defer's most tempting alternative."""
+    from dynamiccl.agents.shipping.gate import clearance
     from dynamiccl.knobs import span_label, without_channels
     from dynamiccl.units import format_size
 
@@ -105,16 +107,19 @@ def _report_rows(tuner, scenarios: list) -> list[dict]:
                "evidence": d.verdict.evidence}
         last = rows[-1] if rows else None
         same = last is not None and all(last[k] == row[k] for k in (
-            "collective", "nodes", "ranks", "ours", "evidence", "best_alternative")) and \
+            "collective", "nodes", "ranks", "ours")) and \
             without_channels(last["nccl"][-1]) == without_channels(d.verdict.nccl) and \
             last["to"] * 2 == s.nbytes
         if same:
             last["to"] = s.nbytes
-            last["gain"] = min(last["gain"], row["gain"]) if row["ours"] != "NCCL default" else \
-                max(last["gain"], row["gain"])
-            last["uncertainty"] = max(last["uncertainty"], row["uncertainty"])
             last["nccl"].append(d.verdict.nccl)
-            last["alternative"].append(d.verdict.proposed)
+            shown = (min if row["ours"] != "NCCL default" else max)(
+                (last, row), key=lambda r: clearance(r["gain"], r["uncertainty"]))
+            if shown is row:
+                last.update({k: row[k] for k in ("best_alternative", "gain", "uncertainty",
+                                                  "evidence")}, alternative=[])
+            if last["best_alternative"] == row["best_alternative"]:
+                last["alternative"].append(d.verdict.proposed)
         else:
             rows.append(row)
     for r in rows:

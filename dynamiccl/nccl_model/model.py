@@ -38,9 +38,12 @@ class NcclModel:
     ``src/graph/tuning.cc``, ``src/enqueue.cc``).
 
     ``algorithms``/``protocols`` restrict like NCCL_ALGO/NCCL_PROTO: entries outside become
-    unusable (-1). They only remove: LL128 stays under its default enable rule even if named
-    (NCCL would let an explicit NCCL_PROTO override it, at the risk of silent data corruption,
-    and the knob space treats such a choice as invalid). ``channels`` pins the channel count as
+    unusable (-1). A protocol named in ``protocols`` is enabled explicitly, as NCCL_PROTO enables
+    it: NCCL applies LL128's default topology checks only while its setting is the default (NCCL
+    2.28.9 and 2.30.7 ``src/graph/tuning.cc``, ``ncclTopoTuneModel``: ``pEnable == 2``), so a run
+    forced with ``NCCL_PROTO=LL128`` runs LL128 where NCCL would never pick it (at the risk of
+    corrupted data on paths NCCL has not validated, which is why the knob space and policies keep
+    such a choice invalid: :func:`dynamiccl.knobs.invalid_reason`). ``channels`` pins the channel count as
     NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS plus a tuner's ``nChannels`` would: the communicator
     has exactly that many channels (which moves the Ring/Simple plateau rule) and the collective
     runs on all of them. The datatype is taken to be a non-fp8 float Sum (what NVLS and CollNet
@@ -82,7 +85,8 @@ class NcclModel:
         colls, sizes = self._batch([collective], [nbytes])
         allowed = _allowed(algorithms, protocols)
         table = cost_tables(self.system, self.tables, colls, sizes, num_pipe_ops=num_pipe_ops,
-                            comm_channels=self._pinned(channels), allowed=allowed)
+                            comm_channels=self._pinned(channels), allowed=allowed,
+                            protocols_named=protocols is not None)
         algo, proto, nc, time = self._decide(colls, sizes, table, channels, allowed)
         config = nccl_config(Algorithm(int(algo[0])), Protocol(int(proto[0])), int(nc[0]))
         return NcclChoice(config, float(time[0]), table[0])
@@ -101,7 +105,8 @@ class NcclModel:
         colls, sizes = self._batch(collectives, nbytes)
         allowed = _allowed(algorithms, protocols)
         table = cost_tables(self.system, self.tables, colls, sizes, num_pipe_ops=num_pipe_ops,
-                            comm_channels=self._pinned(channels), allowed=allowed)
+                            comm_channels=self._pinned(channels), allowed=allowed,
+                            protocols_named=protocols is not None)
         algo, proto, nc, time = self._decide(colls, sizes, table, channels, allowed)
         return algo, proto, nc, time.astype(np.float64)
 

@@ -42,11 +42,14 @@ def cost_tables(
     num_pipe_ops: int = 1,
     comm_channels: int | None = None,
     allowed: np.ndarray | None = None,
+    protocols_named: bool = False,
 ) -> np.ndarray:
     """float32 [B, 7, 3] of predicted µs, -1 where unusable: what ``getCollInfo`` is handed.
 
     ``allowed`` ([7, 3] bool) removes entries the way NCCL_ALGO/NCCL_PROTO do; ``comm_channels``
     replaces the communicator's channel count (NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS).
+    ``protocols_named``: NCCL_PROTO is set, so every protocol it leaves is enabled explicitly and
+    no default enable rule applies (:attr:`Tables.named_bandwidth`).
     """
     colls = np.asarray(collectives, dtype=np.int64)
     sizes = np.asarray(nbytes, dtype=np.int64)
@@ -58,7 +61,7 @@ def cost_tables(
               else np.full(len(colls), allowed[Algorithm.RING, Protocol.SIMPLE]))
         out[ok, Algorithm.RING, Protocol.SIMPLE] = 0.0
         return out
-    bw = tables.bandwidth[colls].copy()
+    bw = (tables.named_bandwidth if protocols_named else tables.bandwidth)[colls].copy()
     lat = tables.latency[colls].copy()
     usable = (bw > 0) & tables.offered[colls]
     if allowed is not None:

@@ -32,6 +32,9 @@ from dynamiccl.nccl_model.graph import NcclSystem
 @dataclass(frozen=True)
 class Tables:
     bandwidth: np.ndarray  # float32 [5, 7, 3], GB/s of algorithm bandwidth; 0 = unusable
+    #: The same where NCCL_PROTO names the protocols: a protocol set explicitly skips its default
+    #: enable rule (LL128's topology checks, :attr:`dynamiccl.nccl.ProtocolSpec.enabled`).
+    named_bandwidth: np.ndarray  # float32 [5, 7, 3]
     latency: np.ndarray  # float32 [5, 7, 3], µs
     #: Static part of the per-call filter (updateCollCostTable): False where NCCL never offers it.
     offered: np.ndarray  # bool [5, 7, 3]
@@ -76,8 +79,8 @@ def build_tables(system: NcclSystem) -> Tables:
     bandwidth = np.zeros(shape)
     latency = np.zeros(shape)
     offered = np.zeros(shape, dtype=bool)
+    proto_enabled = np.array([p.enabled(system) for p in PROTOCOLS])
     if system.nranks > 1:
-        proto_enabled = [p.enabled(system) for p in PROTOCOLS]
         for a, (spec, tuning) in enumerate(zip(SPECS, TUNINGS, strict=True)):
             if not tuning.available(system):  # beyond its collectives and protocols: NCCL skips it
                 continue
@@ -86,9 +89,10 @@ def build_tables(system: NcclSystem) -> Tables:
                 for p in sorted(spec.protocols):
                     offered[c, a, p] = tuning.offered(system, c)
                     latency[c, a, p] = _latency(c, a, p, system)
-                    if proto_enabled[p] and enabled:
+                    if enabled:
                         bus = tuning.bus_bandwidth(system, system.graphs[a], c, p)
                         bandwidth[c, a, p] = tuning.algorithm_bandwidth(c, bus, system.nranks)
     threads, thresholds = _thread_tables(system)
-    return Tables(bandwidth.astype(np.float32), latency.astype(np.float32), offered, threads,
-                  thresholds)
+    named = bandwidth.astype(np.float32)
+    return Tables(np.where(proto_enabled, named, np.float32(0)), named, latency.astype(np.float32),
+                  offered, threads, thresholds)

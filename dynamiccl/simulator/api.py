@@ -49,14 +49,16 @@ def config_valid_mask(topology: Topology, collective: int, configs: ConfigBatch)
 def simulate(topology: Topology, collective: np.ndarray | int, nbytes: np.ndarray | float,
              configs: ConfigBatch, straggler_delay_us: np.ndarray | float = 0.0,
              c2c: np.ndarray | float = 0.0, *, noise_sigma: float = 0.0,
-             rng: np.random.Generator | None = None) -> SimResult:
+             rng: np.random.Generator | None = None, protocol_named: bool = False) -> SimResult:
     """Times of every configuration in ``configs`` for every state (collective, nbytes, delay, c2c).
 
     States are rows, configurations columns; scalars broadcast. Everything is whole-array numpy on
     cached per-system coefficient tables (``tables.py``); no Python loop over states or actions.
+    ``protocol_named``: the configurations ran with their protocol named in ``NCCL_PROTO``, so one
+    NCCL's default rule disables (LL128) is timed too (``knobs.invalid_reason``).
     """
     coll, size, delay, ratio = _states(collective, nbytes, straggler_delay_us, c2c)
-    tab = tables_for(topology, configs)
+    tab = tables_for(topology, configs, protocol_named)
     sb = size[:, None]
     t_alg = tab.lat[coll]
     t_alg += tab.coef[coll] * sb

@@ -87,6 +87,7 @@ def _structure(topology: Topology) -> tuple:
 
 
 def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]) -> bool:
+    """``key``: :func:`_structure` and whether the protocol was named (``valid_rows``)."""
     hit = _VALID.get((key, collective, row))
     if hit is None:
         try:
@@ -95,18 +96,20 @@ def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]
         except ValueError:  # an id outside NCCL's enums
             hit = False
         else:
-            hit = invalid_reason(topology, Collective(collective), config) is None
+            hit = invalid_reason(topology, Collective(collective), config,
+                                 protocol_named=key[-1]) is None
         if len(_VALID) > 1 << 18:
             _VALID.clear()
         _VALID[(key, collective, row)] = hit
     return hit
 
 
-def valid_rows(topology: Topology, collective: int, configs: ConfigBatch) -> np.ndarray:
+def valid_rows(topology: Topology, collective: int, configs: ConfigBatch,
+               protocol_named: bool = False) -> np.ndarray:
     """``knobs.invalid_reason`` per configuration, cached per unique configuration."""
     rows = np.stack([getattr(configs, f) for f in _FIELDS], axis=1)
     uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
-    key = _structure(topology)
+    key = (*_structure(topology), protocol_named)
     ok = np.array([_valid(topology, key, int(collective), tuple(int(x) for x in r)) for r in uniq],
                   dtype=bool)
     return ok[inverse.reshape(-1)]
@@ -169,7 +172,7 @@ def _binding_floor(topology: Topology, lat: np.ndarray) -> float:
     return floor if finite.size and floor > float(finite.min()) else 0.0
 
 
-def build(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
+def build(topology: Topology, configs: ConfigBatch, protocol_named: bool = False) -> CostCoefficients:
     a = len(configs)
     cols_all = {f: np.asarray(getattr(configs, f), dtype=np.int64) for f in _FIELDS}
     algo = cols_all["algorithm"]
@@ -210,7 +213,7 @@ def build(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
     coef /= eff
     extra_coef /= eff[pipe_idx]
     pre_coef /= eff[sar_idx]
-    valid = np.stack([valid_rows(topology, c, configs) for c in range(N_COLLECTIVES)])
+    valid = np.stack([valid_rows(topology, c, configs, protocol_named) for c in range(N_COLLECTIVES)])
     lat = np.where(valid, lat, np.inf)
     coef = np.where(valid, coef, 0.0)
     pre_lat = np.where(valid[:, sar_idx], pre_lat, np.inf)
@@ -223,13 +226,15 @@ _CACHE: OrderedDict[tuple, CostCoefficients] = OrderedDict()
 _CACHE_SIZE = 256
 
 
-def tables_for(topology: Topology, configs: ConfigBatch) -> CostCoefficients:
+def tables_for(topology: Topology, configs: ConfigBatch, protocol_named: bool = False
+               ) -> CostCoefficients:
     """Cached ``build``; the key is the system and the batch's contents (not its identity)."""
-    key = (topology, b"".join(np.ascontiguousarray(getattr(configs, f), dtype=np.int64).tobytes()
-                              for f in _FIELDS))
+    key = (topology, protocol_named,
+           b"".join(np.ascontiguousarray(getattr(configs, f), dtype=np.int64).tobytes()
+                    for f in _FIELDS))
     hit = _CACHE.get(key)
     if hit is None:
-        hit = build(topology, configs)
+        hit = build(topology, configs, protocol_named)
         _CACHE[key] = hit
         if len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)

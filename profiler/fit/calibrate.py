@@ -70,6 +70,11 @@ class CalibrationError(ValueError):
     """The measurements cannot be used, or cannot determine what was asked for."""
 
 
+class Unplaceable(CalibrationError):
+    """One record NCCL could not have run on the system being fitted, as its model has it: skipped
+    with a note (:attr:`FitResult.skipped`), never the end of the whole fit."""
+
+
 @dataclass(frozen=True)
 class ParamFit:
     label: str
@@ -95,6 +100,8 @@ class Problem:
     shapes: list[tuple[int, int]]  # (nodes, gpus per node) per record
     measured_us: np.ndarray
     configs: list[Config] = field(default_factory=list)
+    #: One note per record left out because NCCL could not have run it on the base topology.
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def collectives(self) -> np.ndarray:
@@ -118,6 +125,11 @@ class FitResult:
     iterations: int
     #: The refinements (fit_params), determined or not.
     refinements: list[ParamFit] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> list[str]:
+        """A note per record left out of the fit (:class:`Unplaceable`)."""
+        return self.problem.skipped
 
     def rms_log(self, fitted: bool = True) -> float:
         pred = self.predicted_us if fitted else self.predicted_base_us
@@ -157,20 +169,62 @@ def scaled_bandwidth(topology: Topology, factor: float) -> Topology:
 
 
 def pick_configs(problem: Problem, topology: Topology) -> list[Config]:
-    """What NCCL ran for each record: as recorded, completed by NCCL's own choice where it chose."""
+    """What NCCL ran for each record: as recorded, completed by NCCL's own choice where it chose.
+
+    A record the model of ``topology`` cannot place raises :class:`Unplaceable`, unless the problem
+    has placed it before (on the base topology): a fitted system may move NCCL's model off a pair
+    NCCL did run, and the earlier pick stands."""
     models: dict[tuple[int, int], tuple[Topology, NcclModel]] = {}
     out = []
-    for rec, shape in zip(problem.records, problem.shapes, strict=True):
+    for i, (rec, shape) in enumerate(zip(problem.records, problem.shapes, strict=True)):
         if shape not in models:
             topo = topology.resized(nodes=shape[0], gpus_per_node=shape[1])
             models[shape] = (topo, NcclModel(topo))
         topo, model = models[shape]
-        out.append(_record_config(rec, topo, model))
+        try:
+            out.append(_record_config(rec, topo, model))
+        except Unplaceable:
+            if not problem.configs:
+                raise
+            out.append(problem.configs[i])
     return out
 
 
+def placed(problem: Problem) -> Problem:
+    """The problem with the records NCCL could have run on its base topology, their configurations
+    picked, and a note per record left out (:attr:`Problem.skipped`); CalibrationError when none
+    is left."""
+    keep, configs, skipped = [], [], []
+    models: dict[tuple[int, int], tuple[Topology, NcclModel]] = {}
+    for i, (rec, shape) in enumerate(zip(problem.records, problem.shapes, strict=True)):
+        if shape not in models:
+            topo = problem.base.resized(nodes=shape[0], gpus_per_node=shape[1])
+            models[shape] = (topo, NcclModel(topo))
+        try:
+            configs.append(_record_config(rec, *models[shape]))
+        except Unplaceable as exc:
+            skipped.append(str(exc))
+            continue
+        keep.append(i)
+    if not keep:
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        raise CalibrationError(f"no measurement could have run on {problem.base.name}: "
+                               f"{skipped[0]}{more}; give the topology of the system they were "
+                               "measured on")
+    return Problem([problem.records[i] for i in keep], problem.base,
+                   [problem.shapes[i] for i in keep], problem.measured_us[keep], configs,
+                   problem.skipped + skipped)
+
+
+def record_name(rec: MeasurementRecord) -> str:
+    """A record as a note names it: where it came from, what it timed and how it was forced."""
+    launch = f", launch {rec.launch}" if rec.launch else ""
+    return (f"{rec.source or 'a record'} ({rec.collective} {rec.nbytes} B on {rec.nranks} ranks, "
+            f"{rec.config_label}{launch})")
+
+
 def _record_config(rec: MeasurementRecord, topo: Topology, model: NcclModel) -> Config:
-    where = rec.source or "a record"
+    where = record_name(rec)
     algo = Algorithm[rec.algorithm.upper()] if rec.algorithm else None
     proto = Protocol[rec.protocol.upper()] if rec.protocol else None
     if algo is not None and proto is not None and rec.channels:
@@ -184,17 +238,20 @@ def _record_config(rec: MeasurementRecord, topo: Topology, model: NcclModel) -> 
                                   protocols=None if proto is None else {proto},
                                   channels=rec.channels).config
         except ValueError as exc:
-            raise CalibrationError(f"{where}: NCCL could not have run this on the base topology "
-                                   f"({exc}); check the base topology's features") from None
-    reason = invalid_reason(topo, rec.coll, config)
+            raise Unplaceable(f"{where}: NCCL could not have run this on {topo.name} "
+                              f"({exc})") from None
+    reason = invalid_reason(topo, rec.coll, config, protocol_named=proto is not None)
     if reason:
-        raise CalibrationError(f"{where}: ran {config.label()}, which the base topology does not "
-                               f"allow ({reason}); fix the base topology")
+        raise Unplaceable(f"{where}: ran {config.label()}, which {topo.name} does not allow "
+                          f"({reason})")
     return config
 
 
 def predict(problem: Problem, topology: Topology, configs: Sequence[Config]) -> np.ndarray:
-    """Simulated time of every record (µs), one simulator call per measured system shape."""
+    """Simulated time of every record (µs), one simulator call per measured system shape.
+
+    Each configuration is one NCCL ran, so LL128 is timed where its default rule would disable it:
+    only a run that named it in ``NCCL_PROTO`` can have run it there (``_record_config``)."""
     out = np.empty(len(problem.records))
     colls, sizes = problem.collectives, problem.sizes
     for shape in set(problem.shapes):
@@ -202,7 +259,8 @@ def predict(problem: Problem, topology: Topology, configs: Sequence[Config]) -> 
         topo = topology.resized(nodes=shape[0], gpus_per_node=shape[1])
         distinct = list(dict.fromkeys(configs[i] for i in rows))
         column = {c: j for j, c in enumerate(distinct)}
-        res = simulate(topo, colls[rows], sizes[rows], ConfigBatch.from_configs(distinct))
+        res = simulate(topo, colls[rows], sizes[rows], ConfigBatch.from_configs(distinct),
+                       protocol_named=True)
         out[rows] = res.time_after_straggler_us[np.arange(len(rows)),
                                                 [column[configs[i]] for i in rows]]
     return out
@@ -220,8 +278,7 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
     if base.calibration is not None and base.calibration.corrections:
         # corrections measured against an earlier fit must not steer this one
         base = replace(base, calibration=replace(base.calibration, corrections=()))
-    problem = prepare(records, base)
-    problem.configs = pick_configs(problem, base)
+    problem = placed(prepare(records, base))
     predicted_base = predict(problem, base, problem.configs)
     crosses = any(shape[0] > 1 for shape in problem.shapes)
     params = FP.tier_params(base)

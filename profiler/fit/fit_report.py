@@ -21,7 +21,15 @@ import yaml
 from dynamiccl.calibration import SIZE_BANDS
 from dynamiccl.files import FileKind, starts_with
 from dynamiccl.nccl import Collective
-from dynamiccl.profiler.fit.calibrate import FitResult, Problem, calibrate, pick_configs, predict, prepare
+from dynamiccl.profiler.fit.calibrate import (
+    FitResult,
+    Problem,
+    calibrate,
+    pick_configs,
+    placed,
+    predict,
+    prepare,
+)
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.topology import Topology
 from dynamiccl.units import format_size
@@ -81,8 +89,9 @@ def error_table(problem: Problem, predicted: np.ndarray,
 
 def heldout_table(fit: FitResult, problem: Problem) -> list[ErrorRow]:
     """The error table of measurements the fit never saw, predicted by the fitted topology."""
+    problem = placed(problem)
     configs = pick_configs(problem, fit.topology)
-    base = predict(problem, problem.base, pick_configs(problem, problem.base))
+    base = predict(problem, problem.base, problem.configs)
     return error_table(problem, predict(problem, fit.topology, configs), base)
 
 
@@ -128,13 +137,13 @@ def heldout_check(records: Sequence[MeasurementRecord], base: Topology,
     if not test or not train:
         return None
     fit = calibrate(train, base, keep_undetermined=keep_undetermined, corrections=corrections)
-    problem = prepare(test, base)
+    problem = placed(prepare(test, base))
     pred = predict(problem, fit.topology, pick_configs(problem, fit.topology))
     log_err = np.log(pred / problem.measured_us)
     sizes = problem.sizes
     bands = {name: math.expm1(float(np.sqrt(np.mean(log_err[sel] ** 2))))
              for name, lo, hi in SIZE_BANDS if (sel := (sizes >= lo) & (sizes < hi)).any()}
-    base_pred = predict(problem, base, pick_configs(problem, base))
+    base_pred = predict(problem, base, problem.configs)
     return Heldout(error_table(problem, pred, base_pred), bands)
 
 
@@ -160,6 +169,7 @@ def fitted_yaml(fit: FitResult, sources: Sequence[str]) -> str:
              f"{len(fit.problem.records)} measurements ({', '.join(sources) or 'records'}),",
              f"# starting from {fit.problem.base.name}. RMS log error {fit.rms_log(False):.3f} -> "
              f"{fit.rms_log(True):.3f}."]
+    lines += [f"#   not fitted: {note}" for note in fit.skipped]
     for p in fit.params + fit.refinements:
         if p.determined:
             lines.append(f"#   {p.label}: {p.base:g} -> {p.fitted:.4g} (±{100 * p.rel_std:.1f}%)")
@@ -196,6 +206,7 @@ def report_json(fit: FitResult, heldout: Heldout | None = None) -> dict:
     return {
         "topology": fit.topology.name,
         "measurements": len(fit.problem.records),
+        "skipped": list(fit.skipped),
         "rms_log_error": {"base": fit.rms_log(False), "fitted": fit.rms_log(True)},
         "parameters": [p.to_json() for p in fit.params],
         "refinements": [p.to_json() for p in fit.refinements],
