@@ -65,8 +65,8 @@ def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float, backe
                             world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s))
     probe_device = device
     if fake_cuda_events:
-        real_clock_for = hooks._clock_for
-        hooks._clock_for = lambda d: _StandInEventClock() if d.type == "cuda" else real_clock_for(d)
+        real_clock_for = hooks.clock_for
+        hooks.clock_for = lambda d: _StandInEventClock() if d.type == "cuda" else real_clock_for(d)
         probe_device = torch.device("cuda")
 
     def model():

@@ -280,3 +280,92 @@ def paths_in_lockstep(ctx, topology: str, ranks_per_node: int | None, sizes: lis
     dist.destroy_process_group()
     return {"history": [(h.step, h.state, h.paths, h.table) for h in rt.history],
             "topology": rt.topology, "options": rt.path_options, "exact": exact}
+
+
+class _StandInStreamMark:
+    """A point on the stand-in stream: stamped on the host when the work queued before it is done."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.ns = 0
+        self.reached = threading.Event()
+
+    def stamp(self, *_: object) -> None:
+        import time
+
+        self.ns = time.perf_counter_ns()
+        self.reached.set()
+
+
+class _StandInStream:
+    """A stand-in for a CUDA stream and NCCL's asynchrony, on the CPU: the all-reduce it issues
+    (real gloo work) returns a future that is complete at once, as PyTorch completes an NCCL
+    future when the work is queued, while the work itself finishes later; a mark is reached when
+    everything queued before it is done, as a CUDA event is. It replaces the runtime's
+    ``backend_all_reduce`` and clock in one rank."""
+
+    def __init__(self) -> None:
+        self.pending: list[torch.futures.Future] = []
+
+    def all_reduce(self, tensor: torch.Tensor, divisor: int, async_op: bool = False):
+        if divisor != 1:
+            tensor.div_(divisor)
+        self.pending.append(dist.all_reduce(tensor, async_op=True).get_future())
+        queued: torch.futures.Future = torch.futures.Future()
+        queued.set_result([tensor])
+
+        class Queued:
+            def get_future(self) -> torch.futures.Future:
+                return queued
+
+        return Queued()
+
+    def mark(self) -> _StandInStreamMark:
+        mark = _StandInStreamMark()
+        self.pending = [f for f in self.pending if not f.done()]
+        if self.pending:
+            torch.futures.collect_all(list(self.pending)).add_done_callback(mark.stamp)
+        else:
+            mark.stamp()
+        return mark
+
+    def settle(self, mark: _StandInStreamMark) -> None:
+        assert mark.reached.wait(60.0), "the stand-in stream never reached a mark"
+
+    def us(self, mark: _StandInStreamMark, origin: _StandInStreamMark) -> float:
+        return (mark.ns - origin.ns) / 1e3
+
+    def synchronize(self) -> None:
+        for fut in self.pending:
+            fut.wait()
+        self.pending = []
+
+
+def stragglar_with_async_collectives(ctx, steps: int, late_rank: int, late_ms: float,
+                                     config: dict, sizes: list[int]):
+    """The runtime on gloo whose all-reduces complete after their host callbacks ran (the stand-in
+    stream above, for CUDA's asynchrony): ``late_rank`` sleeps before each step; every step ends
+    with the stand-in's synchronize, as a GPU step ends with torch.cuda.synchronize. Returns the
+    runtime's history and whether every sum came out right."""
+    import time
+
+    from dynamiccl.runtime import core
+
+    _join(ctx)
+    stream = _StandInStream()
+    core.backend_all_reduce = stream.all_reduce
+    core.clock_for = lambda device: stream
+    rt = core.Runtime(core.RuntimeConfig(**config))
+    exact = True
+    for _ in range(steps):
+        if ctx.rank == late_rank:
+            time.sleep(late_ms / 1e3)
+        tensors = [torch.full((n // 8,), ctx.rank, dtype=torch.int64) for n in sizes]
+        for t in tensors:
+            rt.all_reduce(t)
+        stream.synchronize()
+        exact &= all(bool((t == sum(range(ctx.world_size))).all()) for t in tensors)
+        rt.end_step()
+    dist.destroy_process_group()
+    return {"history": [(h.step, h.state, h.paths) for h in rt.history], "exact": exact}
