@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 
@@ -32,6 +33,19 @@ def misbehave_without_torch(ctx, bad_rank: int, mode: str):
             raise RuntimeError("injected failure on purpose")
         time.sleep(3600)
     return ctx.rank
+
+
+@dataclass(frozen=True)
+class Echoed:
+    """A dataclass of a file target: it needs its module in sys.modules, in the rank (to be
+    defined) and in the caller (to be unpickled)."""
+
+    rank: int
+    world: int
+
+
+def echo_dataclass(ctx) -> Echoed:
+    return Echoed(ctx.rank, ctx.world_size)
 
 
 def echo(ctx, value):

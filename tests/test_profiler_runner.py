@@ -12,7 +12,7 @@ import pytest
 from dynamiccl.cli.main import main
 from dynamiccl.nccl import bus_factor
 from dynamiccl.profiler.formats.records import read_jsonl
-from dynamiccl.profiler.measure.launcher import LaunchError, launch
+from dynamiccl.profiler.measure.launcher import LaunchError, launch, resolve
 from dynamiccl.profiler.measure.runner import (
     STEERING_ENV,
     CollectiveSpec,
@@ -28,6 +28,16 @@ pytestmark = pytest.mark.multiproc
 def test_launcher_returns_each_ranks_result_with_one_thread_per_rank():
     out = launch(f"{WORKERS}:echo", 3, {"value": 7}, timeout_s=30)
     assert out == [{"rank": r, "world": 3, "value": 7, "omp": "1"} for r in range(3)]
+
+
+def test_file_targets_load_like_modules_so_their_dataclasses_work_in_ranks_and_caller(monkeypatch):
+    # issue 28: experiments/bench_real.py's dataclasses under `from __future__ import annotations`
+    # crashed resolve() (AttributeError: 'NoneType' object has no attribute '__dict__')
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    ddp_rank = resolve("experiments/bench_real.py:ddp_rank")
+    assert callable(ddp_rank) and resolve("experiments/bench_real.py:ddp_rank") is ddp_rank
+    out = launch(f"{WORKERS}:echo_dataclass", 2, timeout_s=60)
+    assert [(o.rank, o.world, type(o).__name__) for o in out] == [(0, 2, "Echoed"), (1, 2, "Echoed")]
 
 
 def test_a_dying_rank_ends_the_run_and_frees_the_rank_blocked_on_it():
