@@ -157,3 +157,21 @@ def nccl_environment(ctx):
 def environment(ctx, names):
     """What this rank's environment holds of ``names`` (None: unset)."""
     return {name: os.environ.get(name) for name in names}
+
+
+def calls_per_group(ctx, spec):
+    """The runner's rank side (as ``rank_main`` runs it) with gloo standing in for NCCL: how many
+    collectives the measured group and the control group were asked to run (each group's sequence
+    number counts its collectives), and the shape of this rank's own times."""
+    import torch.distributed as dist
+
+    from dynamiccl.profiler.measure.runner import join_group, measure_in_group
+
+    device, ctrl = join_group(ctx, "gloo")
+    measured = dist.distributed_c10d._get_default_group()
+    before = measured._get_sequence_number_for_group(), ctrl._get_sequence_number_for_group()
+    times = measure_in_group(spec, device, ctrl=ctrl)
+    after = measured._get_sequence_number_for_group(), ctrl._get_sequence_number_for_group()
+    dist.destroy_process_group()
+    return {"measured": after[0] - before[0], "control": after[1] - before[1],
+            "shape": list(times.shape)}

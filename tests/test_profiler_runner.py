@@ -90,6 +90,16 @@ def test_gloo_runner_times_every_collective_plausibly_on_two_ranks():
     assert again.to_record().launch == again.launch and again.to_record().gpu == ""  # CPU ranks
 
 
+def test_only_the_measured_collective_runs_on_the_measured_group_gloo_standing_in_for_nccl():
+    """NCCL_ALGO=Tree forces every collective of the communicator, and NCCL has no Tree all-gather
+    (issue 28: the runner's own all-gather of the results failed). Barriers go over a gloo side
+    group, results come back through the launcher: the measured group runs warmup + runs x iters
+    calls and nothing else."""
+    spec = CollectiveSpec("allreduce", 4096, warmup=2, iters=3, runs=2)
+    for out in launch(f"{WORKERS}:calls_per_group", 2, {"spec": spec}, timeout_s=60):
+        assert out == {"measured": 2 + 2 * 3, "control": 2 + 2 * 3, "shape": [2, 2, 3]}
+
+
 @pytest.mark.parametrize("nprocs, cases", [
     (2, [("allreduce", 1, 40000.0), ("reducescatter", 0, 30000.0)]),
     (4, [("allgather", 2, 30000.0), ("broadcast", 3, 40000.0)]),
