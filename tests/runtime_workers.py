@@ -235,9 +235,11 @@ class NcclStandIn:
         self.ctx = ctypes.c_void_p()
         assert self.v6.init(ctypes.byref(self.ctx), 1, nranks, 1, None, None, None) == 0
 
-    def decide(self, nbytes: int, collective: int = 4) -> tuple[int, int, int] | None:
-        """(algorithm, protocol, channels) the plugin forces for an all-reduce, None: NCCL's."""
-        table = (self.ct.c_float * 21)(*[10.0 + i for i in range(21)])
+    def decide(self, nbytes: int, collective: int = 4, disabled: tuple[int, ...] = ()
+               ) -> tuple[int, int, int] | None:
+        """(algorithm, protocol, channels) the plugin forces for an all-reduce, None: NCCL's.
+        ``disabled``: cost-table cells (algorithm * 3 + protocol) NCCL marks unusable (-1)."""
+        table = (self.ct.c_float * 21)(*[-1.0 if i in disabled else 10.0 + i for i in range(21)])
         nch = self.ct.c_int(0)
         assert self.v6.coll(self.ctx, collective, nbytes, 1, table, 7, 3, 0, self.ct.byref(nch)) == 0
         forced = [i for i in range(21) if table[i] == 0.0]
@@ -369,3 +371,29 @@ def stragglar_with_async_collectives(ctx, steps: int, late_rank: int, late_ms: f
         rt.end_step()
     dist.destroy_process_group()
     return {"history": [(h.step, h.state, h.paths) for h in rt.history], "exact": exact}
+
+
+def interleaved_asking_a_stand_in_nccl(ctx, specs: list, library: str, reverse: bool,
+                                       disabled: tuple[int, ...]):
+    """The interleaved launch's rank side on gloo, each call also asking the plugin what to run
+    the way NCCL would (:class:`NcclStandIn`, its cost table with the ``disabled`` cells marked
+    unusable): NCCL's consultation of its tuner, which gloo never makes. Returns the plugin's
+    per-spec counts and, call by call, (spec index, what the plugin forced)."""
+    from dynamiccl.profiler.measure import interleave
+    from dynamiccl.profiler.measure.runner import call_bytes
+
+    nccl = NcclStandIn(library, ctx.world_size)
+    real_op, seen = interleave.collective_op, []
+
+    def asking(spec, device, group=None):
+        op, index = real_op(spec, device, group), specs.index(spec)
+        nbytes = call_bytes(spec, ctx.world_size)
+
+        def call():
+            seen.append((index, nccl.decide(nbytes, int(spec.coll), disabled)))
+            op()
+        return call
+
+    interleave.collective_op = asking
+    times, _, counts = interleave.rank_interleaved(ctx, specs, library, reverse)
+    return {"counts": counts, "seen": seen, "shapes": [list(t.shape) for t in times]}

@@ -44,7 +44,7 @@ from dynamiccl.nccl import (
     forcing_env,
 )
 from dynamiccl.policy_format import CONTEXT_ENV, POLICY_ENV
-from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
+from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, knob_label
 from dynamiccl.profiler.measure import emulation, straggler_detection
 from dynamiccl.profiler.measure.launcher import RankContext, launch, set_environment
 
@@ -84,6 +84,11 @@ class CollectiveSpec:
     @property
     def knobs_applied(self) -> bool:
         return self.backend == "nccl"
+
+    @property
+    def config_label(self) -> str:
+        """What it asks NCCL to run, as its record names it (``tree/simple/auto-ch``)."""
+        return knob_label(self.algorithm, self.protocol, self.channels)
 
 
 #: What steers NCCL's choice in a process: the knobs, a tuner plugin and the policy it reads. A
@@ -136,6 +141,9 @@ class CollectiveResult:
     gpu: str = ""
     #: The ranks were emulated hosts sharing the GPUs present (NCCL saw one node per rank).
     emulated_hosts: bool = False
+    #: The NCCL environment its ranks ran with where it is not the spec's forcing (a choice pinned
+    #: call by call through the tuner plugin: the plugin, no NCCL_ALGO/NCCL_PROTO).
+    env: dict[str, str] | None = None
 
     @property
     def algbw_with_wait_GBps(self) -> float:
@@ -188,7 +196,8 @@ class CollectiveResult:
             backend=self.spec.backend, source="runner", time_us_runs=self.time_us_runs,
             straggler_rank=s.rank if s else None,
             straggler_delay_us=s.delay_us if s and s.rank is not None else 0.0,
-            env=nccl_env(self.spec) if applied else {}, launch=self.launch, gpu=self.gpu,
+            env=(nccl_env(self.spec) if self.env is None else dict(self.env)) if applied else {},
+            launch=self.launch, gpu=self.gpu,
             emulated_hosts=self.emulated_hosts)
 
 
