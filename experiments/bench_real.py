@@ -138,7 +138,7 @@ def run_sweep(s: Settings, out: Path) -> dict:
     ``sweep.jsonl``."""
     specs = [spec for algorithm, protocol in [(None, None), *s.choices]
              for spec in specs_for(s, algorithm, protocol)]
-    sweep = measure_choices(specs, s.nprocs, s.launches, s.timeout_s, s.emulate_hosts,
+    sweep = measure_choices([specs] * s.launches, s.nprocs, s.timeout_s, s.emulate_hosts,
                             progress=lambda line: progress(f"[sweep] {line}"))
     write_jsonl([r.to_record() for r in sweep.results], out / "sweep.jsonl")
     launches = []

@@ -80,7 +80,7 @@ def test_choices_alternate_between_launch_rounds_and_unpinnable_ones_get_launche
     monkeypatch.setattr(interleave, "measure_many", own)
     specs = [_spec(n, a, p) for a, p in ((None, None), ("tree", "simple"), ("ring", "ll128"))
              for n in (4096, 8192)]
-    sweep = interleave.measure_choices(specs, 2, launches=3)
+    sweep = interleave.measure_choices([specs] * 3, 2)
     every = ["NCCL default", "tree/simple/auto-ch", "ring/ll128/auto-ch"]
     assert [(kind, labels, reverse) for kind, labels, reverse in made] == [
         ("interleaved", [x for x in every for _ in (1, 2)], False),

@@ -19,8 +19,8 @@ honours a protocol named explicitly in ``NCCL_PROTO``, ``src/graph/tuning.cc``),
 the algorithm or protocol open (a pin names both), a one-rank communicator (NCCL never asks a
 tuner) and gloo (no NCCL: there the pins run the plugin's code in the rank and nothing reads them).
 
-:func:`measure_choices` runs both over ``launches`` launches in alternating order (the interleaved
-launch first, then each choice of its own; the next launch the other way round). Every result
+:func:`measure_choices` runs both in rounds of launches, in alternating order (the interleaved launch
+first, then each choice of its own; the next round the other way round). Every result
 carries its launch's id, which is what ``dynamiccl tune`` counts as launches.
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,10 +99,10 @@ def measure_interleaved(specs: list[CollectiveSpec], nprocs: int, timeout_s: flo
         raise ValueError("an interleaved launch measures one backend, every spec in the same rounds")
     from dynamiccl import plugin
 
-    library = str(plugin.library_path())
     nccl = backend == "nccl"
     if nccl:
         emulation.check_placement(nprocs, emulation.visible_gpus(), emulate_hosts)
+    library = str(plugin.library_path())
     plugin_env = {TUNER_PLUGIN_ENV: library}
     env = rank_environment(backend, {**dict.fromkeys(STEERING_ENV), **plugin_env})
     per_rank = launch("dynamiccl.profiler.measure.interleave:rank_interleaved", nprocs,
@@ -178,33 +178,36 @@ def _pin(control: PluginControl, spec: CollectiveSpec | None, world: int) -> Non
                     int(Protocol(parse_enum(Protocol, spec.protocol))), spec.channels or 0))
 
 
-def measure_choices(specs: list[CollectiveSpec], nprocs: int, launches: int = 2,
-                    timeout_s: float = 120.0, emulate_hosts: bool = False,
-                    progress: Callable[[str], Any] | None = None) -> ChoiceSweep:
-    """Every spec (a choice at a size) measured in each of ``launches`` rounds of launches: the
-    pinnable ones interleaved in one launch, the others each choice in a launch of its own, the
-    order alternating from round to round (see the module docstring)."""
-    if launches < 1:
-        raise ValueError(f"launches must be at least 1, got {launches}")
+def measure_choices(rounds: Sequence[list[CollectiveSpec]], nprocs: int, timeout_s: float = 120.0,
+                    emulate_hosts: bool = False, progress: Callable[[str], Any] | None = None,
+                    round_done: Callable[[list[CollectiveResult]], Any] | None = None
+                    ) -> ChoiceSweep:
+    """Each round's specs (a choice at a size each) measured in one round of launches: the
+    pinnable ones interleaved in one launch, every other choice in a launch of its own, the order
+    alternating from round to round (see the module docstring); a choice found unpinnable in one
+    round has launches of its own from then on. ``round_done`` gets each round's results as soon
+    as the round ends."""
     sweep = ChoiceSweep()
     say = progress or (lambda _: None)
-    for k in range(launches):
-        steps = ("interleaved", "own") if k % 2 == 0 else ("own", "interleaved")
-        for step in steps:
+    for k, specs in enumerate(rounds):
+        before = len(sweep.results)
+        where = f"[round {k + 1}/{len(rounds)}]"
+        for step in ("interleaved", "own") if k % 2 == 0 else ("own", "interleaved"):
             if step == "interleaved":
                 together = [s for s in specs if s.config_label not in sweep.own_launch]
                 if together:
                     _interleaved(sweep, together, nprocs, timeout_s, emulate_hosts, k % 2 == 1)
-                    say(f"[launch round {k + 1}/{launches}] interleaved: "
-                        f"{len({s.config_label for s in together})} configurations, "
+                    say(f"{where} interleaved launch of {len(sweep.launches[-1].configs)} "
+                        f"configurations: {sweep.launches[-1].seconds:.0f} s")
+                continue
+            for label in dict.fromkeys(s.config_label for s in specs):
+                if label in sweep.own_launch:
+                    _own(sweep, [s for s in specs if s.config_label == label], nprocs, timeout_s,
+                         emulate_hosts)
+                    say(f"{where} {label} in a launch of its own ({sweep.own_launch[label]}): "
                         f"{sweep.launches[-1].seconds:.0f} s")
-            else:
-                for label in dict.fromkeys(s.config_label for s in specs if s.config_label
-                                           in sweep.own_launch):
-                    alone = [s for s in specs if s.config_label == label]
-                    _own(sweep, alone, nprocs, timeout_s, emulate_hosts)
-                    say(f"[launch round {k + 1}/{launches}] {label} in a launch of its own "
-                        f"({sweep.own_launch[label]}): {sweep.launches[-1].seconds:.0f} s")
+        if round_done is not None:
+            round_done(sweep.results[before:])
     return sweep
 
 
