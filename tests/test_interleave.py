@@ -95,3 +95,28 @@ def test_choices_alternate_between_launch_rounds_and_unpinnable_ones_get_launche
     for r in sweep.results:
         per_choice.setdefault(r.spec.config_label, set()).add(r.launch)
     assert {label: len(ids) for label, ids in per_choice.items()} == dict.fromkeys(every, 3)
+
+
+@pytest.mark.multiproc
+def test_plan_run_measures_a_round_as_the_sweep_does_gloo_twin_of_the_gpu_test(tmp_path, capsys):
+    """``tune --plan --run``'s measuring (``_run_plan``) on gloo, the CPU twin of its GPU test: the
+    round's choices go to one interleaved launch, the one gloo cannot pin to a launch of its own,
+    and the round's records are appended to the record file, each naming its launch."""
+    from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
+    from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement
+    from dynamiccl.cli import tune as tune_cli
+    from dynamiccl.knobs import Collective
+    from dynamiccl.profiler.formats.records import read_jsonl
+
+    tree = Choice(Algorithm.TREE, Protocol.SIMPLE)
+    planned = [PlannedMeasurement(Collective.ALLREDUCE, 2, choice, 4096, 0.1, "test")
+               for choice in (DEFAULT, tree)]
+    record = tmp_path / "m.jsonl"
+    record.write_text("")  # appended to, as a record file of earlier rounds is
+    tune_cli._run_plan(planned, str(record), backend="gloo")
+    records = read_jsonl(record)
+    assert len(records) == 2 and len({r.launch for r in records}) == 2
+    assert all(r.backend == "gloo" and r.launch.startswith("runner-") for r in records)
+    captured = capsys.readouterr()
+    assert "measured 2 points in 2 launches" in captured.out
+    assert "tree/simple/auto-ch in a launch of its own (gloo runs no NCCL" in captured.err

@@ -144,14 +144,15 @@ def _print_report(rows: list[dict], title: str) -> None:
     console.print(table)
 
 
-def _run_plan(planned: list, record: str, emulate_hosts: bool = False) -> None:
+def _run_plan(planned: list, record: str, emulate_hosts: bool = False, backend: str = "nccl") -> None:
     """Measures the plan on this machine's GPUs with the project's runner (``--plan --run``), one
     round of launches after another (:func:`~dynamiccl.agents.shipping.tune_plan.launch_order`:
     round k holds every k-th launch), each round as the sweep measures
     (:func:`~dynamiccl.profiler.measure.interleave.measure_choices`: NCCL's default and every
     choice the plugin can pin interleaved call by call in one launch, the others each in a launch
     of its own, the order alternating from round to round), so every choice's launches sit beside
-    its default's. Each round's records are appended as it finishes."""
+    its default's. Each round's records are appended as it finishes. ``backend`` gloo rehearses
+    the same rounds on the CPU."""
     from dynamiccl.agents.shipping.tune_plan import launch_order
     from dynamiccl.profiler.formats.records import write_jsonl
     from dynamiccl.profiler.measure.emulation import EmulationError
@@ -165,7 +166,7 @@ def _run_plan(planned: list, record: str, emulate_hosts: bool = False) -> None:
         print(f"note: ignoring {', '.join(ignored)} from the environment: each launch runs the "
               "choice the plan measures (NCCL's default runs NCCL alone)", file=sys.stderr)
     ranks = nranks.pop()
-    rounds = [[CollectiveSpec(m.collective.name.lower(), m.nbytes, "nccl",
+    rounds = [[CollectiveSpec(m.collective.name.lower(), m.nbytes, backend,
                               algorithm=_token(m.choice.algorithm),
                               protocol=_token(m.choice.protocol), channels=m.choice.channels)
                for m in launches] for launches in launch_order(planned)]
