@@ -73,6 +73,12 @@ GLOO_CANNOT_SHOW = ("gloo rehearsal: every step ran with gloo standing in for NC
                     "nothing to decide), the plugin steering NCCL (its pins ran in the ranks with "
                     "nothing reading them), GPU timings, emulated hosts or MPS; its topology is a "
                     "stand-in preset")
+#: A gloo rehearsal's defaults where they differ: what shows every step's path in a few minutes
+#: on 2 cores, not statistics. One choice (gloo runs none; one shows the path of a choice the plugin
+#: cannot pin, and the launches of its own it then gets), fewer pairs and steps, and the
+#: self-tuning job on as many ranks as the rest (eight processes on 2 cores time the scheduler).
+GLOO_DEFAULTS = {"choices": "tree/simple", "pairs": 2, "ddp_pairs": 2, "ddp_steps": 40,
+                 "online_hosts": 4, "online_steps": 80}
 #: The stand-in system of a gloo rehearsal (tune needs one; gloo records fit none), resized to
 #: the ranks.
 GLOO_TOPOLOGY = "dgx_h100"
@@ -437,7 +443,9 @@ def parse_choice(text: str) -> tuple[str, str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = Settings()
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="--backend gloo changes these defaults: " + ", ".join(
+                                    f"--{k.replace('_', '-')} {v}" for k, v in GLOO_DEFAULTS.items()))
     p.add_argument("--json", action="store_true", help="print the whole run (and its analysis) as JSON")
     p.add_argument("--analyse", type=Path, metavar="FILE.json",
                    help="re-print the report of a run recorded with --json (no GPU needed)")
@@ -452,7 +460,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "needs MPS)")
     p.add_argument("--sizes", default="4K,16K,64K,256K,1M,4M",
                    help="all-reduce sizes, nccl-tests' column (default 4K,16K,64K,256K,1M,4M)")
-    p.add_argument("--choices", default=",".join(f"{a}/{p}" for a, p in CHOICES),
+    p.add_argument("--choices",
                    help="the sweep's choices besides NCCL's default (default every Ring/Tree x "
                         "LL/LL128/Simple pair)")
     p.add_argument("--launches", type=int, default=d.launches,
@@ -460,16 +468,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=d.iters, help=f"iterations per run ({d.iters})")
     p.add_argument("--runs", type=int, default=d.runs,
                    help=f"runs per launch: the sweep's rounds ({d.runs})")
-    p.add_argument("--pairs", type=int, default=d.pairs, help=f"interleaved A/B pairs ({d.pairs})")
-    p.add_argument("--ddp-pairs", type=int, default=d.ddp_pairs, help=f"DDP launch pairs ({d.ddp_pairs})")
-    p.add_argument("--ddp-steps", type=int, default=d.ddp_steps, help=f"DDP steps ({d.ddp_steps})")
-    p.add_argument("--online-hosts", type=int, default=d.online_hosts,
-                   help=f"ranks of the self-tuning job ({d.online_hosts})")
-    p.add_argument("--online-steps", type=int, default=d.online_steps, help=f"its steps ({d.online_steps})")
+    p.add_argument("--pairs", type=int, help=f"interleaved A/B pairs ({d.pairs})")
+    p.add_argument("--ddp-pairs", type=int, help=f"DDP launch pairs ({d.ddp_pairs})")
+    p.add_argument("--ddp-steps", type=int, help=f"DDP steps ({d.ddp_steps})")
+    p.add_argument("--online-hosts", type=int, help=f"ranks of the self-tuning job ({d.online_hosts})")
+    p.add_argument("--online-steps", type=int, help=f"its steps ({d.online_steps})")
     p.add_argument("--online-model", help="the adaptive policy (.zip) from bench_online.py --model")
     p.add_argument("--no-ddp", action="store_true", help="skip the DDP job")
     p.add_argument("--no-online", action="store_true", help="skip the self-tuning job")
     args = p.parse_args(argv)
+    defaults = {"choices": ",".join(f"{a}/{p}" for a, p in CHOICES), **{
+        k: getattr(d, k) for k in ("pairs", "ddp_pairs", "ddp_steps", "online_hosts", "online_steps")}}
+    if args.backend == "gloo":
+        defaults.update(GLOO_DEFAULTS)
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     try:
         args.size_list = [parse_size(x) for x in args.sizes.split(",")]
         args.choice_list = [parse_choice(x) for x in args.choices.split(",") if x]
