@@ -26,7 +26,7 @@ ABI_VERSIONS = (6, 5, 4, 3, 2)
 EXPORTED_SYMBOLS = tuple(f"ncclTunerPlugin_v{v}" for v in ABI_VERSIONS)
 #: The run-time entry points dynamiccl.runtime calls through ctypes (documented in csrc/tuner.c).
 RUNTIME_FUNCTIONS = ("dynamiccl_set_context", "dynamiccl_policy_hash", "dynamiccl_plugin_version",
-                     "dynamiccl_pin")
+                     "dynamiccl_pin", "dynamiccl_pin_counts")
 CACHE_ENV = "DYNAMICCL_CACHE_DIR"
 #: The compiler flags, one per line, shared with the CMake build (and read by clangd).
 FLAGS_FILE = "compile_flags.txt"

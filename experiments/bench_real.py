@@ -3,8 +3,12 @@
 By default four NCCL ranks run as emulated hosts on the GPUs present (``--emulate-hosts``: one
 H100 is enough, with the CUDA MPS daemon; ``--no-emulate-hosts --nprocs N`` uses N real GPUs):
 
-1. sweep — nccl-tests-style all-reduce timings of NCCL's default and of every forced Ring/Tree x
-   LL/LL128/Simple pair at ``--sizes``, one launch of the project's runner per configuration;
+1. sweep — nccl-tests-style all-reduce timings of NCCL's default and of every Ring/Tree x
+   LL/LL128/Simple pair (``--choices``) at ``--sizes``, in ``--launches`` rounds of launches: the
+   choices the tuner plugin can pin measured interleaved call by call in one launch, each choice
+   NCCL disables for pins (LL128 on a socket network) in a launch of its own with ``NCCL_ALGO``/
+   ``NCCL_PROTO`` naming it, the order alternating from round to round
+   (:mod:`dynamiccl.profiler.measure.interleave`);
 2. tune — ``dynamiccl tune`` on those records and the system's topology writes ``tuned.dccl``;
 3. deploy, interleaved — ``--pairs`` pairs of launches, NCCL's default and NCCL with the plugin
    (``NCCL_TUNER_PLUGIN``) and the policy (``DYNAMICCL_POLICY``), alternating which goes first;
@@ -17,11 +21,18 @@ H100 is enough, with the CUDA MPS daemon; ``--no-emulate-hosts --nprocs N`` uses
    ``experiments/bench_online.py --model FILE``, or the prior-ordered sweep without one).
 
 Every launch is its own process launch; every collective measured is written as runner records
-(``sweep.jsonl``, ``ab.jsonl`` in ``--out``: valid ``dynamiccl tune --measurements`` input; a tuned
-launch's records carry the configuration the policy forced at each size). The report
-(:mod:`real_report`) gives per size the medians over launches, the launch-to-launch spread, the
-decision and its evidence and the verdict; DDP step times and losses; the online tuner's path.
-``--json`` prints everything; ``--analyse FILE.json`` re-prints a recorded run (no GPU needed).
+(``sweep.jsonl``, ``ab.jsonl`` in ``--out``: valid ``dynamiccl tune --measurements`` input, each
+record naming its launch; a tuned launch's records carry the configuration the policy forced at
+each size). The report (:mod:`real_report`) gives per size the medians over launches, the
+launch-to-launch spread, the decision and its evidence and the verdict; DDP step times and losses;
+the online tuner's path. ``--json`` prints everything; ``--analyse FILE.json`` re-prints a recorded
+run (no GPU needed).
+
+``--backend gloo`` is the dress rehearsal on a CPU: the same code end to end with gloo standing in
+for NCCL, the same JSON sections. Gloo has no algorithms, so every measurement is gloo's own (and
+recorded as such), tune finds nothing it can use, the plugin's pins run its code in the ranks with
+nothing reading them, and the topology is a stand-in preset; what it shows is that every step runs
+and hands the next what it expects (:data:`GLOO_CANNOT_SHOW` is printed with it).
 """
 
 from __future__ import annotations
@@ -38,11 +49,13 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
+from dynamiccl.cli.common import UserError, read_head
 from dynamiccl.files import write_text_atomic
 from dynamiccl.nccl import TUNER_PLUGIN_ENV
 from dynamiccl.policy_format import POLICY_ENV
 from dynamiccl.profiler.formats.records import MeasurementRecord, write_jsonl
 from dynamiccl.profiler.measure import emulation
+from dynamiccl.profiler.measure.interleave import measure_choices
 from dynamiccl.profiler.measure.launcher import LaunchError, launch
 from dynamiccl.profiler.measure.runner import (
     STEERING_ENV,
@@ -52,8 +65,25 @@ from dynamiccl.profiler.measure.runner import (
 )
 from dynamiccl.units import parse_size
 
-#: The sweep's configurations: NCCL's default, then every forced (algorithm, protocol) pair.
-SWEEP = [(None, None)] + [(a, p) for a in ("ring", "tree") for p in ("ll", "ll128", "simple")]
+#: The sweep's choices besides NCCL's default: every (algorithm, protocol) pair of Ring and Tree.
+CHOICES = [(a, p) for a in ("ring", "tree") for p in ("ll", "ll128", "simple")]
+#: What a run on gloo (``--backend gloo``) cannot show, said with its report.
+GLOO_CANNOT_SHOW = ("gloo rehearsal: every step ran with gloo standing in for NCCL; it cannot show "
+                    "NCCL's choices or their times (gloo has one algorithm of its own, so tune had "
+                    "nothing to decide), the plugin steering NCCL (its pins ran in the ranks with "
+                    "nothing reading them), GPU timings, emulated hosts or MPS; its topology is a "
+                    "stand-in preset")
+#: A gloo rehearsal's defaults where they differ: what shows every step's path in a few minutes
+#: on 2 cores, not statistics. One choice (gloo runs none; one shows the path of a choice the plugin
+#: cannot pin, and the launches of its own it then gets), fewer pairs and steps, and the
+#: self-tuning job on as many ranks as the rest (eight processes on 2 cores time the scheduler).
+GLOO_DEFAULTS = {"choices": "tree/simple", "pairs": 2, "ddp_pairs": 2, "ddp_steps": 40,
+                 "online_hosts": 4, "online_steps": 80}
+#: The stand-in system of a gloo rehearsal (tune needs one; gloo records fit none), resized to
+#: the ranks.
+GLOO_TOPOLOGY = "dgx_h100"
+#: The largest run file --analyse reads (a recorded run is a few MB).
+MAX_RUN_BYTES = 64 << 20
 #: The online job's layers: Linear(128, 128), 66 KiB of gradient each, three to a bucket (and a
 #: last one alone): 194 KiB and 65 KiB buckets, where NCCL's default loses on 8 emulated hosts.
 ONLINE_WIDTH, ONLINE_LAYERS = 128, 13
@@ -69,6 +99,11 @@ class Settings:
     warmup: int = 5
     iters: int = 20
     runs: int = 3
+    #: NCCL on the GPUs, or gloo on the CPU (the dress rehearsal).
+    backend: str = "nccl"
+    #: Rounds of sweep launches (each choice measured once per round).
+    launches: int = 2
+    choices: list[tuple[str, str]] = field(default_factory=lambda: list(CHOICES))
     pairs: int = 3
     ddp_pairs: int = 3
     ddp_steps: int = 150
@@ -99,33 +134,36 @@ def progress(message: str) -> None:
 
 def specs_for(s: Settings, algorithm: str | None = None, protocol: str | None = None
               ) -> list[CollectiveSpec]:
-    return [CollectiveSpec("allreduce", n, "nccl", s.warmup, s.iters, s.runs,
+    return [CollectiveSpec("allreduce", n, s.backend, s.warmup, s.iters, s.runs,
                            algorithm=algorithm, protocol=protocol) for n in s.sizes]
 
 
 def run_sweep(s: Settings, out: Path) -> dict:
-    """One runner launch per configuration; every result a record in ``sweep.jsonl``."""
-    records, launches = [], []
-    for i, (algorithm, protocol) in enumerate(SWEEP, 1):
-        label = f"{algorithm}/{protocol}" if algorithm else "NCCL default"
-        began = time.monotonic()
-        results = measure_many(specs_for(s, algorithm, protocol), s.nprocs, s.timeout_s, s.emulate_hosts)
-        seconds = time.monotonic() - began
-        progress(f"[sweep {i}/{len(SWEEP)}] {label}: {seconds:.0f} s")
-        records += [r.to_record() for r in results]
-        launches.append({"config": label, "seconds": round(seconds, 1),
-                         "times_us": {str(r.spec.nbytes): r.time_us for r in results}})
-    write_jsonl(records, out / "sweep.jsonl")
-    return {"records": str(out / "sweep.jsonl"), "launches": launches}
+    """NCCL's default and every choice at every size, in ``s.launches`` rounds of launches (pinned
+    choices interleaved, the others each in a launch of its own); every result a record in
+    ``sweep.jsonl``."""
+    specs = [spec for algorithm, protocol in [(None, None), *s.choices]
+             for spec in specs_for(s, algorithm, protocol)]
+    sweep = measure_choices([specs] * s.launches, s.nprocs, s.timeout_s, s.emulate_hosts,
+                            progress=lambda line: progress(f"[sweep] {line}"))
+    write_jsonl([r.to_record() for r in sweep.results], out / "sweep.jsonl")
+    launches = []
+    for note in sweep.launches:
+        times: dict[str, dict[str, float]] = {}
+        for r in (r for r in sweep.results if r.launch == note.launch):
+            times.setdefault(r.spec.config_label, {})[str(r.spec.nbytes)] = r.time_us
+        launches.append({**asdict(note), "times_us": times})
+    return {"records": str(out / "sweep.jsonl"), "launches": launches,
+            "own_launch": sweep.own_launch}
 
 
-def run_tune(s: Settings, topology: Path, records: Path, policy: Path) -> dict:
+def run_tune(s: Settings, topology: Path | str, records: Path, policy: Path) -> dict:
     """``dynamiccl tune`` as a user runs it; its JSON decision rows."""
     from dynamiccl import policy_file as pf
     from dynamiccl.cli.main import main
 
     buffer = io.StringIO()
-    size = [] if s.emulate_hosts else ["--gpus-per-node", str(s.nprocs)]
+    size = [] if s.emulate_hosts else ["--nodes", "1", "--gpus-per-node", str(s.nprocs)]
     with contextlib.redirect_stdout(buffer):
         code = main(["tune", "--topology", str(topology), *size, "--measurements", str(records),
                      "--collective", "allreduce", "-o", str(policy), "--force", "--json"])
@@ -186,8 +224,9 @@ def run_ddp(s: Settings, policy_path: Path) -> dict:
             began = time.monotonic()
             out = launch(f"{__file__}:ddp_rank", s.nprocs,
                          {"steps": s.ddp_steps, "width": s.ddp_width, "layers": s.ddp_layers,
-                          "bucket_mb": s.ddp_bucket_mb, "seed": s.seed}, timeout_s=s.timeout_s,
-                         env=deployed_env(policy_path) if arm == "tuned" else None,
+                          "bucket_mb": s.ddp_bucket_mb, "seed": s.seed, "backend": s.backend},
+                         timeout_s=s.timeout_s,
+                         env=rank_env(s, deployed_env(policy_path) if arm == "tuned" else {}),
                          emulate_hosts=s.emulate_hosts)[0]
             progress(f"[DDP pair {pair + 1}/{s.ddp_pairs}] {arm}: median step "
                      f"{statistics.median(out['step_ms'][s.ddp_warmup:]):.2f} ms "
@@ -196,13 +235,19 @@ def run_ddp(s: Settings, policy_path: Path) -> dict:
     return {"launches": launches}
 
 
-def run_online(s: Settings, topology: Path) -> dict:
+def rank_env(s: Settings, env: dict[str, str]) -> dict[str, str]:
+    """A DDP job's rank environment: ``env``, and on gloo no GPU (the ranks train on the CPU)."""
+    return {**env, "CUDA_VISIBLE_DEVICES": ""} if s.backend == "gloo" else env
+
+
+def run_online(s: Settings, topology: Path | str) -> dict:
     """The self-tuning DDP job; every rank's tuning log must be the same (lockstep)."""
     began = time.monotonic()
     per_rank = launch(f"{__file__}:online_rank", s.online_hosts,
                       {"steps": s.online_steps, "topology": str(topology), "model": s.online_model,
-                       "seed": s.seed, "gpus_per_node": None if s.emulate_hosts else s.online_hosts},
-                      timeout_s=s.timeout_s, env=deployed_env(None),
+                       "seed": s.seed, "gpus_per_node": None if s.emulate_hosts else s.online_hosts,
+                       "backend": s.backend},
+                      timeout_s=s.timeout_s, env=rank_env(s, deployed_env(None)),
                       emulate_hosts=s.emulate_hosts)
     progress(f"[online] {s.online_hosts} ranks, {s.online_steps} steps: {time.monotonic() - began:.0f} s")
     out = per_rank[0]
@@ -212,10 +257,14 @@ def run_online(s: Settings, topology: Path) -> dict:
 
 
 # ---- rank side --------------------------------------------------------------------------------
-def _join(ctx):
+def _join(ctx, backend: str):
     import torch
     import torch.distributed as dist
 
+    if backend == "gloo":
+        dist.init_process_group("gloo", init_method=ctx.init_method, rank=ctx.rank,
+                                world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s))
+        return torch.device("cpu")
     device = torch.device("cuda", ctx.gpu())
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", init_method=ctx.init_method, rank=ctx.rank,
@@ -232,25 +281,26 @@ def _mlp(width: int, layers: int, seed: int):
                                  for m in (torch.nn.Linear(width, width), torch.nn.ReLU())])
 
 
-def _timed_steps(ctx, model, steps: int, width: int, seed: int, before_step=None):
-    """Trains ``model`` ``steps`` steps on this rank's fixed data; step times (ms, GPU idle at
+def _timed_steps(ctx, model, device, steps: int, width: int, seed: int, before_step=None):
+    """Trains ``model`` ``steps`` steps on this rank's fixed data; step times (ms, a GPU idle at
     both ends) and losses."""
     import torch
 
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(1000 * seed + ctx.rank)
-    data = torch.randn(steps, 32, width, generator=gen).to(torch.cuda.current_device())
+    data = torch.randn(steps, 32, width, generator=gen).to(device)
+    idle = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     step_ms, losses = [], []
     for i in range(steps):
         if before_step is not None:
             before_step(i)
-        torch.cuda.synchronize()
+        idle()
         t0 = time.perf_counter()
         loss = model(data[i]).square().mean()
         loss.backward()
         opt.step()
         opt.zero_grad()
-        torch.cuda.synchronize()
+        idle()
         step_ms.append((time.perf_counter() - t0) * 1e3)
         losses.append(loss.detach())
     return step_ms, [float(x) for x in torch.stack(losses).cpu()]
@@ -261,20 +311,26 @@ def _bucket_bytes(model) -> list[int]:
     return [int(b) for b in str(data.get("rebuilt_bucket_sizes", data["bucket_sizes"])).split(",")]
 
 
-def ddp_rank(ctx, steps: int, width: int, layers: int, bucket_mb: float, seed: int) -> dict | None:
+def _device_ids(device) -> list[int] | None:
+    return [device.index] if device.type == "cuda" else None
+
+
+def ddp_rank(ctx, steps: int, width: int, layers: int, bucket_mb: float, seed: int,
+             backend: str = "nccl") -> dict | None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    device = _join(ctx)
-    model = DDP(_mlp(width, layers, seed).to(device), device_ids=[device.index], bucket_cap_mb=bucket_mb)
-    step_ms, losses = _timed_steps(ctx, model, steps, width, seed)
+    device = _join(ctx, backend)
+    model = DDP(_mlp(width, layers, seed).to(device), device_ids=_device_ids(device),
+                bucket_cap_mb=bucket_mb)
+    step_ms, losses = _timed_steps(ctx, model, device, steps, width, seed)
     buckets = _bucket_bytes(model)
     dist.destroy_process_group()
     return {"step_ms": step_ms, "losses": losses, "bucket_bytes": buckets} if ctx.rank == 0 else None
 
 
 def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
-                gpus_per_node: int | None) -> dict:
+                gpus_per_node: int | None, backend: str = "nccl") -> dict:
     """DDP through the runtime with an online tuner and no policy file: per step what the tuner had
     pinned and how long the step took; the tuning log (every rank returns it)."""
     import torch.distributed as dist
@@ -284,12 +340,12 @@ def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
     from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
     from dynamiccl.topology import load_topology
 
-    device = _join(ctx)
+    device = _join(ctx, backend)
     system = load_topology(topology, gpus_per_node=gpus_per_node)
     tuner = load_adaptive(model) if model else prior_sweep_tuner()
     config = runtime.RuntimeConfig(stragglar=False, tune_start_step=3, tune_steps_per_trial=2)
     ddp = runtime.ddp(_mlp(ONLINE_WIDTH, ONLINE_LAYERS, seed).to(device), config,
-                      tuner=RuntimeTunerAdapter(tuner, system), device_ids=[device.index],
+                      tuner=RuntimeTunerAdapter(tuner, system), device_ids=_device_ids(device),
                       bucket_cap_mb=ONLINE_BUCKET_MB)
     rt = ddp.dynamiccl_runtime
     states: list[list] = []
@@ -300,7 +356,7 @@ def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
         states.append([[b.size_bin.min_bytes, list(b.current)] for b in queue if b.current is not None])
         explored.append(rt.tuning is not None and rt.tuning.active is None)
 
-    step_ms, _ = _timed_steps(ctx, ddp, steps, ONLINE_WIDTH, seed, before_step)
+    step_ms, _ = _timed_steps(ctx, ddp, device, steps, ONLINE_WIDTH, seed, before_step)
     trials: dict[str, list] = {}
     for event in rt.tuning_log:
         if event.ended is not None:
@@ -318,12 +374,14 @@ def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
 
 
 # ---- the command ------------------------------------------------------------------------------
-def write_topologies(s: Settings, out: Path) -> tuple[Path, Path]:
+def write_topologies(s: Settings, out: Path) -> tuple[Path | str, Path | str]:
     """The system of the microbenchmark and DDP job (nprocs ranks) and of the online job, written
     by `dynamiccl profile topology`: what NCCL sees on emulated hosts, else the GPUs found (one
-    node, resized to the ranks by the reader)."""
+    node, resized to the ranks by the reader); on gloo the stand-in preset."""
     from dynamiccl.cli.main import main
 
+    if s.backend == "gloo":
+        return GLOO_TOPOLOGY, GLOO_TOPOLOGY
     paths = out / "topology.yaml", out / "online_topology.yaml"
     for path, n in zip(paths, (s.nprocs, s.online_hosts), strict=True):
         emulate = ["--emulate-hosts", str(n)] if s.emulate_hosts else []
@@ -335,9 +393,11 @@ def write_topologies(s: Settings, out: Path) -> tuple[Path, Path]:
 def system_facts(s: Settings) -> dict:
     import torch
 
-    return {"gpus": torch.cuda.device_count(), "gpu": torch.cuda.get_device_name(0),
-            "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-            "emulated_hosts": s.emulate_hosts}
+    facts = {"backend": s.backend, "torch": torch.__version__, "emulated_hosts": s.emulate_hosts}
+    if s.backend == "gloo":
+        return {**facts, "gpus": 0, "gpu": "CPU (gloo)", "nccl": "none", "cannot_show": GLOO_CANNOT_SHOW}
+    return {**facts, "gpus": torch.cuda.device_count(), "gpu": torch.cuda.get_device_name(0),
+            "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
 
 
 def check_out(out: Path) -> str | None:
@@ -356,6 +416,7 @@ def measure(s: Settings, out: Path, ddp: bool, online: bool) -> dict:
     topology, online_topology = write_topologies(s, out)
     doc: dict = {"settings": asdict(s), "system": system_facts(s), "topology": str(topology)}
     doc["sweep"] = run_sweep(s, out)
+    progress(f"[sweep] {time.monotonic() - began:.0f} s in all")
     doc["tune"] = run_tune(s, topology, out / "sweep.jsonl", out / "tuned.dccl")
     progress(f"[tune] {sum(r['ours'] != 'NCCL default' for r in doc['tune']['rows'])} decision rows "
              f"override NCCL; policy {doc['tune']['policy']}")
@@ -368,37 +429,74 @@ def measure(s: Settings, out: Path, ddp: bool, online: bool) -> dict:
     return doc
 
 
+def parse_choice(text: str) -> tuple[str, str]:
+    """``ring/ll`` -> ("ring", "ll"), checked against NCCL's names."""
+    from dynamiccl.knobs import parse_enum
+    from dynamiccl.nccl import Algorithm, Protocol
+
+    algorithm, sep, protocol = text.partition("/")
+    if not sep:
+        raise ValueError(f"{text!r} is not ALGORITHM/PROTOCOL (e.g. tree/simple)")
+    return (Algorithm(parse_enum(Algorithm, algorithm)).name.lower(),
+            Protocol(parse_enum(Protocol, protocol)).name.lower())
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = Settings()
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="--backend gloo changes these defaults: " + ", ".join(
+                                    f"--{k.replace('_', '-')} {v}" for k, v in GLOO_DEFAULTS.items()))
     p.add_argument("--json", action="store_true", help="print the whole run (and its analysis) as JSON")
     p.add_argument("--analyse", type=Path, metavar="FILE.json",
                    help="re-print the report of a run recorded with --json (no GPU needed)")
     p.add_argument("--out", type=Path, default=Path("bench_real_out"),
                    help="folder for records, topology and policy (default bench_real_out)")
+    p.add_argument("--backend", choices=("nccl", "gloo"), default=d.backend,
+                   help="nccl on the GPUs (default), or gloo on the CPU: the dress rehearsal of "
+                        "every step, with no NCCL to tune")
     p.add_argument("--nprocs", type=int, default=d.nprocs, help=f"ranks (default {d.nprocs})")
-    p.add_argument("--emulate-hosts", action=argparse.BooleanOptionalAction, default=True,
-                   help="ranks as hosts of their own sharing the GPUs (default on; needs MPS)")
+    p.add_argument("--emulate-hosts", action=argparse.BooleanOptionalAction, default=None,
+                   help="NCCL ranks as hosts of their own sharing the GPUs (default on with nccl; "
+                        "needs MPS)")
     p.add_argument("--sizes", default="4K,16K,64K,256K,1M,4M",
                    help="all-reduce sizes, nccl-tests' column (default 4K,16K,64K,256K,1M,4M)")
+    p.add_argument("--choices",
+                   help="the sweep's choices besides NCCL's default (default every Ring/Tree x "
+                        "LL/LL128/Simple pair)")
+    p.add_argument("--launches", type=int, default=d.launches,
+                   help=f"rounds of sweep launches, each choice once per round ({d.launches})")
     p.add_argument("--iters", type=int, default=d.iters, help=f"iterations per run ({d.iters})")
-    p.add_argument("--runs", type=int, default=d.runs, help=f"runs per launch ({d.runs})")
-    p.add_argument("--pairs", type=int, default=d.pairs, help=f"interleaved A/B pairs ({d.pairs})")
-    p.add_argument("--ddp-pairs", type=int, default=d.ddp_pairs, help=f"DDP launch pairs ({d.ddp_pairs})")
-    p.add_argument("--ddp-steps", type=int, default=d.ddp_steps, help=f"DDP steps ({d.ddp_steps})")
-    p.add_argument("--online-hosts", type=int, default=d.online_hosts,
-                   help=f"ranks of the self-tuning job ({d.online_hosts})")
-    p.add_argument("--online-steps", type=int, default=d.online_steps, help=f"its steps ({d.online_steps})")
+    p.add_argument("--runs", type=int, default=d.runs,
+                   help=f"runs per launch: the sweep's rounds ({d.runs})")
+    p.add_argument("--pairs", type=int, help=f"interleaved A/B pairs ({d.pairs})")
+    p.add_argument("--ddp-pairs", type=int, help=f"DDP launch pairs ({d.ddp_pairs})")
+    p.add_argument("--ddp-steps", type=int, help=f"DDP steps ({d.ddp_steps})")
+    p.add_argument("--online-hosts", type=int, help=f"ranks of the self-tuning job ({d.online_hosts})")
+    p.add_argument("--online-steps", type=int, help=f"its steps ({d.online_steps})")
     p.add_argument("--online-model", help="the adaptive policy (.zip) from bench_online.py --model")
     p.add_argument("--no-ddp", action="store_true", help="skip the DDP job")
     p.add_argument("--no-online", action="store_true", help="skip the self-tuning job")
     args = p.parse_args(argv)
+    defaults = {"choices": ",".join(f"{a}/{p}" for a, p in CHOICES), **{
+        k: getattr(d, k) for k in ("pairs", "ddp_pairs", "ddp_steps", "online_hosts", "online_steps")}}
+    if args.backend == "gloo":
+        defaults.update(GLOO_DEFAULTS)
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     try:
         args.size_list = [parse_size(x) for x in args.sizes.split(",")]
+        args.choice_list = [parse_choice(x) for x in args.choices.split(",") if x]
     except ValueError as exc:
-        p.error(f"--sizes: {exc}")
-    if min(args.nprocs, args.online_hosts) < 2 or min(args.pairs, args.ddp_pairs, args.iters, args.runs) < 1:
-        p.error("--nprocs and --online-hosts need at least 2 ranks; pairs, iters and runs at least 1")
+        p.error(f"--sizes/--choices: {exc}")
+    if args.emulate_hosts and args.backend == "gloo":
+        p.error("--emulate-hosts makes NCCL ranks hosts of their own; gloo ranks need none")
+    if args.emulate_hosts is None:
+        args.emulate_hosts = args.backend == "nccl"
+    if min(args.nprocs, args.online_hosts) < 2 or min(args.pairs, args.ddp_pairs, args.iters,
+                                                      args.runs, args.launches) < 1:
+        p.error("--nprocs and --online-hosts need at least 2 ranks; pairs, launches, iters and runs "
+                "at least 1")
     if args.ddp_steps <= d.ddp_warmup:
         p.error(f"--ddp-steps must exceed the {d.ddp_warmup} warmup steps")
     if args.online_model and not Path(args.online_model).is_file():
@@ -407,55 +505,93 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+def read_run(path: Path) -> dict:
+    """A run recorded with --json, read within bounds (a FIFO or device is never opened, a file
+    over :data:`MAX_RUN_BYTES` never read whole); raises UserError naming what is wrong."""
+    raw = read_head(path, "run recorded with --json", MAX_RUN_BYTES + 1)
+    if len(raw) > MAX_RUN_BYTES:
+        raise UserError(f"{path} is larger than {MAX_RUN_BYTES >> 20} MiB, which no recorded run "
+                        "is; give the bench_real.json of a run")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise UserError(f"{path} is not JSON ({why}); give a run recorded with --json") from None
+    missing = [k for k in ("settings", "system") if not isinstance(doc, dict) or
+               not isinstance(doc.get(k), dict)]
+    if missing:
+        raise UserError(f"{path} is not a run recorded with --json (no {' or '.join(missing)} "
+                        "object); give the bench_real.json of a run")
+    return doc
+
+
+def report(doc: dict, as_json: bool, source: str) -> str:
+    """The report of a run (or its JSON with the analysis), as text; UserError where the run
+    lacks what the report needs."""
     import real_report
 
-    args = parse_args(argv)
-    if args.analyse:
-        try:
-            doc = json.loads(args.analyse.read_text())
-        except (OSError, ValueError) as exc:
-            print(f"bench_real: --analyse {args.analyse}: not a run recorded with --json ({exc})",
-                  file=sys.stderr)
-            return 2
-    else:
-        s = Settings(nprocs=args.nprocs, emulate_hosts=args.emulate_hosts, sizes=args.size_list,
-                     iters=args.iters, runs=args.runs, pairs=args.pairs, ddp_pairs=args.ddp_pairs,
-                     ddp_steps=args.ddp_steps, online_hosts=args.online_hosts,
-                     online_steps=args.online_steps, online_model=args.online_model)
-        problem = check_out(args.out)
-        if emulation.visible_gpus() == 0:
-            problem = ("measures NCCL on GPUs and none is visible here; --analyse FILE.json re-prints "
-                       "a run recorded on a GPU machine")
-        if problem is not None:
-            print(f"bench_real: {problem}", file=sys.stderr)
-            return 2
-        dropped = clean_environment(os.environ)
-        if dropped:
-            progress(f"note: ignoring {', '.join(dropped)} from the environment: each launch sets "
-                     "what steers NCCL itself (NCCL's default arm runs NCCL alone)")
-        try:
-            emulation.prepare(max(s.nprocs, 0 if args.no_online else s.online_hosts),
-                              emulation.visible_gpus(), s.emulate_hosts)
-            doc = measure(s, args.out, not args.no_ddp, not args.no_online)
-        except emulation.EmulationError as exc:
-            print(f"bench_real: {exc}", file=sys.stderr)
-            return 2
-        except LaunchError as exc:
-            print(f"bench_real: a launch failed: {exc}", file=sys.stderr)
-            return 1
-        write_text_atomic(args.out / "bench_real.json", json.dumps(doc, indent=1))
     try:
         analysis = real_report.analyse(doc)
-    except (KeyError, TypeError, ValueError) as exc:
-        print(f"bench_real: {args.analyse or 'the run'} lacks what the report needs ({exc!r})",
-              file=sys.stderr)
+        if as_json:
+            return json.dumps({**doc, "analysis": analysis}, indent=1)
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            real_report.print_report(doc, analysis)
+        return buffer.getvalue()
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError,
+            statistics.StatisticsError) as exc:
+        raise UserError(f"{source} lacks what the report needs ({type(exc).__name__}: {exc}); give "
+                        "the bench_real.json of a run") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.analyse:
+            doc = read_run(args.analyse)
+        else:
+            doc = run(args)
+            if isinstance(doc, int):
+                return doc
+        text = report(doc, args.json, str(args.analyse or "the run"))
+    except UserError as exc:
+        print(f"bench_real: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps({**doc, "analysis": analysis}, indent=1))
-    else:
-        real_report.print_report(doc, analysis)
+    print(text, end="")
     return 0
+
+
+def run(args: argparse.Namespace) -> dict | int:
+    """Measures everything the arguments ask for; the recorded run, or an exit code."""
+    s = Settings(nprocs=args.nprocs, emulate_hosts=args.emulate_hosts, sizes=args.size_list,
+                 iters=args.iters, runs=args.runs, pairs=args.pairs, ddp_pairs=args.ddp_pairs,
+                 ddp_steps=args.ddp_steps, online_hosts=args.online_hosts,
+                 online_steps=args.online_steps, online_model=args.online_model,
+                 backend=args.backend, launches=args.launches, choices=args.choice_list)
+    problem = check_out(args.out)
+    if s.backend == "nccl" and emulation.visible_gpus() == 0:
+        problem = ("measures NCCL on GPUs and none is visible here; --backend gloo rehearses every "
+                   "step on the CPU, --analyse FILE.json re-prints a run recorded on a GPU machine")
+    if problem is not None:
+        raise UserError(problem)
+    dropped = clean_environment(os.environ)
+    if dropped:
+        progress(f"note: ignoring {', '.join(dropped)} from the environment: each launch sets "
+                 "what steers NCCL itself (NCCL's default arm runs NCCL alone)")
+    if s.backend == "gloo":
+        progress(f"note: {GLOO_CANNOT_SHOW}")
+    try:
+        if s.backend == "nccl":
+            emulation.prepare(max(s.nprocs, 0 if args.no_online else s.online_hosts),
+                              emulation.visible_gpus(), s.emulate_hosts)
+        doc = measure(s, args.out, not args.no_ddp, not args.no_online)
+    except emulation.EmulationError as exc:
+        raise UserError(str(exc)) from None
+    except LaunchError as exc:
+        print(f"bench_real: a launch failed: {exc}", file=sys.stderr)
+        return 1
+    write_text_atomic(args.out / "bench_real.json", json.dumps(doc, indent=1))
+    return doc
 
 
 if __name__ == "__main__":

@@ -1,70 +1,128 @@
 #!/usr/bin/env bash
-# Every check that needs a GPU, in one command, its results in one folder:
+# Every check that needs a GPU, in one bounded command, its results in a fresh folder:
 #
 #   bash experiments/gpu_checks.sh OUT [ONLINE_MODEL.zip]
 #
-# On the GPUs of this machine (one is enough: the multi-rank checks run on emulated hosts): the CUDA
-# MPS daemon (started when none answers; the ranks sharing a GPU need it), `pytest -m gpu`, the whole
-# user path (experiments/bench_real.py: sweep, tune, deploy, interleaved A/B launches, DDP with and
-# without the policy, the self-tuning job with ONLINE_MODEL.zip when given, trained on any CPU by
-# `experiments/bench_online.py --model ONLINE_MODEL.zip`), and the runtime on NCCL
-# (experiments/bench_runtime.py --backend nccl --emulate-hosts). OUT gets gpu_checks.log (everything
-# printed), bench_runtime_nccl.json and bench_real/ (its records, policy and bench_real.json, which
-# `bench_real.py --analyse` re-prints anywhere). One failing step does not stop the next; the exit
-# status is the number of steps that failed.
+# Each run writes OUT/run-<UTC time>/ (OUT and the model are taken relative to where you call it
+# from; a second run beside the first gets a folder of its own): gpu_checks.log (everything
+# printed), pytest_gpu.xml, bench_real/ (records, policy and bench_real.json, which
+# `bench_real.py --analyse` re-prints anywhere), bench_runtime_nccl.json and goals.txt. Steps, on
+# the GPUs of this machine (one is enough: the multi-rank checks run on emulated hosts):
+#   install   the wheels in .whl/ (if there), then `pip install --no-build-isolation --no-deps -e .`
+#   mps       the CUDA MPS daemon, started when none answers (ranks sharing a GPU need it)
+#   bench_real            the whole user path (sweep, tune, deploy, A/B, DDP, the self-tuning job
+#                         with ONLINE_MODEL.zip when given, from `experiments/bench_online.py
+#                         --model ONLINE_MODEL.zip` on any CPU)
+#   bench_runtime on NCCL the runtime's StragglAR and its cost (delays 0 and 20 ms)
+#   pytest -m gpu         every GPU test
+#   goals     one table of issue 28's GPU goals: met, not met or not run, with the figure
+# Every step runs under `timeout`, all of them within GPU_CHECKS_BUDGET_S seconds (default 470: the
+# whole run fits 8 minutes); a step the budget cannot reach is "not run". A failing step does not
+# stop the next; the exit status is the number of steps that failed.
+#
+# The GPU machines have PyTorch with its NCCL, CMake and gcc but no internet. Carry these wheels in
+# .whl/ (a git-ignored folder at the repository root), made on any machine with internet by:
+#   pip download --no-deps -d .whl gymnasium stable-baselines3 sb3-contrib hydra-core \
+#     omegaconf==2.3.0 cloudpickle farama-notifications scikit-build-core pathspec \
+#     && pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
+# PIP (default `python -m pip`) is the pip that installs them.
 set -uo pipefail
 
+usage="usage: bash experiments/gpu_checks.sh OUT [ONLINE_MODEL.zip] (--help says more)"
 if [[ $# -ge 1 && ( $1 == -h || $1 == --help ) ]]; then
   sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'
   exit 0
 fi
+for arg in "$@"; do
+  if [[ $arg == -* ]]; then
+    echo "gpu_checks: unknown option $arg; $usage" >&2
+    exit 2
+  fi
+done
 if [[ $# -lt 1 || $# -gt 2 ]]; then
-  echo "gpu_checks: usage: bash experiments/gpu_checks.sh OUT [ONLINE_MODEL.zip] (--help says more)" >&2
+  echo "gpu_checks: $usage" >&2
   exit 2
 fi
-out=$1
-model=${2:-}
+if [[ -z $1 ]]; then
+  echo "gpu_checks: OUT is empty (an unset variable?); name the folder for the results" >&2
+  exit 2
+fi
+absolute() { [[ $1 == /* ]] && printf '%s' "$1" || printf '%s/%s' "$PWD" "$1"; }
+out=$(absolute "$1")
+model=${2:+$(absolute "$2")}
 cd "$(dirname "$0")/.."
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   echo "gpu_checks: no NVIDIA driver here (nvidia-smi not found); run it on a machine with a GPU" >&2
   exit 2
 fi
 if [[ -n "$model" && ! -f "$model" ]]; then
-  echo "gpu_checks: $model: no such file; train it first: python experiments/bench_online.py --model $model" >&2
+  echo "gpu_checks: $2: no such file; train it first: python experiments/bench_online.py --model $2" >&2
   exit 2
 fi
-if [[ -e "$out/bench_real" ]]; then
-  echo "gpu_checks: $out/bench_real exists; give an empty or new folder" >&2
+if [[ -e "$out" && ! -d "$out" ]]; then
+  echo "gpu_checks: $1 is a file; name a folder for the results" >&2
   exit 2
 fi
-mkdir -p "$out"
-log="$out/gpu_checks.log"
+run="$out/run-$(date -u +%Y%m%dT%H%M%SZ)"
+suffix=1
+while [[ -e "$run" ]]; do run="$out/run-$(date -u +%Y%m%dT%H%M%SZ)-$((suffix++))"; done
+if ! mkdir -p "$run"; then
+  echo "gpu_checks: cannot create $run; name a folder you can write" >&2
+  exit 2
+fi
+log="$run/gpu_checks.log"
 export PYTHONUNBUFFERED=1
 export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/mps}
 export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/mpslog}
+deadline=$((SECONDS + ${GPU_CHECKS_BUDGET_S:-470}))
 failed=0
 
-step() {  # step TITLE COMMAND...: runs, logs, counts a failure
-  local title=$1; shift
-  echo "=== $title: $* ($(date -u +%H:%M:%S))" | tee -a "$log"
-  "$@" 2>&1 | tee -a "$log"
+step() {  # step TITLE CAP_S COMMAND...: runs within min(CAP_S, the time left), logs, counts a failure
+  local title=$1 cap=$2; shift 2
+  local left=$((deadline - SECONDS))
+  (( left < cap )) && cap=$left
+  if (( cap < 10 )); then
+    echo "=== $title: not run (the time budget is spent)" | tee -a "$log"
+    failed=$((failed + 1))
+    return
+  fi
+  echo "=== $title: $* (at most ${cap} s, $(date -u +%H:%M:%S))" | tee -a "$log"
+  timeout --kill-after=10 "$cap" "$@" 2>&1 | tee -a "$log"
   local rc=${PIPESTATUS[0]}
+  (( rc == 124 || rc == 137 )) && echo "=== $title: stopped after ${cap} s" | tee -a "$log"
   echo "=== $title: exit $rc" | tee -a "$log"
   (( rc == 0 )) || failed=$((failed + 1))
 }
 
-step gpu nvidia-smi
+install_step() {  # the carried wheels, then this tree (its plugin built by CMake)
+  local pip
+  read -r -a pip <<<"${PIP:-python -m pip}"
+  if compgen -G ".whl/*.whl" >/dev/null; then
+    "${pip[@]}" install --no-index --no-deps --find-links .whl .whl/*.whl || return
+  fi
+  "${pip[@]}" install --no-build-isolation --no-deps -e .
+}
+
+bench_runtime_step() {  # the JSON only once complete, never half-written
+  python experiments/bench_runtime.py --json --backend nccl --emulate-hosts --delays 0,20 \
+    > "$1.tmp" && mv "$1.tmp" "$1" && cat "$1" || { local rc=$?; rm -f "$1.tmp"; return $rc; }
+}
+export -f install_step bench_runtime_step
+
+echo "gpu_checks: results in $run" | tee -a "$log"
+step gpu 30 nvidia-smi
+step install 150 bash -c install_step
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-if ! echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; then
+if ! echo get_server_list | timeout 30 nvidia-cuda-mps-control >/dev/null 2>&1; then
   # not through step's pipe: the daemon could keep it open, and tee would wait for ever
   echo "=== mps: starting nvidia-cuda-mps-control -d" | tee -a "$log"
-  nvidia-cuda-mps-control -d </dev/null >>"$log" 2>&1 || failed=$((failed + 1))
+  timeout 30 nvidia-cuda-mps-control -d </dev/null >>"$log" 2>&1 || failed=$((failed + 1))
   sleep 2
 fi
-step "pytest -m gpu" python -m pytest -m gpu -v -rs -p no:cacheprovider
-step bench_real python experiments/bench_real.py --out "$out/bench_real" ${model:+--online-model "$model"}
-step "bench_runtime on NCCL" bash -c 'python experiments/bench_runtime.py --json --backend nccl \
-  --emulate-hosts > "$1.tmp" && mv "$1.tmp" "$1" && cat "$1" || { rc=$?; rm -f "$1.tmp"; exit $rc; }' \
-  _ "$out/bench_runtime_nccl.json"
-echo "gpu_checks: $failed step(s) failed; everything is in $out" | tee -a "$log"
+step bench_real 240 python experiments/bench_real.py --out "$run/bench_real" ${model:+--online-model "$model"}
+step "bench_runtime on NCCL" 120 bash -c 'bench_runtime_step "$1"' _ "$run/bench_runtime_nccl.json"
+step "pytest -m gpu" 240 python -m pytest -m gpu -v -rs -p no:cacheprovider --junitxml="$run/pytest_gpu.xml"
+python experiments/gpu_goals.py "$run" > "$run/goals.txt" 2>&1 || failed=$((failed + 1))
+tee -a "$log" < "$run/goals.txt"
+echo "gpu_checks: $failed step(s) failed; everything is in $run" | tee -a "$log"
 exit "$failed"

@@ -137,6 +137,10 @@ def analyse(doc: dict) -> dict:
     if doc.get("online"):
         out["online"] = online_summary(doc["online"])
     goals: dict[str, bool] = {}
+    out["goals"] = goals
+    if doc["system"].get("backend") == "gloo":  # gloo's timings say nothing about NCCL's choices
+        out["goals_not_judged"] = "a gloo rehearsal: the goals are NCCL's, judged on a GPU only"
+        return out
     if "ddp" in out:
         goals["ddp_speedup_1.25x"] = out["ddp"]["speedup"] >= GOAL_DDP_SPEEDUP
         goals["ddp_losses_match"] = out["ddp"]["losses_match"]
@@ -150,7 +154,6 @@ def analyse(doc: dict) -> dict:
         goals["online_no_slower_step_after_exploration"] = o["slower_steps_after_exploration"] == 0
         goals["online_worst_trial_2x"] = (o["worst_trial_vs_default"] or 0.0) <= GOAL_ONLINE_WORST
         goals["online_lockstep"] = bool(o["lockstep"])
-    out["goals"] = goals
     return out
 
 
@@ -160,10 +163,18 @@ def print_report(doc: dict, analysis: dict) -> None:
     from rich.table import Table
 
     console = Console(width=max(120, Console().width))
-    s = doc["settings"]
-    hosts = "emulated hosts" if s["emulate_hosts"] else "GPUs"
-    console.print(f"{doc['system']['gpu']} x{doc['system']['gpus']}, NCCL {doc['system']['nccl']}, "
-                  f"{s['nprocs']} ranks on {hosts}; {doc.get('seconds', 0):.0f} s")
+    s, system = doc["settings"], doc["system"]
+    if system.get("backend") == "gloo":
+        console.print(f"gloo on the CPU (the dress rehearsal), {s['nprocs']} ranks; "
+                      f"{doc.get('seconds', 0):.0f} s")
+    else:
+        hosts = "emulated hosts" if s["emulate_hosts"] else "GPUs"
+        console.print(f"{system['gpu']} x{system['gpus']}, NCCL {system['nccl']}, {s['nprocs']} "
+                      f"ranks on {hosts}; {doc.get('seconds', 0):.0f} s")
+    own = (doc.get("sweep") or {}).get("own_launch") or {}
+    if own:
+        console.print("sweep: measured in launches of their own (not pinnable call by call): "
+                      + "; ".join(f"{label} ({why})" for label, why in own.items()))
     if "ab" in analysis:
         table = Table(title=f"all-reduce, interleaved launches ({s['pairs']} pairs): NCCL's default "
                             "against the tuned policy", title_justify="left")
@@ -193,5 +204,7 @@ def print_report(doc: dict, analysis: dict) -> None:
             f" of {o['steps_after_exploration']} later steps > 5 % slower than NCCL's default "
             f"({o['default_step_ms'] or float('nan'):.2f} ms; best {o['best_step_ms']:.2f} ms); worst "
             f"trial x{worst or float('nan'):.2f} NCCL's time; lockstep {o['lockstep']}")
-    console.print("goals: " + ", ".join(f"{k} {'met' if v else 'NOT met'}"
-                                        for k, v in analysis["goals"].items()))
+    console.print("goals: " + (analysis.get("goals_not_judged") or ", ".join(
+        f"{k} {'met' if v else 'NOT met'}" for k, v in analysis["goals"].items())))
+    if system.get("cannot_show"):
+        console.print(system["cannot_show"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 
@@ -32,6 +33,19 @@ def misbehave_without_torch(ctx, bad_rank: int, mode: str):
             raise RuntimeError("injected failure on purpose")
         time.sleep(3600)
     return ctx.rank
+
+
+@dataclass(frozen=True)
+class Echoed:
+    """A dataclass of a file target: it needs its module in sys.modules, in the rank (to be
+    defined) and in the caller (to be unpickled)."""
+
+    rank: int
+    world: int
+
+
+def echo_dataclass(ctx) -> Echoed:
+    return Echoed(ctx.rank, ctx.world_size)
 
 
 def echo(ctx, value):
@@ -65,8 +79,8 @@ def ddp_with_probe(ctx, steps: int, late_rank: int | None, late_ms: float, backe
                             world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s))
     probe_device = device
     if fake_cuda_events:
-        real_clock_for = hooks._clock_for
-        hooks._clock_for = lambda d: _StandInEventClock() if d.type == "cuda" else real_clock_for(d)
+        real_clock_for = hooks.clock_for
+        hooks.clock_for = lambda d: _StandInEventClock() if d.type == "cuda" else real_clock_for(d)
         probe_device = torch.device("cuda")
 
     def model():
@@ -143,3 +157,21 @@ def nccl_environment(ctx):
 def environment(ctx, names):
     """What this rank's environment holds of ``names`` (None: unset)."""
     return {name: os.environ.get(name) for name in names}
+
+
+def calls_per_group(ctx, spec):
+    """The runner's rank side (as ``rank_main`` runs it) with gloo standing in for NCCL: how many
+    collectives the measured group and the control group were asked to run (each group's sequence
+    number counts its collectives), and the shape of this rank's own times."""
+    import torch.distributed as dist
+
+    from dynamiccl.profiler.measure.runner import join_group, measure_in_group
+
+    device, ctrl = join_group(ctx, "gloo")
+    measured = dist.distributed_c10d._get_default_group()
+    before = measured._get_sequence_number_for_group(), ctrl._get_sequence_number_for_group()
+    times = measure_in_group(spec, device, ctrl=ctrl)
+    after = measured._get_sequence_number_for_group(), ctrl._get_sequence_number_for_group()
+    dist.destroy_process_group()
+    return {"measured": after[0] - before[0], "control": after[1] - before[1],
+            "shape": list(times.shape)}

@@ -235,9 +235,11 @@ class NcclStandIn:
         self.ctx = ctypes.c_void_p()
         assert self.v6.init(ctypes.byref(self.ctx), 1, nranks, 1, None, None, None) == 0
 
-    def decide(self, nbytes: int, collective: int = 4) -> tuple[int, int, int] | None:
-        """(algorithm, protocol, channels) the plugin forces for an all-reduce, None: NCCL's."""
-        table = (self.ct.c_float * 21)(*[10.0 + i for i in range(21)])
+    def decide(self, nbytes: int, collective: int = 4, disabled: tuple[int, ...] = ()
+               ) -> tuple[int, int, int] | None:
+        """(algorithm, protocol, channels) the plugin forces for an all-reduce, None: NCCL's.
+        ``disabled``: cost-table cells (algorithm * 3 + protocol) NCCL marks unusable (-1)."""
+        table = (self.ct.c_float * 21)(*[-1.0 if i in disabled else 10.0 + i for i in range(21)])
         nch = self.ct.c_int(0)
         assert self.v6.coll(self.ctx, collective, nbytes, 1, table, 7, 3, 0, self.ct.byref(nch)) == 0
         forced = [i for i in range(21) if table[i] == 0.0]
@@ -280,3 +282,118 @@ def paths_in_lockstep(ctx, topology: str, ranks_per_node: int | None, sizes: lis
     dist.destroy_process_group()
     return {"history": [(h.step, h.state, h.paths, h.table) for h in rt.history],
             "topology": rt.topology, "options": rt.path_options, "exact": exact}
+
+
+class _StandInStreamMark:
+    """A point on the stand-in stream: stamped on the host when the work queued before it is done."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.ns = 0
+        self.reached = threading.Event()
+
+    def stamp(self, *_: object) -> None:
+        import time
+
+        self.ns = time.perf_counter_ns()
+        self.reached.set()
+
+
+class _StandInStream:
+    """A stand-in for a CUDA stream and NCCL's asynchrony, on the CPU: the all-reduce it issues
+    (real gloo work) returns a future that is complete at once, as PyTorch completes an NCCL
+    future when the work is queued, while the work itself finishes later; a mark is reached when
+    everything queued before it is done, as a CUDA event is. It replaces the runtime's
+    ``backend_all_reduce`` and clock in one rank."""
+
+    def __init__(self) -> None:
+        self.pending: list[torch.futures.Future] = []
+
+    def all_reduce(self, tensor: torch.Tensor, divisor: int, async_op: bool = False):
+        if divisor != 1:
+            tensor.div_(divisor)
+        self.pending.append(dist.all_reduce(tensor, async_op=True).get_future())
+        queued: torch.futures.Future = torch.futures.Future()
+        queued.set_result([tensor])
+
+        class Queued:
+            def get_future(self) -> torch.futures.Future:
+                return queued
+
+        return Queued()
+
+    def mark(self) -> _StandInStreamMark:
+        mark = _StandInStreamMark()
+        self.pending = [f for f in self.pending if not f.done()]
+        if self.pending:
+            torch.futures.collect_all(list(self.pending)).add_done_callback(mark.stamp)
+        else:
+            mark.stamp()
+        return mark
+
+    def settle(self, mark: _StandInStreamMark) -> None:
+        assert mark.reached.wait(60.0), "the stand-in stream never reached a mark"
+
+    def us(self, mark: _StandInStreamMark, origin: _StandInStreamMark) -> float:
+        return (mark.ns - origin.ns) / 1e3
+
+    def synchronize(self) -> None:
+        for fut in self.pending:
+            fut.wait()
+        self.pending = []
+
+
+def stragglar_with_async_collectives(ctx, steps: int, late_rank: int, late_ms: float,
+                                     config: dict, sizes: list[int]):
+    """The runtime on gloo whose all-reduces complete after their host callbacks ran (the stand-in
+    stream above, for CUDA's asynchrony): ``late_rank`` sleeps before each step; every step ends
+    with the stand-in's synchronize, as a GPU step ends with torch.cuda.synchronize. Returns the
+    runtime's history and whether every sum came out right."""
+    import time
+
+    from dynamiccl.runtime import core
+
+    _join(ctx)
+    stream = _StandInStream()
+    core.backend_all_reduce = stream.all_reduce
+    core.clock_for = lambda device: stream
+    rt = core.Runtime(core.RuntimeConfig(**config))
+    exact = True
+    for _ in range(steps):
+        if ctx.rank == late_rank:
+            time.sleep(late_ms / 1e3)
+        tensors = [torch.full((n // 8,), ctx.rank, dtype=torch.int64) for n in sizes]
+        for t in tensors:
+            rt.all_reduce(t)
+        stream.synchronize()
+        exact &= all(bool((t == sum(range(ctx.world_size))).all()) for t in tensors)
+        rt.end_step()
+    dist.destroy_process_group()
+    return {"history": [(h.step, h.state, h.paths) for h in rt.history], "exact": exact}
+
+
+def interleaved_asking_a_stand_in_nccl(ctx, specs: list, library: str, reverse: bool,
+                                       disabled: tuple[int, ...]):
+    """The interleaved launch's rank side on gloo, each call also asking the plugin what to run
+    the way NCCL would (:class:`NcclStandIn`, its cost table with the ``disabled`` cells marked
+    unusable): NCCL's consultation of its tuner, which gloo never makes. Returns the plugin's
+    per-spec counts and, call by call, (spec index, what the plugin forced)."""
+    from dynamiccl.profiler.measure import interleave
+    from dynamiccl.profiler.measure.runner import call_bytes
+
+    nccl = NcclStandIn(library, ctx.world_size)
+    real_op, seen = interleave.collective_op, []
+
+    def asking(spec, device, group=None):
+        op, index = real_op(spec, device, group), specs.index(spec)
+        nbytes = call_bytes(spec, ctx.world_size)
+
+        def call():
+            seen.append((index, nccl.decide(nbytes, int(spec.coll), disabled)))
+            op()
+        return call
+
+    interleave.collective_op = asking
+    times, _, counts = interleave.rank_interleaved(ctx, specs, library, reverse)
+    return {"counts": counts, "seen": seen, "shapes": [list(t.shape) for t in times]}

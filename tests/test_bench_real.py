@@ -19,6 +19,7 @@ from dynamiccl import policy_file as pf
 from dynamiccl.cli.main import main
 from dynamiccl.knobs import Algorithm, Collective, Protocol
 from dynamiccl.profiler.formats.records import read_jsonl, write_jsonl
+from dynamiccl.profiler.measure import interleave
 from dynamiccl.profiler.measure.emulation import emulated_topology_dict
 from dynamiccl.profiler.measure.runner import CollectiveSpec, summarize
 
@@ -121,11 +122,80 @@ def test_analyse_reprints_a_recorded_run_without_a_gpu(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("case", ["{}", '{"settings": 1, "system": {}}', "[1, 2]", "deep", "bad",
+                                  "wrong shape", "/dev/zero", "fifo", "oversize"])
+def test_analyse_refuses_what_is_not_a_recorded_run_in_one_line(tmp_path, capsys, case):
+    """Issue 33: KeyError / AttributeError / RecursionError tracebacks, and a hang on /dev/zero.
+    The script's main in this process, and as its own process where a hang would show."""
+    import os
+
+    path = tmp_path / "run.json"
+    if case == "/dev/zero":
+        path = Path(case)
+    elif case == "fifo":
+        os.mkfifo(path)
+    elif case == "oversize":  # sparse: nothing written, just past the bound
+        with open(path, "wb") as fh:
+            fh.truncate(bench_real.MAX_RUN_BYTES + 1)
+    elif case == "deep":
+        path.write_text("[" * 50_000 + "]" * 50_000)
+    elif case == "bad":
+        path.write_text("{not json")
+    elif case == "wrong shape":  # the right sections holding the wrong things
+        path.write_text(json.dumps({**_doc(), "ab": {"launches": [{"arm": "default"}]}}))
+    else:
+        path.write_text(case)
+    if case in ("/dev/zero", "fifo"):
+        done = subprocess.run([sys.executable, str(SCRIPT), "--analyse", str(path)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        code, out, err = done.returncode, done.stdout, done.stderr
+    else:
+        code = bench_real.main(["--analyse", str(path)])
+        out, err = capsys.readouterr()
+    assert code == 2 and out == "", err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("bench_real: ") and "give" in err
+
+
+@pytest.mark.multiproc
+def test_the_gloo_dress_rehearsal_runs_every_step_and_writes_the_sections_a_gpu_run_writes(tmp_path):
+    """``--backend gloo`` at reduced settings: sweep (one interleaved launch, the choice gloo cannot
+    pin in a launch of its own), tune, deploy, A/B, DDP with and without the policy, the
+    self-tuning job; what a gloo rehearsal cannot show is said, and no goal is judged."""
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--backend", "gloo", "--nprocs", "2", "--sizes", "4K,64K",
+         "--choices", "tree/simple", "--launches", "1", "--iters", "3", "--runs", "2", "--pairs",
+         "1", "--ddp-pairs", "1", "--ddp-steps", "31", "--online-hosts", "2", "--online-steps", "8",
+         "--out", str(out), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert set(_doc()) <= set(doc) and {"sweep", "topology", "analysis"} <= set(doc)
+    assert json.loads((out / "bench_real.json").read_text()) == {k: v for k, v in doc.items()
+                                                                 if k != "analysis"}
+    sweep = doc["sweep"]
+    assert [n["kind"] for n in sweep["launches"]] == ["interleaved", "own"]
+    assert sweep["own_launch"] == {"tree/simple/auto-ch": interleave.NO_NCCL}
+    records = read_jsonl(out / "sweep.jsonl")
+    assert {r.launch for r in records} == {n["launch"] for n in sweep["launches"]}
+    assert len(records) == 4 and all(r.backend == "gloo" and r.config_label == "NCCL default"
+                                     for r in records)  # gloo's own algorithm, recorded as such
+    assert len({r.launch for r in read_jsonl(out / "ab.jsonl")}) == 2
+    analysis = doc["analysis"]
+    assert analysis["goals"] == {} and "gloo rehearsal" in analysis["goals_not_judged"]
+    assert analysis["ddp"]["losses_match"] and analysis["online"]["lockstep"]
+    assert "cannot show" in done.stderr and "cannot show" in doc["system"]["cannot_show"]
+    again = subprocess.run([sys.executable, str(SCRIPT), "--analyse", str(out / "bench_real.json")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "dress rehearsal" in again.stdout and "judged on a GPU" in again.stdout
+
+
 def test_without_a_gpu_or_into_a_foreign_folder_it_says_so_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "new")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
-    assert "--analyse" in done.stderr and not (tmp_path / "new").exists()
+    assert "--analyse" in done.stderr and "--backend gloo" in done.stderr
+    assert not (tmp_path / "new").exists()
     (tmp_path / "mine.txt").write_text("the user's")
     assert "holds files of something else" in bench_real.check_out(tmp_path)
     (tmp_path / "bench_real.json").write_text("{}")

@@ -67,3 +67,6 @@ def test_bench_runtime_on_nccl_emulated_hosts_gives_the_same_json(mps):
         assert gloo_keys <= set(case) and case["plain_step_ms"] > 0 and case["hook_step_ms"] > 0
     assert out["cases"][0]["stragglar_share"] == 0.0
     assert out["cases"][1]["alone_allreduce_ms"] > 15.0  # everyone waited for the late host
+    # the runtime times arrival on the GPU (CUDA events): a host timestamp in an NCCL callback is
+    # taken when the work is queued, and saw no straggler at all (issue 28)
+    assert out["cases"][1]["detected_delay_ms"] > 10.0 and out["cases"][1]["stragglar_share"] > 0

@@ -199,3 +199,20 @@ def test_a_size_0_call_is_a_no_op(capsys: pytest.CaptureFixture[str]) -> None:
     assert answer["input"]["size"] == 0
     assert main(argv) == 0
     assert ": 0 µs; a size-0 call is a no-op" in capsys.readouterr().out
+
+
+def test_main_in_process_leaves_sigpipe_alone_and_only_the_console_command_ends_quietly_in_a_pipe(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    before = signal.getsignal(signal.SIGPIPE)
+    assert main(["--version"]) == 0 and "dynamiccl" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGPIPE) == before  # a test run (or a benchmark) keeps its own
+    # the console command piped into a reader that stops early: no BrokenPipeError traceback
+    console = "import sys; from dynamiccl.cli.main import console; sys.exit(console())"
+    done = subprocess.run(f"'{sys.executable}' -c '{console}' explain --topology dgx_h100 --nodes 2 "
+                          "--collective allreduce | head -c 10", shell=True, capture_output=True,
+                          text=True, timeout=120)
+    assert len(done.stdout) == 10 and done.stderr == ""

@@ -1,7 +1,8 @@
 """``experiments/gpu_checks.sh``, the one command for every GPU check, run here with stand-ins for
-the NVIDIA driver's tools (this machine has no GPU): its steps run in order into one log, the MPS
-daemon is started when none answers, a failing step does not stop the next, and the exit status
-counts the failures."""
+the NVIDIA driver's tools and for pip (this machine has no GPU, and the test must not reinstall
+the package): its steps run in order into a fresh folder per run, each bounded, the MPS daemon is
+started when none answers, a failing step does not stop the next, the exit status counts the
+failures, and the run ends with the table of the GPU goals."""
 
 from __future__ import annotations
 
@@ -14,55 +15,112 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "gpu_checks.sh"
+sys.path.insert(0, str(SCRIPT.parent))
+import gpu_goals  # noqa: E402
+
+sys.path.pop(0)
 
 STAND_IN_SMI = "#!/bin/sh\necho 'stand-in nvidia-smi'\n"
 #: Answers no get_server_list (no daemon yet) and records a start.
 STAND_IN_MPS = ('#!/bin/sh\n[ "$1" = "-d" ] && { echo started >> "$(dirname "$0")/started"; exit 0; }\n'
                 "cat >/dev/null\nexit 1\n")
+#: Records what it was asked to install.
+STAND_IN_PIP = '#!/bin/sh\necho "$@" >> "$(dirname "$0")/pip_calls"\n'
 
 
 def _stand_ins(folder: Path) -> dict[str, str]:
     folder.mkdir()
-    for name, text in (("nvidia-smi", STAND_IN_SMI), ("nvidia-cuda-mps-control", STAND_IN_MPS)):
+    for name, text in (("nvidia-smi", STAND_IN_SMI), ("nvidia-cuda-mps-control", STAND_IN_MPS),
+                       ("stand-in-pip", STAND_IN_PIP)):
         (folder / name).write_text(text)
         (folder / name).chmod(0o755)
     return {**os.environ, "PATH": f"{folder}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}"
             f"{os.environ['PATH']}", "CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe"),
-            "CUDA_MPS_LOG_DIRECTORY": str(folder / "log")}
+            "CUDA_MPS_LOG_DIRECTORY": str(folder / "log"), "PIP": str(folder / "stand-in-pip")}
+
+
+def _steps(log: str) -> list[str]:
+    return [line.split(":")[0].removeprefix("=== ") for line in log.splitlines()
+            if line.startswith("=== ") and (": exit " in line or ": not run" in line)]
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a bash script for Linux GPU machines")
-def test_gpu_checks_with_stand_in_driver_tools_runs_every_step_and_counts_the_failures(tmp_path):
+def test_gpu_checks_with_stand_in_driver_tools_runs_every_step_and_ends_with_the_goals(tmp_path):
     env = _stand_ins(tmp_path / "bin")
-    out = tmp_path / "out"
-    done = subprocess.run(["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    log = (out / "gpu_checks.log").read_text()
-    steps = [line.split(":")[0].removeprefix("=== ") for line in log.splitlines()
-             if line.startswith("=== ") and ": exit " in line]
-    assert steps == ["gpu", "pytest -m gpu", "bench_real", "bench_runtime on NCCL"]
+    (tmp_path / "model.zip").write_text("not a model: bench_real stops before reading it")
+    done = subprocess.run(["bash", str(SCRIPT), "relout", "model.zip"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    (run,) = (tmp_path / "relout").iterdir()  # relative to the caller, not the repository
+    assert run.name.startswith("run-") and not (ROOT / "relout").exists()
+    log = (run / "gpu_checks.log").read_text()
+    assert _steps(log) == ["gpu", "install", "bench_real", "bench_runtime on NCCL", "pytest -m gpu"]
+    assert (tmp_path / "bin" / "pip_calls").read_text() == \
+        "install --no-build-isolation --no-deps -e .\n"
     assert (tmp_path / "bin" / "started").read_text() == "started\n"
+    assert f"--online-model {tmp_path / 'model.zip'}" in log  # the caller's model, found
     assert "=== pytest -m gpu: exit 0" in log and " skipped" in log  # no GPU: every GPU test skips
     # both benchmarks refuse without a GPU, in one line each; the script goes on and counts them
     assert "bench_real: measures NCCL on GPUs and none is visible here" in log
     assert "bench_runtime: 4 nccl rank(s) need a GPU" in log
+    goals = (run / "goals.txt").read_text()
+    assert goals.splitlines()[0].startswith("goal (issue 28)") and goals in log
+    ddp = next(line for line in goals.splitlines() if line.startswith("DDP >= x1.25"))
+    assert " not run " in ddp and ddp.endswith("no bench_real/bench_real.json")
+    assert sum(" not run " in line for line in goals.splitlines()) == 6  # everything but pytest
+    assert "NOT met  0/" in goals  # pytest ran, and every GPU test skipped
     assert done.returncode == 2 and "2 step(s) failed" in done.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["gpu_checks.log"]  # no half-written JSON
+    assert sorted(p.name for p in run.iterdir()) == ["goals.txt", "gpu_checks.log", "pytest_gpu.xml"]
+    # a second run beside the first gets a folder of its own; with no time left nothing runs
+    again = subprocess.run(["bash", str(SCRIPT), "relout"], env={**env, "GPU_CHECKS_BUDGET_S": "5"},
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    runs = sorted((tmp_path / "relout").iterdir())
+    assert len(runs) == 2 and again.returncode == 5, again.stdout + again.stderr
+    second = (runs[1] / "gpu_checks.log").read_text()
+    assert second.count("not run (the time budget is spent)") == 5
 
 
 def test_gpu_checks_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
     env = _stand_ins(tmp_path / "bin")
-    (tmp_path / "out" / "bench_real").mkdir(parents=True)
+    (tmp_path / "afile").write_text("x")
     cases = {(): "usage", (str(tmp_path / "new"), str(tmp_path / "none.zip")): "no such file",
-             (str(tmp_path / "out"),): "exists"}
+             ("-x",): "unknown option -x", (str(tmp_path / "new"), "--fast"): "unknown option",
+             ("",): "OUT is empty", (str(tmp_path / "afile"),): "is a file"}
     for args, said in cases.items():
-        done = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True,
-                              timeout=60)
-        assert done.returncode == 2 and said in done.stdout + done.stderr
-    assert not (tmp_path / "new").exists()
+        done = subprocess.run(["bash", str(SCRIPT), *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "bin"]  # no -x, no /gpu_checks.log
     no_driver = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin{os.pathsep}/bin"}
     done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "x")], env=no_driver,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no NVIDIA driver" in done.stderr
     helped = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "pytest -m gpu" in helped.stdout
+    assert "antlr4-python3-runtime==4.9.3" in helped.stdout and "omegaconf==2.3.0" in helped.stdout
+
+
+def test_the_goals_table_reads_a_runs_folder_met_not_met_and_not_run(tmp_path):
+    """gpu_goals.py on a run folder: pytest's JUnit report, bench_real's JSON and bench_runtime's."""
+    import json
+
+    from test_bench_real import _doc
+
+    (tmp_path / "pytest_gpu.xml").write_text(
+        '<testsuites><testsuite tests="14" failures="0" errors="0" skipped="0"/></testsuites>')
+    (tmp_path / "bench_real").mkdir()
+    (tmp_path / "bench_real" / "bench_real.json").write_text(json.dumps(_doc()))
+    table = gpu_goals.goals(tmp_path)
+    assert table["pytest -m gpu: every test passes"] == ("met", "14/14 passed (0 failed, 0 skipped)")
+    assert table["DDP >= x1.25 with identical losses"][0] == "met"
+    assert table["64 KiB all-reduce >= x1.4"] == ("met", "x1.54")
+    assert table["no size slower beyond its launch spread"][0] == "NOT met"
+    assert table["self-tuning within 5 % by step 50"][0] == "met"
+    stragglar, cost = list(table)[-2:]
+    assert table[stragglar][0] == table[cost][0] == "not run"
+    case = {"plain_step_ms": 30.0, "hook_step_ms": 30.3, "measured_saving_ms": 1.0,
+            "predicted_alone_saving_ms": 3.0, "detected_delay_ms": 19.0, "stragglar_share": 0.9}
+    (tmp_path / "bench_runtime_nccl.json").write_text(json.dumps({"cases": [
+        {**case, "straggler_delay_ms": 0.0}, {**case, "straggler_delay_ms": 20.0}]}))
+    table = gpu_goals.goals(tmp_path)
+    assert table[stragglar][0] == "NOT met" and "saved 1.00 of 3.00 ms" in table[stragglar][1]
+    assert table[cost] == ("met", "+1.0 % (30.30 against 30.00 ms a step)")

@@ -22,8 +22,9 @@ HEADER = pf.Header("runtime-api", "2026-01-01T00:00:00Z", "dgx_h100", "012345678
                    pf.DEFAULT_NCCL_RANGE, "cafe", "ll128,nvls")
 
 #: Loads the plugin with ctypes, inits one v6 communicator (16 ranks, 2 nodes) and answers
-#: JSON commands from argv: ["decide", bytes] -> [algo, proto, channels]; ["context", spec];
-#: ["pin", coll, lo, hi, algo, proto, ch]; ["hash", len]; ["version"].
+#: JSON commands from argv: ["decide", bytes, coll?, disabled cells?] -> [algo, proto, channels];
+#: ["context", spec]; ["pin", coll, lo, hi, algo, proto, ch]; ["counts"] -> [forced, refused];
+#: ["hash", len]; ["version"].
 _PROGRAM = textwrap.dedent("""
     import ctypes, json, os, sys
     lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)
@@ -32,6 +33,7 @@ _PROGRAM = textwrap.dedent("""
     lib.dynamiccl_plugin_version.restype = ctypes.c_char_p
     lib.dynamiccl_pin.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,
                                   ctypes.c_int, ctypes.c_int]
+    lib.dynamiccl_pin_counts.argtypes = [ctypes.POINTER(ctypes.c_uint64)] * 2
     INIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64,
                             ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
                             ctypes.c_void_p)
@@ -49,6 +51,8 @@ _PROGRAM = textwrap.dedent("""
     for cmd in json.loads(sys.argv[2]):
         if cmd[0] == "decide":
             table = (ctypes.c_float * 21)(*[10.0 + i for i in range(21)])
+            for cell in (cmd[3] if len(cmd) > 3 else []):  # disabled by NCCL (IGNORE)
+                table[cell] = -1.0
             nch = ctypes.c_int(0)
             assert v6.coll(ctx, int(cmd[2]) if len(cmd) > 2 else 4, cmd[1], 1, table, 7, 3, 0,
                            ctypes.byref(nch)) == 0
@@ -62,6 +66,10 @@ _PROGRAM = textwrap.dedent("""
             buf = ctypes.create_string_buffer(b"x" * 100) if cmd[1] else None
             rc = lib.dynamiccl_policy_hash(buf, cmd[1])
             out.append([rc, buf.value.decode() if rc == 0 else None])
+        elif cmd[0] == "counts":
+            forced, refused = ctypes.c_uint64(0), ctypes.c_uint64(0)
+            assert lib.dynamiccl_pin_counts(ctypes.byref(forced), ctypes.byref(refused)) == 0
+            out.append([forced.value, refused.value])
         elif cmd[0] == "version":
             out.append(lib.dynamiccl_plugin_version().decode())
     v6.fin(ctx)
@@ -119,6 +127,19 @@ def test_pins_win_over_rules_and_clear(library, policy_path):
                          ["decide", 4095], ["decide", 4096], ["decide", 100, 2],
                          ["pin", ar, 0, 2**64 - 1, -1, 0, 0], ["decide", 4095]], policy_path)
     assert out == [0, [0, 1, 2], RING_LL, None, 0, RING_LL]
+
+
+def test_pin_counts_tell_forced_calls_from_those_nccls_table_refused(library, policy_path):
+    """A measurement of a pinned choice must know its calls ran that choice: a cell NCCL disabled
+    (-1, as LL128 on a socket network without GPUDirect RDMA) leaves the call to NCCL."""
+    ar, tree_ll128 = int(AR), int(Algorithm.TREE) * 3 + int(Protocol.LL128)
+    for policy in (policy_path, None):  # pins apply with or without a policy
+        out = _run(library, [["counts"], ["decide", 4096],  # nothing pinned: counted nowhere
+                             ["pin", ar, 4096, 4097, int(Algorithm.TREE), int(Protocol.LL128), 0],
+                             ["decide", 4096], ["decide", 4096, ar, [tree_ll128]], ["decide", 8192],
+                             ["counts"]], policy)
+        assert out[0] == [0, 0] and out[3] == [0, 1, 0] and out[6] == [1, 1]
+        assert out[4] != [0, 1, 0]  # refused: NCCL's choice (or the policy's) stands
 
 
 def test_hash_matches_the_python_content_hash(library, policy_path):

@@ -12,7 +12,7 @@ import pytest
 from dynamiccl.cli.main import main
 from dynamiccl.nccl import bus_factor
 from dynamiccl.profiler.formats.records import read_jsonl
-from dynamiccl.profiler.measure.launcher import LaunchError, launch
+from dynamiccl.profiler.measure.launcher import LaunchError, launch, resolve
 from dynamiccl.profiler.measure.runner import (
     STEERING_ENV,
     CollectiveSpec,
@@ -28,6 +28,16 @@ pytestmark = pytest.mark.multiproc
 def test_launcher_returns_each_ranks_result_with_one_thread_per_rank():
     out = launch(f"{WORKERS}:echo", 3, {"value": 7}, timeout_s=30)
     assert out == [{"rank": r, "world": 3, "value": 7, "omp": "1"} for r in range(3)]
+
+
+def test_file_targets_load_like_modules_so_their_dataclasses_work_in_ranks_and_caller(monkeypatch):
+    # issue 28: experiments/bench_real.py's dataclasses under `from __future__ import annotations`
+    # crashed resolve() (AttributeError: 'NoneType' object has no attribute '__dict__')
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    ddp_rank = resolve("experiments/bench_real.py:ddp_rank")
+    assert callable(ddp_rank) and resolve("experiments/bench_real.py:ddp_rank") is ddp_rank
+    out = launch(f"{WORKERS}:echo_dataclass", 2, timeout_s=60)
+    assert [(o.rank, o.world, type(o).__name__) for o in out] == [(0, 2, "Echoed"), (1, 2, "Echoed")]
 
 
 def test_a_dying_rank_ends_the_run_and_frees_the_rank_blocked_on_it():
@@ -78,6 +88,16 @@ def test_gloo_runner_times_every_collective_plausibly_on_two_ranks():
     again = measure_many(specs[:1], 2, timeout_s=120)[0]
     assert again.launch != results[0].launch
     assert again.to_record().launch == again.launch and again.to_record().gpu == ""  # CPU ranks
+
+
+def test_only_the_measured_collective_runs_on_the_measured_group_gloo_standing_in_for_nccl():
+    """NCCL_ALGO=Tree forces every collective of the communicator, and NCCL has no Tree all-gather
+    (issue 28: the runner's own all-gather of the results failed). Barriers go over a gloo side
+    group, results come back through the launcher: the measured group runs warmup + runs x iters
+    calls and nothing else."""
+    spec = CollectiveSpec("allreduce", 4096, warmup=2, iters=3, runs=2)
+    for out in launch(f"{WORKERS}:calls_per_group", 2, {"spec": spec}, timeout_s=60):
+        assert out == {"measured": 2 + 2 * 3, "control": 2 + 2 * 3, "shape": [2, 2, 3]}
 
 
 @pytest.mark.parametrize("nprocs, cases", [

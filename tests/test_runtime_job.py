@@ -62,6 +62,23 @@ def test_every_rank_finds_the_persistent_straggler_at_the_same_step_and_trains_l
     assert all(o["plugin"] and o["decided"] == (CALM, LATE) for o in out)
 
 
+def test_stragglar_engages_when_collectives_finish_after_their_callbacks_gloo_standing_in_for_cuda():
+    """NCCL's futures complete when the work is queued, so a rank that timed its arrival from its
+    callbacks saw none (issue 28: delay 0 at 5-50 ms on NCCL). Gloo with a stand-in stream plays
+    that asynchrony on the CPU: the runtime must mark completions where the work runs."""
+    config = {"measure_every": 2, "window": 3, "majority": 0.6, "straggler_threshold_us": 15000.0}
+    out = launch(f"{WORKERS}:stragglar_with_async_collectives", 4,
+                 {"steps": 12, "late_rank": 1, "late_ms": 60.0, "config": config,
+                  "sizes": [1 << 16, 1 << 12]}, timeout_s=300)
+    histories = [o["history"] for o in out]
+    assert all(h == histories[0] for h in histories) and all(o["exact"] for o in out)
+    decisions = [d for _, d, _ in histories[0]]
+    assert decisions[-1].straggler == 1 and decisions[-1].delay_us > 15000.0
+    switched = next(i for i, d in enumerate(decisions) if d.straggler == 1)
+    later = [p for _, _, p in histories[0][switched + 1:]]
+    assert later and all(p.get("stragglar") == config["measure_every"] for p in later)
+
+
 def test_without_a_straggler_the_hook_is_ddps_own_allreduce_hook_bit_for_bit():
     # 3 ranks: dividing by 3 before or after the sum rounds differently, so only the same steps in
     # the same order (divide, all-reduce, unwrap) give the same bits

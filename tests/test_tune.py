@@ -716,29 +716,39 @@ def test_measurements_of_a_choice_correct_the_model_at_nearby_sizes():
 
 
 @pytest.mark.gpu
-def test_plan_run_measures_interleaved_launches_on_a_gpu(tmp_path, capsys):
-    """On a real GPU (one rank): every round of the plan is its own launches, each with a fresh
-    launch id, NCCL's default launched before the choices of its round."""
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs a GPU")
+@pytest.mark.multiproc
+def test_plan_run_measures_the_plans_choices_interleaved_on_a_gpu(tmp_path, capsys, mps):
+    """On emulated hosts (one GPU is enough; a one-rank communicator never asks a tuner, so nothing
+    could be pinned): each round of the plan is one launch of NCCL's default and every choice the
+    plugin can pin, call by call, and a launch of its own, forced through NCCL's environment, for
+    each choice NCCL disables for pins; every record names its launch."""
     from dynamiccl.profiler.formats.records import read_jsonl
 
-    record_file = tmp_path / "m.jsonl"
-    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--gpus-per-node", "1",
-                 "--collective", "allreduce", "--plan", "--budget", "4", "--run",
-                 "--record", str(record_file)]) == 0
+    topology, record_file = tmp_path / "emulated.yaml", tmp_path / "m.jsonl"
+    assert main(["profile", "topology", "--emulate-hosts", "4", "-o", str(topology)]) == 0
+    capsys.readouterr()
+    assert main(["tune", "--topology", str(topology), "--collective", "allreduce", "--plan",
+                 "--budget", "6", "--run", "--emulate-hosts", "--json", "--record",
+                 str(record_file)]) == 0
+    planned, _ = json.JSONDecoder().raw_decode(capsys.readouterr().out)
     records = read_jsonl(record_file)
-    assert records and all(r.launch.startswith("runner-") and r.gpu for r in records)
-    by_launch: dict[str, set] = {}
+    assert records and all(r.launch.startswith("runner-") and r.gpu and r.emulated_hosts
+                           for r in records)
+    measured = {(r.config_label.removesuffix("/auto-ch"), r.nbytes) for r in records}
+    assert {(m["choice"], m["nbytes"]) for m in planned} <= measured
+    by_launch: dict[str, list] = {}
     for r in records:
-        by_launch.setdefault(r.launch, set()).add(r.config_label)
-    assert all(len(labels) == 1 for labels in by_launch.values())  # one environment per launch
+        by_launch.setdefault(r.launch, []).append(r)
+    for recs in by_launch.values():
+        forced = [r for r in recs if "NCCL_ALGO" in r.env or "NCCL_PROTO" in r.env]
+        if forced:  # a launch of its own: one choice, forced through the environment
+            assert forced == recs and len({r.config_label for r in recs}) == 1
+        else:  # interleaved: the plugin pinned each choice, NCCL's knobs untouched
+            assert all("NCCL_TUNER_PLUGIN" in r.env for r in recs if not r.nccl_default)
+    assert any(len({r.config_label for r in recs}) > 1 for recs in by_launch.values())
     shutil.copy(record_file, tmp_path / "again.jsonl")
-    assert main(["tune", "--topology", "dgx_h100", "--nodes", "1", "--gpus-per-node", "1",
-                 "--collective", "allreduce", "--measurements", str(tmp_path / "again.jsonl"),
-                 "--json"]) == 0
+    assert main(["tune", "--topology", str(topology), "--collective", "allreduce",
+                 "--measurements", str(tmp_path / "again.jsonl"), "--json"]) == 0
 
 
 # -- a real sweep on a noisy system (issue 28) -------------------------------------------------------

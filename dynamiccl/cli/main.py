@@ -68,9 +68,16 @@ def _prog(args: argparse.Namespace) -> str:
     return " ".join(w for w in words if w)
 
 
+def console() -> int:
+    """The ``dynamiccl`` console command: :func:`main` in a process of its own, where piping into
+    ``head`` ends quietly as it does for any Unix tool (SIGPIPE's default action). Only here: a
+    caller running :func:`main` in its own process (tests, benchmarks) keeps its signal handling."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    return main()
+
+
 def main(argv: list[str] | None = None) -> int:
-    # Piping into `head` must end quietly, as it does for any Unix tool.
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
@@ -106,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -149,15 +149,20 @@ def _print_report(rows: list[dict], title: str) -> None:
     console.print(table)
 
 
-def _run_plan(planned: list, record: str, emulate_hosts: bool = False) -> None:
+def _run_plan(planned: list, record: str, emulate_hosts: bool = False, backend: str = "nccl") -> None:
     """Measures the plan on this machine's GPUs with the project's runner (``--plan --run``), one
-    round of launches after another (:func:`~dynamiccl.agents.shipping.tune_plan.launch_order`: NCCL's
-    default first, then each choice), so a choice's launches alternate with its default's and a
-    drift over time hits both alike. Each round's records are appended as it finishes."""
+    round of launches after another (:func:`~dynamiccl.agents.shipping.tune_plan.launch_order`:
+    round k holds every k-th launch), each round as the sweep measures
+    (:func:`~dynamiccl.profiler.measure.interleave.measure_choices`: NCCL's default and every
+    choice the plugin can pin interleaved call by call in one launch, the others each in a launch
+    of its own, the order alternating from round to round), so every choice's launches sit beside
+    its default's. Each round's records are appended as it finishes. ``backend`` gloo rehearses
+    the same rounds on the CPU."""
     from dynamiccl.agents.shipping.tune_plan import launch_order
     from dynamiccl.profiler.formats.records import write_jsonl
     from dynamiccl.profiler.measure.emulation import EmulationError
-    from dynamiccl.profiler.measure.runner import CollectiveSpec, inherited_steering, measure_many
+    from dynamiccl.profiler.measure.interleave import measure_choices
+    from dynamiccl.profiler.measure.runner import CollectiveSpec, inherited_steering
 
     nranks = {m.nranks for m in planned}
     if len(nranks) != 1:
@@ -166,20 +171,23 @@ def _run_plan(planned: list, record: str, emulate_hosts: bool = False) -> None:
         print(f"note: ignoring {', '.join(ignored)} from the environment: each launch runs the "
               "choice the plan measures (NCCL's default runs NCCL alone)", file=sys.stderr)
     ranks = nranks.pop()
-    rounds = launch_order(planned)
-    total = 0
-    for i, launches in enumerate(rounds, 1):
-        specs = [CollectiveSpec(m.collective.name.lower(), m.nbytes, "nccl",
-                                algorithm=_token(m.choice.algorithm),
-                                protocol=_token(m.choice.protocol), channels=m.choice.channels)
-                 for m in launches]
-        try:
-            results = measure_many(specs, ranks, emulate_hosts=emulate_hosts)
-        except EmulationError as exc:  # the ranks do not fit the GPUs, or MPS is not running
-            raise UserError(str(exc)) from None
-        total += write_jsonl([r.to_record() for r in results], record, append=True)
-        print(f"round {i}/{len(rounds)}: measured {len(results)} points", file=sys.stderr)
-    print(f"measured {total} points into {record}; run tune again with --measurements {record}")
+    rounds = [[CollectiveSpec(m.collective.name.lower(), m.nbytes, backend,
+                              algorithm=_token(m.choice.algorithm),
+                              protocol=_token(m.choice.protocol), channels=m.choice.channels)
+               for m in launches] for launches in launch_order(planned)]
+    written = [0]
+
+    def append(results: list) -> None:
+        written[0] += write_jsonl([r.to_record() for r in results], record, append=True)
+        print(f"round done: {len(results)} points appended to {record}", file=sys.stderr)
+
+    try:
+        sweep = measure_choices(rounds, ranks, emulate_hosts=emulate_hosts, round_done=append,
+                                progress=lambda line: print(line, file=sys.stderr))
+    except EmulationError as exc:  # the ranks do not fit the GPUs, or MPS is not running
+        raise UserError(str(exc)) from None
+    print(f"measured {written[0]} points in {len(sweep.launches)} launches into {record}; run tune "
+          f"again with --measurements {record}")
 
 
 def _learned_prior():
@@ -342,8 +350,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--budget", type=int, default=64, metavar="N",
                         help="measurements the plan may use (default 64)")
     parser.add_argument("--run", action="store_true",
-                        help="with --plan: measure the plan now on this machine's GPUs, in "
-                             "interleaved launches (default, choice, default, choice...)")
+                        help="with --plan: measure the plan now on this machine's GPUs, round "
+                             "by round: the choices interleaved call by call in one launch (those "
+                             "the plugin cannot pin in launches of their own), alternating order")
     parser.add_argument("--emulate-hosts", action="store_true",
                         help="with --run: more ranks than GPUs, each its own host to NCCL (loopback "
                              "sockets; needs the CUDA MPS daemon); records say so")

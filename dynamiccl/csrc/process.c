@@ -157,7 +157,18 @@ static unsigned long g_pin_readers; /* getCollInfo calls inside a pin lookup rig
 static int g_user_override;
 static pthread_mutex_t g_pin_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static uint64_t g_pins_forced, g_pins_refused;
+
 void dccl_note_user_override(void) { __atomic_store_n(&g_user_override, 1, __ATOMIC_RELAXED); }
+
+void dccl_count_pin(int forced) {
+  __atomic_add_fetch(forced ? &g_pins_forced : &g_pins_refused, 1, __ATOMIC_RELAXED);
+}
+
+void dccl_pin_counts(uint64_t* forced, uint64_t* refused) {
+  if (forced) *forced = __atomic_load_n(&g_pins_forced, __ATOMIC_RELAXED);
+  if (refused) *refused = __atomic_load_n(&g_pins_refused, __ATOMIC_RELAXED);
+}
 
 const dccl_range_t* dccl_pins_lookup(int coll, uint64_t nbytes) {
   __atomic_add_fetch(&g_pin_readers, 1, __ATOMIC_SEQ_CST);

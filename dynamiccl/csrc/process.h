@@ -44,6 +44,10 @@ int dccl_pin(int coll, uint64_t min_bytes, uint64_t max_bytes, int algo, int pro
 
 /* NCCL_ALGO / NCCL_PROTO were set when a communicator initialised: pins then do nothing. */
 void dccl_note_user_override(void);
+/* A call a pin covered: its choice was forced (1) or NCCL could not run it there (0). */
+void dccl_count_pin(int forced);
+/* How many calls a pin covered since the process started: forced, and refused by NCCL's table. */
+void dccl_pin_counts(uint64_t* forced, uint64_t* refused);
 
 #pragma GCC visibility pop
 

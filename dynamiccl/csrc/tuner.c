@@ -33,7 +33,12 @@
  *       calls of that collective with nBytes in [min_bytes, max_bytes) use this choice where
  *       NCCL's cost table allows it (else NCCL decides), in every communicator, before any policy
  *       rule; channels 0 keeps NCCL's. algorithm -1 unpins [min_bytes, max_bytes). 0 ok, -1 bad
- *       input or more than DCCL_MAX_PINS pinned ranges. */
+ *       input or more than DCCL_MAX_PINS pinned ranges.
+ *   int dynamiccl_pin_counts(uint64_t* forced, uint64_t* refused);
+ *       how many calls a pin covered since the process started: forced, and left to NCCL because
+ *       its cost table disabled the pinned cell (a measurement of a pinned choice checks that its
+ *       calls were forced, not NCCL's own). A call NCCL never asked about (one rank, or NCCL_ALGO /
+ *       NCCL_PROTO set) counts in neither. Always 0. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -225,7 +230,7 @@ static void apply(void* context, int coll, size_t nBytes, float** table, int num
   dccl_comm_t* c = context;
   if (dccl_any_pins()) {
     const dccl_range_t* pin = dccl_pins_lookup(coll, nBytes);
-    if (pin) force_in_table(pin, table, numAlgo, numProto, nChannels);
+    if (pin) dccl_count_pin(force_in_table(pin, table, numAlgo, numProto, nChannels));
     dccl_pins_done();
     if (pin) return; /* a pin the table refuses leaves the call to NCCL, not to the policy */
   }
@@ -267,6 +272,7 @@ static ncclResult_t coll_v2(void* context, ncclFunc_t collType, size_t nBytes, i
     if (pin) {
       pinned = 1;
       ok = force_v2_ok(pin, collType, features, collNetSupport, nvlsSupport, 1);
+      dccl_count_pin(ok);
       if (ok) *algorithm = pin->algo, *protocol = pin->proto;
       if (ok && pin->channels && nChannels) *nChannels = pin->channels;
     }
@@ -325,4 +331,9 @@ DCCL_EXPORT const char* dynamiccl_plugin_version(void) { return DCCL_PLUGIN_VERS
 DCCL_EXPORT int dynamiccl_pin(int collective, uint64_t min_bytes, uint64_t max_bytes, int algorithm,
                               int protocol, int channels) {
   return dccl_pin(collective, min_bytes, max_bytes, algorithm, protocol, channels);
+}
+
+DCCL_EXPORT int dynamiccl_pin_counts(uint64_t* forced, uint64_t* refused) {
+  dccl_pin_counts(forced, refused);
+  return 0;
 }

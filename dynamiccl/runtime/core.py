@@ -24,12 +24,15 @@ Control traffic runs after a step's last bucket, on every rank at the same point
 sequence, over a gloo group (CPU tensors; the default group when it is gloo), where the ranks are
 aligned already so it waits for nobody. Every ``measure_every`` steps each rank all-gathers how long
 after the previous step's last all-reduce completed (a moment common to all ranks, so no clocks need
-to agree) its first bucket of this step was ready, and its c2c ratio; rank 0 updates the decision
-window and broadcasts the decision, and every rank applies it from the next step on and tells the
-plugin the new context. Two tiny collectives per ``measure_every`` steps, and the completion times
-and comm time are taken only on the step before a measurement: on the other steps the ``nccl`` path
-is DDP's default hook and nothing more. Online tuning (:mod:`dynamiccl.runtime.tuning`) uses the
-same boundary. Nothing any rank acts on is a value it measured alone.
+to agree) its first bucket of this step was ready, and its c2c ratio, both timed where the work
+runs (:mod:`dynamiccl.clocks`: on a GPU CUDA events, since NCCL's host callbacks run when work is
+queued, long before it completes); rank 0 updates the decision window and broadcasts the
+decision, and every rank applies it from the next step on and tells the plugin the new context. Two
+tiny collectives per ``measure_every`` steps, and the completion times and comm time are marked only
+on the step before a measurement (read at the measurement: on a GPU the host waits there until its
+stream reached that step's first bucket): on the other steps the ``nccl`` path is DDP's default
+hook and nothing more. Online tuning (:mod:`dynamiccl.runtime.tuning`) uses the same boundary.
+Nothing any rank acts on is a value it measured alone.
 
 The StragglAR and hierarchical paths average where they complete a sum (a punctual rank divides one
 chunk, a hierarchical rank its 1/k shard), not in a pass over the bucket. They complete inside the
@@ -42,7 +45,6 @@ from __future__ import annotations
 
 import logging
 import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dynamiccl.clocks import Clock, clock_for
 from dynamiccl.runtime.decide import DecisionWindow, JobState
 from dynamiccl.runtime.hierarchical import HierarchicalAllReduce
 from dynamiccl.runtime.matchings import worthwhile
@@ -146,10 +149,9 @@ class Runtime:
         self.history: list[StepRecord] = []
         self.step = 0
         self._in_step = False
-        self._last_begin: float | None = None
-        self._time_comm = False  # this step's bucket completions are timed (the next one measures)
-        self._comm_us = 0.0
-        self._last_done: float | None = None
+        self._clock: Clock | None = None  # the first bucket's device's (dynamiccl.clocks)
+        self._timing: _StepMarks | None = None  # the step being timed (the next one measures)
+        self._ended: tuple[_StepMarks, Any] | None = None  # the timed step, and the next begin
         self._arrival_us = 0.0
         self._c2c = 0.0
         self._bucket_bytes: list[int] = []
@@ -170,6 +172,9 @@ class Runtime:
         return self._reduce(tensor, average=False)
 
     def _reduce(self, tensor: torch.Tensor, average: bool) -> torch.futures.Future[torch.Tensor]:
+        if self._clock is None:
+            self._clock = clock_for(tensor.device)
+        clock = self._clock
         first = not self._in_step
         if first:
             self.begin_step()
@@ -178,19 +183,19 @@ class Runtime:
         self._bucket_bytes.append(nbytes)
         self._paths[path] = self._paths.get(path, 0) + 1
         timed = self._timed(nbytes)
-        start = time.perf_counter()
+        marks = self._timing  # this step's bucket completions are timed
+        start = clock.mark() if marks is not None or timed else None
         divisor = self.world if average else 1
         if path == "nccl" and not timed:
             # DDP's default hook, step for step: divide, issue, one callback that unwraps the
             # result (NCCL averages inside the all-reduce instead: no pass of our own). Each further
             # callback costs a hand-over of the GIL from the backend's thread (about 0.1 ms per
-            # bucket on a busy 2-core machine), so the comm time is only taken on the step before
-            # a measurement, the one step whose c2c is used.
+            # bucket on a busy 2-core machine), so completions are only marked on the step before
+            # a measurement, the one step whose timings are used.
             fut = backend_all_reduce(tensor, divisor, async_op=True).get_future()
-            if self._time_comm:
-                return fut.then(lambda f: self._done(f.value()[0], start))
+            if marks is not None:
+                return fut.then(lambda f: _done(f.value()[0], marks, start, clock))
             return fut.then(_unwrap)
-        events = _cuda_events() if timed and tensor.is_cuda else None
         if path == "nccl":
             backend_all_reduce(tensor, divisor)
         elif path == "stragglar":
@@ -199,14 +204,14 @@ class Runtime:
         else:
             assert self.hierarchical is not None
             self.hierarchical.all_reduce(tensor, divisor)
-        if events is not None:  # the collective's own time on the GPU, not the host's queueing
-            events[1].record()
-            events[1].synchronize()
-            self._trial_us.append(events[0].elapsed_time(events[1]) * 1e3)
-        elif timed:
-            self._trial_us.append((time.perf_counter() - start) * 1e6)
+        end = clock.mark() if start is not None else None
+        if timed:  # the collective's own time where it runs (on a GPU: not the host's queueing)
+            clock.settle(end)
+            self._trial_us.append(clock.us(end, start))
+        if marks is not None:
+            marks.comm.append((start, end))
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-        fut.set_result(self._done(tensor, start))
+        fut.set_result(tensor)
         return fut
 
     def path_for(self, nbytes: int, first: bool = True) -> str:
@@ -222,28 +227,25 @@ class Runtime:
     def _stragglar_on(self) -> bool:
         return self.job_state.straggler is not None and self.path_options.stragglar
 
-    def _done(self, tensor: torch.Tensor, start: float) -> torch.Tensor:
-        now = time.perf_counter()
-        self._comm_us += (now - start) * 1e6
-        self._last_done = now if self._last_done is None else max(self._last_done, now)
-        return tensor
-
     def _timed(self, nbytes: int) -> bool:
         state = self.tuning.active if self.tuning is not None else None
         return state is not None and nbytes in state.size_bin
 
     # ---- step boundaries ----------------------------------------------------------------------
     def begin_step(self) -> None:
-        """A step's first bucket: only local timestamps (the straggler may still be on its way)."""
-        now = time.perf_counter()
-        if self._time_comm and self._last_begin is not None:  # the step that just ended was timed
-            step_us = (now - self._last_begin) * 1e6
-            self._c2c = max(step_us - self._comm_us, 0.0) / max(self._comm_us, 1e-3)
-            self._arrival_us = 0.0 if self._last_done is None else (now - self._last_done) * 1e6
-        self._last_begin, self._comm_us, self._last_done, self._in_step = now, 0.0, None, True
+        """A step's first bucket: only marks of this rank's own (the straggler may still be on its
+        way); what they say is read at the control point."""
         self.step += 1
         every = self.config.measure_every
-        self._time_comm = self.step % every == every - 1
+        timed = self.step % every == every - 1
+        if self._timing is not None or timed:
+            assert self._clock is not None
+            now = self._clock.mark()
+            if self._timing is not None:  # the step that just ended was timed
+                self._ended, self._timing = (self._timing, now), None
+            if timed:
+                self._timing = _StepMarks(now)
+        self._in_step = True
 
     def end_step(self) -> None:
         """After a step's last bucket: the control point, at the same place on every rank."""
@@ -258,7 +260,29 @@ class Runtime:
             self._tune_boundary()
         self._bucket_bytes = []
 
+    def _read_timed_step(self) -> None:
+        """The timed step's arrival and c2c from its marks (on a GPU: waits until the stream has
+        reached this step's first bucket, once per measurement).
+
+        Arrival is the time from the previous step's last bucket completing (a moment common to
+        all ranks, since no rank's all-reduce completes before every rank contributed) to this
+        step's first bucket being ready; c2c is the step's time outside its buckets' all-reduces
+        over the time inside them."""
+        if self._ended is None or self._clock is None:
+            return
+        (marks, now), clock = self._ended, self._clock
+        self._ended = None
+        clock.settle(now)
+        for _, end in marks.comm:
+            clock.settle(end)
+        step_us = clock.us(now, marks.begin)
+        comm_us = sum(clock.us(end, start) for start, end in marks.comm)
+        self._c2c = max(step_us - comm_us, 0.0) / max(comm_us, 1e-3)
+        last_done = max((clock.us(end, marks.begin) for _, end in marks.comm), default=None)
+        self._arrival_us = 0.0 if last_done is None else max(step_us - last_done, 0.0)
+
     def _measure_and_decide(self) -> None:
+        self._read_timed_step()
         mine = torch.tensor([self._arrival_us, self._c2c], dtype=torch.float64)
         everyone = torch.empty(self.world * 2, dtype=torch.float64)
         dist.all_gather_into_tensor(everyone, mine, group=self.ctrl)
@@ -357,8 +381,16 @@ def _unwrap(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
     return fut.value()[0]
 
 
-def _cuda_events() -> tuple[torch.cuda.Event, torch.cuda.Event]:
-    """A start event recorded now on the current stream, and an end event to record later."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    return start, end
+@dataclass
+class _StepMarks:
+    """A timed step's marks: its begin (first bucket ready), each bucket's issue and completion."""
+
+    begin: Any
+    comm: list[tuple[Any, Any]] = field(default_factory=list)
+
+
+def _done(tensor: torch.Tensor, marks: _StepMarks, start: Any, clock: Clock) -> torch.Tensor:
+    """A timed step's asynchronous bucket completed (on a GPU: the callback runs on a stream that
+    waits for the work, so the mark lands where the all-reduce ends)."""
+    marks.comm.append((start, clock.mark()))
+    return tensor

@@ -12,6 +12,7 @@ The C side (exported by the plugin next to its ``ncclTunerPlugin_vN`` structs)::
     const char* dynamiccl_plugin_version(void);
     int dynamiccl_pin(int collective, uint64_t min_bytes, uint64_t max_bytes,
                       int algorithm, int protocol, int channels);  /* 0 ok, -1 bad input */
+    int dynamiccl_pin_counts(uint64_t* forced, uint64_t* refused);  /* calls pins covered */
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ class Pin:
     algorithm: int
     protocol: int
     channels: int = 0
+
+
+@dataclass(frozen=True)
+class PinCounts:
+    """Calls a pin covered: ``forced`` ran the pinned choice, ``refused`` NCCL's own (the cell was
+    disabled in its cost table)."""
+
+    forced: int = 0
+    refused: int = 0
+
+    def __sub__(self, earlier: PinCounts) -> PinCounts:
+        return PinCounts(self.forced - earlier.forced, self.refused - earlier.refused)
 
 
 def library_to_control() -> Path:
@@ -77,6 +90,8 @@ class PluginControl:
         lib.dynamiccl_pin.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,
                                       ctypes.c_int, ctypes.c_int]
         lib.dynamiccl_pin.restype = ctypes.c_int
+        lib.dynamiccl_pin_counts.argtypes = [ctypes.POINTER(ctypes.c_uint64)] * 2
+        lib.dynamiccl_pin_counts.restype = ctypes.c_int
         self._lib = lib
 
     def set_context(self, straggler: str, c2c: str) -> bool:
@@ -100,6 +115,14 @@ class PluginControl:
         if self._lib.dynamiccl_pin(p.collective, p.min_bytes, p.max_bytes, p.algorithm, p.protocol,
                                    p.channels) != 0:
             raise PluginControlError(f"the plugin rejected the pin {p}")
+
+    def pin_counts(self) -> PinCounts:
+        """How many calls a pin covered so far in this process: forced, and left to NCCL because
+        its cost table had the pinned choice disabled; a call NCCL did not ask the plugin about
+        (one rank, NCCL_ALGO/NCCL_PROTO set, no NCCL at all) counts in neither."""
+        forced, refused = ctypes.c_uint64(0), ctypes.c_uint64(0)
+        self._lib.dynamiccl_pin_counts(ctypes.byref(forced), ctypes.byref(refused))
+        return PinCounts(forced.value, refused.value)
 
     def unpin(self, collective: int, min_bytes: int, max_bytes: int) -> None:
         """Gives [min_bytes, max_bytes) of ``collective`` back to the policy (algorithm −1)."""

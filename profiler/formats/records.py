@@ -41,6 +41,13 @@ def bandwidths(collective: Collective, nbytes: int, nranks: int, time_us: float)
     return algbw, algbw * bus_factor(collective, nranks)
 
 
+def knob_label(algorithm: str | None, protocol: str | None, channels: int | None) -> str:
+    """A configuration as records name it: ``NCCL default``, or ``tree/simple/auto-ch``."""
+    if algorithm is None and protocol is None and channels is None:
+        return NCCL_DEFAULT
+    return "/".join([algorithm or "auto", protocol or "auto", f"{channels}ch" if channels else "auto-ch"])
+
+
 @dataclass(frozen=True)
 class MeasurementRecord:
     collective: str
@@ -96,10 +103,7 @@ class MeasurementRecord:
 
     @property
     def config_label(self) -> str:
-        if self.nccl_default:
-            return NCCL_DEFAULT
-        return "/".join([self.algorithm or "auto", self.protocol or "auto",
-                         f"{self.channels}ch" if self.channels else "auto-ch"])
+        return knob_label(self.algorithm, self.protocol, self.channels)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -4,6 +4,8 @@ Imports the core and :mod:`dynamiccl.profiler.formats` (what it measures is writ
 
 * :mod:`.launcher`, :mod:`.runner`, :mod:`.session` – local ranks that never hang the caller,
   nccl-tests style timing, persistent ranks for the live environment backend;
+  :mod:`.interleave` – several choices side by side: pinned call by call through the tuner plugin
+  in one launch, rounds in alternating order over several launches;
   :mod:`.emulation` – more NCCL ranks than GPUs, each its own host, and the MPS check that makes
   that honest;
 * :mod:`.straggler_detection`, :mod:`.c2c`, :mod:`.hooks` – who is persistently late, compute vs

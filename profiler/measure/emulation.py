@@ -88,7 +88,8 @@ def mps_problem(timeout_s: float = MPS_TIMEOUT_S, env: dict[str, str] | None = N
     env = dict(os.environ if env is None else env)
     where = env.get(MPS_PIPE_ENV) or "the default /tmp/nvidia-mps"
     # the request comes from a file, not a pipe: a client that exits without reading it must not
-    # raise SIGPIPE here (the CLI restores SIGPIPE's default action, which would kill it silently)
+    # raise SIGPIPE here (the console command restores SIGPIPE's default action, which would kill
+    # it silently)
     with tempfile.TemporaryFile("w+") as request:
         request.write("get_server_list\n")
         request.seek(0)

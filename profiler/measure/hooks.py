@@ -2,11 +2,12 @@
 
 It does DDP's own gradient averaging (all-reduce, divide by world size) and adds two timestamps
 per bucket, plus two per step, so it can stay on in production. Timestamps are host clocks on CPU
-and CUDA events on GPU (an NCCL future's callback runs when the work is *queued*, so only an
-event on the stream marks its completion); events are read once per step, at the step's end. The
-two kinds never meet: a step's marks all come from one clock. Given the job's ``device`` the probe
-uses its clock from the first step; otherwise it learns the device from the first bucket, and the
-step that bucket ran in (begun before anything said which clock) is left out of the report.
+and CUDA events on GPU (:mod:`dynamiccl.clocks`: an NCCL future's callback runs when the work is
+*queued*, so only an event on the stream marks its completion); events are read once per step, at
+the step's end. The two kinds never meet: a step's marks all come from one clock. Given the job's
+``device`` the probe uses its clock from the first step; otherwise it learns the device from the
+first bucket, and the step that bucket ran in (begun before anything said which clock) is left out
+of the report.
 
 Usage::
 
@@ -20,7 +21,6 @@ Usage::
 
 # No ``from __future__ import annotations`` here: DDP checks the hook's annotations at run time
 # and accepts only the real ``dist.GradBucket`` / ``torch.futures.Future[torch.Tensor]`` objects.
-import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from dynamiccl.clocks import Clock, clock_for
 from dynamiccl.profiler.measure import straggler_detection
 from dynamiccl.profiler.measure.c2c import StepBreakdown, step_breakdown
 
@@ -53,41 +54,6 @@ class ProbeReport:
                 "per_rank": self.per_rank}
 
 
-class _HostClock:
-    """``mark()`` now, ``us(mark, origin)`` later, on the host's monotonic clock."""
-
-    def mark(self) -> Any:
-        return time.perf_counter_ns()
-
-    def us(self, mark: Any, origin: Any) -> float:
-        return (mark - origin) / 1e3
-
-    def settle(self, mark: Any) -> None:
-        pass
-
-
-class _CudaClock:
-    """The same on the current CUDA stream: events, read once the last one has completed."""
-
-    def mark(self) -> Any:
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return ev
-
-    def us(self, mark: Any, origin: Any) -> float:
-        return origin.elapsed_time(mark) * 1e3
-
-    def settle(self, mark: Any) -> None:
-        mark.synchronize()
-
-
-_Clock = _HostClock | _CudaClock
-
-
-def _clock_for(device: torch.device) -> "_Clock":
-    return _CudaClock() if device.type == "cuda" else _HostClock()
-
-
 @dataclass(frozen=True)
 class _Step:
     first_exec_us: float
@@ -103,13 +69,13 @@ class CommProbe:
         self._steps: deque[_Step] = deque(maxlen=window)
         self._pending: list[tuple[Any, Any, int]] = []
         self._device = torch.device(device) if device is not None else torch.device("cpu")
-        self._clock: _Clock | None = _clock_for(self._device) if device is not None else None
+        self._clock: Clock | None = clock_for(self._device) if device is not None else None
 
     def allreduce_hook(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         buf = bucket.buffer()
         if self._clock is None or buf.device.type != self._device.type:
             self._device = buf.device
-            self._clock = _clock_for(buf.device)
+            self._clock = clock_for(buf.device)
         clock = self._clock
         start = clock.mark()
         world = dist.get_world_size(self.group)
@@ -126,7 +92,7 @@ class CommProbe:
     def step(self) -> Iterator[None]:
         """Wrap one training step (forward, backward, optimizer) in this."""
         if self._clock is None:
-            self._clock = _clock_for(self._device)
+            self._clock = clock_for(self._device)
         clock = self._clock
         self._pending = []
         begin = clock.mark()

@@ -17,6 +17,7 @@ rank, so functions defined in files that are not importable packages (test helpe
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -28,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch.multiprocessing as mp
@@ -181,18 +183,33 @@ def resolve(target: str) -> Callable[..., Any]:
     if not sep or not module_name or not func:
         raise ValueError(f"target {target!r} must look like 'package.module:function' or "
                          "'path/to/file.py:function'")
-    if module_name.endswith(".py"):
-        spec = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
-        if spec is None or spec.loader is None:
-            raise ValueError(f"cannot load {module_name}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(module_name)
+    module = _load_file(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
     try:
         return getattr(module, func)
     except AttributeError:
         raise ValueError(f"{module_name} has no function {func!r}") from None
+
+
+def _load_file(path: str) -> ModuleType:
+    """The module of a ``.py`` file, loaded as an import would: entered in ``sys.modules`` (under a
+    name made from its absolute path, the same in the caller and in every rank, so that pickled
+    objects of its classes travel) before its code runs, since ``dataclasses`` and ``pickle`` look
+    a module up there. Loaded once per process."""
+    where = Path(path).resolve()
+    name = f"_dynamiccl_target_{where.stem}_{hashlib.sha1(str(where).encode()).hexdigest()[:12]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, where)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def _rank_main(rank: int, nprocs: int, workdir: str, target: str, kwargs: dict[str, Any],

@@ -3,7 +3,11 @@
 Protocol (seed 003's, nccl-tests' vocabulary): ``warmup`` untimed iterations, then ``runs`` runs of
 ``iters`` timed iterations; a run's time is its mean, the reported time the median over runs with
 the spread beside it. Each timed iteration starts from a barrier, lets an injected straggler sleep,
-then records the rank's own arrival→completion time. Those per-rank execution times give both the
+then records the rank's own arrival→completion time. Only the measured collective runs on the
+measured backend: barriers and everything else the ranks say to each other go over a gloo side
+group (:func:`join_group`), and each rank's times come back through the launcher (its own result
+file), so ``NCCL_ALGO=Tree`` forces the all-reduce measured and nothing NCCL cannot run with it
+(as nccl-tests, which runs nothing but the measured collective). Those per-rank execution times give both the
 collective time (the slowest rank's view, i.e. including any wait for a late peer) and the
 straggler analysis (:mod:`dynamiccl.profiler.measure.straggler_detection`) without needing
 synchronised clocks.
@@ -40,7 +44,7 @@ from dynamiccl.nccl import (
     forcing_env,
 )
 from dynamiccl.policy_format import CONTEXT_ENV, POLICY_ENV
-from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
+from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, knob_label
 from dynamiccl.profiler.measure import emulation, straggler_detection
 from dynamiccl.profiler.measure.launcher import RankContext, launch, set_environment
 
@@ -80,6 +84,11 @@ class CollectiveSpec:
     @property
     def knobs_applied(self) -> bool:
         return self.backend == "nccl"
+
+    @property
+    def config_label(self) -> str:
+        """What it asks NCCL to run, as its record names it (``tree/simple/auto-ch``)."""
+        return knob_label(self.algorithm, self.protocol, self.channels)
 
 
 #: What steers NCCL's choice in a process: the knobs, a tuner plugin and the policy it reads. A
@@ -132,6 +141,9 @@ class CollectiveResult:
     gpu: str = ""
     #: The ranks were emulated hosts sharing the GPUs present (NCCL saw one node per rank).
     emulated_hosts: bool = False
+    #: The NCCL environment its ranks ran with where it is not the spec's forcing (a choice pinned
+    #: call by call through the tuner plugin: the plugin, no NCCL_ALGO/NCCL_PROTO).
+    env: dict[str, str] | None = None
 
     @property
     def algbw_with_wait_GBps(self) -> float:
@@ -184,7 +196,8 @@ class CollectiveResult:
             backend=self.spec.backend, source="runner", time_us_runs=self.time_us_runs,
             straggler_rank=s.rank if s else None,
             straggler_delay_us=s.delay_us if s and s.rank is not None else 0.0,
-            env=nccl_env(self.spec) if applied else {}, launch=self.launch, gpu=self.gpu,
+            env=(nccl_env(self.spec) if self.env is None else dict(self.env)) if applied else {},
+            launch=self.launch, gpu=self.gpu,
             emulated_hosts=self.emulated_hosts)
 
 
@@ -251,43 +264,72 @@ def measure_many(specs: list[CollectiveSpec], nprocs: int, timeout_s: float = 12
     results: list[CollectiveResult | None] = [None] * len(specs)
     for (backend, steering), idx in groups.items():
         nccl = backend == "nccl"
-        rank_env = dict(steering) if nccl else {"CUDA_VISIBLE_DEVICES": ""}
         per_rank = launch("dynamiccl.profiler.measure.runner:rank_main", nprocs,
-                          {"specs": [specs[i] for i in idx]}, timeout_s=timeout_s, env=rank_env,
+                          {"specs": [specs[i] for i in idx]}, timeout_s=timeout_s,
+                          env=rank_environment(backend, dict(steering)),
                           emulate_hosts=emulate_hosts and nccl)
-        times, gpu = per_rank[0]
         launch_id = f"runner-{uuid.uuid4().hex[:12]}"
-        for i, exec_us in zip(idx, times, strict=True):
-            result = summarize(specs[i], exec_us, emulated_hosts=emulate_hosts and nccl)
-            result.launch, result.gpu = launch_id, gpu
+        for k, i in enumerate(idx):
+            result = summarize(specs[i], np.stack([times[k] for times, _ in per_rank]),
+                               emulated_hosts=emulate_hosts and nccl)
+            result.launch, result.gpu = launch_id, per_rank[0][1]
             results[i] = result
     return [r for r in results if r is not None]
 
 
-def rank_main(ctx: RankContext, specs: list[CollectiveSpec]) -> tuple[list[np.ndarray], str] | None:
-    """Launcher entry: join the group, measure each spec, return all ranks' times and the GPU's
-    model on rank 0."""
-    import torch
+def rank_environment(backend: str, steering: Mapping[str, str | None]) -> dict[str, str | None]:
+    """What a rank's environment changes to: the NCCL steering for NCCL ranks, no GPU for gloo."""
+    return dict(steering) if backend == "nccl" else {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def rank_main(ctx: RankContext, specs: list[CollectiveSpec]) -> tuple[list[np.ndarray], str]:
+    """Launcher entry: join the group, measure each spec; this rank's own times (the launcher
+    brings every rank's back) and the GPU's model."""
     import torch.distributed as dist
 
-    device = join_group(ctx, specs[0].backend)
+    device, ctrl = join_group(ctx, specs[0].backend)
     try:
-        out = [measure_in_group(spec, device) for spec in specs]
+        out = [measure_in_group(spec, device, ctrl=ctrl) for spec in specs]
     finally:
         dist.destroy_process_group()
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
-    return (out, gpu) if ctx.rank == 0 else None
+    return out, gpu_name(device)
 
 
-def join_group(ctx: RankContext, backend: str) -> Any:
-    """Initializes the default process group for a launcher rank; returns the rank's device."""
+def gpu_name(device: Any) -> str:
+    """The model of ``device``'s GPU ("" on CPU)."""
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+
+
+def join_group(ctx: RankContext, backend: str) -> tuple[Any, Any]:
+    """Initializes the default process group for a launcher rank; returns the rank's device and the
+    gloo side group for everything but the measured collectives (:func:`control_group`)."""
     import torch.distributed as dist
 
     device = _device(backend, ctx.gpu() if backend == "nccl" else 0)
     dist.init_process_group(backend, init_method=ctx.init_method, rank=ctx.rank,
                             world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s),
                             **({"device_id": device} if backend == "nccl" else {}))
-    return device
+    return device, control_group()
+
+
+def control_group() -> Any:
+    """A gloo group of every rank, for barriers and results: on the host, outside whatever NCCL
+    knobs the measured communicator was forced to (its creation runs no collective: a store-based
+    barrier)."""
+    import torch.distributed as dist
+
+    return dist.new_group(backend="gloo")
+
+
+def gather_times(mine: np.ndarray, ctrl: Any) -> np.ndarray | None:
+    """Every rank's times, stacked on rank 0 (None elsewhere), over the control group."""
+    import torch.distributed as dist
+
+    everyone: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(mine, everyone, dst=0, group=ctrl)
+    return np.stack(everyone) if everyone is not None else None
 
 
 def run_under_torchrun(spec: CollectiveSpec) -> CollectiveResult | None:
@@ -303,7 +345,8 @@ def run_under_torchrun(spec: CollectiveSpec) -> CollectiveResult | None:
     device = _device(spec.backend, local)
     dist.init_process_group(spec.backend, **({"device_id": device} if spec.backend == "nccl" else {}))
     try:
-        exec_us = measure_in_group(spec, device)
+        ctrl = control_group()
+        exec_us = gather_times(measure_in_group(spec, device, ctrl=ctrl), ctrl)
     finally:
         dist.destroy_process_group()
     one_host = os.environ.get("LOCAL_WORLD_SIZE") == os.environ.get("WORLD_SIZE")
@@ -320,43 +363,59 @@ def _device(backend: str, gpu: int) -> Any:
     return torch.device("cuda", gpu)
 
 
-def measure_in_group(spec: CollectiveSpec, device: Any, group: Any = None) -> np.ndarray | None:
-    """Runs the protocol in an initialized group.
+def measure_in_group(spec: CollectiveSpec, device: Any, group: Any = None, ctrl: Any = None
+                     ) -> np.ndarray:
+    """Runs the protocol in an initialized group: the collective on ``group`` (default: the default
+    group), barriers on ``ctrl`` (default: the default group too).
 
-    Rank 0 gets ``[rank, 2, run, iteration]``: each rank's own execution time of each collective
-    and its arrival instant on the host's monotonic clock (µs).
+    This rank's ``[2, run, iteration]``: its own execution time of each collective and its arrival
+    instant on the host's monotonic clock (µs).
     """
+    op = collective_op(spec, device, group)
+    runs = [timed_iterations(op, spec, device, ctrl, spec.warmup if r == 0 else 0)
+            for r in range(spec.runs)]
+    return np.stack(runs, axis=1)
+
+
+def timed_iterations(op: Any, spec: CollectiveSpec, device: Any, ctrl: Any, warmup: int
+                     ) -> np.ndarray:
+    """``warmup`` untimed then ``spec.iters`` timed calls of ``op``, each from a barrier on ``ctrl``
+    with this rank's GPU idle; ``[2, iteration]``: execution times and arrival instants (µs)."""
     import torch
     import torch.distributed as dist
 
-    rank, world = dist.get_rank(), dist.get_world_size()
-    op = _collective_op(spec, world, device, group)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sleep_s = spec.straggler_delay_us / 1e6 if spec.straggler_rank == rank else 0.0
-    times = np.zeros((2, spec.runs, spec.iters))
-    for i in range(spec.warmup + spec.runs * spec.iters):
-        dist.barrier(group=group)
+    sleep_s = spec.straggler_delay_us / 1e6 if spec.straggler_rank == dist.get_rank() else 0.0
+    times = np.zeros((2, spec.iters))
+    for i in range(warmup + spec.iters):
         sync()
+        dist.barrier(group=ctrl)
         if sleep_s:
             time.sleep(sleep_s)
         t0 = time.perf_counter_ns()
         op()
         sync()
         t1 = time.perf_counter_ns()
-        if i >= spec.warmup:
-            j = i - spec.warmup
-            times[:, j // spec.iters, j % spec.iters] = (t1 - t0) / 1e3, t0 / 1e3
-    mine = torch.tensor(times, dtype=torch.float64, device=device)
-    everyone = torch.empty((world * 2, spec.runs, spec.iters), dtype=torch.float64, device=device)
-    dist.all_gather_into_tensor(everyone, mine, group=group)
-    return everyone.cpu().numpy().reshape(world, 2, spec.runs, spec.iters) if rank == 0 else None
+        if i >= warmup:
+            times[:, i - warmup] = (t1 - t0) / 1e3, t0 / 1e3
+    return times
 
 
-def _collective_op(spec: CollectiveSpec, world: int, device: Any, group: Any) -> Any:
+def call_bytes(spec: CollectiveSpec, world: int) -> int:
+    """The bytes NCCL is told a call of ``spec`` moves (its ``nBytes``: the whole gathered buffer
+    for all-gather and reduce-scatter), after rounding to whole float32 elements per rank."""
+    count = spec.nbytes // _ELEMENT_BYTES
+    if spec.coll in (Collective.ALLGATHER, Collective.REDUCESCATTER):
+        count = count // world * world
+    return count * _ELEMENT_BYTES
+
+
+def collective_op(spec: CollectiveSpec, device: Any, group: Any = None) -> Any:
     """A zero-argument callable running the collective once on preallocated buffers."""
     import torch
     import torch.distributed as dist
 
+    world = dist.get_world_size(group)
     count = spec.nbytes // _ELEMENT_BYTES
     coll = spec.coll
     split = coll in (Collective.ALLGATHER, Collective.REDUCESCATTER)

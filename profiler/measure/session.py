@@ -3,7 +3,9 @@
 The live environment backend times a collective per step; starting ranks per step would cost
 seconds. A :class:`RankSession` starts them once. Requests go to rank 0 over a private Unix socket;
 rank 0 broadcasts each request, so every rank applies the same configuration, and sends back all
-ranks' timings. A rank that dies or stalls ends the session with :class:`LaunchError` after the
+ranks' timings. Requests and timings travel over a gloo side group: the measured backend runs
+nothing but the measured collectives (a communicator forced to ``NCCL_ALGO=Tree`` could not run a
+broadcast of the request). A rank that dies or stalls ends the session with :class:`LaunchError` after the
 timeout, like the one-shot launcher.
 
 With NCCL, each distinct knob setting gets its own communicator (created once, then reused):
@@ -121,19 +123,20 @@ def serve(ctx: RankContext, backend: str, address: str, authkey: bytes) -> None:
     """Rank side: rank 0 relays requests; everyone measures each broadcast request."""
     import torch.distributed as dist
 
-    from dynamiccl.profiler.measure.runner import join_group, measure_in_group
+    from dynamiccl.profiler.measure.runner import gather_times, join_group, measure_in_group
 
-    device = join_group(ctx, backend)
+    device, ctrl = join_group(ctx, backend)
     conn = Listener(address, family="AF_UNIX", authkey=authkey).accept() if ctx.rank == 0 else None
     groups: dict[tuple, Any] = {}
     try:
         while True:
             box = [conn.recv() if conn is not None else None]
-            dist.broadcast_object_list(box, src=0)
+            dist.broadcast_object_list(box, src=0, group=ctrl)
             specs = box[0]
             if specs is None:
                 return
-            out = [measure_in_group(s, device, _knob_group(s, groups)) for s in specs]
+            out = [gather_times(measure_in_group(s, device, _knob_group(s, groups), ctrl), ctrl)
+                   for s in specs]
             if conn is not None:
                 conn.send(out)
     finally:
