@@ -1,9 +1,11 @@
 """Where the NCCL tuner plugin is, and how to (re)build it with the machine's C compiler.
 
-The package build (scikit-build-core + CMake) installs ``dynamiccl/lib/libnccl-tuner-dynamiccl.so``.
-When that file is missing (an install without a build step) or older than the C sources next to it
-(an editable install whose sources changed), the plugin is compiled into a user cache instead, keyed
-by a digest of the sources and flags, so a stale library is never handed to NCCL.
+The one library is both NCCL's tuner plugin (``NCCL_TUNER_PLUGIN``) and its profiler plugin
+(``NCCL_PROFILER_PLUGIN``, :mod:`dynamiccl.profile_ring`). The package build (scikit-build-core +
+CMake) installs ``dynamiccl/lib/libnccl-tuner-dynamiccl.so``. When that file is missing (an install
+without a build step) or older than the C sources next to it (an editable install whose sources
+changed), the plugin is compiled into a user cache instead, keyed by a digest of the sources and
+flags, so a stale library is never handed to NCCL.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ LIBRARY_NAME = "libnccl-tuner-dynamiccl.so"
 #: The ABI versions the plugin exports, newest first (NCCL's loader tries them in this order).
 ABI_VERSIONS = (6, 5, 4, 3, 2)
 EXPORTED_SYMBOLS = tuple(f"ncclTunerPlugin_v{v}" for v in ABI_VERSIONS)
+#: The profiler ABI versions it exports (csrc/profiler.c), newest first: NCCL 2.29+ loads v6,
+#: 2.28 v5, 2.27 v4.
+PROFILER_ABI_VERSIONS = (6, 5, 4)
+PROFILER_SYMBOLS = tuple(f"ncclProfiler_v{v}" for v in PROFILER_ABI_VERSIONS)
 #: The run-time entry points dynamiccl.runtime calls through ctypes (documented in csrc/tuner.c).
 RUNTIME_FUNCTIONS = ("dynamiccl_set_context", "dynamiccl_policy_hash", "dynamiccl_plugin_version",
                      "dynamiccl_pin")
