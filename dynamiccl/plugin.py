@@ -165,24 +165,33 @@ def _is_stale(library: Path, src: Path) -> bool:
     return library.stat().st_mtime < newest
 
 
-#: File in the cache naming the library ``dynamiccl plugin build`` made last.
+#: File in the cache naming the library ``dynamiccl plugin build`` made last, and the digest of
+#: the sources it was built from (the cache is the user's, shared by every checkout they build in).
 LAST_BUILD = "last-build"
 
 
+def _sources_digest(src: Path) -> str:
+    return _digest([*sources(src), *headers(src), src / FLAGS_FILE], (), "")
+
+
 def remember_build(library: Path) -> None:
-    """Records ``library`` as the user's own build, so ``plugin path`` names it from now on."""
+    """Records ``library`` as the user's own build, so ``plugin path`` names it from now on (while
+    the sources are the ones it was built from)."""
     record = cache_dir() / LAST_BUILD
     record.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(record, str(library))
+    src = source_dir()
+    write_text_atomic(record, f"{library}\n{_sources_digest(src) if src else ''}\n")
 
 
 def _remembered_build(src: Path | None) -> Path | None:
-    """The library ``plugin build`` made, while it exists and is not older than the sources."""
+    """The library ``plugin build`` made, while it exists and was built from these sources (not
+    another checkout's, nor older ones)."""
     try:
-        library = Path((cache_dir() / LAST_BUILD).read_text().strip())
+        path, _, digest = (cache_dir() / LAST_BUILD).read_text().partition("\n")
     except OSError:
         return None
-    if not library.is_file() or (src is not None and _is_stale(library, src)):
+    library = Path(path.strip())
+    if not library.is_file() or (src is not None and digest.strip() != _sources_digest(src)):
         return None
     return library
 

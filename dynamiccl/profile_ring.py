@@ -35,6 +35,7 @@ from dynamiccl.nccl import (
     PROFILER_COLLECTIVE_NAMES,
     PROFILER_PROTOCOL_NAMES,
     PROFILER_STATE_KERNEL_CH_STOP,
+    Collective,
     ProfilerEvent,
 )
 
@@ -272,6 +273,13 @@ def _header_problem(header: np.void, size: int) -> str | None:
     if size != HEADER_BYTES + capacity * RECORD_BYTES:
         return f"{size} bytes where {capacity} records need {HEADER_BYTES + capacity * RECORD_BYTES}"
     return None
+
+
+def nccl_tests_bytes(collective: np.ndarray, nbytes: np.ndarray, nranks: int) -> np.ndarray:
+    """nccl-tests' size of ring records: NCCL counts an allgather's or reducescatter's elements per
+    rank (its ``count``), nccl-tests' size is the whole gathered or scattered buffer."""
+    split = np.isin(collective, [int(Collective.ALLGATHER), int(Collective.REDUCESCATTER)])
+    return np.where(split, nbytes * np.uint64(nranks), nbytes).astype(np.uint64)
 
 
 def ring_files(folder: str | Path) -> list[Path]:

@@ -108,6 +108,20 @@ def test_cli_build_and_path(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.strip() == built
 
 
+def test_a_build_remembered_from_other_sources_is_not_handed_out(tmp_path, monkeypatch, library):
+    """The cache is the user's, shared by every checkout: a library another checkout built (newer
+    than these sources, but of other sources) is not the one `plugin path` names."""
+    monkeypatch.setenv(plugin.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(plugin, "packaged_library", lambda: None)
+    other = tmp_path / "other" / plugin.LIBRARY_NAME
+    other.parent.mkdir()
+    shutil.copy(library, other)
+    (tmp_path / plugin.LAST_BUILD).write_text(f"{other}\n")  # what `plugin build` elsewhere left
+    assert plugin.library_path() != other
+    plugin.remember_build(other)  # built here, from these sources
+    assert plugin.library_path() == other
+
+
 def test_path_prefers_a_current_packaged_build_and_replaces_a_stale_one(tmp_path, monkeypatch,
                                                                          library):
     monkeypatch.setenv(plugin.CACHE_ENV, str(tmp_path / "cache"))

@@ -358,6 +358,56 @@ def test_the_reader_sees_each_record_once_while_the_plugin_writes(cache, tmp_pat
         view.close()
 
 
+# ---- the reader of a job's rings ----------------------------------------------------------------
+
+
+def test_the_reader_joins_the_ranks_of_a_call(driver, tmp_path):
+    """Two ranks of one communicator (and a second communicator) recorded by the C harness: one
+    row per call with the slowest rank's time, the ranks' launch spread, nccl-tests' sizes, and
+    the [call, rank] matrices straggler detection reads."""
+    from dynamiccl.profiler.measure.profile_reader import ProfileReader, join_ranks, rank_matrix
+
+    commands = ["init 0 6 aa 1 2 0", "init 1 6 aa 1 2 1", "init 2 5 bb 1 1 0"]
+    for seq in range(3):  # rank 1 starts its kernels 40 ns late and so runs 40 ns shorter
+        commands += [_call(0, seq=seq, t0=10_000 * seq, duration=500),
+                     _call(1, seq=seq, t0=10_000 * seq + 40, duration=460)]
+    commands += [_call(0, "AllGather", count=100, seq=0, duration=90),  # rank 1 never records it
+                 _call(2, "Broadcast", "ncclInt64", 3, "TREE", "LL", 1, 0, duration=50),
+                 "fin 0", "fin 1", "fin 2"]
+    driver.run(commands, tmp_path)
+    with ProfileReader(tmp_path) as reader:
+        calls = reader.poll()
+        assert len(calls) == 3 + 3 + 1 + 1 and len(reader.poll()) == 0 and reader.all_closed()
+        assert reader.lost == 0 and len(reader.rings) == 3
+    joined = join_ranks(calls)
+    allreduce = joined[joined["collective"] == Collective.ALLREDUCE]
+    assert list(allreduce["seq"]) == [0, 1, 2] and (allreduce["ranks_seen"] == 2).all()
+    assert (allreduce["duration_us"] == (500 + 3 * 10) / 1e3).all()  # the slowest rank's
+    assert (allreduce["nbytes"] == 4096).all() and (allreduce["launch_spread_us"] >= 0).all()
+    gather = joined[joined["collective"] == Collective.ALLGATHER][0]
+    assert (gather["nbytes"], gather["ranks_seen"], gather["nranks"]) == (100 * 4 * 2, 1, 2)
+    broadcast = joined[joined["collective"] == Collective.BROADCAST][0]
+    assert (broadcast["algorithm"], broadcast["protocol"], broadcast["nbytes"]) == \
+        (Algorithm.TREE, Protocol.LL, 24)
+    mine = calls[(calls["comm_id"] == 0xAA) & (calls["collective"] == Collective.ALLREDUCE)]
+    durations = rank_matrix(mine, "duration_us")
+    assert durations.shape == (3, 2) and (durations[:, 1] < durations[:, 0]).all()
+    assert rank_matrix(calls[calls["comm_id"] == 0xAA], "duration_us").shape == (3, 2)  # gather: 1 rank
+
+
+def test_the_reader_follows_rings_as_they_appear_and_grow(driver, tmp_path):
+    from dynamiccl.profiler.measure.profile_reader import ProfileReader
+
+    with ProfileReader(tmp_path) as reader:
+        assert len(reader.poll()) == 0
+        driver.run(["init 0 6 aa 1 1 0", _call(0, seq=0), "fin 0"], tmp_path)
+        assert list(reader.poll()["seq"]) == [0]
+        (tmp_path / "dynamiccl-1-9-00000000000000cc-r0.ring").write_bytes(b"not a ring")
+        driver.run(["init 0 6 bb 1 1 0", _call(0, seq=5), _call(0, seq=6), "fin 0"], tmp_path)
+        assert list(reader.poll()["seq"]) == [5, 6] and len(reader.poll()) == 0
+        assert [p.name for p in reader.unreadable] == ["dynamiccl-1-9-00000000000000cc-r0.ring"]
+
+
 # ---- the reader refuses what is not a ring ---------------------------------------------------------
 
 
