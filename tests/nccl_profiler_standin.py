@@ -88,6 +88,12 @@ class NcclProfilerStandIn:
                    datatype: bytes = b"ncclFloat32") -> None:
         """One collective of ``count`` elements on ``channels`` channels that ran on the GPU from
         ``gpu_start_ns`` for ``duration_ns`` (every channel alike)."""
+        call = self.launch(collective, count, algorithm, protocol, channels, datatype)
+        self.complete(call, channels, gpu_start_ns, duration_ns)
+
+    def launch(self, collective: Collective, count: int, algorithm: Algorithm, protocol: Protocol,
+               channels: int, datatype: bytes = b"ncclFloat32") -> ctypes.c_void_p:
+        """What NCCL reports when the rank calls the collective (its launch time is now)."""
         seq = self.seq.get(collective, 0)
         self.seq[collective] = seq + 1
         group, call = ctypes.c_void_p(), ctypes.c_void_p()
@@ -103,6 +109,11 @@ class NcclProfilerStandIn:
         for handle in (call, group):
             if handle.value:
                 assert self.v6.stopEvent(handle) == 0
+        return call
+
+    def complete(self, call: ctypes.c_void_p, channels: int, gpu_start_ns: int,
+                 duration_ns: int) -> None:
+        """What NCCL's proxy thread reports once the GPU ran the call's channels."""
         for channel in range(channels):
             handle = ctypes.c_void_p()
             d = _Descr(type=ProfilerEvent.KERNEL_CH, parentObj=call)

@@ -408,6 +408,34 @@ def test_the_reader_follows_rings_as_they_appear_and_grow(driver, tmp_path):
         assert [p.name for p in reader.unreadable] == ["dynamiccl-1-9-00000000000000cc-r0.ring"]
 
 
+def test_the_live_backend_takes_each_steps_times_from_the_profiler(driver, tmp_path):
+    """A live step measures its choice, then NCCL's default, back to back (warmup + timed calls
+    each); with the profiler's rings (here filled by the C harness for two ranks, a barrier's tiny
+    all-reduce between) the step's times are the medians of the timed calls' GPU times."""
+    from dynamiccl.envs.backends.live import LiveBackend
+    from dynamiccl.profiler.measure.profile_reader import ProfileReader
+    from dynamiccl.profiler.measure.runner import CollectiveSpec
+
+    specs = [CollectiveSpec("allreduce", 1 << 20, "nccl", warmup=2, iters=3, runs=1, algorithm="ring",
+                            protocol="ll"), CollectiveSpec("allreduce", 1 << 20, "nccl", 2, 3, 1)]
+    commands, seq = ["init 0 6 aa 1 2 0", "init 1 6 aa 1 2 1"], 0
+    for duration in (900, 400, 410, 420, 430, 50_000, 2000, 700, 710, 720):  # mine, then NCCL's
+        for k in (0, 1):
+            commands.append(_call(k, count=1 << 18, seq=seq, duration=duration - 10 * k, skew=0))
+            commands.append(_call(k, count=1, seq=1000 + seq, duration=5, skew=0))  # a barrier
+        seq += 1
+    backend = LiveBackend(2, "nccl")
+    backend._reader = ProfileReader(tmp_path)
+    assert backend._gpu_times(specs, 2) is None  # nothing recorded yet: the runner's times stand
+    driver.run([*commands[:10], "fin 0", "fin 1"], tmp_path)
+    assert backend._gpu_times(specs, 2) is None  # only part of the step's calls
+    backend._reader = ProfileReader(tmp_path)
+    for path in ring_files(tmp_path):
+        path.unlink()
+    driver.run([*commands, "fin 0", "fin 1"], tmp_path)
+    assert backend._gpu_times(specs, 2) == pytest.approx([0.42, 0.71])  # warmup and barriers out
+
+
 # ---- the reader refuses what is not a ring ---------------------------------------------------------
 
 

@@ -41,7 +41,6 @@ one bucket late anyway because of a straggler, that overlap is what the straggle
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ from dynamiccl.runtime.matchings import worthwhile
 from dynamiccl.runtime.paths import PathOptions, PathTable, fit_topology, predict, size_bin
 from dynamiccl.runtime.plugin_control import Pin, PluginControl
 from dynamiccl.runtime.stragglar import StragglAR
+from dynamiccl.runtime.timing import ProfiledTimes, arrivals, profiled_times, trimmed_mean
 from dynamiccl.runtime.tuning import OnlineTuner, SizeBin, Tuning, TuningEvent
 from dynamiccl.topology import Topology, load_topology
 
@@ -117,7 +117,7 @@ class Runtime:
     """DDP comm-hook state; create it on every rank after ``init_process_group``, before training."""
 
     def __init__(self, config: RuntimeConfig | None = None, *, tuner: OnlineTuner | None = None,
-                 control: PluginControl | None = None) -> None:
+                 control: PluginControl | None = None, times: ProfiledTimes | None = None) -> None:
         if not dist.is_initialized():
             raise RuntimeError("create the runtime after torch.distributed.init_process_group")
         self.config = config or RuntimeConfig()
@@ -143,6 +143,11 @@ class Runtime:
         self.tuner = tuner
         self.tuning: Tuning | None = None
         self.tuning_log: list[TuningEvent] = []
+        #: NCCL's profiler's per-call GPU times of this process when it is loaded (the default:
+        #: from the environment), else None: the runtime times collectives itself.
+        self.times = times if times is not None else profiled_times()
+        self._trial_calls = 0
+        self._step_ns: list[int] = []  # realtime at the last two steps' beginnings
         self.history: list[StepRecord] = []
         self.step = 0
         self._in_step = False
@@ -178,6 +183,9 @@ class Runtime:
         self._bucket_bytes.append(nbytes)
         self._paths[path] = self._paths.get(path, 0) + 1
         timed = self._timed(nbytes)
+        self._trial_calls += timed and path == "nccl"
+        if timed and path == "nccl" and self._profiled():
+            timed = False  # NCCL's profiler times it: the asynchronous path, as any bucket
         start = time.perf_counter()
         divisor = self.world if average else 1
         if path == "nccl" and not timed:
@@ -228,6 +236,9 @@ class Runtime:
         self._last_done = now if self._last_done is None else max(self._last_done, now)
         return tensor
 
+    def _profiled(self) -> bool:
+        return self.times is not None and self.times.recording
+
     def _timed(self, nbytes: int) -> bool:
         state = self.tuning.active if self.tuning is not None else None
         return state is not None and nbytes in state.size_bin
@@ -241,6 +252,7 @@ class Runtime:
             self._c2c = max(step_us - self._comm_us, 0.0) / max(self._comm_us, 1e-3)
             self._arrival_us = 0.0 if self._last_done is None else (now - self._last_done) * 1e6
         self._last_begin, self._comm_us, self._last_done, self._in_step = now, 0.0, None, True
+        self._step_ns = [*self._step_ns[-1:], time.time_ns()]
         self.step += 1
         every = self.config.measure_every
         self._time_comm = self.step % every == every - 1
@@ -259,18 +271,26 @@ class Runtime:
         self._bucket_bytes = []
 
     def _measure_and_decide(self) -> None:
-        mine = torch.tensor([self._arrival_us, self._c2c], dtype=torch.float64)
-        everyone = torch.empty(self.world * 2, dtype=torch.float64)
+        mine = torch.tensor([self._arrival_us, self._c2c, *self._first_call()], dtype=torch.float64)
+        everyone = torch.empty(self.world * 4, dtype=torch.float64)
         dist.all_gather_into_tensor(everyone, mine, group=self.ctrl)
         if self.rank == 0:
-            table = everyone.view(self.world, 2)
-            self.window.add(table[:, 0].tolist(), table[:, 1].tolist())
+            table = everyone.view(self.world, 4)
+            self.window.add(arrivals(table[:, 0].tolist(), table[:, 2].tolist(), table[:, 3].tolist()),
+                            table[:, 1].tolist())
             state = self.window.decide()
             encoded = torch.cat([state.encode(), self._predict(state)])
         else:
             encoded = torch.empty(3 + len(PathTable.encode_none()), dtype=torch.float64)
         dist.broadcast(encoded, src=0, group=self.ctrl)
         self._apply(JobState.decode(encoded[:3]), PathTable.decode(encoded[3:]))
+
+    def _first_call(self) -> tuple[float, float]:
+        """(NCCL's seq, launch time in ns) of the previous step's first all-reduce, from NCCL's
+        profiler; (-1, 0) without it."""
+        found = (self.times.first_call(*self._step_ns) if self._profiled() and len(self._step_ns) == 2
+                 else None)
+        return (float(found[0]), float(found[1])) if found else (-1.0, 0.0)
 
     def _predict(self, state: JobState) -> torch.Tensor:
         """Rank 0: the simulator's path per size bin at the agreed state (encoded; none without a
@@ -316,11 +336,12 @@ class Runtime:
             state = self.tuning.active
             if state is None:
                 return
-            local = torch.tensor([statistics.median(self._trial_us) if self._trial_us else 0.0],
-                                 dtype=torch.float64)
+            times = (self.times.take(state.size_bin.__contains__, self._trial_calls)
+                     if self._profiled() else self._trial_us)
+            local = torch.tensor([trimmed_mean(times)], dtype=torch.float64)
             dist.all_reduce(local, op=dist.ReduceOp.MAX, group=self.ctrl)
             agreed = float(local.item())
-        self._trial_us = []
+        self._trial_us, self._trial_calls = [], 0
         state = self.tuning.active
         if state is None:
             return

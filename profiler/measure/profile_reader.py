@@ -157,3 +157,18 @@ def rank_matrix(calls: np.ndarray, field: str) -> np.ndarray:
     order = np.argsort(launch, kind="stable")
     matrix = matrix[order]
     return matrix[~np.isnan(matrix).any(axis=1)]
+
+
+def consecutive_runs(joined: np.ndarray, collective: int, nbytes: int,
+                     counts: list[int]) -> list[np.ndarray] | None:
+    """The GPU times of ``counts[0]`` calls, then ``counts[1]`` calls, ... of ``collective`` at
+    ``nbytes``, in launch order: what back-to-back measurements of the same call ran (the live
+    backend's choice and NCCL's reference). None unless exactly that many such calls are there,
+    each timed by all its ranks (the profiler is not loaded, lost one, or a rank's record is yet
+    to come: the caller waits or keeps its own timing)."""
+    mine = joined[(joined["collective"] == collective) & (joined["nbytes"] == nbytes)]
+    mine = mine[np.argsort(mine["host_start_ns"], kind="stable")]
+    if (len(mine) != sum(counts) or np.isnan(mine["duration_us"]).any()
+            or (mine["ranks_seen"] < mine["nranks"]).any()):
+        return None
+    return np.split(mine["duration_us"], np.cumsum(counts)[:-1])
