@@ -13,8 +13,15 @@ Every configuration of ``--channels`` x ``--depth`` (collectives in flight at on
 enqueues ahead of the GPU) is timed; ``ns_per_event_pair`` is the worst of them (median over
 repetitions), the figure the goal (<= 100 ns) is held to.
 
+With ``--ddp`` (a GPU; emulated hosts need the CUDA MPS daemon) it instead runs bench_real's DDP
+job (experiments/bench_real.py ``ddp_rank``) in ``--pairs`` interleaved launch pairs, without and
+with NCCL loading the profiler (every collective recorded, kernel channel events on), and reports
+the profiler's cost as the median over pairs of each pair's step-time ratio (``ddp_step_overhead_pct``,
+goal < 1 %), with the smallest and largest pair.
+
     python experiments/bench_profiler.py [--json] [--calls N] [--reps N] [--channels 1,8,32]
                                          [--depth 1,16]
+    python experiments/bench_profiler.py --ddp [--json] [--pairs 5] [--nprocs 4] [--no-emulate-hosts]
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from dynamiccl import plugin
 from dynamiccl.profile_ring import PROFILE_ENV, RECORDS_ENV
 
 TARGET_NS = 100.0
+TARGET_DDP_PCT = 1.0
+BENCH_REAL = Path(__file__).resolve().parent / "bench_real.py"
 
 
 def _ints(text: str) -> list[int]:
@@ -74,6 +83,41 @@ def measure(calls: int, reps: int, channels: int, depth: int, binaries: tuple[Pa
     return {"channels": channels, "depth": depth, **result}
 
 
+def measure_ddp(pairs: int, nprocs: int, emulate_hosts: bool, steps: int, warmup: int) -> dict:
+    """bench_real's DDP job without and with the profiler, interleaved launch pairs (which arm
+    goes first alternates), on the GPUs present."""
+    import statistics
+
+    from dynamiccl.profiler.measure.job_profile import profiling_env
+    from dynamiccl.profiler.measure.launcher import launch
+
+    library = plugin.library_path()
+    job = {"steps": steps, "width": 256, "layers": 12, "bucket_mb": 0.25, "seed": 0}
+    medians: dict[str, list[float]] = {"plain": [], "profiled": []}
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    from dynamiccl.profiler.measure.emulation import EmulationError
+    from dynamiccl.profiler.measure.launcher import LaunchError
+
+    for pair in range(pairs):
+        for arm in ("plain", "profiled") if pair % 2 == 0 else ("profiled", "plain"):
+            with tempfile.TemporaryDirectory(prefix="dynamiccl-bench-", dir=shm) as rings:
+                env = profiling_env(library, Path(rings), 1 << 16) if arm == "profiled" else None
+                try:
+                    out = launch(f"{BENCH_REAL}:ddp_rank", nprocs, job, timeout_s=600, env=env,
+                                 emulate_hosts=emulate_hosts)[0]
+                except (EmulationError, LaunchError) as exc:
+                    raise SystemExit(f"--ddp needs NCCL ranks on GPUs: {exc}") from None
+            medians[arm].append(statistics.median(out["step_ms"][warmup:]))
+            print(f"[pair {pair + 1}/{pairs}] {arm}: median step {medians[arm][-1]:.3f} ms",
+                  file=sys.stderr, flush=True)
+    ratios = sorted(100 * (p / q - 1) for p, q in zip(medians["profiled"], medians["plain"], strict=True))
+    return {"ddp_step_overhead_pct": round(statistics.median(ratios), 3),
+            "min_pct": round(ratios[0], 3), "max_pct": round(ratios[-1], 3),
+            "plain_step_ms": medians["plain"], "profiled_step_ms": medians["profiled"],
+            "pairs": pairs, "nprocs": nprocs, "emulated_hosts": emulate_hosts,
+            "target_pct": TARGET_DDP_PCT}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON only")
@@ -84,7 +128,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="channels per collective to time, comma list (default 1,8,32)")
     parser.add_argument("--depth", type=_ints, default=[1, 16],
                         help="collectives in flight at once, comma list (default 1,16)")
+    parser.add_argument("--ddp", action="store_true",
+                        help="time bench_real's DDP job with and without the profiler (a GPU)")
+    parser.add_argument("--pairs", type=int, default=5, help="--ddp: interleaved launch pairs")
+    parser.add_argument("--nprocs", type=int, default=4, help="--ddp: ranks (default 4)")
+    parser.add_argument("--no-emulate-hosts", action="store_true",
+                        help="--ddp: one rank per GPU instead of emulated hosts")
+    parser.add_argument("--steps", type=int, default=150, help="--ddp: steps per launch")
+    parser.add_argument("--warmup", type=int, default=30, help="--ddp: steps not counted")
     args = parser.parse_args(argv)
+    if args.ddp:
+        if args.pairs < 1 or args.nprocs < 2 or args.steps <= args.warmup:
+            parser.error("--pairs >= 1, --nprocs >= 2 and --steps above --warmup")
+        result = measure_ddp(args.pairs, args.nprocs, not args.no_emulate_hosts, args.steps,
+                             args.warmup)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            verdict = "meets" if result["ddp_step_overhead_pct"] < TARGET_DDP_PCT else "MISSES"
+            print(f"profiler cost in a DDP step: {result['ddp_step_overhead_pct']:+.2f}% (median of "
+                  f"{args.pairs} launch pairs, {result['min_pct']:+.2f}% .. {result['max_pct']:+.2f}%;"
+                  f" {verdict} the < {TARGET_DDP_PCT:g}% target)")
+        return 0
     if args.calls < max(args.depth) or args.reps < 1:
         parser.error("--calls must be at least the largest --depth, --reps at least 1")
     binaries = build()

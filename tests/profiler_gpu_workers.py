@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 BENCH_REAL = Path(__file__).resolve().parents[1] / "experiments" / "bench_real.py"
 
 
 def _bench_real():
-    spec = importlib.util.spec_from_file_location("bench_real", BENCH_REAL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """experiments/bench_real.py as a module (entered in sys.modules first: its dataclasses look
+    their module up there)."""
+    if "bench_real" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bench_real", BENCH_REAL)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bench_real"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["bench_real"]
 
 
 def ddp_buckets(ctx, steps: int, width: int, layers: int, bucket_mb: float, seed: int) -> dict | None:
