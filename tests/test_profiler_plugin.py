@@ -14,7 +14,6 @@ from __future__ import annotations
 import mmap
 import os
 import re
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sanitizers import ASAN, TSAN, clang_fuzzer, tsan_works
 
 from dynamiccl import plugin, profile_ring
 from dynamiccl.nccl import PROFILER_ABI_FIRST_NCCL, Algorithm, Collective, Protocol
@@ -30,9 +30,6 @@ from dynamiccl.profile_ring import FLAG_TIMED, RingFormatError, RingView, ring_f
 SRC = plugin.source_dir()
 TESTS = SRC / "tests" if SRC else None
 HEADERS = Path(__file__).parent / "fixtures" / "nccl_headers"
-ASAN = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-        "-g", "-O1"]
-TSAN = ["-fsanitize=thread", "-g", "-O1"]
 WARN = 2
 pytestmark = pytest.mark.skipif(SRC is None, reason="needs the C sources (a source checkout)")
 
@@ -272,16 +269,6 @@ def test_hostile_input_under_address_and_undefined_behaviour_sanitizers(asan_dri
     assert ring.drops()["descriptor"] == len(BAD_DESCRIPTORS)
 
 
-def _tsan_works(cache: Path) -> bool:
-    probe = cache / "tsan_probe.c"
-    probe.parent.mkdir(parents=True, exist_ok=True)
-    probe.write_text("int main(void){return 0;}\n")
-    try:
-        exe = plugin.compile_c([probe], "tsan_probe", flags=TSAN, cache=cache)
-    except plugin.PluginError:
-        return False
-    return subprocess.run([str(exe)], capture_output=True).returncode == 0
-
 
 def _check_thread_rings(folder: Path, comms: int, calls: int) -> None:
     """Every call of every communicator recorded once, timed, with the duration the harness ran."""
@@ -303,7 +290,7 @@ def _check_thread_rings(folder: Path, comms: int, calls: int) -> None:
 @pytest.mark.parametrize("sanitizer", ["thread", "address"])
 def test_many_communicators_with_host_and_proxy_threads(cache, tmp_path, sanitizer):
     flags = TSAN if sanitizer == "thread" else ASAN
-    if sanitizer == "thread" and not _tsan_works(cache):
+    if sanitizer == "thread" and not tsan_works(cache):
         pytest.skip("ThreadSanitizer cannot run on this kernel/compiler")
     library = plugin.build(flags=flags, cache=cache)
     exe = _exe("profiler_threads", cache, [*flags, "-pthread"])
@@ -468,19 +455,10 @@ def test_a_ring_being_created_is_not_listed(driver, tmp_path):
 # ---- fuzzing and the real NCCL ------------------------------------------------------------------
 
 
-def _clang_fuzzer() -> str | None:
-    clang = shutil.which("clang")
-    if not clang:
-        return None
-    probe = subprocess.run([clang, "-fsanitize=fuzzer", "-x", "c", "-", "-o", os.devnull],
-                           input="int LLVMFuzzerTestOneInput(const char*d,unsigned long n)"
-                                 "{return 0;}", capture_output=True, text=True)
-    return clang if probe.returncode == 0 else None
-
 
 @pytest.mark.slow
 def test_bounded_libfuzzer_run_of_the_event_handlers(cache, tmp_path):
-    clang = _clang_fuzzer()
+    clang = clang_fuzzer()
     if clang is None:
         pytest.skip("clang with libFuzzer is not installed (apt-get install -y clang)")
     fuzzer = _exe("fuzz_profiler", cache, ["-fsanitize=fuzzer,address,undefined",

@@ -20,7 +20,7 @@ import numpy as np
 
 from dynamiccl.files import FileKind, read_head, write_text_atomic
 from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
+from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, read_json_lines
 
 #: Order statistics of the per-call times kept in a record's ``time_us_runs``.
 MAX_RUNS = 1000
@@ -78,27 +78,19 @@ def write(entries: list[MixEntry], path: str | Path) -> Path:
 
 def read(path: str | Path) -> list[MixEntry]:
     """A job mix back; ValueError (one line, naming the file and line) for anything else."""
-    out = []
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                data = json.loads(line)
-                if not isinstance(data, dict) or any(k not in data for k in JOB_KEYS):
-                    raise ValueError("no call counts")
-                record = MeasurementRecord.from_json(data, source=where)
-                values = {k: data[k] for k in JOB_KEYS}
-                if int(values["calls"]) < 1 or not float(values["total_us"]) >= 0:
-                    raise ValueError("calls must be >= 1 and total_us >= 0")
-            except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
-                raise ValueError(f"{where}: not a job's collective mix ({exc}); give the job.jsonl "
-                                 "`dynamiccl profile job` wrote") from None
-            out.append(MixEntry(record, int(values["calls"]), int(values["untimed_calls"]),
-                                float(values["total_us"]), int(values["nccl_channels"]),
-                                float(values["p10_us"]), float(values["p90_us"])))
-    return out
+    return read_json_lines(path, _entry, "a job's collective mix",
+                           "give the job.jsonl `dynamiccl profile job` wrote")
+
+
+def _entry(data: dict, where: str) -> MixEntry:
+    missing = [k for k in JOB_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)}")
+    if int(data["calls"]) < 1 or not float(data["total_us"]) >= 0:
+        raise ValueError("calls must be >= 1 and total_us >= 0")
+    return MixEntry(MeasurementRecord.from_json(data, source=where), int(data["calls"]),
+                    int(data["untimed_calls"]), float(data["total_us"]), int(data["nccl_channels"]),
+                    float(data["p10_us"]), float(data["p90_us"]))
 
 
 def _is_job_mix(path: Path) -> bool:

@@ -19,20 +19,12 @@
  * Log calls are printed as "LOG level flags message". A non-zero return from the plugin prints
  * "VIOLATION ..." and makes the exit status 1. */
 #define _POSIX_C_SOURCE 200809L
-#include <stdarg.h>
-
 #include "profiler_harness.h"
 
 #define MAX_CTX 64
 #define MAX_EVENTS 4096
 
-static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  (void)file, (void)line;
+static void print_log(int level, unsigned long flags, const char* msg) {
   printf("LOG %d %lx %s\n", level, flags, msg);
 }
 
@@ -45,6 +37,7 @@ static void check(int rc, const char* what) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  g_log_sink = print_log;
   if (argc != 2) {
     fprintf(stderr, "usage: %s PLUGIN.so < commands\n", argv[0]);
     return 2;
@@ -64,7 +57,8 @@ int main(int argc, char** argv) {
       if (profiler_load(argv[1], v, &prof[k]) != 0) return 2;
       int mask = 0;
       ctx[k] = (void*)0x1;
-      check(profiler_init(&prof[k], &ctx[k], comm, &mask, "test-comm", nnodes, nranks, rank, logger),
+      check(profiler_init(&prof[k], &ctx[k], comm, &mask, "test-comm", nnodes, nranks, rank,
+                          harness_logger),
             "init");
       printf("CTX %d %s MASK %d\n", k, ctx[k] ? "set" : "null", mask);
     } else if (sscanf(line, "coll %d %d %63s %63s %llu %63s %63s %d %llu", &k, &e, names[0],

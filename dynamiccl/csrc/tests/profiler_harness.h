@@ -10,14 +10,9 @@
 #ifndef DYNAMICCL_PROFILER_HARNESS_H
 #define DYNAMICCL_PROFILER_HARNESS_H
 
-#include <dlfcn.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "../nccl_profiler_abi.h"
 #include "../profiler_format.h" /* event types, names (generated from dynamiccl.nccl) */
+#include "harness.h"             /* dlopen as NCCL does, the logger */
 
 typedef struct {
   int version; /* 4, 5 or 6 */
@@ -25,21 +20,9 @@ typedef struct {
 } profiler_t;
 
 static int profiler_load(const char* path, int version, profiler_t* out) {
-  static void* handle;
-  if (!handle) handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
-    fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-    return -1;
-  }
-  char sym[32];
-  snprintf(sym, sizeof(sym), "ncclProfiler_v%d", version);
   out->version = version;
-  out->table = dlsym(handle, sym);
-  if (!out->table) {
-    fprintf(stderr, "dlsym %s: %s\n", sym, dlerror());
-    return -1;
-  }
-  return 0;
+  out->table = plugin_symbol(path, "ncclProfiler_v", version);
+  return out->table ? 0 : -1;
 }
 
 static const dccl_profiler_v5_t* v5(const profiler_t* p) { return p->table; }
