@@ -120,7 +120,8 @@ def test_layout_matches_nccls_own_header(cache, version, tag):
     """Every offset and size the plugin reads, in NCCL's header (fixture: NCCL 2.28.9
     src/include/plugin/profiler/profiler_v4.h and profiler_v5.h, 2.29.7 profiler_v6.h) and in
     csrc/nccl_profiler_abi.h."""
-    exe = _exe("nccl_layout", cache, [f"-DNCCL_V{version}", f"-I{HEADERS / tag}"])
+    exe = _exe("nccl_layout", cache, [f"-DNCCL_V{version}", f"-I{HEADERS / tag}",
+                                      f"-I{HEADERS / 'v2.28.9-1'}"])  # v6's profiler_v5.h
     lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
     assert len(lines) == 23
     for line in lines:

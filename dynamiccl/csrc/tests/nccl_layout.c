@@ -4,8 +4,8 @@
  *   NAME NCCL_OFFSET NCCL_SIZE OUR_OFFSET OUR_SIZE
  *
  * Compiled by tests/test_profiler_plugin.py with -I at a folder of NCCL's headers
- * (tests/fixtures/nccl_headers/: profiler_v4.h and profiler_v5.h of 2.28.9, profiler_v6.h of 2.29.7)
- * and -DNCCL_V6 for the latter. NCCL's headers expect these types from nccl_profiler.h (C++ there). */
+ * (tests/fixtures/nccl_headers/: profiler_v4.h and profiler_v5.h of 2.28.9, profiler_v6.h of 2.29.7,
+ * which includes profiler_v5.h) and -DNCCL_V4 or -DNCCL_V6 (none: v5). NCCL's headers expect these types from nccl_profiler.h (C++ there). */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
