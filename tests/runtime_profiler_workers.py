@@ -22,21 +22,31 @@ sys.path.insert(0, str(Path(__file__).parent))
 BASE_US, FAST, SLOW, JITTER = 5000.0, 0.7, 1.2, 0.02
 
 
-def tune_on_profiled_times(ctx, steps: int, nbytes: int, library: str, rings: str):
-    """The runtime's online tuner on one size bin, its trials timed by the profiler stand-in."""
-    import numpy as np
-    import torch
+def profiled_runtime(ctx, tune_steps: int, nbytes: int, detect_steps: int, late_rank: int,
+                     late_ms: float, library: str, rings: str) -> dict:
+    """Both rehearsals in one gloo job (one start-up of the ranks): the online tuner, then
+    straggler detection, each with a runtime of its own."""
     import torch.distributed as dist
 
     os.environ.update({"NCCL_TUNER_PLUGIN": library, "NCCL_PROFILER_PLUGIN": library,
                        "DYNAMICCL_PROFILE": rings})
+    dist.init_process_group("gloo", init_method=ctx.init_method, rank=ctx.rank,
+                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s))
+    out = {"tuning": _tune(ctx, tune_steps, nbytes, library),
+           "history": _detect(ctx, detect_steps, late_rank, late_ms, library)}
+    dist.destroy_process_group()
+    return out
+
+
+def _tune(ctx, steps: int, nbytes: int, library: str) -> dict:
+    """The runtime's online tuner on one size bin, its trials timed by the profiler stand-in."""
+    import numpy as np
+    import torch
     from nccl_profiler_standin import NcclProfilerStandIn
     from runtime_workers import NcclStandIn
 
     tuner_standin = NcclStandIn(library, ctx.world_size)  # no policy: NCCL decides unless pinned
     nccl = NcclProfilerStandIn(library, 0xC0FFEE, ctx.world_size, ctx.rank)
-    dist.init_process_group("gloo", init_method=ctx.init_method, rank=ctx.rank,
-                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s))
     from dynamiccl.agents.policies.online import CoordinateDescentTuner
     from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
     from dynamiccl.nccl import Algorithm, Collective, Protocol
@@ -64,26 +74,19 @@ def tune_on_profiled_times(ctx, steps: int, nbytes: int, library: str, rings: st
     events = [(e.step, e.kind, e.candidate, e.ended) for e in rt.tuning_log]
     profiled = rt._profiled()
     nccl.finalize()
-    dist.destroy_process_group()
     return {"events": events, "profiled": profiled, "done": rt.tuning.active is None}
 
 
-def detect_from_launch_times(ctx, steps: int, late_rank: int, late_ms: float, library: str,
-                             rings: str):
+def _detect(ctx, steps: int, late_rank: int, late_ms: float, library: str) -> list:
     """A persistent straggler found from the ranks' launch times of each step's first all-reduce,
     with the runtime's own arrival timing stubbed to report no lateness at all."""
     import torch
-    import torch.distributed as dist
-
-    os.environ.update({"NCCL_PROFILER_PLUGIN": library, "DYNAMICCL_PROFILE": rings})
     from nccl_profiler_standin import NcclProfilerStandIn
 
     from dynamiccl.nccl import Algorithm, Collective, Protocol
     from dynamiccl.runtime import Runtime, RuntimeConfig
 
     nccl = NcclProfilerStandIn(library, 0xBEEF, ctx.world_size, ctx.rank)
-    dist.init_process_group("gloo", init_method=ctx.init_method, rank=ctx.rank,
-                            world_size=ctx.world_size, timeout=timedelta(seconds=ctx.timeout_s))
     rt = Runtime(RuntimeConfig(measure_every=2, window=3, stragglar=False,
                                straggler_threshold_us=late_ms * 500))
     own_begin = rt.begin_step
@@ -105,5 +108,4 @@ def detect_from_launch_times(ctx, steps: int, late_rank: int, late_ms: float, li
         rt.end_step()
     history = [(h.step, h.state.straggler, round(h.state.delay_us)) for h in rt.history]
     nccl.finalize()
-    dist.destroy_process_group()
     return history

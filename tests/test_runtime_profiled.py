@@ -22,22 +22,26 @@ pytestmark = pytest.mark.multiproc
 
 
 @pytest.fixture(scope="module")
-def library(tmp_path_factory) -> str:
-    return str(plugin.build(cache=tmp_path_factory.getbasetemp() / "dynamiccl-c-builds"))
+def job(tmp_path_factory) -> list[dict]:
+    """Three gloo ranks: the online tuner on one 64 KiB bin, then straggler detection with rank 1
+    40 ms late (one launch for both)."""
+    library = str(plugin.build(cache=tmp_path_factory.getbasetemp() / "dynamiccl-c-builds"))
+    return launch(f"{WORKERS}:profiled_runtime", 3,
+                  {"tune_steps": 22, "nbytes": 1 << 16, "detect_steps": 10, "late_rank": 1,
+                   "late_ms": 40.0, "library": library, "rings": str(tmp_path_factory.mktemp("rings"))},
+                  timeout_s=300)
 
 
-def test_the_online_tuner_decides_from_the_profilers_gpu_times_and_repeats_its_trials(tmp_path, library):
+def test_the_online_tuner_decides_from_the_profilers_gpu_times_and_repeats_its_trials(job):
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
     from runtime_profiler_workers import BASE_US, FAST, JITTER, SLOW
 
-    out = launch(f"{WORKERS}:tune_on_profiled_times", 2,
-                 {"steps": 22, "nbytes": 1 << 16, "library": library, "rings": str(tmp_path)},
-                 timeout_s=300)
+    out = [o["tuning"] for o in job]
     assert all(o["profiled"] for o in out) and all(o["done"] for o in out)
     events = out[0]["events"]
-    assert out[1]["events"] == events  # the same trials and decision on every rank
+    assert all(o["events"] == events for o in out)  # the same trials and decision on every rank
     trials: dict = {}
     for _, _, _, ended in events:
         if ended is not None:
@@ -55,12 +59,10 @@ def test_the_online_tuner_decides_from_the_profilers_gpu_times_and_repeats_its_t
         assert final_kind == KEEP_DEFAULT
 
 
-def test_straggler_detection_takes_the_ranks_launch_times_from_the_profiler(tmp_path, library):
+def test_straggler_detection_takes_the_ranks_launch_times_from_the_profiler(job):
     """The runtime's own arrival timing is stubbed to see nothing: only the profiler's launch times
     (matched across ranks by NCCL's seq) can find the late rank."""
-    out = launch(f"{WORKERS}:detect_from_launch_times", 3,
-                 {"steps": 10, "late_rank": 1, "late_ms": 40.0, "library": library,
-                  "rings": str(tmp_path)}, timeout_s=300)
-    assert all(h == out[0] for h in out)
-    step, straggler, delay_us = out[0][-1]
-    assert straggler == 1 and 30_000 < delay_us < 80_000, out[0]
+    histories = [o["history"] for o in job]
+    assert all(h == histories[0] for h in histories)
+    step, straggler, delay_us = histories[0][-1]
+    assert straggler == 1 and 30_000 < delay_us < 80_000, histories[0]
