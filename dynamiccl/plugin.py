@@ -1,9 +1,11 @@
 """Where the NCCL tuner plugin is, and how to (re)build it with the machine's C compiler.
 
-The package build (scikit-build-core + CMake) installs ``dynamiccl/lib/libnccl-tuner-dynamiccl.so``.
-When that file is missing (an install without a build step) or older than the C sources next to it
-(an editable install whose sources changed), the plugin is compiled into a user cache instead, keyed
-by a digest of the sources and flags, so a stale library is never handed to NCCL.
+The one library is both NCCL's tuner plugin (``NCCL_TUNER_PLUGIN``) and its profiler plugin
+(``NCCL_PROFILER_PLUGIN``, :mod:`dynamiccl.profile_ring`). The package build (scikit-build-core +
+CMake) installs ``dynamiccl/lib/libnccl-tuner-dynamiccl.so``. When that file is missing (an install
+without a build step) or older than the C sources next to it (an editable install whose sources
+changed), the plugin is compiled into a user cache instead, keyed by a digest of the sources and
+flags, so a stale library is never handed to NCCL.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ LIBRARY_NAME = "libnccl-tuner-dynamiccl.so"
 #: The ABI versions the plugin exports, newest first (NCCL's loader tries them in this order).
 ABI_VERSIONS = (6, 5, 4, 3, 2)
 EXPORTED_SYMBOLS = tuple(f"ncclTunerPlugin_v{v}" for v in ABI_VERSIONS)
+#: The profiler ABI versions it exports (csrc/profiler.c), newest first: NCCL 2.29+ loads v6,
+#: 2.28 v5, 2.27 v4.
+PROFILER_ABI_VERSIONS = (6, 5, 4)
+PROFILER_SYMBOLS = tuple(f"ncclProfiler_v{v}" for v in PROFILER_ABI_VERSIONS)
 #: The run-time entry points dynamiccl.runtime calls through ctypes (documented in csrc/tuner.c).
 RUNTIME_FUNCTIONS = ("dynamiccl_set_context", "dynamiccl_policy_hash", "dynamiccl_plugin_version",
                      "dynamiccl_pin", "dynamiccl_pin_counts")
@@ -159,24 +165,33 @@ def _is_stale(library: Path, src: Path) -> bool:
     return library.stat().st_mtime < newest
 
 
-#: File in the cache naming the library ``dynamiccl plugin build`` made last.
+#: File in the cache naming the library ``dynamiccl plugin build`` made last, and the digest of
+#: the sources it was built from (the cache is the user's, shared by every checkout they build in).
 LAST_BUILD = "last-build"
 
 
+def _sources_digest(src: Path) -> str:
+    return _digest([*sources(src), *headers(src), src / FLAGS_FILE], (), "")
+
+
 def remember_build(library: Path) -> None:
-    """Records ``library`` as the user's own build, so ``plugin path`` names it from now on."""
+    """Records ``library`` as the user's own build, so ``plugin path`` names it from now on (while
+    the sources are the ones it was built from)."""
     record = cache_dir() / LAST_BUILD
     record.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(record, str(library))
+    src = source_dir()
+    write_text_atomic(record, f"{library}\n{_sources_digest(src) if src else ''}\n")
 
 
 def _remembered_build(src: Path | None) -> Path | None:
-    """The library ``plugin build`` made, while it exists and is not older than the sources."""
+    """The library ``plugin build`` made, while it exists and was built from these sources (not
+    another checkout's, nor older ones)."""
     try:
-        library = Path((cache_dir() / LAST_BUILD).read_text().strip())
+        path, _, digest = (cache_dir() / LAST_BUILD).read_text().partition("\n")
     except OSError:
         return None
-    if not library.is_file() or (src is not None and _is_stale(library, src)):
+    library = Path(path.strip())
+    if not library.is_file() or (src is not None and digest.strip() != _sources_digest(src)):
         return None
     return library
 

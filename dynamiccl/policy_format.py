@@ -3,12 +3,13 @@
 Two parsers read a policy file -- :mod:`dynamiccl.policy_file` in Python and the C plugin
 (``dynamiccl/csrc``) -- and they must accept exactly the same files. So every limit, token and name
 they share lives here, and the C side's copy (``dynamiccl/csrc/policy_format.h``) is generated from
-this module::
+this module. The same command generates the plugin's other header, the profiler ring's layout
+(``csrc/profiler_format.h`` from :mod:`dynamiccl.profile_ring`)::
 
-    python -m dynamiccl.policy_format            # rewrite the header
-    python -m dynamiccl.policy_format --check    # exit 1 if the checked-in header is stale
+    python -m dynamiccl.policy_format            # rewrite the headers
+    python -m dynamiccl.policy_format --check    # exit 1 if a checked-in header is stale
 
-A test regenerates the header and fails on any difference, so the two can never drift apart.
+A test regenerates the headers and fails on any difference, so the sides can never drift apart.
 """
 
 from __future__ import annotations
@@ -201,23 +202,34 @@ def c_header() -> str:
     return "\n".join(lines)
 
 
+def generated_headers() -> dict[str, str]:
+    """Every generated header of the plugin: file name in ``csrc/`` -> its text."""
+    from dynamiccl import profile_ring
+
+    return {HEADER_PATH.name: c_header(), profile_ring.HEADER_PATH.name: profile_ring.c_header()}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate dynamiccl/csrc/policy_format.h.")
+    parser = argparse.ArgumentParser(description="Generate the C plugin's headers (dynamiccl/csrc/"
+                                                 "policy_format.h and profiler_format.h).")
     parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 if the checked-in header differs")
-    parser.add_argument("--output", type=Path, default=HEADER_PATH)
+                        help="do not write; exit 1 if a checked-in header differs")
+    parser.add_argument("--output-dir", type=Path, default=HEADER_PATH.parent,
+                        help="where the headers are (default: the package's csrc/)")
     args = parser.parse_args(argv)
-    text = c_header()
-    if args.check:
-        current = args.output.read_text() if args.output.is_file() else ""
-        if current != text:
-            print(f"{args.output} is stale: run python -m dynamiccl.policy_format", file=sys.stderr)
-            return 1
-        return 0
-    tmp = args.output.with_name(f".{args.output.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(args.output)
-    return 0
+    stale = []
+    for name, text in generated_headers().items():
+        path = args.output_dir / name
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(path)
+            continue
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    for path in stale:
+        print(f"{path} is stale: run python -m dynamiccl.policy_format", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

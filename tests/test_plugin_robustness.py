@@ -14,14 +14,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from sanitizers import ASAN, TSAN, clang_fuzzer, tsan_works
 
 from dynamiccl import nccl, plugin
 from dynamiccl import policy_file as pf
 from dynamiccl.nccl import Algorithm, Collective, Protocol
 
-ASAN = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-        "-g", "-O1"]
-TSAN = ["-fsanitize=thread", "-g", "-O1"]
 SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
 SRC = plugin.source_dir()
@@ -107,19 +105,10 @@ def test_the_robustness_harness_catches_a_write_to_an_unusable_entry(cache, seed
     assert proc.returncode != 0 and "was unusable" in proc.stdout
 
 
-def _clang_fuzzer() -> str | None:
-    clang = shutil.which("clang")
-    if not clang:
-        return None
-    probe = subprocess.run([clang, "-fsanitize=fuzzer", "-x", "c", "-", "-o", os.devnull],
-                           input="int LLVMFuzzerTestOneInput(const char*d,unsigned long n)"
-                                 "{return 0;}", capture_output=True, text=True)
-    return clang if probe.returncode == 0 else None
-
 
 @pytest.mark.slow
 def test_bounded_libfuzzer_run_of_the_parser(cache, seed_policies, tmp_path):
-    clang = _clang_fuzzer()
+    clang = clang_fuzzer()
     if clang is None:
         pytest.skip("clang with libFuzzer is not installed (apt-get install -y clang)")
     fuzzer = plugin.compile_c([TESTS / "fuzz_parser.c", SRC / "policy.c", SRC / "view.c"],
@@ -144,16 +133,6 @@ def test_bounded_libfuzzer_run_of_the_parser(cache, seed_policies, tmp_path):
     assert runs > 10_000
 
 
-def _tsan_works(cache: Path) -> bool:
-    probe = cache / "tsan_probe.c"
-    probe.parent.mkdir(parents=True, exist_ok=True)
-    probe.write_text("int main(void){return 0;}\n")
-    try:
-        exe = plugin.compile_c([probe], "tsan_probe", flags=TSAN, cache=cache)
-    except plugin.PluginError:
-        return False
-    return subprocess.run([str(exe)], capture_output=True).returncode == 0
-
 
 @pytest.mark.parametrize("sanitizer", ["thread", "address"])
 @pytest.mark.parametrize("runtime", [False, True], ids=["static", "with-runtime-calls"])
@@ -161,7 +140,7 @@ def test_many_communicators_from_many_threads(cache, seed_policies, sanitizer, r
     """With runtime calls, one more thread keeps switching the context, pinning and unpinning and
     reading the hash while the others query: the lock-free hot path must be race-free."""
     flags = TSAN if sanitizer == "thread" else ASAN
-    if sanitizer == "thread" and not _tsan_works(cache):
+    if sanitizer == "thread" and not tsan_works(cache):
         pytest.skip("ThreadSanitizer cannot run on this kernel/compiler")
     library = plugin.build(flags=flags, cache=cache)
     threads = _harness("threads", cache, flags)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import pytest
 
 from dynamiccl.runtime.decide import DecisionWindow, JobState
+from dynamiccl.runtime.timing import trimmed_mean
 from dynamiccl.runtime.tuning import (
     KEEP_DEFAULT,
+    MAX_TRIALS_EACH,
     MEASURE_CANDIDATE,
     MEASURE_DEFAULT,
     PIN_WINNER,
     Candidate,
     SizeBin,
     Tuning,
+    verdict,
 )
 
 
@@ -52,16 +55,65 @@ class _Scripted:
         self.seen.append((candidate, time_us))
 
 
-@pytest.mark.parametrize("times, final", [((100.0, 90.0, 120.0), (PIN_WINNER, Candidate(1, 2, 8))),
-                                          ((100.0, 130.0, 120.0), (KEEP_DEFAULT, None))])
-def test_the_gate_pins_only_a_candidate_faster_than_nccls_own_choice(times, final):
+A, B = Candidate(1, 2, 8), Candidate(0, 2, 0)
+
+
+def _drive(times: dict, proposals=(A, B)) -> tuple[list, _Scripted]:
+    """Runs one bin to its decision; each trial of a choice (None: NCCL's) takes the next of its
+    ``times``. Returns the (kind, candidate) of every action, and the tuner."""
     b = SizeBin.of(5000)
     assert (b.min_bytes, b.max_bytes) == (4096, 8192) and 5000 in b
-    tuner = _Scripted([Candidate(1, 2, 8), Candidate(0, 2, 0)])
+    tuner = _Scripted(list(proposals))
     t = Tuning(tuner, [b])
-    kinds = [t.apply(t.next_action(None))]
-    for us in times:
-        kinds.append(t.apply(t.next_action(us)))
-    assert [k for k, _ in kinds] == [MEASURE_DEFAULT, MEASURE_CANDIDATE, MEASURE_CANDIDATE, final[0]]
-    assert kinds[-1][1] == final[1] and t.active is None
-    assert tuner.seen == [(Candidate(1, 2, 8), times[1]), (Candidate(0, 2, 0), times[2])]
+    left = {c: list(v) for c, v in times.items()}
+    actions = [t.apply(t.next_action(None))]
+    while t.active is not None:
+        actions.append(t.apply(t.next_action(left[actions[-1][1]].pop(0))))
+    return actions, tuner
+
+
+def test_a_winner_clear_of_the_noise_is_pinned_after_two_trials_of_it_and_of_nccl():
+    actions, tuner = _drive({None: [100.0, 101.0], A: [90.0, 90.5], B: [120.0]})
+    assert [k for k, _ in actions] == [MEASURE_DEFAULT, MEASURE_CANDIDATE, MEASURE_CANDIDATE,
+                                       MEASURE_CANDIDATE, MEASURE_DEFAULT, PIN_WINNER]
+    assert actions[3][1] == A and actions[-1] == (PIN_WINNER, A)
+    assert tuner.seen == [(A, 90.0), (B, 120.0), (A, 90.5)]  # repeats teach the tuner too
+
+
+def test_a_candidate_clearly_slower_keeps_nccls_choice():
+    actions, _ = _drive({None: [100.0, 100.5], A: [130.0, 131.0], B: [120.0, 119.0]})
+    assert actions[-1] == (KEEP_DEFAULT, None) and len(actions) == 6
+
+
+def test_one_fast_trial_in_the_noise_is_measured_again_before_anything_is_pinned():
+    """The old gate pinned A after one trial at 90 µs against 100 µs; its later trials say it is
+    no faster, so NCCL's choice stays."""
+    actions, _ = _drive({None: [100.0, 96.0, 104.0, 99.0, 101.0], A: [90.0, 104.0, 99.0, 102.0, 97.0]},
+                        proposals=(A,))
+    kinds = [k for k, _ in actions]
+    assert kinds.count(MEASURE_CANDIDATE) >= 2 and kinds.count(MEASURE_DEFAULT) >= 2
+    assert actions[-1] == (KEEP_DEFAULT, None)
+
+
+def test_a_decision_the_noise_never_settles_keeps_nccls_choice_after_the_last_trial():
+    actions, _ = _drive({None: [100.0, 80.0, 120.0, 90.0, 110.0], A: [95.0, 70.0, 120.0, 75.0, 110.0]},
+                        proposals=(A,))
+    kinds = [k for k, _ in actions]
+    assert kinds.count(MEASURE_DEFAULT) == kinds.count(MEASURE_CANDIDATE) == MAX_TRIALS_EACH
+    assert actions[-1] == (KEEP_DEFAULT, None)
+
+
+@pytest.mark.parametrize(("default", "best", "expected"), [
+    ([100.0], [50.0], None),                       # one trial decides nothing
+    ([100.0, 100.0], [90.0, 90.0], PIN_WINNER),
+    ([100.0, 100.0], [99.5, 99.5], KEEP_DEFAULT),  # below MIN_GAIN even without noise
+    ([100.0, 110.0], [90.0, 100.0], None),         # 10 % apart, each choice spread 5 %
+    ([100.0, 110.0, 105.0, 104.0], [90.0, 91.0, 89.0, 90.0], PIN_WINNER),
+])
+def test_the_verdict_weighs_the_gain_against_the_trials_spread(default, best, expected):
+    assert verdict(default, best) == expected
+
+
+def test_a_trial_is_a_trimmed_mean_of_its_calls():
+    assert trimmed_mean([10.0, 11.0, 9.0, 10.0, 500.0]) == pytest.approx(10.333333)
+    assert trimmed_mean([10.0, 30.0]) == 20.0 and trimmed_mean([]) == 0.0

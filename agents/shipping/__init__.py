@@ -9,6 +9,7 @@ Imports policies, never training.
   :mod:`.deploy` – after training, the shipped file written and scored;
 * :mod:`.tune` – ``dynamiccl tune``: a system's measurements to a gated policy, with
   :mod:`.tune_measurements` (times by launch and their noise), :mod:`.tune_plan` (the measurements
-  that could change a decision) and :mod:`.prior`, the learned prior's inference
-  (``learned_prior.npz`` beside it is the shipped one).
+  that could change a decision), :mod:`.tune_workload` (a job's time per size, which weighs both)
+  and :mod:`.prior`, the learned prior's inference (``learned_prior.npz`` beside it is the shipped
+  one).
 """

@@ -83,9 +83,11 @@ class _Planner:
     """The greedy plan's bookkeeping: launches made or planned per (call, choice), and what one
     more launch of each candidate is worth now."""
 
-    def __init__(self, tuner: Tuner, scenarios: Sequence[Scenario], max_launches: LaunchCap) -> None:
+    def __init__(self, tuner: Tuner, scenarios: Sequence[Scenario], max_launches: LaunchCap,
+                 weight: Callable[[Scenario], float] | None = None) -> None:
         self.tuner = tuner
         self.max_launches = max_launches
+        self.weight = weight
         self.decisions: dict[Scenario, CallDecision] = {s: tuner.decide(s) for s in scenarios}
         self.launches: dict[tuple[Scenario, Choice], int] = {}
         self.sigma: dict[tuple[Scenario, Choice], float] = {}
@@ -114,6 +116,8 @@ class _Planner:
             anchored = est.anchored or self.launches[(s, choice)] > 0
             value = launch_value(-est.log_ratio, self.sigma[(s, choice)], after, threshold,
                                  anchored) / cost
+            if self.weight is not None:
+                value *= self.weight(s)
             if best is None or value > best[0]:
                 best = (value, cost, k)
         return best
@@ -153,12 +157,15 @@ class _Planner:
 
 
 def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int, *,
-         max_launches: LaunchCap = None) -> list[PlannedMeasurement]:
+         max_launches: LaunchCap = None,
+         weight: Callable[[Scenario], float] | None = None) -> list[PlannedMeasurement]:
     """At most ``budget`` measurements (NCCL's default counted), the most valuable per measurement
     first, each a launch of one choice at one size (:class:`PlannedMeasurement`).
     ``max_launches`` caps the launches of one choice at one size, NCCL's default's included (1 where
-    a measurement cannot be repeated; per call and choice where each has its own, e.g. a replay)."""
-    planner = _Planner(tuner, scenarios, max_launches)
+    a measurement cannot be repeated; per call and choice where each has its own, e.g. a replay).
+    ``weight`` scales what a launch at a call is worth (a job's share of time there,
+    :mod:`~dynamiccl.agents.shipping.tune_workload`): a call weighted 0 is never planned."""
+    planner = _Planner(tuner, scenarios, max_launches, weight)
     heap: list[tuple[float, int, Scenario, Choice]] = []
     order = 0
 

@@ -47,12 +47,17 @@ MAX_TIMED_ITERATIONS = 100_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("profile", help="measure this system: its GPU topology or one collective",
-                       description="Measure the local system (NVML topology discovery) or time "
-                       "one collective on N local ranks the way nccl-tests does.")
+    from dynamiccl.cli.profile_job import register_job
+
+    p = sub.add_parser("profile", help="measure this system: its GPU topology, one collective or a "
+                                       "job's collectives",
+                       description="Measure the local system (NVML topology discovery), time "
+                       "one collective on N local ranks the way nccl-tests does, or run a job "
+                       "with NCCL's profiler loaded and write its collective mix.")
     kinds = p.add_subparsers(dest="what", metavar="WHAT", required=True)
     _register_topology(kinds)
     _register_collective(kinds)
+    register_job(kinds)
 
 
 def _register_topology(kinds: argparse._SubParsersAction) -> None:

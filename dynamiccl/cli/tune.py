@@ -28,6 +28,7 @@ from dynamiccl.cli.common import (
 
 EPILOG = """examples:
   dynamiccl tune --topology dgx_h100 --plan --budget 40
+  dynamiccl tune --topology dgx_h100 --measurements logs/ --workload prof/job.jsonl --plan
   dynamiccl tune --topology dgx_h100 --measurements logs/ more/*.txt -o tuned.dccl
   dynamiccl tune --topology dgx_h100 --measurements logs/ --plan --budget 40
 then: dynamiccl show tuned.dccl; dynamiccl evaluate --policy tuned.dccl"""
@@ -136,13 +137,15 @@ def _print_report(rows: list[dict], title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
+    weighed = bool(rows) and "job_share" in rows[0]
     for col in ("collective", "nodes", "ranks", "sizes", "NCCL's pick", "ours", "best alternative",
-                "gain", "uncertainty", "evidence"):
+                "gain", "uncertainty", "evidence", *(["job's time"] if weighed else [])):
         table.add_column(col)
     for r in rows:
         table.add_row(r["collective"], str(r["nodes"]), str(r["ranks"]), r["sizes"], r["nccl"],
                       r["ours"], r["best_alternative"], f"{100 * r['gain']:+.1f}%",
-                      f"±{100 * r['uncertainty']:.1f}%", r["evidence"])
+                      f"±{100 * r['uncertainty']:.1f}%", r["evidence"],
+                      *([f"{100 * r['job_share']:.1f}%"] if weighed else []))
     console = Console()
     if not console.is_terminal:
         console = Console(width=170)
@@ -243,14 +246,17 @@ def _run(args: argparse.Namespace) -> int:
         tune.calibrated_topology(records, topology)
     tuner = tune.Tuner(model, measurements, margin=args.margin, calibrated=model is not topology,
                        prior=None if args.no_prior else _learned_prior())
-    scenarios = _scenarios(topology, args.collective or list(_COLLECTIVES), measurements.shapes)
+    workload = _workload(args.workload)
+    scenarios = _scenarios(topology, args.collective or _workload_collectives(workload),
+                           measurements.shapes | (workload.shapes if workload else set()))
     print(f"{len(records)} measurements ({len(measurements)} usable points; "
           f"{_noise_note(tuner, scenarios)}); model: {note}; learned prior: "
           f"{'off (--no-prior)' if args.no_prior else 'on'}", file=sys.stderr)
     if records:
         _note_unmeasured(measurements, scenarios)
     if args.plan:
-        planned = tune_plan.plan(tuner, scenarios, args.budget)
+        planned = tune_plan.plan(tuner, scenarios, args.budget,
+                                 weight=workload.weight if workload else None)
         if args.json:
             print(json.dumps([{"collective": m.collective.name.lower(), "ranks": m.nranks,
                                "choice": m.choice.label(), "nbytes": m.nbytes, "launch": m.launch,
@@ -263,6 +269,8 @@ def _run(args: argparse.Namespace) -> int:
             _run_plan(planned, args.record, args.emulate_hosts)
         return 0
     rows = _report_rows(tuner, scenarios)
+    if workload is not None:
+        _weigh_rows(rows, workload, scenarios)
     if output is not None:
         _export(args, output, topology, tune.TunedPolicy(tuner),
                 sorted({s.topology.nodes for s in scenarios}))
@@ -272,6 +280,46 @@ def _run(args: argparse.Namespace) -> int:
         _print_report(rows, f"tune: {topology.name}, deployable actions (NCCL_ALGO/NCCL_PROTO "
                             f"pairs, channel counts where measured), margin {100 * args.margin:g}%")
     return 0
+
+
+def _workload(path: str | None):
+    """The job's mix ``--workload`` names (:mod:`dynamiccl.agents.shipping.tune_workload`)."""
+    if path is None:
+        return None
+    from dynamiccl.agents.shipping.tune_workload import Workload
+    from dynamiccl.cli.common import read_head
+
+    read_head(path, "job mix", 1, "give the job.jsonl `dynamiccl profile job` wrote")
+    try:
+        return Workload.read(path)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _workload_collectives(workload) -> list[str]:
+    """Without --collective: the job's collectives where a workload is given, else the default."""
+    if workload is None:
+        return list(_COLLECTIVES)
+    return [c.name.lower() for c in sorted(workload.collectives)]
+
+
+def _weigh_rows(rows: list[dict], workload, scenarios: list) -> None:
+    """Each row's share of the job's collective time (``job_share``), and one line: what the
+    decisions predict for the job's collective time, and what of it no decision covers."""
+    from dynamiccl.knobs import Collective, parse_enum
+
+    saving = changed = 0.0
+    for r in rows:
+        coll = Collective(parse_enum(Collective, r["collective"]))
+        r["job_share"] = round(workload.share(coll, r["ranks"], r["from"], r["to"]), 4)
+        if r["ours"] != "NCCL default":
+            changed += r["job_share"]
+            saving += r["job_share"] * r["gain"]
+    uncovered = workload.uncovered(scenarios)
+    print(f"the job ({workload.source}): {100 * changed:.1f}% of its collective time is in calls "
+          f"this policy overrides; predicted saving {100 * saving:.1f}% of its collective time"
+          + (f"; {100 * uncovered:.1f}% of it is in calls tune does not decide here (other "
+             "collectives or shapes)" if uncovered > 1e-4 else ""), file=sys.stderr)
 
 
 def _measurement_paths(args: argparse.Namespace) -> list[str]:
@@ -288,7 +336,7 @@ def _claim_output(args: argparse.Namespace):
     from dynamiccl.files import claim_output
     from dynamiccl.profiler.formats.records import RECORDS
 
-    inputs = [*_measurement_paths(args), args.topology]
+    inputs = [*_measurement_paths(args), args.topology, *([args.workload] if args.workload else [])]
     if args.plan and args.run:
         claim_output(args.record, RECORDS, inputs=[args.topology], flag="--record")
     if not args.output or args.plan:
@@ -358,5 +406,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "sockets; needs the CUDA MPS daemon); records say so")
     parser.add_argument("--record", default="tune_measurements.jsonl", type=path_arg, metavar="FILE",
                         help="where --run appends its measurements (default tune_measurements.jsonl)")
+    parser.add_argument("--workload", type=path_arg, metavar="JOB.jsonl",
+                        help="a job's collective mix (`dynamiccl profile job`): weigh the report's "
+                             "rows and the plan's launches by the job's own time per size, and "
+                             "decide its collectives (unless --collective)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=_run)

@@ -11,7 +11,8 @@ in to pin the fastest configuration per size bin, never one slower than NCCL's o
 Modules: ``core`` (the runtime), ``hook`` (DDP integration), ``decide`` (the decision window),
 ``paths`` (each bucket's path, predicted by the simulator for the job's topology),
 ``stragglar``/``matchings`` (seed 004), ``hierarchical`` (seed 000), ``tuning`` (online tuning),
-``plugin_control`` (the plugin's C controls), ``jobcheck`` (the job-start check).
+``timing`` (collective times from NCCL's profiler when it is loaded), ``plugin_control`` (the
+plugin's C controls), ``jobcheck`` (the job-start check).
 """
 
 from dynamiccl.runtime.core import Runtime, RuntimeConfig

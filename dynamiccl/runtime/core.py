@@ -44,7 +44,7 @@ one bucket late anyway because of a straggler, that overlap is what the straggle
 from __future__ import annotations
 
 import logging
-import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ from dynamiccl.runtime.matchings import worthwhile
 from dynamiccl.runtime.paths import PathOptions, PathTable, fit_topology, predict, size_bin
 from dynamiccl.runtime.plugin_control import Pin, PluginControl
 from dynamiccl.runtime.stragglar import StragglAR
+from dynamiccl.runtime.timing import ProfiledTimes, arrivals, profiled_times, trimmed_mean
 from dynamiccl.runtime.tuning import OnlineTuner, SizeBin, Tuning, TuningEvent
 from dynamiccl.topology import Topology, load_topology
 
@@ -120,11 +121,16 @@ class Runtime:
     """DDP comm-hook state; create it on every rank after ``init_process_group``, before training."""
 
     def __init__(self, config: RuntimeConfig | None = None, *, tuner: OnlineTuner | None = None,
-                 control: PluginControl | None = None) -> None:
+                 control: PluginControl | None = None, times: ProfiledTimes | None = None) -> None:
         if not dist.is_initialized():
             raise RuntimeError("create the runtime after torch.distributed.init_process_group")
         self.config = config or RuntimeConfig()
         self.control = control
+        #: NCCL's profiler's per-call GPU times of this process when it is loaded (the default:
+        #: from the environment), else None: the runtime times collectives itself.
+        self.times = times if times is not None else profiled_times()
+        self._trial_calls = 0
+        self._step_ns: list[int] = []  # realtime at the last two steps' beginnings
         self.world, self.rank = dist.get_world_size(), dist.get_rank()
         self.ctrl = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         self.window = DecisionWindow(self.config.window, self.config.straggler_threshold_us,
@@ -183,6 +189,9 @@ class Runtime:
         self._bucket_bytes.append(nbytes)
         self._paths[path] = self._paths.get(path, 0) + 1
         timed = self._timed(nbytes)
+        self._trial_calls += timed and path == "nccl"
+        if timed and path == "nccl" and self._profiled():
+            timed = False  # NCCL's profiler times it: the asynchronous path, as any bucket
         marks = self._timing  # this step's bucket completions are timed
         start = clock.mark() if marks is not None or timed else None
         divisor = self.world if average else 1
@@ -227,6 +236,9 @@ class Runtime:
     def _stragglar_on(self) -> bool:
         return self.job_state.straggler is not None and self.path_options.stragglar
 
+    def _profiled(self) -> bool:
+        return self.times is not None and self.times.recording
+
     def _timed(self, nbytes: int) -> bool:
         state = self.tuning.active if self.tuning is not None else None
         return state is not None and nbytes in state.size_bin
@@ -235,6 +247,7 @@ class Runtime:
     def begin_step(self) -> None:
         """A step's first bucket: only marks of this rank's own (the straggler may still be on its
         way); what they say is read at the control point."""
+        self._step_ns = [*self._step_ns[-1:], time.time_ns()]
         self.step += 1
         every = self.config.measure_every
         timed = self.step % every == every - 1
@@ -283,18 +296,26 @@ class Runtime:
 
     def _measure_and_decide(self) -> None:
         self._read_timed_step()
-        mine = torch.tensor([self._arrival_us, self._c2c], dtype=torch.float64)
-        everyone = torch.empty(self.world * 2, dtype=torch.float64)
+        mine = torch.tensor([self._arrival_us, self._c2c, *self._first_call()], dtype=torch.float64)
+        everyone = torch.empty(self.world * 4, dtype=torch.float64)
         dist.all_gather_into_tensor(everyone, mine, group=self.ctrl)
         if self.rank == 0:
-            table = everyone.view(self.world, 2)
-            self.window.add(table[:, 0].tolist(), table[:, 1].tolist())
+            table = everyone.view(self.world, 4)
+            self.window.add(arrivals(table[:, 0].tolist(), table[:, 2].tolist(), table[:, 3].tolist()),
+                            table[:, 1].tolist())
             state = self.window.decide()
             encoded = torch.cat([state.encode(), self._predict(state)])
         else:
             encoded = torch.empty(3 + len(PathTable.encode_none()), dtype=torch.float64)
         dist.broadcast(encoded, src=0, group=self.ctrl)
         self._apply(JobState.decode(encoded[:3]), PathTable.decode(encoded[3:]))
+
+    def _first_call(self) -> tuple[float, float]:
+        """(NCCL's seq, GPU time in µs) of the previous step's first all-reduce, from NCCL's
+        profiler; (-1, 0) without it."""
+        found = (self.times.first_call(*self._step_ns) if self._profiled() and len(self._step_ns) == 2
+                 else None)
+        return (float(found[0]), float(found[1])) if found else (-1.0, 0.0)
 
     def _predict(self, state: JobState) -> torch.Tensor:
         """Rank 0: the simulator's path per size bin at the agreed state (encoded; none without a
@@ -340,11 +361,12 @@ class Runtime:
             state = self.tuning.active
             if state is None:
                 return
-            local = torch.tensor([statistics.median(self._trial_us) if self._trial_us else 0.0],
-                                 dtype=torch.float64)
+            times = (self.times.take(state.size_bin.__contains__, self._trial_calls)
+                     if self._profiled() else self._trial_us)
+            local = torch.tensor([trimmed_mean(times)], dtype=torch.float64)
             dist.all_reduce(local, op=dist.ReduceOp.MAX, group=self.ctrl)
             agreed = float(local.item())
-        self._trial_us = []
+        self._trial_us, self._trial_calls = [], 0
         state = self.tuning.active
         if state is None:
             return

@@ -6,8 +6,13 @@ every rank pins the same candidate (rank 0 asks the tuner and broadcasts its ans
 all-reduces of that bin are timed on every rank for ``steps_per_trial`` steps, and the per-rank
 medians are agreed as their maximum over ranks (what the job waits for), so the tuner on rank 0
 learns from a number every rank holds too. NCCL's own choice (nothing pinned) is measured first and
-is the gate: the winner is pinned only if it beat NCCL's time, otherwise the bin is unpinned.
-Exploration ends when the tuner has nothing more to propose or ``max_trials`` is reached.
+is the gate. Exploration ends when the tuner has nothing more to propose or ``max_trials`` is
+reached; then the fastest candidate and NCCL's choice are measured again, alternately, while the
+noise leaves the decision open (:func:`verdict`): the winner is pinned only once it beats NCCL's
+time by more than the spread of their trials, from at least :data:`MIN_TRIALS` trials each, and
+the bin stays unpinned when it cannot (also when :data:`MAX_TRIALS_EACH` trials each leave it
+open). No decision rests on one trial: a trial's number is a trimmed mean of its calls
+(:func:`~dynamiccl.runtime.timing.trimmed_mean`), a choice's the median of its trials.
 
 The tuner is any object with this protocol (rank 0 calls it; see :class:`OnlineTuner`)::
 
@@ -19,6 +24,8 @@ The tuner is any object with this protocol (rank 0 calls it; see :class:`OnlineT
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -62,6 +69,40 @@ class OnlineTuner(Protocol):
 
 #: Encoded step actions broadcast from rank 0: (kind, algorithm, protocol, channels).
 MEASURE_DEFAULT, MEASURE_CANDIDATE, PIN_WINNER, KEEP_DEFAULT = 0, 1, 2, 3
+#: Trials of NCCL's choice and of the winner before either decision; at most this many of each
+#: while the noise leaves it open (then NCCL's choice stays).
+MIN_TRIALS, MAX_TRIALS_EACH = 2, 5
+#: A pin must save at least this share of the bin's time beyond the noise.
+MIN_GAIN = 0.01
+#: The noise as this many standard errors of the difference of two choices' medians.
+NOISE_SIGMAS = 2.0
+
+
+def _spread(trials: list[float]) -> float:
+    """Relative standard deviation of one choice's trials (robust: from their MAD; from the range
+    for two)."""
+    mid = statistics.median(trials)
+    if len(trials) < 2 or mid <= 0:
+        return math.inf
+    if len(trials) == 2:
+        return abs(trials[0] - trials[1]) / (2 * mid)
+    return 1.4826 * statistics.median(abs(t - mid) for t in trials) / mid
+
+
+def verdict(default: list[float], best: list[float]) -> int | None:
+    """PIN_WINNER, KEEP_DEFAULT or None (open: measure again) for the winner's trials ``best``
+    against NCCL's ``default``: its gain must clear MIN_GAIN by the noise, or fall short of it by
+    the noise, from at least MIN_TRIALS trials each."""
+    if len(default) < MIN_TRIALS or len(best) < MIN_TRIALS:
+        return None
+    gain = 1.0 - statistics.median(best) / statistics.median(default)
+    noise = NOISE_SIGMAS * math.hypot(_spread(default) / math.sqrt(len(default)),
+                                      _spread(best) / math.sqrt(len(best)))
+    if gain - noise > MIN_GAIN:
+        return PIN_WINNER
+    if gain + noise < MIN_GAIN:
+        return KEEP_DEFAULT
+    return None
 
 
 @dataclass
@@ -81,10 +122,15 @@ class TuningEvent:
 class BinState:
     size_bin: SizeBin
     current: Candidate | None = None          # what runs now (None: NCCL's own choice)
-    default_us: float | None = None
-    measured: dict[Candidate, float] = field(default_factory=dict)
+    #: Agreed time of every trial: NCCL's own choice's, and each candidate's.
+    default_us: list[float] = field(default_factory=list)
+    measured: dict[Candidate, list[float]] = field(default_factory=dict)
     trials: int = 0
     done: bool = False
+
+    def best(self) -> Candidate | None:
+        """The candidate whose trials' median is the lowest (None: none measured)."""
+        return min(self.measured, key=lambda c: statistics.median(self.measured[c]), default=None)
 
 
 class Tuning:
@@ -105,25 +151,35 @@ class Tuning:
             return torch.tensor([KEEP_DEFAULT, -1, -1, 0], dtype=torch.int64)
         if agreed_us is not None:
             if state.current is None:
-                state.default_us = agreed_us
+                state.default_us.append(agreed_us)
             else:
-                state.measured[state.current] = min(agreed_us, state.measured.get(state.current, agreed_us))
+                state.measured.setdefault(state.current, []).append(agreed_us)
                 self.tuner.observe(state.size_bin, state.current, agreed_us)
-        if state.default_us is None:
+        if not state.default_us:
             return self._encode(MEASURE_DEFAULT, None)
-        proposal = self.tuner.propose(state.size_bin) if state.trials < self.max_trials else None
+        proposal = None
+        if state.trials < self.max_trials and not any(len(t) > 1 for t in state.measured.values()):
+            proposal = self.tuner.propose(state.size_bin)
         if proposal is not None:
             state.trials += 1
             return self._encode(MEASURE_CANDIDATE, Candidate(*proposal))
         return self._encode(*self._gate(state))
 
     def _gate(self, state: BinState) -> tuple[int, Candidate | None]:
-        """The fastest candidate if it beat NCCL's own choice, else NCCL's own choice."""
-        if state.measured:
-            best = min(state.measured, key=state.measured.__getitem__)
-            assert state.default_us is not None
-            if state.measured[best] < state.default_us:
-                return PIN_WINNER, best
+        """After exploration: the fastest candidate pinned once it clearly beats NCCL's own choice,
+        NCCL's choice kept once it clearly is not beaten; while open, the one of the two with fewer
+        trials measured again (up to MAX_TRIALS_EACH each)."""
+        best = state.best()
+        if best is None:
+            return KEEP_DEFAULT, None
+        decided = verdict(state.default_us, state.measured[best])
+        if decided is not None:
+            return decided, best if decided == PIN_WINNER else None
+        if len(state.default_us) < len(state.measured[best]):
+            if len(state.default_us) < MAX_TRIALS_EACH:
+                return MEASURE_DEFAULT, None
+        elif len(state.measured[best]) < MAX_TRIALS_EACH:
+            return MEASURE_CANDIDATE, best
         return KEEP_DEFAULT, None
 
     @staticmethod

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dynamiccl.files import FileKind, read_head
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import Algorithm, Collective, Protocol, bus_factor
+
+T = TypeVar("T")
 
 #: The label a record's configuration gets when NCCL chose every knob itself.
 NCCL_DEFAULT = "NCCL default"
@@ -176,10 +178,12 @@ def write_jsonl(records: Iterable[MeasurementRecord], path: str | Path, append: 
     return n
 
 
-def read_jsonl(path: str | Path) -> list[MeasurementRecord]:
-    """Reads records back (no-op sizes dropped); a bad line raises ValueError naming the file and
-    line number."""
-    out: list[MeasurementRecord] = []
+def read_json_lines(path: str | Path, parse: Callable[[dict[str, Any], str], T], what: str,
+                    fix: str) -> list[T]:
+    """``parse(object, "file:line")`` of every non-empty line; a line that is not a JSON object or
+    that ``parse`` refuses (TypeError, KeyError, ValueError) raises ValueError naming the file, the
+    line, ``what`` it is not, and ``fix``."""
+    out: list[T] = []
     with open(path) as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -189,11 +193,16 @@ def read_jsonl(path: str | Path) -> list[MeasurementRecord]:
                 data = json.loads(line)
                 if not isinstance(data, dict):
                     raise ValueError(f"a JSON {type(data).__name__}, not an object")
-                record = MeasurementRecord.from_json(data, source=where)
+                out.append(parse(data, where))
             except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
-                raise ValueError(f"{where}: not a measurement record ({exc}); "
-                                 "expected one JSON object per line as `dynamiccl profile "
-                                 "collective --record` writes") from None
-            if not is_no_op(record.nbytes):
-                out.append(record)
+                raise ValueError(f"{where}: not {what} ({exc}); {fix}") from None
     return out
+
+
+def read_jsonl(path: str | Path) -> list[MeasurementRecord]:
+    """Reads records back (no-op sizes dropped); a bad line raises ValueError naming the file and
+    line number."""
+    records = read_json_lines(path, lambda data, where: MeasurementRecord.from_json(data, source=where),
+                              "a measurement record", "expected one JSON object per line as "
+                              "`dynamiccl profile collective --record` writes")
+    return [r for r in records if not is_no_op(r.nbytes)]

@@ -11,5 +11,8 @@ Imports the core and :mod:`dynamiccl.profiler.formats` (what it measures is writ
 * :mod:`.straggler_detection`, :mod:`.c2c`, :mod:`.hooks` – who is persistently late, compute vs
   communication, and a DDP comm hook that measures both inside a user's job;
 * :mod:`.nvml` / :mod:`.discover` – NVML facts (live or recorded) → a topology YAML, unmeasured
-  values marked.
+  values marked;
+* :mod:`.profile_reader` – NCCL's own measurements from the plugin's profiler rings (per-call GPU
+  times with NCCL's choice, joined across ranks); :mod:`.job_profile` – a user's job run with the
+  profiler loaded, its collective mix as it runs.
 """

@@ -33,10 +33,11 @@ _NCCL_KNOB_VARS = (ALGO_ENV, PROTO_ENV)
 
 
 class RankSession:
-    """``nprocs`` local ranks on ``backend``, measuring on request until :meth:`close`."""
+    """``nprocs`` local ranks on ``backend``, measuring on request until :meth:`close`; ``env`` is
+    more environment for the ranks (NCCL's profiler plugin, say)."""
 
     def __init__(self, nprocs: int, backend: str = "gloo", timeout_s: float = 120.0,
-                 emulate_hosts: bool = False) -> None:
+                 emulate_hosts: bool = False, env: dict[str, str] | None = None) -> None:
         if emulate_hosts and backend != "nccl":
             raise ValueError("emulated hosts are NCCL ranks; use backend='nccl'")
         self.nprocs, self.backend, self.timeout_s = nprocs, backend, timeout_s
@@ -44,11 +45,11 @@ class RankSession:
         self._workdir = tempfile.mkdtemp(prefix="dynamiccl-session-")
         address = str(Path(self._workdir, "control.sock"))
         key = secrets.token_bytes(16)
-        env = {"CUDA_VISIBLE_DEVICES": ""} if backend == "gloo" else None
+        rank_env = {**(env or {}), **({"CUDA_VISIBLE_DEVICES": ""} if backend == "gloo" else {})}
         self._ranks: Ranks | None = Ranks(
             "dynamiccl.profiler.measure.session:serve", nprocs,
-            {"backend": backend, "address": address, "authkey": key}, self._workdir, timeout_s, env,
-            emulate_hosts)
+            {"backend": backend, "address": address, "authkey": key}, self._workdir, timeout_s,
+            rank_env, emulate_hosts)
         self._conn: Connection | None = None
         try:
             self._conn = self._connect(address, key)

@@ -23,22 +23,24 @@ typedef struct {
 
 static void* g_plugin_handle;
 
-static int plugin_load(const char* path, int version, plugin_t* out) {
+/* The exported symbol `prefix``version` of the plugin at path (opened once), NULL with a message. */
+static const void* plugin_symbol(const char* path, const char* prefix, int version) {
   if (!g_plugin_handle) g_plugin_handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  void* handle = g_plugin_handle;
-  if (!handle) {
+  if (!g_plugin_handle) {
     fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-    return -1;
+    return NULL;
   }
-  char sym[32];
-  snprintf(sym, sizeof(sym), "ncclTunerPlugin_v%d", version);
+  char sym[48];
+  snprintf(sym, sizeof(sym), "%s%d", prefix, version);
+  const void* found = dlsym(g_plugin_handle, sym);
+  if (!found) fprintf(stderr, "dlsym %s: %s\n", sym, dlerror());
+  return found;
+}
+
+static int plugin_load(const char* path, int version, plugin_t* out) {
   out->version = version;
-  out->table = dlsym(handle, sym);
-  if (!out->table) {
-    fprintf(stderr, "dlsym %s: %s\n", sym, dlerror());
-    return -1;
-  }
-  return 0;
+  out->table = plugin_symbol(path, "ncclTunerPlugin_v", version);
+  return out->table ? 0 : -1;
 }
 
 /* The run-time entry points (after plugin_load), as dynamiccl.runtime finds them with ctypes. */

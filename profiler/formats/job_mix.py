@@ -1,0 +1,108 @@
+"""A job's collective mix, as ``dynamiccl profile job`` writes it: measurement records with counts.
+
+One line per (collective, size, ranks, nodes, NCCL's choice) the job ran: a
+:class:`~dynamiccl.profiler.formats.records.MeasurementRecord` of NCCL's default (``time_us`` the
+median GPU time per call, ``time_us_runs`` the distribution as at most :data:`MAX_RUNS` order
+statistics, ``nccl_pick`` the algorithm and protocol NCCL ran), so ``tune --measurements`` reads it
+as measurements, plus what only a job has (keys records ignore): ``calls`` (how many the job made),
+``untimed_calls`` (of those, without a GPU time), ``total_us`` (the job's time in them, untimed calls
+counted at the median), ``nccl_channels`` and the p10/p90 of the time per call. ``tune --workload``
+weighs its report and plan by ``total_us``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dynamiccl.files import FileKind, read_head, write_text_atomic
+from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, read_json_lines
+
+#: Order statistics of the per-call times kept in a record's ``time_us_runs``.
+MAX_RUNS = 1000
+SOURCE = "profile job"
+#: The keys a job-mix line has besides a measurement record's.
+JOB_KEYS = ("calls", "untimed_calls", "total_us", "nccl_channels", "p10_us", "p90_us")
+
+
+@dataclass(frozen=True)
+class MixEntry:
+    """How often and how long the job ran one kind of call."""
+
+    record: MeasurementRecord
+    calls: int
+    untimed_calls: int
+    total_us: float
+    nccl_channels: int
+    p10_us: float
+    p90_us: float
+
+    def to_json(self) -> dict:
+        return {**self.record.to_json(), "calls": self.calls, "untimed_calls": self.untimed_calls,
+                "total_us": round(self.total_us, 3), "nccl_channels": self.nccl_channels,
+                "p10_us": round(self.p10_us, 3), "p90_us": round(self.p90_us, 3)}
+
+
+def entry(collective: Collective, nbytes: int, nranks: int, nnodes: int, algorithm: Algorithm,
+          protocol: Protocol, channels: int, calls: int, timed_calls: int, timed_total_us: float,
+          sample_us: np.ndarray, *, launch: str, emulated_hosts: bool = False,
+          gpu: str = "") -> MixEntry | None:
+    """The mix line for ``calls`` calls, ``timed_calls`` of them with GPU times summing to
+    ``timed_total_us``, ``sample_us`` those times or a uniform sample of them; None when no call has
+    a time (a record needs one)."""
+    times = np.sort(np.asarray(sample_us, dtype=float))
+    if len(times) == 0 or timed_calls < 1:
+        return None
+    median = float(np.median(times))
+    picks = np.unique(np.linspace(0, len(times) - 1, min(len(times), MAX_RUNS)).round().astype(int))
+    algbw, busbw = bandwidths(collective, nbytes, nranks, median)
+    record = MeasurementRecord(
+        collective=collective.name.lower(), nbytes=int(nbytes), nranks=int(nranks), time_us=median,
+        algbw_GBps=algbw, busbw_GBps=busbw, nnodes=int(nnodes), source=SOURCE,
+        time_us_runs=tuple(float(t) for t in times[picks]), launch=launch, gpu=gpu,
+        nccl_pick=f"{algorithm.name.lower()}/{protocol.name.lower()}", emulated_hosts=emulated_hosts)
+    untimed = int(calls) - int(timed_calls)
+    return MixEntry(record, int(calls), untimed, float(timed_total_us) + untimed * median,
+                    int(channels), float(np.percentile(times, 10)), float(np.percentile(times, 90)))
+
+
+def write(entries: list[MixEntry], path: str | Path) -> Path:
+    """The mix as JSON lines, written atomically."""
+    text = "".join(json.dumps(e.to_json(), sort_keys=True) + "\n" for e in entries)
+    return write_text_atomic(path, text)
+
+
+def read(path: str | Path) -> list[MixEntry]:
+    """A job mix back; ValueError (one line, naming the file and line) for anything else."""
+    return read_json_lines(path, _entry, "a job's collective mix",
+                           "give the job.jsonl `dynamiccl profile job` wrote")
+
+
+def _entry(data: dict, where: str) -> MixEntry:
+    missing = [k for k in JOB_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)}")
+    if int(data["calls"]) < 1 or not float(data["total_us"]) >= 0:
+        raise ValueError("calls must be >= 1 and total_us >= 0")
+    return MixEntry(MeasurementRecord.from_json(data, source=where), int(data["calls"]),
+                    int(data["untimed_calls"]), float(data["total_us"]), int(data["nccl_channels"]),
+                    float(data["p10_us"]), float(data["p90_us"]))
+
+
+def _is_job_mix(path: Path) -> bool:
+    first = next((line for line in read_head(path).splitlines() if line.strip()), None)
+    if first is None:
+        return False
+    try:
+        data = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and all(k in data for k in JOB_KEYS)
+
+
+#: What ``profile job`` writes (``--force`` replaces only a file of this kind).
+JOB_MIX = FileKind("a job's collective mix (profile job)", _is_job_mix)

@@ -1,0 +1,195 @@
+"""A user's job run with NCCL's profiler loaded, and its collective mix while it runs.
+
+:func:`run_job` starts the command (torchrun, mpirun, a plain script) in a session of its own with
+the plugin as NCCL's profiler (``NCCL_PROFILER_PLUGIN``) and the rings' folder
+(``DYNAMICCL_PROFILE``) in its environment, drains the rings while it runs (a ring overwrites its
+oldest records, so a long job is read as it goes) and ends with the job: its exit status, or the
+timeout or Ctrl-C, which go to the whole session (torchrun's workers included). The calls are
+joined across ranks as they complete (:class:`MixAccumulator`) and summarised per (collective,
+size, ranks, nodes, NCCL's choice) into :mod:`~dynamiccl.profiler.formats.job_mix` entries.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dynamiccl.nccl import PROFILER_PLUGIN_ENV, Algorithm, Collective, Protocol
+from dynamiccl.profile_ring import PROFILE_ENV, RECORDS_ENV
+from dynamiccl.profiler.formats.job_mix import MixEntry, entry
+from dynamiccl.profiler.measure.profile_reader import CALL_DTYPE, ProfileReader, join_ranks
+
+#: Times kept per kind of call for its distribution (counts and totals are exact beyond it).
+RESERVOIR = 10_000
+#: Per-rank rows of calls not yet seen by every rank kept at most; beyond, the oldest are taken
+#: as they are (a rank that lost records would otherwise hold them forever).
+MAX_PENDING = 1_000_000
+#: Seconds a stopped job gets to exit before it is killed.
+GRACE_S = 10.0
+
+_KEY = ("collective", "nbytes", "nranks", "nnodes", "algorithm", "protocol", "channels")
+
+
+@dataclass
+class _Kind:
+    calls: int = 0
+    timed: int = 0
+    total_us: float = 0.0
+    seen: int = 0  # timed calls offered to the reservoir
+    sample: list[float] = field(default_factory=list)
+
+
+class MixAccumulator:
+    """Per-rank calls in, the job's mix out: each call counted once, when every rank of its
+    communicator has recorded it (its time: the longest rank's), with a seeded reservoir of times
+    per kind of call."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._pending = np.zeros(0, CALL_DTYPE)
+        self.kinds: dict[tuple, _Kind] = {}
+        self.partial = 0  # calls counted without every rank's record
+
+    def add(self, calls: np.ndarray) -> None:
+        rows = np.concatenate([self._pending, calls]) if len(self._pending) else calls
+        if len(rows) == 0:
+            return
+        key = np.stack([rows["comm_id"], rows["collective"].astype(np.uint64), rows["seq"]], axis=1)
+        _, group, count = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+        group = group.reshape(-1)
+        complete = count[group] >= rows["nranks"]
+        self._take(rows[complete])
+        self._pending = rows[~complete]
+        if len(self._pending) > MAX_PENDING:
+            self.flush()
+
+    def flush(self) -> None:
+        """Counts every call still waiting for a rank (the job ended, or a rank lost records)."""
+        joined = join_ranks(self._pending)
+        self.partial += int((joined["ranks_seen"] < joined["nranks"]).sum())
+        self._count(joined)
+        self._pending = np.zeros(0, CALL_DTYPE)
+
+    def _take(self, rows: np.ndarray) -> None:
+        if len(rows):
+            self._count(join_ranks(rows))
+
+    def _count(self, joined: np.ndarray) -> None:
+        if len(joined) == 0:
+            return
+        keys = np.stack([joined[k].astype(np.int64) for k in _KEY], axis=1)
+        unique, group = np.unique(keys, axis=0, return_inverse=True)
+        for i, key in enumerate(map(tuple, unique.tolist())):
+            times = joined["duration_us"][group.reshape(-1) == i]
+            timed = times[~np.isnan(times)]
+            kind = self.kinds.setdefault(key, _Kind())
+            kind.calls += len(times)
+            kind.timed += len(timed)
+            kind.total_us += float(timed.sum())
+            self._sample(kind, timed)
+
+    def _sample(self, kind: _Kind, timed: np.ndarray) -> None:
+        """Algorithm R over the batch: each time ends up in the sample with equal probability."""
+        room = max(RESERVOIR - len(kind.sample), 0)
+        kind.sample.extend(timed[:room].tolist())
+        rest = timed[room:]
+        if len(rest):
+            seen = kind.seen + room + np.arange(1, len(rest) + 1)
+            slot = self._rng.integers(0, seen)
+            keep = slot < RESERVOIR
+            for s, t in zip(slot[keep].tolist(), rest[keep].tolist(), strict=True):
+                kind.sample[s] = t
+        kind.seen += len(timed)
+
+    def entries(self, *, launch: str, emulated_hosts: bool = False, gpu: str = "") -> list[MixEntry]:
+        """The mix, most time first (kinds with no timed call are left out: see :attr:`untimed`)."""
+        out = []
+        for (coll, nbytes, nranks, nnodes, algo, proto, channels), kind in self.kinds.items():
+            e = entry(Collective(coll), nbytes, nranks, nnodes, Algorithm(algo), Protocol(proto),
+                      channels, kind.calls, kind.timed, kind.total_us, np.array(kind.sample),
+                      launch=launch, emulated_hosts=emulated_hosts, gpu=gpu)
+            if e is not None:
+                out.append(e)
+        return sorted(out, key=lambda e: (-e.total_us, e.record.collective, e.record.nbytes))
+
+    @property
+    def untimed(self) -> int:
+        """Calls of kinds the job ran without any GPU time (not in :meth:`entries`)."""
+        return sum(k.calls for k in self.kinds.values() if k.timed == 0)
+
+
+@dataclass
+class JobRun:
+    """How the job ended and what its rings held."""
+
+    #: The job's exit status; None when it was stopped (``stopped`` says why).
+    exit_code: int | None
+    stopped: str | None
+    #: What to exit with: the job's status, 124 after the timeout, 130 after Ctrl-C (the shell's
+    #: conventions).
+    status: int
+    mix: MixAccumulator
+    rings: int
+    lost: int
+    drops: dict[str, int]
+    unreadable: dict[Path, str]
+    seconds: float
+
+
+def profiling_env(library: Path, rings: Path, records: int) -> dict[str, str]:
+    """What a job needs in its environment for NCCL to load the profiler and record into ``rings``
+    (every rank's process: export them through a launcher that does not pass the environment)."""
+    return {PROFILER_PLUGIN_ENV: str(library), PROFILE_ENV: str(rings), RECORDS_ENV: str(records)}
+
+
+def run_job(cmd: Sequence[str], env: dict[str, str], rings: Path, *, timeout_s: float | None = None,
+            poll_s: float = 0.2, progress: Callable[[MixAccumulator, float], None] | None = None
+            ) -> JobRun:
+    """Runs ``cmd`` with ``env`` (the caller's environment and :func:`profiling_env`) until it ends,
+    reading ``rings`` as it goes. Raises OSError when the command cannot be started."""
+    mix = MixAccumulator()
+    began = time.monotonic()
+    proc = subprocess.Popen(list(cmd), env=env, start_new_session=True)
+    stopped: str | None = None
+    status: int | None = None
+    with ProfileReader(rings) as reader:
+        try:
+            while proc.poll() is None:
+                mix.add(reader.poll())
+                if progress is not None:
+                    progress(mix, time.monotonic() - began)
+                if timeout_s is not None and time.monotonic() - began > timeout_s:
+                    stopped, status = f"was stopped after the timeout of {timeout_s:g} s", 124
+                    _stop(proc, signal.SIGTERM)
+                    break
+                time.sleep(poll_s)
+        except KeyboardInterrupt:
+            stopped, status = "was interrupted (Ctrl-C)", 130
+            _stop(proc, signal.SIGINT)
+        mix.add(reader.poll())
+        mix.flush()
+        return JobRun(None if stopped else proc.returncode, stopped,
+                      proc.returncode if status is None else status, mix, len(reader.rings),
+                      reader.lost, reader.drops(), dict(reader.unreadable),
+                      time.monotonic() - began)
+
+
+def _stop(proc: subprocess.Popen, first: signal.Signals) -> None:
+    """``first`` to the job's whole session, then SIGKILL after :data:`GRACE_S`."""
+    for sig in (first, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
