@@ -102,10 +102,10 @@ def _detect(ctx, steps: int, late_rank: int, late_ms: float, library: str) -> li
     for _ in range(steps):
         if ctx.rank == late_rank:
             time.sleep(late_ms / 1e3)
-        rt.begin_step()  # what the first bucket's hook does first, before NCCL launches it
         for i, b in enumerate(buckets):
+            done = rt.all_reduce(b)  # the first bucket begins the step, then NCCL launches it
             call = nccl.launch(Collective.ALLREDUCE, b.numel(), Algorithm.RING, Protocol.SIMPLE, 1)
-            rt.all_reduce(b).wait()
+            done.wait()
             waited_ms = late_ms if i == 0 and ctx.rank != late_rank else 0.0
             nccl.complete(call, 1, time.time_ns(), int(1e6 + waited_ms * 1e6))
         rt.end_step()
