@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dynamiccl.cli.main import main
@@ -19,6 +20,7 @@ from dynamiccl.profiler.measure.runner import (
     measure_many,
     nccl_env,
     steered_env,
+    summarize,
 )
 
 WORKERS = str(Path(__file__).parent / "profiler_workers.py")
@@ -160,6 +162,21 @@ def test_cli_collective_json_contract_and_record(tmp_path, capsys):
     (rec,) = read_jsonl(record)
     assert rec.collective == "reducescatter" and rec.nbytes == 65536 and rec.backend == "gloo"
     assert rec.straggler_rank == 0 and rec.time_us == pytest.approx(out["time_us"])
+    assert rec.straggler_delay_us == 30_000.0  # what was injected; what was found beside it
+    assert rec.detected_straggler_rank == 0 and rec.detected_straggler_delay_us > 0
+
+
+def test_a_rank_found_late_where_none_was_injected_is_no_straggler_in_the_record():
+    """Ranks of one host leave a barrier a little apart, and detection may name one late by tens of
+    µs: the record keeps that as found, while its straggler (what tune leaves out) stays empty, as
+    the measurement injected none (the H200 sweep lost its default at 1 MiB to this)."""
+    spec = CollectiveSpec("allreduce", 1 << 20, "nccl", warmup=0, iters=10, runs=3)
+    exec_us = np.full((4, 3, 10), 1000.0)
+    exec_us[:3] += 70.0  # ranks 0-2 wait 70 µs for rank 3 in every call
+    times = np.stack([exec_us, np.zeros_like(exec_us)], axis=1)
+    rec = summarize(spec, times).to_record()
+    assert rec.detected_straggler_rank == 3 and rec.detected_straggler_delay_us == pytest.approx(70, rel=0.1)
+    assert rec.straggler_rank is None and rec.straggler_delay_us == 0.0
 
 
 def test_cli_refuses_nccl_knobs_on_gloo(capsys):

@@ -271,10 +271,23 @@ class RatioEstimate:
         return math.exp(-self.log_ratio) - 1.0
 
 
+#: How many of its uncertainties a gain must clear to show that NCCL's default does not run its
+#: modelled pick: a claim that the model misjudges NCCL itself, held to more than an override is
+#: (on the H200 sweep's sockets, one launch of NCCL's default against one of the same pair forced
+#: differed by x1.56 at 256 KiB and x1.19 at 1 MiB: launch noise of 13-46 %, not another pick).
+SELF_PICK_SIGMAS = 2.0
+
+
 def measured_both_sides(est: RatioEstimate) -> bool:
     """Whether ``est`` rests on measurements of both the choice and NCCL's default at or around
     this size (sources 1, 2 and 4 where anchored), not on the model or the prior."""
     return est.anchored and est.evidence != LEARNED_PRIOR
+
+
+def not_its_pick(est: RatioEstimate, margin: float) -> bool:
+    """Whether measurements show NCCL's default slower than the very configuration its model says
+    it runs, beyond :data:`SELF_PICK_SIGMAS` of their uncertainty."""
+    return measured_both_sides(est) and passes(est.gain, SELF_PICK_SIGMAS * est.sigma, margin)
 
 
 @dataclass(frozen=True)
@@ -738,8 +751,8 @@ class Tuner:
         """This call's own evidence decides: every candidate's best estimate through the gate. A
         candidate that makes NCCL run its own pick is no alternative (the model's ratio between a
         configuration and itself is 1; a correction of one side alone says nothing of the other),
-        unless measurements of both beat NCCL's default beyond their noise: then NCCL's default
-        did not run what its model picks (:func:`measured_both_sides`)."""
+        unless measurements of both beat NCCL's default well beyond their noise: then NCCL's
+        default did not run what its model picks (:func:`not_its_pick`)."""
         if scenario in self._judged:
             return self._judged[scenario]
         nccl_config = _model_run(scenario, DEFAULT).config
@@ -749,7 +762,7 @@ class Tuner:
         best, best_verdict, best_key = DEFAULT, None, None
         for choice, est in estimates.items():
             own = self._nccl_own(scenario, choice)
-            if own and not (measured_both_sides(est) and passes(est.gain, est.sigma, self.margin)):
+            if own and not not_its_pick(est, self.margin):
                 continue
             # tune overrides NCCL only where measurements anchor both sides; what only the model
             # says is a reason to measure (tune_plan), not to pin: the model's ratio between two

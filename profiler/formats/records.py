@@ -69,6 +69,8 @@ class MeasurementRecord:
     source: str = ""
     #: Per-run times of a multi-run measurement (time_us is their median); empty when unknown.
     time_us_runs: tuple[float, ...] = ()
+    #: The straggler the measurement injected (its rank, and how late it was made): a record of a
+    #: call with a late rank, which ``tune`` leaves out of its no-straggler decisions.
     straggler_rank: int | None = None
     straggler_delay_us: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
@@ -86,6 +88,11 @@ class MeasurementRecord:
     #: Measured on emulated hosts (``--emulate-hosts``: ranks sharing GPUs, each its own node to
     #: NCCL, joined by loopback sockets): not the network the GPUs really sit on.
     emulated_hosts: bool = False
+    #: The rank the runner's straggler detection found persistently late, and by how much, where
+    #: no straggler was injected too: a property of the system as measured (one host's ranks
+    #: released from a barrier a little apart), not a condition of the measurement.
+    detected_straggler_rank: int | None = None
+    detected_straggler_delay_us: float = 0.0
 
     def __post_init__(self) -> None:
         Collective[self.collective.upper()]  # raises KeyError early for a misspelt collective

@@ -194,8 +194,10 @@ class CollectiveResult:
             channels=self.spec.channels if applied else None,
             nnodes=self.nranks if self.emulated_hosts else 1,
             backend=self.spec.backend, source="runner", time_us_runs=self.time_us_runs,
-            straggler_rank=s.rank if s else None,
-            straggler_delay_us=s.delay_us if s and s.rank is not None else 0.0,
+            straggler_rank=self.spec.straggler_rank if self.spec.straggler_delay_us > 0 else None,
+            straggler_delay_us=self.spec.straggler_delay_us if self.spec.straggler_rank is not None else 0.0,
+            detected_straggler_rank=s.rank if s else None,
+            detected_straggler_delay_us=s.delay_us if s and s.rank is not None else 0.0,
             env=(nccl_env(self.spec) if self.env is None else dict(self.env)) if applied else {},
             launch=self.launch, gpu=self.gpu,
             emulated_hosts=self.emulated_hosts)
