@@ -33,9 +33,12 @@ DEFAULT_MARGIN = 0.03
 #: What a verdict rests on, weakest first: the model; the model fitted to measurements; a learned
 #: prior's prediction; a ratio interpolated between measured sizes; a measurement of one launch on a
 #: side; a measurement of repeated launches on both sides. NOT_MEASURED: nothing of the collective
-#: was measured on the system, so ``tune`` leaves it to NCCL.
+#: was measured on the system, so ``tune`` leaves it to NCCL. LEARNED_PRIOR_UNCALIBRATED: the
+#: learned prior's prediction on a model the measurements could not be fitted to, which never
+#: overrides NCCL.
 MODEL, CALIBRATED, MEASURED = "model", "calibrated model", "measured"
 LEARNED_PRIOR, INTERPOLATED, MEASURED_ONCE = "learned prior", "interpolated", "measured once"
+LEARNED_PRIOR_UNCALIBRATED = "learned prior (uncalibrated model)"
 NOT_MEASURED = "not measured"
 
 

@@ -20,11 +20,12 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
    from those measurements, linearly in log size, with the model adding only its shape between them
    (never leaving the neighbours' range). The uncertainty is the neighbours' own, plus a growth with
    the distance in octaves to the nearer one and a share of their disagreement.
-3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`; ``dynamiccl tune``
-   gives the shipped one, :mod:`dynamiccl.agents.shipping.tune_prior`, unless ``--no-prior``): what it
+3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`; ``dynamiccl tune
+   --prior`` gives the shipped one, :mod:`dynamiccl.agents.shipping.tune_prior`): what it
    predicts from the system's measured ratios of the collective and the model's times, asked once
    per collective and shape. The gate asks it for :data:`PRIOR_SIGMAS` of its own (calibrated)
-   sigmas; it counts as anchored where the system has measured ratios of that collective.
+   sigmas; it counts as anchored where the system has measured ratios of that collective and the
+   model was calibrated to the measurements (a failed or skipped calibration: it pins nothing).
 4. **calibrated model** — the simulator, fitted to the measurements (``profiler.calibrate``, kept
    behind :func:`calibrated_topology`), then corrected per choice with a latency factor and a
    bandwidth factor fitted to that choice's measured sizes (the Hockney alpha/beta split NCCL's own
@@ -78,6 +79,7 @@ from dynamiccl.agents.shipping.gate import (
     DEFAULT_MARGIN,
     INTERPOLATED,
     LEARNED_PRIOR,
+    LEARNED_PRIOR_UNCALIBRATED,
     MEASURED,
     MEASURED_ONCE,
     MODEL,
@@ -300,7 +302,8 @@ Candidates = Callable[[Scenario], Sequence[Choice]]
 class Tuner:
     """Decisions from a model (``model_topology``: the system as fitted) and measurements.
 
-    ``calibrated`` says whether the model was fitted (the evidence label of model-only estimates).
+    ``calibrated`` says whether the model was fitted (the evidence label of model-only estimates;
+    the learned prior overrides nothing on a model that was not, :meth:`prior_ratio`).
     ``candidates`` (default :meth:`deployable_candidates`) says which choices are weighed; a
     choice the model cannot run is never weighed. ``prior`` (a :class:`Prior`) is one more source
     of a ratio where nothing was measured.
@@ -314,6 +317,7 @@ class Tuner:
         self.measurements = measurements
         self.noise = LaunchNoise(measurements, noise_defaults)
         self.margin = margin
+        self.calibrated = calibrated
         self.model_evidence = CALIBRATED if calibrated else MODEL
         self.candidates = candidates or self.deployable_candidates
         self.prior = prior
@@ -427,22 +431,35 @@ class Tuner:
                 for n in {lo, hi, scenario.nbytes, *(n for n in sizes if lo < n < hi)}}
         return len(runs) == 1
 
-    def prior_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
-        """Source 3: the prior's answer for the pair NCCL runs when told ``choice``, where a prior
-        is given and answers. Its sigma is :data:`PRIOR_SIGMAS` of the prior's own: the gate asks
-        every source for a gain beyond its sigma, and a calibrated Gaussian's one sigma is crossed
-        the wrong way one time in six. Anchored where the system has measured ratios of this
-        collective on this shape."""
+    def prior_answer(self, scenario: Scenario, choice: Choice) -> tuple[float, float] | None:
+        """The prior's own answer (log ratio, 1-sigma) for the pair NCCL runs when told ``choice``,
+        where a prior is given and answers."""
         if self.prior is None:
             return None
         pair = resolved(scenario, choice)
         if not pair.exportable or pair.channels is not None:
             return None
-        answers, anchored = self._prior_series(scenario)
-        found = answers.get((pair, scenario.nbytes))
+        found = self._prior_series(scenario)[0].get((pair, scenario.nbytes))
         if found is None or not all(map(math.isfinite, found)):
             return None
-        return RatioEstimate(float(found[0]), PRIOR_SIGMAS * float(found[1]), LEARNED_PRIOR, anchored)
+        return float(found[0]), float(found[1])
+
+    def prior_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
+        """Source 3: :meth:`prior_answer` as a ratio estimate. Its sigma is :data:`PRIOR_SIGMAS` of
+        the prior's own: the gate asks every source for a gain beyond its sigma, and a calibrated
+        Gaussian's one sigma is crossed the wrong way one time in six. Anchored where the system
+        has measured ratios of this collective on this shape and the model was calibrated to them:
+        on a model the measurements could not be fitted to (calibration failed, determined nothing
+        or was skipped) the prior's residuals are read against a model the system contradicts
+        (on the emulated-hosts H200 sweep NCCL ran pairs the model says it cannot), so it informs
+        the plan but pins nothing (evidence :data:`LEARNED_PRIOR_UNCALIBRATED`)."""
+        found = self.prior_answer(scenario, choice)
+        if found is None:
+            return None
+        if not self.calibrated:
+            return RatioEstimate(found[0], PRIOR_SIGMAS * found[1], LEARNED_PRIOR_UNCALIBRATED, False)
+        return RatioEstimate(found[0], PRIOR_SIGMAS * found[1], LEARNED_PRIOR,
+                             self._prior_series(scenario)[1])
 
     def _prior_series(self, scenario: Scenario) -> tuple[PriorAnswers, bool]:
         """The prior's answers for this collective and shape (one query, kept), at every decision
