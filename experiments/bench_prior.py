@@ -28,7 +28,9 @@ sigma. Then decisions at every size: each predictor (a measured point counts as 
 but ``model``) overrides NCCL with its best pair only where the predicted log-gain exceeds
 log(1 + margin) + k sigma; ``tune`` (:class:`dynamiccl.agents.shipping.tune.Tuner` with this prior, as
 ``dynamiccl tune`` runs) and ``tune_no_prior`` (``--no-prior``) decide from the same measurements as
-records. Scored on the truth with ``bench_tuning``'s scoring (:class:`bench_tuning.Score`): the
+records, on the model fitted to them with ``--calibrate`` (one fit per case: slow), else on the model
+as given, where tune's prior pins nothing (it overrides NCCL only on a calibrated model). Scored on
+the truth with ``bench_tuning``'s scoring (:class:`bench_tuning.Score`): the
 share of the headroom (the best pair's gain over NCCL's default, summed) captured, decisions > 2 %
 slower than NCCL, the worst decision.
 
@@ -53,7 +55,14 @@ from bench_tuning import Score
 
 from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN
 from dynamiccl.agents.shipping.prior import PICK_TOLERANCE, LearnedPrior
-from dynamiccl.agents.shipping.tune import DEFAULT, Choice, Measurements, Prior, Tuner
+from dynamiccl.agents.shipping.tune import (
+    DEFAULT,
+    Choice,
+    Measurements,
+    Prior,
+    Tuner,
+    calibrated_topology,
+)
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
 from dynamiccl.agents.training.prior_learner import Series, time_series
 from dynamiccl.calibration import uncertainty
@@ -223,25 +232,32 @@ def _record(case: Case, i: int | None, j: int, time_us: float) -> MeasurementRec
                              nnodes=case.topology.nodes, source="bench_prior")
 
 
-def tune_picks(case: Case, prior: Prior | None) -> np.ndarray:
-    """``tune``'s pinned pair per size (row, or -1), from the case's measurements as records, with
-    ``prior`` (or none)."""
+def tune_picks(case: Case, priors: dict[str, Prior | None], calibrate: bool) -> dict[str, np.ndarray]:
+    """``tune``'s pinned pair per size (row, or -1) with each of ``priors`` (or none), from the
+    case's measurements as records; on the model fitted to them as ``dynamiccl tune`` does where
+    ``calibrate`` (the learned prior pins nothing on a model that was not), else on the model as
+    given."""
     s = case.series
     records = [_record(case, None, j, t) for j, t in enumerate(case.default_us) if np.isfinite(t)]
     records += [_record(case, i, j, case.pair_us[i, j]) for i, j in np.argwhere(case.measured)]
     rows = {Choice(a, p): i for i, (a, p) in enumerate(s.pairs)}
     column = {1 << int(round(x)): j for j, x in enumerate(s.log2_sizes)}
-    tuner = Tuner(case.topology, Measurements(records), prior=prior, candidates=lambda scn: [
-        c for c, i in rows.items() if np.isfinite(s.model[i, column[scn.nbytes]])])
-    out = []
-    for x in s.log2_sizes:
-        chosen = tuner.decide(Scenario(case.topology, s.collective, 1 << int(round(x)))).chosen
-        out.append(-1 if chosen == DEFAULT else rows[Choice(chosen.algorithm, chosen.protocol)])
-    return np.array(out)
+    model = calibrated_topology(records, case.topology)[0] if calibrate else case.topology
+    out = {}
+    for name, prior in priors.items():
+        tuner = Tuner(model, Measurements(records), prior=prior, calibrated=model is not case.topology,
+                      candidates=lambda scn: [c for c, i in rows.items()
+                                              if np.isfinite(s.model[i, column[scn.nbytes]])])
+        picks = []
+        for x in s.log2_sizes:
+            chosen = tuner.decide(Scenario(case.topology, s.collective, 1 << int(round(x)))).chosen
+            picks.append(-1 if chosen == DEFAULT else rows[Choice(chosen.algorithm, chosen.protocol)])
+        out[name] = np.array(picks)
+    return out
 
 
 def score_case(case: Case, prior: LearnedPrior, tallies: dict[str, Tally], margin: float, k: float,
-               where: str) -> None:
+               where: str, calibrate: bool = False) -> None:
     s = case.series
     query = np.isfinite(s.model) & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
     best = np.minimum(np.nanmin(np.where(np.isfinite(s.model), s.truth, np.nan), axis=0), 0.0)
@@ -252,8 +268,7 @@ def score_case(case: Case, prior: LearnedPrior, tallies: dict[str, Tally], margi
             mu = np.where(case.measured, case.values, mu)
             sigma = np.where(case.measured, case.noise, sigma)
         picks[name] = decide(mu, sigma, margin, k)
-    picks["tune"] = tune_picks(case, LearnedPriorSource(prior))
-    picks["tune_no_prior"] = tune_picks(case, None)
+    picks.update(tune_picks(case, {"tune": LearnedPriorSource(prior), "tune_no_prior": None}, calibrate))
     for name, rows in picks.items():
         for j, row in enumerate(rows):
             truth = 0.0 if row < 0 else float(s.truth[row, j])
@@ -264,7 +279,7 @@ def score_case(case: Case, prior: LearnedPrior, tallies: dict[str, Tally], margi
 
 
 def run(seeds: list[int], systems, prior: LearnedPrior, margin: float, k: float,
-        progress: bool) -> dict[str, dict[str, dict]]:
+        progress: bool, calibrate: bool = False) -> dict[str, dict[str, dict]]:
     tallies = {b: {name: Tally.empty() for name in (*PREDICTORS, *TUNERS)} for b in BUDGETS}
     for seed in seeds:
         truth = PerturbedBackend(seed, noisy=False)
@@ -280,7 +295,7 @@ def run(seeds: list[int], systems, prior: LearnedPrior, margin: float, k: float,
                     measured = draw(rng, series.model.shape) & np.isfinite(series.model)
                     noisy = PerturbedBackend(seed, noisy=True)
                     case = measure_case(topology, series, noisy, measured)
-                    score_case(case, prior, tallies[budget], margin, k, where)
+                    score_case(case, prior, tallies[budget], margin, k, where, calibrate)
             if progress:
                 print(f"{where} done", file=sys.stderr, flush=True)
     return {b: {name: t.summary() for name, t in per.items()} for b, per in tallies.items()}
@@ -309,6 +324,10 @@ def main() -> int:
                         help=f"decisions: the gain an override must clear (default {DEFAULT_MARGIN})")
     parser.add_argument("--k", type=float, default=2.0,
                         help="decisions: sigmas the gain must clear on top of the margin (default 2)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="tune's rows fit the model to each case's measurements first, as "
+                             "`dynamiccl tune` does (slow: a fit per case); without it they decide on "
+                             "the model as given, where tune's learned prior pins nothing")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not 1 <= args.seeds <= 50:
@@ -321,10 +340,12 @@ def main() -> int:
         parser.error(str(exc))
     began = time.perf_counter()
     seeds = list(range(HELDOUT_SEED_START, HELDOUT_SEED_START + args.seeds))
-    results = run(seeds, SYSTEMS, prior, args.margin, args.k, progress=not args.json)
+    results = run(seeds, SYSTEMS, prior, args.margin, args.k, progress=not args.json,
+                  calibrate=args.calibrate)
     doc = {"reality": f"perturbed, held-out seeds {seeds[0]}..{seeds[-1]}",
            "systems": [f"{t}x{n}" for t, n in SYSTEMS], "sizes": "1KiB..1GiB (powers of two)",
            "collectives": [c.name.lower() for c in COLLECTIVES], "margin": args.margin, "k": args.k,
+           "tune_calibrates": args.calibrate,
            "prior": prior.meta.get("command", args.prior or "shipped"), "budgets": results,
            "seconds": round(time.perf_counter() - began, 1)}
     if args.json:

@@ -51,8 +51,9 @@ Tuners, each at half and at the same measurement budget as the sweep: NVIDIA's s
 (every choice at every size, the fastest measured wins; ``_half``: every other size);
 AutoCCL-style coordinate descent and a UCB bandit with a 5 % safety gate (online, the sweep's
 budget per decision or half of it); ``tune`` (on a replay table, one launch per measurement: the
-sweep launches every choice once) with the shipped learned prior as ``dynamiccl tune`` runs, and
-without it (``_no_prior``, ``dynamiccl tune --no-prior``); besides, NCCL's default, the model oracle
+sweep launches every choice once) with the shipped learned prior as ``dynamiccl tune --prior`` runs
+(it pins a call only on a calibrated model: ``--calibrate``; otherwise it ranks the plan), and
+without it (``_no_prior``, ``dynamiccl tune``'s default); besides, NCCL's default, the model oracle
 (what the uncalibrated simulator predicts fastest, ungated), the model behind the export gate, and
 on the replay tables the sweep of every launch a split shows (``sweep_every_launch``, a
 reference); learned policies when given
@@ -139,7 +140,7 @@ NOT_ON_REPLAY = ("picks exact table actions (algorithm, protocol and channels); 
 
 @lru_cache(maxsize=1)
 def shipped_prior() -> LearnedPriorSource:
-    """The learned prior ``dynamiccl tune`` uses by default (loaded once)."""
+    """The learned prior ``dynamiccl tune --prior`` uses (loaded once)."""
     return LearnedPriorSource()
 
 
@@ -311,23 +312,46 @@ class ReplayReality:
 UNSEEN_SIZE = "out-of-place timing of a size nobody saw"
 
 
+def every_other_size(scenarios: list[Scenario]) -> set[Scenario]:
+    """The first, third, ... size of each (collective, ranks) series."""
+    index = _size_series(scenarios)
+    return {s for s in scenarios if index[s] % 2 == 0}
+
+
+def random_half_of_sizes(draw: int) -> Callable[[list[Scenario]], set[Scenario]]:
+    """A seeded random half of each (collective, ranks) series' sizes (rounded up), draw ``draw``:
+    the same sizes for every tuner, split and run."""
+    def keep(scenarios: list[Scenario]) -> set[Scenario]:
+        series: dict[tuple, list[Scenario]] = defaultdict(list)
+        for s in scenarios:
+            series[(s.collective, s.topology.nranks)].append(s)
+        kept: set[Scenario] = set()
+        for (collective, nranks), group in series.items():
+            group.sort(key=lambda x: x.nbytes)
+            rng = np.random.default_rng([draw, int(collective), nranks])
+            kept.update(group[i] for i in rng.permutation(len(group))[:(len(group) + 1) // 2])
+        return kept
+    return keep
+
+
 class HeldOutSizes:
-    """A replay table with every other size of each (collective, ranks) series held out: tuners
-    see every choice in every launch the split shows at the kept sizes (the first, third, ...) and
-    are scored at the held-out ones, on the split's held-out launch where each choice had two
-    launches or more, else on the out-of-place timing of the launch the split picks (nobody saw
-    anything at that size)."""
+    """A replay table with some sizes of each (collective, ranks) series held out (``keep`` says
+    which are kept: by default every other size, the first, third, ...): tuners see every choice
+    in every launch the split shows at the kept sizes and are scored at the held-out ones, on the
+    split's held-out launch where each choice had two launches or more, else on the out-of-place
+    timing of the launch the split picks (nobody saw anything at that size)."""
 
     name = "replay, sizes held out"
     times_actions = False
 
-    def __init__(self, replay: ReplayReality) -> None:
+    def __init__(self, replay: ReplayReality,
+                 keep: Callable[[list[Scenario]], set[Scenario]] = every_other_size) -> None:
         self.replay = replay
         self.system = replay.system
         self.model = replay.model
         self.scenarios = replay.scenarios
-        index = _size_series(replay.scenarios)
-        self.kept = [s for s in replay.scenarios if index[s] % 2 == 0]
+        kept = keep(replay.scenarios)
+        self.kept = [s for s in replay.scenarios if s in kept]
         self.calls = 0
 
     def menu(self, s: Scenario) -> list[Choice]:
@@ -565,8 +589,8 @@ def static_policy(path: str) -> Picker:
     return run
 
 
-def _tuner(reality: Reality, records: list[MeasurementRecord], model: Topology,
-           prior: Prior | None) -> Tuner:
+def tuner_for(reality: Reality, records: list[MeasurementRecord], model: Topology,
+              prior: Prior | None) -> Tuner:
     """``dynamiccl tune``'s tuner on ``records``, weighing the choices the reality offers."""
     return Tuner(model, Measurements(records), calibrated=model is not reality.model,
                  candidates=lambda s: model_menu(reality, s), noise_defaults=reality.noise_defaults,
@@ -575,15 +599,15 @@ def _tuner(reality: Reality, records: list[MeasurementRecord], model: Topology,
 
 def tune(fraction: float, calibrate: bool, prior: Prior | None) -> Callable:
     """``dynamiccl tune``'s loop: plan, measure, refit, in rounds, within ``fraction`` of the
-    sweep's budget, weighing the choices the reality offers (with the learned prior, or without:
-    ``--no-prior``)."""
+    sweep's budget, weighing the choices the reality offers (with the learned prior, ``--prior``, or
+    without)."""
     def decide(reality: Reality):
         budget = int(fraction * sweep_budget(reality))
         at = {(s.collective, s.topology.nranks, s.nbytes): s for s in reality.scenarios}
         records: list[MeasurementRecord] = []
         launches: Counter[tuple[Scenario, Choice]] = Counter()
         model = reality.model
-        tuner = _tuner(reality, records, model, prior)
+        tuner = tuner_for(reality, records, model, prior)
         for r in range(TUNE_ROUNDS):
             share = budget // TUNE_ROUNDS if r < TUNE_ROUNDS - 1 else budget - len(records)
             for m in plan(tuner, reality.scenarios, share, max_launches=reality.launch_cap):
@@ -593,20 +617,25 @@ def tune(fraction: float, calibrate: bool, prior: Prior | None) -> Callable:
                 records.append(_record(s, m.choice, time_us, len(records)))
             if calibrate:
                 model, _ = calibrated_topology(records, reality.model)
-            tuner = _tuner(reality, records, model, prior)
+            tuner = tuner_for(reality, records, model, prior)
         return {s: tuner.decide(s).chosen for s in reality.scenarios}, len(records)
     return decide
+
+
+def kept_records(reality: HeldOutSizes) -> list[MeasurementRecord]:
+    """Every launch of every choice at the kept sizes of a held-out reality, as records."""
+    shown = [(s, c, nth) for s in reality.kept for c in reality.menu(s)
+             for nth in range(reality.launch_cap(s, c))]
+    return [_record(s, c, reality.measure(s, c, nth), i) for i, (s, c, nth) in enumerate(shown)]
 
 
 def tune_on_kept(calibrate: bool, prior: Prior | None) -> Callable:
     """``dynamiccl tune`` given every launch of every choice at the kept sizes of a held-out
     reality."""
     def decide(reality: HeldOutSizes):
-        shown = [(s, c, nth) for s in reality.kept for c in reality.menu(s)
-                 for nth in range(reality.launch_cap(s, c))]
-        records = [_record(s, c, reality.measure(s, c, nth), i) for i, (s, c, nth) in enumerate(shown)]
+        records = kept_records(reality)
         model = calibrated_topology(records, reality.model)[0] if calibrate else reality.model
-        tuner = _tuner(reality, records, model, prior)
+        tuner = tuner_for(reality, records, model, prior)
         return {s: tuner.decide(s).chosen for s in reality.scenarios}, len(records)
     return decide
 

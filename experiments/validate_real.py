@@ -287,6 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     dirs = [d for d in system_dirs(args.root) if not args.system or d.name in args.system]
     if not dirs:
         parser.error(f"no system folder under {args.root} matches {args.system or 'anything'}")
+    # a folder of the project's runner records (no sidecar, e.g. h200_emulated4) is no published run
+    runless = [d.name for d in dirs if not load_system(d)]
+    dirs = [d for d in dirs if d.name not in runless]
+    if not dirs:
+        parser.error(f"{', '.join(runless)}: no published run (a log with its sidecar) to validate")
     results = [evaluate_system(d) for d in dirs]
     summary = summarize(results)
     if args.json:

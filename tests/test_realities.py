@@ -17,9 +17,13 @@ from dynamiccl.envs.backends import UnmeasuredChoice
 from dynamiccl.envs.backends.perturbed import (
     BANDWIDTH_RANGE,
     LATENCY_RANGE,
+    NETWORK_BANDWIDTH_LOG_RANGE,
+    NETWORK_LATENCY_LOG_RANGE,
+    NODE_BANDWIDTH_LOG_RANGE,
     NOISE_RANGE,
     Miscalibration,
     PerturbedBackend,
+    SystemMiscalibration,
 )
 from dynamiccl.envs.backends.replay import (
     DEFAULT_CHOICE,
@@ -139,6 +143,33 @@ def test_the_perturbed_truth_differs_from_the_model_and_measurements_are_noisy()
     noisy = PerturbedBackend(1003, noisy=True)
     seen = {noisy.measure_forced(CALL, KnobConstraints()).time_us for _ in range(5)}
     assert len(seen) == 5 and all(abs(math.log(t / default.time_us)) < 0.3 for t in seen)
+
+
+def test_a_system_miscalibration_moves_every_pair_alike_and_nccl_still_picks_on_the_datasheet():
+    """system=True: the tiers themselves are off (within the documented ranges, seeded); a pair's
+    time changes, every pair's by the same tier factors, and NCCL's default is still what NCCL's
+    model picks on the datasheet system, timed on the real one."""
+    draws = [SystemMiscalibration.draw(s) for s in range(300)]
+    for field_, (lo, hi) in (("network_latency", NETWORK_LATENCY_LOG_RANGE),
+                             ("network_bandwidth", NETWORK_BANDWIDTH_LOG_RANGE),
+                             ("node_bandwidth", NODE_BANDWIDTH_LOG_RANGE)):
+        logs = np.log([getattr(d, field_) for d in draws])
+        assert lo <= logs.min() < lo + 0.1 * (hi - lo) and hi - 0.1 * (hi - lo) < logs.max() <= hi
+    assert SystemMiscalibration.draw(7) == SystemMiscalibration.draw(7) != SystemMiscalibration.draw(8)
+    two = load_topology("dgx_h100", nodes=2)
+    small, large = Scenario(two, Collective.ALLREDUCE, 1 << 10), Scenario(two, Collective.ALLREDUCE, 1 << 30)
+    system = SystemMiscalibration.draw(1003)
+    real = system.apply(two)
+    assert real.tiers[1].latency_us == pytest.approx(two.tiers[1].latency_us * system.network_latency)
+    assert real.tiers[0].bandwidth_GBps == pytest.approx(two.tiers[0].bandwidth_GBps / system.node_bandwidth)
+    plain, off = PerturbedBackend(1003, noisy=False), PerturbedBackend(1003, noisy=False, system=True)
+    for call in (small, large):
+        pick = decisions.nccl_default(call).config
+        assert off.measure_forced(call, KnobConstraints()).time_us == pytest.approx(
+            off.true_time(call, pick))  # NCCL's datasheet pick, timed in the real system
+        assert off.true_time(call, pick) != pytest.approx(plain.true_time(call, pick), rel=0.01)
+        assert off.true_time(call, pick) == pytest.approx(
+            plain.true_time(replace(call, topology=real), pick))
 
 
 def test_tuners_are_scored_against_the_reality_not_their_model():

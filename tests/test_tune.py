@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dynamiccl.agents.shipping.export import load_evidence
-from dynamiccl.agents.shipping.gate import NOT_ITS_PICK
+from dynamiccl.agents.shipping.gate import LEARNED_PRIOR_UNCALIBRATED, NOT_ITS_PICK
 from dynamiccl.agents.shipping.tune import (
     DECISION_SIZES,
     PRIOR_SIGMAS,
@@ -360,7 +360,7 @@ class _ModelRatio:
 def test_a_prior_is_one_more_source_where_nothing_was_measured():
     records = _both(1 << 20, 0.5)
     certain = _ModelRatio(0.001)
-    tuner = Tuner(TOPO, Measurements(records), prior=certain)
+    tuner = Tuner(TOPO, Measurements(records), prior=certain, calibrated=True)
     est = tuner.ratio(at(1 << 26), NVLS)
     assert est.evidence == "learned prior" and est.anchored
     assert est.sigma == pytest.approx(PRIOR_SIGMAS * 0.001)  # the gate asks it for k of its sigmas
@@ -375,19 +375,19 @@ def test_a_prior_is_one_more_source_where_nothing_was_measured():
     assert len(certain.queries) == 1  # asked once per collective and shape, the answers kept
     tuner.decide(at(3 << 19))  # a size off the grid: asked once more, with that size
     assert len(certain.queries) == 2 and 3 << 19 in certain.queries[-1].sizes
-    vague = Tuner(TOPO, Measurements(records), prior=_ModelRatio(10.0))
+    vague = Tuner(TOPO, Measurements(records), prior=_ModelRatio(10.0), calibrated=True)
     assert vague.ratio(at(1 << 26), NVLS).evidence != "learned prior"  # the more certain source
-    unmeasured = Tuner(TOPO, Measurements([]), prior=certain).ratio(at(1 << 26), NVLS)
+    unmeasured = Tuner(TOPO, Measurements([]), prior=certain, calibrated=True).ratio(at(1 << 26), NVLS)
     assert unmeasured.evidence == "learned prior" and not unmeasured.anchored
 
 
 def test_the_learned_prior_is_not_asked_about_the_pair_the_model_takes_for_nccls_own():
     """It would answer "no change, surely" there: true in its simulated realities, not on a real
     system (NCCL may run another pair); tune's model source, with the model's doubt, speaks."""
-    tuner = Tuner(TOPO, Measurements(_planted()), prior=LearnedPriorSource())
+    tuner = Tuner(TOPO, Measurements(_planted()), prior=LearnedPriorSource(), calibrated=True)
     s = at(1 << 10)
     own = Choice(_model_pick(1 << 10).algorithm, _model_pick(1 << 10).protocol)
-    assert tuner.prior_ratio(s, own) is None and tuner.ratio(s, own).evidence == "model"
+    assert tuner.prior_ratio(s, own) is None and tuner.ratio(s, own).evidence == "calibrated model"
     other = next(c for c in candidate_pairs(s) if c != own)
     assert tuner.prior_ratio(s, other).evidence == "learned prior"
 
@@ -421,9 +421,22 @@ def test_the_learned_prior_carries_a_planted_miscalibration_to_a_third_size():
     picks = [_model_pick(n, TWO_NODES) for n in PLANTED]
     assert [(c.algorithm, c.protocol) for c in picks] == [(Algorithm.TREE, Protocol.LL128),
                                                          (Algorithm.NVLS_TREE, Protocol.SIMPLE)]
-    d = Tuner(TWO_NODES, measurements, prior=LearnedPriorSource()).decide(third)
+    d = Tuner(TWO_NODES, measurements, prior=LearnedPriorSource(), calibrated=True).decide(third)
     assert d.chosen == RING_LL128 and d.verdict.evidence == "learned prior" and d.verdict.override
     assert d.estimates[RING_LL128].anchored and d.verdict.gain > 0.2
+
+
+def test_the_learned_prior_pins_nothing_on_a_model_the_measurements_could_not_calibrate():
+    """The planted case on a model that was not fitted (calibration failed, determined nothing or
+    was skipped): the prior's prediction is kept for the plan and the report, labelled as such, and
+    decides nothing: not even through the overrides around a size, which join it only on tune's
+    own evidence (here the corrected model between the ring/LL128 overrides at 1 and 4 MiB)."""
+    third = at(1 << 21, TWO_NODES)
+    d = Tuner(TWO_NODES, Measurements(_planted()), prior=LearnedPriorSource()).decide(third)
+    alone = Tuner(TWO_NODES, Measurements(_planted())).decide(third)
+    assert (d.chosen, d.verdict) == (alone.chosen, alone.verdict)
+    prior = d.estimates[RING_LL128]
+    assert prior.evidence == LEARNED_PRIOR_UNCALIBRATED and not prior.anchored and prior.gain > 0.2
 
 
 def test_the_prior_never_overrides_where_this_sizes_measurements_say_nccl_wins():
@@ -436,7 +449,7 @@ def test_the_prior_never_overrides_where_this_sizes_measurements_say_nccl_wins()
         lost += launches(third, pair, 110.0, 110.0, 110.0, tag="third")
     measurements = Measurements(_planted() + lost)
     for prior in (LearnedPriorSource(), _ModelRatio(0.001, lambda choice, nbytes: -2.0)):
-        tuner = Tuner(TWO_NODES, measurements, prior=prior)
+        tuner = Tuner(TWO_NODES, measurements, prior=prior, calibrated=True)
         d = tuner.decide(third)
         assert d.chosen == DEFAULT and d.verdict.evidence == "measured"
     assert tuner.decide(at(1 << 24, TWO_NODES)).verdict.evidence == "learned prior"
@@ -445,7 +458,8 @@ def test_the_prior_never_overrides_where_this_sizes_measurements_say_nccl_wins()
 
 def test_two_tuners_with_the_learned_prior_decide_alike():
     measurements = Measurements(_planted())
-    first, second = (Tuner(TWO_NODES, measurements, prior=LearnedPriorSource()) for _ in range(2))
+    first, second = (Tuner(TWO_NODES, measurements, prior=LearnedPriorSource(), calibrated=True)
+                     for _ in range(2))
     for k in range(3, 35):
         s = at(1 << k, TWO_NODES)
         a, b = first.decide(s), second.decide(s)
@@ -614,38 +628,52 @@ def test_tune_cli_writes_a_gated_policy_and_plans(tmp_path, capsys):
     assert main(["tune", "--topology", "dgx_h100", "--plan", "--budget", "0"]) == 2
 
 
-def test_tune_uses_the_learned_prior_unless_told_not_to(tmp_path, capsys):
-    """The planted miscalibration as logs: tune's table, the evidence beside the policy and show
-    all name the learned prior at 2 MiB; with --no-prior only the overrides on both sides hold
-    2 MiB; --plan takes the flag."""
+def test_tune_asks_the_learned_prior_only_when_told_and_only_on_a_calibrated_model(tmp_path, capsys):
+    """The planted miscalibration as logs: by default the prior is off and only the overrides on
+    both sides hold 2 MiB; with --prior tune's table, the evidence beside the policy and show all
+    name the learned prior at 2 MiB, and the plan changes; with --prior --no-calibrate the prior
+    pins nothing and all three say why."""
     logs = tmp_path / "planted.jsonl"
     write_jsonl(_planted(), logs)
     base = ["tune", "--topology", "dgx_h100", "--nodes", "2", "--measurements", str(logs),
-            "--collective", "allreduce", "--no-calibrate", "--json"]
+            "--collective", "allreduce", "--json"]
 
     def row_at(rows: list[dict], nbytes: int) -> dict:
         return next(r for r in rows if r["from"] <= nbytes <= r["to"])
 
+    assert main(base) == 0
+    captured = capsys.readouterr()
+    row = row_at(json.loads(captured.out), 1 << 21)
+    assert (row["ours"], row["evidence"]) == ("ring/ll128", "between overrides")
+    assert "learned prior: off (--prior asks it)" in captured.err
     out = tmp_path / "with.dccl"
-    assert main([*base, "-o", str(out)]) == 0
+    assert main([*base, "--prior", "-o", str(out)]) == 0
     captured = capsys.readouterr()
     row = row_at(json.loads(captured.out), 1 << 21)
     assert (row["ours"], row["evidence"]) == ("ring/ll128", "learned prior")
-    assert "learned prior: on" in captured.err
+    assert "learned prior: on\n" in captured.err  # calibrated: it may pin
     assert main(["show", str(out), "--json"]) == 0
     rule = next(r for r in json.loads(capsys.readouterr().out)
                 if r["nodes"] == 2 and r["min_bytes"] <= 1 << 21 < r["max_bytes"])
     assert (rule["algorithm"], rule["protocol"], rule["evidence"]) == ("ring", "ll128", "learned prior")
-    assert main([*base, "--no-prior"]) == 0
-    captured = capsys.readouterr()
-    row = row_at(json.loads(captured.out), 1 << 21)
-    assert (row["ours"], row["evidence"]) == ("ring/ll128", "between overrides")
-    assert "learned prior: off (--no-prior)" in captured.err
     plans = []
-    for flag in ([], ["--no-prior"]):
+    for flag in (["--prior"], [], ["--no-prior"]):
         assert main([*base, "--plan", "--budget", "6", *flag]) == 0
         plans.append(json.loads(capsys.readouterr().out))
-    assert plans[0] != plans[1] and all(1 <= len(p) <= 6 for p in plans)
+    assert plans[0] != plans[1] == plans[2] and all(1 <= len(p) <= 6 for p in plans)
+    assert main([*base, "--no-calibrate"]) == 0
+    uncalibrated = [r["ours"] for r in json.loads(capsys.readouterr().out)]
+    skipped = tmp_path / "uncalibrated.dccl"
+    assert main([*base, "--prior", "--no-calibrate", "-o", str(skipped)]) == 0
+    captured = capsys.readouterr()
+    assert "learned prior: on, pinning nothing (the model is not calibrated" in captured.err
+    rows = json.loads(captured.out)
+    assert [r["ours"] for r in rows] == uncalibrated  # the prior decided nothing
+    assert any(r["ours"] == "NCCL default" and r["evidence"] == LEARNED_PRIOR_UNCALIBRATED for r in rows)
+    evidence = json.loads(Path(f"{skipped}.evidence.json").read_text())["rules"]
+    assert any(e["ours"] == "defer" and e["evidence"] == LEARNED_PRIOR_UNCALIBRATED for e in evidence)
+    assert main(["show", str(skipped)]) == 0
+    assert LEARNED_PRIOR_UNCALIBRATED in capsys.readouterr().out
 
 
 def test_tune_calibrates_on_real_logs_by_default(tmp_path, capsys):

@@ -37,6 +37,8 @@ DEFAULT_MARGIN = 0.03
 #: measured sizes on both sides turned what this size's measurement alone says (NOT_ITS_PICK, another
 #: suffix, below); BRIDGED: no source
 #: is certain here alone, but it points the way of the overrides on both sides, which it joins.
+#: LEARNED_PRIOR_UNCALIBRATED: the learned prior's prediction on a model the measurements could not
+#: be fitted to, which never overrides NCCL.
 #: NOT_MEASURED: nothing of the collective was measured on the system, so ``tune`` leaves it to NCCL.
 MODEL, CORRECTED, CALIBRATED, MEASURED = "model", "corrected model", "calibrated model", "measured"
 LEARNED_PRIOR, INTERPOLATED, MEASURED_ONCE = "learned prior", "interpolated", "measured once"
@@ -44,6 +46,7 @@ NEIGHBOURS, BRIDGED = " + neighbours", "between overrides"
 #: A suffix: the choice is what NCCL's model says NCCL runs by default, measured faster than NCCL's
 #: default there (the model misjudges NCCL's own pick).
 NOT_ITS_PICK = " (NCCL's default measured slower than its modelled pick)"
+LEARNED_PRIOR_UNCALIBRATED = "learned prior (uncalibrated model)"
 NOT_MEASURED = "not measured"
 
 

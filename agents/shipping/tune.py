@@ -24,11 +24,12 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
    model adding only its shape between them (never leaving the neighbours' range). The uncertainty
    is the neighbours' own, plus a growth with the distance in octaves to the nearer one and a share
    of their disagreement.
-3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`; ``dynamiccl tune``
-   gives the shipped one, :mod:`dynamiccl.agents.shipping.tune_prior`, unless ``--no-prior``): what it
+3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`; ``dynamiccl tune
+   --prior`` gives the shipped one, :mod:`dynamiccl.agents.shipping.tune_prior`): what it
    predicts from the system's measured ratios of the collective and the model's times, asked once
    per collective and shape. The gate asks it for :data:`PRIOR_SIGMAS` of its own (calibrated)
-   sigmas; it counts as anchored where the system has measured ratios of that collective.
+   sigmas; it counts as anchored where the system has measured ratios of that collective and the
+   model was calibrated to the measurements (a failed or skipped calibration: it pins nothing).
 4. **calibrated model** — the simulator, fitted to the measurements (``profiler.calibrate``, kept
    behind :func:`calibrated_topology`; *corrected model* where no fit was made or it failed), then
    corrected per choice with a latency factor and a
@@ -95,6 +96,7 @@ from dynamiccl.agents.shipping.gate import (
     DEFAULT_MARGIN,
     INTERPOLATED,
     LEARNED_PRIOR,
+    LEARNED_PRIOR_UNCALIBRATED,
     MEASURED,
     MEASURED_ONCE,
     MODEL,
@@ -140,12 +142,12 @@ FLOOR_BYTES = 8
 #: How many of a learned prior's own sigmas its predicted gain must clear (the gate asks every
 #: source for a gain beyond its sigma): the shipped prior's one-sided 99.5 % quantile of (truth -
 #: prediction) / sigma on its validation realities (seeds 900-999; ``prior_learner.gate_sigmas`` of
-#: ``validation_cases(48, budgets=4)``, the 3875 points where it predicts a gain above the 3 %
-#: margin: 2.41). Gating at it, 1 of its 1599 overrides there is more than 2 % slower than NCCL (at
-#: 1 sigma: 50 of 2458). On bench_tuning's validation realities (``--validation --seeds 3``, half
-#: budget) 1.5 and 2 let one override 2.5 % slower than NCCL through (share 0.940, 0.939), 3 takes
-#: less (0.922); 2.4: 0.935, none slower.
-PRIOR_SIGMAS = 2.4
+#: ``validation_cases(48, budgets=4)``, the 3355 points where it predicts a gain above the 3 %
+#: margin: 2.72). Overriding where the gain clears the margin plus that many sigmas, none of its
+#: 1094 overrides there is more than 2 % slower than NCCL (at 1 sigma: 19 of 1779). On real
+#: measurements no gate makes its answers pay (``experiments/bench_prior_real.py``: at 1 sigma or
+#: none they pin calls slower than NCCL on the H100 node and the RTX 5090 pair).
+PRIOR_SIGMAS = 2.72
 
 
 def calibrated_topology(records: Sequence[MeasurementRecord], topology: Topology
@@ -356,7 +358,8 @@ Candidates = Callable[[Scenario], Sequence[Choice]]
 class Tuner:
     """Decisions from a model (``model_topology``: the system as fitted) and measurements.
 
-    ``calibrated`` says whether the model was fitted (the evidence label of model-only estimates).
+    ``calibrated`` says whether the model was fitted (the evidence label of model-only estimates;
+    the learned prior overrides nothing on a model that was not, :meth:`prior_ratio`).
     ``candidates`` (default :meth:`deployable_candidates`) says which choices are weighed; a
     choice the model cannot run is never weighed. ``prior`` (a :class:`Prior`) is one more source
     of a ratio where nothing was measured.
@@ -370,6 +373,7 @@ class Tuner:
         self.measurements = measurements
         self.noise = LaunchNoise(measurements, noise_defaults)
         self.margin = margin
+        self.calibrated = calibrated
         self.model_evidence = CALIBRATED if calibrated else MODEL
         #: What the model corrected by a choice's own measurements is called: calibrated where the
         #: system was fitted too, else the model corrected (a failed fit is no calibration).
@@ -467,7 +471,7 @@ class Tuner:
         both sides (±35 % on sockets); the ratio interpolated between its measured neighbours is
         another estimate of the same quantity, from other launches' timings (the noise of timings
         at different sizes is independent as far as one launch's runs show: on the H200 sweep of
-        ``tests/fixtures/real/h200_emulated4`` NCCL's default took 349, 271 and 440 µs at 4, 16 and
+        ``tests/fixtures/real/runner/h200_emulated4`` NCCL's default took 349, 271 and 440 µs at 4, 16 and
         64 KiB). Precision-weighted, they are the posterior of the ratio given both."""
         measured = self.measured_ratio(scenario, choice)
         if measured is None:
@@ -537,22 +541,35 @@ class Tuner:
                 for n in {lo, hi, scenario.nbytes, *(n for n in sizes if lo < n < hi)}}
         return len(runs) == 1
 
-    def prior_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
-        """Source 3: the prior's answer for the pair NCCL runs when told ``choice``, where a prior
-        is given and answers. Its sigma is :data:`PRIOR_SIGMAS` of the prior's own: the gate asks
-        every source for a gain beyond its sigma, and a calibrated Gaussian's one sigma is crossed
-        the wrong way one time in six. Anchored where the system has measured ratios of this
-        collective on this shape."""
+    def prior_answer(self, scenario: Scenario, choice: Choice) -> tuple[float, float] | None:
+        """The prior's own answer (log ratio, 1-sigma) for the pair NCCL runs when told ``choice``,
+        where a prior is given and answers."""
         if self.prior is None:
             return None
         pair = resolved(scenario, choice)
         if not pair.exportable or pair.channels is not None:
             return None
-        answers, anchored = self._prior_series(scenario)
-        found = answers.get((pair, scenario.nbytes))
+        found = self._prior_series(scenario)[0].get((pair, scenario.nbytes))
         if found is None or not all(map(math.isfinite, found)):
             return None
-        return RatioEstimate(float(found[0]), PRIOR_SIGMAS * float(found[1]), LEARNED_PRIOR, anchored)
+        return float(found[0]), float(found[1])
+
+    def prior_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
+        """Source 3: :meth:`prior_answer` as a ratio estimate. Its sigma is :data:`PRIOR_SIGMAS` of
+        the prior's own: the gate asks every source for a gain beyond its sigma, and a calibrated
+        Gaussian's one sigma is crossed the wrong way one time in six. Anchored where the system
+        has measured ratios of this collective on this shape and the model was calibrated to them:
+        on a model the measurements could not be fitted to (calibration failed, determined nothing
+        or was skipped) the prior's residuals are read against a model the system contradicts
+        (on the emulated-hosts H200 sweep NCCL ran pairs the model says it cannot), so it informs
+        the plan but pins nothing (evidence :data:`LEARNED_PRIOR_UNCALIBRATED`)."""
+        found = self.prior_answer(scenario, choice)
+        if found is None:
+            return None
+        if not self.calibrated:
+            return RatioEstimate(found[0], PRIOR_SIGMAS * found[1], LEARNED_PRIOR_UNCALIBRATED, False)
+        return RatioEstimate(found[0], PRIOR_SIGMAS * found[1], LEARNED_PRIOR,
+                             self._prior_series(scenario)[1])
 
     def _prior_series(self, scenario: Scenario) -> tuple[PriorAnswers, bool]:
         """The prior's answers for this collective and shape (one query, kept), at every decision
@@ -599,18 +616,25 @@ class Tuner:
         tune's own most certain source (interpolated, calibrated model, model) where it makes an
         override, else the learned prior where it makes one, else the more certain of the two (what
         the plan values launches by). See the module docstring for why the prior only adds."""
-        measured = self.pooled_ratio(scenario, choice)
-        if measured is not None:
-            return measured
-        own = min((o for o in (self.interpolated_ratio(scenario, choice),
-                               self.model_ratio(scenario, choice)) if o is not None),
-                  key=lambda o: o.sigma)
+        own = self.own_ratio(scenario, choice)
+        if own.evidence.startswith(MEASURED):  # measured here: once, repeated, or with neighbours
+            return own
         prior = self.prior_ratio(scenario, choice)
         if prior is None or (own.anchored and passes(own.gain, own.sigma, self.margin)):
             return own  # an override tune's own sources make stands
         if prior.anchored and passes(prior.gain, prior.sigma, self.margin):
             return prior
         return min((own, prior), key=lambda o: o.sigma)
+
+    def own_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
+        """``choice`` against NCCL's default from tune's own sources alone: the measurement where
+        both were measured, else the more certain of the interpolation and the (corrected) model."""
+        measured = self.pooled_ratio(scenario, choice)
+        if measured is not None:
+            return measured
+        return min((o for o in (self.interpolated_ratio(scenario, choice),
+                                self.model_ratio(scenario, choice)) if o is not None),
+                   key=lambda o: o.sigma)
 
     # -- the calibrated model, corrected per choice -----------------------------------------------
 
@@ -732,7 +756,9 @@ class Tuner:
                       for n in (scenario.nbytes // 2, 2 * scenario.nbytes)
                       if n in _DECISION_SET]
             pair = flanks[0] if len(flanks) == 2 and flanks[0] == flanks[1] else DEFAULT
-            est = own.estimates.get(pair)
+            # tune's own estimate, never the prior's: a pair joins the overrides around it only
+            # where tune's own evidence points its way
+            est = self.own_ratio(scenario, pair) if pair in own.estimates else None
             if not own.verdict.override and not pair.is_default and est is not None and \
                     self.measurements.covers(scenario.collective, scenario.topology.nranks) and \
                     est.gain > self.margin and not self._nccl_own(scenario, pair):

@@ -1,9 +1,12 @@
 """Training the learned prior (:mod:`dynamiccl.agents.shipping.prior`) on simulated systems whose reality
 is not their model.
 
-Each round draws fresh random systems (:mod:`dynamiccl.envs.system_sampler`), gives each a hidden
-miscalibration of the ``perturbed`` backend (:mod:`dynamiccl.envs.backends.perturbed`: per
-algorithm/protocol bandwidth within ±40 %, latency floors within 3x), and times every NCCL
+Each round draws fresh random systems (:mod:`dynamiccl.envs.system_sampler`, each network on one of
+the transport kinds of :mod:`dynamiccl.transports`), gives each a hidden miscalibration of the
+``perturbed`` backend (:mod:`dynamiccl.envs.backends.perturbed`: per algorithm/protocol bandwidth
+within ±40 %, latency floors within 3x, and the system's own error, ``system=True``: its
+network's latency and bandwidth and its node's bandwidth off by factors spanning what the
+datasheet model shows on published runs the prior is not scored on), and times every NCCL
 algorithm/protocol pair and NCCL's default at nccl-tests' sizes (8 B - 16 GiB), both on the model
 (what NCCL runs when told the pair, on the nominal system) and in the reality. Then, per series
 (one collective on the system), it draws measurement budgets as ``tune`` meets them -- every other
@@ -23,7 +26,7 @@ the curve) uses ``[VALIDATION_SEED_START, HELDOUT_SEED_START)`` on its own fixed
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +47,21 @@ from dynamiccl.agents.shipping.prior import (
 )
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.decisions import KnobConstraints
-from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
+from dynamiccl.envs.backends.perturbed import (
+    BANDWIDTH_RANGE,
+    HELDOUT_SEED_START,
+    LATENCY_RANGE,
+    NETWORK_BANDWIDTH_LOG_RANGE,
+    NETWORK_LATENCY_LOG_RANGE,
+    NODE_BANDWIDTH_LOG_RANGE,
+    PerturbedBackend,
+)
 from dynamiccl.envs.system_sampler import random_topology
 from dynamiccl.files import replace_atomically
 from dynamiccl.knobs import Algorithm, Collective, Protocol
 from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology
+from dynamiccl.topology import Topology, default_nic_path
+from dynamiccl.transports import TRANSPORTS
 
 #: nccl-tests' sweep, -b 8 -e 16G -f 2: the sizes a series is timed at.
 SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
@@ -61,6 +73,13 @@ VALIDATION_SYSTEMS_SEED = 4242
 TARGET_CLIP = 3.0
 #: The fewest sizes a budget's window spans.
 MIN_WINDOW = 8
+#: What the prior trains against, recorded in its file (the code that draws it is the commit's).
+REALITIES = {"backend": "perturbed, system=True", "pair_bandwidth": list(BANDWIDTH_RANGE),
+             "pair_latency": list(LATENCY_RANGE),
+             "system_log": {"network_latency": list(NETWORK_LATENCY_LOG_RANGE),
+                            "network_bandwidth": list(NETWORK_BANDWIDTH_LOG_RANGE),
+                            "node_bandwidth": list(NODE_BANDWIDTH_LOG_RANGE)},
+             "transports": sorted(TRANSPORTS), "timing_noise": list(NOISE_RANGE)}
 
 
 @dataclass
@@ -214,15 +233,24 @@ def examples(rng: np.random.Generator, series: Series, budgets: int, queries: in
     return np.concatenate(feats), np.concatenate(targets)
 
 
+def with_transport(topology: Topology, transport: str) -> Topology:
+    """``topology`` with its network tiers on ``transport`` (and its NIC path: through the CPU
+    where the transport has no GPUDirect RDMA)."""
+    tiers = tuple(replace(t, transport=transport, nic_path=default_nic_path(transport))
+                  if t.link == "net" else t for t in topology.tiers)
+    return replace(topology, tiers=tiers)
+
+
 def random_series(rng: np.random.Generator, index: int, count: int, seed_range: tuple[int, int]
                   ) -> list[Series]:
     """``count`` series (random collectives) on one fresh random system in one reality drawn from
     ``seed_range``."""
-    topology = random_topology(rng, index)
+    kinds = sorted(TRANSPORTS)
+    topology = with_transport(random_topology(rng, index), kinds[int(rng.integers(len(kinds)))])
     if seed_range[1] > HELDOUT_SEED_START:
         raise ValueError(f"reality seeds from {HELDOUT_SEED_START} on are held out for evaluation")
     seed = int(rng.integers(*seed_range))
-    reality = PerturbedBackend(seed, noisy=False)
+    reality = PerturbedBackend(seed, noisy=False, system=True)
     collectives = rng.choice(len(Collective), size=min(count, len(Collective)), replace=False)
     found = [time_series(topology, Collective(int(c)), reality) for c in collectives]
     return [s for s in found if s is not None]
@@ -315,7 +343,8 @@ class PriorLearner:
             return tuple(p.detach().numpy().astype(np.float16).astype(np.float64) for p in params)
 
         info = {"format": FORMAT_VERSION, "features": list(FEATURES), "layers": self.config.layers,
-                "config": asdict(self.config), "samples_seen": self.samples_seen, **(meta or {})}
+                "config": asdict(self.config), "samples_seen": self.samples_seen,
+                "realities": REALITIES, **(meta or {})}
         return LearnedPrior(rounded(self.network.weights), rounded(self.network.biases), info)
 
     def save(self, path: str | Path) -> Path:

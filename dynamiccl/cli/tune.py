@@ -3,9 +3,9 @@
 Give the topology and whatever was measured on it (nccl-tests logs of default and forced runs,
 ``dynamiccl profile collective --record`` files, NCCL TUNING logs beside them); tune fits the model
 to them, decides per collective, system and size whether pinning ``NCCL_ALGO``/``NCCL_PROTO`` wins
-(a measured pair decides where one exists, measured neighbouring sizes between them, the shipped
-learned prior where those leave it open unless ``--no-prior``; elsewhere the gate needs the
-predicted gain to clear the margin and the uncertainty), writes the policy file with
+(a measured pair decides where one exists, measured neighbouring sizes between them, with
+``--prior`` the shipped learned prior where those leave it open on a calibrated model; elsewhere
+the gate needs the predicted gain to clear the margin and the uncertainty), writes the policy file with
 its evidence, and prints every decision. A collective measured nowhere is left to NCCL; logs of
 other GPUs than the topology's are refused. ``--plan`` prints instead the nccl-tests command lines
 (launches, in order) that would settle the most valuable open decisions; measure them, then run
@@ -200,7 +200,7 @@ def _learned_prior():
     try:
         return LearnedPriorSource()
     except ValueError as exc:  # the package's file is damaged
-        raise UserError(f"{exc}; or run tune with --no-prior") from None
+        raise UserError(f"{exc}; or run tune without --prior") from None
 
 
 def _token(knob) -> str | None:
@@ -245,13 +245,15 @@ def _run(args: argparse.Namespace) -> int:
     model, note = (topology, "uncalibrated (--no-calibrate)") if args.no_calibrate else \
         tune.calibrated_topology(records, topology)
     tuner = tune.Tuner(model, measurements, margin=args.margin, calibrated=model is not topology,
-                       prior=None if args.no_prior else _learned_prior())
+                       prior=_learned_prior() if args.prior else None)
     workload = _workload(args.workload)
     scenarios = _scenarios(topology, args.collective or _workload_collectives(workload),
                            measurements.shapes | (workload.shapes if workload else set()))
+    prior_note = "off (--prior asks it)" if not args.prior else "on" if tuner.calibrated else \
+        "on, pinning nothing (the model is not calibrated: its predictions only rank the plan)"
     print(f"{len(records)} measurements ({len(measurements)} usable points; "
-          f"{_noise_note(tuner, scenarios)}); model: {note}; learned prior: "
-          f"{'off (--no-prior)' if args.no_prior else 'on'}", file=sys.stderr)
+          f"{_noise_note(tuner, scenarios)}); model: {note}; learned prior: {prior_note}",
+          file=sys.stderr)
     if records:
         _note_unmeasured(measurements, scenarios)
     if args.plan:
@@ -386,10 +388,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_gate_margin_arg(parser, "override only where the gain exceeds this and the uncertainty")
     parser.add_argument("--no-calibrate", action="store_true",
                         help="use the topology as given (skip fitting it to the measurements)")
-    parser.add_argument("--no-prior", action="store_true",
-                        help="decide and plan without the shipped learned prior (which predicts, from "
-                             "the measurements, how each pair compares with NCCL where it was not "
-                             "measured)")
+    parser.add_argument("--prior", action=argparse.BooleanOptionalAction, default=False,
+                        help="also ask the shipped learned prior, which predicts from the measurements "
+                             "how each pair compares with NCCL where it was not measured, to rank the "
+                             "plan and, on a calibrated model, to decide (off by default: on real "
+                             "measurements it has pinned no call, experiments/bench_prior_real.py)")
     parser.add_argument("-o", "--output", type=path_arg, metavar="FILE", help="write the tuned policy file")
     parser.add_argument("--force", action="store_true", help="replace an existing -o file")
     parser.add_argument("--plan", action="store_true",
