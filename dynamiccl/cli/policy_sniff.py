@@ -39,6 +39,9 @@ def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
                         "--topology NAME -o policy.dccl`")
     if b"\0" in head or sum(b not in _TEXT_BYTES for b in head) > len(head) // 10:
         raise UserError(f"{path} is a binary file, not a policy file; {_GIVE}")
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"[")):
+        raise UserError(f"{path} is JSON (measurement records, an evidence file or a report?), not a "
+                        f"policy file; {_GIVE}")
     if path.suffix == pf.SUFFIX:
         raise UserError(f"{path} does not start with the '{pf.MAGIC} <version>' line, so it is not "
                         "a DynamICCL policy file (or its start is damaged); re-export it")
