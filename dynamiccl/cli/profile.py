@@ -78,7 +78,7 @@ def _register_topology(kinds: argparse._SubParsersAction) -> None:
                    help="NICs per node (default: one per GPU)")
     t.add_argument("--intra-latency-us", type=positive_float, metavar="Z",
                    help="intra-node hop latency in µs (default: 0.6 NVLink, 1.0 PCIe)")
-    t.add_argument("--emulate-hosts", type=positive_int, metavar="N",
+    t.add_argument("--emulate-hosts", type=int_between(1, MAX_LOCAL_RANKS), metavar="N",
                    help="write instead the system NCCL sees when N ranks run as emulated hosts on "
                         "these GPUs (profile collective --emulate-hosts): one GPU per node, nodes "
                         "joined by NCCL's Socket transport on the loopback")
