@@ -50,7 +50,7 @@ def read_config(group: str, spec: str | Path | Mapping[str, Any]) -> tuple[dict[
         raise ConfigError(f"{source}: {exc.problem} at line {exc.problem_mark.line + 1}; keep one "
                           "of them") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML ({_yaml_problem(exc)}); fix the syntax") from None
+        raise ConfigError(f"{source}: not valid YAML ({yaml_problem(exc)}); fix the syntax") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a {group} config is a mapping of keys at the top level")
     return data, source
@@ -81,6 +81,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook`` refusing a key given twice in one object (the last one
+    would win silently, as in YAML): ValueError naming the key."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} is given twice")
+        out[key] = value
+    return out
+
+
 def load_yaml(text: str) -> Any:
     """``yaml.safe_load`` that refuses a key given twice in one mapping (:class:`DuplicateKey`)."""
     return yaml.load(text, Loader=_UniqueKeyLoader)
@@ -103,7 +114,7 @@ def _read_file(path: Path, group: str) -> str:
         raise ConfigError(f"{path}: cannot be read as a text {group} file ({exc})") from None
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc: yaml.YAMLError) -> str:
     """PyYAML's several-line report as one line: what is wrong and where."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

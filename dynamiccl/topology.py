@@ -307,6 +307,9 @@ def _check_size(tiers: tuple[Tier, ...], fail: Any) -> None:
     its place) within :data:`MAX_GPUS_PER_NODE`."""
     ranks = 1
     for i, tier in enumerate(tiers):
+        if tier.link_share > ranks:
+            raise fail(f"tiers[{i}].link_share", f"is {tier.link_share}, but one element of the tier "
+                       f"below holds {ranks} rank{'s' if ranks > 1 else ''}; give 1..{ranks}")
         if tier.link != "net" and tier.size > MAX_GPUS_PER_NODE:
             raise fail(f"tiers[{i}].size", f"is {tier.size}; an NVLink or PCIe tier holds at most "
                        f"{MAX_GPUS_PER_NODE} GPUs (the largest NVLink domain, NVL576)")
@@ -375,7 +378,8 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
         raise fail(sorted(unknown)[0], f"is not a topology field; allowed: {', '.join(_TOP_FIELDS)}")
     name = data.get("name")
     if not isinstance(name, str) or not name:
-        raise fail("name", "is missing; give the system a name, e.g. name: my_cluster")
+        said = "is missing" if name is None else f"is {name!r}, not a name"
+        raise fail("name", f"{said}; give the system a name, e.g. name: my_cluster")
     gpu_d = data.get("gpu") or {}
     if not isinstance(gpu_d, dict):
         raise fail("gpu", "must be a mapping like {arch: sm90, sms: 132}")
@@ -408,7 +412,7 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
         try:
             calibration = calibration_from_dict(data["calibration"])
         except CalibrationFormatError as exc:
-            raise fail(f"calibration.{exc.field}", str(exc)) from None
+            raise fail(f"calibration.{exc.field}".rstrip("."), str(exc)) from None
     return Topology(name, tiers, GpuSpec(arch, sms), Features(**feat_d), launch, calibration)
 
 

@@ -143,6 +143,10 @@ def _step(env: CollectiveTuningEnv, policy: Policy, observation: np.ndarray
         observation, _, _, _, info = env.step_forced(policy.force(scenario))
         return observation, info
     mask = env.action_masks()
+    if not mask.any():  # a reality that answers only what was measured, and nothing was here
+        from dynamiccl.envs.backends import UnmeasuredChoice
+
+        raise UnmeasuredChoice(f"no choice was measured for {describe_call(scenario)}")
     action = int(policy.act(observation, scenario=scenario, action_mask=mask))
     if not 0 <= action < len(mask) or not mask[action]:
         raise RuntimeError(f"policy {policy.name} chose action {action}, which the mask forbids, "

@@ -29,6 +29,12 @@ def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
 
     path = Path(path)
     head = read_head(path, "policy file", SNIFF_BYTES, missing="export one with `dynamiccl export`")
+    if head.startswith(b"\xef\xbb\xbf" + pf.MAGIC.encode()):
+        raise UserError(f"{path} starts with a UTF-8 byte-order mark (an editor saved it so), which "
+                        "the plugin refuses; re-export it, or save it without the mark")
+    if head.startswith(pf.MAGIC.encode()) and b"\r\n" in head:
+        raise UserError(f"{path} has Windows (CRLF) line endings, which the plugin refuses; re-export "
+                        "it, or convert it back (dos2unix)")
     if head.startswith(pf.MAGIC.encode()):
         return "dccl"
     if not head:

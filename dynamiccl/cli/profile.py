@@ -133,13 +133,13 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
 
 def _straggler_arg(text: str) -> tuple[int, float]:
     rank, sep, delay = text.partition(":")
-    try:
-        if not sep or not rank.strip().isdigit():
-            raise ValueError
-        late = int(rank), parse_duration_us(delay)
-    except ValueError:
+    if not sep or not rank.strip().isdigit():
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not RANK:DELAY; write e.g. 1:5ms (rank 1 sleeps 5 ms)") from None
+            f"{text!r} is not RANK:DELAY; write e.g. 1:5ms (rank 1 sleeps 5 ms)")
+    try:
+        late = int(rank), parse_duration_us(delay)
+    except ValueError as exc:  # the delay's own problem: no unit, negative, beyond an hour
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
     if late[1] == 0:
         raise argparse.ArgumentTypeError(f"{text!r} has no delay; write e.g. 1:5ms (rank 1 sleeps 5 ms)")
     return late

@@ -86,9 +86,11 @@ def _refuse_without_evidence(args: argparse.Namespace, records: list, usable: in
     ``--no-measurements`` asks for one that leaves every call to NCCL."""
     if usable or args.plan or args.no_measurements:
         return
+    given = _measurement_paths(args)
     read = (f"{len(records)} measurement(s) read, none of NCCL's default or a pinned choice "
-            "without an injected straggler" if records else
-            "; ".join(notes) if notes else "no measurements given")
+            "without an injected straggler" if records else "; ".join(notes) if notes else
+            f"{', '.join(given)} hold{'s' if len(given) == 1 else ''} no timed measurement" if given
+            else "no measurements given")
     raise UserError(f"no usable measurement ({read}), so nothing to tune from; measure first "
                     f"(`dynamiccl tune --topology {args.topology} --plan` prints what), or pass "
                     "--no-measurements to write a policy that leaves every call to NCCL")

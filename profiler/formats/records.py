@@ -16,6 +16,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dynamiccl.config_loader import unique_keys
 from dynamiccl.files import FileKind, read_head
 from dynamiccl.knobs import parse_enum
 from dynamiccl.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol, bus_factor
@@ -284,7 +285,7 @@ def read_jsonl(path: str | Path) -> list[MeasurementRecord]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                data = json.loads(line)
+                data = json.loads(line, object_pairs_hook=unique_keys)
                 if not isinstance(data, dict):
                     raise ValueError(f"a JSON {type(data).__name__}, not an object")
                 record = MeasurementRecord.from_json(data, source=where)
