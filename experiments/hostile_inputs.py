@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +58,8 @@ class Case:
     #: Files (workspace-relative) the case may write.
     writes: tuple[str, ...] = ()
     stdin: str | None = None
+    #: The trial round that added it (``--round``).
+    round: int = 1
     #: Run in the test suite too (``tests/test_cli_hostile_inputs.py``): one case of each kind, each
     #: answered in well under a second (before any fitting or sweep).
     suite: bool = False
@@ -73,7 +75,7 @@ def refuse(*argv: str, says: str = "", suite: bool = False, stdin: str | None = 
 
 def accept(*argv: str, says: str = "", writes: tuple[str, ...] = (), suite: bool = False,
            stdin: str | None = None) -> Case:
-    return Case(tuple(argv), "accept", says, writes, stdin, suite)
+    return Case(tuple(argv), "accept", says, writes, stdin=stdin, suite=suite)
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,6 +243,63 @@ def _batch_texts() -> dict[str, str]:
     }
 
 
+#: nccl-tests -J reports of the wrong shape: (what is changed in the sample report).
+JSON_REPORTS = ("half_list", "deep", "results_int", "time_1e300", "size_1e30", "size_frac")
+#: Published-run sidecars beside a real log, each wrong in one way: (the lines that replace the
+#: sidecar's own, what the refusal names).
+SIDECARS = {
+    "nodes_zero": ("nodes: 0", "nodes is 0"), "nodes_huge": ("nodes: 1000000000", "nodes is"),
+    "nodes_word": ("nodes: two", "nodes is 'two'"), "ranks_more": ("gpus_per_node: 3", "lists 16"),
+    "forced_warp": ("forced: {NCCL_ALGO: warp}", "warp"), "coll_unknown": ("collective: nosuch", "nosuch"),
+    "forced_list": ("forced: [1, 2]", "forced is"), "env_int": ("env: 5", "env is 5"),
+    "nodes_twice": ("nodes: 2\nnodes: 3", "given twice"),
+}
+#: Topology fields that contradict each other or say nothing: (the file's tiers, what is named).
+_TIER = "  - {name: n, size: 8, fabric: switch, bandwidth_GBps: 450, latency_us: 0.6, link: nvlink}\n"
+TOPOLOGY_FIELDS = {
+    "link_share": ("tiers:\n" + _TIER + "  - {name: ib, size: 2, fabric: switch, bandwidth_GBps: 50, "
+                   "latency_us: 3, link: net, link_share: 1000}\n", "link_share"),
+    "name_list": ("tiers:\n" + _TIER, "'name' is [1]"),
+    "calibration_int": ("tiers:\n" + _TIER + "calibration: 7\n", "'calibration'"),
+    "arch_unknown": ("gpu: {arch: sm120}\ntiers:\n" + _TIER, "sm120"),
+    "torus_dims": ("tiers:\n  - {name: n, size: 8, fabric: torus2d, dims: [3, 3], bandwidth_GBps: 450, "
+                   "latency_us: 0.6}\n", "dims"),
+}
+
+
+def _round_two_files(root: Path) -> None:
+    """The inputs of the second round (:func:`_round_two`)."""
+    report = json.loads((FIXTURES / "real" / "formats" / "all_reduce_perf_h100_ring.json").read_text())
+    first = report["results"][0]
+    changed = {"half_list": {**first, "out_of_place": [1]}, "time_1e300": {
+        **first, "out_of_place": {**first["out_of_place"], "time": 1e300}},
+        "size_1e30": {**first, "size": 10**30}, "size_frac": {**first, "size": 4096.5}}
+    for key in JSON_REPORTS:
+        text = (json.dumps({**report, "results": 5}) if key == "results_int" else
+                '{"results": ' + "[" * 50_000 + "]" * 50_000 + "}" if key == "deep" else
+                json.dumps({**report, "results": [changed[key], *report["results"][1:]]}))
+        (root / f"j_{key}.json").write_text(text)
+    sidecar = (SOPHIA / "all_reduce_n2.yaml").read_text().splitlines()
+    for key, (lines, _) in SIDECARS.items():
+        folder = root / f"side_{key}"
+        folder.mkdir()
+        shutil.copy(SOPHIA / "all_reduce_n2.txt", folder)
+        keys = {line.split(":")[0] for line in lines.splitlines()}
+        kept = [line for line in sidecar if line.split(":")[0] not in keys]
+        (folder / "all_reduce_n2.yaml").write_text("\n".join(kept) + "\n" + lines + "\n")
+    for key, (tiers, _) in TOPOLOGY_FIELDS.items():
+        name = "name: [1]\n" if key == "name_list" else "name: x\n"
+        (root / f"t2_{key}.yaml").write_text(name + tiers)
+    record = (EMULATED / "sweep.jsonl").read_text().splitlines()[0]
+    (root / "r_dup_key.jsonl").write_text(record[:-1] + ', "time_us": 1.0}\n')
+    (root / "b_dup_key.jsonl").write_text('{"topology": "dgx_h100", "collective": "allreduce", '
+                                          '"size": "1M", "topology": "dgx_a100"}\n')
+    shutil.copy(FIXTURES / "real" / "nccl_debug" / "rtx5090_socket_broadcast_tuning.log", root / "dbg.log")
+    policy = (root / "oracle.dccl").read_bytes()
+    (root / "bom.dccl").write_bytes(b"\xef\xbb\xbf" + policy)
+    (root / "crlf.dccl").write_bytes(policy.replace(b"\n", b"\r\n"))
+
+
 def build_workspace(root: Path) -> None:
     """Writes every input the cases read into ``root`` (and the policies they score)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -275,6 +334,7 @@ def build_workspace(root: Path) -> None:
     (root / "damaged.dccl.evidence.json").write_text(evidence[:200])
     shutil.copy(root / "oracle.dccl", root / "foreign.dccl")
     shutil.copy(root / "emu.dccl.evidence.json", root / "foreign.dccl.evidence.json")
+    _round_two_files(root)
 
 
 # --------------------------------------------------------------------------------------------
@@ -536,8 +596,37 @@ def cases() -> list[Case]:
         refuse("profile", "topology", "--emulate-hosts", "1000000", says="--emulate-hosts", suite=True),
         refuse("profile", "collective", "--backend", "gloo", "--nprocs", "2", "--size", "1T",
                says="--size"),
-        refuse("profile", "collective", "--backend", "gloo", "--nprocs", "2", "--record", "sweep_a100.jsonl",
-               "--size", "1K", "--runs", "1", "--iters", "1", says="sweep_a100.jsonl", suite=False),
+        accept("profile", "collective", "--backend", "gloo", "--nprocs", "2", "--record", "sweep_a100.jsonl",
+               "--size", "1K", "--runs", "1", "--iters", "1", writes=("sweep_a100.jsonl",)),
+    ]
+    return out + [replace(case, round=2) for case in _round_two()]
+
+
+def _round_two() -> list[Case]:
+    """The second round: what the first round's fixes did not reach (nccl-tests -J reports and
+    published-run sidecars of the wrong shape, topology fields that contradict each other, batch
+    lines, replay tables of another system, policy files an editor touched, training settings)."""
+    out = [refuse("tune", "--topology", "dgx_h100", "--measurements", f"j_{key}.json", "--plan",
+                  says=f"j_{key}.json") for key in JSON_REPORTS]
+    out += [refuse("tune", "--topology", "a100.yaml", "--measurements", f"side_{key}", "--plan", says=says,
+                   suite=key in ("forced_warp", "ranks_more"))
+            for key, (_, says) in SIDECARS.items()]
+    out += [on_topology(f"t2_{key}.yaml", says=says, suite=key == "link_share")
+            for key, (_, says) in TOPOLOGY_FIELDS.items()]
+    out += [
+        accept("simulate", "--batch", "b_dup_key.jsonl", says="given twice", suite=True),
+        refuse(*TUNE_EMU, "r_dup_key.jsonl", "--plan", says="given twice", suite=True),
+        refuse("evaluate", "--policy", "oracle", "--suite", "smoke", "--backend", "replay", "--replay",
+               "sweep.jsonl", says="no choice was measured"),
+        refuse("show", "bom.dccl", says="byte-order mark", suite=True),
+        refuse("show", "crlf.dccl", says="CRLF", suite=True),
+        refuse("evaluate", "--policy", "crlf.dccl", "--suite", "smoke", says="CRLF"),
+        refuse("profile", "collective", "--backend", "gloo", "--nprocs", "2", "--inject-straggler",
+               "1:3601s", says="longer than an hour", suite=True),
+        refuse("tune", "--topology", "emu.yaml", "--measurements", "dbg.log", "-o", "x.dccl",
+               says="dbg.log holds no timed measurement"),
+        refuse("train", "experiment=quickstart", "agent.model.min_gain=-1", "hydra.run.dir=run",
+               says="agent.model.min_gain"),
     ]
     return out
 
@@ -614,6 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", metavar="TEXT", help="only cases whose command line contains TEXT")
+    parser.add_argument("--round", type=int, metavar="N", help="only the cases of round N (1 or 2)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds before a case counts as a hang (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--keep", metavar="DIR", help="build the inputs into DIR and keep them")
@@ -621,7 +711,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if shutil.which("dynamiccl") is None:
         parser.error("the dynamiccl executable is not on PATH; install the package (pip install -e .)")
-    selected = [c for c in cases() if not args.only or args.only in c.name]
+    selected = [c for c in cases() if (not args.only or args.only in c.name)
+                and args.round in (None, c.round)]
     with tempfile.TemporaryDirectory(prefix="hostile-inputs-") as tmp:
         workspace = Path(args.keep) if args.keep else Path(tmp) / "inputs"
         build_workspace(workspace)
