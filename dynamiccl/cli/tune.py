@@ -6,8 +6,10 @@ to them, decides per collective, system and size whether pinning ``NCCL_ALGO``/`
 (a measured pair decides where one exists, measured neighbouring sizes between them, the shipped
 learned prior where those leave it open unless ``--no-prior``; elsewhere the gate needs the
 predicted gain to clear the margin and the uncertainty), writes the policy file with
-its evidence, and prints every decision. A collective measured nowhere is left to NCCL; logs of
-other GPUs than the topology's are refused. ``--plan`` prints instead the nccl-tests command lines
+its evidence, and prints every decision. A collective measured nowhere is left to NCCL; records the
+topology could not have produced (another GPU, emulated hosts, more ranks per node than its nodes
+have GPUs) are refused, and so is tuning from no usable measurement (``--no-measurements`` writes a
+policy that leaves every call to NCCL instead). ``--plan`` prints instead the nccl-tests command lines
 (launches, in order) that would settle the most valuable open decisions; measure them, then run
 tune again with the new logs.
 """
@@ -41,9 +43,9 @@ DEFAULT_RECORD = "tune_measurements.jsonl"
 def _records(paths: list[str] | None, topology) -> tuple[list, list[str]]:
     """Every measurement given (files or folders), each file once: the one place tune reads
     measurements, and the notes to print if tune goes on. Files of a folder that hold no
-    measurements are skipped (a note says which); records the
-    topology could not have produced (another GPU, emulated hosts, more ranks per node than it
-    has: ``profiler.formats.system_fit``) are refused."""
+    measurements are skipped (a note says which); records the topology could not have produced
+    (another GPU, emulated hosts, more ranks per node than it has: ``profiler.formats.system_fit``)
+    are refused."""
     from dynamiccl.profiler.formats.measurement_paths import load_paths
     from dynamiccl.profiler.formats.system_fit import check_fits
 
@@ -68,12 +70,12 @@ def _check_flags(args: argparse.Namespace) -> None:
     if args.plan and args.output:
         raise UserError("--plan prints the launches to measure and writes no policy; drop -o (or "
                         "drop --plan to write the policy)")
-    for flag, given, needs in (("--run", args.run, args.plan), ("--emulate-hosts", args.emulate_hosts,
-                                                                args.run),
-                               ("--record", args.record is not None, args.run),
-                               ("--budget", args.budget is not None, args.plan)):
-        if given and not needs:
-            what = "--plan" if flag in ("--run", "--budget") else "--plan --run"
+    needs = (("--run", args.run, args.plan, "--plan"),
+             ("--budget", args.budget is not None, args.plan, "--plan"),
+             ("--emulate-hosts", args.emulate_hosts, args.run, "--plan --run"),
+             ("--record", args.record is not None, args.run, "--plan --run"))
+    for flag, given, mode, what in needs:
+        if given and not mode:
             raise UserError(f"{flag} only applies with {what}; add it or drop {flag}")
     if args.no_measurements and args.measurements:
         raise UserError("--no-measurements says there are none, but --measurements gives some; "
@@ -323,6 +325,8 @@ def _defer_everywhere(args: argparse.Namespace, output, topology) -> None:
 
     if output is not None:
         _export(args, output, topology, load_policy("nccl_default", deployable=True), [topology.nodes])
+    if args.json:
+        print("[]")  # no decision rows: nothing was decided
     print(f"no measurements (--no-measurements): the policy leaves every call to NCCL"
           f"{'' if output is not None else ' (no -o: nothing written)'}; measure with `dynamiccl tune "
           f"--topology {args.topology} --plan` and tune again", file=sys.stderr)
