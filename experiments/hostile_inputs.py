@@ -300,6 +300,16 @@ def _round_two_files(root: Path) -> None:
     (root / "crlf.dccl").write_bytes(policy.replace(b"\n", b"\r\n"))
 
 
+#: Hard links of the inputs (name: the file it is); a copy of the folder makes them again.
+HARD_LINKS = {"hard.jsonl": "sweep.jsonl", "hard_a100.txt": "a100.txt"}
+
+
+def _hard_links(root: Path) -> None:
+    for name, target in HARD_LINKS.items():
+        (root / name).unlink(missing_ok=True)
+        os.link(root / target, root / name)
+
+
 def build_workspace(root: Path) -> None:
     """Writes every input the cases read into ``root`` (and the policies they score)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -315,9 +325,8 @@ def build_workspace(root: Path) -> None:
     (root / "notes.txt").write_text("my notes, not a measurement\n")
     (root / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"a user's own picture" * 10)
     os.symlink("sweep.jsonl", root / "link.jsonl")
-    os.link(root / "sweep.jsonl", root / "hard.jsonl")
     os.symlink("a100.txt", root / "link_a100.txt")
-    os.link(root / "a100.txt", root / "hard_a100.txt")
+    _hard_links(root)
     smoke = (ROOT / "configs" / "scenario" / "smoke.yaml").read_text()
     (root / "s_dup.yaml").write_text(smoke.replace("episode_length: 16\n", "episode_length: 16\n"
                                                    "episode_length: 1000000\n", 1))
@@ -665,6 +674,7 @@ def run_case(case: Case, workspace: Path, timeout: float) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         work = Path(tmp) / "w"
         shutil.copytree(workspace, work, symlinks=True)
+        _hard_links(work)  # copytree copies a hard link as a file of its own
         before = _digest(work)
         started = time.monotonic()
         try:

@@ -61,7 +61,7 @@ def read_measurements(paths: list[str], collective, topology) -> tuple[list, lis
     for path in paths:
         if not Path(path).exists():
             raise UserError(f"{path}: no such measurement file; check the path")
-    for path in distinct_files(map(Path, paths), repeated=repeated):
+    for path in distinct_files(paths, repeated=repeated):
         try:
             recs, warns = read(path, collective)
         except (MeasurementFormatError, ValueError, OSError) as exc:

@@ -43,15 +43,16 @@ class LoadedMeasurements:
     repeated: list[str] = field(default_factory=list)
 
 
-def distinct_files(paths: Iterable[Path], seen: dict[tuple[int, int], Path] | None = None,
-                   repeated: list[str] | None = None) -> list[Path]:
+def distinct_files(paths: Iterable[str | Path], seen: dict[tuple[int, int], str | Path] | None = None,
+                   repeated: list[str] | None = None) -> list[str | Path]:
     """``paths`` without the files listed before (same inode: another spelling, a symlink or a hard
-    link); each one dropped is noted in ``repeated``. ``seen`` carries what was listed across calls."""
+    link), each as given; each one dropped is noted in ``repeated``. ``seen`` carries what was
+    listed across calls."""
     seen = {} if seen is None else seen
     out = []
     for path in paths:
         try:
-            info = path.stat()
+            info = Path(path).stat()
         except OSError:  # missing or unreadable: the reader names it
             out.append(path)
             continue
