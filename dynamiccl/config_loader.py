@@ -45,12 +45,56 @@ def read_config(group: str, spec: str | Path | Mapping[str, Any]) -> tuple[dict[
             )
         text, source = candidate.read_text(), f"{group} {spec}"
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except DuplicateKey as exc:
+        raise ConfigError(f"{source}: {exc.problem} at line {exc.problem_mark.line + 1}; keep one "
+                          "of them") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML ({_yaml_problem(exc)}); fix the syntax") from None
+        raise ConfigError(f"{source}: not valid YAML ({yaml_problem(exc)}); fix the syntax") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a {group} config is a mapping of keys at the top level")
     return data, source
+
+
+class DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping that gives one key twice (``problem`` names it and where it was first given)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last one
+    silently, so a second ``name:`` or ``size:`` would quietly replace the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                again = key in first
+            except TypeError:  # an unhashable key: the base loader refuses it
+                continue
+            if again:
+                raise DuplicateKey(None, None, f"key {key!r} is given twice (first at line "
+                                   f"{first[key] + 1})", key_node.start_mark)
+            first[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook`` refusing a key given twice in one object (the last one
+    would win silently, as in YAML): ValueError naming the key."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (:class:`DuplicateKey`)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
 def _read_file(path: Path, group: str) -> str:
@@ -70,7 +114,7 @@ def _read_file(path: Path, group: str) -> str:
         raise ConfigError(f"{path}: cannot be read as a text {group} file ({exc})") from None
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc: yaml.YAMLError) -> str:
     """PyYAML's several-line report as one line: what is wrong and where."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

@@ -154,7 +154,7 @@ def claim_output(path: str | Path, kind: FileKind, *, inputs: Iterable[str | Pat
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise OutputRefused(f"{parent} does not exist; create the folder or pick another {flag} path")
-    if not os.access(parent, os.W_OK):
+    if not os.access(parent, os.W_OK) or not _takes_files(parent):
         raise OutputRefused(f"{parent} is not writable; pick another {flag} path")
     special = special_file(path)
     if special:
@@ -177,6 +177,18 @@ def claim_output(path: str | Path, kind: FileKind, *, inputs: Iterable[str | Pat
     if not force and not kind.reuse:
         raise OutputRefused(f"{path} already exists; pass --force to replace it or pick another path")
     return path
+
+
+def _takes_files(folder: Path) -> bool:
+    """Whether a new file can be made in ``folder``: the permission bits do not say (root may write
+    anywhere they allow, but not into /proc or a read-only mount), so one is made and removed."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".dynamiccl-probe-")
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
 def distinct_outputs(*outputs: tuple[str, str | Path | None]) -> None:

@@ -243,13 +243,36 @@ class PolicyFile:
             sl = self.slice(*context)
         except KeyError:
             sl = self.slice(*DEFAULT_CONTEXT)
-        matching = [r for r in sl.rules if r.collective == collective
-                    and r.nodes in (None, nnodes) and r.ranks in (None, nranks)]
-        if not matching:
-            return None
-        best = max(matching, key=lambda r: 2 * (r.nodes is not None) + (r.ranks is not None))
-        return next((r for r in matching if r.group_key == best.group_key
-                     and r.min_bytes <= nbytes <= r.max_bytes), None)
+        return next((r for r in _group(sl, collective, nranks, nnodes)
+                     if r.min_bytes <= nbytes <= r.max_bytes), None)
+
+    def overrides_on(self, nranks: int, nnodes: int) -> bool:
+        """Whether the plugin would pin anything for some call of a communicator of this shape in
+        the default context (a rule of the group it looks up names an algorithm): False for a
+        file written for other systems only, which leaves every call there to NCCL."""
+        sl = next((s for s in self.slices if s.key == DEFAULT_CONTEXT), None)
+        return sl is not None and any(r.decision is not None for c in Collective
+                                      for r in _group(sl, c, nranks, nnodes))
+
+    def pinned_shapes(self) -> str:
+        """The communicators the default context pins anything for, as words
+        (``4 nodes x 4 ranks``; ``any`` for a ``*``), or ``none``."""
+        shapes = sorted({(r.nodes, r.ranks) for s in self.slices if s.key == DEFAULT_CONTEXT
+                         for r in s.rules if r.decision is not None},
+                        key=lambda shape: tuple(-1 if v is None else v for v in shape))
+        return ", ".join(f"{'any' if n is None else n} nodes x {'any' if r is None else r} ranks"
+                         for n, r in shapes) or "none"
+
+
+def _group(sl: Slice, collective: Collective, nranks: int, nnodes: int) -> list[Rule]:
+    """The rules the plugin looks a call up in: of the groups matching the communicator, the most
+    specific (an exact node count outranks an exact rank count, which outranks ``*``)."""
+    matching = [r for r in sl.rules if r.collective == collective
+                and r.nodes in (None, nnodes) and r.ranks in (None, nranks)]
+    if not matching:
+        return []
+    best = max(matching, key=lambda r: 2 * (r.nodes is not None) + (r.ranks is not None))
+    return [r for r in matching if r.group_key == best.group_key]
 
 
 def content_hash(data: bytes) -> str:

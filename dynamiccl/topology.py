@@ -64,6 +64,13 @@ MAX_RANKS = 2**17
 #: The most GPUs one node (the innermost NVLink or PCIe tier) may hold: NVIDIA's largest NVLink
 #: domain, the NVL576 rack (PCIe servers hold at most 16-20).
 MAX_GPUS_PER_NODE = 576
+#: A link's bandwidth (GB/s) is within this range and a hop's latency (µs) at most this: no link
+#: moves more than 100 TB/s or less than 1 MB/s, and no hop takes a second; a figure beyond is a
+#: unit slip, and would overflow or vanish in the times computed from it.
+BANDWIDTH_RANGE_GBPS = (1e-3, 1e5)
+MAX_LATENCY_US = 1e6
+#: More streaming multiprocessors than any GPU has (the largest have about 160).
+MAX_SMS = 1024
 #: Streaming multiprocessor generations we know per-channel limits for (NCCL's compcap rows).
 ARCHS = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100}
 
@@ -296,13 +303,16 @@ def _check_resize(topology: Topology, nodes: int | None, gpus_per_node: int | No
 
 
 def _check_size(tiers: tuple[Tier, ...], fail: Any) -> None:
-    """A file's tiers within :data:`MAX_RANKS` and :data:`MAX_GPUS_PER_NODE`."""
-    node = tiers[0]
-    if node.link != "net" and len(tiers) > 1 and node.size > MAX_GPUS_PER_NODE:
-        raise fail("tiers[0].size", f"is {node.size}; a node holds at most {MAX_GPUS_PER_NODE} GPUs "
-                   "(the largest NVLink domain, NVL576)")
+    """A file's tiers within :data:`MAX_RANKS`, and every NVLink or PCIe tier (the node, whatever
+    its place) within :data:`MAX_GPUS_PER_NODE`."""
     ranks = 1
     for i, tier in enumerate(tiers):
+        if tier.link_share > ranks:
+            raise fail(f"tiers[{i}].link_share", f"is {tier.link_share}, but one element of the tier "
+                       f"below holds {ranks} rank{'s' if ranks > 1 else ''}; give 1..{ranks}")
+        if tier.link != "net" and tier.size > MAX_GPUS_PER_NODE:
+            raise fail(f"tiers[{i}].size", f"is {tier.size}; an NVLink or PCIe tier holds at most "
+                       f"{MAX_GPUS_PER_NODE} GPUs (the largest NVLink domain, NVL576)")
         ranks *= tier.size
         if ranks > MAX_RANKS:
             raise fail(f"tiers[{i}].size", f"is {tier.size}, which makes more than {MAX_RANKS} ranks "
@@ -368,7 +378,8 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
         raise fail(sorted(unknown)[0], f"is not a topology field; allowed: {', '.join(_TOP_FIELDS)}")
     name = data.get("name")
     if not isinstance(name, str) or not name:
-        raise fail("name", "is missing; give the system a name, e.g. name: my_cluster")
+        said = "is missing" if name is None else f"is {name!r}, not a name"
+        raise fail("name", f"{said}; give the system a name, e.g. name: my_cluster")
     gpu_d = data.get("gpu") or {}
     if not isinstance(gpu_d, dict):
         raise fail("gpu", "must be a mapping like {arch: sm90, sms: 132}")
@@ -376,8 +387,8 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
     if arch not in ARCHS:
         raise fail("gpu.arch", f"is {arch!r}; use one of {', '.join(ARCHS)}")
     sms = gpu_d.get("sms", 132)
-    if not isinstance(sms, int) or isinstance(sms, bool) or sms < 1:
-        raise fail("gpu.sms", f"is {sms!r}; give the GPU's SM count as a positive integer")
+    if not isinstance(sms, int) or isinstance(sms, bool) or not 1 <= sms <= MAX_SMS:
+        raise fail("gpu.sms", f"is {sms!r}; give the GPU's SM count, a whole number 1..{MAX_SMS}")
     feat_d = data.get("features") or {}
     if not isinstance(feat_d, dict) or set(feat_d) - {"nvls", "collnet"}:
         raise fail("features", "must be a mapping with keys nvls and collnet (true/false)")
@@ -401,7 +412,7 @@ def topology_from_dict(data: Any, source: str = "<dict>") -> Topology:
         try:
             calibration = calibration_from_dict(data["calibration"])
         except CalibrationFormatError as exc:
-            raise fail(f"calibration.{exc.field}", str(exc)) from None
+            raise fail(f"calibration.{exc.field}".rstrip("."), str(exc)) from None
     return Topology(name, tiers, GpuSpec(arch, sms), Features(**feat_d), launch, calibration)
 
 
@@ -438,6 +449,10 @@ def _tier_from_dict(t: Any, i: int, fail: Any, n_tiers: int) -> Tier:
         number = isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val)
         if not number or val < 0 or (key == "bandwidth_GBps" and val == 0):
             raise fail(f"{where}.{key}", f"is {val!r}; it must be a positive number")
+        low, high = BANDWIDTH_RANGE_GBPS if key == "bandwidth_GBps" else (0.0, MAX_LATENCY_US)
+        if not low <= val <= high:
+            raise fail(f"{where}.{key}", f"is {val!r}; no link is outside {low:g}..{high:g} (a unit "
+                       "slip?)")
     share = t.get("link_share", 1)
     if not isinstance(share, int) or share < 1:
         raise fail(f"{where}.link_share", f"is {share!r}; it must be a positive integer")
@@ -494,6 +509,7 @@ def _pcie_from_dict(p: Any, size: int, link: str, where: str, fail: Any) -> Pcie
             raise fail(f"{where}.socket_link", f"is {link_bw!r}; use one of "
                        f"{', '.join(SOCKET_LINK_GBPS)} or a bandwidth in GB/s")
         link_bw = SOCKET_LINK_GBPS[link_bw]
-    if not isinstance(link_bw, (int, float)) or isinstance(link_bw, bool) or link_bw <= 0:
-        raise fail(f"{where}.socket_link", f"is {link_bw!r}; give a CPU kind or a positive GB/s")
+    low, high = BANDWIDTH_RANGE_GBPS
+    if not isinstance(link_bw, (int, float)) or isinstance(link_bw, bool) or not low <= link_bw <= high:
+        raise fail(f"{where}.socket_link", f"is {link_bw!r}; give a CPU kind or GB/s in {low:g}..{high:g}")
     return PcieTree(per_switch, per_socket, float(link_bw), sockets)

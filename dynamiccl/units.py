@@ -16,6 +16,9 @@ from decimal import Decimal
 
 #: The largest size accepted (exclusive): NCCL passes sizes as size_t, the policy file as int64.
 SIZE_LIMIT = 2**63
+#: The longest duration accepted, one hour in µs: no collective call (nor a rank's lateness to
+#: one) lasts longer; a larger figure is a unit slip (seconds or nanoseconds written as µs).
+MAX_DURATION_US = 3.6e9
 SIZE_HELP = ("bytes, or a number with K, M, G or T: the first letter is binary as in nccl-tests, so "
              "100M, 100MB and 100MiB are all 100 MiB")
 
@@ -61,6 +64,8 @@ def parse_duration_us(text: str | float) -> float:
         value = float(m.group(1)) * _TIME_UNITS[m.group(2)]
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"duration {text} must be a finite, non-negative time, e.g. 10ms")
+    if value > MAX_DURATION_US:
+        raise ValueError(f"duration {text} is longer than an hour; give at most 3600s")
     return value
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -143,6 +143,10 @@ def _step(env: CollectiveTuningEnv, policy: Policy, observation: np.ndarray
         observation, _, _, _, info = env.step_forced(policy.force(scenario))
         return observation, info
     mask = env.action_masks()
+    if not mask.any():  # a reality that answers only what was measured, and nothing was here
+        from dynamiccl.envs.backends import UnmeasuredChoice
+
+        raise UnmeasuredChoice(f"no choice was measured for {describe_call(scenario)}")
     action = int(policy.act(observation, scenario=scenario, action_mask=mask))
     if not 0 <= action < len(mask) or not mask[action]:
         raise RuntimeError(f"policy {policy.name} chose action {action}, which the mask forbids, "
@@ -300,7 +304,10 @@ def table_title(title: str, reports: Sequence[PolicyReport]) -> str:
     return f"{title}; {reports[0].action_set}; reality: {reports[0].backend}"
 
 
-def print_table(reports: Sequence[PolicyReport], title: str = "evaluation", console: Any = None) -> None:
+def print_table(reports: Sequence[PolicyReport], title: str = "evaluation", console: Any = None,
+                unused: Collection[str] = ()) -> None:
+    """One row per policy; a policy in ``unused`` (a file no rule of which applies to the suite)
+    reads "no rule applies" where its speedup, NCCL's own, would be."""
     from rich.table import Table
 
     table = Table(title=table_title(title, reports))
@@ -314,7 +321,8 @@ def print_table(reports: Sequence[PolicyReport], title: str = "evaluation", cons
             f"{r.calls_to_5pct:g} ({100 * (r.reached_5pct or 0):.0f}%)")
         explore = "" if r.exploration_calls is None else (
             f"{r.exploration_calls} at {r.exploration_speedup or math.nan:.3f}x")
-        table.add_row(r.policy, f"{r.geomean_speedup:.3f}x", share, str(r.slower_calls),
+        speedup = "no rule applies" if r.policy in unused else f"{r.geomean_speedup:.3f}x"
+        table.add_row(r.policy, speedup, share, str(r.slower_calls),
                       f"{r.worst_speedup:.3f}x", r.worst_call, calls, explore, str(r.scenarios))
     if console is None:
         from dynamiccl.console import console as table_console

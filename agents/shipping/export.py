@@ -448,16 +448,38 @@ def save_evidence(policy_path: str | Path, rows: list[dict[str, object]]) -> Pat
     return write_text_atomic(evidence_path(policy_path), json.dumps(doc, indent=1))
 
 
+#: The keys of every evidence row (what ``show`` prints from it).
+EVIDENCE_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", "nccl", "gain",
+                 "uncertainty", "evidence")
+
+
+def read_evidence(policy_path: str | Path) -> tuple[list[dict[str, object]] | None, str]:
+    """(rows, why none): the evidence saved with this exact file, or None and why it cannot be
+    used ("" where there is none beside it)."""
+    policy_path = Path(policy_path)
+    path = evidence_path(policy_path)
+    if not path.exists():
+        return None, ""
+    try:
+        doc = json.loads(path.read_text())
+        rows = doc["rules"]
+        if not isinstance(rows, list) or not all(
+                isinstance(r, dict) and all(k in r for k in EVIDENCE_KEYS)
+                and isinstance(r["gain"], (int, float)) and isinstance(r["uncertainty"], (int, float))
+                for r in rows):
+            raise ValueError("rows without their keys")
+        checksum = doc.get("policy_checksum")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None, f"its evidence file {path} is damaged (not the JSON export and tune write)"
+    if checksum != _file_checksum(policy_path):
+        return None, (f"its evidence file {path} belongs to another version of {policy_path.name} "
+                      "(the policy's checksum differs)")
+    return list(rows), ""
+
+
 def load_evidence(policy_path: str | Path) -> list[dict[str, object]] | None:
     """The evidence saved with this exact file; None when absent, unreadable or for another file."""
-    policy_path = Path(policy_path)
-    try:
-        doc = json.loads(evidence_path(policy_path).read_text())
-        if doc.get("policy_checksum") != _file_checksum(policy_path):
-            return None
-        return list(doc["rules"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    return read_evidence(policy_path)[0]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -96,6 +96,7 @@ HYPERPARAMETERS: dict[str, tuple[float, float, bool, bool]] = {
     "hidden": (1, 8192, True, True), "layers": (1, 64, True, True),
     "systems_per_round": (1, 10_000, True, True), "calls_per_system": (1, 100_000, True, True),
     "epochs_per_round": (1, 1000, True, True), "margin": (0.0, 1.0, False, True),
+    "min_gain": (0.0, 1.0, False, True),
     "ensemble": (1, 64, True, True),
 }
 

@@ -49,15 +49,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_calibrate)
 
 
-def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
-    """Records from every file, whatever its format; one readable line for any file that fails."""
+def read_measurements(paths: list[str], collective, topology) -> tuple[list, list[str]]:
+    """Records from every file, whatever its format, each file once however it is named; one
+    readable line for any file that fails, or for a record ``topology`` could not have produced
+    (``profiler.formats.system_fit``)."""
+    from dynamiccl.profiler.formats.measurement_paths import distinct_files
     from dynamiccl.profiler.formats.measurements import MeasurementFormatError, read
-    from dynamiccl.profiler.formats.records import check_one_system_kind
+    from dynamiccl.profiler.formats.system_fit import check_fits
 
-    records, warnings = [], []
+    records, warnings, repeated = [], [], []
     for path in paths:
         if not Path(path).exists():
             raise UserError(f"{path}: no such measurement file; check the path")
+    for path in distinct_files(paths, repeated=repeated):
         try:
             recs, warns = read(path, collective)
         except (MeasurementFormatError, ValueError, OSError) as exc:
@@ -65,8 +69,12 @@ def read_measurements(paths: list[str], collective) -> tuple[list, list[str]]:
             raise UserError(message.splitlines()[0]) from None
         records += recs
         warnings += warns
+    warnings += [f"{r}: given again; read once" for r in repeated]
+    if not records:
+        raise UserError(f"{', '.join(paths)}: no timed measurement (rows of size 0 are no-op calls "
+                        "and are skipped); give logs of sizes that moved data")
     try:
-        check_one_system_kind(records)
+        check_fits(records, topology)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     return records, warnings
@@ -96,7 +104,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         base = load_topology(args.topology)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
-    records, warnings = read_measurements(args.measurements, args.collective)
+    records, warnings = read_measurements(args.measurements, args.collective, base)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     try:
@@ -116,6 +124,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         from dynamiccl.profiler.fit.fit_plot import plot_fit
 
         plot_fit(fit, plot)
+        print(f"plot written to {plot}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         json.dump(report_json(fit, held), sys.stdout, indent=2)
         print()

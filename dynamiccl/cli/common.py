@@ -207,7 +207,7 @@ def path_arg(text: str) -> str:
 def read_text(path: str | Path, what: str) -> str:
     """The text of a file the user named, or one UserError saying why it cannot be read."""
     with _reading(path, what):
-        return Path(path).read_text()
+        return Path(path).read_text(encoding="utf-8-sig")  # past a byte-order mark, if any
 
 
 def read_head(path: str | Path, what: str, size: int, missing: str = "check the path") -> bytes:

@@ -121,6 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     except UnmeasuredChoice as exc:
         raise UserError(f"{exc}; measure it, or evaluate a suite the replay table covers") from None
     _note_unlisted_calls(policies, reports)
+    unused = _policy_files_that_apply_nowhere(policies, reports)
     if args.out:
         save_reports(reports, args.out, overwrite=True)
         if args.plots:
@@ -131,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps([contract(r.summary()) for r in reports], indent=2))
     else:
         print_table(reports, title=f"{args.suite} suite: {len(suite)} workloads, "
-                                   f"{reports[0].scenarios} calls")
+                                   f"{reports[0].scenarios} calls", unused=unused)
     return 0
 
 
@@ -149,6 +150,29 @@ def _note_unlisted_calls(policies: list, reports: list) -> None:
                 print(f"note: {policy.name} has no line for the system of {unlisted} of "
                       f"{len(report.calls)} calls; NVIDIA's example tuner runs them on 1 channel "
                       "(export every node count the job's communicators use)", file=sys.stderr)
+
+
+def _policy_files_that_apply_nowhere(policies: list, reports: list) -> set[str]:
+    """The reports of ``.dccl`` files no rule of which applies to any call of the suite (their
+    score is NCCL's own): each said in one line naming the systems the file was written for."""
+    import sys
+
+    from dynamiccl.agents.policies.deployed import PolicyFilePolicy
+
+    unused = set()
+    for policy, report in zip(policies, reports, strict=True):
+        if not isinstance(policy, PolicyFilePolicy):
+            continue
+        shapes = {(c.scenario.topology.nranks, c.scenario.topology.nodes) for c in report.calls}
+        if any(policy.policy.overrides_on(nranks, nodes) for nranks, nodes in shapes):
+            continue
+        systems = sorted({c.scenario.topology.name for c in report.calls})
+        shown = ", ".join(systems[:3]) + (f" and {len(systems) - 3} more" if len(systems) > 3 else "")
+        print(f"note: no rule of {policy.name} applies to any call of this suite: it was written for "
+              f"{policy.policy.header.topology} (pinning {policy.policy.pinned_shapes()}), the suite "
+              f"runs {shown}; its score is NCCL's own", file=sys.stderr)
+        unused.add(report.policy)
+    return unused
 
 
 def contract(summary: dict) -> dict:

@@ -113,6 +113,9 @@ def run_explain(args: argparse.Namespace) -> int:
     lo, hi = args.min_size, args.max_size
     if lo > hi:
         raise UserError(f"--min-size {lo} is larger than --max-size {hi}")
+    if hi == 0:
+        raise UserError("--max-size 0 leaves only size 0, a no-op call NCCL does not run; give a "
+                        "--max-size of 1 byte or more")
     sizes = sweep_sizes(lo, hi)
     deployable = not args.all_actions
     rows = explain_rows(topology, args.collective, sizes, deployable)

@@ -101,6 +101,32 @@ def _output(args: argparse.Namespace) -> Path:
     return out
 
 
+def _check_policy_file_system(policy, name: str, topology, node_counts: list[int],
+                              gpus_per_node: list[int] | None) -> None:
+    """A policy file exported again onto another system than its own: refused where none of its
+    rules applies to the shapes exported (the file written would leave every call to NCCL), said
+    in one line where some do."""
+    from dynamiccl.agents.policies.deployed import PolicyFilePolicy
+
+    if not isinstance(policy, PolicyFilePolicy):
+        return
+    file, header = policy.policy, policy.policy.header
+    if header.fingerprint == topology.fingerprint():
+        return
+    shapes = [topology.resized(nodes=n, gpus_per_node=g) for n in node_counts
+              for g in gpus_per_node or [None]]
+    pinned = file.pinned_shapes()
+    written = (f"{name} was written for {header.topology} (fingerprint {header.fingerprint}) and "
+               + (f"pins choices for {pinned}" if pinned != "none" else "pins nothing"))
+    here = ", ".join(f"{t.nodes} nodes x {t.nranks} ranks" for t in shapes)
+    if not any(file.overrides_on(t.nranks, t.nodes) for t in shapes):
+        raise UserError(f"{written}; none of its rules applies to {topology.name} on {here}, so the "
+                        "file written would leave every call to NCCL: export it with the topology "
+                        "it was written for, or tune this system")
+    print(f"note: {written}, not for {topology.name} (fingerprint {topology.fingerprint()}); its rules "
+          f"for {here} are exported as they stand", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl import policy_file as pf
     from dynamiccl.agents.policies.deployed import NcclExampleCsvPolicy
@@ -122,6 +148,7 @@ def _run(args: argparse.Namespace) -> int:
         digest = _checkpoint_digest(args.policy)
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
+    _check_policy_file_system(policy, args.policy, topology, node_counts, args.gpus_per_node_list)
     gate = None if args.no_gate else Gate(margin=args.margin)
     try:
         observe = exporting.observer_for(policy)

@@ -29,6 +29,12 @@ def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
 
     path = Path(path)
     head = read_head(path, "policy file", SNIFF_BYTES, missing="export one with `dynamiccl export`")
+    if head.startswith(b"\xef\xbb\xbf" + pf.MAGIC.encode()):
+        raise UserError(f"{path} starts with a UTF-8 byte-order mark (an editor saved it so), which "
+                        "the plugin refuses; re-export it, or save it without the mark")
+    if head.startswith(pf.MAGIC.encode()) and b"\r\n" in head:
+        raise UserError(f"{path} has Windows (CRLF) line endings, which the plugin refuses; re-export "
+                        "it, or convert it back (dos2unix)")
     if head.startswith(pf.MAGIC.encode()):
         return "dccl"
     if not head:
@@ -39,6 +45,9 @@ def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
                         "--topology NAME -o policy.dccl`")
     if b"\0" in head or sum(b not in _TEXT_BYTES for b in head) > len(head) // 10:
         raise UserError(f"{path} is a binary file, not a policy file; {_GIVE}")
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"[")):
+        raise UserError(f"{path} is JSON (measurement records, an evidence file or a report?), not a "
+                        f"policy file; {_GIVE}")
     if path.suffix == pf.SUFFIX:
         raise UserError(f"{path} does not start with the '{pf.MAGIC} <version>' line, so it is not "
                         "a DynamICCL policy file (or its start is damaged); re-export it")

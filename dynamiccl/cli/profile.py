@@ -83,7 +83,7 @@ def _register_topology(kinds: argparse._SubParsersAction) -> None:
                    help="NICs per node (default: one per GPU)")
     t.add_argument("--intra-latency-us", type=positive_float, metavar="Z",
                    help="intra-node hop latency in µs (default: 0.6 NVLink, 1.0 PCIe)")
-    t.add_argument("--emulate-hosts", type=positive_int, metavar="N",
+    t.add_argument("--emulate-hosts", type=int_between(1, MAX_LOCAL_RANKS), metavar="N",
                    help="write instead the system NCCL sees when N ranks run as emulated hosts on "
                         "these GPUs (profile collective --emulate-hosts): one GPU per node, nodes "
                         "joined by NCCL's Socket transport on the loopback")
@@ -138,13 +138,13 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
 
 def _straggler_arg(text: str) -> tuple[int, float]:
     rank, sep, delay = text.partition(":")
-    try:
-        if not sep or not rank.strip().isdigit():
-            raise ValueError
-        late = int(rank), parse_duration_us(delay)
-    except ValueError:
+    if not sep or not rank.strip().isdigit():
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not RANK:DELAY; write e.g. 1:5ms (rank 1 sleeps 5 ms)") from None
+            f"{text!r} is not RANK:DELAY; write e.g. 1:5ms (rank 1 sleeps 5 ms)")
+    try:
+        late = int(rank), parse_duration_us(delay)
+    except ValueError as exc:  # the delay's own problem: no unit, negative, beyond an hour
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
     if late[1] == 0:
         raise argparse.ArgumentTypeError(f"{text!r} has no delay; write e.g. 1:5ms (rank 1 sleeps 5 ms)")
     return late

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from dynamiccl.cli.common import UserError, collective_arg, int_between, path_arg, positive_int
 from dynamiccl.console import UNBOUNDED_WIDTH
@@ -94,16 +95,18 @@ def rule_json(rule, evidence: list[dict] | None = None) -> dict:
     return row
 
 
-def _evidence_index(path: str) -> dict[tuple, list[dict]]:
-    """Evidence rows per (collective, nodes, ranks), in size order."""
-    from dynamiccl.agents.shipping.export import load_evidence
+def _evidence_index(path: str) -> tuple[dict[tuple, list[dict]], str]:
+    """Evidence rows per (collective, nodes, ranks), in size order, and why there are none where
+    an evidence file is there but cannot be used ("" otherwise)."""
+    from dynamiccl.agents.shipping.export import read_evidence
 
+    rows, problem = read_evidence(path)
     index: dict[tuple, list[dict]] = {}
-    for r in load_evidence(path) or []:
+    for r in rows or []:
         index.setdefault((r["collective"], r["nodes"], r["ranks"]), []).append(r)
-    for rows in index.values():
-        rows.sort(key=lambda r: r["min_bytes"])
-    return index
+    for group in index.values():
+        group.sort(key=lambda r: r["min_bytes"])
+    return index, problem
 
 
 def _rule_evidence(index: dict[tuple, list[dict]], rule) -> list[dict]:
@@ -195,8 +198,13 @@ def _run(args: argparse.Namespace) -> int:
     if policy_file_kind(args.file) == "csv":
         return _show_csv(args)
     policy = pf.read(args.file)
-    evidence = _evidence_index(args.file)
+    evidence, evidence_problem = _evidence_index(args.file)
     selected = _selected(policy, args)
+    pins = any(r.decision is not None for _, rules in selected for r in rules)
+    if args.nodes is not None and not pins:
+        print(f"note: no rule of {args.file} pins anything for {args.nodes} node(s) (it was written "
+              f"for {policy.header.topology}, pinning {policy.pinned_shapes()}): the plugin leaves "
+              f"every call of a {args.nodes}-node communicator to NCCL", file=sys.stderr)
     if args.json:
         rows = []
         for sl, rules in selected:
@@ -217,7 +225,10 @@ def _run(args: argparse.Namespace) -> int:
     console.print(f"sha256 {pf.file_hash(args.file)} (the plugin logs it at init: every rank must "
                   "show the same)", soft_wrap=True)
     console.print(f"slices: {', '.join(s.name for s in policy.slices)}")
-    if not evidence:
+    if evidence_problem:
+        console.print(f"{evidence_problem}: NCCL's pick, gain and uncertainty are unknown; "
+                      "export or tune the policy again to rewrite it")
+    elif not evidence:
         console.print("no evidence file beside it (export and tune write <file>.evidence.json): "
                       "NCCL's pick, gain and uncertainty are unknown")
     shown = 0
@@ -246,6 +257,8 @@ def _run(args: argparse.Namespace) -> int:
                       "--nodes, or read them all with --json)")
     if not policy.n_rules:
         console.print("no rules: the plugin leaves every choice to NCCL")
+    elif policy.pinned_shapes() == "none":
+        console.print("every rule defers: the plugin leaves every choice to NCCL")
     return 0
 
 
@@ -260,7 +273,8 @@ def _row(rule, ev: dict | None) -> tuple[str, ...]:
         str(ev["evidence"]))
     nccl, gain, sigma, source = known
     if d is None:
-        proposed = f" (proposed {ev['proposed']})" if ev and ev.get("proposed") != ev["nccl"] else ""
+        proposed = f" (proposed {ev.get('proposed')})" if ev and ev.get("proposed") not in (
+            None, ev["nccl"]) else ""
         return (*sizes, nccl, f"[dim]defer{proposed}", "", gain if proposed else "",
                 sigma if proposed else "", source)
     ours = f"{pf.ALGO_TOKENS[d.algorithm]}/{pf.PROTO_TOKENS[d.protocol]}"

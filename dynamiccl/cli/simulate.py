@@ -57,12 +57,22 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(f"{scenario.collective.name.lower()} of 0 B on {scenario.topology.describe()}: 0 µs; "
               f"{NO_OP_NOTE}")
         return 0
-    _print_result(scenario, default, top)
+    _print_result(scenario, default, top, _pins(args))
     return 0
 
 
-def _print_result(scenario: Scenario, default: Decision, top: Decision) -> None:
-    """One row per pick; with a straggler two, one per time (from the first and the last arrival)."""
+def _pins(args: argparse.Namespace) -> str:
+    """The knobs the command line pins, as typed (``--algo ring --proto simple``)."""
+    given = [(flag, getattr(args, flag)) for flag in ("algo", "proto", "channels", "hierarchy",
+                                                     "schedule", "chunks")]
+    return " ".join(f"--{flag} {getattr(value, 'name', value)!s}".lower()
+                    for flag, value in given if value is not None)
+
+
+def _print_result(scenario: Scenario, default: Decision, top: Decision, pins: str = "") -> None:
+    """One row per pick; with a straggler two, one per time (from the first and the last arrival).
+    ``pins`` names the knobs given (``--algo ring``): both picks are then made under them, and the
+    rows and a caption say so."""
     from rich.table import Table
 
     from dynamiccl.console import console as table_console
@@ -70,11 +80,15 @@ def _print_result(scenario: Scenario, default: Decision, top: Decision) -> None:
     late = scenario.has_straggler
     title = (f"{scenario.collective.name.lower()} of {scenario.nbytes} B ({format_size(scenario.nbytes)}) "
              f"on {scenario.topology.describe()}")
-    caption = None
+    notes = []
+    if pins:
+        notes.append(f"pinned ({pins}): NCCL's pick and the best pick are made under these knobs, as "
+                     "NCCL_ALGO/NCCL_PROTO/channel limits constrain NCCL")
     if late:
-        caption = (f"rank {scenario.straggler_rank} arrives {format_time_us(scenario.straggler_delay_us)} "
-                   "late: 'first arrival' is what the punctual ranks spend, 'last arrival' what "
-                   "nccl-tests would time with punctual ranks")
+        notes.append(f"rank {scenario.straggler_rank} arrives {format_time_us(scenario.straggler_delay_us)} "
+                     "late: 'first arrival' is what the punctual ranks spend, 'last arrival' what "
+                     "nccl-tests would time with punctual ranks")
+    caption = "; ".join(notes) or None
     table = Table(title=title, caption=caption)
     table.add_column("pick", no_wrap=True)
     table.add_column("configuration", no_wrap=True)
@@ -83,7 +97,8 @@ def _print_result(scenario: Scenario, default: Decision, top: Decision) -> None:
     for header in ("time (us)", "algbw (GB/s)", "busbw (GB/s)", "NCCL's own model (us)"):
         table.add_column(header, justify="right")
     model = "n/a" if default.nccl_model_us is None else f"{default.nccl_model_us:.2f}"
-    for label, pick, predicted in (("NCCL default", default, model), ("best", top, "")):
+    pinned = ", pinned" if pins else ""
+    for label, pick, predicted in ((f"NCCL default{pinned}", default, model), (f"best{pinned}", top, "")):
         t = timing(pick)
         rows = [("first arrival", "time_us", "algbw_with_wait_GBps", "busbw_with_wait_GBps"),
                 ("last arrival", "time_after_straggler_us", "algbw_GBps", "busbw_GBps")]

@@ -39,6 +39,7 @@ from dynamiccl.cli.simulate_request import (
     result_json,
     scenario_from_args,
 )
+from dynamiccl.config_loader import unique_keys
 from dynamiccl.topology import Topology
 
 
@@ -52,10 +53,14 @@ def request_argv(line: str) -> list[str]:
     """A JSON request as command-line arguments; UserError names what is wrong with it."""
     if not line.strip():
         raise UserError("empty line; give one JSON request per line")
-    try:
-        request = json.loads(line)
+    try:  # past a byte-order mark some editors write first
+        request = json.loads(line.lstrip("\ufeff"), object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise UserError(f"not a JSON object ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:  # a key given twice
+        raise UserError(str(exc)) from None
+    except RecursionError:
+        raise UserError("JSON nested too deeply to be a request") from None
     if not isinstance(request, dict):
         raise UserError("a request is a JSON object like {\"topology\": \"dgx_h100\", \"collective\": "
                         "\"allreduce\", \"size\": \"1MiB\"}")
@@ -67,6 +72,8 @@ def request_argv(line: str) -> list[str]:
             continue
         if isinstance(value, (bool, list, dict)):
             raise UserError(f"{key}: give a string or a number, not {json.dumps(value)}")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON's 1e9 or 2.0 is the whole number it spells
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv
 

@@ -6,8 +6,10 @@ to them, decides per collective, system and size whether pinning ``NCCL_ALGO``/`
 (a measured pair decides where one exists, measured neighbouring sizes between them, with
 ``--prior`` the shipped learned prior where those leave it open on a calibrated model; elsewhere
 the gate needs the predicted gain to clear the margin and the uncertainty), writes the policy file with
-its evidence, and prints every decision. A collective measured nowhere is left to NCCL; logs of
-other GPUs than the topology's are refused. ``--plan`` prints instead the nccl-tests command lines
+its evidence, and prints every decision. A collective measured nowhere is left to NCCL; records the
+topology could not have produced (another GPU, emulated hosts, more ranks per node than its nodes
+have GPUs) are refused, and so is tuning from no usable measurement (``--no-measurements`` writes a
+policy that leaves every call to NCCL instead). ``--plan`` prints instead the nccl-tests command lines
 (launches, in order) that would settle the most valuable open decisions; measure them, then run
 tune again with the new logs.
 """
@@ -35,43 +37,66 @@ then: dynamiccl show tuned.dccl; dynamiccl evaluate --policy tuned.dccl"""
 
 _COLLECTIVES = ("allreduce", "allgather", "reducescatter")
 MAX_BUDGET = 100_000
+DEFAULT_BUDGET = 64
+DEFAULT_RECORD = "tune_measurements.jsonl"
 
 
-def _records(paths: list[str] | None, topology) -> list:
-    """Every measurement given (files or folders): the one place tune reads measurements. Files of
-    a folder that hold no measurements are skipped with a note; measurements of another GPU than
-    the topology's are refused."""
+def _records(paths: list[str] | None, topology) -> tuple[list, list[str]]:
+    """Every measurement given (files or folders), each file once: the one place tune reads
+    measurements, and the notes to print if tune goes on. Files of a folder that hold no
+    measurements are skipped (a note says which); records the topology could not have produced
+    (another GPU, emulated hosts, more ranks per node than it has: ``profiler.formats.system_fit``)
+    are refused."""
     from dynamiccl.profiler.formats.measurement_paths import load_paths
-    from dynamiccl.profiler.formats.records import check_one_system_kind
+    from dynamiccl.profiler.formats.system_fit import check_fits
 
     try:
         loaded = load_paths(paths or [])
-        check_one_system_kind(loaded.records)
+        check_fits(loaded.records, topology)
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    if loaded.skipped:
-        shown = "; ".join(loaded.skipped[:3]) + ("; ..." if len(loaded.skipped) > 3 else "")
-        print(f"note: skipped {len(loaded.skipped)} file(s) holding no measurements ({shown})",
-              file=sys.stderr)
-    _check_gpus(loaded.records, topology)
-    return loaded.records
+    notes = []
+    for what, files in (("skipped {} file(s) holding no measurements", loaded.skipped),
+                        ("read {} file(s) given again once", loaded.repeated)):
+        if files:
+            shown = "; ".join(files[:3]) + ("; ..." if len(files) > 3 else "")
+            notes.append(f"{what.format(len(files))} ({shown})")
+    return loaded.records, notes
 
 
-def _check_gpus(records: list, topology) -> None:
-    """Refuses measurements whose log names a GPU of another architecture than the topology's:
-    fitting an A100's times to an H100's model would tune the wrong system."""
-    from dynamiccl.gpus import compute_capability, same_architecture
-    from dynamiccl.topology import ARCHS
+def _check_flags(args: argparse.Namespace) -> None:
+    """Flags that do nothing in the mode asked for are refused, not ignored."""
+    if args.plan and args.output:
+        raise UserError("--plan prints the launches to measure and writes no policy; drop -o (or "
+                        "drop --plan to write the policy)")
+    needs = (("--run", args.run, args.plan, "--plan"),
+             ("--budget", args.budget is not None, args.plan, "--plan"),
+             ("--emulate-hosts", args.emulate_hosts, args.run, "--plan --run"),
+             ("--record", args.record is not None, args.run, "--plan --run"))
+    for flag, given, mode, what in needs:
+        if given and not mode:
+            raise UserError(f"{flag} only applies with {what}; add it or drop {flag}")
+    if args.no_measurements and args.measurements:
+        raise UserError("--no-measurements says there are none, but --measurements gives some; "
+                        "drop one of them")
 
-    arch = ARCHS[topology.gpu.arch]
-    for rec in records:
-        if rec.gpu and not same_architecture(rec.gpu, arch, max(ARCHS.values())):
-            raise UserError(
-                f"{rec.source}: measured on {rec.gpu} (sm{compute_capability(rec.gpu)}), but the "
-                f"topology {topology.name} has {topology.gpu.arch} GPUs; give the topology of the "
-                "system the logs come from")
+
+def _refuse_without_evidence(args: argparse.Namespace, records: list, usable: int,
+                             notes: list[str]) -> None:
+    """A policy (or a table of decisions) from no usable measurement is refused unless
+    ``--no-measurements`` asks for one that leaves every call to NCCL."""
+    if usable or args.plan or args.no_measurements:
+        return
+    given = _measurement_paths(args)
+    read = (f"{len(records)} measurement(s) read, none of NCCL's default or a pinned choice "
+            "without an injected straggler" if records else "; ".join(notes) if notes else
+            f"{', '.join(given)} hold{'s' if len(given) == 1 else ''} no timed measurement" if given
+            else "no measurements given")
+    raise UserError(f"no usable measurement ({read}), so nothing to tune from; measure first "
+                    f"(`dynamiccl tune --topology {args.topology} --plan` prints what), or pass "
+                    "--no-measurements to write a policy that leaves every call to NCCL")
 
 
 def _scenarios(topology, collectives: list[str], shapes: set[tuple[int, int]]) -> list:
@@ -223,25 +248,34 @@ def _noise_note(tuner, scenarios: list) -> str:
     return "; ".join(parts)
 
 
-def _note_unmeasured(measurements, scenarios: list) -> None:
+def _note_unmeasured(measurements, scenarios: list, plan: bool) -> None:
     """Says which collectives (and shapes) no measurement covers: tune leaves them to NCCL."""
     missing = sorted({(s.collective.name.lower(), s.topology.nranks) for s in scenarios
                       if not measurements.covers(s.collective, s.topology.nranks)})
     if missing:
         shown = ", ".join(f"{c} on {n} ranks" for c, n in missing)
-        print(f"note: nothing measured for {shown}: tune leaves those calls to NCCL (measure them "
-              "first: tune --plan)", file=sys.stderr)
+        fix = "until they are measured" if plan else "(measure them first: tune --plan)"
+        print(f"note: nothing measured for {shown}: tune leaves those calls to NCCL {fix}",
+              file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.shipping import tune, tune_plan
 
-    if not 1 <= args.budget <= MAX_BUDGET:
-        raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measurements")
+    _check_flags(args)
+    budget = DEFAULT_BUDGET if args.budget is None else args.budget
+    if not 1 <= budget <= MAX_BUDGET:
+        raise UserError(f"--budget {budget}: give 1..{MAX_BUDGET} measurements")
     output = _claim_output(args)
     topology = topology_from_args(args)
-    records = _records(_measurement_paths(args), topology)
+    records, notes = _records(_measurement_paths(args), topology)
     measurements = tune.Measurements(records)
+    _refuse_without_evidence(args, records, len(measurements), notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if not len(measurements) and not args.plan:
+        _defer_everywhere(args, output, topology)
+        return 0
     model, note = (topology, "uncalibrated (--no-calibrate)") if args.no_calibrate else \
         tune.calibrated_topology(records, topology)
     tuner = tune.Tuner(model, measurements, margin=args.margin, calibrated=model is not topology,
@@ -255,9 +289,9 @@ def _run(args: argparse.Namespace) -> int:
           f"{_noise_note(tuner, scenarios)}); model: {note}; learned prior: {prior_note}",
           file=sys.stderr)
     if records:
-        _note_unmeasured(measurements, scenarios)
+        _note_unmeasured(measurements, scenarios, args.plan)
     if args.plan:
-        planned = tune_plan.plan(tuner, scenarios, args.budget,
+        planned = tune_plan.plan(tuner, scenarios, budget,
                                  weight=workload.weight if workload else None)
         if args.json:
             print(json.dumps([{"collective": m.collective.name.lower(), "ranks": m.nranks,
@@ -268,7 +302,7 @@ def _run(args: argparse.Namespace) -> int:
             for line in tune_plan.command_lines(planned, topology.gpus_per_node):
                 print(line)
         if args.run:
-            _run_plan(planned, args.record, args.emulate_hosts)
+            _run_plan(planned, args.record or DEFAULT_RECORD, args.emulate_hosts)
         return 0
     rows = _report_rows(tuner, scenarios)
     if workload is not None:
@@ -340,12 +374,25 @@ def _claim_output(args: argparse.Namespace):
 
     inputs = [*_measurement_paths(args), args.topology, *([args.workload] if args.workload else [])]
     if args.plan and args.run:
-        claim_output(args.record, RECORDS, inputs=[args.topology], flag="--record")
+        claim_output(args.record or DEFAULT_RECORD, RECORDS, inputs=[args.topology], flag="--record")
     if not args.output or args.plan:
         return None
     out = claim_output(args.output, pf.KIND, inputs=inputs, force=args.force)
     claim_output(evidence_path(out), EVIDENCE, inputs=inputs, force=True, flag="-o")
     return out
+
+
+def _defer_everywhere(args: argparse.Namespace, output, topology) -> None:
+    """``--no-measurements``: nothing to tune from, so the policy (if -o) leaves every call to NCCL."""
+    from dynamiccl.agents.policies.registry import load_policy
+
+    if output is not None:
+        _export(args, output, topology, load_policy("nccl_default", deployable=True), [topology.nodes])
+    if args.json:
+        print("[]")  # no decision rows: nothing was decided
+    print(f"no measurements (--no-measurements): the policy leaves every call to NCCL"
+          f"{'' if output is not None else ' (no -o: nothing written)'}; measure with `dynamiccl tune "
+          f"--topology {args.topology} --plan` and tune again", file=sys.stderr)
 
 
 def _export(args: argparse.Namespace, out, topology, policy, node_counts: list[int]) -> None:
@@ -394,12 +441,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "plan and, on a calibrated model, to decide (off by default: on real "
                              "measurements it has pinned no call, experiments/bench_prior_real.py)")
     parser.add_argument("-o", "--output", type=path_arg, metavar="FILE", help="write the tuned policy file")
+    parser.add_argument("--no-measurements", action="store_true",
+                        help="there are none yet: write (with -o) a policy that leaves every call to "
+                             "NCCL instead of refusing to tune from nothing")
     parser.add_argument("--force", action="store_true", help="replace an existing -o file")
     parser.add_argument("--plan", action="store_true",
                         help="print the nccl-tests launches (run them in the order printed) that "
                              "would settle the most valuable open decisions")
-    parser.add_argument("--budget", type=int, default=64, metavar="N",
-                        help="measurements the plan may use (default 64)")
+    parser.add_argument("--budget", type=int, default=None, metavar="N",
+                        help=f"with --plan: measurements the plan may use (default {DEFAULT_BUDGET})")
     parser.add_argument("--run", action="store_true",
                         help="with --plan: measure the plan now on this machine's GPUs, round "
                              "by round: the choices interleaved call by call in one launch (those "
@@ -407,8 +457,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--emulate-hosts", action="store_true",
                         help="with --run: more ranks than GPUs, each its own host to NCCL (loopback "
                              "sockets; needs the CUDA MPS daemon); records say so")
-    parser.add_argument("--record", default="tune_measurements.jsonl", type=path_arg, metavar="FILE",
-                        help="where --run appends its measurements (default tune_measurements.jsonl)")
+    parser.add_argument("--record", type=path_arg, metavar="FILE",
+                        help=f"where --run appends its measurements (default {DEFAULT_RECORD})")
     parser.add_argument("--workload", type=path_arg, metavar="JOB.jsonl",
                         help="a job's collective mix (`dynamiccl profile job`): weigh the report's "
                              "rows and the plan's launches by the job's own time per size, and "

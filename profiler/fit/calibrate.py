@@ -51,6 +51,7 @@ from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler.fit import fit_params as FP
 from dynamiccl.profiler.fit.fit_params import Param
 from dynamiccl.profiler.formats.records import MeasurementRecord
+from dynamiccl.profiler.formats.system_fit import record_shape
 from dynamiccl.simulator import simulate
 from dynamiccl.topology import Topology
 
@@ -142,12 +143,12 @@ def prepare(records: Sequence[MeasurementRecord], base: Topology) -> Problem:
         raise CalibrationError("no measurements given")
     shapes, measured = [], []
     for rec in records:
-        where = rec.source or "a record"
+        where = rec.where
         if rec.backend != "nccl":
             raise CalibrationError(
                 f"{where}: measured with {rec.backend}, which does not run NCCL's algorithms; "
                 "calibrate from nccl-tests output or `dynamiccl profile collective --backend nccl`")
-        nodes = rec.nnodes or max(1, rec.nranks // base.gpus_per_node)
+        nodes = record_shape(rec, base)[0]
         if rec.nranks % nodes:
             raise CalibrationError(f"{where}: {rec.nranks} ranks do not split over {nodes} nodes")
         shapes.append((nodes, rec.nranks // nodes))

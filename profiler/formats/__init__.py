@@ -7,6 +7,9 @@ Imports only the core.
   :mod:`.tuner_measurements_csv` – NVIDIA's example tuner's measurement CSV;
   :mod:`.nccl_debug_log` – NCCL's printed tuning table and picks;
 * :mod:`.measurements` – ``load(path)`` for any of them; :mod:`.measurement_paths` – the files and
-  folders a user names; :mod:`.published` – published runs kept as fixtures, and replay tables;
-* :mod:`.job_mix` – a job's collective mix (``profile job``): records with the job's call counts.
+  folders a user names (each file once); :mod:`.published` – published runs kept as fixtures, and
+  replay tables;
+* :mod:`.job_mix` – a job's collective mix (``profile job``): records with the job's call counts;
+* :mod:`.system_fit` – whether records fit the topology they are to tune (both ``tune`` and
+  ``calibrate`` check before fitting).
 """

@@ -17,7 +17,7 @@ the pick (``MeasurementRecord.nccl_pick``): what a run forced with one knob alon
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dynamiccl.files import not_regular_message
@@ -38,6 +38,32 @@ class LoadedMeasurements:
     records: list[MeasurementRecord]
     #: One line per file of a folder that holds no measurements, saying why it was skipped.
     skipped: list[str]
+    #: One line per file named again (by another path, a link, or inside a folder also named):
+    #: read once, so no measurement counts twice.
+    repeated: list[str] = field(default_factory=list)
+
+
+def distinct_files(paths: Iterable[str | Path], seen: dict[tuple[int, int], str | Path] | None = None,
+                   repeated: list[str] | None = None) -> list[str | Path]:
+    """``paths`` without the files listed before (same inode: another spelling, a symlink or a hard
+    link), each as given; each one dropped is noted in ``repeated``. ``seen`` carries what was
+    listed across calls."""
+    seen = {} if seen is None else seen
+    out = []
+    for path in paths:
+        try:
+            info = Path(path).stat()
+        except OSError:  # missing or unreadable: the reader names it
+            out.append(path)
+            continue
+        key = (info.st_dev, info.st_ino)
+        if key in seen:
+            if repeated is not None:
+                repeated.append(f"{path} (the same file as {seen[key]})")
+            continue
+        seen[key] = path
+        out.append(path)
+    return out
 
 
 def load_paths(paths: Iterable[str | Path]) -> LoadedMeasurements:
@@ -48,18 +74,23 @@ def load_paths(paths: Iterable[str | Path]) -> LoadedMeasurements:
     """
     records: list[MeasurementRecord] = []
     skipped: list[str] = []
+    repeated: list[str] = []
+    seen: dict[tuple[int, int], Path] = {}
     picks: dict[PickKey, str] = {}
     for item in map(Path, paths):
         if item.is_dir():
-            found, notes = _load_folder(sorted(p for p in item.rglob("*") if p.is_file()), picks)
+            files = distinct_files(sorted(p for p in item.rglob("*") if p.is_file()), seen, repeated)
+            found, notes = _load_folder(files, picks)
             records += found
             skipped += notes
         elif item.is_file():
-            records += _load_file(item, picks)
+            if distinct_files([item], seen, repeated):
+                records += _load_file(item, picks)
+                distinct_files(_run_files(item), seen)  # a log and its sidecar are one run
         else:
             raise MeasurementFormatError(not_regular_message(item, "measurement file") or
                                          f"{item}: no such measurement file or folder; check the path")
-    return LoadedMeasurements(_with_picks(records, picks), skipped)
+    return LoadedMeasurements(_with_picks(records, picks), skipped, repeated)
 
 
 def _load_file(path: Path, picks: dict[PickKey, str]) -> list[MeasurementRecord]:
@@ -124,6 +155,12 @@ def _with_picks(records: list[MeasurementRecord], picks: dict[PickKey, str]) -> 
         pick = picks.get((*key, rec.nranks)) or picks.get((*key, None))
         out.append(replace(rec, nccl_pick=pick) if pick and not rec.nccl_pick else rec)
     return out
+
+
+def _run_files(path: Path) -> list[Path]:
+    """The other file of a published run: a log's sidecar, or a sidecar's log."""
+    other = sidecar_log(path) or _sidecar_of(path)
+    return [other] if other is not None and other.is_file() else []
 
 
 def _sidecar_of(log: Path) -> Path | None:

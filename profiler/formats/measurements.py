@@ -36,7 +36,7 @@ class MeasurementFormatError(ValueError):
 def detect_format(path: str | Path) -> str:
     """``nccl-tests``, ``nccl-tests-json``, ``tuner-csv``, ``records`` or ``nccl-debug-log``."""
     head = _head(Path(path))
-    stripped = head.lstrip()
+    stripped = head.lstrip("\ufeff \t\r\n")  # a byte-order mark some editors write, then space
     if stripped.startswith("{"):
         first = _json_object(stripped.splitlines()[0])
         if first is None or {"results", "nccl_version", "args"} & set(first):
@@ -96,7 +96,7 @@ def _head(path: Path) -> str:
 def _json_object(line: str) -> dict | None:
     try:
         value = json.loads(line)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

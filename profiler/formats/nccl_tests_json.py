@@ -45,8 +45,14 @@ def parse_nccl_tests_json_file(path: str | Path, collective: Collective | None =
     except json.JSONDecodeError as exc:
         raise NcclTestsJsonError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); an nccl-tests "
                                  "-J report is one JSON object — was the run cut short?") from None
-    return parse_nccl_tests_json(report, source=str(path), collective=collective,
-                                 launch=str(path.resolve()))
+    except RecursionError:
+        raise NcclTestsJsonError(f"{path}: JSON nested too deeply to be an nccl-tests -J report") from None
+    try:
+        return parse_nccl_tests_json(report, source=str(path), collective=collective,
+                                     launch=str(path.resolve()))
+    except (AttributeError, TypeError) as exc:  # a field of another kind than the report's
+        raise NcclTestsJsonError(f"{path}: not shaped like the report nccl-tests writes with -J "
+                                 f"({exc})") from None
 
 
 def parse_nccl_tests_json(report: Any, source: str = "<json>",

@@ -25,11 +25,13 @@ from typing import Any
 
 import yaml
 
+from dynamiccl.config_loader import load_yaml, yaml_problem
 from dynamiccl.knobs import Collective
-from dynamiccl.profiler.formats.nccl_tests import _forced_config
-from dynamiccl.profiler.formats.records import MeasurementRecord
+from dynamiccl.nccl import ALGO_ENV, PROTO_ENV
+from dynamiccl.profiler.formats.nccl_tests import _forced_config, _single_choice
+from dynamiccl.profiler.formats.records import MeasurementRecord, normalize_config
 from dynamiccl.profiler.formats.tuner_measurements_csv import COLUMNS, INPLACE_COLUMN, tuner_csv_rows
-from dynamiccl.topology import LAUNCH_MODES, Topology, load_topology
+from dynamiccl.topology import LAUNCH_MODES, MAX_RANKS, Topology, load_topology
 
 #: Files in a system folder that are not run sidecars.
 SYSTEM_FILES = ("topology.yaml", "system.yaml")
@@ -134,6 +136,10 @@ def load_run(sidecar: str | Path) -> PublishedRun:
         if rec.coll != collective:
             raise PublishedRunError(f"{sidecar}: says {collective.name.lower()} but {log.name} "
                                     f"holds {rec.collective}; fix the sidecar's collective")
+        if rec.nranks > nodes * gpn:  # fewer: a log whose first rank lines were cut off
+            raise PublishedRunError(f"{sidecar}: says {nodes} nodes x {gpn} GPUs = {nodes * gpn} "
+                                    f"ranks, but {log.name} lists {rec.nranks}; fix its nodes or "
+                                    "gpus_per_node")
         halves[rec.in_place].append(replace(rec, nranks=nodes * gpn, nnodes=nodes, algorithm=algo,
                                             protocol=proto, channels=channels,
                                             env={**rec.env, **forced, **_str_map(meta.get("env"))}))
@@ -183,18 +189,22 @@ def _forced_env(rec: MeasurementRecord) -> dict[str, str]:
 
 
 def _layout(sidecar: Path) -> str:
-    try:
-        meta = yaml.safe_load(sidecar.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise PublishedRunError(f"{sidecar}: cannot read the sidecar ({exc})") from None
+    meta = _sidecar_yaml(sidecar)
     return str(meta.get("layout", "log")) if isinstance(meta, dict) else "log"
 
 
-def _read_sidecar(path: Path) -> dict[str, Any]:
+def _sidecar_yaml(path: Path) -> Any:
+    """The sidecar's YAML document (a key given twice refused), or one PublishedRunError."""
     try:
-        meta = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise PublishedRunError(f"{path}: cannot read the sidecar ({exc})") from None
+        return load_yaml(path.read_text())
+    except OSError as exc:
+        raise PublishedRunError(f"{path}: cannot read the sidecar ({exc.strerror or exc})") from None
+    except yaml.YAMLError as exc:
+        raise PublishedRunError(f"{path}: not a valid sidecar ({yaml_problem(exc)})") from None
+
+
+def _read_sidecar(path: Path) -> dict[str, Any]:
+    meta = _sidecar_yaml(path)
     if not isinstance(meta, dict):
         raise PublishedRunError(f"{path}: a sidecar is a mapping with {', '.join(_REQUIRED)}")
     missing = [k for k in _REQUIRED if k not in meta]
@@ -204,9 +214,41 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
     if meta["launch"] not in LAUNCH_MODES:
         raise PublishedRunError(f"{path}: launch is {meta['launch']!r}; use one of "
                                 f"{', '.join(LAUNCH_MODES)}")
+    problem = _sidecar_problem(meta)
+    if problem:
+        raise PublishedRunError(f"{path}: {problem}")
     if not (Path(path).parent / str(meta["log"])).is_file():
         raise PublishedRunError(f"{path}: its log {meta['log']!r} is not next to it")
     return meta
+
+
+def _sidecar_problem(meta: dict[str, Any]) -> str | None:
+    """What a sidecar says that no run can have: an unknown collective, a shape beyond the system
+    limits, forced variables that name no algorithm or protocol of NCCL's (taken for NCCL's default
+    otherwise), or a mapping that is none."""
+    table = meta.get("layout") == "table"  # its rows say their collective and configuration
+    if not table and str(meta["collective"]).upper() not in Collective.__members__:
+        return (f"collective is {meta['collective']!r}; use one of "
+                f"{', '.join(c.name.lower() for c in Collective)}")
+    for key in ("nodes", "gpus_per_node"):
+        value = meta[key]
+        if key == "nodes" and value == "table":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_RANKS:
+            return f"{key} is {value!r}; give a whole number 1..{MAX_RANKS}"
+    for key in ("env",) if table else ("forced", "env"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            return f"{key} is {meta[key]!r}; give a mapping of NCCL variables to values"
+    if table:
+        return None
+    forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
+    collective = Collective[str(meta["collective"]).upper()]
+    algo, proto = (_single_choice(forced.get(var), collective) for var in (ALGO_ENV, PROTO_ENV))
+    try:
+        normalize_config(algo, proto)
+    except ValueError as exc:
+        return f"forced {ALGO_ENV}/{PROTO_ENV}: {exc}"
+    return None
 
 
 def _str_map(value: Any) -> dict[str, str]:

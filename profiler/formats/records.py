@@ -10,20 +10,36 @@ the NCCL-default model what NCCL would have run.
 from __future__ import annotations
 
 import json
-import math
+import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dynamiccl.config_loader import unique_keys
 from dynamiccl.files import FileKind, read_head
 from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import Algorithm, Collective, Protocol, bus_factor
+from dynamiccl.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol, bus_factor
+from dynamiccl.topology import MAX_RANKS
+from dynamiccl.units import MAX_DURATION_US, SIZE_LIMIT
 
 T = TypeVar("T")
 
 #: The label a record's configuration gets when NCCL chose every knob itself.
 NCCL_DEFAULT = "NCCL default"
+#: The communication libraries a record can have been measured with (the runner's backends).
+BACKENDS = ("nccl", "gloo")
+#: Below this no collective ran (a kernel launch alone takes microseconds): a unit slip.
+MIN_TIME_US = 0.01
+
+
+class ImpossibleRecord(ValueError):
+    """A record no measurement can have produced (a time beyond an hour, a fraction of a byte, an
+    algorithm NCCL does not have); ``problem`` says what, without where."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where}: {problem}")
+        self.problem = problem
 
 
 def is_no_op(nbytes: int) -> bool:
@@ -93,14 +109,19 @@ class MeasurementRecord:
     #: released from a barrier a little apart), not a condition of the measurement.
     detected_straggler_rank: int | None = None
     detected_straggler_delay_us: float = 0.0
+    #: Where it was read (``file:line``), for messages; not part of the measurement (never written,
+    #: never compared): a runner record's ``source`` says ``runner`` whichever file holds it.
+    read_at: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        Collective[self.collective.upper()]  # raises KeyError early for a misspelt collective
-        if self.nbytes < 0 or self.nranks < 1 or not (math.isfinite(self.time_us) and self.time_us > 0):
-            raise ValueError(
-                f"record from {self.source or 'unknown source'}: needs nbytes >= 0, nranks >= 1 and "
-                f"time_us > 0 (got {self.nbytes}, {self.nranks}, {self.time_us})"
-            )
+        problem = _impossible(self)
+        if problem:
+            raise ImpossibleRecord(self.where, problem)
+
+    @property
+    def where(self) -> str:
+        """The file and line it was read from, else its source, for a message naming it."""
+        return self.read_at or self.source or "a measurement record"
 
     @property
     def coll(self) -> Collective:
@@ -116,6 +137,7 @@ class MeasurementRecord:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        del d["read_at"]
         d["time_us_runs"] = list(self.time_us_runs)
         d["config"] = self.config_label
         return d
@@ -125,12 +147,92 @@ class MeasurementRecord:
         missing = [name for name in REQUIRED_FIELDS if name not in data]
         if missing:
             raise ValueError(f"lacks {', '.join(missing)}")
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        kwargs["time_us_runs"] = tuple(kwargs.get("time_us_runs") or ())
+        known = {f.name for f in fields(cls)} - {"read_at"}
+        kwargs = {k: _whole(v) if k in _WHOLE_FIELDS else v for k, v in data.items() if k in known}
+        runs = kwargs.get("time_us_runs") or ()
+        if not isinstance(runs, (list, tuple)):
+            raise ImpossibleRecord(source or "a measurement record",
+                                   f"time_us_runs {runs!r} is not a list of times in µs")
+        kwargs["time_us_runs"] = tuple(runs)
         if source and not kwargs.get("source"):
             kwargs["source"] = source
-        return cls(**kwargs)
+        return cls(**kwargs, read_at=source)
+
+
+#: Fields that hold whole numbers (a JSON writer may spell 4096 as 4096.0).
+_WHOLE_FIELDS = ("nbytes", "nranks", "nnodes", "channels", "straggler_rank", "detected_straggler_rank")
+
+
+def _whole(value: Any) -> Any:
+    """``4096.0`` as 4096; anything else as it is (and refused by the record's check if wrong)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _known(enum_cls: type, value: Any, allowed: Iterable[Any]) -> bool:
+    return isinstance(value, str) and value.upper() in enum_cls.__members__ \
+        and enum_cls[value.upper()] in allowed
+
+
+def _impossible(rec: MeasurementRecord) -> str | None:
+    """Why ``rec`` cannot be a measurement of one collective (None when it can be): a value of the
+    wrong kind, or beyond what any system measures (sizes from 0 below 2^63 bytes, 1 to
+    ``MAX_RANKS`` ranks, times from :data:`MIN_TIME_US` to an hour, NCCL's own algorithms)."""
+    if not _known(Collective, rec.collective, Collective):
+        return (f"collective {rec.collective!r} is none of "
+                f"{', '.join(c.name.lower() for c in Collective)}")
+    if not _is_int(rec.nbytes) or not 0 <= rec.nbytes < SIZE_LIMIT:
+        return f"nbytes {rec.nbytes!r} is not a size in bytes (a whole number from 0 below 2^63)"
+    if not _is_int(rec.nranks) or not 1 <= rec.nranks <= MAX_RANKS:
+        return f"nranks {rec.nranks!r} is not a rank count (a whole number 1..{MAX_RANKS})"
+    if rec.nnodes is not None and not (_is_int(rec.nnodes) and 1 <= rec.nnodes <= rec.nranks):
+        return f"nnodes {rec.nnodes!r} is not a node count of {rec.nranks} ranks (1..{rec.nranks})"
+    for name, value in (("time_us", rec.time_us), *(("time_us_runs", t) for t in rec.time_us_runs)):
+        if not _is_number(value) or not MIN_TIME_US <= value <= MAX_DURATION_US:
+            return (f"{name} {value!r} is not the time of one collective in µs ({MIN_TIME_US:g} µs "
+                    "up to an hour)")
+    for name in ("algbw_GBps", "busbw_GBps"):
+        value = getattr(rec, name)
+        if not _is_number(value) or not 0 <= value < float("inf"):
+            return f"{name} {value!r} is not a bandwidth in GB/s"
+    if rec.algorithm is not None and not _known(Algorithm, rec.algorithm, NCCL_ALGORITHMS):
+        return (f"algorithm {rec.algorithm!r} is none of NCCL's "
+                f"({', '.join(a.name.lower() for a in NCCL_ALGORITHMS)})")
+    if rec.protocol is not None and not _known(Protocol, rec.protocol, Protocol):
+        return f"protocol {rec.protocol!r} is none of NCCL's ({', '.join(p.name.lower() for p in Protocol)})"
+    if rec.channels is not None and not (_is_int(rec.channels) and 1 <= rec.channels <= MAX_CHANNELS):
+        return f"channels {rec.channels!r} is not a channel count (1..{MAX_CHANNELS})"
+    for prefix in ("", "detected_"):
+        rank, delay = getattr(rec, f"{prefix}straggler_rank"), getattr(rec, f"{prefix}straggler_delay_us")
+        if rank is not None and not (_is_int(rank) and 0 <= rank < rec.nranks):
+            return f"{prefix}straggler_rank {rank!r} is not one of the {rec.nranks} ranks"
+        if not _is_number(delay) or not 0 <= delay <= MAX_DURATION_US:
+            return f"{prefix}straggler_delay_us {delay!r} is not a delay in µs (0 up to an hour)"
+    for name in ("in_place", "emulated_hosts"):
+        if not isinstance(getattr(rec, name), bool):
+            return f"{name} {getattr(rec, name)!r} is not true or false"
+    if rec.backend not in BACKENDS:
+        return f"backend {rec.backend!r} is none of {', '.join(BACKENDS)}"
+    for name in ("source", "launch", "gpu", "nccl_pick"):
+        if not isinstance(getattr(rec, name), str):
+            return f"{name} {getattr(rec, name)!r} is not a string"
+    if not isinstance(rec.env, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in rec.env.items()):
+        return f"env {rec.env!r} is not a mapping of variable names to strings"
+    if rec.nccl_pick:
+        algo, _, proto = rec.nccl_pick.partition("/")
+        if not (_known(Algorithm, algo, NCCL_ALGORITHMS) and _known(Protocol, proto, Protocol)):
+            return f"nccl_pick {rec.nccl_pick!r} is not an algorithm/protocol pair NCCL runs"
+    return None
 
 
 #: The fields a record cannot be made without (what a JSON object must hold to be one).
@@ -144,10 +246,12 @@ def check_one_system_kind(records: Iterable[MeasurementRecord]) -> None:
     records = list(records)
     emulated = [r for r in records if r.emulated_hosts]
     if emulated and len(emulated) < len(records):
+        real = next(r for r in records if not r.emulated_hosts)
         raise ValueError(
             f"{len(emulated)} of the {len(records)} measurements were taken on "
             "emulated hosts (--emulate-hosts: ranks sharing GPUs over loopback sockets), the rest on "
-            "a real system; give the measurements of one system only (keep their files apart)")
+            f"a real system (e.g. {emulated[0].where} and {real.where}); give the measurements of "
+            "one system only (keep their files apart)")
 
 
 def normalize_config(
@@ -187,20 +291,26 @@ def write_jsonl(records: Iterable[MeasurementRecord], path: str | Path, append: 
 
 def read_json_lines(path: str | Path, parse: Callable[[dict[str, Any], str], T], what: str,
                     fix: str) -> list[T]:
-    """``parse(object, "file:line")`` of every non-empty line; a line that is not a JSON object or
-    that ``parse`` refuses (TypeError, KeyError, ValueError) raises ValueError naming the file, the
-    line, ``what`` it is not, and ``fix``."""
+    """``parse(object, "file:line")`` of every non-empty line; a line that is not a JSON object (a
+    key given twice included) or that ``parse`` refuses (TypeError, KeyError, ValueError) raises
+    ValueError naming the file, the line, ``what`` it is not, and ``fix``. A UTF-8 byte-order mark
+    (some editors write one) is read past."""
     out: list[T] = []
-    with open(path) as fh:
+    with open(path, encoding="utf-8-sig") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"
             try:
-                data = json.loads(line)
+                data = json.loads(line, object_pairs_hook=unique_keys)
                 if not isinstance(data, dict):
                     raise ValueError(f"a JSON {type(data).__name__}, not an object")
                 out.append(parse(data, where))
+            except ImpossibleRecord as exc:
+                raise ValueError(f"{where}: {exc.problem}; no measurement has that, so fix or drop "
+                                 "the line") from None
+            except RecursionError:
+                raise ValueError(f"{where}: JSON nested too deeply to be {what}; {fix}") from None
             except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
                 raise ValueError(f"{where}: not {what} ({exc}); {fix}") from None
     return out
