@@ -36,6 +36,7 @@ from dynamiccl.agents.training.callbacks import (
     Interrupt,
     SaveAndStopOnInterrupt,
     SaveCheckpoint,
+    parameters_digest,
     record_checkpoint,
     trained_seconds,
 )
@@ -335,7 +336,8 @@ def _learn_rounds(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Repor
         nonlocal saved_at
         if saved_at != learner.samples_seen:
             agent.save_checkpoint(learner, last)
-            record_checkpoint(ckpt_dir, learner.samples_seen, seconds)
+            record_checkpoint(ckpt_dir, learner.samples_seen, seconds,
+                              parameters_digest(learner.network.state_dict()))
             saved_at = learner.samples_seen
 
     checkpoint_due = _AtMultiples(int(cfg.trainer.checkpoint_every), start)
