@@ -29,7 +29,7 @@ from dynamiccl.agents.policies.sb3_agents import (
     load_checkpoint,
     save_checkpoint,
 )
-from dynamiccl.agents.shipping.deploy import export_and_score
+from dynamiccl.agents.shipping.deploy import export_and_score, what_next
 from dynamiccl.agents.training.callbacks import (
     AtRolloutBoundary,
     Evaluate,
@@ -431,7 +431,7 @@ def _evaluate_and_ship(cfg: DictConfig, policy: Any, run_dir: Path, run_logger: 
                        report: Reporter | None, step: int, seconds: float) -> dict[str, Any]:
     """The trained policy against the baselines, then exported and scored as shipped (``deploy``)."""
     metrics, reports = evaluate_run(cfg, policy, run_dir, run_logger, step)
-    reports += export_and_score(cfg, policy, run_dir)
+    shipment = export_and_score(cfg, policy, run_dir)
     metrics.update(step=step, train_seconds=seconds)
     write_text_atomic(run_dir / "metrics.json", json.dumps(metrics, indent=2))
     if report is not None:
@@ -439,8 +439,12 @@ def _evaluate_and_ship(cfg: DictConfig, policy: Any, run_dir: Path, run_logger: 
     if report is None:  # a sweep prints its own table
         from dynamiccl.agents.shipping.evaluate import print_table
 
+        learned = reports[-1]
+        reports += [shipment.report] if shipment else []
         print_table(reports, title=f"{cfg.eval.suite} suite: {reports[0].scenarios} calls "
                                    f"(results in {run_dir / 'eval'})")
+        if shipment:
+            _console(what_next(shipment, learned, str(cfg.eval.suite)))
     return metrics
 
 
