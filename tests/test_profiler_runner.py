@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -31,23 +30,20 @@ def test_launcher_returns_each_ranks_result_with_one_thread_per_rank():
 
 
 def test_a_dying_rank_ends_the_run_and_frees_the_rank_blocked_on_it():
-    start = time.monotonic()
-    with pytest.raises(LaunchError, match="rank 1 exited with code 3 without a result"):
+    # rank 0, blocked in all_reduce, was not waited for: the run ends naming the dead rank, not
+    # at its 600 s deadline (which would say "did not finish within"), however loaded the machine
+    with pytest.raises(LaunchError, match="^rank 1 exited with code 3 without a result"):
         launch(f"{WORKERS}:fail_on_rank", 2, {"bad_rank": 1, "mode": "exit"}, timeout_s=600)
-    # rank 0, blocked in all_reduce, was not waited for (the timeout is far beyond any start-up,
-    # however loaded the machine)
-    assert time.monotonic() - start < 300
     with pytest.raises(LaunchError, match="rank 0 failed: RuntimeError: injected failure"):
         launch(f"{WORKERS}:misbehave_without_torch", 2, {"bad_rank": 0, "mode": "raise"})
 
 
 def test_a_hanging_rank_ends_the_run_after_the_timeout():
-    start = time.monotonic()
-    # each spawned rank imports torch first: give rank 0 time to finish on a loaded machine
+    # each spawned rank imports torch first: give rank 0 time to finish on a loaded machine; the
+    # run gives up at its deadline (the message names it) instead of waiting for the hour-long sleep
     with pytest.raises(LaunchError, match=r"^rank 1 did not finish within 20 s"):
         launch(f"{WORKERS}:misbehave_without_torch", 2, {"bad_rank": 1, "mode": "hang"},
                timeout_s=20)
-    assert time.monotonic() - start < 60  # gave up at the timeout, not never
 
 
 def test_bad_targets_fail_in_the_caller():
