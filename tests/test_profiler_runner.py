@@ -39,11 +39,12 @@ def test_a_dying_rank_ends_the_run_and_frees_the_rank_blocked_on_it():
 
 
 def test_a_hanging_rank_ends_the_run_after_the_timeout():
-    # each spawned rank imports torch first: give rank 0 time to finish on a loaded machine; the
-    # run gives up at its deadline (the message names it) instead of waiting for the hour-long sleep
-    with pytest.raises(LaunchError, match=r"^rank 1 did not finish within 20 s"):
+    # the run gives up at its deadline (the message names it) instead of waiting for the hour-long
+    # sleep; on a loaded machine rank 0 (which imports torch first) may not have finished by then
+    # either, and is named too
+    with pytest.raises(LaunchError, match=r"^ranks? (0, )?1 did not finish within 5 s"):
         launch(f"{WORKERS}:misbehave_without_torch", 2, {"bad_rank": 1, "mode": "hang"},
-               timeout_s=20)
+               timeout_s=5)
 
 
 def test_bad_targets_fail_in_the_caller():
