@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from training_runs import ENV, REPO, checkpoint_steps, run_all
+from training_runs import ENV, REPO, checkpoint_steps, run
 
 from dynamiccl.agents.policies.sb3_agents import load_checkpoint
 from dynamiccl.agents.training import resume_state, round_checkpoints
@@ -114,8 +114,8 @@ def resumed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     resumed, straight = folder / "resumed", folder / "straight"
     shutil.copytree(SAVED / name, resumed)
     train = [sys.executable, str(REPO / "experiments" / "train.py"), *overrides]
-    # Two interpreters at once: independent runs, each on one thread (a 2-core machine's both cores).
-    [_, out] = run_all([[*train, f"hydra.run.dir={straight}"], [*train, f"hydra.run.dir={resumed}"]])
+    run([*train, f"hydra.run.dir={straight}"])
+    out = run([*train, f"hydra.run.dir={resumed}"])
     return Resumed(name, killed_at, total, out.stdout, resumed, straight)
 
 

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,12 +30,6 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
     out = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=REPO, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return out
-
-
-def run_all(cmds: list[list[str]]) -> list[subprocess.CompletedProcess]:
-    """Runs independent commands at once, each to the end; each must succeed."""
-    with ThreadPoolExecutor(len(cmds)) as pool:
-        return list(pool.map(run, cmds))
 
 
 def start_and_wait(cmd: list[str], run_dir: Path, checkpoints: int) -> subprocess.Popen:
