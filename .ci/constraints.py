@@ -2,13 +2,14 @@
 """The pinned install (.ci/constraints.txt): check that it still resolves, or refresh it.
 
 ``check`` asks pip what a fresh install with the pins would install (``pip install --dry-run
---ignore-installed -c .ci/constraints.txt -e ".[test]"``, nothing is installed) and fails, naming
+-c .ci/constraints.txt -e ".[test]"`` in a throwaway venv, nothing is installed) and fails, naming
 the packages, when the pins no longer resolve (a release pulled from the index, a bound in
 pyproject.toml the pins break) or when the install would take a package the file does not pin (a
 new dependency), so a fresh machine always gets exactly what CI tested.
 ``refresh`` resolves the newest releases pyproject.toml allows, the same way but without the pins,
 and rewrites the file with them (its comment header kept); run the suite before committing it.
-Needs pip >= 22.2 (``--report``); pip downloads metadata only, no wheels it can avoid.
+It runs the pip of a throwaway venv (``--report`` needs pip >= 22.2, which Python 3.11's venv has);
+pip downloads metadata only, no wheels it can avoid.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,10 +47,12 @@ def read_pins(path: Path = CONSTRAINTS) -> dict[str, str]:
 
 def resolve(pinned: bool) -> dict[str, tuple[str, str]]:
     """What ``pip install -e ".[test]"`` would install on a fresh machine (normalized name ->
-    (name, version)), without installing anything; exits 1 with pip's message when it cannot."""
+    (name, version)), without installing anything: the pip of a throwaway venv, as the README's
+    commands get (a system Python may have none); exits 1 with pip's message when it cannot."""
     with tempfile.TemporaryDirectory() as tmp:
+        venv.create(Path(tmp) / "venv", with_pip=True)
         report = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+        cmd = [str(Path(tmp) / "venv" / "bin" / "python"), "-m", "pip", "install", "--dry-run",
                "--report", str(report), *(["-c", str(CONSTRAINTS)] if pinned else []), "-e", ".[test]"]
         out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
         if out.returncode != 0:
