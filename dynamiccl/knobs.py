@@ -278,6 +278,14 @@ def invalid_reason(topology: Topology, collective: Collective, config: Config, *
     return None
 
 
+def validity_key(topology: Topology) -> tuple:
+    """Everything :func:`invalid_reason` reads of ``topology``: systems with equal keys accept
+    exactly the same configurations, so validity is cached by it (the thousands of random systems a
+    learner draws share a few dozen keys; a calibration's thousands of bandwidths share one)."""
+    return (topology.nranks == 1, len(topology.ring_dimensions) >= 2, topology.ll128_enabled,
+            tuple(r.met_by(topology) for spec in ALGORITHM_SPECS.values() for r in spec.requirements))
+
+
 @lru_cache(maxsize=4096)
 def _valid_mask_cached(topology: Topology, collective: Collective) -> np.ndarray:
     mask = np.array([invalid_reason(topology, collective, c) is None for c in ACTIONS], dtype=bool)

@@ -4,8 +4,10 @@ its Ray Tune sweep and its place in bench_training."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
+import io
 import json
 import os
 import signal
@@ -69,16 +71,19 @@ def _decisions(policy) -> list[int]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A short run in a run folder, logging to wandb offline."""
+    """A short run in a run folder, logging to wandb offline and shipped as the main job ships
+    (``deploy``); its printed output is the fixture's third item."""
     run_dir = tmp_path_factory.mktemp("full_info") / "run"
-    with wandb_offline(run_dir.parent):
+    printed = io.StringIO()
+    with wandb_offline(run_dir.parent), contextlib.redirect_stdout(printed):
         metrics = train(make(*SMALL, "logger=wandb", "trainer.total_timesteps=1024",
-                             "trainer.checkpoint_every=512", "trainer.eval_every=512"), run_dir)
-    return run_dir, metrics
+                             "trainer.checkpoint_every=512", "trainer.eval_every=512",
+                             "+deploy={topology: dgx_h100, nodes: [2]}"), run_dir)
+    return run_dir, metrics, printed.getvalue()
 
 
 def test_a_training_run_leaves_its_folder_curve_evaluation_and_wandb_run(trained):
-    run_dir, metrics = trained
+    run_dir, metrics, _ = trained
     assert metrics["step"] == 1024 and metrics["train_seconds"] > 0
     rows = list(csv.DictReader((run_dir / "progress.csv").open()))
     assert [int(r["time/total_timesteps"]) for r in rows] == [256, 512, 768, 1024]
@@ -97,8 +102,25 @@ def test_a_training_run_leaves_its_folder_curve_evaluation_and_wandb_run(trained
         ["last_resume_1024.pt"]
 
 
+def test_the_run_ends_by_saying_what_it_shipped_why_and_what_to_run_next(trained):
+    """After the table (kept, with the shipped file's row), one paragraph: how much of what the
+    learned policy gains the file ships, why the gate held the rest back, and the next command."""
+    from dynamiccl import policy_file as pf
+
+    run_dir, metrics, printed = trained
+    table, _, after = printed.partition("policy.dccl (shipped)")
+    assert "full_info" in table and "oracle share" in table
+    paragraph = " ".join(after.split("[dynamiccl train] ", 1)[1].split())
+    overrides = sum(1 for r in pf.read(run_dir / "policy.dccl").slice().rules if r.decision is not None)
+    assert (overrides == 0) == ("ships no override: NCCL decides every call (dgx_h100, 2 node(s))"
+                                in paragraph)
+    assert "but no measurement backs its predicted gains" in paragraph, "the tiny learner proposes"
+    assert f"it runs at {metrics['geomean_speedup']:.3f}x NCCL's speed" in paragraph
+    assert "Next, on your system: `dynamiccl tune --topology dgx_h100 --plan`" in paragraph
+
+
 def test_the_training_curve_and_evaluations_reach_wandb_offline(trained):
-    run_dir, metrics = trained
+    run_dir, metrics, _ = trained
     [offline] = sorted((run_dir / "wandb").glob("offline-run-*"))
     out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
                          capture_output=True, text=True, check=True, timeout=120)
@@ -112,7 +134,7 @@ def test_the_training_curve_and_evaluations_reach_wandb_offline(trained):
 
 
 def test_the_trained_learner_loads_by_file_and_by_run_folder_for_evaluate_and_export(trained, tmp_path):
-    run_dir, metrics = trained
+    run_dir, metrics, _ = trained
     learner, restored = full_info_agent.load_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert restored and learner.samples_seen == 1024
     by_file, by_folder = load_policy(str(run_dir / "model.pt")), load_policy(str(run_dir))
@@ -167,7 +189,7 @@ def test_a_learner_file_from_before_the_trained_on_box_is_one_line_naming_the_fi
 
 
 def test_a_run_folder_of_another_agent_is_refused_by_name(trained):
-    run_dir, _ = trained
+    run_dir, _, _ = trained
     with pytest.raises(ConfigCheckError, match="holds a full_info agent but agent is maskable_ppo"):
         train(make("experiment=smoke", "resume.allow_changes=true"), run_dir)
 
@@ -179,7 +201,7 @@ def test_a_run_folder_and_a_learner_file_from_when_min_gain_was_called_margin_st
     from dynamiccl.agents.policies.full_info import FullInfoLearner
     from dynamiccl.agents.training.run_folder import record_config
 
-    run_dir, _ = trained
+    run_dir, _, _ = trained
     recorded = OmegaConf.load(run_dir / "config.yaml")
     old = OmegaConf.to_container(recorded)
     old["agent"]["model"]["margin"] = old["agent"]["model"].pop("min_gain")

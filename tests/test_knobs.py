@@ -108,3 +108,19 @@ def test_parse_enum_accepts_nccl_spellings_and_ids() -> None:
     assert parse_enum(Schedule, "localBWAware") == Schedule.BW_AWARE
     with pytest.raises(ValueError, match="choose from"):
         parse_enum(Protocol, "LL256")
+
+
+def test_the_simulators_validity_cache_answers_as_invalid_reason_on_random_systems():
+    """Validity is cached by ``knobs.validity_key`` (what ``invalid_reason`` reads of a system): a
+    key that missed something would hand one system another's answers."""
+    from dynamiccl.envs.system_sampler import random_topology
+    from dynamiccl.simulator.tables import valid_rows
+
+    rng = np.random.default_rng(5)
+    systems = [random_topology(rng, i) for i in range(40)] + [load_topology(p) for p in preset_names()]
+    assert len({knobs.validity_key(t) for t in systems}) < len(systems)  # the cache is shared
+    batch = knobs.ConfigBatch.from_configs(knobs.ACTIONS)
+    for topology in systems:
+        for collective in Collective:
+            want = [knobs.invalid_reason(topology, collective, a) is None for a in knobs.ACTIONS]
+            assert valid_rows(topology, int(collective), batch).tolist() == want, topology.name

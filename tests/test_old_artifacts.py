@@ -3,10 +3,13 @@ as they did and resume to where an uninterrupted run ends (tests/fixtures/old_ar
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
 import sys
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,8 @@ import torch
 from training_runs import ENV, REPO, checkpoint_steps, run
 
 from dynamiccl.agents.policies.sb3_agents import load_checkpoint
+from dynamiccl.agents.training import resume_state, round_checkpoints
+from dynamiccl.agents.training.callbacks import parameters_digest
 
 SAVED = REPO / "tests" / "fixtures" / "old_artifacts"
 FULL_INFO = ["agent=full_info", "scenario=smoke", "logger=none", "eval.suite=smoke",
@@ -38,6 +43,15 @@ KILLED = {
                               "agent.model.validation_systems=3", "logger=none",
                               "trainer.total_timesteps=3000", "trainer.checkpoint_every=300"], 346, 3000),
 }
+
+
+#: What SB3 records of the libraries a checkpoint was saved with (its zip's system_info.txt), which
+#: must be installed for a bit-identical continuation to be promised.
+VERSIONS = ("Python", "Stable-Baselines3", "PyTorch", "Numpy", "Gymnasium")
+#: How near a resumed run ends to the uninterrupted one when the installation does not reproduce the
+#: saved first segment exactly: each parameter tensor within this share of its largest entry, and
+#: each score within this.
+NEAR, NEAR_SCORE = 1e-3, 0.01
 
 
 def test_the_saved_policies_score_as_they_did_when_saved(tmp_path):
@@ -75,24 +89,156 @@ def _trained(run_dir: Path) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in blob["state"].items()}
 
 
-@pytest.mark.slow
-@pytest.mark.multiproc
-@pytest.mark.parametrize("name", sorted(KILLED))
-def test_a_saved_killed_run_resumes_to_where_the_uninterrupted_run_ends(name, tmp_path):
+@dataclass(frozen=True)
+class Resumed:
+    """A saved killed run resumed with the installed libraries, and the same command run here
+    uninterrupted."""
+
+    name: str
+    killed_at: int
+    total: int
+    said: str  # the resumed run's output
+    resumed: Path
+    straight: Path
+
+    def metrics(self) -> list[dict]:
+        """The resumed run's and the uninterrupted run's ``metrics.json``."""
+        return [json.loads((folder / "metrics.json").read_text()) for folder in (self.resumed, self.straight)]
+
+
+@pytest.fixture(scope="module", params=sorted(KILLED))
+def resumed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Resumed:
+    name = request.param
     overrides, killed_at, total = KILLED[name]
-    resumed, straight = tmp_path / "resumed", tmp_path / "straight"
+    folder = tmp_path_factory.mktemp(name)
+    resumed, straight = folder / "resumed", folder / "straight"
     shutil.copytree(SAVED / name, resumed)
     train = [sys.executable, str(REPO / "experiments" / "train.py"), *overrides]
     run([*train, f"hydra.run.dir={straight}"])
-
     out = run([*train, f"hydra.run.dir={resumed}"])
-    assert f"resuming at step {killed_at} of {total}" in out.stdout
-    assert "restored" in out.stdout.split(f"resuming at step {killed_at}")[1].splitlines()[0]
-    assert checkpoint_steps(resumed)[0] == killed_at and checkpoint_steps(resumed)[-1] >= total
-    a, b = _trained(resumed), _trained(straight)
+    return Resumed(name, killed_at, total, out.stdout, resumed, straight)
+
+
+def _same(a: object, b: object) -> bool:
+    """Nested states (dicts, lists, tensors, arrays, numbers) hold the same values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, torch.Tensor | np.ndarray) or isinstance(b, torch.Tensor | np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b))
+    return a == b
+
+
+def _assert_sb3_checkpoint_loads_as_saved(folder: Path, overrides: list[str]) -> None:
+    """Network, optimizer, generators and every environment's place in its stream come back as saved;
+    the environments' replayed observations are the ones the run saved (SB3's last observation)."""
+    from hydra import compose, initialize_config_module
+
+    from dynamiccl.agents.training.envs_factory import make_training_env
+    from dynamiccl.agents.training.resume_state import restore
+
+    path = folder / "checkpoints" / "last.zip"
+    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    model, meta = load_checkpoint(path, env=make_training_env(cfg))
+    with zipfile.ZipFile(path) as zf:
+        optimizer = torch.load(io.BytesIO(zf.read("policy.optimizer.pth")), weights_only=True)
+    assert _same(model.policy.state_dict(), _saved_network(folder.name)), "the network"
+    assert _same(model.policy.optimizer.state_dict(), optimizer), "the optimizer"
+    saved = meta["resume"]
+    with resume_state.preserved_rng():  # this process's generators are the suite's, not the run's
+        observations = restore(model, saved)
+        restored_rng = resume_state.global_rng_state()
+    assert np.array_equal(observations, model._last_obs), \
+        "the environments' saved places in their episode streams no longer replay to their observations"
+    assert _same(model.action_space.np_random.bit_generator.state, saved["action_space"])
+    assert _same(restored_rng, saved["rng"]), "torch's, numpy's and Python's generators"
+
+
+def _assert_round_checkpoint_loads_as_saved(folder: Path, name: str, killed_at: int) -> None:
+    """The learner's network, optimizer, generator and step come back as saved."""
+    from dynamiccl.agents.training import full_info_agent, prior_agent
+
+    agent = full_info_agent if name.startswith("full_info") else prior_agent
+    path = folder / "checkpoints" / "last.pt"
+    learner, restored = agent.load_checkpoint(path)
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    state = torch.load(round_checkpoints.resume_file(path, killed_at), map_location="cpu", weights_only=True)
+    assert restored and learner.samples_seen == saved["samples_seen"] == killed_at
+    assert _same(learner.network.state_dict(), saved["state"]), "the network"
+    assert _same(learner.optimizer.state_dict(), state["optimizer"]), "the optimizer"
+    assert _same(learner.rng.bit_generator.state, state["rng"]), "the generator"
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_saved_killed_run_resumes_at_its_step_with_its_state_and_ends_near_the_uninterrupted_run(
+        resumed: Resumed):
+    """What holds whatever library versions are installed: the run resumes at the saved step with
+    everything it saved restored, and ends where an uninterrupted run ends, up to the rounding in
+    which other library versions or another CPU may compute the first segment."""
+    overrides, killed_at, total = KILLED[resumed.name]
+    said = resumed.said.split(f"resuming at step {killed_at} of {total}")
+    assert len(said) == 2 and "restored" in said[1].splitlines()[0], resumed.said[-2000:]
+    steps = checkpoint_steps(resumed.resumed)
+    assert steps[0] == killed_at and steps[-1] >= total
+    if resumed.name.startswith("maskable_ppo"):
+        _assert_sb3_checkpoint_loads_as_saved(SAVED / resumed.name, overrides)
+    else:
+        _assert_round_checkpoint_loads_as_saved(SAVED / resumed.name, resumed.name, killed_at)
+    a, b = _trained(resumed.resumed), _trained(resumed.straight)
     assert a.keys() == b.keys()
+    far = {k: float(np.abs(a[k] - b[k]).max() / (np.abs(b[k]).max() + 1e-12)) for k in a}
+    assert max(far.values()) < NEAR, f"parameters far from the uninterrupted run's: {far}"
+    now, then = resumed.metrics()
+    assert now.keys() == then.keys() and now["step"] == then["step"]
+    for key in now.keys() - {"train_seconds", "step"}:
+        assert (now[key] is None) == (then[key] is None), key
+        assert now[key] is None or abs(now[key] - then[key]) <= NEAR_SCORE * max(1.0, abs(then[key])), key
+
+
+def _why_not_reproducible(resumed: Resumed) -> str | None:
+    """None where this installation computes the saved run's first segment bit for bit as it was
+    computed when saved (the uninterrupted run here holds the saved parameters at the kill step),
+    else why not: then nothing promises a bit-identical continuation."""
+    from stable_baselines3.common.utils import get_system_info
+
+    with zipfile.ZipFile(SAVED / "maskable_ppo_killed" / "checkpoints" / "last.zip") as zf:
+        recorded = dict(line.removeprefix("- ").split(": ", 1)
+                        for line in zf.read("system_info.txt").decode().splitlines() if ": " in line)
+    here = get_system_info(print_info=False)[0]
+    other = [f"{k} {recorded[k]} (here {here.get(k)})" for k in VERSIONS if here.get(k) != recorded[k]]
+    if other:
+        return f"saved under other library versions: {', '.join(other)}"
+    history = resumed.straight / "checkpoints" / "history.jsonl"
+    held = {row["step"]: row.get("parameters") for row in map(json.loads, history.read_text().splitlines())}
+    if held.get(resumed.killed_at) != parameters_digest(_saved_network(resumed.name)):
+        return (f"the saved library versions, but the uninterrupted run here holds other parameters at "
+                f"step {resumed.killed_at} than the saved run did: this CPU's kernels round differently")
+    return None
+
+
+def _saved_network(name: str) -> dict[str, torch.Tensor]:
+    """The network of the saved killed run's checkpoint, as saved."""
+    folder = SAVED / name / "checkpoints"
+    if (folder / "last.zip").is_file():
+        with zipfile.ZipFile(folder / "last.zip") as zf:
+            return torch.load(io.BytesIO(zf.read("policy.pth")), weights_only=True)
+    return torch.load(folder / "last.pt", map_location="cpu", weights_only=True)["state"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiproc
+def test_a_saved_killed_run_resumes_bit_identical_where_this_installation_reproduces_it(resumed: Resumed):
+    """Where the installed libraries (and this CPU) compute the saved first segment exactly as it
+    was computed, the resumed run ends bit-identical to the uninterrupted one and scores the same."""
+    why = _why_not_reproducible(resumed)
+    if why is not None:
+        pytest.skip(why)
+    a, b = _trained(resumed.resumed), _trained(resumed.straight)
     assert not [k for k in a if not np.array_equal(a[k], b[k])], "parameters differ"
-    metrics = [json.loads((folder / "metrics.json").read_text()) for folder in (resumed, straight)]
+    metrics = resumed.metrics()
     for m in metrics:
         del m["train_seconds"]
     assert metrics[0] == metrics[1], "the resumed run scores as the uninterrupted one"

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,20 @@ def command(run_dir: Path, algo: str, *extra: str) -> list[str]:
             "eval.baselines=[nccl_default]", "eval.plots=false", *extra]
 
 
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The uninterrupted run of an agent, trained once for every test that compares with it."""
+    done: dict[str, Path] = {}
+
+    def run_of(algo: str) -> Path:
+        if algo not in done:
+            done[algo] = tmp_path_factory.mktemp(algo) / "straight"
+            run(command(done[algo], algo))
+        return done[algo]
+
+    return run_of
+
+
 def parameters(run_dir: Path) -> dict[str, torch.Tensor]:
     model, _ = load_checkpoint(run_dir / "model.zip")
     return model.policy.state_dict()
@@ -51,10 +66,9 @@ def assert_identical(resumed: Path, straight: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.multiproc
 @pytest.mark.parametrize("algo", ["maskable_ppo", "dqn"])
-def test_run_killed_with_sigkill_and_resumed_ends_bit_identical_to_the_uninterrupted_run(tmp_path, algo):
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run(command(straight, algo))
-
+def test_run_killed_with_sigkill_and_resumed_ends_bit_identical_to_the_uninterrupted_run(tmp_path, algo,
+                                                                                         straight):
+    resumed = tmp_path / "resumed"
     proc = start_and_wait(command(resumed, algo), resumed, checkpoints=3)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
@@ -67,7 +81,7 @@ def test_run_killed_with_sigkill_and_resumed_ends_bit_identical_to_the_uninterru
     out = run(command(resumed, algo))
     assert f"resuming at step {saved} of {TOTAL}" in out.stdout
     assert "environments and generators restored" in out.stdout
-    assert_identical(resumed, straight)
+    assert_identical(resumed, straight(algo))
     assert checkpoint_steps(resumed)[-1] == TOTAL
     assert json.loads((resumed / "checkpoints" / "last.json").read_text())["num_timesteps"] == TOTAL
     if algo == "dqn":
@@ -77,13 +91,12 @@ def test_run_killed_with_sigkill_and_resumed_ends_bit_identical_to_the_uninterru
 
 @pytest.mark.slow
 @pytest.mark.multiproc
-def test_ctrl_c_saves_at_a_rollout_boundary_exits_with_one_line_and_resume_matches(tmp_path):
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run(command(straight, "maskable_ppo"))
+def test_ctrl_c_saves_at_a_rollout_boundary_exits_with_one_line_and_resume_matches(tmp_path, straight):
+    resumed = tmp_path / "resumed"
     step = interrupt(start_and_wait(command(resumed, "maskable_ppo"), resumed, checkpoints=2))
     model, _ = load_checkpoint(resumed / "checkpoints" / "last.zip")
     assert model.num_timesteps == step and step % 64 == 0, "the label is the step actually trained"
 
     out = run(command(resumed, "maskable_ppo"))
     assert f"resuming at step {step} of {TOTAL}" in out.stdout
-    assert_identical(resumed, straight)
+    assert_identical(resumed, straight("maskable_ppo"))

@@ -120,7 +120,7 @@ def test_a_second_training_into_a_busy_run_folder_is_refused(tmp_path):
          f"hydra.run.dir={run_dir}", "trainer.total_timesteps=1000000"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=REPO)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # a guard against a run that never starts, as in training_runs
         while not (run_dir / "progress.csv").is_file():
             assert time.monotonic() < deadline and first.poll() is None, "the first run did not start"
             time.sleep(0.1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -43,23 +42,21 @@ def test_file_targets_load_like_modules_so_their_dataclasses_work_in_ranks_and_c
 
 
 def test_a_dying_rank_ends_the_run_and_frees_the_rank_blocked_on_it():
-    start = time.monotonic()
-    with pytest.raises(LaunchError, match="rank 1 exited with code 3 without a result"):
+    # rank 0, blocked in all_reduce, was not waited for: the run ends naming the dead rank, not
+    # at its 600 s deadline (which would say "did not finish within"), however loaded the machine
+    with pytest.raises(LaunchError, match="^rank 1 exited with code 3 without a result"):
         launch(f"{WORKERS}:fail_on_rank", 2, {"bad_rank": 1, "mode": "exit"}, timeout_s=600)
-    # rank 0, blocked in all_reduce, was not waited for (the timeout is far beyond any start-up,
-    # however loaded the machine)
-    assert time.monotonic() - start < 300
     with pytest.raises(LaunchError, match="rank 0 failed: RuntimeError: injected failure"):
         launch(f"{WORKERS}:misbehave_without_torch", 2, {"bad_rank": 0, "mode": "raise"})
 
 
 def test_a_hanging_rank_ends_the_run_after_the_timeout():
-    start = time.monotonic()
-    # each spawned rank imports torch first: give rank 0 time to finish on a loaded machine
-    with pytest.raises(LaunchError, match=r"^rank 1 did not finish within 20 s"):
+    # the run gives up at its deadline (the message names it) instead of waiting for the hour-long
+    # sleep; on a loaded machine rank 0 (which imports torch first) may not have finished by then
+    # either, and is named too
+    with pytest.raises(LaunchError, match=r"^ranks? (0, )?1 did not finish within 5 s"):
         launch(f"{WORKERS}:misbehave_without_torch", 2, {"bad_rank": 1, "mode": "hang"},
-               timeout_s=20)
-    assert time.monotonic() - start < 60  # gave up at the timeout, not never
+               timeout_s=5)
 
 
 def test_bad_targets_fail_in_the_caller():

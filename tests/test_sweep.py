@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,13 @@ ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIS
        "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
 
 
-def sweep(out_dir: Path, *overrides: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The sweep as a user pipes it (stdout is not a terminal)."""
+def sweep(out_dir: Path, *overrides: str, cwd: Path,
+          ray_tmp: Path | None = None) -> subprocess.CompletedProcess:
+    """The sweep as a user pipes it (stdout is not a terminal); Ray's session in ``ray_tmp``."""
     cmd = [sys.executable, "-m", "dynamiccl.cli.main", "sweep", f"hydra.run.dir={out_dir}",
            "hparams_search=smoke", "ray.num_cpus=2", *overrides]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**ENV, "WANDB_DIR": str(cwd)},
-                          cwd=cwd, timeout=300)
+    env = {**ENV, "WANDB_DIR": str(cwd), **({"RAY_TMPDIR": str(ray_tmp)} if ray_tmp else {})}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
 
 
 def one_line_error(out: subprocess.CompletedProcess, message: str) -> None:
@@ -39,7 +41,14 @@ def one_line_error(out: subprocess.CompletedProcess, message: str) -> None:
 @pytest.mark.multiproc
 def test_two_trial_sweep_reports_each_evaluation_groups_wandb_and_resumes(tmp_path):
     out_dir = tmp_path / "sweep"
-    first = sweep(out_dir, cwd=tmp_path)
+    # Ray's session in a folder of its own, with a short path (its socket paths must fit 107 bytes).
+    with tempfile.TemporaryDirectory(dir="/tmp", ignore_cleanup_errors=True) as ray_tmp:
+        first = sweep(out_dir, cwd=tmp_path, ray_tmp=Path(ray_tmp))
+        # Ray uploads its staging copy of the experiment whole, every few seconds, while trials run:
+        # a run folder written there (files replaced while an upload lists them) fails that upload
+        # on a loaded machine, so trials write theirs into the sweep's results folder directly.
+        staged = list(Path(ray_tmp).glob("ray/session_*/artifacts/*/smoke/driver_artifacts/*/*"))
+        assert staged and not [p for p in staged if p.name == "run"], staged
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "ERROR" not in first.stdout + first.stderr and "Traceback" not in first.stderr
     rows = list(csv.DictReader((out_dir / "results.csv").open()))

@@ -9,15 +9,17 @@ update), through SB3's own :class:`EveryNTimesteps` event machinery.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
 from stable_baselines3.common.callbacks import BaseCallback, EveryNTimesteps
 
 from dynamiccl.agents.policies.sb3_agents import save_checkpoint
@@ -51,12 +53,27 @@ class AtRolloutBoundary(EveryNTimesteps):
         return self._go_on
 
 
-def record_checkpoint(folder: Path, step: int, train_seconds: float | None = None) -> None:
+def parameters_digest(state: Mapping[str, Any]) -> str:
+    """A digest of a network's parameters (``state_dict()``: names, shapes, dtypes and bits), equal
+    exactly when they are bit-identical: two runs' checkpoints compare without their files."""
+    digest = hashlib.sha256()
+    for name, tensor in state.items():
+        values = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tuple(values.shape)}:{values.dtype};".encode())
+        digest.update(values.flatten().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def record_checkpoint(folder: Path, step: int, train_seconds: float | None = None,
+                      parameters: str | None = None) -> None:
     """Appends a checkpoint taken at ``step`` to ``<folder>/history.jsonl``, with the seconds spent
-    training up to it over every segment of the run (a resumed run starts its clock there)."""
+    training up to it over every segment of the run (a resumed run starts its clock there) and the
+    :func:`parameters_digest` of the network it holds."""
     row: dict[str, Any] = {"event": "checkpoint", "step": step, "time": time.time()}
     if train_seconds is not None:
         row["train_seconds"] = round(train_seconds, 3)
+    if parameters is not None:
+        row["parameters"] = parameters
     with (folder / "history.jsonl").open("a") as fh:
         fh.write(json.dumps(row) + "\n")
 
@@ -94,7 +111,8 @@ class SaveCheckpoint(BaseCallback):
         """Saves ``model``; call only at a rollout boundary (or after ``learn`` returned)."""
         step = int(model.num_timesteps)
         path = save_checkpoint(model, self.folder / "last.zip", self.algo, resume=capture(model))
-        record_checkpoint(self.folder, step, None if self.clock is None else self.clock())
+        record_checkpoint(self.folder, step, None if self.clock is None else self.clock(),
+                          parameters_digest(model.policy.state_dict()))
         self.last_step = step
         return path
 

@@ -58,21 +58,25 @@ class StreamRecorder(gym.Wrapper):
         return {"start": self._start, "calls": self._calls,
                 "monitor": {k: getattr(monitor, k) for k in _MONITOR_FIELDS} if monitor else None}
 
-    def restore_stream(self, state: dict[str, Any]) -> None:
+    def restore_stream(self, state: dict[str, Any]) -> Any:
+        """Puts the environment where ``state`` says; returns the observation of the call it is at
+        (on the deployable observation set, which holds nothing of past actions, the one the run
+        had there: a check that the episode stream replays as it did when saved)."""
         start = state["start"]
         if "seed" in start:
-            self.env.reset(seed=start["seed"])
+            obs, _ = self.env.reset(seed=start["seed"])
         else:
             self.unwrapped.np_random.bit_generator.state = start["rng"]
-            self.env.reset()
+            obs, _ = self.env.reset()
         # Which call comes next depends only on the episode and the call index, not on the action.
         for _ in range(int(state["calls"])):
-            self.unwrapped.step(0)
+            obs = self.unwrapped.step(0)[0]
         monitor = _monitor(self.env)
         if monitor is not None and state.get("monitor"):
             for key, value in state["monitor"].items():
                 setattr(monitor, key, value)
         self._start, self._calls = start, int(state["calls"])
+        return obs
 
 
 def _monitor(env: gym.Env) -> Monitor | None:
@@ -114,12 +118,14 @@ def capture(model: Any) -> dict[str, Any]:
             "envs": model.get_env().env_method("stream_state")}
 
 
-def restore(model: Any, state: dict[str, Any]) -> None:
-    """Puts the environments and generators back; call after SB3's ``load`` (which reseeds)."""
+def restore(model: Any, state: dict[str, Any]) -> np.ndarray:
+    """Puts the environments and generators back; call after SB3's ``load`` (which reseeds).
+    Returns the environments' observations where they now are (see :meth:`StreamRecorder.restore_stream`)."""
     env = model.get_env()
     if len(state["envs"]) != env.num_envs:
         raise ValueError(f"the checkpoint ran {len(state['envs'])} environments, this run {env.num_envs}")
-    for index, env_state in enumerate(state["envs"]):
-        env.env_method("restore_stream", env_state, indices=[index])
+    observations = np.stack([env.env_method("restore_stream", env_state, indices=[index])[0]
+                             for index, env_state in enumerate(state["envs"])])
     model.action_space.np_random.bit_generator.state = state["action_space"]
     set_global_rng_state(state["rng"])
+    return observations

@@ -69,8 +69,16 @@ def check_restore(cfg: DictConfig, out_dir: Path) -> None:
                                "(hydra.run.dir=PATH)")
 
 
-def _trial(params: dict[str, Any], base_cfg: dict[str, Any]) -> None:
-    """One Tune trial: the sampled config trained in the trial folder, resuming when Tune restores."""
+def _trial(params: dict[str, Any], base_cfg: dict[str, Any], experiment: str) -> None:
+    """One Tune trial: the sampled config trained in the trial's folder of ``experiment`` (the
+    sweep's results), resuming when Tune restores.
+
+    The run folder is written there directly, not into the trial folder Tune hands the trial (Ray's
+    staging copy of the experiment, on the driver's machine): Ray uploads that copy, whole, with the
+    experiment's state every few seconds, while the trial writes into it and atomically replaces
+    files (a checkpoint, a plot); an upload that has listed a file the trial then renames fails
+    ("Saving experiment state ... failed"), the more often the slower a loaded machine copies.
+    """
     from ray import tune
 
     from dynamiccl.agents.training.train import train
@@ -81,7 +89,7 @@ def _trial(params: dict[str, Any], base_cfg: dict[str, Any]) -> None:
     cfg.trainer.progress_bar = False
     if cfg.logger.get("group", "absent") is None:
         cfg.logger.group = cfg.tune.name  # the sweep's trials side by side in wandb
-    run_dir = Path(tune.get_context().get_trial_dir()) / "run"
+    run_dir = Path(experiment) / Path(tune.get_context().get_trial_dir()).name / "run"
     restored = tune.get_checkpoint()
     # Tune's copy matters where the trial folder did not survive (another node); a local trial
     # folder holds a checkpoint at least as recent.
@@ -147,9 +155,10 @@ def _fit(cfg: DictConfig, space: dict[str, Any], folder: Path) -> Any:
     from ray import tune
 
     base = OmegaConf.to_container(cfg, resolve=True)
-    trainable = tune.with_resources(tune.with_parameters(_trial, base_cfg=base), {"cpu": 1})
     storage = folder / "ray_results"
     experiment = storage / str(cfg.tune.name)
+    trainable = tune.with_resources(tune.with_parameters(_trial, base_cfg=base, experiment=str(experiment)),
+                                    {"cpu": 1})
     started = _init_ray(cfg, _wandb_env(cfg))
     try:
         if tune.Tuner.can_restore(str(experiment)):

@@ -29,13 +29,14 @@ from dynamiccl.agents.policies.sb3_agents import (
     load_checkpoint,
     save_checkpoint,
 )
-from dynamiccl.agents.shipping.deploy import export_and_score
+from dynamiccl.agents.shipping.deploy import export_and_score, what_next
 from dynamiccl.agents.training.callbacks import (
     AtRolloutBoundary,
     Evaluate,
     Interrupt,
     SaveAndStopOnInterrupt,
     SaveCheckpoint,
+    parameters_digest,
     record_checkpoint,
     trained_seconds,
 )
@@ -209,10 +210,12 @@ def _train(cfg: DictConfig, run_dir: Path, report: Reporter | None, run_logger: 
             return _learn_prior(cfg, run_dir, run_logger, report, changes)
         learn = _learn_full_info if is_full_info(cfg.agent) else _learn_sb3
         policy, step, seconds = learn(cfg, run_dir, run_logger, report, changes)
-        return _evaluate_and_ship(cfg, policy, run_dir, run_logger, report, step, seconds)
+        metrics, ending = _evaluate_and_ship(cfg, policy, run_dir, run_logger, report, step, seconds)
     finally:
         if own_logger:
             run_logger.finish()
+    ending()  # the run's last words, after the logger's own (wandb's summary)
+    return metrics
 
 
 def _starting(cfg: DictConfig, run_dir: Path, ckpt: Path, start: int, changes: str | None,
@@ -335,7 +338,8 @@ def _learn_rounds(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Repor
         nonlocal saved_at
         if saved_at != learner.samples_seen:
             agent.save_checkpoint(learner, last)
-            record_checkpoint(ckpt_dir, learner.samples_seen, seconds)
+            record_checkpoint(ckpt_dir, learner.samples_seen, seconds,
+                              parameters_digest(learner.network.state_dict()))
             saved_at = learner.samples_seen
 
     checkpoint_due = _AtMultiples(int(cfg.trainer.checkpoint_every), start)
@@ -426,20 +430,29 @@ def _learn_prior(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Report
 
 
 def _evaluate_and_ship(cfg: DictConfig, policy: Any, run_dir: Path, run_logger: Any,
-                       report: Reporter | None, step: int, seconds: float) -> dict[str, Any]:
-    """The trained policy against the baselines, then exported and scored as shipped (``deploy``)."""
+                       report: Reporter | None, step: int,
+                       seconds: float) -> tuple[dict[str, Any], Callable[[], None]]:
+    """The trained policy against the baselines, then exported and scored as shipped (``deploy``).
+    Returns its metrics and what prints the results: the table, then what the file ships and what
+    next (nothing in a sweep, which prints its own table)."""
     metrics, reports = evaluate_run(cfg, policy, run_dir, run_logger, step)
-    reports += export_and_score(cfg, policy, run_dir)
+    shipment = export_and_score(cfg, policy, run_dir)
     metrics.update(step=step, train_seconds=seconds)
     write_text_atomic(run_dir / "metrics.json", json.dumps(metrics, indent=2))
     if report is not None:
         report(metrics, run_dir / "checkpoints")
-    if report is None:  # a sweep prints its own table
+        return metrics, lambda: None
+
+    def ending() -> None:
         from dynamiccl.agents.shipping.evaluate import print_table
 
-        print_table(reports, title=f"{cfg.eval.suite} suite: {reports[0].scenarios} calls "
-                                   f"(results in {run_dir / 'eval'})")
-    return metrics
+        rows = [*reports, *([shipment.report] if shipment else [])]
+        print_table(rows, title=f"{cfg.eval.suite} suite: {rows[0].scenarios} calls "
+                                f"(results in {run_dir / 'eval'})")
+        if shipment:
+            _console(what_next(shipment, reports[-1], str(cfg.eval.suite)))
+
+    return metrics, ending
 
 
 def refuse_search(command: str) -> None:

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynamiccl.calibration import MeasuredCorrection
-from dynamiccl.knobs import NCCL_ALGORITHM_HIERARCHY, Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
+from dynamiccl.knobs import (
+    NCCL_ALGORITHM_HIERARCHY,
+    Config,
+    ConfigBatch,
+    Hierarchy,
+    Schedule,
+    invalid_reason,
+    validity_key,
+)
 from dynamiccl.nccl import ALGORITHM_SPECS, Algorithm, Collective, Protocol
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.launch import launch_floor_us
@@ -76,18 +84,12 @@ def _finite(a: np.ndarray) -> np.ndarray:
 
 
 _VALID: dict[tuple, bool] = {}
-
-
-def _structure(topology: Topology) -> tuple:
-    """What ``knobs.invalid_reason`` reads: shapes, link kinds, features and NCCL's LL128 rule (which
-    reads where the NIC sits), never the numbers, so a calibration trying thousands of bandwidths
-    reuses one validity cache."""
-    return (tuple((t.size, t.fabric, t.link, t.dims) for t in topology.tiers), topology.gpu.arch,
-            topology.features.nvls, topology.features.collnet, topology.ll128_enabled)
+_VALID_BATCHES: dict[tuple, np.ndarray] = {}
 
 
 def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]) -> bool:
-    """``key``: :func:`_structure` and whether the protocol was named (``valid_rows``)."""
+    """``key``: :func:`~dynamiccl.knobs.validity_key` and whether the protocol was named
+    (``valid_rows``)."""
     hit = _VALID.get((key, collective, row))
     if hit is None:
         try:
@@ -106,13 +108,22 @@ def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]
 
 def valid_rows(topology: Topology, collective: int, configs: ConfigBatch,
                protocol_named: bool = False) -> np.ndarray:
-    """``knobs.invalid_reason`` per configuration, cached per unique configuration."""
-    rows = np.stack([getattr(configs, f) for f in _FIELDS], axis=1)
-    uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
-    key = (*_structure(topology), protocol_named)
-    ok = np.array([_valid(topology, key, int(collective), tuple(int(x) for x in r)) for r in uniq],
-                  dtype=bool)
-    return ok[inverse.reshape(-1)]
+    """``knobs.invalid_reason`` per configuration, cached per unique configuration and per batch by
+    what it reads of the system (:func:`~dynamiccl.knobs.validity_key`), never its numbers, and
+    whether the run named its protocol."""
+    rows = np.stack([np.asarray(getattr(configs, f), dtype=np.int64) for f in _FIELDS], axis=1)
+    key = (*validity_key(topology), protocol_named)
+    batch = (key, int(collective), rows.tobytes())
+    hit = _VALID_BATCHES.get(batch)
+    if hit is None:
+        uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+        ok = np.array([_valid(topology, key, int(collective), tuple(int(x) for x in r)) for r in uniq],
+                      dtype=bool)
+        hit = ok[inverse.reshape(-1)]
+        if len(_VALID_BATCHES) > 1 << 10:
+            _VALID_BATCHES.clear()
+        _VALID_BATCHES[batch] = hit
+    return hit.copy()
 
 
 def _fold_pipeline(cost: Cost) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
