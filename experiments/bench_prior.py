@@ -242,12 +242,19 @@ def tune_picks(case: Case, priors: dict[str, Prior | None], calibrate: bool) -> 
     records += [_record(case, i, j, case.pair_us[i, j]) for i, j in np.argwhere(case.measured)]
     rows = {Choice(a, p): i for i, (a, p) in enumerate(s.pairs)}
     column = {1 << int(round(x)): j for j, x in enumerate(s.log2_sizes)}
+
+    def nearest_column(nbytes: int) -> int:
+        """The series' column of ``nbytes``, or of its nearest size in log2 (tune also judges the
+        sizes an octave around a decided one)."""
+        return column.get(nbytes) if nbytes in column else \
+            column[min(column, key=lambda n: abs(n.bit_length() - nbytes.bit_length()))]
+
     model = calibrated_topology(records, case.topology)[0] if calibrate else case.topology
     out = {}
     for name, prior in priors.items():
         tuner = Tuner(model, Measurements(records), prior=prior, calibrated=model is not case.topology,
                       candidates=lambda scn: [c for c, i in rows.items()
-                                              if np.isfinite(s.model[i, column[scn.nbytes]])])
+                                              if np.isfinite(s.model[i, nearest_column(scn.nbytes)])])
         picks = []
         for x in s.log2_sizes:
             chosen = tuner.decide(Scenario(case.topology, s.collective, 1 << int(round(x)))).chosen

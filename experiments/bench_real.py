@@ -70,8 +70,9 @@ CHOICES = [(a, p) for a in ("ring", "tree") for p in ("ll", "ll128", "simple")]
 #: What a run on gloo (``--backend gloo``) cannot show, said with its report.
 GLOO_CANNOT_SHOW = ("gloo rehearsal: every step ran with gloo standing in for NCCL; it cannot show "
                     "NCCL's choices or their times (gloo has one algorithm of its own, so tune had "
-                    "nothing to decide), the plugin steering NCCL (its pins ran in the ranks with "
-                    "nothing reading them), GPU timings, emulated hosts or MPS; its topology is a "
+                    "nothing to decide from and wrote a policy deferring to NCCL), the plugin "
+                    "steering NCCL (its pins ran in the ranks with nothing reading them), GPU "
+                    "timings, emulated hosts or MPS; its topology is a "
                     "stand-in preset")
 #: A gloo rehearsal's defaults where they differ: what shows every step's path in a few minutes
 #: on 2 cores, not statistics. One choice (gloo runs none; one shows the path of a choice the plugin
@@ -164,8 +165,11 @@ def run_tune(s: Settings, topology: Path | str, records: Path, policy: Path) -> 
 
     buffer = io.StringIO()
     size = [] if s.emulate_hosts else ["--nodes", "1", "--gpus-per-node", str(s.nprocs)]
+    # gloo's records are of gloo's own algorithm, nothing tune may decide from: the rehearsal writes
+    # the policy tune writes without evidence, one that leaves every call to NCCL
+    evidence = ["--no-measurements"] if s.backend == "gloo" else ["--measurements", str(records)]
     with contextlib.redirect_stdout(buffer):
-        code = main(["tune", "--topology", str(topology), *size, "--measurements", str(records),
+        code = main(["tune", "--topology", str(topology), *size, *evidence,
                      "--collective", "allreduce", "-o", str(policy), "--force", "--json"])
     if code != 0:
         raise SystemExit(f"bench_real: dynamiccl tune failed (exit {code}); see its message above")
