@@ -88,7 +88,6 @@ from dynamiccl.agents.shipping.gate import (
 )
 from dynamiccl.agents.shipping.tune_measurements import (
     DEFAULT,
-    BandNoise,
     Choice,
     LaunchNoise,
     Measurements,
@@ -96,6 +95,7 @@ from dynamiccl.agents.shipping.tune_measurements import (
 )
 from dynamiccl.decisions import KnobConstraints, TimedConfig
 from dynamiccl.knobs import Collective
+from dynamiccl.launch_noise import BandNoise
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology
