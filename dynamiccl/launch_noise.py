@@ -38,6 +38,10 @@ STRAY_SHARE = 1.0 - TAIL_QUANTILE
 #: How far beyond the tail a stray lands: tail x (1 + Exponential(STRAY_SPREAD)) (median 1.35 x the
 #: tail, one stray in twenty past 2.5 x).
 STRAY_SPREAD = 0.5
+#: How many launches' worth of belief a system's default noise carries against measured launches
+#: (pseudo degrees of freedom of the scaled inverse-chi-square prior): two launches at one size
+#: (one degree of freedom) move it a third of the way, launches at many sizes settle it.
+PRIOR_DOF = 2.0
 #: The sigma of the median of n Gaussian draws is this times sigma / sqrt(n) (sqrt(pi / 2)).
 MEDIAN_EFFICIENCY = 1.2533
 #: Upper edges (bytes) of the size bands launch noise is told apart in, and their names. Below
@@ -98,6 +102,14 @@ class BandNoise:
             stray = np.where(d >= self.tail, math.log(0.5 * STRAY_SHARE / scale) - (d - self.tail) / scale,
                              -np.inf)
         return np.logaddexp(core, stray)
+
+
+def updated_core(prior: float, observed: float, dof: float) -> float:
+    """The scaled inverse-chi-square update of a core noise ``prior`` by repeated launches whose
+    spread is ``observed`` with ``dof`` degrees of freedom."""
+    if not dof:
+        return prior
+    return math.sqrt((PRIOR_DOF * prior * prior + dof * observed * observed) / (PRIOR_DOF + dof))
 
 
 #: Launch-to-launch noise of one 8 x H100 NVSwitch node (NCCL 2.26.2, nccl-tests -g 8), per size

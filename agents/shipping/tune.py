@@ -93,7 +93,7 @@ from dynamiccl.agents.shipping.tune_measurements import (
     Measurements,
     Sample,
 )
-from dynamiccl.decisions import KnobConstraints, TimedConfig
+from dynamiccl.decisions import FLOOR_BYTES, KnobConstraints, TimedConfig
 from dynamiccl.knobs import Collective
 from dynamiccl.launch_noise import BandNoise
 from dynamiccl.profiler.formats.records import MeasurementRecord
@@ -114,8 +114,6 @@ DISAGREEMENT_SHARE = 0.5
 MIX_TOLERANCE = 0.05
 #: The sizes decisions are made and measured at: nccl-tests' -b 8 -e 16G -f 2.
 DECISION_SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
-#: The size whose time stands for a choice's latency floor (as small as nccl-tests measures).
-FLOOR_BYTES = 8
 #: How many of a learned prior's own sigmas its predicted gain must clear (the gate asks every
 #: source for a gain beyond its sigma): the shipped prior's one-sided 99.5 % quantile of (truth -
 #: prediction) / sigma on its validation realities (seeds 900-999; ``prior_learner.gate_sigmas`` of

@@ -27,6 +27,7 @@ from dynamiccl.launch_noise import (
     BandNoise,
     default_launch_noise,
     noise_band,
+    updated_core,
 )
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.topology import Topology
@@ -39,10 +40,6 @@ SIGMA_PER_MAD = 1.4826
 #: Deviations a size band needs before its measured tail replaces the default's (fewer say little
 #: about one launch in ten).
 MIN_TAIL_DEVIATIONS = 20
-#: How many launches' worth of belief the system's default noise carries against measured launches
-#: (pseudo degrees of freedom of the scaled inverse-chi-square prior): two launches at one size
-#: (one degree of freedom) move it a third of the way, launches at many sizes settle it.
-PRIOR_DOF = 2.0
 #: Below this no noise is believed, however well launches agree (timer resolution, clock drift).
 MIN_NOISE = 0.001
 #: The launch id of records whose launch is unknown: all of them count as one launch per call.
@@ -251,11 +248,12 @@ class LaunchNoise:
     """The relative 1-sigma of one launch's time of a choice on one system shape, per size band.
 
     The system's default (:func:`default_launch_noise`, or ``defaults`` where given; its core
-    floored by what one launch's own timings disagree by) is a prior worth :data:`PRIOR_DOF`
-    launches; a choice timed in repeated launches updates it by their robust spread, and a choice
-    never repeated takes the larger of the prior and what every repeated choice of the shape says
-    together. One launch alone is believed only to the band's tail (the measured one where the
-    shape's launches give :data:`MIN_TAIL_DEVIATIONS`, else the default's).
+    floored by what one launch's own timings disagree by) is a prior worth
+    :data:`~dynamiccl.launch_noise.PRIOR_DOF` launches; a choice timed in repeated launches updates
+    it by their robust spread, and a choice never repeated takes the larger of the prior and what
+    every repeated choice of the shape says together. One launch alone is believed only to the
+    band's tail (the measured one where the shape's launches give :data:`MIN_TAIL_DEVIATIONS`, else
+    the default's).
     """
 
     def __init__(self, measurements: Measurements,
@@ -310,7 +308,4 @@ class LaunchNoise:
 def _posterior(prior: float, spread: LaunchSpread) -> float:
     """The scaled inverse-chi-square update of a noise prior by repeated launches (their robust
     spread standing for the sample's)."""
-    if not spread.dof:
-        return prior
-    return math.sqrt((PRIOR_DOF * prior * prior + spread.dof * spread.core ** 2)
-                     / (PRIOR_DOF + spread.dof))
+    return updated_core(prior, spread.core, spread.dof)

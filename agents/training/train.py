@@ -41,6 +41,7 @@ from dynamiccl.agents.training.callbacks import (
 )
 from dynamiccl.agents.training.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.training.envs_factory import deployable, make_training_env
+from dynamiccl.agents.training.evidence_agent import is_evidence_tuner
 from dynamiccl.agents.training.full_info_agent import is_full_info
 from dynamiccl.agents.training.prior_agent import is_learned_prior
 from dynamiccl.agents.training.resume_state import restore
@@ -207,6 +208,8 @@ def _train(cfg: DictConfig, run_dir: Path, report: Reporter | None, run_logger: 
     try:
         if is_learned_prior(cfg.agent):
             return _learn_prior(cfg, run_dir, run_logger, report, changes)
+        if is_evidence_tuner(cfg.agent):
+            return _learn_evidence(cfg, run_dir, run_logger, report, changes)
         learn = _learn_full_info if is_full_info(cfg.agent) else _learn_sb3
         policy, step, seconds = learn(cfg, run_dir, run_logger, report, changes)
         return _evaluate_and_ship(cfg, policy, run_dir, run_logger, report, step, seconds)
@@ -422,6 +425,31 @@ def _learn_prior(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Report
                  f"{metrics['val_rmse']:.3f}, within 1 sigma {metrics['val_cover_1sigma']:.1%}, "
                  f"within 2 sigma {metrics['val_cover_2sigma']:.1%} ({metrics['val_points']} points); "
                  f"the prior: {shipped}")
+    return metrics
+
+
+def _learn_evidence(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter | None,
+                    changes: str | None) -> dict[str, Any]:
+    """Trains (or resumes) the evidence tuner's belief, plays it on the validation jobs and writes
+    the settings that ship (``evidence_tuner.json``); returns its metrics."""
+    from dynamiccl.agents.training import evidence_agent as agent
+
+    learner, step, seconds = _learn_rounds(cfg, run_dir, run_logger, report, changes, agent,
+                                           agent.validate, agent.EVALUATED)
+    metrics = agent.validate(learner, final=True)
+    shipped = agent.ship(cfg, learner, run_dir, metrics)
+    out = run_dir / "eval"
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "summary.json", json.dumps(metrics, indent=2))
+    run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=step)
+    metrics = {**metrics, "step": step, "train_seconds": seconds}
+    write_text_atomic(run_dir / "metrics.json", json.dumps(metrics, indent=2))
+    if report is not None:
+        report(metrics, run_dir / "checkpoints")
+    else:  # a sweep prints its own table
+        _console(f"validation jobs: regret {metrics['val_regret_ratio']:.3f} x the prior sweep's, "
+                 f"worst call {metrics['val_worst_call']:.3f} x NCCL's, share "
+                 f"{metrics['val_share']:.3f}; the settings: {shipped}")
     return metrics
 
 

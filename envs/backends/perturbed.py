@@ -47,6 +47,7 @@ from functools import lru_cache
 import numpy as np
 
 from dynamiccl import decisions
+from dynamiccl.decisions import FLOOR_BYTES
 from dynamiccl.envs.backends.base import Measurement
 from dynamiccl.envs.backends.sim import forced_decision, observed
 from dynamiccl.knobs import ActionColumns, Algorithm, Collective, Config, Protocol
@@ -60,8 +61,6 @@ BANDWIDTH_RANGE = (0.6, 1.4)
 LATENCY_RANGE = (1 / 3, 3.0)
 NOISE_RANGE = (0.01, 0.05)
 HELDOUT_SEED_START = 1000
-#: The size whose time stands for a configuration's latency floor.
-FLOOR_BYTES = 8
 PROFILES = ("uniform", "measured")
 
 
@@ -185,6 +184,11 @@ class PerturbedBackend:
         if not self.noisy:
             return time_us
         return time_us * math.exp(self.truth.deviation(self._rng, scenario))
+
+    def noisy_time(self, scenario: Scenario, time_us: float) -> float:
+        """One measurement of a call whose true time is ``time_us`` (the next draw of this
+        backend's noise stream; exact when not ``noisy``)."""
+        return self._noise(scenario, time_us)
 
     def measure(self, scenario: Scenario, action: int) -> Measurement:
         time_us = float(self.action_times(scenario)[action])

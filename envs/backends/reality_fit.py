@@ -30,7 +30,6 @@ import numpy as np
 from dynamiccl import decisions
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import (
-    FLOOR_BYTES,
     HELDOUT_SEED_START,
     Miscalibration,
     ModelError,
@@ -39,7 +38,6 @@ from dynamiccl.envs.backends.perturbed import (
 from dynamiccl.envs.backends.replay import DEFAULT_CHOICE, ReplayTable
 from dynamiccl.knobs import Config
 from dynamiccl.scenario import Scenario
-from dynamiccl.simulator import evaluate
 from dynamiccl.topology import load_topology
 
 #: Realities each statistic is simulated over (seeds below the held-out ones).
@@ -141,14 +139,13 @@ class _Simulated:
     @staticmethod
     def _config(truths: list[Miscalibration], s: Scenario, config: Config) -> tuple[np.ndarray, ...]:
         """(floor, rest, model time, unit pair log factors [2, D], unit common log factors [2, D])."""
-        t = evaluate(s, config).time_us
-        floor = min(evaluate(Scenario(s.topology, s.collective, FLOOR_BYTES), config).time_us, t)
+        floor, rest = decisions.latency_split(s, config)
         at = (int(config.algorithm), int(config.protocol))
         unit = {}
         for name, error in (("pair", ModelError(1.0, 0.0)), ("common", ModelError(0.0, 1.0))):
             unit[name] = np.log([[f[at] for f in truth.factors(s.collective, s.topology, error)]
                                  for truth in truths]).T
-        return np.array(floor), np.array(t - floor), np.array(t), unit["pair"], unit["common"]
+        return np.array(floor), np.array(rest), np.array(floor + rest), unit["pair"], unit["common"]
 
     @staticmethod
     def _log_error(config: tuple[np.ndarray, ...], error: ModelError) -> np.ndarray:
