@@ -97,7 +97,7 @@ class Settings:
     #: The gain over NCCL's default a held choice must show, and the standard errors it must clear.
     gate: float = SAFETY_GATE
     gate_z: float = GATE_Z
-    #: The most tries of one choice at one call while its decision is open.
+    #: The most tries of a measured candidate while its decision is open (then NCCL's default).
     max_repeats: int = 6
     #: Where these settings came from (the training command, its validation scores).
     meta: dict[str, Any] = field(default_factory=dict)
@@ -266,7 +266,7 @@ class EvidenceTuner(CandidateTuner):
         if advantage - self.settings.gate_z * se > margin:
             return best
         open_ = advantage + self.settings.gate_z * se > margin
-        if not open_ or calls_left < 2 or max(tries[best], tries[0]) >= self.settings.max_repeats:
+        if not open_ or calls_left < 2 or tries[best] >= self.settings.max_repeats:
             return 0
         return best if tries[best] <= tries[0] else 0
 
