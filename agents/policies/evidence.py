@@ -140,8 +140,7 @@ class _System:
     squared deviations from their call's mean, degrees of freedom)."""
 
     belief: SystemBelief
-    noise: BandNoise | None = None
-    repeats: dict[int, list[float]] = field(default_factory=dict)
+    repeats: dict[int, tuple[float, int]] = field(default_factory=dict)
 
 
 class EvidenceTuner(CandidateTuner):
