@@ -59,7 +59,7 @@ from dynamiccl.agents.policies.evidence import EvidenceTuner, Inputs, Settings
 from dynamiccl.agents.policies.online import CoordinateDescentTuner, UcbBandit
 from dynamiccl.agents.shipping import online_jobs as jobs
 from dynamiccl.agents.shipping.tune import candidate_pairs
-from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PROFILES
+from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PROFILES, system_kind
 from dynamiccl.envs.backends.replay import LaunchSplit
 from dynamiccl.envs.online_tuning import N_CALLS
 from dynamiccl.nccl import Collective
@@ -121,12 +121,22 @@ def replay_jobs(folder: Path) -> list[jobs.ReplayJob]:
     return out
 
 
-def run_reality(reality_jobs: list, players: dict[str, jobs.Player], progress: bool) -> dict[str, dict]:
+def run_reality(reality_jobs: list, players: dict[str, jobs.Player], progress: bool,
+                by_kind: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Every player's summary over ``reality_jobs``; with ``by_kind``, each kind of system's too
+    (``envs.backends.perturbed.system_kind``), filled in there."""
     def say(name: str) -> None:
         if progress:
             print(f"  {name} done", file=sys.stderr, flush=True)
-    scores = jobs.score(reality_jobs, players, N_CALLS, say)
-    return {name: s.summary() for name, s in scores.items()}
+    kinds: dict[str, list] = {}
+    for job in reality_jobs:
+        kinds.setdefault(system_kind(job.scenarios[0].topology), []).append(job)
+    per_kind = {kind: jobs.score(group, players, N_CALLS, say) for kind, group in sorted(kinds.items())}
+    if by_kind is not None:
+        for kind, scores in per_kind.items():
+            by_kind.setdefault(kind, {}).update({name: s.summary() for name, s in scores.items()})
+    return {name: sum((scores[name] for scores in per_kind.values()), jobs.Score()).summary()
+            for name in players}
 
 
 def goals(results: dict) -> dict:
@@ -178,6 +188,22 @@ def print_tables(doc: dict) -> None:
                               str(r["slower_repeats"]), f"{r['worst_call']:.3f}x", fs,
                               str(r["final_slower_2pct"]), f"{r['explored_per_context']:.2f}",
                               f"{r['speedup_50']:.3f}x")
+            table_console().print(table)
+        kinds = block.get("by_kind", {})
+        if kinds:
+            table = Table(title=f"by kind of system: {block['title']}")
+            table.add_column("tuner", justify="left")
+            for kind, rows in kinds.items():
+                n = next(iter(rows.values()))["contexts"]
+                for col in ("regret50", "worst call", "final share"):
+                    table.add_column(f"{kind} ({n}) {col}", justify="right")
+            for name in next(iter(kinds.values())):
+                cells = []
+                for rows in kinds.values():
+                    r = rows[name]
+                    share = "n/a" if r["final_headroom_share"] is None else f"{r['final_headroom_share']:.3f}"
+                    cells += [f"{r['regret_50']:.3f}", f"{r['worst_call']:.3f}x", share]
+                table.add_row(name, *cells)
             table_console().print(table)
     if "goals" in doc:
         print("goals:", ", ".join(f"{k}={'met' if v else 'NOT met'}" for k, v in doc["goals"].items()))
@@ -233,28 +259,32 @@ def main() -> int:
         if progress:
             print(f"{profile} realities:", file=sys.stderr)
         played = perturbed_jobs(seeds, profile)
+        by_kind: dict[str, dict] = {}
         block = {"title": f"held-out {profile} realities (seeds {seeds[0]}..{seeds[-1]}; "
                           f"{', '.join(f'{t}x{n}' for t, n in SYSTEMS)}; {N_CALLS} calls per context)",
-                 "tuners": run_reality(played, tuners(per_profile[profile], adaptive), progress)}
+                 "tuners": run_reality(played, tuners(per_profile[profile], adaptive), progress, by_kind)}
         if per_profile[profile] is not settings:
             block["settings"] = per_profile[profile].to_json()
         if not args.no_ablation:
-            block["ablation"] = run_reality(played, ablation(per_profile[profile]), progress)
+            block["ablation"] = run_reality(played, ablation(per_profile[profile]), progress, by_kind)
+        block["by_kind"] = by_kind
         realities[profile] = block
     if progress:
         print("replay:", file=sys.stderr)
     replayed = replay_jobs(args.replay)
     menu_tuners = {k: v for k, v in tuners(settings).items()
                    if k not in ("coordinate_descent", "bandit_5pct_gate")}
+    by_kind = {}
     realities["replay"] = {
         "title": f"replay of real launches ({len(replayed)} tables x launch splits, "
                  f"{sum(len(j.scenarios) for j in replayed)} contexts; {N_CALLS} calls per context)",
-        "tuners": run_reality(replayed, menu_tuners, progress),
+        "tuners": run_reality(replayed, menu_tuners, progress, by_kind),
         "not_on_replay": "coordinate descent and the bandit pick table actions (channels too), "
                          "which no replay table measured",
     }
     if not args.no_ablation:
-        realities["replay"]["ablation"] = run_reality(replayed, ablation(settings), progress)
+        realities["replay"]["ablation"] = run_reality(replayed, ablation(settings), progress, by_kind)
+    realities["replay"]["by_kind"] = by_kind
     doc = {"collectives": [c.name.lower() for c in COLLECTIVES], "sizes": [format_size(n) for n in SIZES],
            "calls_per_context": N_CALLS, "action_set": "deployable", "settings": settings.to_json(),
            "adaptive_policy": training, "realities": realities,

@@ -57,6 +57,14 @@ def test_scores_count_exploration_the_settled_phase_and_the_worst_call():
     assert summary["final_headroom_share"] == pytest.approx(1.0)
     assert summary["calls_to_2pct_median"] == 3
     assert summary["worst_regret_context"] == "a call"
+    other, both = jobs.Score(), jobs.Score()
+    calm = jobs.Trace()
+    for _ in range(5):
+        calm.add("nccl", 100.0)
+    other.add(100.0, 90.0, calm, "another call")
+    both.add(100.0, 80.0, trace, "a call")
+    both.add(100.0, 90.0, calm, "another call")
+    assert (score + other).summary() == both.summary(), "scores of two groups of calls add up"
 
 
 def test_the_prior_sweep_plays_a_replay_menu_and_nothing_else():

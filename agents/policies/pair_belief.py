@@ -190,13 +190,17 @@ class SystemBelief:
                  reference_floor_us: float, reference_rest_us: float) -> Prediction:
         """The belief about log(t / t_reference) at one call: a configuration against another
         (NCCL's default), both as the belief has them. Given the common factors the two series
-        are independent, and the reference is summarised per common cell by its mean and spread;
-        a configuration of the reference's own series moves with it cell by cell."""
+        are independent, and the reference is summarised per common cell by its mean and spread.
+        A configuration of the reference's own series is believed as a series nothing measured:
+        that the model runs NCCL's default as that series says nothing about a real NCCL, which
+        may pick another (on the published socket pair NCCL_PROTO=LL, the model's "NCCL pick",
+        ran 5-14x slower than NCCL's default at 8-32 KiB)."""
         mine = self.log_time(floor_us, rest_us)
         theirs = self.log_time(reference_floor_us, reference_rest_us)
-        weights = self._weights(series)
         if series == reference:
-            return Prediction((mine - theirs).ravel(), weights.ravel())
+            weights = np.exp(self._common_posterior()[:, None] + self._log_prior_series[None, :])
+        else:
+            weights = self._weights(series)
         ref = self._weights(reference)
         per_common = ref.sum(axis=1, keepdims=True)
         ref = ref / np.where(per_common > 0, per_common, 1.0)

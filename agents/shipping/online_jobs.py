@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -299,6 +299,19 @@ class Score:
         self.explored += int((~repeat).sum())
         self.log_speedup += float(np.sum(np.log(speedup)))
         self.calls += len(t)
+
+    def __add__(self, other: Score) -> Score:
+        """Both scores' calls as one."""
+        out = Score()
+        for f in fields(Score):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if f.name in ("worst_exploited", "worst_call"):
+                setattr(out, f.name, min(a, b))
+            elif f.name == "worst_context":
+                setattr(out, f.name, max(a, b))
+            else:
+                setattr(out, f.name, a + b)
+        return out
 
     def add_job(self, job: Job, traces: list[Trace]) -> None:
         for i, trace in enumerate(traces):
