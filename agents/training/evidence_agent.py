@@ -84,6 +84,13 @@ def validate(learner: EvidenceLearner, *, final: bool = False) -> dict[str, floa
     return play_validation(learner.settings(), list(_jobs(count, cfg.profile)), cfg.validation_rounds)
 
 
+def summary(metrics: dict[str, Any], shipped: Path) -> str:
+    """The line a finished training run ends with."""
+    return (f"validation jobs: regret {metrics['val_regret_ratio']:.3f} x the prior sweep's, worst call "
+            f"{metrics['val_worst_call']:.3f} x NCCL's, share {metrics['val_share']:.3f}; the settings: "
+            f"{shipped}")
+
+
 def training_command(cfg: DictConfig) -> str:
     """The seeded command that trains these settings again (those that differ from the defaults)."""
     defaults = asdict(EvidenceConfig())
