@@ -43,6 +43,18 @@ from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate, simulate
 from dynamiccl.topology import Topology
 
+#: The size whose time stands for a configuration's latency floor: a modelled time splits into that
+#: floor and the rest (the Hockney alpha/beta split NCCL's own tuning tables use).
+FLOOR_BYTES = 8
+
+
+def latency_split(scenario: Scenario, config: Config) -> tuple[float, float]:
+    """``config``'s simulated time of the call as (latency floor, the rest), µs: the floor is its
+    time at :data:`FLOOR_BYTES` (never above the call's own)."""
+    t = evaluate(scenario, config).time_us
+    floor = min(evaluate(replace(scenario, nbytes=FLOOR_BYTES), config).time_us, t)
+    return floor, t - floor
+
 
 @dataclass(frozen=True)
 class KnobConstraints:

@@ -52,15 +52,17 @@ class Transport:
     #: The NIC reads and writes GPU memory directly (GPUDirect RDMA); without it every byte is
     #: staged through host memory next to the GPU's CPU.
     gpudirect_rdma: bool = True
+    #: NCCL's messages cross a host TCP stack (kernel sockets; TCPXO's host-side receive path).
+    over_tcp: bool = False
 
 
 TRANSPORTS: dict[str, Transport] = {
     "ib": Transport(1.0, 0.0),
     "roce": Transport(1.5, 0.5),
     "efa": Transport(15.0, 12.0),
-    "tcpxo": Transport(20.0, 20.0),
+    "tcpxo": Transport(20.0, 20.0, over_tcp=True),
     "slingshot": Transport(2.0, 3.0),
-    "socket": Transport(10.0, 8.0, launch_noise=0.25, gpudirect_rdma=False),
+    "socket": Transport(10.0, 8.0, launch_noise=0.25, gpudirect_rdma=False, over_tcp=True),
 }
 #: What a network tier is when its file does not say (NVIDIA's reference fabric).
 DEFAULT_TRANSPORT = "ib"

@@ -17,8 +17,8 @@ H100 is enough, with the CUDA MPS daemon; ``--no-emulate-hosts --nprocs N`` uses
    step times and whether the losses match;
 5. online — a DDP job on ``--online-hosts`` ranks whose buckets sit where NCCL's default loses,
    with the plugin and no policy file, tuning itself from the step times it measures (the
-   runtime's online tuner with the adaptive policy of ``--online-model``, trained in simulation by
-   ``experiments/bench_online.py --model FILE``, or the prior-ordered sweep without one).
+   runtime's online tuner: the evidence tuner with its shipped settings, or the adaptive policy of
+   ``--online-model``, trained in simulation by ``experiments/bench_online.py --model FILE``).
 
 Every launch is its own process launch; every collective measured is written as runner records
 (``sweep.jsonl``, ``ab.jsonl`` in ``--out``: valid ``dynamiccl tune --measurements`` input, each
@@ -340,13 +340,14 @@ def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
     import torch.distributed as dist
 
     from dynamiccl import runtime
-    from dynamiccl.agents.policies.adaptive import load_adaptive, prior_sweep_tuner
+    from dynamiccl.agents.policies.adaptive import load_adaptive
+    from dynamiccl.agents.policies.evidence import load_evidence
     from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
     from dynamiccl.topology import load_topology
 
     device = _join(ctx, backend)
     system = load_topology(topology, gpus_per_node=gpus_per_node)
-    tuner = load_adaptive(model) if model else prior_sweep_tuner()
+    tuner = load_adaptive(model) if model else load_evidence()
     config = runtime.RuntimeConfig(stragglar=False, tune_start_step=3, tune_steps_per_trial=2)
     ddp = runtime.ddp(_mlp(ONLINE_WIDTH, ONLINE_LAYERS, seed).to(device), config,
                       tuner=RuntimeTunerAdapter(tuner, system), device_ids=_device_ids(device),
@@ -374,7 +375,7 @@ def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
     return {"step_ms": step_ms, "states": states, "trials": trials, "events": events,
             "exploration_ends_step": explored.index(True) if True in explored else None,
             "warmup_steps": config.tune_start_step, "bucket_bytes": buckets,
-            "tuner": "adaptive policy" if model else "prior sweep (no --online-model)"}
+            "tuner": "adaptive policy" if model else "evidence tuner (no --online-model)"}
 
 
 # ---- the command ------------------------------------------------------------------------------
@@ -477,7 +478,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ddp-steps", type=int, help=f"DDP steps ({d.ddp_steps})")
     p.add_argument("--online-hosts", type=int, help=f"ranks of the self-tuning job ({d.online_hosts})")
     p.add_argument("--online-steps", type=int, help=f"its steps ({d.online_steps})")
-    p.add_argument("--online-model", help="the adaptive policy (.zip) from bench_online.py --model")
+    p.add_argument("--online-model", help="the adaptive policy (.zip) from bench_online.py --model "
+                                          "(default: the evidence tuner, shipped settings)")
     p.add_argument("--no-ddp", action="store_true", help="skip the DDP job")
     p.add_argument("--no-online", action="store_true", help="skip the self-tuning job")
     args = p.parse_args(argv)

@@ -103,11 +103,8 @@ from dynamiccl.agents.shipping.tune import (
 from dynamiccl.agents.shipping.tune_measurements import (
     DEFAULT,
     MIN_TAIL_DEVIATIONS,
-    NOISE_BANDS,
-    BandNoise,
     Choice,
     Measurements,
-    default_launch_noise,
 )
 from dynamiccl.agents.shipping.tune_plan import plan
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
@@ -117,6 +114,7 @@ from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBacke
 from dynamiccl.envs.backends.replay import HELD_OUT_LAUNCH, LaunchSplit, LaunchTiming, ReplayTable
 from dynamiccl.envs.observation import encode
 from dynamiccl.knobs import ACTIONS, Collective, valid_mask
+from dynamiccl.launch_noise import NOISE_BANDS, BandNoise, default_launch_noise
 from dynamiccl.profiler.formats.measurement_paths import load_paths
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
 from dynamiccl.scenario import Scenario

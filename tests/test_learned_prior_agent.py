@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
-from training_runs import ENV, REPO, checkpoint_steps, run, start_and_wait, wandb_offline
+from training_runs import ENV, REPO, checkpoint_steps, run, start_and_wait, sweep, wandb_offline
 
 from dynamiccl.agents.shipping.prior import LearnedPrior
 from dynamiccl.agents.training import prior_agent
@@ -144,16 +144,8 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_
 @pytest.mark.slow
 @pytest.mark.multiproc
 def test_a_learned_prior_sweep_runs_on_ray_tune_and_reports_each_evaluation(tmp_path):
-    out_dir = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "dynamiccl.cli.main", "sweep", f"hydra.run.dir={out_dir}",
-           "hparams_search=learned_prior", "ray.num_cpus=2", "tune.num_samples=2",
-           "trainer.total_timesteps=300", "trainer.checkpoint_every=150", "trainer.eval_every=150",
-           *SMALL[2:], "logger=none"]
-    env = {**ENV, "RAY_USAGE_STATS_ENABLED": "0"}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = json.loads((out_dir / "results.json").read_text())
-    assert len(rows) == 2 and "OK" in {r["status"] for r in rows}
+    rows = sweep(tmp_path, "learned_prior", ["trainer.total_timesteps=300", "trainer.checkpoint_every=150",
+                                             "trainer.eval_every=150", *SMALL[2:]])
     for row in rows:
         trial = Path(row["path"])
         progress = list(csv.DictReader((trial / "progress.csv").open()))

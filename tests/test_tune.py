@@ -24,19 +24,17 @@ from dynamiccl.agents.shipping.tune import (
     candidate_pairs,
     resolved,
 )
-from dynamiccl.agents.shipping.tune_measurements import (
-    DEFAULT,
-    INTRA_NODE_LAUNCH_NOISE,
-    NVSWITCH_NODE_LAUNCH_NOISE,
-    Choice,
-    Measurements,
-    default_launch_noise,
-    noise_band,
-)
+from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice, Measurements
 from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement, command_lines, launch_order, plan
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
 from dynamiccl.cli.main import main
 from dynamiccl.knobs import Algorithm, Collective, Protocol, span_label, without_channels
+from dynamiccl.launch_noise import (
+    INTRA_NODE_LAUNCH_NOISE,
+    NVSWITCH_NODE_LAUNCH_NOISE,
+    default_launch_noise,
+    noise_band,
+)
 from dynamiccl.profiler.formats.measurements import read
 from dynamiccl.profiler.formats.records import MeasurementRecord, write_jsonl
 from dynamiccl.scenario import Scenario

@@ -32,6 +32,22 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
     return out
 
 
+def sweep(tmp_path: Path, search: str, overrides: list[str]) -> list[dict]:
+    """``dynamiccl sweep hparams_search=SEARCH`` of two trials on local Ray in ``tmp_path/sweep``;
+    it must succeed. Returns its ``results.json`` rows, two of them, at least one finished."""
+    import sys
+
+    out_dir = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "dynamiccl.cli.main", "sweep", f"hydra.run.dir={out_dir}",
+           f"hparams_search={search}", "ray.num_cpus=2", "tune.num_samples=2", *overrides, "logger=none"]
+    env = {**ENV, "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads((out_dir / "results.json").read_text())
+    assert len(rows) == 2 and "OK" in {r["status"] for r in rows}
+    return rows
+
+
 def start_and_wait(cmd: list[str], run_dir: Path, checkpoints: int) -> subprocess.Popen:
     """Starts training and returns once ``checkpoints`` checkpoints are on disk."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV, cwd=REPO)

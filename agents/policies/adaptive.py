@@ -20,13 +20,14 @@ the policy was trained on and what a runtime inside a job does.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dynamiccl import decisions
 from dynamiccl.agents.policies.baselines import nccl_action
 from dynamiccl.agents.policies.online import context_key
 from dynamiccl.agents.policies.policy import allowed_actions, require_scenario
@@ -39,7 +40,7 @@ from dynamiccl.envs.online_tuning import (
     affordable,
     encode,
 )
-from dynamiccl.knobs import ACTIONS
+from dynamiccl.knobs import ACTIONS, Config
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
@@ -72,24 +73,39 @@ HPARAMS: dict[str, Any] = {
 @dataclass
 class _Context:
     candidates: Candidates
-    #: The action id each slot is run as (slot 0: NCCL's pick as a table entry).
-    action_ids: tuple[int, ...]
+    #: The action id each slot is run as (slot 0: NCCL's pick as a table entry); None for a menu.
+    action_ids: tuple[int, ...] | None
+    #: The knobs each slot pins (slot 0: nothing, NCCL's own pick) and what NCCL runs then on the
+    #: model.
+    pinned: tuple[KnobConstraints, ...]
+    configs: tuple[Config, ...]
     allowed: np.ndarray
     log: CallLog = field(default_factory=CallLog)
     last_slot: int = 0
 
 
+#: The choices a tuner weighs at a call, as the knobs each pins (NCCL's default first).
+Menu = Callable[["Scenario"], Sequence[KnobConstraints]]
+
+
 class CandidateTuner:
-    """An online tuner that runs one of the model's candidates per call, chosen by ``chooser``."""
+    """An online tuner that runs one of the model's candidates per call, chosen by ``chooser``.
+
+    ``menu`` replaces the model's candidates by given choices (NCCL's default first; e.g. the
+    ``NCCL_ALGO``/``NCCL_PROTO`` runs a replay table measured): such a tuner only pins knobs
+    (:meth:`force` / :meth:`record`), since its choices need not be table actions. Subclasses
+    choose by overriding :meth:`_pick` and learn by overriding :meth:`_observe`."""
 
     #: Every candidate is a deployable action (what the runtime's adapter requires).
     deployable = True
 
-    def __init__(self, chooser: SlotChooser, name: str, n_calls: int = N_CALLS) -> None:
+    def __init__(self, chooser: SlotChooser | None, name: str, n_calls: int = N_CALLS,
+                 menu: Menu | None = None) -> None:
         self.chooser = chooser
         self.name = name
         #: The horizon the chooser plans over; after it, ``progress`` stays at 1 (keep the best).
         self.budget = n_calls
+        self.menu = menu
         self._contexts: dict[tuple, _Context] = {}
 
     def reset(self) -> None:
@@ -98,45 +114,69 @@ class CandidateTuner:
     def _context(self, scenario: Scenario, mask: np.ndarray) -> _Context:
         key = context_key(scenario)
         if key not in self._contexts:
-            candidates = Candidates.of(scenario)
-            ids = (nccl_action(scenario, mask), *candidates.actions[1:])
-            allowed = candidates.mask()
-            allowed[: len(ids)] &= np.array([mask[a] for a in ids])
-            allowed[0] = True
-            self._contexts[key] = _Context(candidates, ids, allowed)
+            self._contexts[key] = self._new_context(scenario, mask)
         return self._contexts[key]
+
+    def _new_context(self, scenario: Scenario, mask: np.ndarray) -> _Context:
+        if self.menu is not None:
+            pinned = tuple(self.menu(scenario))
+            if not pinned or pinned[0] != KnobConstraints():
+                raise ValueError("a menu lists NCCL's default (nothing pinned) first")
+            runs = [decisions.nccl_default(scenario, p) for p in pinned]
+            candidates = Candidates((-1,) * len(pinned), tuple(r.time_us for r in runs))
+            return _Context(candidates, None, pinned, tuple(r.config for r in runs), candidates.mask())
+        candidates = Candidates.of(scenario)
+        ids = (nccl_action(scenario, mask), *candidates.actions[1:])
+        allowed = candidates.mask()
+        allowed[: len(ids)] &= np.array([mask[a] for a in ids])
+        allowed[0] = True
+        configs = (decisions.nccl_default(scenario).config, *(ACTIONS[a] for a in candidates.actions[1:]))
+        pinned = (KnobConstraints(), *(KnobConstraints(algorithm=c.algorithm, protocol=c.protocol,
+                                                       channels=c.channels) for c in configs[1:]))
+        return _Context(candidates, ids, pinned, configs, allowed)
 
     def _choose(self, scenario: Scenario, mask: np.ndarray) -> _Context:
         ctx = self._context(scenario, mask)
+        ctx.last_slot = self._pick(scenario, ctx)
+        return ctx
+
+    def _pick(self, scenario: Scenario, ctx: _Context) -> int:
+        """The chooser's slot among the affordable ones, through the re-run gate."""
+        assert self.chooser is not None
         obs = encode(scenario, ctx.candidates, ctx.log, self.budget)
         allowed = ctx.allowed & affordable(ctx.candidates, ctx.log)  # as in training
         slot = int(self.chooser(obs, allowed, ctx.candidates, ctx.log))
         slot = slot if allowed[slot] else 0
-        ctx.last_slot = gated_slot(ctx.log, slot)
-        return ctx
+        return gated_slot(ctx.log, slot)
+
+    def _observe(self, scenario: Scenario, ctx: _Context, slot: int, time_us: float) -> None:
+        """Learns a measured time of ``slot`` in ``ctx``."""
+        ctx.log.record(slot, time_us)
 
     def act(self, observation: np.ndarray, *, scenario: Scenario | None = None,
             action_mask: np.ndarray | None = None) -> int:
         """The next call's choice as an action id (NCCL's pick as its nearest table entry)."""
         scenario = require_scenario(self.name, scenario)
+        if self.menu is not None:
+            raise ValueError(f"{self.name} tunes a menu of pinned knobs: drive it with force/record")
         ctx = self._choose(scenario, allowed_actions(scenario, action_mask, deployable=True))
+        assert ctx.action_ids is not None
         return ctx.action_ids[ctx.last_slot]
 
     def force(self, scenario: Scenario) -> KnobConstraints:
         """The next call's choice as the knobs to pin: nothing for NCCL's pick (NCCL then runs
         its own channel count, as in training), algorithm, protocol and channels otherwise. Report
         the measured time with :meth:`record`."""
-        ctx = self._choose(scenario, allowed_actions(scenario, None, deployable=True))
-        action = ctx.candidates.actions[ctx.last_slot]
-        if action < 0:
-            return KnobConstraints()
-        c = ACTIONS[action]
-        return KnobConstraints(algorithm=c.algorithm, protocol=c.protocol, channels=c.channels)
+        ctx = self._choose(scenario, self._mask(scenario))
+        return ctx.pinned[ctx.last_slot]
+
+    def _mask(self, scenario: Scenario) -> np.ndarray:
+        return allowed_actions(scenario, None, deployable=True) if self.menu is None else np.ones(0, bool)
 
     def record(self, scenario: Scenario, time_us: float) -> None:
         """The measured time of the call this tuner last chose in ``scenario``'s context."""
-        ctx = self._context(scenario, allowed_actions(scenario, None, deployable=True))
-        ctx.log.record(ctx.last_slot, time_us)
+        ctx = self._context(scenario, self._mask(scenario))
+        self._observe(scenario, ctx, ctx.last_slot, time_us)
 
     def measurements(self, scenario: Scenario) -> CallLog | None:
         """What this tuner has measured in ``scenario``'s context (None before its first call)."""
@@ -144,14 +184,16 @@ class CandidateTuner:
         return None if ctx is None else ctx.log
 
     def update(self, scenario: Scenario, action: int, time_us: float) -> None:
-        ctx = self._context(scenario, allowed_actions(scenario, None, deployable=True))
+        ctx = self._context(scenario, self._mask(scenario))
+        if ctx.action_ids is None:
+            raise ValueError(f"{self.name} tunes a menu of pinned knobs: drive it with force/record")
         if ctx.action_ids[ctx.last_slot] == action:
             slot = ctx.last_slot
         elif action in ctx.action_ids:
             slot = ctx.action_ids.index(action)
         else:
             return  # a call this tuner did not choose tells it nothing about its candidates
-        ctx.log.record(slot, time_us)
+        self._observe(scenario, ctx, slot, time_us)
 
 
 def gated_slot(log: CallLog, slot: int) -> int:
@@ -200,8 +242,8 @@ def adaptive_tuner(model: MaskablePPO, n_calls: int = N_CALLS) -> CandidateTuner
     return CandidateTuner(model_chooser(model), "adaptive", n_calls)
 
 
-def prior_sweep_tuner(n_calls: int = N_CALLS) -> CandidateTuner:
-    return CandidateTuner(prior_sweep, "prior_sweep", n_calls)
+def prior_sweep_tuner(n_calls: int = N_CALLS, menu: Menu | None = None) -> CandidateTuner:
+    return CandidateTuner(prior_sweep, "prior_sweep", n_calls, menu)
 
 
 def imitate(model: MaskablePPO, teacher: SlotChooser, episodes: int, seed: int = 0,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,6 +31,7 @@ from dynamiccl.knobs import ALGO_HIERARCHY_PAIRS, ActionColumns
 
 if TYPE_CHECKING:
     from dynamiccl.scenario import Scenario
+    from dynamiccl.topology import Topology
 
 _PAIR_ID = {pair: i for i, pair in enumerate(ALGO_HIERARCHY_PAIRS)}
 #: The knob coordinates the descent walks, as one integer column each over the action table.
@@ -45,7 +47,13 @@ _LOG_CHANNELS = np.log2(ActionColumns.channels)
 
 def context_key(scenario: Scenario) -> tuple[str, int, int]:
     """(system, collective, size bin): what a tuner sees when NCCL asks it about a call."""
-    return scenario.topology.fingerprint(), int(scenario.collective), size_bin(scenario.nbytes)
+    return _fingerprint(scenario.topology), int(scenario.collective), size_bin(scenario.nbytes)
+
+
+@lru_cache(maxsize=256)
+def _fingerprint(topology: Topology) -> str:
+    """The system's fingerprint, hashed once per system (online tuners ask at every call)."""
+    return topology.fingerprint()
 
 
 def _distance_to(action: int) -> np.ndarray:

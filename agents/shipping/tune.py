@@ -109,14 +109,14 @@ from dynamiccl.agents.shipping.gate import (
 )
 from dynamiccl.agents.shipping.tune_measurements import (
     DEFAULT,
-    BandNoise,
     Choice,
     LaunchNoise,
     Measurements,
     Sample,
 )
-from dynamiccl.decisions import KnobConstraints, TimedConfig
+from dynamiccl.decisions import FLOOR_BYTES, KnobConstraints, TimedConfig
 from dynamiccl.knobs import Collective
+from dynamiccl.launch_noise import BandNoise
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate
@@ -137,8 +137,6 @@ MIX_TOLERANCE = 0.05
 #: The sizes decisions are made and measured at: nccl-tests' -b 8 -e 16G -f 2.
 DECISION_SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
 _DECISION_SET = frozenset(DECISION_SIZES)
-#: The size whose time stands for a choice's latency floor (as small as nccl-tests measures).
-FLOOR_BYTES = 8
 #: How many of a learned prior's own sigmas its predicted gain must clear (the gate asks every
 #: source for a gain beyond its sigma): the shipped prior's one-sided 99.5 % quantile of (truth -
 #: prediction) / sigma on its validation realities (seeds 900-999; ``prior_learner.gate_sigmas`` of

@@ -12,7 +12,6 @@ launch's own timings disagree by.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,77 +21,29 @@ import numpy as np
 
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.knobs import Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.launch_noise import (
+    NOISE_BANDS,
+    TAIL_QUANTILE,
+    BandNoise,
+    default_launch_noise,
+    noise_band,
+    updated_core,
+)
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.topology import Topology
-from dynamiccl.transports import TRANSPORTS
 
-#: Launch-to-launch noise (relative 1-sigma) of a call that crosses no network tier and runs on
-#: anything but an NVSwitch node, where the measurements have no repeated launch: the top of the
-#: 1-5 % run-to-run spread nccl-tests runs show within a node, so a single launch never looks more
-#: certain than it is.
-INTRA_NODE_LAUNCH_NOISE = 0.05
 #: Median of |log(a / b)| for two timings with independent Gaussian noise of sigma 1:
 #: 0.674 (the half-normal median) x sqrt(2).
 PAIR_SPREAD_PER_SIGMA = 0.954
 #: The sigma of a Gaussian per median absolute deviation (1 / 0.6745).
 SIGMA_PER_MAD = 1.4826
-#: The sigma of the median of n Gaussian draws is this times sigma / sqrt(n) (sqrt(pi / 2)).
-MEDIAN_EFFICIENCY = 1.2533
-#: The share of launches ``BandNoise.tail`` covers: one launch in ten strays further.
-TAIL_QUANTILE = 0.9
 #: Deviations a size band needs before its measured tail replaces the default's (fewer say little
 #: about one launch in ten).
 MIN_TAIL_DEVIATIONS = 20
-#: How many launches' worth of belief the system's default noise carries against measured launches
-#: (pseudo degrees of freedom of the scaled inverse-chi-square prior): two launches at one size
-#: (one degree of freedom) move it a third of the way, launches at many sizes settle it.
-PRIOR_DOF = 2.0
 #: Below this no noise is believed, however well launches agree (timer resolution, clock drift).
 MIN_NOISE = 0.001
 #: The launch id of records whose launch is unknown: all of them count as one launch per call.
 UNKNOWN_LAUNCH = ""
-#: Upper edges (bytes) of the size bands launch noise is told apart in, and their names. Below
-#: 1 MiB a call's time is mostly its launch latency; from 16 MiB it is bandwidth; between, NCCL's
-#: protocol and channel changes make it the most erratic (measured: :data:`NVSWITCH_NODE_LAUNCH_NOISE`).
-NOISE_BAND_EDGES: tuple[int, ...] = (1 << 20, 1 << 24)
-NOISE_BANDS: tuple[str, ...] = ("< 1 MiB", "1-16 MiB", ">= 16 MiB")
-
-
-def noise_band(nbytes: int) -> int:
-    """The index of the size band ``nbytes`` falls in (:data:`NOISE_BANDS`)."""
-    return bisect.bisect_right(NOISE_BAND_EDGES, nbytes)
-
-
-@dataclass(frozen=True)
-class BandNoise:
-    """One launch's noise in one size band, relative (log time).
-
-    ``core`` is the robust 1-sigma of a launch around its call's median over launches
-    (:data:`SIGMA_PER_MAD` x the median absolute deviation): blind to the rare stalled launch, it is
-    what the median of several launches is uncertain by. ``tail`` is what one launch alone may be off
-    by (the :data:`TAIL_QUANTILE` quantile of the deviations, stalled launches included): on real
-    machines a launch now and then takes x1.1-x1.8 of its call's usual time.
-    """
-
-    core: float
-    tail: float
-
-    @classmethod
-    def flat(cls, sigma: float) -> BandNoise:
-        return cls(sigma, sigma)
-
-
-#: Launch-to-launch noise of one 8 x H100 NVSwitch node (NCCL 2.26.2, nccl-tests -g 8), per size
-#: band (:data:`NOISE_BANDS`), from the repeated launches of togethercomputer/together-nccl-tests
-#: ``benchmarks/H100/results/20260305_*`` kept in ``tests/fixtures/real/h100_nvswitch_node``
-#: (allreduce NCCL default x 10 and NCCL_ALGO=RING x 11 launches from 1 MiB, ring x 2 below;
-#: allgather and reducescatter ring x 2): :meth:`Measurements.launch_spread` of those fixtures
-#: (``tests/test_tune.py`` recomputes it).
-NVSWITCH_NODE_LAUNCH_NOISE: tuple[BandNoise, ...] = (
-    BandNoise(core=0.0183, tail=0.0944),  # < 1 MiB: 86 launch deviations
-    BandNoise(core=0.0065, tail=0.0412),  # 1-16 MiB: 100
-    BandNoise(core=0.0014, tail=0.0039),  # >= 16 MiB: 250
-)
 
 
 @dataclass(frozen=True)
@@ -293,30 +244,16 @@ def _launch_spreads(launch_times: Mapping[CallKey, Mapping[str, float]]
     return dict(out)
 
 
-def default_launch_noise(topology: Topology) -> tuple[BandNoise, ...]:
-    """The system's conservative launch-to-launch noise per size band where nothing measured it:
-    the largest of the network transports its calls cross (``dynamiccl.transports``), else the
-    measured NVSwitch node's (:data:`NVSWITCH_NODE_LAUNCH_NOISE`) on a node whose GPUs meet at an
-    NVLink switch, else :data:`INTRA_NODE_LAUNCH_NOISE`."""
-    crossed = [TRANSPORTS[t.transport].launch_noise for t in topology.tiers[1:]
-               if t.link == "net" and t.transport and t.size > 1]
-    if crossed:
-        return (BandNoise.flat(max(INTRA_NODE_LAUNCH_NOISE, *crossed)),) * len(NOISE_BANDS)
-    inner = topology.tiers[0]
-    if inner.link == "nvlink" and inner.fabric == "switch":
-        return NVSWITCH_NODE_LAUNCH_NOISE
-    return (BandNoise.flat(INTRA_NODE_LAUNCH_NOISE),) * len(NOISE_BANDS)
-
-
 class LaunchNoise:
     """The relative 1-sigma of one launch's time of a choice on one system shape, per size band.
 
     The system's default (:func:`default_launch_noise`, or ``defaults`` where given; its core
-    floored by what one launch's own timings disagree by) is a prior worth :data:`PRIOR_DOF`
-    launches; a choice timed in repeated launches updates it by their robust spread, and a choice
-    never repeated takes the larger of the prior and what every repeated choice of the shape says
-    together. One launch alone is believed only to the band's tail (the measured one where the
-    shape's launches give :data:`MIN_TAIL_DEVIATIONS`, else the default's).
+    floored by what one launch's own timings disagree by) is a prior worth
+    :data:`~dynamiccl.launch_noise.PRIOR_DOF` launches; a choice timed in repeated launches updates
+    it by their robust spread, and a choice never repeated takes the larger of the prior and what
+    every repeated choice of the shape says together. One launch alone is believed only to the
+    band's tail (the measured one where the shape's launches give :data:`MIN_TAIL_DEVIATIONS`, else
+    the default's).
     """
 
     def __init__(self, measurements: Measurements,
@@ -352,15 +289,10 @@ class LaunchNoise:
         return self.default(topology, nbytes).tail
 
     def of_mean(self, topology: Topology, choice: Choice, launches: int, nbytes: int) -> float:
-        """The 1-sigma of the median of ``launches`` launches' times of ``choice`` (log time).
-
-        One launch is off by up to the band's tail; the mean of two by half a stray launch (the
-        tail over sqrt 2); from three the median is blind to one stray launch and only the core
-        noise remains (:data:`MEDIAN_EFFICIENCY` x core / sqrt n)."""
-        sigma = self.sigma(topology, choice, nbytes)
-        if launches < 3:
-            return max(sigma, self.tail(topology, nbytes)) / math.sqrt(max(launches, 1))
-        return MEDIAN_EFFICIENCY * sigma / math.sqrt(launches)
+        """The 1-sigma of the median of ``launches`` launches' times of ``choice`` (log time):
+        :meth:`BandNoise.of_median` with this shape's core noise and tail."""
+        tail = BandNoise(0.0, self.tail(topology, nbytes))
+        return tail.of_median(self.sigma(topology, choice, nbytes), launches)
 
     def _sigma(self, topology: Topology, choice: Choice, nbytes: int) -> float:
         prior = self.prior(topology, nbytes)
@@ -376,7 +308,4 @@ class LaunchNoise:
 def _posterior(prior: float, spread: LaunchSpread) -> float:
     """The scaled inverse-chi-square update of a noise prior by repeated launches (their robust
     spread standing for the sample's)."""
-    if not spread.dof:
-        return prior
-    return math.sqrt((PRIOR_DOF * prior * prior + spread.dof * spread.core ** 2)
-                     / (PRIOR_DOF + spread.dof))
+    return updated_core(prior, spread.core, spread.dof)

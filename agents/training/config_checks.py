@@ -29,7 +29,7 @@ class ConfigCheckError(ValueError):
 
 #: What a training run reports (and a sweep may optimise), with the direction that is better.
 METRICS = {"oracle_share": "max", "geomean_speedup": "max", "worst_speedup": "max",
-           "val_nll": "min"}
+           "val_nll": "min", "val_objective": "min", "val_regret_ratio": "min"}
 
 
 def _suggest(key: str, allowed: list[str]) -> str:
@@ -98,6 +98,11 @@ HYPERPARAMETERS: dict[str, tuple[float, float, bool, bool]] = {
     "epochs_per_round": (1, 1000, True, True), "margin": (0.0, 1.0, False, True),
     "min_gain": (0.0, 1.0, False, True),
     "ensemble": (1, 64, True, True),
+    # the evidence tuner (agents/training/evidence_learner.py)
+    "jobs_per_round": (1, 10_000, True, True), "calls_per_job": (1, 10_000, True, True),
+    "step": (0.0, 1.0, False, False), "validation_jobs": (1, 100, True, True),
+    "validation_rounds": (1, 1000, True, True), "risk": (0.0, 1.0, False, False),
+    "gate_z": (0.0, 10.0, False, True), "max_repeats": (1, 1000, True, True),
 }
 
 
@@ -251,6 +256,11 @@ def check_env(cfg: DictConfig) -> None:
     if is_learned_prior(cfg.agent) and cfg.get("deploy") is not None:
         raise ConfigCheckError("agent=learned_prior trains a prior for `dynamiccl tune`, not a policy "
                                "to export; drop the export with ~deploy")
+    from dynamiccl.agents.training.evidence_agent import is_evidence_tuner
+
+    if is_evidence_tuner(cfg.agent) and cfg.get("deploy") is not None:
+        raise ConfigCheckError("agent=evidence_tuner trains an online tuner for the runtime, not a "
+                               "policy to export; drop the export with ~deploy")
     if cfg.get("deploy") is not None and observation != "deployable":
         raise ConfigCheckError(f"this run exports its policy (deploy), but env.observation={observation} "
                                "holds what the tuner plugin cannot see; train with "

@@ -85,6 +85,13 @@ def validate(learner: PriorLearner, *, final: bool = False) -> dict[str, float]:
     return score(learner.prior(), list(_cases(systems if final else max(1, systems // 3))))
 
 
+def summary(metrics: dict[str, Any], shipped: Path) -> str:
+    """The line a finished training run ends with."""
+    return (f"validation realities: NLL {metrics['val_nll']:.3f}, RMS error {metrics['val_rmse']:.3f}, "
+            f"within 1 sigma {metrics['val_cover_1sigma']:.1%}, within 2 sigma "
+            f"{metrics['val_cover_2sigma']:.1%} ({metrics['val_points']} points); the prior: {shipped}")
+
+
 def training_command(cfg: DictConfig) -> str:
     """The seeded command that trains this prior again (settings that differ from the defaults)."""
     defaults = asdict(PriorConfig())

@@ -42,6 +42,7 @@ from dynamiccl.agents.training.callbacks import (
 )
 from dynamiccl.agents.training.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.training.envs_factory import deployable, make_training_env
+from dynamiccl.agents.training.evidence_agent import is_evidence_tuner
 from dynamiccl.agents.training.full_info_agent import is_full_info
 from dynamiccl.agents.training.prior_agent import is_learned_prior
 from dynamiccl.agents.training.resume_state import restore
@@ -207,7 +208,13 @@ def _train(cfg: DictConfig, run_dir: Path, report: Reporter | None, run_logger: 
     torch.set_num_threads(int(cfg.trainer.torch_threads))
     try:
         if is_learned_prior(cfg.agent):
-            return _learn_prior(cfg, run_dir, run_logger, report, changes)
+            from dynamiccl.agents.training import prior_agent
+
+            return _learn_and_ship(cfg, run_dir, run_logger, report, changes, prior_agent)
+        if is_evidence_tuner(cfg.agent):
+            from dynamiccl.agents.training import evidence_agent
+
+            return _learn_and_ship(cfg, run_dir, run_logger, report, changes, evidence_agent)
         learn = _learn_full_info if is_full_info(cfg.agent) else _learn_sb3
         policy, step, seconds = learn(cfg, run_dir, run_logger, report, changes)
         metrics, ending = _evaluate_and_ship(cfg, policy, run_dir, run_logger, report, step, seconds)
@@ -403,29 +410,26 @@ def _learn_full_info(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Re
     return learner.policy(name=name), step, seconds
 
 
-def _learn_prior(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter | None,
-                 changes: str | None) -> dict[str, Any]:
-    """Trains (or resumes) the learned prior, scores it on the validation realities and writes the
-    file that ships (``learned_prior.npz``); returns its metrics."""
-    from dynamiccl.agents.training import prior_agent as agent
-
+def _learn_and_ship(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter | None,
+                    changes: str | None, agent: Any) -> dict[str, Any]:
+    """Trains (or resumes) a round learner that is scored on its own validation and ships a file
+    rather than a policy (``agent``: :mod:`~dynamiccl.agents.training.prior_agent`, the learned
+    prior's ``learned_prior.npz``; :mod:`~dynamiccl.agents.training.evidence_agent`, the evidence
+    tuner's ``evidence_tuner.json``): validates it, writes the file and the metrics; returns them."""
     learner, step, seconds = _learn_rounds(cfg, run_dir, run_logger, report, changes, agent,
                                            agent.validate, agent.EVALUATED)
     metrics = agent.validate(learner, final=True)
     shipped = agent.ship(cfg, learner, run_dir, metrics)
     out = run_dir / "eval"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(metrics, indent=2))
+    write_text_atomic(out / "summary.json", json.dumps(metrics, indent=2))
     run_logger.log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=step)
     metrics = {**metrics, "step": step, "train_seconds": seconds}
-    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    write_text_atomic(run_dir / "metrics.json", json.dumps(metrics, indent=2))
     if report is not None:
         report(metrics, run_dir / "checkpoints")
     else:  # a sweep prints its own table
-        _console(f"validation realities: NLL {metrics['val_nll']:.3f}, RMS error "
-                 f"{metrics['val_rmse']:.3f}, within 1 sigma {metrics['val_cover_1sigma']:.1%}, "
-                 f"within 2 sigma {metrics['val_cover_2sigma']:.1%} ({metrics['val_points']} points); "
-                 f"the prior: {shipped}")
+        _console(agent.summary(metrics, shipped))
     return metrics
 
 

@@ -234,7 +234,8 @@ def _token(knob) -> str | None:
 
 def _noise_note(tuner, scenarios: list) -> str:
     """How noisy NCCL's default is taken to be on each shape, per size band, and from what."""
-    from dynamiccl.agents.shipping.tune_measurements import DEFAULT, NOISE_BAND_EDGES, NOISE_BANDS
+    from dynamiccl.agents.shipping.tune_measurements import DEFAULT
+    from dynamiccl.launch_noise import NOISE_BAND_EDGES, NOISE_BANDS
 
     parts = []
     for system in dict.fromkeys(s.topology for s in scenarios):

@@ -27,6 +27,22 @@ not know the miscalibration either); it is timed in the perturbed reality like e
 ``action_times`` and ``measure_forced`` give the noise-free truth (what scoring uses); ``measure``
 adds the noise (what an online tuner sees). Seeds below :data:`HELDOUT_SEED_START` are for
 anything a tuner may be fitted on; evaluations use seeds from it on.
+
+Two profiles of realities exist. ``uniform`` (the default, above) is the one every earlier figure
+was measured on. ``measured`` draws realities whose model error and noise match what real systems
+showed (``experiments/fit_realities.py`` fits it to ``tests/fixtures/real``):
+
+* model error: each (algorithm, protocol) pair's latency floor and bandwidth are off by log-normal
+  factors (half of their log-variance shared by every collective, half the collective's own), on
+  top of a system-wide latency and bandwidth factor every choice shares (NCCL's default included):
+  the datasheet topology's latencies and bandwidths are off for everyone at once. Their spreads
+  (:data:`MEASURED_MODEL_ERROR`) are fitted per kind of system to the published runs: the mean
+  |log(t_choice / t_default) measured - modelled| over forced runs the model tells apart from NCCL's
+  pick, and the mean |log(t_default measured / modelled)|; transports over TCP (kernel sockets,
+  TCPXO) apart from the rest;
+* noise: one launch's noise per size band (:mod:`dynamiccl.launch_noise`: the measured 8 x H100
+  node's core and tail on NVSwitch nodes, 25 % across kernel sockets, 5 % elsewhere), with one
+  launch in ten straying past the tail.
 """
 
 from __future__ import annotations
@@ -38,12 +54,15 @@ from functools import lru_cache
 import numpy as np
 
 from dynamiccl import decisions
+from dynamiccl.decisions import FLOOR_BYTES
 from dynamiccl.envs.backends.base import Measurement
 from dynamiccl.envs.backends.sim import forced_decision, observed
-from dynamiccl.knobs import ActionColumns, Algorithm, Config, Protocol
+from dynamiccl.knobs import ActionColumns, Algorithm, Collective, Config, Protocol
+from dynamiccl.launch_noise import default_launch_noise, noise_band
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate
 from dynamiccl.topology import Topology
+from dynamiccl.transports import TRANSPORTS
 
 BANDWIDTH_RANGE = (0.6, 1.4)
 LATENCY_RANGE = (1 / 3, 3.0)
@@ -56,35 +75,99 @@ HELDOUT_SEED_START = 1000
 NETWORK_LATENCY_LOG_RANGE = (-0.97, 1.01)
 NETWORK_BANDWIDTH_LOG_RANGE = (-0.67, 1.77)
 NODE_BANDWIDTH_LOG_RANGE = (0.08, 0.33)
-#: The size whose time stands for a configuration's latency floor.
-FLOOR_BYTES = 8
+
+PROFILES = ("uniform", "measured")
+
+
+@dataclass(frozen=True)
+class ModelError:
+    """The ``measured`` profile's spreads (1-sigma of log factors) for one kind of system."""
+
+    #: Each pair's latency-floor and bandwidth factor.
+    pair: float
+    #: The system-wide latency-floor and bandwidth factor every choice shares.
+    common: float
+
+
+#: Fitted by ``experiments/fit_realities.py`` to the published runs of ``tests/fixtures/real``
+#: (``tests/test_realities.py`` checks the fit still holds): systems whose network crosses a host
+#: TCP stack (``Transport.over_tcp``: the A3 Mega's TCPXO and a socket pair) and the rest (an
+#: NVSwitch node, DGX B200 on InfiniBand).
+MEASURED_MODEL_ERROR = {"tcp": ModelError(pair=0.73, common=0.90), "rdma": ModelError(pair=0.24, common=0.44)}
+#: The share of a pair's log-variance that is the collective's own (the rest all its collectives
+#: share): the published runs force too few pairs across collectives to tell, so half.
+COLLECTIVE_SHARE = 0.5
+
+
+def system_kind(topology: Topology) -> str:
+    """Which :data:`MEASURED_MODEL_ERROR` a system's reality draws: ``tcp`` where a network tier
+    its calls cross runs over TCP, else ``rdma``."""
+    tcp = any(TRANSPORTS[t.transport].over_tcp for t in topology.tiers[1:]
+              if t.link == "net" and t.transport and t.size > 1)
+    return "tcp" if tcp else "rdma"
 
 
 @dataclass(frozen=True, eq=False)
 class Miscalibration:
-    """One system's hidden truth: factors per (algorithm, protocol), indexed [algorithm, protocol]."""
+    """One system's hidden truth: factors per (algorithm, protocol), indexed [algorithm, protocol].
+
+    ``uniform``: ``bandwidth`` and ``latency`` are the factors and ``noise`` the sigma of log time.
+    ``measured``: they are standard normal draws (with ``per_collective`` [collective, algorithm,
+    protocol, 2] and ``common`` [2], latency then bandwidth) that :meth:`factors` scales by the
+    system's :data:`MEASURED_MODEL_ERROR`; the noise is the system's launch noise per size band.
+    """
 
     bandwidth: np.ndarray
     latency: np.ndarray
     noise: float
     seed: int
+    profile: str = "uniform"
+    per_collective: np.ndarray | None = None
+    common: np.ndarray | None = None
 
     @classmethod
     @lru_cache(maxsize=256)
-    def draw(cls, seed: int) -> Miscalibration:
+    def draw(cls, seed: int, profile: str = "uniform") -> Miscalibration:
         """The same seed always gives the same system (cached: the truth's times are keyed by it)."""
+        if profile not in PROFILES:
+            raise ValueError(f"reality profile {profile!r} is not one of {', '.join(PROFILES)}")
         rng = np.random.default_rng([seed, 0xD11])
         shape = (len(Algorithm), len(Protocol))
-        bw = rng.uniform(*BANDWIDTH_RANGE, size=shape)
-        lat = np.exp(rng.uniform(math.log(LATENCY_RANGE[0]), math.log(LATENCY_RANGE[1]), size=shape))
-        return cls(bw, lat, float(rng.uniform(*NOISE_RANGE)), seed)
+        if profile == "uniform":
+            bw = rng.uniform(*BANDWIDTH_RANGE, size=shape)
+            lat = np.exp(rng.uniform(math.log(LATENCY_RANGE[0]), math.log(LATENCY_RANGE[1]), size=shape))
+            return cls(bw, lat, float(rng.uniform(*NOISE_RANGE)), seed)
+        rng = np.random.default_rng([seed, 0xD11, 1])
+        return cls(rng.standard_normal(shape), rng.standard_normal(shape), math.nan, seed, profile,
+                   rng.standard_normal((len(Collective), *shape, 2)), rng.standard_normal(2))
 
-    def scale(self, algorithm: np.ndarray, protocol: np.ndarray, time_us: np.ndarray,
-              floor_us: np.ndarray) -> np.ndarray:
+    def factors(self, collective: Collective, topology: Topology, error: ModelError | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(latency, bandwidth) factors [algorithm, protocol] of ``collective`` on ``topology``
+        (``measured``: with the system kind's spreads, or ``error``'s)."""
+        if self.profile == "uniform":
+            return self.latency, self.bandwidth
+        error = error or MEASURED_MODEL_ERROR[system_kind(topology)]
+        own = self.per_collective[int(collective)]
+        shared = math.sqrt(1.0 - COLLECTIVE_SHARE)
+        mine = math.sqrt(COLLECTIVE_SHARE)
+        lat = error.common * self.common[0] + error.pair * (shared * self.latency + mine * own[..., 0])
+        bw = error.common * self.common[1] + error.pair * (shared * self.bandwidth + mine * own[..., 1])
+        return np.exp(lat), np.exp(bw)
+
+    def scale(self, scenario: Scenario, algorithm: np.ndarray, protocol: np.ndarray,
+              time_us: np.ndarray, floor_us: np.ndarray) -> np.ndarray:
         """True times from model times (vectorised over configurations)."""
+        latency, bandwidth = self.factors(scenario.collective, scenario.topology)
         floor = np.minimum(floor_us, time_us)
-        return (self.latency[algorithm, protocol] * floor
-                + (time_us - floor) / self.bandwidth[algorithm, protocol])
+        return latency[algorithm, protocol] * floor + (time_us - floor) / bandwidth[algorithm, protocol]
+
+    def deviation(self, rng: np.random.Generator, scenario: Scenario) -> float:
+        """One measurement's noise (log time)."""
+        if self.profile == "uniform":
+            return float(rng.normal(0.0, self.noise))
+        band = default_launch_noise(scenario.topology)[noise_band(scenario.nbytes)]
+        return float(band.sample(rng))
 
 
 @dataclass(frozen=True)
@@ -126,13 +209,16 @@ class PerturbedBackend:
 
     name = "perturbed"
 
-    def __init__(self, seed: int = HELDOUT_SEED_START, noisy: bool = True, system: bool = False) -> None:
+    def __init__(self, seed: int = HELDOUT_SEED_START, noisy: bool = True, profile: str = "uniform",
+                 stream: int = 0, system: bool = False) -> None:
+        """``stream`` picks one of the seed's independent streams of measurement noise (0: the
+        one every earlier figure drew)."""
         if int(seed) < 0:
             raise ValueError(f"perturbed backend seed must be >= 0, got {seed}")
-        self.truth = Miscalibration.draw(int(seed))
+        self.truth = Miscalibration.draw(int(seed), profile)
         self.system = SystemMiscalibration.draw(int(seed)) if system else None
         self.noisy = bool(noisy)
-        self._rng = np.random.default_rng([int(seed), 0x5EED])
+        self._rng = np.random.default_rng([int(seed), 0x5EED, *([int(stream)] if stream else [])])
 
     def _real(self, scenario: Scenario) -> Scenario:
         """The call on the system as it really is (NCCL still picks on the datasheet's)."""
@@ -141,7 +227,7 @@ class PerturbedBackend:
         return replace(scenario, topology=self.system.apply(scenario.topology))
 
     def action_times(self, scenario: Scenario) -> np.ndarray:
-        return _true_action_times(self.truth.seed, self._real(scenario))
+        return _true_action_times(self.truth.seed, self.truth.profile, self._real(scenario))
 
     def true_time(self, scenario: Scenario, config: Config) -> float:
         """The noise-free time of one configuration (any channel count)."""
@@ -150,23 +236,28 @@ class PerturbedBackend:
     def _default(self, scenario: Scenario) -> float:
         return self.true_time(scenario, decisions.nccl_default(scenario).config)
 
-    def _noise(self, time_us: float) -> float:
+    def _noise(self, scenario: Scenario, time_us: float) -> float:
         if not self.noisy:
             return time_us
-        return time_us * math.exp(self._rng.normal(0.0, self.truth.noise))
+        return time_us * math.exp(self.truth.deviation(self._rng, scenario))
+
+    def noisy_time(self, scenario: Scenario, time_us: float) -> float:
+        """One measurement of a call whose true time is ``time_us`` (the next draw of this
+        backend's noise stream; exact when not ``noisy``)."""
+        return self._noise(scenario, time_us)
 
     def measure(self, scenario: Scenario, action: int) -> Measurement:
         time_us = float(self.action_times(scenario)[action])
         default_us = self._default(scenario)
         if not math.isfinite(time_us):
             time_us = default_us
-        return observed(scenario, self._noise(time_us), self._noise(default_us))
+        return observed(scenario, self._noise(scenario, time_us), self._noise(scenario, default_us))
 
     def measure_forced(self, scenario: Scenario, constraints: decisions.KnobConstraints
                        ) -> Measurement:
         config = forced_decision(scenario, constraints).config
-        return observed(scenario, self._noise(self.true_time(scenario, config)),
-                         self._noise(self._default(scenario)))
+        return observed(scenario, self._noise(scenario, self.true_time(scenario, config)),
+                        self._noise(scenario, self._default(scenario)))
 
 
 def _calm(scenario: Scenario, nbytes: int | None = None) -> Scenario:
@@ -176,13 +267,13 @@ def _calm(scenario: Scenario, nbytes: int | None = None) -> Scenario:
 
 
 @lru_cache(maxsize=32768)
-def _true_action_times(seed: int, scenario: Scenario) -> np.ndarray:
-    truth = Miscalibration.draw(seed)
+def _true_action_times(seed: int, profile: str, scenario: Scenario) -> np.ndarray:
+    truth = Miscalibration.draw(seed, profile)
     calm = decisions.action_times(_calm(scenario))
     floor = decisions.action_times(_calm(scenario, FLOOR_BYTES))
     with np.errstate(invalid="ignore"):  # inf - inf where an action cannot run
         wait = decisions.action_times(scenario) - calm if scenario.has_straggler else 0.0
-        times = truth.scale(ActionColumns.algorithm, ActionColumns.protocol, calm, floor) + wait
+        times = truth.scale(scenario, ActionColumns.algorithm, ActionColumns.protocol, calm, floor) + wait
     times = np.where(np.isfinite(calm), times, np.inf)
     times.setflags(write=False)
     return times
@@ -193,5 +284,5 @@ def _true_config_time(truth: Miscalibration, scenario: Scenario, config: Config)
     calm = evaluate(_calm(scenario), config).time_us
     floor = evaluate(_calm(scenario, FLOOR_BYTES), config).time_us
     a, p = np.array([int(config.algorithm)]), np.array([int(config.protocol)])
-    return float(truth.scale(a, p, np.array([calm]), np.array([floor]))[0] + (t - calm))
+    return float(truth.scale(scenario, a, p, np.array([calm]), np.array([floor]))[0] + (t - calm))
 
