@@ -37,7 +37,7 @@ def one_line(err: str, message: str) -> None:
      "unknown config key 'trainer.totl_timesteps' (did you mean 'total_timesteps'?)"),
     (["agent.model.n_stepz=64"], "unknown config key 'agent.model.n_stepz' (did you mean 'n_steps'?)"),
     (["agent=nosuch"], "agent=nosuch: the config group 'agent' has no option 'nosuch'; choose one of "
-                       "dqn, full_info, learned_prior, maskable_ppo, ppo"),
+                       "dqn, evidence_tuner, full_info, learned_prior, maskable_ppo, ppo"),
     (["experiment=smok"], "the config group 'experiment' has no option 'smok' (did you mean 'smoke'?)"),
     (["seed=[1,"], "cannot read the override 'seed=[1,'"),
 ])

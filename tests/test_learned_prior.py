@@ -223,7 +223,7 @@ def test_training_never_touches_a_held_out_or_validation_reality(monkeypatch):
         def __init__(self, seed: int = 0, noisy: bool = True, system: bool = False) -> None:
             assert system  # the prior learns against systems whose own tiers are off too
             seeds.append(int(seed))
-            super().__init__(seed, noisy, system)
+            super().__init__(seed, noisy, system=system)
 
     monkeypatch.setattr(prior_learner, "PerturbedBackend", Recording)
     learner = PriorLearner(PriorConfig(systems_per_round=6, series_per_system=1, budgets_per_series=2,

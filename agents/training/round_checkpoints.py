@@ -45,6 +45,13 @@ def save(learner: Any, path: str | Path, *, algo: str, config_class: str, resume
     return path
 
 
+def learned_state(learner: Any) -> dict[str, torch.Tensor]:
+    """What the learner has learned, named: every tensor its optimizer steps (a network's weights,
+    the evidence tuner's spreads), so checkpoints of every round learner get a parameters digest."""
+    return {f"{g}.{i}": p for g, group in enumerate(learner.optimizer.param_groups)
+            for i, p in enumerate(group["params"])}
+
+
 def restore(learner: Any, path: str | Path) -> bool:
     """Gives the learner loaded from ``path`` its optimizer and generator back; False when the
     checkpoint holds only the network (e.g. a final ``model.pt``)."""

@@ -46,6 +46,7 @@ from dynamiccl.agents.training.evidence_agent import is_evidence_tuner
 from dynamiccl.agents.training.full_info_agent import is_full_info
 from dynamiccl.agents.training.prior_agent import is_learned_prior
 from dynamiccl.agents.training.resume_state import restore
+from dynamiccl.agents.training.round_checkpoints import learned_state
 from dynamiccl.agents.training.run_folder import locked, record_config
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.files import write_text_atomic
@@ -346,7 +347,7 @@ def _learn_rounds(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Repor
         if saved_at != learner.samples_seen:
             agent.save_checkpoint(learner, last)
             record_checkpoint(ckpt_dir, learner.samples_seen, seconds,
-                              parameters_digest(learner.network.state_dict()))
+                              parameters_digest(learned_state(learner)))
             saved_at = learner.samples_seen
 
     checkpoint_due = _AtMultiples(int(cfg.trainer.checkpoint_every), start)
