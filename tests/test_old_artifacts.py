@@ -36,9 +36,11 @@ KILLED = {
                              "eval.plots=false"], 64, 256),
     "full_info_killed": ([*FULL_INFO, "trainer.total_timesteps=2048", "trainer.checkpoint_every=256"],
                          256, 2048),
-    "learned_prior_killed": (["agent=learned_prior", "trainer.progress_bar=false",
-                              "agent.model.systems_per_round=2", "agent.model.series_per_system=1",
-                              "agent.model.budgets_per_series=4", "agent.model.queries_per_budget=16",
+    # realities=datasheet: what the prior trained against then, before the key existed (ADDED_KEYS)
+    "learned_prior_killed": (["agent=learned_prior", "agent.model.realities=datasheet",
+                              "trainer.progress_bar=false", "agent.model.systems_per_round=2",
+                              "agent.model.series_per_system=1", "agent.model.budgets_per_series=4",
+                              "agent.model.queries_per_budget=16",
                               "agent.model.hidden=8", "agent.model.ensemble=2",
                               "agent.model.validation_systems=3", "logger=none",
                               "trainer.total_timesteps=3000", "trainer.checkpoint_every=300"], 346, 3000),
@@ -226,6 +228,25 @@ def _saved_network(name: str) -> dict[str, torch.Tensor]:
         with zipfile.ZipFile(folder / "last.zip") as zf:
             return torch.load(io.BytesIO(zf.read("policy.pth")), weights_only=True)
     return torch.load(folder / "last.pt", map_location="cpu", weights_only=True)["state"]
+
+
+def test_an_old_prior_run_resumed_with_todays_realities_is_refused_by_name(tmp_path):
+    """The saved prior run has no ``agent.model.realities``: it reads as what it trained against
+    (``datasheet``), so resuming it with today's default is one line naming the key and the fix, and
+    the folder is left as it was."""
+    folder = tmp_path / "learned_prior_killed"
+    shutil.copytree(SAVED / folder.name, folder)
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    today = [o for o in KILLED[folder.name][0] if o != "agent.model.realities=datasheet"]
+    out = subprocess.run([sys.executable, str(REPO / "experiments" / "train.py"), *today,
+                          f"hydra.run.dir={folder}"], capture_output=True, text=True, env=ENV, cwd=REPO,
+                         timeout=600)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stderr.strip() == (
+        f"dynamiccl train: error: {folder} was started with other settings: agent.model.realities "
+        "('datasheet' -> 'system'). Resume with the same settings, choose a new run folder "
+        "(hydra.run.dir=PATH), or add resume.allow_changes=true to continue with the new ones")
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != ".lock"} == before
 
 
 @pytest.mark.slow

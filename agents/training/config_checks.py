@@ -256,6 +256,14 @@ def check_env(cfg: DictConfig) -> None:
     if is_learned_prior(cfg.agent) and cfg.get("deploy") is not None:
         raise ConfigCheckError("agent=learned_prior trains a prior for `dynamiccl tune`, not a policy "
                                "to export; drop the export with ~deploy")
+    if is_learned_prior(cfg.agent):
+        from dynamiccl.agents.training.prior_learner import REALITIES, PriorConfig
+
+        realities = OmegaConf.select(cfg, "agent.model.realities")
+        if realities not in REALITIES:
+            raise ConfigCheckError(f"agent.model.realities is {realities!r}; give one of "
+                                   f"{', '.join(REALITIES)}, e.g. "
+                                   f"agent.model.realities={PriorConfig.realities}")
     from dynamiccl.agents.training.evidence_agent import is_evidence_tuner
 
     if is_evidence_tuner(cfg.agent) and cfg.get("deploy") is not None:

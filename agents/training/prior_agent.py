@@ -74,15 +74,16 @@ def fresh_loss(learner: PriorLearner, data: Any) -> float:
 
 
 @lru_cache(maxsize=4)
-def _cases(systems: int) -> tuple[ValidationCase, ...]:
-    return tuple(validation_cases(systems))
+def _cases(systems: int, realities: str) -> tuple[ValidationCase, ...]:
+    return tuple(validation_cases(systems, realities=realities))
 
 
 def validate(learner: PriorLearner, *, final: bool = False) -> dict[str, float]:
-    """The prior as it would ship, scored on the validation realities (fixed systems; a periodic
-    evaluation uses a third of the final one's)."""
+    """The prior as it would ship, scored on the validation realities of the kind it trains against
+    (fixed systems; a periodic evaluation uses a third of the final one's)."""
     systems = learner.config.validation_systems
-    return score(learner.prior(), list(_cases(systems if final else max(1, systems // 3))))
+    return score(learner.prior(), list(_cases(systems if final else max(1, systems // 3),
+                                              learner.config.realities)))
 
 
 def summary(metrics: dict[str, Any], shipped: Path) -> str:

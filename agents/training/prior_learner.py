@@ -18,6 +18,11 @@ measured, the true residual (true minus model log-ratio) with a Gaussian negativ
 so the predicted sigma is calibrated. The size window of each budget is a random stretch of the
 sweep, so the prior answers any grid of sizes.
 
+Those are the ``system`` realities (``PriorConfig.realities``, the default). ``datasheet`` draws what
+the prior trained against before (runs recorded before the setting existed, which resume with it):
+the systems on the sampler's networks and only the per-pair miscalibration, the same stream bit for
+bit.
+
 Reality seeds: training draws from ``[0, VALIDATION_SEED_START)``, validation (the sweep's metric,
 the curve) uses ``[VALIDATION_SEED_START, HELDOUT_SEED_START)`` on its own fixed systems; seeds from
 ``HELDOUT_SEED_START`` on are never touched here (``experiments/bench_prior.py`` scores on them).
@@ -61,7 +66,7 @@ from dynamiccl.files import replace_atomically
 from dynamiccl.knobs import Algorithm, Collective, Protocol
 from dynamiccl.scenario import Scenario
 from dynamiccl.topology import Topology, default_nic_path
-from dynamiccl.transports import TRANSPORTS
+from dynamiccl.transports import DEFAULT_TRANSPORT, TRANSPORTS
 
 #: nccl-tests' sweep, -b 8 -e 16G -f 2: the sizes a series is timed at.
 SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))
@@ -73,13 +78,23 @@ VALIDATION_SYSTEMS_SEED = 4242
 TARGET_CLIP = 3.0
 #: The fewest sizes a budget's window spans.
 MIN_WINDOW = 8
-#: What the prior trains against, recorded in its file (the code that draws it is the commit's).
-REALITIES = {"backend": "perturbed, system=True", "pair_bandwidth": list(BANDWIDTH_RANGE),
-             "pair_latency": list(LATENCY_RANGE),
-             "system_log": {"network_latency": list(NETWORK_LATENCY_LOG_RANGE),
-                            "network_bandwidth": list(NETWORK_BANDWIDTH_LOG_RANGE),
-                            "node_bandwidth": list(NODE_BANDWIDTH_LOG_RANGE)},
-             "transports": sorted(TRANSPORTS), "timing_noise": list(NOISE_RANGE)}
+#: What the prior can train against (``PriorConfig.realities``), each as its file records it (the
+#: code that draws it is the commit's): ``system``, every pair and the system's own tiers off, every
+#: transport kind; ``datasheet``, only every pair off, on the sampler's networks.
+REALITIES = {
+    "system": {"backend": "perturbed, system=True", "pair_bandwidth": list(BANDWIDTH_RANGE),
+               "pair_latency": list(LATENCY_RANGE),
+               "system_log": {"network_latency": list(NETWORK_LATENCY_LOG_RANGE),
+                              "network_bandwidth": list(NETWORK_BANDWIDTH_LOG_RANGE),
+                              "node_bandwidth": list(NODE_BANDWIDTH_LOG_RANGE)},
+               "transports": sorted(TRANSPORTS), "timing_noise": list(NOISE_RANGE)},
+    "datasheet": {"backend": "perturbed", "pair_bandwidth": list(BANDWIDTH_RANGE),
+                  "pair_latency": list(LATENCY_RANGE), "transports": [DEFAULT_TRANSPORT],
+                  "timing_noise": list(NOISE_RANGE)},
+}
+#: What a run trained against before ``realities`` was a setting (its checkpoint and its
+#: ``config.yaml`` lack the key; ``run_folder.ADDED_KEYS`` reads them so).
+UNRECORDED_REALITIES = "datasheet"
 
 
 @dataclass
@@ -105,7 +120,13 @@ class PriorConfig:
     epochs_per_round: int = 2
     #: Validation systems of the final evaluation (a periodic one uses a third of them).
     validation_systems: int = 24
+    #: What it trains and validates against (:data:`REALITIES`): ``system`` or ``datasheet``.
+    realities: str = "system"
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.realities not in REALITIES:
+            raise ValueError(f"realities is {self.realities!r}; give one of {', '.join(REALITIES)}")
 
 
 @dataclass(frozen=True)
@@ -241,16 +262,19 @@ def with_transport(topology: Topology, transport: str) -> Topology:
     return replace(topology, tiers=tiers)
 
 
-def random_series(rng: np.random.Generator, index: int, count: int, seed_range: tuple[int, int]
-                  ) -> list[Series]:
+def random_series(rng: np.random.Generator, index: int, count: int, seed_range: tuple[int, int],
+                  realities: str = PriorConfig.realities) -> list[Series]:
     """``count`` series (random collectives) on one fresh random system in one reality drawn from
-    ``seed_range``."""
-    kinds = sorted(TRANSPORTS)
-    topology = with_transport(random_topology(rng, index), kinds[int(rng.integers(len(kinds)))])
+    ``seed_range``, of the kind ``realities`` names (:data:`REALITIES`)."""
+    topology = random_topology(rng, index)
+    system = realities == "system"
+    if system:
+        kinds = sorted(TRANSPORTS)
+        topology = with_transport(topology, kinds[int(rng.integers(len(kinds)))])
     if seed_range[1] > HELDOUT_SEED_START:
         raise ValueError(f"reality seeds from {HELDOUT_SEED_START} on are held out for evaluation")
     seed = int(rng.integers(*seed_range))
-    reality = PerturbedBackend(seed, noisy=False, system=True)
+    reality = PerturbedBackend(seed, noisy=False, system=system)
     collectives = rng.choice(len(Collective), size=min(count, len(Collective)), replace=False)
     found = [time_series(topology, Collective(int(c)), reality) for c in collectives]
     return [s for s in found if s is not None]
@@ -302,7 +326,7 @@ class PriorLearner:
         feats, targets = [], []
         for i in range(cfg.systems_per_round):
             for series in random_series(self.rng, self.rounds * cfg.systems_per_round + i,
-                                        cfg.series_per_system, (0, VALIDATION_SEED_START)):
+                                        cfg.series_per_system, (0, VALIDATION_SEED_START), cfg.realities):
                 x, y = examples(self.rng, series, cfg.budgets_per_series, cfg.queries_per_budget)
                 feats.append(x)
                 targets.append(y)
@@ -344,7 +368,7 @@ class PriorLearner:
 
         info = {"format": FORMAT_VERSION, "features": list(FEATURES), "layers": self.config.layers,
                 "config": asdict(self.config), "samples_seen": self.samples_seen,
-                "realities": REALITIES, **(meta or {})}
+                "realities": REALITIES[self.config.realities], **(meta or {})}
         return LearnedPrior(rounded(self.network.weights), rounded(self.network.biases), info)
 
     def save(self, path: str | Path) -> Path:
@@ -356,7 +380,7 @@ class PriorLearner:
     def load(cls, path: str | Path) -> PriorLearner:
         try:
             blob = torch.load(Path(path), map_location="cpu", weights_only=True)
-            learner = cls(PriorConfig(**blob["config"]))
+            learner = cls(PriorConfig(**{"realities": UNRECORDED_REALITIES, **blob["config"]}))
             learner.network.load_state_dict(blob["state"])
         except OSError:
             raise
@@ -382,13 +406,14 @@ class ValidationCase:
     noise: float
 
 
-def validation_cases(systems: int, budgets: int = 3) -> list[ValidationCase]:
+def validation_cases(systems: int, budgets: int = 3, realities: str = PriorConfig.realities
+                     ) -> list[ValidationCase]:
     """The same cases for every run: ``systems`` systems from a fixed generator in validation
-    realities, two collectives each, ``budgets`` budgets per series."""
+    realities of the kind ``realities`` names, two collectives each, ``budgets`` budgets per series."""
     rng = np.random.default_rng(VALIDATION_SYSTEMS_SEED)
     cases = []
     for i in range(systems):
-        for series in random_series(rng, i, 2, (VALIDATION_SEED_START, HELDOUT_SEED_START)):
+        for series in random_series(rng, i, 2, (VALIDATION_SEED_START, HELDOUT_SEED_START), realities):
             for _ in range(budgets):
                 measured = draw_budget(rng, np.isfinite(series.model))
                 values, noise = measure(rng, series, measured)

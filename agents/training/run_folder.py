@@ -4,7 +4,9 @@ A folder that already holds a run is resumed only with the settings recorded in 
 ``config.yaml``; a different setting is refused by name unless ``resume.allow_changes=true``, and
 then the new settings go to ``config_from_<step>.yaml`` beside the original, which is never
 rewritten. Keys that cannot change what is trained (progress bar, logging, evaluation, how often
-to checkpoint) may differ freely.
+to checkpoint) may differ freely. A ``config.yaml`` written before a key was renamed or added reads
+as today's settings: under the new name (:data:`RENAMED_KEYS`), and with the value every run then
+had implicitly (:data:`ADDED_KEYS`), so resuming it with another value is refused by name.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dynamiccl.agents import current_name
 from dynamiccl.agents.training.config_checks import ConfigCheckError
+from dynamiccl.agents.training.prior_learner import UNRECORDED_REALITIES
 from dynamiccl.files import write_text_atomic
 
 #: Config keys (and key prefixes) that do not influence the trained model.
@@ -30,6 +33,11 @@ NEUTRAL_KEYS = ("resume.", "trainer.progress_bar", "trainer.checkpoint_every", "
 #: names, so the run resumes (the full-information learner's ``margin`` is ``min_gain`` now); module
 #: paths in it are read the same way (:func:`_as_today`).
 RENAMED_KEYS = {"agent.model.margin": "agent.model.min_gain"}
+
+#: Keys added since a run folder may have been written, with the value its run had without them: a
+#: ``config.yaml`` that lacks one (where today's config has it) reads as that value (the learned
+#: prior's ``realities``: it trained against the ``datasheet`` realities before).
+ADDED_KEYS = {"agent.model.realities": UNRECORDED_REALITIES}
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -51,6 +59,9 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[An
     """Dotted key -> (recorded value, new value) for every training-relevant difference."""
     flat_old = {RENAMED_KEYS.get(k, k): _as_today(k, v) for k, v in _flat(old).items()}
     flat_new = _flat(new)
+    for key, before in ADDED_KEYS.items():
+        if key in flat_new:
+            flat_old.setdefault(key, before)
     keys = sorted(set(flat_old) | set(flat_new))
     return {k: (flat_old.get(k), flat_new.get(k)) for k in keys
             if flat_old.get(k) != flat_new.get(k) and not k.startswith(NEUTRAL_KEYS)}
