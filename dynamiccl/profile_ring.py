@@ -44,6 +44,9 @@ PROFILE_ENV = "DYNAMICCL_PROFILE"
 #: Records per ring (a power of two, :data:`MIN_RECORDS`..:data:`MAX_RECORDS`).
 RECORDS_ENV = "DYNAMICCL_PROFILE_RECORDS"
 DEFAULT_RECORDS = 4096
+#: Records per ring for a job read as it runs (``profile job``, the runtime): a burst between two
+#: reads must fit.
+JOB_RECORDS = 1 << 16
 MIN_RECORDS, MAX_RECORDS = 64, 1 << 20
 #: Collectives one communicator may have in flight (started, a channel still running). DDP of a
 #: large model enqueues a few hundred buckets ahead of the GPU; a call beyond is dropped (no_slot).

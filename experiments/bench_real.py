@@ -115,6 +115,9 @@ class Settings:
     online_hosts: int = 8
     online_steps: int = 200
     online_model: str | None = None
+    #: The self-tuning job's ranks load the plugin as NCCL's profiler too: the runtime times its
+    #: trials by each call's GPU time instead of its own bucket timing.
+    profiler: bool = False
     timeout_s: float = 600.0
     seed: int = 0
 
@@ -246,14 +249,20 @@ def rank_env(s: Settings, env: dict[str, str]) -> dict[str, str]:
 
 def run_online(s: Settings, topology: Path | str) -> dict:
     """The self-tuning DDP job; every rank's tuning log must be the same (lockstep)."""
+    from dynamiccl import plugin
+    from dynamiccl.profiler.measure.job_profile import profiler_loaded
+
     began = time.monotonic()
-    per_rank = launch(f"{__file__}:online_rank", s.online_hosts,
-                      {"steps": s.online_steps, "topology": str(topology), "model": s.online_model,
-                       "seed": s.seed, "gpus_per_node": None if s.emulate_hosts else s.online_hosts,
-                       "backend": s.backend},
-                      timeout_s=s.timeout_s, env=rank_env(s, deployed_env(None)),
-                      emulate_hosts=s.emulate_hosts)
-    progress(f"[online] {s.online_hosts} ranks, {s.online_steps} steps: {time.monotonic() - began:.0f} s")
+    with (profiler_loaded(plugin.library_path()) if s.profiler else contextlib.nullcontext({})) as timing:
+        per_rank = launch(f"{__file__}:online_rank", s.online_hosts,
+                          {"steps": s.online_steps, "topology": str(topology), "model": s.online_model,
+                           "seed": s.seed, "gpus_per_node": None if s.emulate_hosts else s.online_hosts,
+                           "backend": s.backend},
+                          timeout_s=s.timeout_s, env=rank_env(s, {**deployed_env(None), **timing}),
+                          emulate_hosts=s.emulate_hosts)
+    timed = ", trials timed by NCCL's profiler" if s.profiler else ""
+    progress(f"[online] {s.online_hosts} ranks, {s.online_steps} steps{timed}: "
+             f"{time.monotonic() - began:.0f} s")
     out = per_rank[0]
     out["lockstep"] = all(r["events"] == out["events"] for r in per_rank)
     out["hosts"] = s.online_hosts
@@ -415,18 +424,21 @@ def check_out(out: Path) -> str | None:
     return None
 
 
-def measure(s: Settings, out: Path, ddp: bool, online: bool) -> dict:
+def measure(s: Settings, out: Path, ddp: bool, online: bool, user_path: bool = True) -> dict:
+    """The phases asked for: the user path (sweep, tune, A/B launches), DDP with and without its
+    policy (which needs the path's policy), and the self-tuning job (which needs nothing before)."""
     began = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     topology, online_topology = write_topologies(s, out)
     doc: dict = {"settings": asdict(s), "system": system_facts(s), "topology": str(topology)}
-    doc["sweep"] = run_sweep(s, out)
-    progress(f"[sweep] {time.monotonic() - began:.0f} s in all")
-    doc["tune"] = run_tune(s, topology, out / "sweep.jsonl", out / "tuned.dccl")
-    progress(f"[tune] {sum(r['ours'] != 'NCCL default' for r in doc['tune']['rows'])} decision rows "
-             f"override NCCL; policy {doc['tune']['policy']}")
-    doc["ab"] = run_ab(s, out / "tuned.dccl", out)
-    if ddp:
+    if user_path:
+        doc["sweep"] = run_sweep(s, out)
+        progress(f"[sweep] {time.monotonic() - began:.0f} s in all")
+        doc["tune"] = run_tune(s, topology, out / "sweep.jsonl", out / "tuned.dccl")
+        progress(f"[tune] {sum(r['ours'] != 'NCCL default' for r in doc['tune']['rows'])} decision "
+                 f"rows override NCCL; policy {doc['tune']['policy']}")
+        doc["ab"] = run_ab(s, out / "tuned.dccl", out)
+    if ddp and user_path:
         doc["ddp"] = run_ddp(s, out / "tuned.dccl")
     if online:
         doc["online"] = run_online(s, online_topology)
@@ -482,6 +494,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                           "(default: the evidence tuner, shipped settings)")
     p.add_argument("--no-ddp", action="store_true", help="skip the DDP job")
     p.add_argument("--no-online", action="store_true", help="skip the self-tuning job")
+    p.add_argument("--online-only", action="store_true",
+                   help="only the self-tuning job (no sweep, tune, A/B or DDP: it needs none of them)")
+    p.add_argument("--profiler", action="store_true",
+                   help="the self-tuning job's ranks load DynamICCL as NCCL's profiler too, and the "
+                        "runtime times its trials by each call's GPU time (nccl only)")
     args = p.parse_args(argv)
     defaults = {"choices": ",".join(f"{a}/{p}" for a, p in CHOICES), **{
         k: getattr(d, k) for k in ("pairs", "ddp_pairs", "ddp_steps", "online_hosts", "online_steps")}}
@@ -505,6 +522,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 "at least 1")
     if args.ddp_steps <= d.ddp_warmup:
         p.error(f"--ddp-steps must exceed the {d.ddp_warmup} warmup steps")
+    if args.online_only and args.no_online:
+        p.error("--online-only runs only the self-tuning job, which --no-online skips; drop one")
+    if args.profiler and args.backend == "gloo":
+        p.error("--profiler loads NCCL's profiler, which gloo never loads; use --backend nccl")
     if args.online_model and not Path(args.online_model).is_file():
         p.error(f"--online-model {args.online_model}: no such file; train one with "
                 "`python experiments/bench_online.py --model FILE.zip`")
@@ -573,6 +594,7 @@ def run(args: argparse.Namespace) -> dict | int:
                  iters=args.iters, runs=args.runs, pairs=args.pairs, ddp_pairs=args.ddp_pairs,
                  ddp_steps=args.ddp_steps, online_hosts=args.online_hosts,
                  online_steps=args.online_steps, online_model=args.online_model,
+                 profiler=args.profiler,
                  backend=args.backend, launches=args.launches, choices=args.choice_list)
     problem = check_out(args.out)
     if s.backend == "nccl" and emulation.visible_gpus() == 0:
@@ -588,9 +610,10 @@ def run(args: argparse.Namespace) -> dict | int:
         progress(f"note: {GLOO_CANNOT_SHOW}")
     try:
         if s.backend == "nccl":
-            emulation.prepare(max(s.nprocs, 0 if args.no_online else s.online_hosts),
+            emulation.prepare(max(0 if args.online_only else s.nprocs,
+                                  0 if args.no_online else s.online_hosts),
                               emulation.visible_gpus(), s.emulate_hosts)
-        doc = measure(s, args.out, not args.no_ddp, not args.no_online)
+        doc = measure(s, args.out, not args.no_ddp, not args.no_online, not args.online_only)
     except emulation.EmulationError as exc:
         raise UserError(str(exc)) from None
     except LaunchError as exc:

@@ -44,19 +44,26 @@ loopback's sockets, and StragglAR's punctual ranks reduce-scatter with NCCL's ow
     {"ranks": 4, "backend": "gloo", "cases": [{"straggler_delay_ms": 0, "plain_step_ms": ...,
                                               "hook_step_ms": ..., "predicted_saving_ms": ...}, ...]}
     python experiments/bench_runtime.py --json --backend nccl --emulate-hosts   # on one GPU
+
+``--profiler`` (nccl) loads DynamICCL as NCCL's profiler in the ranks too: the runtime then finds
+the straggler from each rank's GPU time of a step's first all-reduce
+(:mod:`dynamiccl.runtime.timing`) instead of its own marks.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
 from datetime import timedelta
 
+from dynamiccl import plugin
 from dynamiccl.knobs import Algorithm, Collective, Config, Protocol
 from dynamiccl.profiler.measure import emulation
+from dynamiccl.profiler.measure.job_profile import profiler_loaded
 from dynamiccl.profiler.measure.launcher import launch
 from dynamiccl.scenario import Scenario
 from dynamiccl.simulator.api import evaluate
@@ -258,6 +265,9 @@ def main() -> None:
     ap.add_argument("--emulate-hosts", action="store_true",
                     help="nccl: more ranks than GPUs, each its own host (loopback sockets; needs the "
                          "CUDA MPS daemon)")
+    ap.add_argument("--profiler", action="store_true",
+                    help="nccl: the ranks load DynamICCL as NCCL's profiler too, and the runtime finds "
+                         "the straggler from each rank's GPU time of a step's first all-reduce")
     args = ap.parse_args()
     if args.nprocs < 2:
         ap.error("--nprocs must be at least 2 (a straggler needs someone to wait for it)")
@@ -269,17 +279,20 @@ def main() -> None:
         ap.error(f"--delays must be comma-separated numbers of ms, got {args.delays!r}")
     if args.emulate_hosts and args.backend != "nccl":
         ap.error("--emulate-hosts makes NCCL ranks hosts of their own; add --backend nccl")
+    if args.profiler and args.backend != "nccl":
+        ap.error("--profiler loads NCCL's profiler, which gloo never loads; add --backend nccl")
     warmup = RUNTIME["measure_every"] * RUNTIME["window"]
     nccl = args.backend == "nccl"
     try:
         if nccl:
             emulation.prepare(args.nprocs, emulation.visible_gpus(), args.emulate_hosts)
-        out = launch(f"{__file__}:bench_rank", args.nprocs,
-                     {"delays_ms": delays, "width": args.width, "layers": args.layers,
-                      "block": args.block, "blocks": args.blocks, "warmup": warmup,
-                      "collective_reps": args.collective_reps, "backend": args.backend},
-                     timeout_s=1800, env=None if nccl else {"CUDA_VISIBLE_DEVICES": ""},
-                     emulate_hosts=args.emulate_hosts)[0]
+        with (profiler_loaded(plugin.library_path()) if args.profiler
+              else contextlib.nullcontext(None if nccl else {"CUDA_VISIBLE_DEVICES": ""})) as env:
+            out = launch(f"{__file__}:bench_rank", args.nprocs,
+                         {"delays_ms": delays, "width": args.width, "layers": args.layers,
+                          "block": args.block, "blocks": args.blocks, "warmup": warmup,
+                          "collective_reps": args.collective_reps, "backend": args.backend},
+                         timeout_s=1800, env=env, emulate_hosts=args.emulate_hosts)[0]
     except emulation.EmulationError as exc:
         print(f"bench_runtime: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -292,6 +305,7 @@ def main() -> None:
         case["predicted_alone_saving_ms"] = predicted_saving_ms(topology, first_bucket,
                                                                 case["straggler_delay_ms"], 1.0)
     result = {"ranks": args.nprocs, "backend": args.backend, "emulated_hosts": args.emulate_hosts,
+              "profiler": args.profiler,
               "cases": out["cases"], "grad_bytes": out["grad_bytes"],
               "bucket_bytes": out["bucket_bytes"], "allreduce_ms": out["allreduce_ms"],
               "fitted_bandwidth_GBps": topology.tiers[0].bandwidth_GBps}

@@ -197,9 +197,10 @@ def print_report(doc: dict, analysis: dict) -> None:
     if "online" in analysis:
         o = analysis["online"]
         worst = o["worst_trial_vs_default"]
+        timing = ", trials timed by NCCL's profiler" if s.get("profiler") else ""
         console.print(
             f"online tuner on {doc['online']['hosts']} hosts ({doc['online']['tuner']}, no policy "
-            f"file): within 5 % of the best configuration from step {o['steps_to_within_5pct']}, "
+            f"file{timing}): within 5 % of the best configuration from step {o['steps_to_within_5pct']}, "
             f"exploration ended at step {o['exploration_ends_step']}; {o['slower_steps_after_exploration']}"
             f" of {o['steps_after_exploration']} later steps > 5 % slower than NCCL's default "
             f"({o['default_step_ms'] or float('nan'):.2f} ms; best {o['best_step_ms']:.2f} ms); worst "

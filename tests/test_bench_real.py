@@ -190,6 +190,32 @@ def test_the_gloo_dress_rehearsal_runs_every_step_and_writes_the_sections_a_gpu_
     assert again.returncode == 0 and "dress rehearsal" in again.stdout and "judged on a GPU" in again.stdout
 
 
+@pytest.mark.multiproc
+def test_online_only_runs_the_self_tuning_job_alone_and_its_report_reads(tmp_path):
+    """``--online-only`` (the GPU check's profiled step): no sweep, tune, A/B or DDP, and the
+    analysis judges the online job alone."""
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--backend", "gloo", "--online-only", "--online-hosts", "2",
+         "--online-steps", "8", "--out", str(out), "--json"], cwd=ROOT, capture_output=True,
+        text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert not {"sweep", "tune", "ab", "ddp"} & set(doc) and doc["online"]["lockstep"]
+    assert doc["analysis"]["online"]["lockstep"] and not doc["settings"]["profiler"]
+    assert not {"sweep.jsonl", "tuned.dccl", "ab.jsonl"} & {p.name for p in out.iterdir()}
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--online-only", "--no-online"], "drop one"),
+    (["--backend", "gloo", "--profiler"], "--backend nccl")])
+def test_options_that_contradict_each_other_are_one_line(tmp_path, capsys, argv, says):
+    with pytest.raises(SystemExit) as exit_:
+        bench_real.parse_args([*argv, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and says in err[-1] and not (tmp_path / "run").exists()
+
+
 def test_without_a_gpu_or_into_a_foreign_folder_it_says_so_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "new")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

@@ -157,3 +157,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert message in err and "\n" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "ringed"]
     assert os.listdir(tmp_path / "ringed") == ["dynamiccl-1-0-0000000000000001-r0.ring"]
+
+
+def test_a_benchmark_loads_the_profiler_with_rings_in_a_folder_removed_afterwards(tmp_path):
+    """``profiler_loaded`` (bench_real's and bench_runtime's ``--profiler``): the environment names
+    the library and a fresh ring folder, which is gone afterwards, also when the launch failed."""
+    from dynamiccl.nccl import PROFILER_PLUGIN_ENV
+    from dynamiccl.profile_ring import JOB_RECORDS
+    from dynamiccl.profiler.measure.job_profile import profiler_loaded
+
+    library = tmp_path / "libdynamiccl.so"
+    with pytest.raises(RuntimeError), profiler_loaded(library) as env:
+        rings = Path(env[PROFILE_ENV])
+        assert rings.is_dir() and not any(rings.iterdir())
+        assert env[PROFILER_PLUGIN_ENV] == str(library) and env[RECORDS_ENV] == str(JOB_RECORDS)
+        raise RuntimeError("the launch failed")
+    assert not rings.exists()

@@ -15,15 +15,12 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
 from dynamiccl.cli.common import UserError, int_between, path_arg, positive_float
-from dynamiccl.profile_ring import DEFAULT_RECORDS, MAX_RECORDS, MIN_RECORDS, ring_files
+from dynamiccl.profile_ring import DEFAULT_RECORDS, JOB_RECORDS, MAX_RECORDS, MIN_RECORDS, ring_files
 
-#: Records per ring for a job: it is read as it runs, but a burst between two reads must fit.
-JOB_RECORDS = 1 << 16
 JOB_FILE = "job.jsonl"
 #: Exit status when the job ran but no NCCL communicator recorded anything.
 NOTHING_RECORDED = 1
@@ -100,8 +97,9 @@ def _claim_outputs(args: argparse.Namespace) -> Path:
 def _rings_folder(args: argparse.Namespace) -> tuple[Path, bool]:
     """(folder, whether to remove it at the end)."""
     if args.rings is None:
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-        return Path(tempfile.mkdtemp(prefix="dynamiccl-rings-", dir=shm)), True
+        from dynamiccl.profiler.measure.job_profile import temporary_rings
+
+        return temporary_rings(), True
     folder = Path(args.rings)
     if folder.exists() and not folder.is_dir():
         raise UserError(f"--rings {folder} is a file; give a folder")

@@ -12,17 +12,20 @@ size, ranks, nodes, NCCL's choice) into :mod:`~dynamiccl.profiler.formats.job_mi
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from dynamiccl.nccl import PROFILER_PLUGIN_ENV, Algorithm, Collective, Protocol
-from dynamiccl.profile_ring import PROFILE_ENV, RECORDS_ENV
+from dynamiccl.profile_ring import JOB_RECORDS, PROFILE_ENV, RECORDS_ENV
 from dynamiccl.profiler.formats.job_mix import MixEntry, entry
 from dynamiccl.profiler.measure.profile_reader import CALL_DTYPE, ProfileReader, join_ranks
 
@@ -147,6 +150,25 @@ def profiling_env(library: Path, rings: Path, records: int) -> dict[str, str]:
     """What a job needs in its environment for NCCL to load the profiler and record into ``rings``
     (every rank's process: export them through a launcher that does not pass the environment)."""
     return {PROFILER_PLUGIN_ENV: str(library), PROFILE_ENV: str(rings), RECORDS_ENV: str(records)}
+
+
+def temporary_rings() -> Path:
+    """A fresh folder for a job's rings: in /dev/shm where it can be written (memory, as the rings
+    are mapped), else the system's temporary folder. The caller removes it."""
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="dynamiccl-rings-", dir=shm))
+
+
+@contextmanager
+def profiler_loaded(library: Path, records: int = JOB_RECORDS) -> Iterator[dict[str, str]]:
+    """The environment (:func:`profiling_env`) under which the ranks a benchmark launches load the
+    plugin as NCCL's profiler, the runtime then timing collectives by it
+    (:mod:`dynamiccl.runtime.timing`), with rings in a temporary folder removed afterwards."""
+    rings = temporary_rings()
+    try:
+        yield profiling_env(library, rings, records)
+    finally:
+        shutil.rmtree(rings, ignore_errors=True)
 
 
 def run_job(cmd: Sequence[str], env: dict[str, str], rings: Path, *, timeout_s: float | None = None,
