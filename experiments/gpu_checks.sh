@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
 # Every check that needs a GPU, in one bounded command, its results in a fresh folder:
 #
-#   bash experiments/gpu_checks.sh OUT [ONLINE_MODEL.zip]
+#   bash experiments/gpu_checks.sh [--steps LIST] OUT [ONLINE_MODEL.zip]
 #
 # Each run writes OUT/run-<UTC time>/ (OUT and the model are taken relative to where you call it
-# from; a second run beside the first gets a folder of its own): gpu_checks.log (everything
-# printed), pytest_gpu.xml, bench_real/ (records, policy and bench_real.json, which
-# `bench_real.py --analyse` re-prints anywhere), bench_runtime_nccl.json and goals.txt. Steps, on
-# the GPUs of this machine (one is enough: the multi-rank checks run on emulated hosts):
-#   install   the wheels in .whl/ (if there), then `pip install --no-build-isolation --no-deps -e .`
-#   mps       the CUDA MPS daemon, started when none answers (ranks sharing a GPU need it)
-#   bench_real            the whole user path (sweep, tune, deploy, A/B, DDP, the self-tuning job
-#                         with ONLINE_MODEL.zip when given, from `experiments/bench_online.py
-#                         --model ONLINE_MODEL.zip` on any CPU)
-#   bench_runtime on NCCL the runtime's StragglAR and its cost (delays 0 and 20 ms)
-#   pytest -m gpu         every GPU test
-#   goals     one table of issue 28's GPU goals: met, not met or not run, with the figure
-# Every step runs under `timeout`, all of them within GPU_CHECKS_BUDGET_S seconds (default 470: the
-# whole run fits 8 minutes); a step the budget cannot reach is "not run". A failing step does not
-# stop the next; the exit status is the number of steps that failed.
+# from; a second run beside the first gets a folder of its own) and, at the end, the same folder
+# packed as OUT/run-<UTC time>.tar.gz (one file to carry off a machine that returns few). In it:
+# gpu_checks.log (everything printed), goals.txt (the table of GPU goals) and what each step wrote.
+# Steps, in this order (the most telling first, should the budget run out), on the GPUs of this
+# machine (one is enough: the multi-rank checks run on emulated hosts):
+#   install        the wheels in .whl/ (if there), then `pip install --no-build-isolation --no-deps -e .`
+#   mps            the CUDA MPS daemon, started when none answers (ranks sharing a GPU need it)
+#   bench_real     the whole user path: sweep, tune, deploy, A/B, DDP, the self-tuning job (with
+#                  ONLINE_MODEL.zip when given, from `experiments/bench_online.py --model
+#                  ONLINE_MODEL.zip` on any CPU) -> bench_real/
+#   pytest         `pytest -m gpu`, every GPU test, in one process -> pytest_gpu.xml
+#   bench_runtime  the runtime's StragglAR on NCCL and its cost (delays 0 and 20 ms)
+#                  -> bench_runtime_nccl.json
+#   profiler       the profiler plugin's cost: per event pair (its C harness) and in a DDP step
+#                  (interleaved launches with and without it) -> profiler.json, profiler_ddp.json
+#   profiled       the self-tuning job and StragglAR with the profiler loaded, timing by GPU time
+#                  -> profiled/, bench_runtime_profiled.json
+#   goals          one table of the GPU goals (issues 28, 30, 31): met, not met or not run
+# --steps LIST runs only the named steps of bench_real, pytest, bench_runtime, profiler, profiled
+# (comma-separated; install, mps and goals always run): a second call for what the first one's
+# budget did not reach. Every step runs under `timeout`, all within GPU_CHECKS_BUDGET_S seconds
+# (default 470: the whole run fits 8 minutes); a step the budget cannot reach is "not run". A
+# failing step does not stop the next; the exit status is the number of steps that failed.
+#
+# On a lent GPU machine whose results come back from one folder, $OUT:
+#   bash experiments/gpu_checks.sh /tmp/gc; cp /tmp/gc/*.tar.gz "$OUT"/
 #
 # The GPU machines have PyTorch with its NCCL, CMake and gcc but no internet. Carry these wheels in
 # .whl/ (a git-ignored folder at the repository root), made on any machine with internet by:
@@ -28,17 +39,34 @@
 # PIP (default `python -m pip`) is the pip that installs them.
 set -uo pipefail
 
-usage="usage: bash experiments/gpu_checks.sh OUT [ONLINE_MODEL.zip] (--help says more)"
+usage="usage: bash experiments/gpu_checks.sh [--steps LIST] OUT [ONLINE_MODEL.zip] (--help says more)"
+all_steps=bench_real,pytest,bench_runtime,profiler,profiled
 if [[ $# -ge 1 && ( $1 == -h || $1 == --help ) ]]; then
   sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'
   exit 0
 fi
-for arg in "$@"; do
-  if [[ $arg == -* ]]; then
-    echo "gpu_checks: unknown option $arg; $usage" >&2
+chosen=$all_steps
+positional=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --steps) chosen=${2-}; shift $(( $# > 1 ? 2 : 1 ));;
+    --steps=*) chosen=${1#--steps=}; shift;;
+    -*) echo "gpu_checks: unknown option $1; $usage" >&2; exit 2;;
+    *) positional+=("$1"); shift;;
+  esac
+done
+IFS=, read -r -a wanted <<<"$chosen"
+if [[ ${#wanted[@]} -eq 0 ]]; then
+  echo "gpu_checks: --steps needs a comma-separated list of $all_steps" >&2
+  exit 2
+fi
+for name in "${wanted[@]}"; do
+  if [[ ,$all_steps, != *,$name,* ]]; then
+    echo "gpu_checks: --steps: no step '$name'; choose from $all_steps" >&2
     exit 2
   fi
 done
+set -- "${positional[@]}"
 if [[ $# -lt 1 || $# -gt 2 ]]; then
   echo "gpu_checks: $usage" >&2
   exit 2
@@ -103,13 +131,15 @@ install_step() {  # the carried wheels, then this tree (its plugin built by CMak
   "${pip[@]}" install --no-build-isolation --no-deps -e .
 }
 
-bench_runtime_step() {  # the JSON only once complete, never half-written
-  python experiments/bench_runtime.py --json --backend nccl --emulate-hosts --delays 0,20 \
-    > "$1.tmp" && mv "$1.tmp" "$1" && cat "$1" || { local rc=$?; rm -f "$1.tmp"; return $rc; }
+json_step() {  # json_step FILE COMMAND...: the JSON the command prints, only once complete
+  local file=$1; shift
+  "$@" > "$file.tmp" && mv "$file.tmp" "$file" && cat "$file" || { local rc=$?; rm -f "$file.tmp"; return $rc; }
 }
-export -f install_step bench_runtime_step
+export -f install_step json_step
 
-echo "gpu_checks: results in $run" | tee -a "$log"
+selected() { [[ ,$chosen, == *,$1,* ]]; }
+
+echo "gpu_checks: results in $run (steps: $chosen)" | tee -a "$log"
 step gpu 30 nvidia-smi
 step install 150 bash -c install_step
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -119,10 +149,31 @@ if ! echo get_server_list | timeout 30 nvidia-cuda-mps-control >/dev/null 2>&1; 
   timeout 30 nvidia-cuda-mps-control -d </dev/null >>"$log" 2>&1 || failed=$((failed + 1))
   sleep 2
 fi
-step bench_real 240 python experiments/bench_real.py --out "$run/bench_real" ${model:+--online-model "$model"}
-step "bench_runtime on NCCL" 120 bash -c 'bench_runtime_step "$1"' _ "$run/bench_runtime_nccl.json"
-step "pytest -m gpu" 240 python -m pytest -m gpu -v -rs -p no:cacheprovider --junitxml="$run/pytest_gpu.xml"
+if selected bench_real; then
+  step bench_real 200 python experiments/bench_real.py --out "$run/bench_real" ${model:+--online-model "$model"}
+fi
+if selected pytest; then  # one process (-n 0): the GPU tests share the GPU and its MPS daemon
+  step "pytest -m gpu" 180 python -m pytest -m gpu -n 0 -v -rs -p no:cacheprovider \
+    --junitxml="$run/pytest_gpu.xml"
+fi
+if selected bench_runtime; then
+  step "bench_runtime on NCCL" 90 bash -c 'json_step "$@"' _ "$run/bench_runtime_nccl.json" \
+    python experiments/bench_runtime.py --json --backend nccl --emulate-hosts --delays 0,20
+fi
+if selected profiler; then
+  step "profiler per event pair" 30 bash -c 'json_step "$@"' _ "$run/profiler.json" \
+    python experiments/bench_profiler.py --json
+  step "profiler in a DDP step" 90 bash -c 'json_step "$@"' _ "$run/profiler_ddp.json" \
+    python experiments/bench_profiler.py --ddp --json --pairs 3 --steps 100
+fi
+if selected profiled; then
+  step "profiled self-tuning job" 120 python experiments/bench_real.py --online-only --profiler \
+    --out "$run/profiled" ${model:+--online-model "$model"}
+  step "profiled bench_runtime" 90 bash -c 'json_step "$@"' _ "$run/bench_runtime_profiled.json" \
+    python experiments/bench_runtime.py --json --backend nccl --emulate-hosts --delays 0,20 --profiler
+fi
 python experiments/gpu_goals.py "$run" > "$run/goals.txt" 2>&1 || failed=$((failed + 1))
 tee -a "$log" < "$run/goals.txt"
-echo "gpu_checks: $failed step(s) failed; everything is in $run" | tee -a "$log"
+echo "gpu_checks: $failed step(s) failed; everything is in $run and $run.tar.gz" | tee -a "$log"
+tar -czf "$run.tar.gz.tmp" -C "$out" "$(basename "$run")" && mv "$run.tar.gz.tmp" "$run.tar.gz"
 exit "$failed"

@@ -4,13 +4,22 @@
 
 Reads what the run left in its folder (nothing is measured here, so it runs anywhere):
 ``pytest_gpu.xml`` (``pytest -m gpu``'s JUnit report), ``bench_real/bench_real.json`` (the whole
-user path, judged by :mod:`real_report`) and ``bench_runtime_nccl.json`` (the runtime on NCCL).
-A goal whose input is missing (the step failed or ran out of time) is ``not run``; the figure
-column says what was measured. The goals are issue 28's, on one H100 or H200 with emulated hosts:
-every GPU test passes; the DDP job with the policy at least x1.25 faster with the same losses;
-64 KiB all-reduce at least x1.4; no size slower beyond its launch spread; StragglAR saving at
-least half the simulator's predicted saving at a 20 ms straggler, and the runtime's hook costing
-under 2 % without one; the self-tuning job within 5 % of its best by step 50.
+user path, judged by :mod:`real_report`), ``bench_runtime_nccl.json`` (the runtime on NCCL),
+``profiler.json`` and ``profiler_ddp.json`` (``bench_profiler.py``), ``profiled/bench_real.json``
+and ``bench_runtime_profiled.json`` (the self-tuning job and StragglAR timing by the profiler).
+A goal whose input is missing (the step failed, ran out of time or was not selected) is
+``not run``; the figure column says what was measured. The goals, on one H100 or H200 with
+emulated hosts, and the issue that set each:
+
+- 28: every GPU test passes; the DDP job with the policy at least x1.25 faster with the same
+  losses; 64 KiB all-reduce at least x1.4; no size slower beyond its launch spread; StragglAR
+  saving at least half the simulator's predicted saving at a 20 ms straggler, the runtime's hook
+  costing under 2 % without one; the self-tuning job within 5 % of its best by step 50.
+- 30: the profiler at most 100 ns per event pair and under 1 % of a DDP step; with it, the
+  self-tuning job within 5 % of its best by step 50 and no step after exploration slower than
+  NCCL's default beyond the noise; StragglAR engaging at 20 ms with half its predicted saving.
+- 31: the evidence tuner (the self-tuning job's default) within 5 % of its best by step 50 with
+  the profiler's timings (the row issue 30 shares).
 """
 
 from __future__ import annotations
@@ -21,9 +30,12 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-#: The goals' thresholds (issue 28).
+import real_report  # experiments/, beside this script
+
+#: The goals' thresholds (issues 28 and 30).
 STRAGGLAR_DELAY_MS, STRAGGLAR_SHARE_OF_PREDICTED = 20.0, 0.5
 HOOK_COST = 0.02
+PROFILER_NS_PER_PAIR, PROFILER_DDP_PCT = 100.0, 1.0
 NOT_RUN = "not run"
 
 
@@ -53,22 +65,30 @@ def pytest_goal(folder: Path) -> tuple[str, str]:
     return _status(count["tests"] > 0 and passed == count["tests"]), figure
 
 
+def _analysed(path: Path) -> tuple[dict | None, str]:
+    """bench_real's analysis of a recorded run (:mod:`real_report`), or why there is none."""
+    doc = _load_json(path)
+    if doc is None:
+        return None, f"no {path.parent.name}/{path.name}"
+    try:
+        return real_report.analyse(doc), ""
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return None, f"{path.name} unreadable ({exc!r})"
+
+
+def _online_figure(o: dict) -> str:
+    return (f"within 5 % from step {o['steps_to_within_5pct']} of {o['steps']}; "
+            f"{o['slower_steps_after_exploration']} of {o['steps_after_exploration']} steps after "
+            "exploration slower than NCCL's default")
+
+
 def bench_real_goals(folder: Path) -> dict[str, tuple[str, str]]:
     """The goals bench_real's report judges, with their figures."""
     names = ("DDP >= x1.25 with identical losses", "64 KiB all-reduce >= x1.4",
              "no size slower beyond its launch spread", "self-tuning within 5 % by step 50")
-    doc = _load_json(folder / "bench_real" / "bench_real.json")
-    if doc is None:
-        return dict.fromkeys(names, (NOT_RUN, "no bench_real/bench_real.json"))
-    sys.path.insert(0, str(Path(__file__).parent))
-    try:
-        import real_report
-
-        analysis = real_report.analyse(doc)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        return dict.fromkeys(names, (NOT_RUN, f"bench_real.json unreadable ({exc!r})"))
-    finally:
-        sys.path.pop(0)
+    analysis, why = _analysed(folder / "bench_real" / "bench_real.json")
+    if analysis is None:
+        return dict.fromkeys(names, (NOT_RUN, why))
     goals, out = analysis["goals"], {}
     if "ddp" in analysis:
         d = analysis["ddp"]
@@ -83,15 +103,17 @@ def bench_real_goals(folder: Path) -> dict[str, tuple[str, str]]:
                          + (f" ({', '.join(str(r['size']) for r in slower)} B)" if slower else ""))
     if "online" in analysis:
         o = analysis["online"]
-        out[names[3]] = (_status(goals["online_within_5pct_in_50_steps"]),
-                         f"within 5 % from step {o['steps_to_within_5pct']} of {o['steps']}")
+        out[names[3]] = (_status(goals["online_within_5pct_in_50_steps"]), _online_figure(o))
     return {name: out.get(name, (NOT_RUN, "that phase did not run")) for name in names}
 
 
-def bench_runtime_goals(folder: Path) -> dict[str, tuple[str, str]]:
-    names = (f"StragglAR >= 1/2 of its predicted saving at {STRAGGLAR_DELAY_MS:g} ms",
-             "runtime hook costs < 2 % without a straggler")
-    doc = _load_json(folder / "bench_runtime_nccl.json")
+def bench_runtime_goals(folder: Path, file: str = "bench_runtime_nccl.json", how: str = ""
+                        ) -> dict[str, tuple[str, str]]:
+    """StragglAR's saving at a 20 ms straggler and the hook's cost without one (``how``: the
+    rows' suffix, e.g. with the profiler)."""
+    names = (f"StragglAR >= 1/2 of its predicted saving at {STRAGGLAR_DELAY_MS:g} ms{how}",
+             f"runtime hook costs < 2 % without a straggler{how}")
+    doc = _load_json(folder / file)
     cases = {c.get("straggler_delay_ms"): c for c in (doc or {}).get("cases", [])
              if isinstance(c, dict)}
     out = {}
@@ -109,13 +131,59 @@ def bench_runtime_goals(folder: Path) -> dict[str, tuple[str, str]]:
         out[names[1]] = (_status(cost < HOOK_COST),
                          f"{100 * cost:+.1f} % ({calm['hook_step_ms']:.2f} against "
                          f"{calm['plain_step_ms']:.2f} ms a step)")
-    missing = "no bench_runtime_nccl.json" if doc is None else "that delay was not run"
+    missing = f"no {file}" if doc is None else "that delay was not run"
     return {name: out.get(name, (NOT_RUN, missing)) for name in names}
 
 
-def goals(folder: Path) -> dict[str, tuple[str, str]]:
-    return {"pytest -m gpu: every test passes": pytest_goal(folder), **bench_real_goals(folder),
-            **bench_runtime_goals(folder)}
+def profiler_goals(folder: Path) -> dict[str, tuple[str, str]]:
+    """The profiler's cost per event pair and in a DDP step (``bench_profiler.py``)."""
+    out = {}
+    pair = _load_json(folder / "profiler.json")
+    name = f"profiler <= {PROFILER_NS_PER_PAIR:g} ns per event pair"
+    if pair is None or not isinstance(pair.get("ns_per_event_pair"), (int, float)):
+        out[name] = (NOT_RUN, "no profiler.json")
+    else:
+        ns = pair["ns_per_event_pair"]
+        out[name] = (_status(ns <= PROFILER_NS_PER_PAIR),
+                     f"{ns:.1f} ns at worst ({pair.get('worst_channels')} channels, "
+                     f"{pair.get('worst_depth')} in flight; no-op {pair.get('noop_ns_per_event_pair')} ns)")
+    ddp = _load_json(folder / "profiler_ddp.json")
+    name = f"profiler costs < {PROFILER_DDP_PCT:g} % of a DDP step"
+    if ddp is None or not isinstance(ddp.get("ddp_step_overhead_pct"), (int, float)):
+        out[name] = (NOT_RUN, "no profiler_ddp.json")
+    else:
+        pct = ddp["ddp_step_overhead_pct"]
+        out[name] = (_status(pct < PROFILER_DDP_PCT),
+                     f"{pct:+.2f} % (median of {ddp.get('pairs')} launch pairs, "
+                     f"{ddp.get('min_pct')} .. {ddp.get('max_pct')} %)")
+    return out
+
+
+def profiled_goals(folder: Path) -> dict[str, tuple[str, str]]:
+    """The self-tuning job timing its trials by the profiler (issues 30 and 31)."""
+    names = ("self-tuning with the profiler within 5 % by step 50",
+             "no step slower than NCCL after exploration, with the profiler")
+    analysis, why = _analysed(folder / "profiled" / "bench_real.json")
+    if analysis is None or "online" not in analysis:
+        return dict.fromkeys(names, (NOT_RUN, why or "the self-tuning job did not run"))
+    goals, o = analysis["goals"], analysis["online"]
+    return {names[0]: (_status(goals.get("online_within_5pct_in_50_steps", False)), _online_figure(o)),
+            names[1]: (_status(goals.get("online_no_slower_step_after_exploration", False)),
+                       f"{o['slower_steps_after_exploration']} of {o['steps_after_exploration']} "
+                       f"steps; worst trial x{o['worst_trial_vs_default'] or 0:.2f} NCCL's")}
+
+
+def goals(folder: Path) -> dict[str, tuple[str, str, str]]:
+    """Goal -> (issue, status, figure), in the order the checks run."""
+    rows: list[tuple[str, dict[str, tuple[str, str]]]] = [
+        ("28", {"pytest -m gpu: every test passes": pytest_goal(folder)}),
+        ("28", bench_real_goals(folder)),
+        ("28", bench_runtime_goals(folder)),
+        ("30", profiler_goals(folder)),
+        ("30/31", profiled_goals(folder)),
+        ("30", bench_runtime_goals(folder, "bench_runtime_profiled.json", ", with the profiler")),
+    ]
+    return {name: (issue, *verdict) for issue, table in rows for name, verdict in table.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,12 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     table = goals(args.folder)
     if args.json:
-        print(json.dumps({k: {"status": s, "figure": f} for k, (s, f) in table.items()}, indent=1))
+        print(json.dumps({k: {"issue": i, "status": s, "figure": f}
+                          for k, (i, s, f) in table.items()}, indent=1))
         return 0
     width = max(map(len, table))
-    print(f"{'goal (issue 28)':<{width}}  {'status':<7}  figure")
-    for name, (status, figure) in table.items():
-        print(f"{name:<{width}}  {status:<7}  {figure}")
+    print(f"{'issue':<5}  {'goal':<{width}}  {'status':<7}  figure")
+    for name, (issue, status, figure) in table.items():
+        print(f"{issue:<5}  {name:<{width}}  {status:<7}  {figure}")
     return 0
 
 

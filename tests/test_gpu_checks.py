@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -50,33 +51,59 @@ def test_gpu_checks_with_stand_in_driver_tools_runs_every_step_and_ends_with_the
     (tmp_path / "model.zip").write_text("not a model: bench_real stops before reading it")
     done = subprocess.run(["bash", str(SCRIPT), "relout", "model.zip"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
-    (run,) = (tmp_path / "relout").iterdir()  # relative to the caller, not the repository
+    (run,) = (p for p in (tmp_path / "relout").iterdir() if p.is_dir())  # relative to the caller
     assert run.name.startswith("run-") and not (ROOT / "relout").exists()
     log = (run / "gpu_checks.log").read_text()
-    assert _steps(log) == ["gpu", "install", "bench_real", "bench_runtime on NCCL", "pytest -m gpu"]
+    assert _steps(log) == ["gpu", "install", "bench_real", "pytest -m gpu", "bench_runtime on NCCL",
+                           "profiler per event pair", "profiler in a DDP step",
+                           "profiled self-tuning job", "profiled bench_runtime"]
     assert (tmp_path / "bin" / "pip_calls").read_text() == \
         "install --no-build-isolation --no-deps -e .\n"
     assert (tmp_path / "bin" / "started").read_text() == "started\n"
     assert f"--online-model {tmp_path / 'model.zip'}" in log  # the caller's model, found
     assert "=== pytest -m gpu: exit 0" in log and " skipped" in log  # no GPU: every GPU test skips
-    # both benchmarks refuse without a GPU, in one line each; the script goes on and counts them
-    assert "bench_real: measures NCCL on GPUs and none is visible here" in log
-    assert "bench_runtime: 4 nccl rank(s) need a GPU" in log
+    assert "-m gpu -n 0" in log  # one process: the GPU tests share one GPU
+    # the benchmarks that need NCCL ranks refuse without a GPU, in one line each; the script goes
+    # on and counts them; the profiler's C harness needs none, and its figure is judged
+    assert log.count("bench_real: measures NCCL on GPUs and none is visible here") == 2
+    assert log.count("bench_runtime: 4 nccl rank(s) need a GPU") == 2
+    assert "--ddp needs NCCL ranks on GPUs" in log
     goals = (run / "goals.txt").read_text()
-    assert goals.splitlines()[0].startswith("goal (issue 28)") and goals in log
-    ddp = next(line for line in goals.splitlines() if line.startswith("DDP >= x1.25"))
-    assert " not run " in ddp and ddp.endswith("no bench_real/bench_real.json")
-    assert sum(" not run " in line for line in goals.splitlines()) == 6  # everything but pytest
+    assert goals.splitlines()[0].split() == ["issue", "goal", "status", "figure"] and goals in log
+    ddp = next(line for line in goals.splitlines() if "DDP >= x1.25" in line)
+    assert ddp.startswith("28 ") and " not run " in ddp and ddp.endswith("no bench_real/bench_real.json")
+    assert sum(" not run " in line for line in goals.splitlines()) == 11
     assert "NOT met  0/" in goals  # pytest ran, and every GPU test skipped
-    assert done.returncode == 2 and "2 step(s) failed" in done.stdout
-    assert sorted(p.name for p in run.iterdir()) == ["goals.txt", "gpu_checks.log", "pytest_gpu.xml"]
+    pair = next(line for line in goals.splitlines() if "ns per event pair" in line)
+    assert pair.startswith("30 ") and " not run " not in pair and " ns at worst" in pair
+    assert done.returncode == 5 and "5 step(s) failed" in done.stdout
+    assert sorted(p.name for p in run.iterdir()) == ["goals.txt", "gpu_checks.log", "profiler.json",
+                                                     "pytest_gpu.xml"]
+    # the whole folder, packed beside it: one file to carry off the machine
+    with tarfile.open(run.with_name(run.name + ".tar.gz")) as packed:
+        names = packed.getnames()
+    assert f"{run.name}/goals.txt" in names and f"{run.name}/profiler.json" in names
     # a second run beside the first gets a folder of its own; with no time left nothing runs
     again = subprocess.run(["bash", str(SCRIPT), "relout"], env={**env, "GPU_CHECKS_BUDGET_S": "5"},
                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    runs = sorted((tmp_path / "relout").iterdir())
-    assert len(runs) == 2 and again.returncode == 5, again.stdout + again.stderr
+    runs = sorted(p for p in (tmp_path / "relout").iterdir() if p.is_dir())
+    assert len(runs) == 2 and again.returncode == 9, again.stdout + again.stderr
     second = (runs[1] / "gpu_checks.log").read_text()
-    assert second.count("not run (the time budget is spent)") == 5
+    assert second.count("not run (the time budget is spent)") == 9
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a bash script for Linux GPU machines")
+def test_gpu_checks_steps_runs_only_the_steps_named(tmp_path):
+    """A second call for what the first one's budget did not reach: ``--steps profiler``."""
+    env = _stand_ins(tmp_path / "bin")
+    done = subprocess.run(["bash", str(SCRIPT), "--steps", "profiler", str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    (run,) = (p for p in (tmp_path / "out").iterdir() if p.is_dir())
+    log = (run / "gpu_checks.log").read_text()
+    assert _steps(log) == ["gpu", "install", "profiler per event pair", "profiler in a DDP step"]
+    assert done.returncode == 1 and "(steps: profiler)" in log  # the DDP half needs a GPU
+    goals = (run / "goals.txt").read_text()
+    assert "no bench_real/bench_real.json" in goals and "ns at worst" in goals
 
 
 def test_gpu_checks_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
@@ -84,7 +111,9 @@ def test_gpu_checks_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
     (tmp_path / "afile").write_text("x")
     cases = {(): "usage", (str(tmp_path / "new"), str(tmp_path / "none.zip")): "no such file",
              ("-x",): "unknown option -x", (str(tmp_path / "new"), "--fast"): "unknown option",
-             ("",): "OUT is empty", (str(tmp_path / "afile"),): "is a file"}
+             ("",): "OUT is empty", (str(tmp_path / "afile"),): "is a file",
+             ("--steps", "pytest,ddp", str(tmp_path / "new")): "no step 'ddp'",
+             ("--steps", "", str(tmp_path / "new")): "--steps needs", ("--steps",): "--steps needs"}
     for args, said in cases.items():
         done = subprocess.run(["bash", str(SCRIPT), *args], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=60)
@@ -95,7 +124,7 @@ def test_gpu_checks_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no NVIDIA driver" in done.stderr
     helped = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
-    assert helped.returncode == 0 and "pytest -m gpu" in helped.stdout
+    assert helped.returncode == 0 and "pytest -m gpu" in helped.stdout and "--steps LIST" in helped.stdout
     assert "antlr4-python3-runtime==4.9.3" in helped.stdout and "omegaconf==2.3.0" in helped.stdout
 
 
@@ -109,18 +138,31 @@ def test_the_goals_table_reads_a_runs_folder_met_not_met_and_not_run(tmp_path):
         '<testsuites><testsuite tests="14" failures="0" errors="0" skipped="0"/></testsuites>')
     (tmp_path / "bench_real").mkdir()
     (tmp_path / "bench_real" / "bench_real.json").write_text(json.dumps(_doc()))
-    table = gpu_goals.goals(tmp_path)
+    table = {k: v[1:] for k, v in gpu_goals.goals(tmp_path).items()}
     assert table["pytest -m gpu: every test passes"] == ("met", "14/14 passed (0 failed, 0 skipped)")
     assert table["DDP >= x1.25 with identical losses"][0] == "met"
     assert table["64 KiB all-reduce >= x1.4"] == ("met", "x1.54")
     assert table["no size slower beyond its launch spread"][0] == "NOT met"
     assert table["self-tuning within 5 % by step 50"][0] == "met"
-    stragglar, cost = list(table)[-2:]
+    stragglar, cost = (k for k in table
+                       if k.startswith(("StragglAR", "runtime hook")) and "profiler" not in k)
     assert table[stragglar][0] == table[cost][0] == "not run"
     case = {"plain_step_ms": 30.0, "hook_step_ms": 30.3, "measured_saving_ms": 1.0,
             "predicted_alone_saving_ms": 3.0, "detected_delay_ms": 19.0, "stragglar_share": 0.9}
     (tmp_path / "bench_runtime_nccl.json").write_text(json.dumps({"cases": [
         {**case, "straggler_delay_ms": 0.0}, {**case, "straggler_delay_ms": 20.0}]}))
-    table = gpu_goals.goals(tmp_path)
+    (tmp_path / "profiler_ddp.json").write_text(json.dumps(
+        {"ddp_step_overhead_pct": 1.4, "pairs": 3, "min_pct": 0.2, "max_pct": 2.0}))
+    (tmp_path / "profiled").mkdir()  # the profiled self-tuning job: the online phase alone
+    (tmp_path / "profiled" / "bench_real.json").write_text(json.dumps(
+        {k: v for k, v in _doc().items() if k not in ("tune", "ab", "ddp")}))
+    table = {k: v[1:] for k, v in gpu_goals.goals(tmp_path).items()}
     assert table[stragglar][0] == "NOT met" and "saved 1.00 of 3.00 ms" in table[stragglar][1]
     assert table[cost] == ("met", "+1.0 % (30.30 against 30.00 ms a step)")
+    assert table["profiler costs < 1 % of a DDP step"] == (
+        "NOT met", "+1.40 % (median of 3 launch pairs, 0.2 .. 2.0 %)")
+    assert table["self-tuning with the profiler within 5 % by step 50"][0] == "met"
+    assert table["no step slower than NCCL after exploration, with the profiler"][0] == "NOT met"
+    assert table["profiler <= 100 ns per event pair"] == ("not run", "no profiler.json")
+    assert table["StragglAR >= 1/2 of its predicted saving at 20 ms, with the profiler"] == (
+        "not run", "no bench_runtime_profiled.json")
