@@ -22,13 +22,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from dynamiccl.envs.observation import SYSTEM_FIELDS, ObservationField, system_features
-from dynamiccl.knobs import Collective, Protocol
-from dynamiccl.nccl import MAX_CHANNELS, NCCL_ALGORITHMS
 from dynamiccl.nccl_model.model import NcclModel
 from dynamiccl.nccl_model.select import cost_tables
-from dynamiccl.policy_file import C2C_BUCKETS, STRAGGLER_BUCKETS, context_buckets
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology
+from dynamiccl.plugin.policy_file import C2C_BUCKETS, STRAGGLER_BUCKETS, context_buckets
+from dynamiccl.system.knobs import Collective, Protocol
+from dynamiccl.system.nccl import MAX_CHANNELS, NCCL_ALGORITHMS
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
 
 #: log2 of the largest byte count told apart (1 TiB); larger calls share the top of the scale.
 LOG2_MAX_BYTES = 40

@@ -18,9 +18,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import FABRICS, LINKS, Topology
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import FABRICS, LINKS, Topology
 
 #: Tiers encoded; deeper systems are refused (seed 000's deepest system has three).
 MAX_TIERS = 3

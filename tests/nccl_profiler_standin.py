@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from dynamiccl.nccl import (
+from dynamiccl.system.nccl import (
     PROFILER_ALGORITHM_NAMES,
     PROFILER_COLLECTIVE_NAMES,
     PROFILER_PROTOCOL_NAMES,

@@ -49,10 +49,10 @@ def _tune(ctx, steps: int, nbytes: int, library: str) -> dict:
     nccl = NcclProfilerStandIn(library, 0xC0FFEE, ctx.world_size, ctx.rank)
     from dynamiccl.agents.policies.online import CoordinateDescentTuner
     from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
-    from dynamiccl.nccl import Algorithm, Collective, Protocol
     from dynamiccl.runtime import Runtime, RuntimeConfig
     from dynamiccl.runtime.plugin_control import PluginControl
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+    from dynamiccl.system.topology import load_topology
 
     topology = load_topology("dgx_h100").resized(nodes=1, gpus_per_node=ctx.world_size)
     tuner = RuntimeTunerAdapter(CoordinateDescentTuner(budget=4, deployable=True), topology, budget=4)
@@ -85,8 +85,8 @@ def _detect(ctx, steps: int, late_rank: int, late_ms: float, library: str) -> li
     import torch
     from nccl_profiler_standin import NcclProfilerStandIn
 
-    from dynamiccl.nccl import Algorithm, Collective, Protocol
     from dynamiccl.runtime import Runtime, RuntimeConfig
+    from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
     nccl = NcclProfilerStandIn(library, 0xBEEF, ctx.world_size, ctx.rank)
     rt = Runtime(RuntimeConfig(measure_every=2, window=3, stragglar=False,

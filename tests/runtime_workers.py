@@ -183,7 +183,7 @@ def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = No
     from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
     from dynamiccl.runtime import Runtime, RuntimeConfig
     from dynamiccl.runtime.plugin_control import PluginControl
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.topology import load_topology
 
     nccl = _with_plugin(ctx, plugin)
     device = _join(ctx, backend)

@@ -1,4 +1,4 @@
-"""An NCCL algorithm is one entry of ``dynamiccl.nccl.ALGORITHMS``: adding one touches three files.
+"""An NCCL algorithm is one entry of ``dynamiccl.system.nccl.ALGORITHMS``: adding one touches three files.
 
 The README's Architecture section names them (the table, the algorithm's cost model, a test). The
 proof is an algorithm added the way the README says, in a fresh interpreter: an entry appended to
@@ -16,8 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dynamiccl import nccl, plugin
-from dynamiccl.nccl import ALGORITHMS, Algorithm
+from dynamiccl.plugin import build as plugin
+from dynamiccl.system import nccl
+from dynamiccl.system.nccl import ALGORITHMS, Algorithm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,7 +37,7 @@ NEW_ENTRY = '''
         cost_model="fake_algorithm:fake", colour="#123456"),
 '''
 COST_MODEL = '''
-from dynamiccl.nccl import Algorithm
+from dynamiccl.system.nccl import Algorithm
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.phases import single, transfer
 
@@ -47,28 +48,31 @@ def fake(topology, collective, proto, channels):
     hop = P.hop_latency_us("nvlink", topology.tiers[0].latency_us, Algorithm.FAKE, proto)
     return single(topology.nranks * hop, transfer(1.0, rate), P.base_latency_us(Algorithm.FAKE, proto))
 '''
-#: Runs in a fresh interpreter: installs the table with the new entry as dynamiccl.nccl before
+#: Runs in a fresh interpreter: installs the table with the new entry as dynamiccl.system.nccl before
 #: anything imports it, then asks every reader of the table about the new algorithm.
 PROBE = '''
 import json, sys, types
 from pathlib import Path
-import dynamiccl
+import dynamiccl.system
 start = "ALGORITHMS: tuple[AlgorithmSpec, ...] = (\\n"
 source = Path(sys.argv[1]).read_text().replace(start, start + sys.argv[2], 1)
-table = types.ModuleType("dynamiccl.nccl")
+table = types.ModuleType("dynamiccl.system.nccl")
 table.__file__ = sys.argv[1]
-sys.modules["dynamiccl.nccl"] = dynamiccl.nccl = table
+sys.modules["dynamiccl.system.nccl"] = dynamiccl.system.nccl = table
 exec(compile(source, sys.argv[1], "exec"), table.__dict__)
 
 import numpy as np
-from dynamiccl import knobs, plots, policy_file, policy_format
+from dynamiccl import plots
+from dynamiccl.plugin import policy_file
+from dynamiccl.plugin import policy_format
+from dynamiccl.system import knobs
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 from dynamiccl.envs.deployable_observation import DEPLOYABLE_FIELDS
-from dynamiccl.knobs import Config, ConfigBatch, valid_mask
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.knobs import Config, ConfigBatch, valid_mask
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.simulator import simulate
-from dynamiccl.topology import load_topology
+from dynamiccl.system.topology import load_topology
 
 fake = Config(Algorithm.FAKE, Protocol.SIMPLE, 8)
 topology = load_topology("dgx_h100", nodes=2)
@@ -135,7 +139,7 @@ def test_an_algorithm_added_as_one_entry_and_its_cost_model_reaches_every_reader
 def test_the_readme_names_exactly_the_files_adding_an_algorithm_touches():
     section = (REPO / "README.md").read_text().split("Adding an NCCL algorithm")[1].split("\n\n")[0]
     named = re.findall(r"`((?:dynamiccl|tests)/[^`]*)`", section)
-    assert named == ["dynamiccl/nccl.py", "dynamiccl/simulator/<name>.py", "tests/"], named
+    assert named == ["dynamiccl/system/nccl.py", "dynamiccl/simulator/<name>.py", "tests/"], named
     assert "three files" in section
 
 
@@ -154,5 +158,5 @@ def test_outside_the_table_no_source_lists_the_algorithms():
         named = set(pattern.findall(path.read_text(encoding="utf-8"))) & members
         if len(named) > len(members) // 2:
             listing[str(path.relative_to(REPO))] = sorted(named)
-    assert not listing, f"read dynamiccl.nccl.ALGORITHMS instead: {listing}"
+    assert not listing, f"read dynamiccl.system.nccl.ALGORITHMS instead: {listing}"
     assert len(ALGORITHMS) == len(Algorithm)

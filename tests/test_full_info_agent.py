@@ -28,9 +28,9 @@ from dynamiccl.agents.training import full_info_agent
 from dynamiccl.agents.training.callbacks import trained_seconds
 from dynamiccl.agents.training.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.training.train import train
-from dynamiccl.knobs import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 #: A learner small enough for tests: 256 calls a round on 4 fresh systems.
 SMALL = ["agent=full_info", "scenario=smoke", "eval.suite=smoke", "eval.baselines=[nccl_default]",
@@ -105,8 +105,7 @@ def test_a_training_run_leaves_its_folder_curve_evaluation_and_wandb_run(trained
 def test_the_run_ends_by_saying_what_it_shipped_why_and_what_to_run_next(trained):
     """After the table (kept, with the shipped file's row), one paragraph: how much of what the
     learned policy gains the file ships, why the gate held the rest back, and the next command."""
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     run_dir, metrics, printed = trained
     table, _, after = printed.partition("policy.dccl (shipped)")
     assert "full_info" in table and "oracle share" in table
@@ -151,8 +150,7 @@ def test_the_trained_learner_loads_by_file_and_by_run_folder_for_evaluate_and_ex
                           "--points-per-octave", "1", "-o", str(policy_file)],
                          capture_output=True, text=True, env=ENV, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     assert pf.read(policy_file).header.policy == "run"
 
 

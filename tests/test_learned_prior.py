@@ -29,8 +29,8 @@ from dynamiccl.agents.training.prior_learner import (
     validation_cases,
 )
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, Miscalibration, PerturbedBackend
-from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology
 
 PAIR = (Algorithm.RING, Protocol.LL128)
 #: The planted miscalibration: every LL128 pair is 30 % slower than modelled, at every size.
@@ -148,7 +148,7 @@ def test_answers_are_the_same_whatever_the_thread_count(planted):
         import sys, torch
         torch.set_num_threads(int(sys.argv[1]))
         from dynamiccl.agents.shipping.prior import LearnedPrior
-        from dynamiccl.knobs import Algorithm, Collective, Protocol
+        from dynamiccl.system.knobs import Algorithm, Collective, Protocol
         ring_ll = (Algorithm.RING, Protocol.LL)
         model = {(Collective.ALLREDUCE, 16, None, 1 << k): 10.0 + k for k in range(10, 20)}
         model.update({(Collective.ALLREDUCE, 16, ring_ll, 1 << k): 9.0 + 1.1 * k for k in range(10, 20)})

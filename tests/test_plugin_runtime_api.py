@@ -13,9 +13,9 @@ import textwrap
 import pytest
 
 import dynamiccl
-from dynamiccl import plugin
-from dynamiccl import policy_file as pf
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.plugin import build as plugin
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 AR = Collective.ALLREDUCE
 HEADER = pf.Header("runtime-api", "2026-01-01T00:00:00Z", "dgx_h100", "0123456789abcdef",

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynamiccl import plugin as plugin_build
-from dynamiccl import policy_file as pf
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.plugin import build as plugin_build
+from dynamiccl.plugin import policy_file as pf
 from dynamiccl.profiler.measure.launcher import launch
 from dynamiccl.runtime.plugin_control import CONTROL_SYMBOLS
 from dynamiccl.runtime.tuning import KEEP_DEFAULT, MEASURE_CANDIDATE, PIN_WINNER
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
 
 WORKERS = str(Path(__file__).parent / "runtime_workers.py")
 pytestmark = pytest.mark.multiproc

@@ -22,7 +22,7 @@ Public API (the shipped file needs no training run)::
                          noise: float = DEFAULT_RATIO_NOISE) -> dict[Point, Prediction]
 
 * a *point* is ``(collective, nranks, choice, nbytes)``: ``collective`` a
-  :class:`~dynamiccl.knobs.Collective`, ``nranks`` the communicator's ranks, ``choice`` an
+  :class:`~dynamiccl.system.knobs.Collective`, ``nranks`` the communicator's ranks, ``choice`` an
   ``(Algorithm, Protocol)`` pair or anything with ``algorithm``/``protocol`` attributes and no
   pinned channel count (``agents.shipping.tune.Choice``), or NCCL's default (``None``, or a choice that
   pins nothing), ``nbytes`` the message size;
@@ -74,8 +74,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dynamiccl.files import write_bytes_atomic
-from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.nccl import NCCL_ALGORITHMS  # in index order: the one-hot of a point's algorithm
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import NCCL_ALGORITHMS  # in index order: the one-hot of a point's algorithm
 
 #: The file's layout; a file of another version is refused, naming the fix.
 FORMAT_VERSION = 1

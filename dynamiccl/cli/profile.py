@@ -27,10 +27,10 @@ from dynamiccl.cli.common import (
     read_text,
     size_arg,
 )
-from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol
-from dynamiccl.topology import DEFAULT_NIC_PATH, MAX_RANKS, NIC_PATHS
-from dynamiccl.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
+from dynamiccl.system.knobs import parse_enum
+from dynamiccl.system.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol
+from dynamiccl.system.topology import DEFAULT_NIC_PATH, MAX_RANKS, NIC_PATHS
+from dynamiccl.system.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
 
 if TYPE_CHECKING:
     from dynamiccl.profiler.measure.runner import CollectiveResult, CollectiveSpec
@@ -218,7 +218,7 @@ def _emulated(snapshot, hosts: int, name: str | None):
     import yaml
 
     from dynamiccl.profiler.measure.emulation import LOOPBACK_GBPS, emulated_topology_dict
-    from dynamiccl.topology import topology_from_dict
+    from dynamiccl.system.topology import topology_from_dict
 
     oldest = min(snapshot.gpus, key=lambda g: g.compute_capability)
     sms = min((g.sms for g in snapshot.gpus if g.sms), default=None)

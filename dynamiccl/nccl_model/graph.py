@@ -57,8 +57,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dynamiccl import nccl
-from dynamiccl.nccl import (
+from dynamiccl.nccl_model import constants as K
+from dynamiccl.system import nccl
+from dynamiccl.system.nccl import (
     COLLNET_NODES,
     COLLNET_SUPPORT,
     NVLS_GPUS,
@@ -67,8 +68,7 @@ from dynamiccl.nccl import (
     compcap_index,
     nccl_tuning,
 )
-from dynamiccl.nccl_model import constants as K
-from dynamiccl.topology import Topology
+from dynamiccl.system.topology import Topology
 
 _UNLIMITED = 1 << 20
 #: Link-count slack so that e.g. 240 GB/s carries exactly six 40 GB/s channels in float math.

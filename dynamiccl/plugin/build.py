@@ -1,7 +1,7 @@
 """Where the NCCL tuner plugin is, and how to (re)build it with the machine's C compiler.
 
 The one library is both NCCL's tuner plugin (``NCCL_TUNER_PLUGIN``) and its profiler plugin
-(``NCCL_PROFILER_PLUGIN``, :mod:`dynamiccl.profile_ring`). The package build (scikit-build-core +
+(``NCCL_PROFILER_PLUGIN``, :mod:`dynamiccl.plugin.profile_ring`). The package build (scikit-build-core +
 CMake) installs ``dynamiccl/lib/libnccl-tuner-dynamiccl.so``. When that file is missing (an install
 without a build step) or older than the C sources next to it (an editable install whose sources
 changed), the plugin is compiled into a user cache instead, keyed by a digest of the sources and
@@ -48,7 +48,7 @@ class PluginError(RuntimeError):
 
 def source_dir() -> Path | None:
     """The C sources, present in a source checkout or editable install (not in a wheel)."""
-    folder = resources.files("dynamiccl") / "csrc"
+    folder = resources.files("dynamiccl.plugin") / "csrc"
     path = Path(str(folder))
     return path if (path / FLAGS_FILE).is_file() else None
 

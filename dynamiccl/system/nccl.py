@@ -198,7 +198,7 @@ NVLS_MAX_ARITY = 32
 class Requirement:
     """One system feature an algorithm needs, and the sentence a user whose system lacks it reads.
 
-    ``met`` reads a :class:`dynamiccl.topology.Topology`; it is typed loosely because this module
+    ``met`` reads a :class:`dynamiccl.system.topology.Topology`; it is typed loosely because this module
     sits below every other one and imports none of them.
     """
 
@@ -597,7 +597,7 @@ class AlgorithmSpec:
     hides_straggler_delay: bool = False
     #: What NCCL 2.21's tuner ABI (v2, which checks nothing) may be told to run it for: the
     #: collectives, and the system feature (a policy file's ``features`` entry) it needs. Empty for
-    #: an algorithm NCCL 2.21 lacks (dynamiccl.policy_format explains the rule).
+    #: an algorithm NCCL 2.21 lacks (dynamiccl.plugin.policy_format explains the rule).
     v2_collectives: frozenset[Collective] = frozenset()
     v2_feature: str | None = None
 
