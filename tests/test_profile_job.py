@@ -163,7 +163,7 @@ def test_a_benchmark_loads_the_profiler_with_rings_in_a_folder_removed_afterward
     the library and a fresh ring folder, which is gone afterwards, also when the launch failed."""
     from dynamiccl.plugin.profile_ring import JOB_RECORDS
     from dynamiccl.profiler.measure.job_profile import profiler_loaded
-    from dynamiccl.system.nccl import PROFILER_PLUGIN_ENV
+    from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
 
     library = tmp_path / "libdynamiccl.so"
     with pytest.raises(RuntimeError), profiler_loaded(library) as env:

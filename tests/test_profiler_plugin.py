@@ -26,7 +26,8 @@ from sanitizers import ASAN, TSAN, clang_fuzzer, tsan_works
 from dynamiccl.plugin import build as plugin
 from dynamiccl.plugin import profile_ring
 from dynamiccl.plugin.profile_ring import FLAG_TIMED, RingFormatError, RingView, ring_files
-from dynamiccl.system.nccl import PROFILER_ABI_FIRST_NCCL, Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.nccl_profiler import PROFILER_ABI_FIRST_NCCL
 
 SRC = plugin.source_dir()
 TESTS = SRC / "tests" if SRC else None

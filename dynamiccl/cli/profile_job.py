@@ -114,7 +114,7 @@ def _rings_folder(args: argparse.Namespace) -> tuple[Path, bool]:
 def run_job_command(args: argparse.Namespace) -> int:
     from dynamiccl.plugin import build as plugin
     from dynamiccl.profiler.measure.job_profile import profiling_env, run_job
-    from dynamiccl.system.nccl import PROFILER_PLUGIN_ENV
+    from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
 
     cmd = _command(args)
     out = _claim_outputs(args)

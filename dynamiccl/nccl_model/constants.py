@@ -1,8 +1,9 @@
 """The numbers NCCL 2.30.7's init-time search and per-call selection depend on, beyond each algorithm's.
 
-Each algorithm's own numbers (its latency and thread rows, its bandwidth and latency refinements)
-are in its entry of :data:`dynamiccl.system.nccl.ALGORITHMS`, with the default tuning constants the
-simulator reads too; this module holds the rest: the topology search's inputs (NCCL 2.30.7
+Each algorithm's own numbers are in its entry of :data:`dynamiccl.system.nccl.ALGORITHMS` (its
+latency rows) and of ``algorithms.py`` (its thread rows, bandwidth and latency refinements), the
+default tuning constants the simulator reads too in :mod:`dynamiccl.system.nccl`; this module holds
+the rest: the topology search's inputs (NCCL 2.30.7
 ``src/graph/search.cc``, ``src/graph/topo.h``), the communicator's channel counts
 (``src/graph/connect.cc``, ``src/init.cc``) and the cost table's shared rules
 (``src/graph/tuning.cc``, ``src/enqueue.cc``), each read from that source, not copied.

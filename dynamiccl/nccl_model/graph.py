@@ -58,6 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dynamiccl.nccl_model import constants as K
+from dynamiccl.nccl_model.algorithms import nccl_tuning
 from dynamiccl.system import nccl
 from dynamiccl.system.nccl import (
     COLLNET_NODES,
@@ -66,7 +67,6 @@ from dynamiccl.system.nccl import (
     NVLS_MULTICAST,
     PAT_ONE_GPU_PER_NODE,
     compcap_index,
-    nccl_tuning,
 )
 from dynamiccl.system.topology import Topology
 

@@ -5,9 +5,9 @@ Built once per communicator from the search graphs (``graph.py``), exactly like 
 ``bandwidth[coll][algo][proto]`` is the *algorithm* bandwidth in GB/s (0 = unusable) and
 ``latency[coll][algo][proto]`` the fixed cost in µs. Both are stored as float32, NCCL's ``float``.
 What differs between algorithms (their bandwidth refinements, latency formulas, enable rules) is
-each algorithm's :class:`~dynamiccl.system.nccl.NcclTuning` in :data:`dynamiccl.system.nccl.ALGORITHMS`; this
-module runs them in NCCL's order. The per-call work (size-dependent corrections, filtering,
-selection) lives in ``select.py``.
+each algorithm's :class:`~dynamiccl.nccl_model.algorithms.NcclTuning`, named by its entry of
+:data:`dynamiccl.system.nccl.ALGORITHMS`; this module runs them in NCCL's order. The per-call work
+(size-dependent corrections, filtering, selection) lives in ``select.py``.
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dynamiccl.nccl_model.algorithms import LatencyTerms, nccl_tuning
 from dynamiccl.nccl_model.graph import NcclSystem
 from dynamiccl.system import nccl
 from dynamiccl.system.nccl import (
     ALGORITHM_SPECS,
     PROTOCOLS,
     Algorithm,
-    LatencyTerms,
     Link,
-    nccl_tuning,
     nsteps,
 )
 

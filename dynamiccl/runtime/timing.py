@@ -35,7 +35,8 @@ from dynamiccl.plugin.profile_ring import (
     RingFormatError,
     RingView,
 )
-from dynamiccl.system.nccl import PROFILER_PLUGIN_ENV, Collective
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
 
 #: Share of a trial's calls dropped at each end before averaging.
 TRIM = 0.2
