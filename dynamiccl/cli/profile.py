@@ -121,7 +121,8 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
                    help="nccl only: force NCCL_ALGO (ring, tree, nvls, …)")
     c.add_argument("--protocol", type=_nccl_name(Protocol),
                    help="nccl only: force NCCL_PROTO (ll, ll128, simple)")
-    c.add_argument("--channels", type=_channels_arg, help="nccl only: pin NCCL_MIN/MAX_NCHANNELS")
+    c.add_argument("--channels", type=int_between(1, MAX_CHANNELS),
+                   help="nccl only: pin NCCL_MIN/MAX_NCHANNELS")
     c.add_argument("--emulate-hosts", action="store_true",
                    help="nccl only: more ranks than GPUs, each rank its own host to NCCL (distinct "
                         "NCCL_HOSTID, Socket transport on the loopback, P2P/SHM/IB off; ranks share "
@@ -165,13 +166,6 @@ def _nccl_name(enum_cls: type[Algorithm] | type[Protocol]):
 
     parse.__name__ = enum_cls.__name__.lower()
     return parse
-
-
-def _channels_arg(text: str) -> int:
-    value = positive_int(text)
-    if value > MAX_CHANNELS:
-        raise argparse.ArgumentTypeError(f"must be 1..{MAX_CHANNELS}, got {value}")
-    return value
 
 
 def run_topology(args: argparse.Namespace) -> int:
