@@ -33,6 +33,8 @@ def test_exports_exactly_the_tuner_and_profiler_structs_with_nccl_sizes_and_the_
 def test_generated_c_headers_are_current(tmp_path):
     """policy_format.h and profiler_format.h are generated from dynamiccl/plugin/policy_format.py and
     dynamiccl/plugin/profile_ring.py: regenerate them and compare."""
+    stale = policy_format.stale_headers()
+    assert not stale, policy_format.stale_message(stale)
     assert policy_format.main(["--output-dir", str(tmp_path)]) == 0
     for name in ("policy_format.h", "profiler_format.h"):
         fresh = tmp_path / name
@@ -45,6 +47,26 @@ def test_generated_c_headers_are_current(tmp_path):
         fresh.write_text(text.replace("64", "65", 1))
         assert policy_format.main(["--check", "--output-dir", str(tmp_path)]) == 1
         fresh.write_text(text)
+
+
+def test_a_stale_header_is_named_in_one_line_with_the_command_that_regenerates_it(tmp_path, capsys):
+    """An algorithm added to the table (or a format fact changed) without regenerating the headers:
+    the check and the build each say so in one line, naming the file and the command."""
+    src = tmp_path / "csrc"
+    shutil.copytree(plugin.source_dir(), src)
+    plugin.check_headers(src)  # current: nothing to say
+    header = src / "policy_format.h"
+    header.write_text(header.read_text().replace("#define DCCL_NUM_ALGOS 7", "#define DCCL_NUM_ALGOS 6"))
+    expected = (f"{header} is out of date with the Python side (dynamiccl/system/nccl.py, "
+                "dynamiccl/plugin/policy_format.py, profile_ring.py): regenerate with "
+                "`python -m dynamiccl.plugin.policy_format`")
+    with pytest.raises(plugin.PluginError) as err:
+        plugin.check_headers(src)
+    assert str(err.value) == expected
+    assert policy_format.main(["--check", "--output-dir", str(src)]) == 1
+    assert capsys.readouterr().err == expected + "\n"
+    assert policy_format.main(["--output-dir", str(src)]) == 0
+    plugin.check_headers(src)  # regenerated: current again
 
 
 def test_c_sources_spell_no_format_fact_themselves():

@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from dynamiccl.files import write_text_atomic
+from dynamiccl.plugin.policy_format import stale_headers, stale_message
 
 LIBRARY_NAME = "libnccl-tuner-dynamiccl.so"
 #: The ABI versions the plugin exports, newest first (NCCL's loader tries them in this order).
@@ -142,6 +143,15 @@ def compile_c(
     return out
 
 
+def check_headers(src: Path) -> None:
+    """PluginError (one line, with the command that regenerates them) where the generated headers in
+    ``src`` are out of date with the Python side: a plugin built from them would read policy files
+    by another table of NCCL's algorithms than the one that wrote them."""
+    stale = stale_headers(src)
+    if stale:
+        raise PluginError(stale_message(stale))
+
+
 def build(
     *,
     flags: Sequence[str] = (),
@@ -156,6 +166,7 @@ def build(
             "the C sources are not installed with this package; reinstall dynamiccl from source "
             "(pip install dynamiccl --no-binary dynamiccl) so the build step compiles the plugin"
         )
+    check_headers(src)
     return compile_c(sources(src), LIBRARY_NAME, flags=[*cflags(src), *flags], shared=True, cc=cc,
                      cache=cache, depends=[*headers(src), src / FLAGS_FILE], force=force)
 

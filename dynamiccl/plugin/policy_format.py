@@ -209,6 +209,25 @@ def generated_headers() -> dict[str, str]:
     return {HEADER_PATH.name: c_header(), profile_ring.HEADER_PATH.name: profile_ring.c_header()}
 
 
+#: The command that regenerates the headers.
+REGENERATE = "python -m dynamiccl.plugin.policy_format"
+
+
+def stale_headers(folder: Path = HEADER_PATH.parent) -> list[Path]:
+    """The generated headers in ``folder`` that differ from what the Python side generates now
+    (missing ones too): NCCL's table or the formats changed and the C side was not regenerated."""
+    return [folder / name for name, text in generated_headers().items()
+            if not (folder / name).is_file() or (folder / name).read_text() != text]
+
+
+def stale_message(stale: list[Path]) -> str:
+    """One line naming the stale headers and the command that regenerates them."""
+    names = " and ".join(str(path) for path in stale)
+    return (f"{names} {'is' if len(stale) == 1 else 'are'} out of date with the Python side "
+            f"(dynamiccl/system/nccl.py, dynamiccl/plugin/policy_format.py, profile_ring.py): "
+            f"regenerate with `{REGENERATE}`")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Generate the C plugin's headers (dynamiccl/plugin/csrc/"
                                                  "policy_format.h and profiler_format.h).")
@@ -217,19 +236,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=HEADER_PATH.parent,
                         help="where the headers are (default: the package's csrc/)")
     args = parser.parse_args(argv)
-    stale = []
+    if args.check:
+        stale = stale_headers(args.output_dir)
+        if stale:
+            print(stale_message(stale), file=sys.stderr)
+        return 1 if stale else 0
     for name, text in generated_headers().items():
         path = args.output_dir / name
-        if args.check:
-            if not path.is_file() or path.read_text() != text:
-                stale.append(path)
-            continue
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(text)
         tmp.replace(path)
-    for path in stale:
-        print(f"{path} is stale: run python -m dynamiccl.plugin.policy_format", file=sys.stderr)
-    return 1 if stale else 0
+    return 0
 
 
 if __name__ == "__main__":
