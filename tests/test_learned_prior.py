@@ -209,6 +209,30 @@ def test_loading_refuses_garbage_in_one_line_naming_the_fix(tmp_path, prior):
     assert zipfile.is_zipfile(old)
 
 
+def test_a_prior_trained_for_another_algorithm_table_is_named_stale_with_its_retrain_command(tmp_path,
+                                                                                        prior):
+    """An algorithm added to (or removed from) NCCL's table changes the prior's one-hot features: the
+    shipped file is then stale, and loading it says for which algorithms it was trained and the
+    command that trains it again, not that it is of another format."""
+    today = [f.removeprefix("algorithm_") for f in FEATURES if f.startswith("algorithm_")]
+    stale = tmp_path / "learned_prior.npz"
+    before = [f for f in FEATURES if f != "algorithm_pat"]  # trained before PAT was in the table
+    LearnedPrior(prior.weights, prior.biases, {**prior.meta, "features": before}).save(stale)
+    with pytest.raises(ValueError) as err:
+        LearnedPrior.load(stale)
+    assert _one_line(err.value) == (
+        f"{stale} was trained for algorithms {', '.join(a for a in today if a != 'pat')}, not this "
+        f"code's {', '.join(today)}; retrain with `{prior.meta['command']}`")
+    assert "another format" not in str(err.value)
+    renamed = [f.replace("protocol_ll128", "protocol_ll256") for f in FEATURES]
+    LearnedPrior(prior.weights, prior.biases, {**prior.meta, "features": renamed,
+                                               "command": None}).save(stale)
+    with pytest.raises(ValueError, match=r"was trained for protocols ll, ll256, simple, not this "
+                                         r"code's ll, ll128, simple; retrain with `dynamiccl train "
+                                         r"agent=learned_prior`$"):
+        LearnedPrior.load(stale)
+
+
 def test_a_saved_prior_reads_back_identical(tmp_path, prior, planted):
     copy = LearnedPrior.load(prior.save(tmp_path / "copy.npz"))
     model, _ = _points(planted)
