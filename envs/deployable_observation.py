@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dynamiccl.envs.observation import SYSTEM_FIELDS, ObservationField, system_features
+from dynamiccl.envs.observation import SYSTEM_FIELDS, field_table, system_features
 from dynamiccl.nccl_model.model import NcclModel
 from dynamiccl.nccl_model.select import cost_tables
 from dynamiccl.plugin.policy_file import C2C_BUCKETS, STRAGGLER_BUCKETS, context_buckets
@@ -76,13 +76,8 @@ def _field_specs() -> list[tuple[str, str, float, float]]:
     return specs
 
 
-DEPLOYABLE_FIELDS: tuple[ObservationField, ...] = tuple(
-    ObservationField(i, *spec) for i, spec in enumerate(_field_specs())
-)
+DEPLOYABLE_FIELDS, DEPLOYABLE_LOW, DEPLOYABLE_HIGH, _INDEX = field_table(_field_specs())
 DEPLOYABLE_SIZE = len(DEPLOYABLE_FIELDS)
-DEPLOYABLE_LOW = np.array([f.low for f in DEPLOYABLE_FIELDS], dtype=np.float32)
-DEPLOYABLE_HIGH = np.array([f.high for f in DEPLOYABLE_FIELDS], dtype=np.float32)
-_INDEX = {f.name: f.index for f in DEPLOYABLE_FIELDS}
 _STRAGGLER_BUCKETS = tuple(STRAGGLER_BUCKETS)
 _C2C_BUCKETS = tuple(C2C_BUCKETS)
 
