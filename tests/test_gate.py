@@ -10,7 +10,9 @@ import pytest
 from dynamiccl import decisions
 from dynamiccl.agents.policies.baselines import OraclePolicy
 from dynamiccl.agents.shipping.export import export_policy, load_evidence, rule_evidence, save_evidence
-from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN, Gate, passes, uncertainty
+from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN, Gate, log_threshold, passes, uncertainty
+from dynamiccl.agents.shipping.tune import Tuner
+from dynamiccl.agents.shipping.tune_measurements import Measurements
 from dynamiccl.cli.main import main
 from dynamiccl.cli.show import JSON_KEYS
 from dynamiccl.plugin import policy_file as pf
@@ -40,6 +42,18 @@ def test_the_margin_holds_even_when_the_model_is_certain():
     assert not passes(0.04, 0.05, DEFAULT_MARGIN)
     with pytest.raises(ValueError, match="fraction"):
         Gate(margin=1.5)
+
+
+def test_the_threshold_tune_plans_against_is_the_one_the_gate_applies():
+    """tune's plan values a launch by whether it could move an estimate across the gate's threshold:
+    a log gain above log_threshold passes, one below it does not."""
+    for margin in (0.0, DEFAULT_MARGIN, 0.1):
+        for sigma in (0.0, 0.01, 0.05, 0.3):
+            threshold = log_threshold(sigma, margin)
+            assert passes(math.expm1(threshold + 1e-9), sigma, margin)
+            assert not passes(math.expm1(threshold - 1e-9), sigma, margin)
+    with pytest.raises(ValueError, match="fraction"):
+        Tuner(TOPO, Measurements(()), margin=1.5)
 
 
 def test_uncalibrated_uncertainty_is_the_datasheet_error_of_each_size_band():

@@ -78,8 +78,15 @@ def check_margin(margin: float) -> float:
 
 
 def passes(gain: float, sigma: float, margin: float) -> bool:
-    """Override only when the gain clears both the margin and the uncertainty."""
+    """Override only when the gain clears both the margin and the uncertainty: its log clears
+    :func:`log_threshold`."""
     return gain > margin and clearance(gain, sigma) > 0
+
+
+def log_threshold(sigma: float, margin: float) -> float:
+    """The log gain :func:`passes` asks for: the margin's (log1p) or the uncertainty, whichever is
+    larger. What a planned measurement could move an estimate across (``tune_plan``)."""
+    return max(math.log1p(margin), sigma)
 
 
 def clearance(gain: float, sigma: float) -> float:

@@ -103,6 +103,7 @@ from dynamiccl.agents.shipping.gate import (
     NOT_ITS_PICK,
     NOT_MEASURED,
     Verdict,
+    check_margin,
     passes,
     uncertainty,
 )
@@ -370,7 +371,7 @@ class Tuner:
         self.model = model_topology
         self.measurements = measurements
         self.noise = LaunchNoise(measurements, noise_defaults)
-        self.margin = margin
+        self.margin = check_margin(margin)
         self.calibrated = calibrated
         self.model_evidence = CALIBRATED if calibrated else MODEL
         #: What the model corrected by a choice's own measurements is called: calibrated where the

@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dynamiccl.agents.shipping.gate import log_threshold
 from dynamiccl.agents.shipping.tune import CallDecision, Tuner
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
 from dynamiccl.system.knobs import Collective
@@ -111,7 +112,7 @@ class _Planner:
                 break
             cost = k + n_default - self.launches[(s, DEFAULT)]
             after = self._sigma_after(s, choice, n_choice, n_default)
-            threshold = max(math.log1p(self.tuner.margin), after)
+            threshold = log_threshold(after, self.tuner.margin)
             # once launched (or planned), a choice's measurement anchors it
             anchored = est.anchored or self.launches[(s, choice)] > 0
             value = launch_value(-est.log_ratio, self.sigma[(s, choice)], after, threshold,
