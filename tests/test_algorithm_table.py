@@ -32,7 +32,7 @@ NEW_ENTRY = '''
         hierarchical=False, requirements=(),
         base_latency_us=(0.0, 0.0, 5.0),
         hw_latency_us=((0.0, 0.0, 1.0), (0.0, 0.0, 2.0), (0.0, 0.0, 9.0)),
-        nccl_cost_model="fake_in_nccl:fake", cost_model="fake_algorithm:fake",
+        nccl_cost_model="fake_in_nccl:fake", nccl_graph="ring", cost_model="fake_algorithm:fake",
         colour="#123456"),
 '''
 COST_MODEL = '''
@@ -54,7 +54,7 @@ from dynamiccl.nccl_model.algorithms import NcclTuning
 from dynamiccl.system.nccl import nsteps
 
 fake = NcclTuning(
-    graph="ring", bus_bandwidth=lambda s, g, coll, proto: 3.0 * g.n_channels * g.bw_intra,
+    bus_bandwidth=lambda s, g, coll, proto: 3.0 * g.n_channels * g.bw_intra,
     algorithm_bandwidth=lambda coll, bus, nranks: bus * nranks / nsteps(coll, nranks),
     latency=lambda s, t: t.base + t.steps * t.intra, max_threads=(0, 0, 512), thread_threshold=(8, 8, 64))
 '''

@@ -124,8 +124,6 @@ class NcclTuning:
     algorithm's search graph (``Graph``: channels, bwIntra, bwInter).
     """
 
-    #: The topology-search graph it runs on: tree, ring, collnet_direct, collnet_chain or nvls.
-    graph: str
     #: (system, graph, collective, protocol) -> bus bandwidth, GB/s (0: unusable).
     bus_bandwidth: Callable[[NcclSystem, Graph, int, int], float]
     #: (collective, bus bandwidth, nRanks) -> the algorithm bandwidth the cost table divides by.
@@ -377,17 +375,17 @@ def _pat_latency(system: NcclSystem, t: LatencyTerms) -> float:
 # ---------------------------------------------------------------------------------------------
 
 TREE = NcclTuning(
-    graph="tree", bus_bandwidth=_tree_bus, algorithm_bandwidth=_tree_algbw,
+    bus_bandwidth=_tree_bus, algorithm_bandwidth=_tree_algbw,
     latency=_tree_latency, max_threads=(512, 640, 512), thread_threshold=(8, 8, 64),
     refine=_tree_correction)
 
 RING = NcclTuning(
-    graph="ring", bus_bandwidth=_ring_bus, algorithm_bandwidth=_ring_algbw,
+    bus_bandwidth=_ring_bus, algorithm_bandwidth=_ring_algbw,
     latency=_ring_latency, max_threads=(512, 640, 512), thread_threshold=(8, 8, 64),
     refine=_ring_plateau, latency_per_operation=True, adjust_threads=_ring_threads)
 
 COLLNET_DIRECT = NcclTuning(
-    graph="collnet_direct", bus_bandwidth=_collnet_direct_bus,
+    bus_bandwidth=_collnet_direct_bus,
     algorithm_bandwidth=_tree_algbw, latency=_collnet_direct_latency,
     max_threads=(0, 0, 640), thread_threshold=(8, 8, 512),
     enabled=lambda s: s.collnet_support and s.collnet_direct_nvswitch,
@@ -395,13 +393,13 @@ COLLNET_DIRECT = NcclTuning(
     channels=_collnet_direct_channels)
 
 COLLNET_CHAIN = NcclTuning(
-    graph="collnet_chain", bus_bandwidth=_collnet_chain_bus,
+    bus_bandwidth=_collnet_chain_bus,
     algorithm_bandwidth=_tree_algbw, latency=_collnet_chain_latency,
     max_threads=(0, 0, 640), thread_threshold=(8, 8, 512),
     enabled=lambda s: s.collnet_support, offered=lambda s, coll: s.collnet_support)
 
 NVLS = NcclTuning(
-    graph="nvls", bus_bandwidth=_nvls_only_bus, algorithm_bandwidth=_nvls_algbw,
+    bus_bandwidth=_nvls_only_bus, algorithm_bandwidth=_nvls_algbw,
     latency=lambda s, t: t.intra + (t.inter if s.nnodes > 1 else 0.0),
     max_threads=(0, 0, 640), thread_threshold=(8, 8, 64),
     enabled=lambda s: s.collnet_support or s.nnodes == 1,  # NVLS+SHARP across nodes
@@ -409,7 +407,7 @@ NVLS = NcclTuning(
     channels=_nvls_channels)
 
 NVLS_TREE = NcclTuning(
-    graph="nvls", bus_bandwidth=_nvls_tree_bus, algorithm_bandwidth=_nvls_algbw,
+    bus_bandwidth=_nvls_tree_bus, algorithm_bandwidth=_nvls_algbw,
     latency=lambda s, t: t.base + t.intra + 2 * log2i(s.nnodes) * t.inter,
     max_threads=(0, 0, 640), thread_threshold=(8, 8, 64),
     enabled=lambda s: s.nnodes > 1, offered=_nvls_offered, refine=_nvls_tree_correction,
@@ -418,7 +416,7 @@ NVLS_TREE = NcclTuning(
 # PAT/Simple's threads are not in NCCL's table: NCCL sizes it like the other non-ring Simple
 # kernels (NCCL_NTHREADS default 512).
 PAT = NcclTuning(
-    graph="tree", bus_bandwidth=_pat_bus, algorithm_bandwidth=_tree_algbw,
+    bus_bandwidth=_pat_bus, algorithm_bandwidth=_tree_algbw,
     latency=_pat_latency, max_threads=(0, 0, 512), thread_threshold=(8, 8, 64),
     available=lambda s: s.pat_enabled)
 

@@ -58,7 +58,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dynamiccl.nccl_model import constants as K
-from dynamiccl.nccl_model.algorithms import nccl_tuning
 from dynamiccl.system import nccl
 from dynamiccl.system.nccl import (
     COLLNET_NODES,
@@ -331,7 +330,7 @@ def derive_system(topology: Topology) -> NcclSystem:
         direct = _with(direct, nvlink)
     by_kind = {"tree": tree, "ring": _with(ring, nvlink), "collnet_direct": direct,
                "collnet_chain": chain, "nvls": nvls}
-    graphs = tuple(by_kind[nccl_tuning(a).graph] for a in nccl.NCCL_ALGORITHMS)
+    graphs = tuple(by_kind[nccl.ALGORITHM_SPECS[a].nccl_graph] for a in nccl.NCCL_ALGORITHMS)
     return NcclSystem(
         nranks=nranks, nnodes=nodes, ppn=ppn, sm=sm, compcap=compcap_index(sm), graphs=graphs,
         comm_channels=_comm_channels(ring, tree, chain, collnet, sm, nodes, ppn),

@@ -9,11 +9,11 @@ files. So every fact about NCCL that more than one module needs lives here, and 
 * :data:`PROTOCOLS` and :data:`ALGORITHMS`, the tables: per protocol and per algorithm NCCL's
   integer id (``NCCL_PROTO_*`` / ``NCCL_ALGO_*`` in NCCL 2.30.7 ``src/include/nccl_common.h``,
   which the policy file and the C plugin must use exactly), NCCL's spelling, and for an algorithm
-  what it implements and needs, its rows of NCCL's latency tables, where NCCL's own cost model of it
-  is (``dynamiccl/nccl_model/algorithms.py``) and where its physics is (``dynamiccl/simulator/``),
-  both named ``module:name`` and loaded by the layer that runs them, and its colour in every figure.
-  The enums :class:`Protocol` and :class:`Algorithm` are made from them; adding an algorithm is
-  one entry here, its cost model in ``dynamiccl/simulator/`` and a test (README, Architecture);
+  what it implements and needs, its rows of NCCL's latency tables, the search graph NCCL runs it
+  on, where NCCL's own cost model of it is (``dynamiccl/nccl_model/algorithms.py``) and where its
+  physics is (``dynamiccl/simulator/``), both named ``module:name`` and loaded by the layer that
+  runs them, and its colour in every figure. The enums :class:`Protocol` and :class:`Algorithm` are
+  made from them; adding an algorithm is one entry here, its cost models and a test (README);
 * the other ids and spellings: collectives, link classes, compute-capability rows, the
   ``NCCL_ALGO`` / ``NCCL_PROTO`` variables, the tokens rule lines of a policy file use;
 * the default tuning constants of NCCL that both the simulator and NCCL's model read
@@ -259,6 +259,8 @@ class AlgorithmSpec:
     #: NCCL's own cost model of it, ``module:name`` of a ``dynamiccl.nccl_model.algorithms.NcclTuning``
     #: (loaded by ``nccl_model.algorithms.nccl_tuning``); None when NCCL does not have it.
     nccl_cost_model: str | None
+    #: The topology-search graph NCCL runs it on (tree, ring, collnet_direct, collnet_chain, nvls).
+    nccl_graph: str | None
     #: Its physics, ``module:function`` of a simulator cost model (dynamiccl.simulator.phases.CostModel).
     cost_model: str
     #: Its colour in every figure (matplotlib's tab10 entries, colour-blind friendly order).
@@ -287,13 +289,13 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         hierarchical=True, requirements=(),
         base_latency_us=(6.8, 14.0, 8.4),
         hw_latency_us=((0.6, 1.25, 4.0), (1.0, 1.9, 4.0), (5.0, 8.5, 14.0)),
-        nccl_cost_model="dynamiccl.nccl_model.algorithms:TREE",
+        nccl_cost_model="dynamiccl.nccl_model.algorithms:TREE", nccl_graph="tree",
         cost_model="dynamiccl.simulator.tree:tree_allreduce", colour="#2ca02c", v2_collectives=_AR),
     AlgorithmSpec(
         name="RING", nccl_id=1, nccl_name="Ring", collectives=frozenset(Collective),
         protocols=_ALL_PROTOCOLS, hierarchical=False, requirements=(),
         base_latency_us=_RING_BASE_LATENCY_US, hw_latency_us=_RING_HW_LATENCY_US,
-        nccl_cost_model="dynamiccl.nccl_model.algorithms:RING",
+        nccl_cost_model="dynamiccl.nccl_model.algorithms:RING", nccl_graph="ring",
         cost_model="dynamiccl.simulator.ring:flat_ring", colour="#1f77b4",
         v2_collectives=frozenset(Collective)),
     AlgorithmSpec(
@@ -302,7 +304,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         requirements=(COLLNET_SUPPORT, COLLNET_NODES, COLLNET_DIRECT_NODE),
         base_latency_us=(0.0, 0.0, 0.0),
         hw_latency_us=((0.0, 0.0, 3.7), (0.0, 0.0, 3.7), (0.0, 0.0, 31.0)),
-        nccl_cost_model="dynamiccl.nccl_model.algorithms:COLLNET_DIRECT",
+        nccl_cost_model="dynamiccl.nccl_model.algorithms:COLLNET_DIRECT", nccl_graph="collnet_direct",
         cost_model="dynamiccl.simulator.collnet:collnet_direct", colour="#9467bd",
         v2_collectives=_AR, v2_feature="collnet"),
     AlgorithmSpec(
@@ -310,7 +312,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         protocols=_SIMPLE, hierarchical=True, requirements=(COLLNET_SUPPORT, COLLNET_NODES),
         base_latency_us=(0.0, 0.0, 0.0),
         hw_latency_us=((0.0, 0.0, 2.8), (0.0, 0.0, 2.8), (0.0, 0.0, 30.0)),
-        nccl_cost_model="dynamiccl.nccl_model.algorithms:COLLNET_CHAIN",
+        nccl_cost_model="dynamiccl.nccl_model.algorithms:COLLNET_CHAIN", nccl_graph="collnet_chain",
         cost_model="dynamiccl.simulator.collnet:collnet_chain", colour="#8c564b",
         v2_collectives=_AR, v2_feature="collnet"),
     AlgorithmSpec(
@@ -318,7 +320,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         hierarchical=False, requirements=(NVLS_MULTICAST, NVLS_GPUS, NVLS_MULTI_NODE_SHARP),
         base_latency_us=(0.0, 0.0, 0.0),
         hw_latency_us=((0.0, 0.0, 25.0), (0.0, 0.0, 0.0), (0.0, 0.0, 18.0)),
-        nccl_cost_model="dynamiccl.nccl_model.algorithms:NVLS",
+        nccl_cost_model="dynamiccl.nccl_model.algorithms:NVLS", nccl_graph="nvls",
         cost_model="dynamiccl.simulator.nvls:nvls", colour="#d62728",
         v2_collectives=_AR, v2_feature="nvls"),
     AlgorithmSpec(
@@ -326,7 +328,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         hierarchical=True, requirements=(NVLS_MULTICAST, NVLS_GPUS, NVLS_TREE_NODES),
         base_latency_us=(0.0, 0.0, 0.0),
         hw_latency_us=((0.0, 0.0, 25.0), (0.0, 0.0, 0.0), (0.0, 0.0, 20.9)),
-        nccl_cost_model="dynamiccl.nccl_model.algorithms:NVLS_TREE",
+        nccl_cost_model="dynamiccl.nccl_model.algorithms:NVLS_TREE", nccl_graph="nvls",
         cost_model="dynamiccl.simulator.nvls:nvls_tree", colour="#ff7f0e",
         v2_collectives=_AR, v2_feature="nvls"),
     AlgorithmSpec(
@@ -334,14 +336,15 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         hierarchical=False, requirements=(PAT_ONE_GPU_PER_NODE,),
         base_latency_us=(8.0, 8.0, 8.0),
         hw_latency_us=((0.0, 0.0, 4.0), (0.0, 0.0, 4.0), (0.0, 0.0, 14.0)),
-        nccl_cost_model="dynamiccl.nccl_model.algorithms:PAT",
+        nccl_cost_model="dynamiccl.nccl_model.algorithms:PAT", nccl_graph="tree",
         cost_model="dynamiccl.simulator.pat:pat", colour="#e377c2"),
     AlgorithmSpec(
         # StragglAR (Devraj et al., "Accelerating AllReduce with a Persistent Straggler"): the
         # punctual ranks reduce-scatter while one rank is late, then pairwise exchange rounds.
         name="STRAGGLAR", nccl_id=None, nccl_name=None, collectives=_AR, protocols=_SIMPLE,
         hierarchical=False, requirements=(STRAGGLAR_EVEN_RANKS, STRAGGLAR_ANY_TO_ANY),
-        base_latency_us=_RING_BASE_LATENCY_US, hw_latency_us=_RING_HW_LATENCY_US, nccl_cost_model=None,
+        base_latency_us=_RING_BASE_LATENCY_US, hw_latency_us=_RING_HW_LATENCY_US,
+        nccl_cost_model=None, nccl_graph=None,
         cost_model="dynamiccl.simulator.stragglar_time:stragglar", colour="#17becf",
         stand_in="RING", hides_straggler_delay=True),
 )
@@ -352,8 +355,9 @@ _IDS = {a.name: a.nccl_id for a in _NCCL_ENTRIES} | {
     a.name: len(_NCCL_ENTRIES) + i for i, a in enumerate(a for a in ALGORITHMS if a.nccl_id is None)}
 assert sorted(a.nccl_id for a in _NCCL_ENTRIES) == list(range(len(_NCCL_ENTRIES))), \
     "NCCL's algorithm ids are 0..N-1: NCCL's tables are indexed by them"
-assert all((a.nccl_id is None) == (a.nccl_name is None) == (a.nccl_cost_model is None) for a in ALGORITHMS), \
-    "an algorithm NCCL has carries its NCCL name and NCCL's cost model of it; a simulator-only one neither"
+assert all(len({a.nccl_id is None, a.nccl_name is None, a.nccl_cost_model is None, a.nccl_graph is None}) == 1
+           for a in ALGORITHMS), \
+    "an algorithm NCCL has carries its NCCL name, graph and NCCL's cost model; a simulator-only one none"
 
 Algorithm = enum.IntEnum("Algorithm", sorted(_IDS.items(), key=lambda item: item[1]), module=__name__)
 Algorithm.__doc__ = "NCCL's algorithm indices, then the simulator-only ones: made from :data:`ALGORITHMS`."
