@@ -150,10 +150,12 @@ def test_an_algorithm_added_as_one_entry_and_its_cost_model_reaches_every_reader
 def test_the_readme_names_the_files_adding_an_algorithm_touches():
     """The checklist (in the front door or beside the code) names the code files the test above
     touches; it may name more steps (a header to regenerate, a prior to retrain)."""
-    readmes = [p for p in (REPO / "README.md", REPO / "dynamiccl" / "README.md")
-               if p.is_file() and "Adding an NCCL algorithm" in p.read_text()]
-    assert readmes, "no README has the checklist 'Adding an NCCL algorithm'"
-    section = readmes[0].read_text().split("Adding an NCCL algorithm")[1].split("\n#")[0]
+    texts = [p.read_text() for p in (REPO / "dynamiccl" / "README.md", REPO / "README.md") if p.is_file()]
+    headed = [re.split(r"^#+ Adding an NCCL algorithm", t, flags=re.M) for t in texts]
+    sections = [parts[1] for parts in headed if len(parts) > 1] or [
+        t.split("Adding an NCCL algorithm")[1] for t in texts if "Adding an NCCL algorithm" in t]
+    assert sections, "no README has the checklist 'Adding an NCCL algorithm'"
+    section = sections[0].split("\n#")[0]
     named = re.findall(r"`((?:dynamiccl|tests)/[^`]*)`", section)
     code = {"dynamiccl/system/nccl.py", "dynamiccl/simulator/<name>.py", "dynamiccl/nccl_model/algorithms.py",
             "tests/"}
