@@ -25,7 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from dynamiccl.knobs import (
+from dynamiccl.nccl_model import NcclModel
+from dynamiccl.nccl_model.select import cost_tables
+from dynamiccl.simulator import evaluate, simulate
+from dynamiccl.system.knobs import (
     ACTIONS,
     NCCL_ALGORITHM_HIERARCHY,
     Config,
@@ -36,12 +39,9 @@ from dynamiccl.knobs import (
     nccl_config,
     valid_mask,
 )
-from dynamiccl.nccl import Algorithm, Collective, Protocol, nccl_stand_in
-from dynamiccl.nccl_model import NcclModel
-from dynamiccl.nccl_model.select import cost_tables
-from dynamiccl.scenario import Scenario
-from dynamiccl.simulator import evaluate, simulate
-from dynamiccl.topology import Topology
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol, nccl_stand_in
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
 
 #: The size whose time stands for a configuration's latency floor: a modelled time splits into that
 #: floor and the rest (the Hockney alpha/beta split NCCL's own tuning tables use).
@@ -126,7 +126,7 @@ _CANDIDATE_TIMES = _Memo(65536)
 class TimedConfig:
     """A configuration with what the simulator says it costs: NCCL's pick or the best pick.
 
-    (What a policy file makes NCCL do is :class:`dynamiccl.policy_file.Decision`.)
+    (What a policy file makes NCCL do is :class:`dynamiccl.plugin.policy_file.Decision`.)
     """
 
     config: Config

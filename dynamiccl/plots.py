@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from dynamiccl.files import FileKind, claim_output, read_head, read_tail, replace_atomically
-from dynamiccl.nccl import ALGORITHMS, PROTOCOLS
-from dynamiccl.units import format_size
+from dynamiccl.system.nccl import ALGORITHMS, PROTOCOLS
+from dynamiccl.system.units import format_size
 
-#: One colour per algorithm (each entry of dynamiccl.nccl.ALGORITHMS names its own), and the
+#: One colour per algorithm (each entry of dynamiccl.system.nccl.ALGORITHMS names its own), and the
 #: ring-over-ring's.
 ALGORITHM_COLOURS: dict[str, str] = {a.name.lower(): a.colour for a in ALGORITHMS} | {"ring-hier": "#bcbd22"}
 #: One marker per protocol, and how light a protocol's shade of its algorithm's colour is in filled
-#: cells (heatmaps): each entry of dynamiccl.nccl.PROTOCOLS names its own.
+#: cells (heatmaps): each entry of dynamiccl.system.nccl.PROTOCOLS names its own.
 PROTOCOL_MARKERS: dict[str, str] = {p.name.lower(): p.marker for p in PROTOCOLS}
 PROTOCOL_SHADE: dict[str, float] = {p.name.lower(): p.shade for p in PROTOCOLS}
 UNKNOWN_COLOUR = "#7f7f7f"

@@ -16,10 +16,10 @@ import numpy as np
 from dynamiccl.decisions import nccl_model_for
 from dynamiccl.envs.deployable_observation import encode_batch
 from dynamiccl.envs.system_sampler import CallBatch
-from dynamiccl.knobs import Collective, ConfigBatch, nccl_config, valid_mask
-from dynamiccl.policy_file import context_buckets
+from dynamiccl.plugin.policy_file import context_buckets
 from dynamiccl.simulator import simulate
-from dynamiccl.topology import Topology
+from dynamiccl.system.knobs import Collective, ConfigBatch, nccl_config, valid_mask
+from dynamiccl.system.topology import Topology
 
 ALL_ACTIONS = ConfigBatch.all_actions()
 

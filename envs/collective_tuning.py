@@ -25,9 +25,9 @@ from dynamiccl.envs.deployable_observation import (
 )
 from dynamiccl.envs.observation import OBS_HIGH, OBS_LOW, complete, static_features
 from dynamiccl.envs.workloads import Episode, ScenarioDistribution, load_scenario_distribution
-from dynamiccl.knobs import ACTIONS, ALGO_HIERARCHY_PAIRS, N_ACTIONS, Algorithm, Hierarchy, valid_mask
-from dynamiccl.scenario import Scenario
-from dynamiccl.units import format_size, format_time_us
+from dynamiccl.system.knobs import ACTIONS, ALGO_HIERARCHY_PAIRS, N_ACTIONS, Algorithm, Hierarchy, valid_mask
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.units import format_size, format_time_us
 
 #: Reward for an action the mask forbids (NCCL then runs its own choice): log(1/55), below every
 #: valid choice in the train and held-out suites (the worst is about 33x slower than NCCL; a test
@@ -65,7 +65,7 @@ def _algorithm_rows(width: int = 65) -> str:
 
 def _documented(doc: str) -> str:
     """The docstring with what follows from the knob space and the deployable fields filled in, so
-    adding an algorithm (dynamiccl.nccl.ALGORITHMS) never needs an edit here."""
+    adding an algorithm (dynamiccl.system.nccl.ALGORITHMS) never needs an edit here."""
     def table(text: str) -> str:  # at the marker's indentation
         return textwrap.indent(text, "    ").lstrip()
 
@@ -102,8 +102,8 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Action Space
 
-    ``Discrete({N_ACTIONS})``: an index into :data:`dynamiccl.knobs.ACTIONS`, the joint table of every knob
-    (flat, so a mask can forbid exact combinations, and DQN works too):
+    ``Discrete({N_ACTIONS})``: an index into :data:`dynamiccl.system.knobs.ACTIONS`, the joint table of every
+    knob (flat, so a mask can forbid exact combinations, and DQN works too):
 
     | Knob                  | Values                                                            |
     |-----------------------|-------------------------------------------------------------------|
@@ -188,7 +188,7 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
 
     ``reset``: ``scenario``, ``episode_name``, ``workload`` (not ``episode``: SB3's Monitor owns
     that key). ``step`` adds ``action``, ``valid``, ``config`` (the chosen
-    :class:`~dynamiccl.knobs.Config`, None when invalid), ``time_us``, ``default_time_us``,
+    :class:`~dynamiccl.system.knobs.Config`, None when invalid), ``time_us``, ``default_time_us``,
     ``speedup`` (default / time), ``oracle_action`` and ``oracle_time_us`` (the fastest action the
     mask allows; -1 and NaN when the backend cannot time every action), and ``call`` (the step's
     index in the episode).

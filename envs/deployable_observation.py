@@ -21,14 +21,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dynamiccl.envs.observation import SYSTEM_FIELDS, ObservationField, system_features
-from dynamiccl.knobs import Collective, Protocol
-from dynamiccl.nccl import MAX_CHANNELS, NCCL_ALGORITHMS
+from dynamiccl.envs.observation import SYSTEM_FIELDS, field_table, system_features
 from dynamiccl.nccl_model.model import NcclModel
 from dynamiccl.nccl_model.select import cost_tables
-from dynamiccl.policy_file import C2C_BUCKETS, STRAGGLER_BUCKETS, context_buckets
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology
+from dynamiccl.plugin.policy_file import C2C_BUCKETS, STRAGGLER_BUCKETS, context_buckets
+from dynamiccl.system.knobs import Collective, Protocol
+from dynamiccl.system.nccl import MAX_CHANNELS, NCCL_ALGORITHMS
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
 
 #: log2 of the largest byte count told apart (1 TiB); larger calls share the top of the scale.
 LOG2_MAX_BYTES = 40
@@ -76,13 +76,8 @@ def _field_specs() -> list[tuple[str, str, float, float]]:
     return specs
 
 
-DEPLOYABLE_FIELDS: tuple[ObservationField, ...] = tuple(
-    ObservationField(i, *spec) for i, spec in enumerate(_field_specs())
-)
+DEPLOYABLE_FIELDS, DEPLOYABLE_LOW, DEPLOYABLE_HIGH, _INDEX = field_table(_field_specs())
 DEPLOYABLE_SIZE = len(DEPLOYABLE_FIELDS)
-DEPLOYABLE_LOW = np.array([f.low for f in DEPLOYABLE_FIELDS], dtype=np.float32)
-DEPLOYABLE_HIGH = np.array([f.high for f in DEPLOYABLE_FIELDS], dtype=np.float32)
-_INDEX = {f.name: f.index for f in DEPLOYABLE_FIELDS}
 _STRAGGLER_BUCKETS = tuple(STRAGGLER_BUCKETS)
 _C2C_BUCKETS = tuple(C2C_BUCKETS)
 

@@ -13,14 +13,15 @@ The static part of a scenario's encoding is cached, so a step costs one copy and
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import FABRICS, LINKS, Topology
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import FABRICS, LINKS, Topology
 
 #: Tiers encoded; deeper systems are refused (seed 000's deepest system has three).
 MAX_TIERS = 3
@@ -44,6 +45,17 @@ class ObservationField:
     meaning: str
     low: float
     high: float
+
+
+def field_table(specs: Sequence[tuple[str, str, float, float]]
+                ) -> tuple[tuple[ObservationField, ...], np.ndarray, np.ndarray, dict[str, int]]:
+    """An observation's table from its (name, meaning, low, high) specs, in order: the numbered
+    fields, their low and high bounds as gymnasium's ``Box`` takes them (float32), and each name's
+    index. Both observations (this one and the deployable one) are built by it."""
+    fields = tuple(ObservationField(i, *spec) for i, spec in enumerate(specs))
+    low = np.array([f.low for f in fields], dtype=np.float32)
+    high = np.array([f.high for f in fields], dtype=np.float32)
+    return fields, low, high, {f.name: f.index for f in fields}
 
 
 def _field_specs() -> list[tuple[str, str, float, float]]:
@@ -88,19 +100,14 @@ def _field_specs() -> list[tuple[str, str, float, float]]:
     return specs
 
 
-OBSERVATION_FIELDS: tuple[ObservationField, ...] = tuple(
-    ObservationField(i, *spec) for i, spec in enumerate(_field_specs())
-)
+OBSERVATION_FIELDS, OBS_LOW, OBS_HIGH, _INDEX = field_table(_field_specs())
 OBS_SIZE = len(OBSERVATION_FIELDS)
-OBS_LOW = np.array([f.low for f in OBSERVATION_FIELDS], dtype=np.float32)
-OBS_HIGH = np.array([f.high for f in OBSERVATION_FIELDS], dtype=np.float32)
 #: The fields that describe only the system, in :func:`system_features`' order.
 SYSTEM_FIELDS: tuple[ObservationField, ...] = tuple(
     f for f in OBSERVATION_FIELDS
     if f.name in ("ranks", "nodes", "gpus_per_node", "gpu_arch", "feature_nvls", "feature_collnet")
     or f.name.startswith("tier")
 )
-_INDEX = {f.name: f.index for f in OBSERVATION_FIELDS}
 _STRAGGLER = _INDEX["straggler_present"]
 _LAST = _INDEX["last_time_ratio"]
 _TIER_WIDTH = _INDEX["tier1_present"] - _INDEX["tier0_present"]

@@ -40,10 +40,10 @@ from gymnasium import spaces
 from dynamiccl import decisions
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
 from dynamiccl.envs.observation import OBSERVATION_FIELDS, static_features
-from dynamiccl.knobs import ACTIONS, ActionColumns, valid_mask
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology, load_topology
+from dynamiccl.system.knobs import ACTIONS, ActionColumns, valid_mask
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology, load_topology
 
 #: Calls per episode: the horizon the issue's goals are stated over.
 N_CALLS = 50
@@ -78,7 +78,7 @@ _PAIR = ActionColumns.algorithm * 16 + ActionColumns.protocol
 @dataclass(frozen=True)
 class Candidates:
     """The choices of one context. Slot 0 is NCCL's own pick (``actions[0] == -1``: run with
-    nothing pinned); slot k > 0 is an action id into :data:`dynamiccl.knobs.ACTIONS`."""
+    nothing pinned); slot k > 0 is an action id into :data:`dynamiccl.system.knobs.ACTIONS`."""
 
     actions: tuple[int, ...]
     #: The model's (nominal simulator's) predicted time of each slot, µs.

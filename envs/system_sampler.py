@@ -15,7 +15,7 @@ machines span, each range written with its source, instead of from a list of mac
 * 1 to 2048 nodes (at most 4096 ranks), NVLS on sm90+ NVSwitch nodes, CollNet (SHARP) sometimes;
 * calls: every collective, sizes log-uniform from 8 B to 16 GiB, straggler and c2c contexts.
 
-Every system is a valid :class:`~dynamiccl.topology.Topology` (built through the YAML loader, so it
+Every system is a valid :class:`~dynamiccl.system.topology.Topology` (built through the YAML loader, so it
 obeys the same rules as a user's file). The held-out suite's systems are named presets at fixed
 node counts; a sampled system is never one of them (a test checks the fingerprints).
 """
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamiccl.knobs import Collective
-from dynamiccl.policy_file import C2C_BUCKETS, STRAGGLER_BUCKETS
-from dynamiccl.topology import Topology, topology_from_dict
+from dynamiccl.plugin.policy_file import C2C_BUCKETS, STRAGGLER_BUCKETS
+from dynamiccl.system.knobs import Collective
+from dynamiccl.system.topology import Topology, topology_from_dict
 
 #: (arch, SMs, nominal per-GPU NVLink GB/s of that generation).
 GPUS: tuple[tuple[str, int, float], ...] = (

@@ -13,7 +13,7 @@ card rather than trusted as magic numbers:
   hidden elements) per layer forward and two backward; it runs inside one node (``group: node``).
 * ``trace`` – an explicit list of calls, for anything else.
 
-Sizes follow nccl-tests (and :class:`dynamiccl.scenario.Scenario`): for all-gather and
+Sizes follow nccl-tests (and :class:`dynamiccl.system.scenario.Scenario`): for all-gather and
 reduce-scatter the whole gathered buffer.
 """
 
@@ -27,9 +27,9 @@ from typing import Any
 
 from dynamiccl.config_loader import ConfigError, read_config
 from dynamiccl.envs.config_files import check_keys, integer, number
-from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import Collective
-from dynamiccl.units import parse_size
+from dynamiccl.system.knobs import parse_enum
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.units import parse_size
 
 GROUPS = ("world", "node")
 _COMMON = {"name", "description", "kind", "group"}

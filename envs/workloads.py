@@ -32,8 +32,8 @@ import numpy as np
 from dynamiccl.config_loader import ConfigError, read_config
 from dynamiccl.envs.config_files import check_keys, integer, number
 from dynamiccl.envs.traces import Workload, load_workload
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology, load_topology
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology, load_topology
 
 __all__ = ["Episode", "ScenarioDistribution", "StragglerSpec", "SuiteEntry", "SystemSpec",
            "Workload", "distribution_from_dict", "load_scenario_distribution", "load_suite",

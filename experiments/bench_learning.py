@@ -48,8 +48,8 @@ from dynamiccl.console import console as table_console
 from dynamiccl.envs.action_values import ActionValues, action_values
 from dynamiccl.envs.system_sampler import CallBatch, random_calls, random_topology
 from dynamiccl.envs.workloads import SuiteEntry, load_suite
-from dynamiccl.policy_file import C2C_BUCKETS, context_buckets
-from dynamiccl.topology import Topology
+from dynamiccl.plugin.policy_file import C2C_BUCKETS, context_buckets
+from dynamiccl.system.topology import Topology
 
 SLOWER = 1.02
 BASELINES = ("nccl_default", "oracle", "static_best", "coordinate_descent", "bandit")

@@ -62,10 +62,10 @@ from dynamiccl.agents.shipping.tune import candidate_pairs
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PROFILES, system_kind
 from dynamiccl.envs.backends.replay import LaunchSplit
 from dynamiccl.envs.online_tuning import N_CALLS
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
-from dynamiccl.units import format_size
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
+from dynamiccl.system.units import format_size
 
 SYSTEMS = (("dgx_h100", 1), ("dgx_h100", 2), ("dgx_a100", 2), ("pcie_cluster", 2), ("ring_ring_8to1", 4),
            ("g4dn_t4_tcp", 4))

@@ -25,10 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dynamiccl import plugin
-from dynamiccl import policy_file as pf
-from dynamiccl import policy_format as fmt
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.plugin import build as plugin
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.plugin import policy_format as fmt
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 TARGET_OVERHEAD_NS = 30.0
 
@@ -36,7 +36,7 @@ TARGET_OVERHEAD_NS = 30.0
 def _export_oracle(path: Path, topology: str, nodes: int) -> tuple[int, int]:
     from dynamiccl.agents.policies.registry import load_policy
     from dynamiccl.agents.shipping.export import export_policy
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.topology import load_topology
 
     topo = load_topology(topology, nodes=nodes)
     result = export_policy(load_policy("oracle", topology=topo, deployable=True), topo,

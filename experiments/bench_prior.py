@@ -15,7 +15,7 @@ the median of the default's timings at that size.
 Predictors of log(t_pair / t_default) at the points not measured (NCCL's own pick excluded):
 
 * ``model``: the uncalibrated model's ratio, with the export gate's datasheet uncertainty
-  (:func:`dynamiccl.calibration.uncertainty` of both times);
+  (:func:`dynamiccl.system.calibration.uncertainty` of both times);
 * ``nearest``: the same pair's measured ratio, interpolated in log size between the nearest
   measured sizes (held beyond them; the model where the pair was never measured), with a sigma of
   the noise plus 0.04 per octave to the nearest measurement plus half the neighbours' disagreement;
@@ -65,13 +65,13 @@ from dynamiccl.agents.shipping.tune import (
 )
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
 from dynamiccl.agents.training.prior_learner import Series, time_series
-from dynamiccl.calibration import uncertainty
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
-from dynamiccl.knobs import Collective
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology, load_topology
+from dynamiccl.system.calibration import uncertainty
+from dynamiccl.system.knobs import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology, load_topology
 
 SYSTEMS = (("dgx_h100", 1), ("dgx_h100", 2), ("dgx_h100", 8), ("dgx_a100", 2), ("pcie_cluster", 4),
            ("ring_ring_48to1", 8), ("l40s_pcie_2socket", 1), ("p4d_a100_efa", 2))
@@ -134,7 +134,7 @@ def model_sigma(case: Case) -> np.ndarray:
     out = np.zeros(s.truth.shape)
     for i, (a, p) in enumerate(s.pairs):
         for j, n in enumerate(sizes):
-            rel = uncertainty(case.topology, int(s.collective), n, int(a), int(p))
+            rel = uncertainty(case.topology.calibration, int(s.collective), n, int(a), int(p))
             out[i, j] = math.hypot(math.log1p(rel), math.log1p(rel))
     return out
 

@@ -80,9 +80,9 @@ from dynamiccl.agents.shipping.tune import (
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
 from dynamiccl.envs.backends.replay import LaunchSplit, ReplayTable
 from dynamiccl.profiler.formats.measurement_paths import load_paths
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
-from dynamiccl.units import format_size
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
+from dynamiccl.system.units import format_size
 
 FIXTURES = REPLAY_DIR.parent
 TUNERS = ("tune", "no_prior", "ungated")

@@ -1,7 +1,7 @@
 """Cost of DynamICCL's profiler inside NCCL: nanoseconds per event pair (an event's start and stop).
 
 Builds the plugin as shipped, a no-op profiler with the same flags, and a C timing driver
-(``dynamiccl/csrc/tests/bench_profiler_driver.c``) that loads both the way NCCL does and calls them
+(``dynamiccl/plugin/csrc/tests/bench_profiler_driver.c``) that loads both the way NCCL does and calls them
 in NCCL's order for each collective: the group and coll events the host starts at launch (the coll
 stopped once enqueued), then per channel the kernelCh start, its KernelChStop state and its stop
 (NCCL 2.28.9 src/plugin/profiler.cc, src/transport/profiler.cc). A collective on C channels is 1 + C
@@ -34,8 +34,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dynamiccl import plugin
-from dynamiccl.profile_ring import PROFILE_ENV, RECORDS_ENV
+from dynamiccl.plugin import build as plugin
+from dynamiccl.plugin.profile_ring import PROFILE_ENV, RECORDS_ENV
 
 TARGET_NS = 100.0
 TARGET_DDP_PCT = 1.0

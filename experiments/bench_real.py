@@ -51,8 +51,7 @@ from pathlib import Path
 
 from dynamiccl.cli.common import UserError, read_head
 from dynamiccl.files import write_text_atomic
-from dynamiccl.nccl import TUNER_PLUGIN_ENV
-from dynamiccl.policy_format import POLICY_ENV
+from dynamiccl.plugin.policy_format import POLICY_ENV
 from dynamiccl.profiler.formats.records import MeasurementRecord, write_jsonl
 from dynamiccl.profiler.measure import emulation
 from dynamiccl.profiler.measure.interleave import measure_choices
@@ -63,7 +62,8 @@ from dynamiccl.profiler.measure.runner import (
     inherited_steering,
     measure_many,
 )
-from dynamiccl.units import parse_size
+from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
+from dynamiccl.system.units import parse_size
 
 #: The sweep's choices besides NCCL's default: every (algorithm, protocol) pair of Ring and Tree.
 CHOICES = [(a, p) for a in ("ring", "tree") for p in ("ll", "ll128", "simple")]
@@ -163,8 +163,8 @@ def run_sweep(s: Settings, out: Path) -> dict:
 
 def run_tune(s: Settings, topology: Path | str, records: Path, policy: Path) -> dict:
     """``dynamiccl tune`` as a user runs it; its JSON decision rows."""
-    from dynamiccl import policy_file as pf
     from dynamiccl.cli.main import main
+    from dynamiccl.plugin import policy_file as pf
 
     buffer = io.StringIO()
     size = [] if s.emulate_hosts else ["--nodes", "1", "--gpus-per-node", str(s.nprocs)]
@@ -181,8 +181,7 @@ def run_tune(s: Settings, topology: Path | str, records: Path, policy: Path) -> 
 
 def deployed_env(policy: Path | None) -> dict[str, str]:
     """The plugin NCCL loads, and the policy it reads (none: the plugin only follows pins)."""
-    from dynamiccl import plugin
-
+    from dynamiccl.plugin import build as plugin
     env = {TUNER_PLUGIN_ENV: str(plugin.library_path())}
     return {**env, POLICY_ENV: str(policy)} if policy is not None else env
 
@@ -190,7 +189,7 @@ def deployed_env(policy: Path | None) -> dict[str, str]:
 def tuned_record(record: MeasurementRecord, policy, policy_path: Path) -> MeasurementRecord:
     """A record of a launch with the plugin, labelled with what the policy forced at its size
     (NCCL's default where the policy has no rule or defers), so tune reads it for what ran."""
-    from dynamiccl.knobs import Collective
+    from dynamiccl.system.knobs import Collective
 
     rule = policy.decide(Collective[record.collective.upper()], record.nbytes, record.nranks,
                          record.nnodes or 1)
@@ -204,8 +203,7 @@ def tuned_record(record: MeasurementRecord, policy, policy_path: Path) -> Measur
 
 def run_ab(s: Settings, policy_path: Path, out: Path) -> dict:
     """Interleaved launch pairs, NCCL's default against the tuned policy, the order alternating."""
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     policy = pf.read(policy_path)
     records, launches = [], []
     for pair in range(s.pairs):
@@ -249,7 +247,7 @@ def rank_env(s: Settings, env: dict[str, str]) -> dict[str, str]:
 
 def run_online(s: Settings, topology: Path | str) -> dict:
     """The self-tuning DDP job; every rank's tuning log must be the same (lockstep)."""
-    from dynamiccl import plugin
+    from dynamiccl.plugin import build as plugin
     from dynamiccl.profiler.measure.job_profile import profiler_loaded
 
     began = time.monotonic()
@@ -352,7 +350,7 @@ def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
     from dynamiccl.agents.policies.adaptive import load_adaptive
     from dynamiccl.agents.policies.evidence import load_evidence
     from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.topology import load_topology
 
     device = _join(ctx, backend)
     system = load_topology(topology, gpus_per_node=gpus_per_node)
@@ -448,8 +446,8 @@ def measure(s: Settings, out: Path, ddp: bool, online: bool, user_path: bool = T
 
 def parse_choice(text: str) -> tuple[str, str]:
     """``ring/ll`` -> ("ring", "ll"), checked against NCCL's names."""
-    from dynamiccl.knobs import parse_enum
-    from dynamiccl.nccl import Algorithm, Protocol
+    from dynamiccl.system.knobs import parse_enum
+    from dynamiccl.system.nccl import Algorithm, Protocol
 
     algorithm, sep, protocol = text.partition("/")
     if not sep:

@@ -60,14 +60,14 @@ import sys
 import time
 from datetime import timedelta
 
-from dynamiccl import plugin
-from dynamiccl.knobs import Algorithm, Collective, Config, Protocol
+from dynamiccl.plugin import build as plugin
 from dynamiccl.profiler.measure import emulation
 from dynamiccl.profiler.measure.job_profile import profiler_loaded
 from dynamiccl.profiler.measure.launcher import launch
-from dynamiccl.scenario import Scenario
 from dynamiccl.simulator.api import evaluate
-from dynamiccl.topology import Topology, topology_from_dict
+from dynamiccl.system.knobs import Algorithm, Collective, Config, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology, topology_from_dict
 
 #: Runtime settings of the benchmark: decide every 5 steps from the last 5 measurements, 3 of which
 #: must show the same rank 4 ms late (this 2-core machine's load alone makes ranks 2 ms late).

@@ -21,11 +21,11 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from dynamiccl.knobs import ACTIONS, ConfigBatch  # noqa: E402
-from dynamiccl.nccl import Collective  # noqa: E402
-from dynamiccl.scenario import Scenario  # noqa: E402
 from dynamiccl.simulator import evaluate, simulate  # noqa: E402
-from dynamiccl.topology import load_topology  # noqa: E402
+from dynamiccl.system.knobs import ACTIONS, ConfigBatch  # noqa: E402
+from dynamiccl.system.nccl import Collective  # noqa: E402
+from dynamiccl.system.scenario import Scenario  # noqa: E402
+from dynamiccl.system.topology import load_topology  # noqa: E402
 
 
 def _states(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:

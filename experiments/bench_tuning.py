@@ -113,13 +113,13 @@ from dynamiccl.decisions import nccl_default
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
 from dynamiccl.envs.backends.replay import HELD_OUT_LAUNCH, LaunchSplit, LaunchTiming, ReplayTable
 from dynamiccl.envs.observation import encode
-from dynamiccl.knobs import ACTIONS, Collective, valid_mask
-from dynamiccl.launch_noise import NOISE_BANDS, BandNoise, default_launch_noise
 from dynamiccl.profiler.formats.measurement_paths import load_paths
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology, load_topology
-from dynamiccl.units import format_size
+from dynamiccl.system.knobs import ACTIONS, Collective, valid_mask
+from dynamiccl.system.launch_noise import NOISE_BANDS, BandNoise, default_launch_noise
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology, load_topology
+from dynamiccl.system.units import format_size
 
 SYSTEMS = (("dgx_h100", 1), ("dgx_h100", 2), ("dgx_a100", 2))
 #: ``--validation``: other systems in validation realities (seeds from VALIDATION_SEED_START), where

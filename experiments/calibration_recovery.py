@@ -20,13 +20,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from dynamiccl.calibration import AlgoProtoFit, Calibration, Fitted
-from dynamiccl.knobs import nccl_config
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler.fit import synthetic as S
 from dynamiccl.profiler.fit.calibrate import calibrate, prepare
 from dynamiccl.profiler.fit.fit_report import error_table, format_table, heldout_table
-from dynamiccl.topology import load_topology
+from dynamiccl.system.calibration import AlgoProtoFit, Calibration, Fitted
+from dynamiccl.system.knobs import nccl_config
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology
 
 FACTORS = {"nvlink.bandwidth_GBps": 0.8, "nvlink.latency_us": 1.5,
            "infiniband.bandwidth_GBps": 0.7, "infiniband.latency_us": 1.4}

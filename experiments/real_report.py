@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from dynamiccl.units import format_size
+from dynamiccl.system.units import format_size
 
 #: Goals of issue "Real GPUs, real NCCL" (one H100, 4 emulated hosts; 8 for the online tuner).
 GOAL_DDP_SPEEDUP = 1.25

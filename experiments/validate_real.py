@@ -33,7 +33,7 @@ from dynamiccl.profiler.fit.calibrate import CalibrationError, calibrate, pick_c
 from dynamiccl.profiler.fit.fit_report import split_every_other
 from dynamiccl.profiler.formats.published import PublishedRun, load_system, system_dirs, system_topology
 from dynamiccl.profiler.formats.records import MeasurementRecord
-from dynamiccl.topology import Topology
+from dynamiccl.system.topology import Topology
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "real"
 KIB, MIB = 2**10, 2**20

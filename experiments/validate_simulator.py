@@ -23,8 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.knobs import ACTIONS, ConfigBatch, Hierarchy, Schedule
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.simulator import simulate
 from dynamiccl.simulator.alphabeta import (
     beta_us_per_byte,
@@ -35,7 +33,9 @@ from dynamiccl.simulator.alphabeta import (
     torus_allreduce_us,
 )
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY
-from dynamiccl.topology import Topology, load_topology, topology_from_dict
+from dynamiccl.system.knobs import ACTIONS, ConfigBatch, Hierarchy, Schedule
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import Topology, load_topology, topology_from_dict
 
 #: shared/ lies beside the repository root (as in CI, which clones the repository next to it).
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published_points.csv"
@@ -229,7 +229,7 @@ def _with_nccl_default(point_id: str) -> tuple[float, str] | str:
     """Gains over NCCL's default need the NCCL-default model (dynamiccl.decisions)."""
     try:
         from dynamiccl.decisions import best, nccl_default
-        from dynamiccl.scenario import Scenario
+        from dynamiccl.system.scenario import Scenario
     except Exception as exc:  # another engineer's module; the row is skipped until it exists
         return f"needs the NCCL-default model ({type(exc).__name__}: {exc})"
     if point_id == "ncclbpf":

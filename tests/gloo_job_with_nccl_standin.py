@@ -27,7 +27,7 @@ def rank_main(rank: int, world: int, port: int) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from nccl_profiler_standin import NcclProfilerStandIn
 
-    from dynamiccl.nccl import Algorithm, Collective, Protocol
+    from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     nccl = NcclProfilerStandIn(os.environ["NCCL_PROFILER_PLUGIN"], COMM_ID, world, rank)

@@ -13,15 +13,13 @@ from __future__ import annotations
 import ctypes
 import os
 
-from dynamiccl.nccl import (
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.nccl_profiler import (
     PROFILER_ALGORITHM_NAMES,
     PROFILER_COLLECTIVE_NAMES,
     PROFILER_PROTOCOL_NAMES,
     PROFILER_STATE_KERNEL_CH_STOP,
-    Algorithm,
-    Collective,
     ProfilerEvent,
-    Protocol,
 )
 
 

@@ -1,7 +1,7 @@
 """Rank functions for the runtime with NCCL's profiler, rehearsed on gloo (loaded by file path).
 
 Gloo never loads NCCL or its profiler, so each rank plays NCCL's part towards the real plugin in
-its own process: the tuner's (``runtime_workers.NcclStandIn``: what NCCL would run for a size, pins
+its own process: the tuner's (``nccl_tuner_standin``: what NCCL would run for a size, pins
 included) and the profiler's (``nccl_profiler_standin``: each all-reduce's launch when the rank
 calls it, then its "GPU" time). The GPU times are synthetic and far from gloo's own (milliseconds
 against gloo's tenths): a number the runtime acts on shows which source it came from.
@@ -43,16 +43,16 @@ def _tune(ctx, steps: int, nbytes: int, library: str) -> dict:
     import numpy as np
     import torch
     from nccl_profiler_standin import NcclProfilerStandIn
-    from runtime_workers import NcclStandIn
+    from nccl_tuner_standin import NcclTunerStandIn
 
-    tuner_standin = NcclStandIn(library, ctx.world_size)  # no policy: NCCL decides unless pinned
+    tuner_standin = NcclTunerStandIn(library, ctx.world_size)  # no policy: NCCL decides unless pinned
     nccl = NcclProfilerStandIn(library, 0xC0FFEE, ctx.world_size, ctx.rank)
     from dynamiccl.agents.policies.online import CoordinateDescentTuner
     from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
-    from dynamiccl.nccl import Algorithm, Collective, Protocol
     from dynamiccl.runtime import Runtime, RuntimeConfig
     from dynamiccl.runtime.plugin_control import PluginControl
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+    from dynamiccl.system.topology import load_topology
 
     topology = load_topology("dgx_h100").resized(nodes=1, gpus_per_node=ctx.world_size)
     tuner = RuntimeTunerAdapter(CoordinateDescentTuner(budget=4, deployable=True), topology, budget=4)
@@ -85,8 +85,8 @@ def _detect(ctx, steps: int, late_rank: int, late_ms: float, library: str) -> li
     import torch
     from nccl_profiler_standin import NcclProfilerStandIn
 
-    from dynamiccl.nccl import Algorithm, Collective, Protocol
     from dynamiccl.runtime import Runtime, RuntimeConfig
+    from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
     nccl = NcclProfilerStandIn(library, 0xBEEF, ctx.world_size, ctx.rank)
     rt = Runtime(RuntimeConfig(measure_every=2, window=3, stragglar=False,

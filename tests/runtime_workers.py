@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).parent))
+from nccl_tuner_standin import NcclTunerStandIn  # noqa: E402  (the tests' folder, for a rank too)
 
 DTYPES = (torch.int64, torch.float32, torch.bfloat16)
 #: Small sizes in every dtype (uneven chunks, odd and even counts, as 2-D and transposed views),
@@ -183,7 +188,7 @@ def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = No
     from dynamiccl.agents.policies.runtime_tuner import RuntimeTunerAdapter
     from dynamiccl.runtime import Runtime, RuntimeConfig
     from dynamiccl.runtime.plugin_control import PluginControl
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.topology import load_topology
 
     nccl = _with_plugin(ctx, plugin)
     device = _join(ctx, backend)
@@ -209,44 +214,7 @@ def tune_in_lockstep(ctx, steps: int, sizes: list[int], plugin: dict | None = No
             "decided": {n: nccl.decide(n) for n in sizes} if nccl else None}
 
 
-class NcclStandIn:
-    """Plays NCCL's part towards the tuner plugin (NCCL itself needs a GPU): loads the library the
-    runtime controls, inits one v6 communicator and asks getCollInfo with every entry usable."""
-
-    def __init__(self, library: str, nranks: int) -> None:
-        import ctypes
-        import os
-
-        self.ct = ctypes
-        lib = ctypes.CDLL(library, mode=os.RTLD_NOW | os.RTLD_LOCAL)
-        init = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64,
-                                ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
-                                ctypes.c_void_p)
-        coll = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t,
-                                ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                                ctypes.c_int, ctypes.POINTER(ctypes.c_int))
-        fin = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-
-        class V6(ctypes.Structure):
-            _fields_ = [("name", ctypes.c_char_p), ("init", init), ("coll", coll), ("fin", fin),
-                        ("chunk", ctypes.c_void_p)]
-
-        self.v6 = V6.in_dll(lib, "ncclTunerPlugin_v6")
-        self.ctx = ctypes.c_void_p()
-        assert self.v6.init(ctypes.byref(self.ctx), 1, nranks, 1, None, None, None) == 0
-
-    def decide(self, nbytes: int, collective: int = 4, disabled: tuple[int, ...] = ()
-               ) -> tuple[int, int, int] | None:
-        """(algorithm, protocol, channels) the plugin forces for an all-reduce, None: NCCL's.
-        ``disabled``: cost-table cells (algorithm * 3 + protocol) NCCL marks unusable (-1)."""
-        table = (self.ct.c_float * 21)(*[-1.0 if i in disabled else 10.0 + i for i in range(21)])
-        nch = self.ct.c_int(0)
-        assert self.v6.coll(self.ctx, collective, nbytes, 1, table, 7, 3, 0, self.ct.byref(nch)) == 0
-        forced = [i for i in range(21) if table[i] == 0.0]
-        return (forced[0] // 3, forced[0] % 3, nch.value) if forced else None
-
-
-def _with_plugin(ctx, plugin: dict | None) -> NcclStandIn | None:
+def _with_plugin(ctx, plugin: dict | None) -> NcclTunerStandIn | None:
     """Points the process at the plugin and policy as a job would, and plays NCCL's init."""
     import os
 
@@ -254,7 +222,7 @@ def _with_plugin(ctx, plugin: dict | None) -> NcclStandIn | None:
         return None
     os.environ["NCCL_TUNER_PLUGIN"] = plugin["library"]
     os.environ["DYNAMICCL_POLICY"] = plugin["policy"]
-    return NcclStandIn(plugin["library"], ctx.world_size)
+    return NcclTunerStandIn(plugin["library"], ctx.world_size)
 
 
 def paths_in_lockstep(ctx, topology: str, ranks_per_node: int | None, sizes: list[int], steps: int,
@@ -376,13 +344,13 @@ def stragglar_with_async_collectives(ctx, steps: int, late_rank: int, late_ms: f
 def interleaved_asking_a_stand_in_nccl(ctx, specs: list, library: str, reverse: bool,
                                        disabled: tuple[int, ...]):
     """The interleaved launch's rank side on gloo, each call also asking the plugin what to run
-    the way NCCL would (:class:`NcclStandIn`, its cost table with the ``disabled`` cells marked
+    the way NCCL would (:class:`NcclTunerStandIn`, its cost table with the ``disabled`` cells marked
     unusable): NCCL's consultation of its tuner, which gloo never makes. Returns the plugin's
     per-spec counts and, call by call, (spec index, what the plugin forced)."""
     from dynamiccl.profiler.measure import interleave
     from dynamiccl.profiler.measure.runner import call_bytes
 
-    nccl = NcclStandIn(library, ctx.world_size)
+    nccl = NcclTunerStandIn(library, ctx.world_size)
     real_op, seen = interleave.collective_op, []
 
     def asking(spec, device, group=None):

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from dynamiccl import plugin
+from dynamiccl.plugin import build as plugin
 
 ASAN = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
         "-g", "-O1"]

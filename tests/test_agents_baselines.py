@@ -26,10 +26,10 @@ from dynamiccl.agents.policies.policy import (
 from dynamiccl.agents.policies.registry import BUILTIN, load_policy
 from dynamiccl.envs.observation import encode
 from dynamiccl.envs.workloads import load_suite
-from dynamiccl.knobs import ACTIONS, EXPORTABLE_MASK, Config, nccl_config
-from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import ACTIONS, EXPORTABLE_MASK, Config, nccl_config
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,10 @@ from dynamiccl.agents.policies.online import (
 )
 from dynamiccl.agents.policies.policy import OnlinePolicy, scenario_mask
 from dynamiccl.envs.observation import encode
-from dynamiccl.knobs import ACTIONS
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import ACTIONS
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 SCENARIO = Scenario(load_topology("ring_ring_8to1", nodes=4), Collective.ALLREDUCE, 64 << 20)
 

@@ -18,12 +18,21 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {"dynamiccl": "dynamiccl", "envs": "dynamiccl.envs", "agents": "dynamiccl.agents",
             "profiler": "dynamiccl.profiler", "configs": "dynamiccl.configs"}
 
-#: Layers, most specific prefix first; ``core`` is every other module of ``dynamiccl``. ``agents`` and
-#: ``profiler`` are rooms by stage; the packages themselves (their ``__init__``) are layers of their own.
+#: Layers, most specific prefix first. ``dynamiccl/`` is rooms that match them: ``system`` (the
+#: vocabulary and system model) at the bottom, its table of NCCL's facts (``nccl``) importing nothing;
+#: the package's utilities (``ground``: files, configs, clocks, console, GPUs, the package's own
+#: ``__init__``) beside it; the simulator and NCCL's model above the system; the ``plugin`` room (the
+#: policy file and the C plugin's build) reading only the system; ``core`` (decisions and plots, which
+#: compare the two models) and the PyTorch ``runtime`` above those; ``cli`` on top of everything.
+#: ``agents`` and ``profiler`` are rooms by stage; the packages themselves (their ``__init__``) are
+#: layers of their own.
 LAYERS = (
-    ("nccl", "dynamiccl.nccl"),
+    ("nccl", "dynamiccl.system.nccl"),
+    ("system", "dynamiccl.system"),
+    ("plugin", "dynamiccl.plugin"),
     ("simulator", "dynamiccl.simulator"),
     ("nccl_model", "dynamiccl.nccl_model"),
+    ("runtime", "dynamiccl.runtime"),
     ("cli", "dynamiccl.cli"),
     ("envs", "dynamiccl.envs"),
     ("policies", "dynamiccl.agents.policies"),
@@ -35,20 +44,32 @@ LAYERS = (
     ("fit", "dynamiccl.profiler.fit"),
     ("profiler", "dynamiccl.profiler"),
     ("configs", "dynamiccl.configs"),
+    *(("ground", f"dynamiccl.{name}") for name in ("files", "config_loader", "clocks", "console", "gpus")),
     ("core", "dynamiccl"),
 )
-#: The rooms of ``agents/`` and ``profiler/``: every module there lives in one of them.
-ROOMS = {"agents": ("policies", "shipping", "training"), "profiler": ("formats", "measure", "fit")}
-_CORE = {"nccl", "core", "simulator", "nccl_model", "configs"}
+#: The modules left loose at the root of ``dynamiccl/`` (every other module lives in a room).
+LOOSE = ("__init__", "clocks", "config_loader", "console", "decisions", "files", "gpus", "plots")
+MAX_LOOSE = 8
+#: The rooms of ``agents/``, ``profiler/`` and ``dynamiccl/``: every module there lives in one of them
+#: (``dynamiccl/`` keeps its :data:`LOOSE` modules beside its rooms).
+ROOMS = {"agents": ("policies", "shipping", "training"), "profiler": ("formats", "measure", "fit"),
+         "dynamiccl": ("system", "plugin", "simulator", "nccl_model", "runtime", "cli")}
+#: The floors below the stages: what every stage of ``envs``, ``agents`` and ``profiler`` may read.
+_CORE = {"nccl", "system", "ground", "plugin", "simulator", "nccl_model", "core", "runtime", "configs"}
 #: What each layer may import (besides itself). The simulator and NCCL's model never import each
-#: other: both read NCCL's facts from ``dynamiccl.nccl`` and only ``decisions.py`` compares them.
+#: other: both read NCCL's facts from ``dynamiccl.system`` and only ``decisions.py`` compares them.
+#: The plugin room knows the system and the file utilities, nothing that models or chooses.
 #: Measuring and fitting both read and write the formats, never each other; policies know nothing of
 #: shipping or training, and shipping nothing of training (arrows run policies <- shipping <- training).
 ALLOWED: dict[str, set[str]] = {
     "nccl": set(),
-    "simulator": {"nccl", "core", "configs"},
-    "nccl_model": {"nccl", "core", "configs"},
-    "core": _CORE,
+    "ground": set(),
+    "system": {"nccl", "ground", "configs"},
+    "plugin": {"nccl", "system", "ground"},
+    "simulator": {"nccl", "system", "ground", "configs"},
+    "nccl_model": {"nccl", "system", "ground", "configs"},
+    "core": {"nccl", "system", "ground", "simulator", "nccl_model", "configs"},
+    "runtime": {"nccl", "system", "ground", "plugin", "simulator", "nccl_model", "core"},
     "configs": set(),
     "profiler": set(),
     "formats": _CORE,
@@ -62,10 +83,17 @@ ALLOWED: dict[str, set[str]] = {
     "cli": _CORE | {"profiler", "formats", "measure", "fit", "envs", "agents", "policies", "shipping",
                     "training"},
 }
+#: The names the package's ``__init__`` defines (its version, the environments' ids): ``from dynamiccl
+#: import __version__`` reads the ground floor, not the ``core`` modules beside it.
+_PACKAGE_NAMES = {f"dynamiccl.{target.id}"
+                  for node in ast.parse((REPO / "dynamiccl" / "__init__.py").read_text()).body
+                  if isinstance(node, ast.Assign) for target in node.targets if isinstance(target, ast.Name)}
 
 
 def layer_of(module: str) -> str | None:
     """The layer of a dotted module name; None for anything outside the package."""
+    if module == "dynamiccl" or module in _PACKAGE_NAMES:
+        return "ground"
     for name, prefix in LAYERS:
         if module == prefix or module.startswith(prefix + "."):
             return name
@@ -117,16 +145,25 @@ def test_every_layer_is_written_down() -> None:
     assert all(allowed <= set(ALLOWED) for allowed in ALLOWED.values())
 
 
-def test_every_module_of_agents_and_profiler_lives_in_a_room() -> None:
+def test_every_module_lives_in_a_room() -> None:
     """A module dropped beside the rooms (``agents/x.py``) would sit in no stage and import anything
-    its package may; only the packages' ``__init__`` files are there."""
+    its package may; only the packages' ``__init__`` files are there, and in ``dynamiccl/`` the
+    utilities and the modules comparing the two models (:data:`LOOSE`)."""
     for folder, rooms in ROOMS.items():
-        loose = sorted(p.name for p in (REPO / folder).glob("*.py") if p.name != "__init__.py")
+        allowed = LOOSE if folder == "dynamiccl" else ("__init__",)
+        loose = sorted(p.stem for p in (REPO / folder).glob("*.py") if p.stem not in allowed)
         assert not loose, f"{folder}/ holds modules outside its rooms {rooms}: {loose}"
         found = {p.name for p in (REPO / folder).iterdir() if (p / "__init__.py").is_file()}
         assert found == set(rooms)
         assert all(ast.get_docstring(ast.parse((REPO / folder / room / "__init__.py").read_text()))
                    for room in rooms), "each room says what it holds"
+
+
+def test_at_most_eight_modules_are_loose_in_dynamiccl() -> None:
+    """The root of ``dynamiccl/`` shows its rooms at a glance: a ninth loose module belongs in one."""
+    loose = sorted(p.stem for p in (REPO / "dynamiccl").glob("*.py"))
+    assert len(loose) <= MAX_LOOSE, f"dynamiccl/ holds {len(loose)} loose modules: {loose}"
+    assert len(LOOSE) <= MAX_LOOSE
 
 
 def test_imports_follow_the_layers() -> None:
@@ -139,9 +176,9 @@ def test_imports_follow_the_layers() -> None:
     ("dynamiccl.simulator.ring", "from dynamiccl.agents.policies import policy"),
     ("dynamiccl.simulator.protocols", "from dynamiccl.nccl_model import constants"),
     ("dynamiccl.nccl_model.graph", "import dynamiccl.simulator.fabric"),
-    ("dynamiccl.knobs", "def f():\n    from dynamiccl.envs import observation"),
+    ("dynamiccl.system.knobs", "def f():\n    from dynamiccl.envs import observation"),
     ("dynamiccl.envs.workloads", "from dynamiccl.agents.policies.baselines import nccl_action"),
-    ("dynamiccl.nccl", "from dynamiccl.topology import Topology"),
+    ("dynamiccl.system.nccl", "from dynamiccl.system.topology import Topology"),
     ("dynamiccl.agents.training.train", "from dynamiccl.cli.common import UserError"),
     ("dynamiccl.agents.policies.registry", "from dynamiccl.agents.training import full_info_agent"),
     ("dynamiccl.agents.policies.baselines", "from dynamiccl.agents.shipping.gate import Gate"),

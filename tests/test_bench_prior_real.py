@@ -12,10 +12,10 @@ import yaml
 
 from dynamiccl.agents.shipping.tune import DEFAULT, PRIOR_SIGMAS, PriorQuery, _model_time
 from dynamiccl.agents.shipping.tune_measurements import Choice
-from dynamiccl.knobs import Algorithm, Collective
 from dynamiccl.profiler.formats.records import MeasurementRecord, write_jsonl
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Algorithm, Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import bench_prior_real as bench  # noqa: E402

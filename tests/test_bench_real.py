@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import yaml
 
-from dynamiccl import policy_file as pf
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.plugin import policy_file as pf
 from dynamiccl.profiler.formats.records import read_jsonl, write_jsonl
 from dynamiccl.profiler.measure import interleave
 from dynamiccl.profiler.measure.emulation import emulated_topology_dict
 from dynamiccl.profiler.measure.runner import CollectiveSpec, summarize
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "bench_real.py"

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import nccl_config
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler.fit import synthetic as S
 from dynamiccl.profiler.fit.calibrate import MAX_REL_STD, CalibrationError, calibrate, prepare
 from dynamiccl.profiler.fit.fit_report import error_table, heldout_table, split_every_other
 from dynamiccl.profiler.formats.measurements import read
 from dynamiccl.profiler.formats.records import write_jsonl
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import nccl_config
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology
 
 FIX = Path(__file__).parent / "fixtures" / "profiler" / "nccl_tests"
 SOPHIA = Path(__file__).parent / "fixtures" / "real" / "sophia_dgx_a100_ib"

@@ -10,7 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynamiccl.calibration import (
+from dynamiccl.profiler.fit.calibrate import calibrate, pick_configs, predict, prepare
+from dynamiccl.profiler.fit.fit_report import split_every_other, topology_yaml
+from dynamiccl.profiler.formats.published import load_system, system_topology
+from dynamiccl.simulator import simulate
+from dynamiccl.system.calibration import (
     CORRECTION_FADE_OCTAVES,
     CORRECTION_HOLD_OCTAVES,
     Calibration,
@@ -18,13 +22,9 @@ from dynamiccl.calibration import (
     MeasuredCorrection,
     calibration_from_dict,
 )
-from dynamiccl.knobs import ConfigBatch, nccl_config
-from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.profiler.fit.calibrate import calibrate, pick_configs, predict, prepare
-from dynamiccl.profiler.fit.fit_report import split_every_other, topology_yaml
-from dynamiccl.profiler.formats.published import load_system, system_topology
-from dynamiccl.simulator import simulate
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import ConfigBatch, nccl_config
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology
 
 MIB = 1 << 20
 RING_SIMPLE = MeasuredCorrection(Collective.ALLREDUCE, Algorithm.RING, Protocol.SIMPLE, 1, 8,

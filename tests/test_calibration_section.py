@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dynamiccl.calibration import (
+from dynamiccl.config_loader import ConfigError
+from dynamiccl.profiler.fit.fit_report import topology_yaml
+from dynamiccl.system.calibration import (
     DATASHEET_REL_STD,
     AlgoProtoFit,
     Calibration,
@@ -18,10 +20,8 @@ from dynamiccl.calibration import (
     band_of,
     uncertainty,
 )
-from dynamiccl.config_loader import ConfigError
-from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.profiler.fit.fit_report import topology_yaml
-from dynamiccl.topology import load_topology, topology_from_dict
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology, topology_from_dict
 
 H100 = Path(__file__).parents[1] / "configs/topology/dgx_h100.yaml"
 CAL = Calibration(
@@ -81,16 +81,16 @@ def test_network_latency_defaults_to_the_transport_kind() -> None:
 def test_uncertainty_uses_the_held_out_error_and_falls_back_to_the_datasheet_error() -> None:
     node = load_topology("dgx_h100")
     assert [band_of(s) for s in (8, 2**16, 2**24)] == ["small", "medium", "large"]
-    plain = [uncertainty(node, Collective.ALLREDUCE, s, Algorithm.RING, Protocol.SIMPLE)
+    plain = [uncertainty(node.calibration, Collective.ALLREDUCE, s, Algorithm.RING, Protocol.SIMPLE)
              for s in (8, 2**20, 2**30)]
     assert plain == [DATASHEET_REL_STD[b] for b in ("small", "medium", "large")]
     assert plain[2] < plain[0] < plain[1]  # the x1.1 / x1.5 / x1.7 medians
     cal = replace(node, calibration=CAL)
-    large = uncertainty(cal, Collective.ALLREDUCE, 2**30, Algorithm.RING, Protocol.SIMPLE)
+    large = uncertainty(cal.calibration, Collective.ALLREDUCE, 2**30, Algorithm.RING, Protocol.SIMPLE)
     assert 0.02 < large < 0.03  # held-out 2 % widened by the 2 % efficiency uncertainty
-    small = uncertainty(cal, Collective.ALLREDUCE, 8, Algorithm.RING, Protocol.SIMPLE)
+    small = uncertainty(cal.calibration, Collective.ALLREDUCE, 8, Algorithm.RING, Protocol.SIMPLE)
     # held-out 6 % and the base latency's 10 %, added in quadrature in log space
     assert small == pytest.approx(math.expm1(math.hypot(math.log(1.06), math.log(1.1))))
     # an (algorithm, protocol) the logs never ran is predicted from physics alone
-    assert uncertainty(cal, Collective.ALLREDUCE, 2**30, Algorithm.TREE, Protocol.LL) == \
+    assert uncertainty(cal.calibration, Collective.ALLREDUCE, 2**30, Algorithm.TREE, Protocol.LL) == \
         DATASHEET_REL_STD["large"]

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from dynamiccl.cli.main import main
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler.formats.nccl_debug_log import TuningTable, compare_tables
-from dynamiccl.topology import load_topology
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 LOG = REAL / "nccl_debug" / "rtx5090_socket_broadcast_tuning.log"

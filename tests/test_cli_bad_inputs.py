@@ -323,8 +323,7 @@ def _csv_lines(n: int) -> str:
 def test_show_refuses_a_csv_over_the_policy_format_limits(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """A 10^6-line example-tuner CSV took 19 s to show: the limits of a .dccl file apply."""
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     too_many = tmp_path / "many.csv"
     too_many.write_text(_csv_lines(pf.MAX_RULES + 1))
     assert too_many.stat().st_size <= pf.MAX_FILE_BYTES  # the rule limit, not the byte limit

@@ -107,9 +107,9 @@ import json, sys
 from dataclasses import asdict
 from dynamiccl import decisions
 from dynamiccl.decisions import KnobConstraints, best, nccl_default
-from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 calls = []
 for nodes in (1, 2):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl import plugin
 from dynamiccl.cli.main import main
+from dynamiccl.plugin import build as plugin
 
 
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:

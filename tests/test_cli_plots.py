@@ -9,7 +9,6 @@ import pytest
 
 from dynamiccl.cli.explain import explain_rows
 from dynamiccl.cli.main import main
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.plots import (
     ALGORITHM_COLOURS,
     PROTOCOL_MARKERS,
@@ -21,7 +20,8 @@ from dynamiccl.plots import (
     pyplot,
     ratio_axis,
 )
-from dynamiccl.topology import load_topology
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology
 
 
 def test_every_algorithm_and_protocol_has_a_fixed_distinct_look() -> None:

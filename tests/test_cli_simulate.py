@@ -11,10 +11,10 @@ import pytest
 
 from dynamiccl.cli.main import main
 from dynamiccl.decisions import KnobConstraints, best, nccl_default
-from dynamiccl.knobs import Hierarchy, Schedule
-from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Hierarchy, Schedule
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 CONFIG_KEYS = {"algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks"}
 

@@ -18,9 +18,9 @@ from dynamiccl.envs.deployable_observation import (
     encode_deployable,
     scenario_context,
 )
-from dynamiccl.knobs import Collective, Protocol
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Collective, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 H100X2 = load_topology("dgx_h100", nodes=2)
 MODEL = decisions.nccl_model_for(H100X2)
@@ -114,11 +114,11 @@ def test_the_environment_docstring_tables_exactly_the_deployable_fields() -> Non
 
 
 def test_the_channel_scale_follows_nccls_channel_limit() -> None:
-    """LOG2_MAX_CHANNELS is derived from dynamiccl.nccl.MAX_CHANNELS, not a copy of it."""
+    """LOG2_MAX_CHANNELS is derived from dynamiccl.system.nccl.MAX_CHANNELS, not a copy of it."""
     import subprocess
     import sys
 
-    code = ("import dynamiccl.nccl as nccl; nccl.MAX_CHANNELS = 32; "
+    code = ("import dynamiccl.system.nccl as nccl; nccl.MAX_CHANNELS = 32; "
             "from dynamiccl.envs import deployable_observation as d; print(d.LOG2_MAX_CHANNELS)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -192,7 +192,7 @@ def test_live_backend_and_sessions_refuse_emulated_gloo():
 
 
 def test_profile_topology_writes_the_system_nccl_sees_on_emulated_hosts(tmp_path, capsys):
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.topology import load_topology
 
     recording = Path(__file__).parent / "fixtures" / "profiler" / "nvml" / "dgx_h100.yaml"
     out = tmp_path / "emulated.yaml"

@@ -15,7 +15,7 @@ from dynamiccl import ENV_ID
 from dynamiccl.envs.collective_tuning import INVALID_ACTION_REWARD, CollectiveTuningEnv
 from dynamiccl.envs.observation import OBS_SIZE
 from dynamiccl.envs.workloads import load_suite
-from dynamiccl.knobs import N_ACTIONS
+from dynamiccl.system.knobs import N_ACTIONS
 
 
 def _masked_rollout(env: gym.Env, seed: int, steps: int) -> list[tuple]:

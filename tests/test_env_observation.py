@@ -20,10 +20,10 @@ from dynamiccl.envs.observation import (
     size_bin,
 )
 from dynamiccl.envs.workloads import load_suite
-from dynamiccl.knobs import N_ACTIONS
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology, preset_names
+from dynamiccl.system.knobs import N_ACTIONS
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology, preset_names
 
 
 def _scenario(**kw) -> Scenario:

@@ -12,10 +12,10 @@ from dynamiccl import decisions
 from dynamiccl.envs.backends.sim import SimBackend
 from dynamiccl.envs.collective_tuning import INVALID_ACTION_REWARD, CollectiveTuningEnv
 from dynamiccl.envs.workloads import load_suite
-from dynamiccl.knobs import ACTION_INDEX, ACTIONS, EXPORTABLE_MASK, invalid_reason
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology, preset_names
+from dynamiccl.system.knobs import ACTION_INDEX, ACTIONS, EXPORTABLE_MASK, invalid_reason
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology, preset_names
 
 #: Every preset at a single node and at its own size, plus a one-GPU-per-node system (PAT's case).
 SYSTEMS = ([load_topology(p, nodes=n) for p in preset_names() for n in (1, 4)]

@@ -15,8 +15,8 @@ from dynamiccl.envs.workloads import (
     load_suite,
     load_workload,
 )
-from dynamiccl.nccl import Collective
-from dynamiccl.units import parse_size
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.units import parse_size
 
 AR, AG, RS = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.REDUCESCATTER
 

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
-from training_runs import REPO, checkpoint_steps, run, start_and_wait, sweep, wandb_offline
+from training_runs import (
+    kill_after_checkpoints,
+    resume,
+    run,
+    same_parameters,
+    sweep,
+    train_command,
+    wandb_offline,
+)
 
 from dynamiccl.agents.policies.evidence import Settings
 from dynamiccl.agents.training import evidence_agent
@@ -117,8 +122,7 @@ TOTAL = 600
 
 
 def command(run_dir: Path) -> list[str]:
-    return [sys.executable, str(REPO / "experiments" / "train.py"), *SMALL, "logger=none",
-            f"hydra.run.dir={run_dir}", f"trainer.total_timesteps={TOTAL}", "trainer.checkpoint_every=60"]
+    return train_command(run_dir, [*SMALL, "logger=none"], TOTAL, 60)
 
 
 @pytest.mark.slow
@@ -126,17 +130,11 @@ def command(run_dir: Path) -> list[str]:
 def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run(command(straight))
-    proc = start_and_wait(command(resumed), resumed, checkpoints=2)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    kill_after_checkpoints(command(resumed), resumed)
     learner, restored = evidence_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert restored and 0 < learner.samples_seen < TOTAL and not (resumed / "model.pt").exists()
-    out = run(command(resumed))
-    assert f"resuming at step {learner.samples_seen} of {TOTAL}" in out.stdout
-    a, b = (torch.load(d / "model.pt", weights_only=True) for d in (resumed, straight))
-    assert a["samples_seen"] == b["samples_seen"] >= TOTAL and torch.equal(a["params"], b["params"])
-    steps = checkpoint_steps(resumed)
-    assert steps[-1] == a["samples_seen"] and steps == sorted(steps)
+    resume(command(resumed), learner.samples_seen, TOTAL)
+    assert same_parameters(resumed, straight, key="params")["samples_seen"] >= TOTAL
 
 
 @pytest.mark.slow

@@ -14,10 +14,10 @@ from dynamiccl.agents.policies.adaptive import prior_sweep_tuner
 from dynamiccl.agents.policies.evidence import EvidenceTuner, Inputs, Settings, load_evidence
 from dynamiccl.agents.policies.pair_belief import Spreads, SystemBelief
 from dynamiccl.decisions import KnobConstraints
-from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.launch_noise import NVSWITCH_NODE_LAUNCH_NOISE
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+from dynamiccl.system.launch_noise import NVSWITCH_NODE_LAUNCH_NOISE
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 H100X2 = load_topology("dgx_h100", nodes=2)
 TREE_LL128 = KnobConstraints(algorithm=Algorithm.TREE, protocol=Protocol.LL128)

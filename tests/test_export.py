@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import pytest
 
-from dynamiccl import policy_file as pf
 from dynamiccl.agents.shipping.export import (
     MAX_BYTES,
     MIN_OVERRIDE_OCTAVES,
@@ -18,10 +17,11 @@ from dynamiccl.agents.shipping.export import (
     size_grid,
 )
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import Config, Hierarchy, Schedule, action_id
-from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.nccl_csv import to_nccl_example_csv
-from dynamiccl.topology import load_topology
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.plugin.nccl_csv import to_nccl_example_csv
+from dynamiccl.system.knobs import Config, Hierarchy, Schedule, action_id
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology
 
 RING_LL = action_id(Config(Algorithm.RING, Protocol.LL, 16))
 TREE_LL128 = action_id(Config(Algorithm.TREE, Protocol.LL128, 8, Hierarchy.HIERARCHICAL))
@@ -221,7 +221,7 @@ def test_the_shipped_csv_runs_nccls_own_choice_where_the_policy_defers(tmp_path)
     exported system, with NCCL's own pick (channels included) where it defers."""
     from dynamiccl import decisions
     from dynamiccl.agents.policies.deployed import load_deployed
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.system.scenario import Scenario
 
     out = tmp_path / "p.csv"
     assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "2",
@@ -243,7 +243,7 @@ def test_export_judges_the_csv_as_nvidias_example_tuner_runs_it(topo):
     from dynamiccl.agents.policies.deployed import NcclExampleCsvPolicy
     from dynamiccl.agents.policies.registry import load_policy
     from dynamiccl.agents.shipping.export import for_example_tuner, predicted_slower_as_shipped
-    from dynamiccl.nccl_csv import read_nccl_example_csv
+    from dynamiccl.plugin.nccl_csv import read_nccl_example_csv
 
     result = export_policy(load_policy("oracle", deployable=True), topo,
                            collectives=[Collective.ALLREDUCE])
@@ -258,8 +258,8 @@ def test_export_judges_the_csv_as_nvidias_example_tuner_runs_it(topo):
 
 def test_a_csv_line_nccl_cannot_run_is_passed_over_as_the_example_tuner_does():
     from dynamiccl.agents.policies.deployed import NcclExampleCsvPolicy
-    from dynamiccl.nccl_csv import read_nccl_example_csv
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.plugin.nccl_csv import read_nccl_example_csv
+    from dynamiccl.system.scenario import Scenario
 
     rules = read_nccl_example_csv("allgather,0,1000000,tree,ll,8,-1,-1\n"
                                   "allgather,0,1000000,ring,ll128,4,-1,-1\n")

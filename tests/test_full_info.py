@@ -15,9 +15,9 @@ from dynamiccl.envs.action_values import action_values
 from dynamiccl.envs.deployable_observation import DEPLOYABLE_HIGH, DEPLOYABLE_LOW
 from dynamiccl.envs.system_sampler import MAX_RANKS, CallBatch, random_calls, random_topology
 from dynamiccl.envs.workloads import load_scenario_distribution
-from dynamiccl.knobs import ACTIONS, EXPORTABLE_MASK, Algorithm, Collective, Protocol, nccl_config
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import ARCHS, load_topology
+from dynamiccl.system.knobs import ACTIONS, EXPORTABLE_MASK, Algorithm, Collective, Protocol, nccl_config
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import ARCHS, load_topology
 
 
 def test_random_systems_are_valid_broad_and_never_a_held_out_system() -> None:

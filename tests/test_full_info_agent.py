@@ -20,7 +20,18 @@ import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
-from training_runs import ENV, REPO, checkpoint_steps, interrupt, run, start_and_wait, wandb_offline
+from training_runs import (
+    ENV,
+    REPO,
+    interrupt,
+    kill_after_checkpoints,
+    resume,
+    run,
+    same_parameters,
+    start_and_wait,
+    train_command,
+    wandb_offline,
+)
 
 from dynamiccl.agents.policies.full_info import FullInfoConfig
 from dynamiccl.agents.policies.registry import load_policy
@@ -28,9 +39,9 @@ from dynamiccl.agents.training import full_info_agent
 from dynamiccl.agents.training.callbacks import trained_seconds
 from dynamiccl.agents.training.config_checks import ConfigCheckError, validate
 from dynamiccl.agents.training.train import train
-from dynamiccl.knobs import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 #: A learner small enough for tests: 256 calls a round on 4 fresh systems.
 SMALL = ["agent=full_info", "scenario=smoke", "eval.suite=smoke", "eval.baselines=[nccl_default]",
@@ -105,8 +116,7 @@ def test_a_training_run_leaves_its_folder_curve_evaluation_and_wandb_run(trained
 def test_the_run_ends_by_saying_what_it_shipped_why_and_what_to_run_next(trained):
     """After the table (kept, with the shipped file's row), one paragraph: how much of what the
     learned policy gains the file ships, why the gate held the rest back, and the next command."""
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     run_dir, metrics, printed = trained
     table, _, after = printed.partition("policy.dccl (shipped)")
     assert "full_info" in table and "oracle share" in table
@@ -151,8 +161,7 @@ def test_the_trained_learner_loads_by_file_and_by_run_folder_for_evaluate_and_ex
                           "--points-per-octave", "1", "-o", str(policy_file)],
                          capture_output=True, text=True, env=ENV, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     assert pf.read(policy_file).header.policy == "run"
 
 
@@ -228,17 +237,11 @@ TOTAL = 8192
 
 
 def command(run_dir: Path) -> list[str]:
-    return [sys.executable, str(REPO / "experiments" / "train.py"), *SMALL, "logger=none",
-            f"hydra.run.dir={run_dir}", f"trainer.total_timesteps={TOTAL}",
-            "trainer.checkpoint_every=512"]
+    return train_command(run_dir, [*SMALL, "logger=none"], TOTAL, 512)
 
 
 def assert_identical(resumed: Path, straight: Path) -> None:
-    a = torch.load(resumed / "model.pt", weights_only=True)
-    b = torch.load(straight / "model.pt", weights_only=True)
-    assert a["samples_seen"] == b["samples_seen"] == TOTAL
-    different = [k for k in a["state"] if not torch.equal(a["state"][k], b["state"][k])]
-    assert not different, f"parameters differ from the uninterrupted run: {different}"
+    assert same_parameters(resumed, straight)["samples_seen"] == TOTAL
     for name in ("calls.csv", "summary.csv"):
         assert (resumed / "eval" / name).read_text() == (straight / "eval" / name).read_text()
 
@@ -254,23 +257,18 @@ def straight(tmp_path_factory):
 @pytest.mark.multiproc
 def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_path):
     resumed = tmp_path / "resumed"
-    proc = start_and_wait(command(resumed), resumed, checkpoints=2)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    kill_after_checkpoints(command(resumed), resumed)
     saved = json.loads((resumed / "checkpoints" / "last.json").read_text())["num_timesteps"]
     learner, restored = full_info_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert restored and 0 < learner.samples_seen < TOTAL and learner.samples_seen % 512 == 0
     assert saved >= learner.samples_seen and not (resumed / "model.pt").exists()
 
-    out = run(command(resumed))
-    assert f"resuming at step {learner.samples_seen} of {TOTAL}" in out.stdout
+    out = resume(command(resumed), learner.samples_seen, TOTAL)
     assert "optimizer and generator restored" in out.stdout
     assert_identical(resumed, straight)
     # the seconds of both segments, not the second's alone (it said 0.0 after a resume)
     before = trained_seconds(resumed / "checkpoints", learner.samples_seen)
     assert json.loads((resumed / "metrics.json").read_text())["train_seconds"] > before > 0
-    steps = checkpoint_steps(resumed)
-    assert steps[-1] == TOTAL and steps == sorted(steps)
     # The progress file of each segment holds the rounds it trained; together, the whole run once.
     first = list(csv.DictReader((resumed / "progress.csv").open()))
     second = list(csv.DictReader((resumed / f"progress_from_{learner.samples_seen}.csv").open()))

@@ -8,16 +8,18 @@ import math
 import pytest
 
 from dynamiccl import decisions
-from dynamiccl import policy_file as pf
 from dynamiccl.agents.policies.baselines import OraclePolicy
 from dynamiccl.agents.shipping.export import export_policy, load_evidence, rule_evidence, save_evidence
-from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN, Gate, passes, uncertainty
-from dynamiccl.calibration import DATASHEET_REL_STD
+from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN, Gate, log_threshold, passes, uncertainty
+from dynamiccl.agents.shipping.tune import Tuner
+from dynamiccl.agents.shipping.tune_measurements import Measurements
 from dynamiccl.cli.main import main
 from dynamiccl.cli.show import JSON_KEYS
-from dynamiccl.knobs import ACTION_INDEX, Algorithm, Collective, Config, Protocol
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.system.calibration import DATASHEET_REL_STD
+from dynamiccl.system.knobs import ACTION_INDEX, Algorithm, Collective, Config, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 TOPO = load_topology("dgx_h100", nodes=2)
 #: On this call the model predicts tree/LL on 2 channels 21 % faster than NCCL's tree/LL128.
@@ -42,9 +44,21 @@ def test_the_margin_holds_even_when_the_model_is_certain():
         Gate(margin=1.5)
 
 
+def test_the_threshold_tune_plans_against_is_the_one_the_gate_applies():
+    """tune's plan values a launch by whether it could move an estimate across the gate's threshold:
+    a log gain above log_threshold passes, one below it does not."""
+    for margin in (0.0, DEFAULT_MARGIN, 0.1):
+        for sigma in (0.0, 0.01, 0.05, 0.3):
+            threshold = log_threshold(sigma, margin)
+            assert passes(math.expm1(threshold + 1e-9), sigma, margin)
+            assert not passes(math.expm1(threshold - 1e-9), sigma, margin)
+    with pytest.raises(ValueError, match="fraction"):
+        Tuner(TOPO, Measurements(()), margin=1.5)
+
+
 def test_uncalibrated_uncertainty_is_the_datasheet_error_of_each_size_band():
     """Issue 10's measured datasheet errors: x1.5 below 64 KiB, x1.7 up to 16 MiB, x1.1 above."""
-    small, mid, large = (uncertainty(TOPO, Collective.ALLREDUCE, n, Algorithm.RING,
+    small, mid, large = (uncertainty(TOPO.calibration, Collective.ALLREDUCE, n, Algorithm.RING,
                                      Protocol.SIMPLE) for n in (1 << 10, 1 << 20, 1 << 30))
     assert (small, mid, large) == (DATASHEET_REL_STD["small"], DATASHEET_REL_STD["medium"],
                                    DATASHEET_REL_STD["large"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dynamiccl.gpus import compute_capability, same_architecture
-from dynamiccl.topology import ARCHS
+from dynamiccl.system.topology import ARCHS
 
 
 @pytest.mark.parametrize("name, capability", [

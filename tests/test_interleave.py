@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynamiccl import plugin
-from dynamiccl.nccl import Algorithm, Protocol
+from dynamiccl.plugin import build as plugin
 from dynamiccl.profiler.measure import interleave
 from dynamiccl.profiler.measure.launcher import launch
 from dynamiccl.profiler.measure.runner import CollectiveSpec, summarize
 from dynamiccl.runtime.plugin_control import PinCounts
+from dynamiccl.system.nccl import Algorithm, Protocol
 
 WORKERS = str(Path(__file__).parent / "runtime_workers.py")
 TREE_SIMPLE = (int(Algorithm.TREE), int(Protocol.SIMPLE), 0)
@@ -105,8 +105,8 @@ def test_plan_run_measures_a_round_as_the_sweep_does_gloo_twin_of_the_gpu_test(t
     from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
     from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement
     from dynamiccl.cli import tune as tune_cli
-    from dynamiccl.knobs import Collective
     from dynamiccl.profiler.formats.records import read_jsonl
+    from dynamiccl.system.knobs import Collective
 
     tree = Choice(Algorithm.TREE, Protocol.SIMPLE)
     planned = [PlannedMeasurement(Collective.ALLREDUCE, 2, choice, 4096, 0.1, "test")

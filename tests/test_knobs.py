@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamiccl import knobs
-from dynamiccl.knobs import (
+from dynamiccl.system import knobs
+from dynamiccl.system.knobs import (
     ACTIONS,
     Config,
     ConfigBatch,
@@ -18,8 +18,8 @@ from dynamiccl.knobs import (
     parse_enum,
     valid_mask,
 )
-from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.topology import load_topology, preset_names
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology, preset_names
 
 
 def test_nccl_integer_ids_match_the_reference() -> None:

@@ -29,8 +29,8 @@ from dynamiccl.agents.training.prior_learner import (
     validation_cases,
 )
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, Miscalibration, PerturbedBackend
-from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology
 
 PAIR = (Algorithm.RING, Protocol.LL128)
 #: The planted miscalibration: every LL128 pair is 30 % slower than modelled, at every size.
@@ -148,7 +148,7 @@ def test_answers_are_the_same_whatever_the_thread_count(planted):
         import sys, torch
         torch.set_num_threads(int(sys.argv[1]))
         from dynamiccl.agents.shipping.prior import LearnedPrior
-        from dynamiccl.knobs import Algorithm, Collective, Protocol
+        from dynamiccl.system.knobs import Algorithm, Collective, Protocol
         ring_ll = (Algorithm.RING, Protocol.LL)
         model = {(Collective.ALLREDUCE, 16, None, 1 << k): 10.0 + k for k in range(10, 20)}
         model.update({(Collective.ALLREDUCE, 16, ring_ll, 1 << k): 9.0 + 1.1 * k for k in range(10, 20)})
@@ -207,6 +207,30 @@ def test_loading_refuses_garbage_in_one_line_naming_the_fix(tmp_path, prior):
     with pytest.raises(ValueError, match="is not a learned-prior file"):
         LearnedPrior.load(truncated)
     assert zipfile.is_zipfile(old)
+
+
+def test_a_prior_trained_for_another_algorithm_table_is_named_stale_with_its_retrain_command(tmp_path,
+                                                                                        prior):
+    """An algorithm added to (or removed from) NCCL's table changes the prior's one-hot features: the
+    shipped file is then stale, and loading it says for which algorithms it was trained and the
+    command that trains it again, not that it is of another format."""
+    today = [f.removeprefix("algorithm_") for f in FEATURES if f.startswith("algorithm_")]
+    stale = tmp_path / "learned_prior.npz"
+    before = [f for f in FEATURES if f != "algorithm_pat"]  # trained before PAT was in the table
+    LearnedPrior(prior.weights, prior.biases, {**prior.meta, "features": before}).save(stale)
+    with pytest.raises(ValueError) as err:
+        LearnedPrior.load(stale)
+    assert _one_line(err.value) == (
+        f"{stale} was trained for algorithms {', '.join(a for a in today if a != 'pat')}, not this "
+        f"code's {', '.join(today)}; retrain with `{prior.meta['command']}`")
+    assert "another format" not in str(err.value)
+    renamed = [f.replace("protocol_ll128", "protocol_ll256") for f in FEATURES]
+    LearnedPrior(prior.weights, prior.biases, {**prior.meta, "features": renamed,
+                                               "command": None}).save(stale)
+    with pytest.raises(ValueError, match=r"was trained for protocols ll, ll256, simple, not this "
+                                         r"code's ll, ll128, simple; retrain with `dynamiccl train "
+                                         r"agent=learned_prior`$"):
+        LearnedPrior.load(stale)
 
 
 def test_a_saved_prior_reads_back_identical(tmp_path, prior, planted):

@@ -6,17 +6,24 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from hydra import compose, initialize_config_module
-from training_runs import ENV, REPO, checkpoint_steps, run, start_and_wait, sweep, wandb_offline
+from training_runs import (
+    ENV,
+    REPO,
+    kill_after_checkpoints,
+    resume,
+    run,
+    same_parameters,
+    sweep,
+    train_command,
+    wandb_offline,
+)
 
 from dynamiccl.agents.shipping.prior import LearnedPrior
 from dynamiccl.agents.training import prior_agent
@@ -101,9 +108,7 @@ TOTAL = 3000
 
 
 def command(run_dir: Path) -> list[str]:
-    return [sys.executable, str(REPO / "experiments" / "train.py"), *SMALL, "logger=none",
-            f"hydra.run.dir={run_dir}", f"trainer.total_timesteps={TOTAL}",
-            "trainer.checkpoint_every=300"]
+    return train_command(run_dir, [*SMALL, "logger=none"], TOTAL, 300)
 
 
 @pytest.fixture(scope="module")
@@ -117,26 +122,17 @@ def straight(tmp_path_factory):
 @pytest.mark.multiproc
 def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_path):
     resumed = tmp_path / "resumed"
-    proc = start_and_wait(command(resumed), resumed, checkpoints=2)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    kill_after_checkpoints(command(resumed), resumed)
     learner, restored = prior_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert restored and 0 < learner.samples_seen < TOTAL and not (resumed / "model.pt").exists()
 
-    out = run(command(resumed))
-    assert f"resuming at step {learner.samples_seen} of {TOTAL}" in out.stdout
+    out = resume(command(resumed), learner.samples_seen, TOTAL)
     assert "optimizer and generator restored" in out.stdout
-    a = torch.load(resumed / "model.pt", weights_only=True)
-    b = torch.load(straight / "model.pt", weights_only=True)
-    assert a["samples_seen"] == b["samples_seen"] >= TOTAL
-    different = [k for k in a["state"] if not torch.equal(a["state"][k], b["state"][k])]
-    assert not different, f"parameters differ from the uninterrupted run: {different}"
+    assert same_parameters(resumed, straight)["samples_seen"] >= TOTAL
     x, y = (LearnedPrior.load(d / "learned_prior.npz") for d in (resumed, straight))
     assert all(np.array_equal(u, v) for u, v in zip(x.weights + x.biases, y.weights + y.biases,
                                                      strict=True))
     assert x.meta == y.meta
-    steps = checkpoint_steps(resumed)
-    assert steps[-1] == a["samples_seen"] and steps == sorted(steps)
 
 
 # --- the Ray Tune sweep and the benchmark -----------------------------------------------------------

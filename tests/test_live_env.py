@@ -10,9 +10,9 @@ import pytest
 from dynamiccl.envs.backends.live import LiveBackend
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 from dynamiccl.envs.observation import DELAY_BIN_EDGES_US, OBSERVATION_FIELDS, delay_bin
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 FIELD = {f.name: f.index for f in OBSERVATION_FIELDS}
 

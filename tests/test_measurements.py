@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynamiccl.nccl import Algorithm, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler.formats.measurements import MeasurementFormatError, detect_format, load, read
 from dynamiccl.profiler.formats.nccl_debug_log import (
@@ -34,7 +33,8 @@ from dynamiccl.profiler.formats.published import (
 )
 from dynamiccl.profiler.formats.records import read_jsonl, write_jsonl
 from dynamiccl.profiler.formats.tuner_measurements_csv import TunerCsvError, parse_tuner_csv
-from dynamiccl.topology import load_topology
+from dynamiccl.system.nccl import Algorithm, Protocol
+from dynamiccl.system.topology import load_topology
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 H100 = REAL / "h100_nvswitch_node"

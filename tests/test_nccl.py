@@ -13,9 +13,12 @@ import yaml
 from hydra import compose, initialize_config_module
 
 import dynamiccl
-from dynamiccl import nccl
-from dynamiccl.knobs import Config, ConfigBatch, invalid_reason, parse_enum
-from dynamiccl.nccl import (
+from dynamiccl.profiler.formats.records import bandwidths
+from dynamiccl.profiler.measure.runner import CollectiveSpec, nccl_env
+from dynamiccl.simulator import simulate
+from dynamiccl.system import nccl
+from dynamiccl.system.knobs import Config, ConfigBatch, invalid_reason, parse_enum
+from dynamiccl.system.nccl import (
     ALGORITHM_NCCL_NAMES,
     ALGORITHM_SPECS,
     ALGORITHM_TOKENS,
@@ -26,10 +29,7 @@ from dynamiccl.nccl import (
     Protocol,
     bus_factor,
 )
-from dynamiccl.profiler.formats.records import bandwidths
-from dynamiccl.profiler.measure.runner import CollectiveSpec, nccl_env
-from dynamiccl.simulator import simulate
-from dynamiccl.topology import load_topology
+from dynamiccl.system.topology import load_topology
 
 
 def test_ids_are_nccls() -> None:
@@ -96,7 +96,7 @@ def test_a_missing_feature_is_named_by_its_requirement() -> None:
 
 
 def _hierarchy(algo: Algorithm) -> object:
-    from dynamiccl.knobs import NCCL_ALGORITHM_HIERARCHY, Hierarchy
+    from dynamiccl.system.knobs import NCCL_ALGORITHM_HIERARCHY, Hierarchy
 
     return NCCL_ALGORITHM_HIERARCHY.get(algo, Hierarchy.FLAT)
 
@@ -134,7 +134,8 @@ def _config_path(name: str) -> str:
 
 
 def test_core_imports_do_not_load_gymnasium_and_importing_the_envs_registers_them() -> None:
-    code = ("import sys, dynamiccl, dynamiccl.knobs, dynamiccl.simulator, dynamiccl.policy_file; "
+    code = ("import sys, dynamiccl, dynamiccl.system.knobs, dynamiccl.simulator, "
+            "dynamiccl.plugin.policy_file; "
             "print('gymnasium' in sys.modules); import dynamiccl.envs, gymnasium; "
             "print(gymnasium.spec(dynamiccl.ENV_ID).entry_point == "
             "dynamiccl.envs.ENVIRONMENTS[dynamiccl.ENV_ID])")

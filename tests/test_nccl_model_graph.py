@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from dynamiccl.nccl import compcap_index
 from dynamiccl.nccl_model.graph import derive_system, nvlink_link_bw
-from dynamiccl.topology import load_topology, topology_from_dict
+from dynamiccl.system.nccl import compcap_index
+from dynamiccl.system.topology import load_topology, topology_from_dict
 
 RING, TREE, NVLS, PAT = 1, 0, 4, 6
 

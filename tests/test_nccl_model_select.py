@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.nccl_model.select import log2_size_index, pick
 from dynamiccl.simulator import simulate
-from dynamiccl.topology import load_topology, topology_from_dict
+from dynamiccl.system.knobs import Config, ConfigBatch, Hierarchy, Schedule, invalid_reason
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology, topology_from_dict
 
 REAL_RUNNER = Path(__file__).parent / "fixtures" / "real" / "runner"
 AR, AG = Collective.ALLREDUCE, Collective.ALLGATHER

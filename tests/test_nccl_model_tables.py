@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from dynamiccl import nccl
 from dynamiccl.nccl_model import NcclModel
-from dynamiccl.topology import load_topology, topology_from_dict
+from dynamiccl.system import nccl
+from dynamiccl.system.topology import load_topology, topology_from_dict
 
 B, R, AG, RS, AR = range(5)
 TREE, RING, CND, CNC, NVLS, NVLST, PAT = range(7)

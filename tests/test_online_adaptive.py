@@ -19,10 +19,10 @@ from dynamiccl.agents.policies.policy import ForcingPolicy, OnlinePolicy
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START
 from dynamiccl.envs.online_tuning import CallLog, Candidates, OnlineTuningEnv
-from dynamiccl.knobs import ACTIONS, valid_mask
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import ACTIONS, valid_mask
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 TOPO = load_topology("dgx_h100", nodes=2)
 SCENARIO = Scenario(TOPO, Collective.ALLREDUCE, 64 << 10)

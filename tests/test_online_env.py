@@ -25,10 +25,10 @@ from dynamiccl.envs.online_tuning import (
     OnlineTuningEnv,
     affordable,
 )
-from dynamiccl.knobs import ACTIONS, Algorithm, Protocol, valid_mask
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import ACTIONS, Algorithm, Protocol, valid_mask
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 SCENARIO = Scenario(load_topology("dgx_h100", nodes=2), Collective.ALLREDUCE, 64 << 10)
 

@@ -11,8 +11,8 @@ from dynamiccl.agents.policies.adaptive import prior_sweep_tuner
 from dynamiccl.agents.shipping import online_jobs as jobs
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.replay import LaunchSplit, choice_of
-from dynamiccl.knobs import Collective
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Collective
+from dynamiccl.system.topology import load_topology
 
 REPLAY = Path(__file__).resolve().parent / "fixtures" / "real" / "replay"
 

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
-from training_runs import REPO, checkpoint_steps, interrupt, run, start_and_wait
+from training_runs import (
+    checkpoint_steps,
+    interrupt,
+    kill_after_checkpoints,
+    resume,
+    run,
+    start_and_wait,
+    train_command,
+)
 
 from dynamiccl.agents.policies.sb3_agents import load_checkpoint
 
@@ -27,9 +32,7 @@ AGENTS = {
 
 
 def command(run_dir: Path, algo: str, *extra: str) -> list[str]:
-    return [sys.executable, str(REPO / "experiments" / "train.py"), *AGENTS[algo],
-            f"hydra.run.dir={run_dir}", f"trainer.total_timesteps={TOTAL}",
-            "trainer.checkpoint_every=128", "trainer.progress_bar=false",
+    return [*train_command(run_dir, AGENTS[algo], TOTAL, 128), "trainer.progress_bar=false",
             "eval.baselines=[nccl_default]", "eval.plots=false", *extra]
 
 
@@ -69,17 +72,13 @@ def assert_identical(resumed: Path, straight: Path) -> None:
 def test_run_killed_with_sigkill_and_resumed_ends_bit_identical_to_the_uninterrupted_run(tmp_path, algo,
                                                                                          straight):
     resumed = tmp_path / "resumed"
-    proc = start_and_wait(command(resumed, algo), resumed, checkpoints=3)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+    kill_after_checkpoints(command(resumed, algo), resumed, checkpoints=3)
     model, meta = load_checkpoint(resumed / "checkpoints" / "last.zip")
     saved = int(model.num_timesteps)
     assert 0 < saved < TOTAL and saved % 128 == 0, "checkpoints sit on rollout boundaries"
     assert not (resumed / "model.zip").exists()
 
-    out = run(command(resumed, algo))
-    assert f"resuming at step {saved} of {TOTAL}" in out.stdout
+    out = resume(command(resumed, algo), saved, TOTAL)
     assert "environments and generators restored" in out.stdout
     assert_identical(resumed, straight(algo))
     assert checkpoint_steps(resumed)[-1] == TOTAL
@@ -97,6 +96,5 @@ def test_ctrl_c_saves_at_a_rollout_boundary_exits_with_one_line_and_resume_match
     model, _ = load_checkpoint(resumed / "checkpoints" / "last.zip")
     assert model.num_timesteps == step and step % 64 == 0, "the label is the step actually trained"
 
-    out = run(command(resumed, "maskable_ppo"))
-    assert f"resuming at step {step} of {TOTAL}" in out.stdout
+    resume(command(resumed, "maskable_ppo"), step, TOTAL)
     assert_identical(resumed, straight("maskable_ppo"))

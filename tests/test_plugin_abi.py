@@ -1,6 +1,6 @@
 """The C plugin loaded the way NCCL loads it, through every exported ABI version.
 
-A C driver (dynamiccl/csrc/tests/driver.c, compiled with the machine's gcc) dlopens the plugin with
+A C driver (dynamiccl/plugin/csrc/tests/driver.c, compiled with the machine's gcc) dlopens the plugin with
 RTLD_NOW | RTLD_LOCAL, looks up one ncclTunerPlugin_vN, calls init with that version's argument
 order, getCollInfo on a contiguous float[numAlgo][numProto] table filled like NCCL's (-1 unusable,
 microseconds otherwise) and finalize. The driver itself flags any write to an unusable entry or any
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 import dynamiccl
-from dynamiccl import plugin
-from dynamiccl import policy_file as pf
-from dynamiccl import policy_format as pf_format
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.plugin import build as plugin
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.plugin import policy_format as pf_format
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 AR, AG, BC = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.BROADCAST
 WARN, INFO, TUNING = 2, 3, 0x40
@@ -347,7 +347,7 @@ def test_exported_grid_round_trips_through_the_plugin(driver, tmp_path, which):
     """Exhaustive: every call export evaluated gets the same decision from the C plugin."""
     from dynamiccl.agents.policies.registry import load_policy
     from dynamiccl.agents.shipping.export import export_policy
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.topology import load_topology
 
     topo = load_topology("dgx_h100", nodes=2)
     policy = (load_policy("oracle", topology=topo, deployable=True) if which == "oracle"

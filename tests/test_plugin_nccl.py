@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl import plugin
-from dynamiccl import policy_file as pf
-from dynamiccl.knobs import Algorithm, Collective, Protocol
+from dynamiccl.plugin import build as plugin
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
 
 NCCL = plugin.find_nccl_library()
 needs_nccl = pytest.mark.skipif(NCCL is None, reason="no nvidia-nccl wheel installed")

@@ -1,7 +1,7 @@
 """The plugin never breaks a job: sanitizer runs on hostile input, a bounded fuzz run of the
 parser, and many communicators from many threads at once.
 
-Everything here is real: the plugin and the C harnesses (dynamiccl/csrc/tests/) are compiled with
+Everything here is real: the plugin and the C harnesses (dynamiccl/plugin/csrc/tests/) are compiled with
 gcc's AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included) or ThreadSanitizer,
 and the fuzz target with clang's libFuzzer. Builds are cached per test session.
 """
@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from sanitizers import ASAN, TSAN, clang_fuzzer, tsan_works
 
-from dynamiccl import nccl, plugin
-from dynamiccl import policy_file as pf
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.plugin import build as plugin
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.system import nccl
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
@@ -45,7 +46,7 @@ def seed_policies(tmp_path_factory) -> list[Path]:
     """Valid starting points for mutation: a real export and a file using every format feature."""
     from dynamiccl.agents.policies.registry import load_policy
     from dynamiccl.agents.shipping.export import export_policy
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.topology import load_topology
 
     folder = tmp_path_factory.mktemp("seeds")
     topo = load_topology("dgx_h100", nodes=2)

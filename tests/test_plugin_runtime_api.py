@@ -13,51 +13,37 @@ import textwrap
 import pytest
 
 import dynamiccl
-from dynamiccl import plugin
-from dynamiccl import policy_file as pf
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.plugin import build as plugin
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 AR = Collective.ALLREDUCE
 HEADER = pf.Header("runtime-api", "2026-01-01T00:00:00Z", "dgx_h100", "0123456789abcdef",
                    pf.DEFAULT_NCCL_RANGE, "cafe", "ll128,nvls")
 
-#: Loads the plugin with ctypes, inits one v6 communicator (16 ranks, 2 nodes) and answers
+TESTS = os.path.dirname(os.path.abspath(__file__))
+#: Loads the plugin through the stand-in for NCCL (one v6 communicator, 16 ranks, 2 nodes) and answers
 #: JSON commands from argv: ["decide", bytes, coll?, disabled cells?] -> [algo, proto, channels];
 #: ["context", spec]; ["pin", coll, lo, hi, algo, proto, ch]; ["counts"] -> [forced, refused];
 #: ["hash", len]; ["version"].
-_PROGRAM = textwrap.dedent("""
-    import ctypes, json, os, sys
-    lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)
+_PROGRAM = textwrap.dedent(f"""
+    import ctypes, json, sys
+    sys.path.insert(0, {TESTS!r})
+    from nccl_tuner_standin import NcclTunerStandIn
+    nccl = NcclTunerStandIn(sys.argv[1], 16, nodes=2)
+    lib = nccl.lib
     lib.dynamiccl_set_context.argtypes = [ctypes.c_char_p]
     lib.dynamiccl_policy_hash.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.dynamiccl_plugin_version.restype = ctypes.c_char_p
     lib.dynamiccl_pin.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,
                                   ctypes.c_int, ctypes.c_int]
     lib.dynamiccl_pin_counts.argtypes = [ctypes.POINTER(ctypes.c_uint64)] * 2
-    INIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64,
-                            ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
-                            ctypes.c_void_p)
-    COLL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t,
-                            ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                            ctypes.c_int, ctypes.POINTER(ctypes.c_int))
-    FIN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-    class V6(ctypes.Structure):
-        _fields_ = [("name", ctypes.c_char_p), ("init", INIT), ("coll", COLL), ("fin", FIN),
-                    ("chunk", ctypes.c_void_p)]
-    v6 = V6.in_dll(lib, "ncclTunerPlugin_v6")
-    ctx = ctypes.c_void_p()
-    assert v6.init(ctypes.byref(ctx), 1, 16, 2, None, None, None) == 0
     out = []
     for cmd in json.loads(sys.argv[2]):
-        if cmd[0] == "decide":
-            table = (ctypes.c_float * 21)(*[10.0 + i for i in range(21)])
-            for cell in (cmd[3] if len(cmd) > 3 else []):  # disabled by NCCL (IGNORE)
-                table[cell] = -1.0
-            nch = ctypes.c_int(0)
-            assert v6.coll(ctx, int(cmd[2]) if len(cmd) > 2 else 4, cmd[1], 1, table, 7, 3, 0,
-                           ctypes.byref(nch)) == 0
-            forced = [i for i in range(21) if table[i] == 0.0]
-            out.append([forced[0] // 3, forced[0] % 3, nch.value] if forced else None)
+        if cmd[0] == "decide":  # cmd[3]: the cells NCCL disabled (IGNORE)
+            forced = nccl.decide(cmd[1], int(cmd[2]) if len(cmd) > 2 else 4,
+                                 tuple(cmd[3]) if len(cmd) > 3 else ())
+            out.append(list(forced) if forced else None)
         elif cmd[0] == "context":
             out.append(lib.dynamiccl_set_context(None if cmd[1] is None else cmd[1].encode()))
         elif cmd[0] == "pin":
@@ -72,7 +58,7 @@ _PROGRAM = textwrap.dedent("""
             out.append([forced.value, refused.value])
         elif cmd[0] == "version":
             out.append(lib.dynamiccl_plugin_version().decode())
-    v6.fin(ctx)
+    nccl.finalize()
     print(json.dumps(out))
 """)
 

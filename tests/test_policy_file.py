@@ -9,8 +9,8 @@ import zlib
 
 import pytest
 
-from dynamiccl import policy_file as pf
-from dynamiccl.nccl import Algorithm, Collective, Protocol
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 AR, AG = Collective.ALLREDUCE, Collective.ALLGATHER
 HEADER = pf.Header("unit-test", "2026-01-01T00:00:00Z", "dgx_h100", "0123456789abcdef",
@@ -196,7 +196,7 @@ def test_show_prints_the_content_hash(tmp_path, capsys):
 
 
 def test_csv_export_is_written_atomically_and_never_over_a_foreign_file(tmp_path):
-    from dynamiccl.nccl_csv import write_nccl_example_csv
+    from dynamiccl.plugin.nccl_csv import write_nccl_example_csv
 
     policy = pf.PolicyFile(HEADER, (pf.Slice(rules=(
         pf.Rule(AR, 0, 4095, 2, 16, decision=pf.Decision(Algorithm.RING, Protocol.LL, 8)),)),))

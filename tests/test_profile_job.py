@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dynamiccl.cli.main import main
-from dynamiccl.profile_ring import PROFILE_ENV, RECORDS_ENV, ring_files
+from dynamiccl.plugin.profile_ring import PROFILE_ENV, RECORDS_ENV, ring_files
 from dynamiccl.profiler.formats import job_mix
 from dynamiccl.profiler.formats.records import read_jsonl
 
@@ -30,7 +30,7 @@ def _standin_job(tmp_path: Path, body: str) -> list[str]:
     script = tmp_path / "standin_job.py"
     script.write_text(f"import os, subprocess, sys, time\nsys.path.insert(0, {str(TESTS)!r})\n"
                       "from nccl_profiler_standin import NcclProfilerStandIn\n"
-                      "from dynamiccl.nccl import Algorithm, Collective, Protocol\n"
+                      "from dynamiccl.system.nccl import Algorithm, Collective, Protocol\n"
                       "nccl = NcclProfilerStandIn(os.environ['NCCL_PROFILER_PLUGIN'], 7, 1, 0)\n"
                       + body)
     return [sys.executable, str(script)]
@@ -75,8 +75,7 @@ def test_the_job_gets_the_profiler_environment_and_nothing_recorded_is_said(tmp_
     code = main(["profile", "job", "--out", str(tmp_path / "out"), "--records", "128", "--", *cmd])
     err = capsys.readouterr().err
     env = eval(seen.read_text())  # noqa: S307 - our own repr of a dict of strings
-    from dynamiccl import plugin
-
+    from dynamiccl.plugin import build as plugin
     assert env["NCCL_PROFILER_PLUGIN"] == str(plugin.library_path())
     assert env[RECORDS_ENV] == "128" and env[PROFILE_ENV].startswith("/dev/shm/")
     assert not Path(env[PROFILE_ENV]).exists()  # the temporary rings' folder is removed
@@ -162,9 +161,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
 def test_a_benchmark_loads_the_profiler_with_rings_in_a_folder_removed_afterwards(tmp_path):
     """``profiler_loaded`` (bench_real's and bench_runtime's ``--profiler``): the environment names
     the library and a fresh ring folder, which is gone afterwards, also when the launch failed."""
-    from dynamiccl.nccl import PROFILER_PLUGIN_ENV
-    from dynamiccl.profile_ring import JOB_RECORDS
+    from dynamiccl.plugin.profile_ring import JOB_RECORDS
     from dynamiccl.profiler.measure.job_profile import profiler_loaded
+    from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
 
     library = tmp_path / "libdynamiccl.so"
     with pytest.raises(RuntimeError), profiler_loaded(library) as env:

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import Config, action_id
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler.formats.records import read_jsonl
 from dynamiccl.profiler.measure.emulation import local_emulated_topology
 from dynamiccl.profiler.measure.launcher import launch
 from dynamiccl.profiler.measure.nvml import RecordedNvml
 from dynamiccl.profiler.measure.runner import CollectiveSpec, measure_many
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Config, action_id
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 WORKERS = str(Path(__file__).parent / "profiler_workers.py")
 pytestmark = pytest.mark.gpu

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl import plugin
-from dynamiccl import policy_file as pf
-from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.nccl import PROFILER_ABI_FIRST_NCCL
+from dynamiccl.plugin import build as plugin
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+from dynamiccl.system.nccl_profiler import PROFILER_ABI_FIRST_NCCL
 
 NCCL = plugin.find_nccl_library()
 pytestmark = [pytest.mark.gpu, pytest.mark.multiproc,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl.nccl import Collective, bus_factor
 from dynamiccl.profiler.formats.nccl_tests import (
     NcclTestsParseError,
     collective_from_name,
@@ -15,6 +14,7 @@ from dynamiccl.profiler.formats.nccl_tests import (
     parse_nccl_tests_file,
 )
 from dynamiccl.profiler.formats.records import read_jsonl, write_jsonl
+from dynamiccl.system.nccl import Collective, bus_factor
 
 FIX = Path(__file__).parent / "fixtures" / "profiler" / "nccl_tests"
 

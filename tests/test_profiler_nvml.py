@@ -17,7 +17,7 @@ from dynamiccl.profiler.measure.nvml import (
     save_snapshot,
     snapshot_from_dict,
 )
-from dynamiccl.topology import load_topology
+from dynamiccl.system.topology import load_topology
 
 FIX = Path(__file__).parent / "fixtures" / "profiler" / "nvml"
 

@@ -1,5 +1,5 @@
-"""The profiler plugin (dynamiccl/csrc/profiler.c, ring.c) called the way NCCL calls it, and the
-rings it writes read back through dynamiccl.profile_ring's numpy view.
+"""The profiler plugin (dynamiccl/plugin/csrc/profiler.c, ring.c) called the way NCCL calls it, and the
+rings it writes read back through dynamiccl.plugin.profile_ring's numpy view.
 
 A C driver (csrc/tests/profiler_driver.c) loads the library with dlopen, looks up one
 ncclProfiler_vN and replays commands: NCCL's own sequence for a collective (group and coll events at
@@ -23,9 +23,11 @@ import numpy as np
 import pytest
 from sanitizers import ASAN, TSAN, clang_fuzzer, tsan_works
 
-from dynamiccl import plugin, profile_ring
-from dynamiccl.nccl import PROFILER_ABI_FIRST_NCCL, Algorithm, Collective, Protocol
-from dynamiccl.profile_ring import FLAG_TIMED, RingFormatError, RingView, ring_files
+from dynamiccl.plugin import build as plugin
+from dynamiccl.plugin import profile_ring
+from dynamiccl.plugin.profile_ring import FLAG_TIMED, RingFormatError, RingView, ring_files
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.nccl_profiler import PROFILER_ABI_FIRST_NCCL
 
 SRC = plugin.source_dir()
 TESTS = SRC / "tests" if SRC else None

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from dynamiccl.cli.main import main
-from dynamiccl.nccl import bus_factor
 from dynamiccl.profiler.formats.records import read_jsonl
 from dynamiccl.profiler.measure.launcher import LaunchError, launch, resolve
 from dynamiccl.profiler.measure.runner import (
@@ -21,6 +20,7 @@ from dynamiccl.profiler.measure.runner import (
     steered_env,
     summarize,
 )
+from dynamiccl.system.nccl import bus_factor
 
 WORKERS = str(Path(__file__).parent / "profiler_workers.py")
 pytestmark = pytest.mark.multiproc

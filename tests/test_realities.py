@@ -39,10 +39,10 @@ from dynamiccl.envs.backends.replay import (
 )
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 from dynamiccl.envs.workloads import Episode, load_suite
-from dynamiccl.knobs import ACTION_INDEX, Algorithm, Collective, Config, Protocol
 from dynamiccl.profiler.formats.records import MeasurementRecord
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import ACTION_INDEX, Algorithm, Collective, Config, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 TOPO = load_topology("dgx_h100", nodes=1)
 REPLAY_DIR = Path(__file__).resolve().parent / "fixtures" / "real" / "replay"

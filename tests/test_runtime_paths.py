@@ -16,7 +16,7 @@ from dynamiccl.runtime.paths import (
     predicted_times,
     size_bin,
 )
-from dynamiccl.topology import load_topology
+from dynamiccl.system.topology import load_topology
 
 WORKERS = str(Path(__file__).parent / "runtime_workers.py")
 REPO = Path(__file__).resolve().parents[1]

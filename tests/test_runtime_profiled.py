@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamiccl import plugin
+from dynamiccl.plugin import build as plugin
 from dynamiccl.profiler.measure.launcher import launch
 from dynamiccl.runtime.tuning import KEEP_DEFAULT, MEASURE_CANDIDATE, MEASURE_DEFAULT, PIN_WINNER
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import ACTIONS, Config, ConfigBatch, Hierarchy, invalid_reason, valid_mask
-from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import SimResult, Timing, config_valid_mask, evaluate, simulate
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import ACTIONS, Config, ConfigBatch, Hierarchy, invalid_reason, valid_mask
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 ALL = ConfigBatch.all_actions()
 H100x4 = load_topology("dgx_h100", nodes=4)

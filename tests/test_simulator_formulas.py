@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from dynamiccl.knobs import Config, ConfigBatch, Hierarchy, Schedule
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.simulator import simulate
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY
-from dynamiccl.topology import load_topology, topology_from_dict
+from dynamiccl.system.knobs import Config, ConfigBatch, Hierarchy, Schedule
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology, topology_from_dict
 
 S = 8e6
 SIMPLE, LL, LL128 = Protocol.SIMPLE, Protocol.LL, Protocol.LL128
@@ -174,9 +174,9 @@ def test_single_rank_is_a_local_copy() -> None:
 def test_every_algorithm_names_its_own_cost_model_and_is_timed_by_it():
     import numpy as np
 
-    from dynamiccl.nccl import Algorithm, Collective
     from dynamiccl.simulator.tables import COST_MODELS, _cost
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.nccl import Algorithm, Collective
+    from dynamiccl.system.topology import load_topology
 
     assert set(COST_MODELS) == set(Algorithm)
     assert len(set(COST_MODELS.values())) == len(COST_MODELS), "no algorithm is timed as another"

@@ -7,15 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from dynamiccl.calibration import AlgoProtoFit, Calibration, Fitted
-from dynamiccl.knobs import Config, ConfigBatch, Hierarchy
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.simulator import simulate
 from dynamiccl.simulator.launch import HOST_LAUNCH_US
 from dynamiccl.simulator.tree import dtree_load
-from dynamiccl.topology import load_topology, topology_from_dict
-from dynamiccl.transports import TRANSPORTS
+from dynamiccl.system.calibration import AlgoProtoFit, Calibration, Fitted
+from dynamiccl.system.knobs import Config, ConfigBatch, Hierarchy
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology, topology_from_dict
+from dynamiccl.system.transports import TRANSPORTS
 
 RING_SIMPLE = Config(Algorithm.RING, Protocol.SIMPLE, 16)
 TREE_SIMPLE = Config(Algorithm.TREE, Protocol.SIMPLE, 16, Hierarchy.HIERARCHICAL)

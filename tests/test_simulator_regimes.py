@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import ACTIONS, ConfigBatch, Hierarchy, Schedule
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.simulator import simulate
 from dynamiccl.simulator.fabric import busbw_bound_gbps, in_network_algbw_bound_gbps
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY
-from dynamiccl.topology import load_topology, preset_names
+from dynamiccl.system.knobs import ACTIONS, ConfigBatch, Hierarchy, Schedule
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import load_topology, preset_names
 
 ALL = ConfigBatch.all_actions()
 MB = 1e6

@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from dynamiccl.config_loader import ConfigError
-from dynamiccl.knobs import (
+from dynamiccl.simulator import simulate
+from dynamiccl.simulator.fabric import busbw_bound_gbps, ring_levels
+from dynamiccl.simulator.protocols import LINK_EFFICIENCY, base_latency_us, hop_latency_us
+from dynamiccl.system.knobs import (
     ACTIONS,
     Algorithm,
     Collective,
@@ -17,10 +20,7 @@ from dynamiccl.knobs import (
     Schedule,
     invalid_reason,
 )
-from dynamiccl.simulator import simulate
-from dynamiccl.simulator.fabric import busbw_bound_gbps, ring_levels
-from dynamiccl.simulator.protocols import LINK_EFFICIENCY, base_latency_us, hop_latency_us
-from dynamiccl.topology import load_topology, topology_from_dict
+from dynamiccl.system.topology import load_topology, topology_from_dict
 
 ALL = ConfigBatch.all_actions()
 GIB = 2**30

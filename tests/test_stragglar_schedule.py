@@ -7,9 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from dynamiccl.knobs import Config, ConfigBatch, Hierarchy
-from dynamiccl.nccl import Algorithm, Collective, Protocol
-from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate, simulate
 from dynamiccl.simulator.alphabeta import (
     beta_us_per_byte,
@@ -19,7 +16,10 @@ from dynamiccl.simulator.alphabeta import (
     stragglar_allreduce_us,
 )
 from dynamiccl.simulator.stragglar_schedule import Match, check_schedule, generate, rounds
-from dynamiccl.topology import topology_from_dict
+from dynamiccl.system.knobs import Config, ConfigBatch, Hierarchy
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import topology_from_dict
 
 GIB = 2**30
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamiccl.nccl import Collective
 from dynamiccl.profiler.measure import straggler_detection
 from dynamiccl.profiler.measure.c2c import simulator_c2c, step_breakdown
-from dynamiccl.topology import load_topology
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.topology import load_topology
 
 
 def _exec_times(rng, iters=200, ranks=4, t=500.0, late=2, delay=3000.0, persist=0.98):

@@ -19,7 +19,7 @@ import pytest
 from dynamiccl.profiler.formats.measurement_paths import load_paths
 from dynamiccl.profiler.formats.records import MeasurementRecord, read_jsonl
 from dynamiccl.profiler.formats.system_fit import RecordsDoNotFit, check_fits, record_shape
-from dynamiccl.topology import load_topology, topology_from_dict
+from dynamiccl.system.topology import load_topology, topology_from_dict
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = FIXTURES / "real" / "runner" / "h200_emulated4"

@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from dynamiccl.config_loader import ConfigError
-from dynamiccl.knobs import ACTIONS, Collective, ConfigBatch, Protocol, valid_mask
 from dynamiccl.nccl_model.model import NcclModel
 from dynamiccl.simulator import simulate
-from dynamiccl.topology import Topology, load_topology, preset_names, topology_from_dict
-from dynamiccl.units import format_size, parse_duration_us, parse_size
+from dynamiccl.system.knobs import ACTIONS, Collective, ConfigBatch, Protocol, valid_mask
+from dynamiccl.system.topology import Topology, load_topology, preset_names, topology_from_dict
+from dynamiccl.system.units import format_size, parse_duration_us, parse_size
 
 REQUIRED_PRESETS = {"dgx_h100", "dgx_a100", "pcie_cluster", "ring_ring_1to1", "ring_ring_4to1",
                     "ring_ring_8to1", "ring_ring_16to1", "ring_ring_48to1", "switch", "torus2d"}

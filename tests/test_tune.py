@@ -28,18 +28,18 @@ from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice, Measure
 from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement, command_lines, launch_order, plan
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
 from dynamiccl.cli.main import main
-from dynamiccl.knobs import Algorithm, Collective, Protocol, span_label, without_channels
-from dynamiccl.launch_noise import (
+from dynamiccl.profiler.formats.measurements import read
+from dynamiccl.profiler.formats.records import MeasurementRecord, write_jsonl
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol, span_label, without_channels
+from dynamiccl.system.launch_noise import (
     INTRA_NODE_LAUNCH_NOISE,
     NVSWITCH_NODE_LAUNCH_NOISE,
     default_launch_noise,
     noise_band,
 )
-from dynamiccl.profiler.formats.measurements import read
-from dynamiccl.profiler.formats.records import MeasurementRecord, write_jsonl
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
-from dynamiccl.transports import TRANSPORTS
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
+from dynamiccl.system.transports import TRANSPORTS
 
 TOPO = load_topology("dgx_h100", nodes=1)
 NVLS = Choice(Algorithm.NVLS, Protocol.SIMPLE)

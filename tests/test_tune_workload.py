@@ -11,8 +11,8 @@ import pytest
 
 from dynamiccl.agents.shipping.tune_workload import Workload, decision_size
 from dynamiccl.cli.main import main
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler.formats import job_mix
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 REAL = Path(__file__).parent / "fixtures" / "real" / "h100_nvswitch_node"
 #: A job on the fixture's 8-GPU node: most of its collective time in 70 KiB all-reduces, the rest

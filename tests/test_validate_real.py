@@ -107,7 +107,7 @@ def test_forced_tree_and_ll_are_simulated_as_forced() -> None:
     and so in the validation that predicts through it."""
     from dynamiccl.profiler.fit.calibrate import pick_configs, prepare
     from dynamiccl.profiler.formats.published import load_system
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.topology import load_topology
 
     fixtures = ROOT / "tests" / "fixtures" / "real"
     b200 = [r for run in load_system(fixtures / "dgx_b200_ib") for r in run.records

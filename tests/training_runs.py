@@ -1,6 +1,7 @@
 """Training runs as a user starts them, for the kill -9 / Ctrl-C / resume tests of every agent:
 ``python experiments/train.py OVERRIDES`` in a fresh interpreter, watched through its checkpoint
-history; and wandb offline around an in-process run."""
+history, killed, resumed and compared with the uninterrupted run; and wandb offline around an
+in-process run."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +25,13 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
     if not history.is_file():
         return []
     return [json.loads(line)["step"] for line in history.read_text().splitlines() if line.strip()]
+
+
+def train_command(run_dir: Path, overrides: list[str], total: int, checkpoint_every: int) -> list[str]:
+    """``python experiments/train.py OVERRIDES`` into ``run_dir`` for ``total`` steps, checkpointing
+    every ``checkpoint_every``."""
+    return [sys.executable, str(REPO / "experiments" / "train.py"), *overrides, f"hydra.run.dir={run_dir}",
+            f"trainer.total_timesteps={total}", f"trainer.checkpoint_every={checkpoint_every}"]
 
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess:
@@ -57,6 +66,41 @@ def start_and_wait(cmd: list[str], run_dir: Path, checkpoints: int) -> subproces
         time.sleep(0.02)
     assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
     return proc
+
+
+def kill_after_checkpoints(cmd: list[str], run_dir: Path, checkpoints: int = 2) -> None:
+    """kill -9 of the training ``cmd`` once ``checkpoints`` checkpoints are on disk."""
+    proc = start_and_wait(cmd, run_dir, checkpoints)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def resume(cmd: list[str], step: int, total: int) -> subprocess.CompletedProcess:
+    """Runs the killed run's ``cmd`` again, to the end; it must say it resumes at ``step``."""
+    out = run(cmd)
+    assert f"resuming at step {step} of {total}" in out.stdout, out.stdout[-3000:]
+    return out
+
+
+def same_parameters(resumed: Path, straight: Path, key: str = "state") -> dict:
+    """The resumed run's ``model.pt`` (a round learner's), asserted bit-identical to the
+    uninterrupted run's: the same steps and every tensor of ``key`` (a tensor or a dict of them)
+    equal. Returns the resumed run's."""
+    import torch
+
+    a, b = (torch.load(d / "model.pt", weights_only=True) for d in (resumed, straight))
+    assert a["samples_seen"] == b["samples_seen"]
+    x, y = a[key], b[key]
+    if isinstance(x, dict):
+        different = [k for k in x if not torch.equal(x[k], y[k])]
+        assert x.keys() == y.keys() and not different, \
+            f"parameters differ from the uninterrupted run: {different}"
+    else:
+        assert torch.equal(x, y), "parameters differ from the uninterrupted run"
+    steps = checkpoint_steps(resumed)
+    assert steps[-1] == a["samples_seen"] and steps == sorted(steps), steps
+    return a
 
 
 def interrupt(proc: subprocess.Popen) -> int:

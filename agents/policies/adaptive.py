@@ -40,12 +40,12 @@ from dynamiccl.envs.online_tuning import (
     affordable,
     encode,
 )
-from dynamiccl.knobs import ACTIONS, Config
+from dynamiccl.system.knobs import ACTIONS, Config
 
 if TYPE_CHECKING:
     from sb3_contrib import MaskablePPO
 
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.system.scenario import Scenario
 
 #: Picks a slot from (observation, slot mask, candidates, log).
 SlotChooser = Callable[[np.ndarray, np.ndarray, Candidates, CallLog], int]

@@ -30,7 +30,7 @@ from dynamiccl.agents.policies.policy import (
     scenario_mask,
 )
 from dynamiccl.decisions import KnobConstraints
-from dynamiccl.knobs import (
+from dynamiccl.system.knobs import (
     ACTION_INDEX,
     NCCL_ALGORITHM_HIERARCHY,
     Algorithm,
@@ -40,8 +40,8 @@ from dynamiccl.knobs import (
 )
 
 if TYPE_CHECKING:
-    from dynamiccl.scenario import Scenario
-    from dynamiccl.topology import Topology
+    from dynamiccl.system.scenario import Scenario
+    from dynamiccl.system.topology import Topology
 
 
 def nccl_action(scenario: Scenario, mask: np.ndarray) -> int:

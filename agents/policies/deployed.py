@@ -2,7 +2,7 @@
 
 A policy file is not the policy it came from: export samples the policy, bisects, gates and
 defers. So ``evaluate --policy FILE.dccl`` scores the file itself, looking each call up exactly
-as the C plugin does (:meth:`dynamiccl.policy_file.PolicyFile.decide`, the same lookup in Python,
+as the C plugin does (:meth:`dynamiccl.plugin.policy_file.PolicyFile.decide`, the same lookup in Python,
 default context slice: a job without ``DYNAMICCL_CONTEXT``), and pinning in NCCL what the rule
 says. NVIDIA's example-tuner CSV is scored with that plugin's own semantics (``plugins/tuner/example/
 plugin.c``): the first matching line whose algorithm/protocol NCCL can run for the call wins (a
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dynamiccl import policy_file as pf
 from dynamiccl.agents.policies.policy import allowed_actions, forced_action, require_scenario
 from dynamiccl.decisions import KnobConstraints, why_impossible
-from dynamiccl.nccl_csv import CsvRule, exported_from, read_nccl_example_csv
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.plugin.nccl_csv import CsvRule, exported_from, read_nccl_example_csv
 
 if TYPE_CHECKING:
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.system.scenario import Scenario
 
 
 class _Forcing:

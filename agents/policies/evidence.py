@@ -15,7 +15,7 @@ it:
   MAX_PREDICTED_SLOWDOWN` times NCCL's measured time;
 * **the noise** (``noise``): a measured candidate is held once its advantage over NCCL's default
   clears the gate by ``gate_z`` standard errors of the medians (the system's launch noise per size
-  band, :mod:`dynamiccl.launch_noise`, updated by what repeats show), dropped once it cannot, and
+  band, :mod:`dynamiccl.system.launch_noise`, updated by what repeats show), dropped once it cannot, and
   re-run (alternating with NCCL's default, the side with fewer tries first) only while the noise
   leaves that open.
 
@@ -58,10 +58,10 @@ from dynamiccl.agents.policies.pair_belief import Prediction, Series, Spreads, S
 from dynamiccl.envs.backends.perturbed import system_kind
 from dynamiccl.envs.online_tuning import MAX_PREDICTED_SLOWDOWN, N_CALLS, affordable
 from dynamiccl.files import write_text_atomic
-from dynamiccl.launch_noise import BandNoise, default_launch_noise, noise_band, updated_core
+from dynamiccl.system.launch_noise import BandNoise, default_launch_noise, noise_band, updated_core
 
 if TYPE_CHECKING:
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.system.scenario import Scenario
 
 #: The settings file's layout; another is refused, naming the fix.
 FORMAT_VERSION = 1

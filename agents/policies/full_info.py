@@ -47,9 +47,9 @@ from dynamiccl.envs.deployable_observation import DEPLOYABLE_SIZE, encode_batch,
 from dynamiccl.envs.system_sampler import random_calls, random_topology
 from dynamiccl.envs.workloads import load_scenario_distribution
 from dynamiccl.files import replace_atomically
-from dynamiccl.knobs import ACTIONS, N_ACTIONS, Collective, valid_mask
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology
+from dynamiccl.system.knobs import ACTIONS, N_ACTIONS, Collective, valid_mask
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
 
 #: Gains are learned in [-GAIN_CLIP, GAIN_CLIP]: an action 2.7x slower than NCCL is as useless as one
 #: 30x slower, and the loss should spend its capacity near the top of each call's ranking.

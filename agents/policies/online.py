@@ -27,11 +27,11 @@ import numpy as np
 from dynamiccl.agents.policies.baselines import nccl_action
 from dynamiccl.agents.policies.policy import allowed_actions, require_scenario, scenario_mask
 from dynamiccl.envs.observation import size_bin
-from dynamiccl.knobs import ALGO_HIERARCHY_PAIRS, ActionColumns
+from dynamiccl.system.knobs import ALGO_HIERARCHY_PAIRS, ActionColumns
 
 if TYPE_CHECKING:
-    from dynamiccl.scenario import Scenario
-    from dynamiccl.topology import Topology
+    from dynamiccl.system.scenario import Scenario
+    from dynamiccl.system.topology import Topology
 
 _PAIR_ID = {pair: i for i, pair in enumerate(ALGO_HIERARCHY_PAIRS)}
 #: The knob coordinates the descent walks, as one integer column each over the action table.

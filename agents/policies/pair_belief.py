@@ -14,10 +14,10 @@ whole system is off (the common factors) and how far the series NCCL runs there 
 an exact posterior on a grid: the common factors on a coarse grid, each series' given them on a
 finer one, Gaussian priors of learned spreads (:class:`Spreads`, per kind of system; fitted by
 marginal likelihood on training realities, :mod:`dynamiccl.agents.training.evidence_learner`).
-A measurement's likelihood is its launch noise (:mod:`dynamiccl.launch_noise`: a Gaussian core, one
+A measurement's likelihood is its launch noise (:mod:`dynamiccl.system.launch_noise`: a Gaussian core, one
 launch in ten a stray past the tail) widened by the model's own ``misfit`` (what the split cannot
 express); several measurements of one choice at one call count as their median, whose noise is
-:meth:`~dynamiccl.launch_noise.BandNoise.of_median` (the misfit is counted once: repeating a call
+:meth:`~dynamiccl.system.launch_noise.BandNoise.of_median` (the misfit is counted once: repeating a call
 cannot teach what the model gets wrong about it).
 
 Everything here is deterministic numpy in float64 (no clocks, ranks or environment): every rank
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtr
 
-from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.launch_noise import BandNoise
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+from dynamiccl.system.launch_noise import BandNoise
 
 #: Grid points, in units of each prior's 1-sigma, of the common factors (per dimension) and of a
 #: series' factors: coarse where every measurement speaks, finer where a few do.

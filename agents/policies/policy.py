@@ -1,7 +1,7 @@
 """The one interface every tuning policy speaks, learned or hand-written.
 
 A policy maps what the environment shows (the observation vector) to an action id into
-:data:`dynamiccl.knobs.ACTIONS`. Baselines that are *defined* by the true state (NCCL's default,
+:data:`dynamiccl.system.knobs.ACTIONS`. Baselines that are *defined* by the true state (NCCL's default,
 the oracle) read it from ``scenario``; a learned policy must do with the observation. ``action_mask``
 is the environment's mask (already restricted to exportable actions in deployable mode): a policy
 must never return an action the mask forbids.
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 from dynamiccl.decisions import KnobConstraints
-from dynamiccl.knobs import ACTIONS, Config, valid_mask
+from dynamiccl.system.knobs import ACTIONS, Config, valid_mask
 
 if TYPE_CHECKING:
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.system.scenario import Scenario
 
 
 @runtime_checkable

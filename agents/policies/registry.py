@@ -17,7 +17,7 @@ from dynamiccl.agents.policies.online import CoordinateDescentTuner, UcbBandit
 
 if TYPE_CHECKING:
     from dynamiccl.agents.policies.policy import Policy
-    from dynamiccl.topology import Topology
+    from dynamiccl.system.topology import Topology
 
 #: Online tuners' default budget of measured calls per context.
 DEFAULT_BUDGET = 64

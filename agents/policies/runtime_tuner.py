@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import ACTIONS, Collective
 from dynamiccl.runtime.tuning import Candidate, SizeBin
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology
+from dynamiccl.system.knobs import ACTIONS, Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
 
 
 class RuntimeTunerAdapter:

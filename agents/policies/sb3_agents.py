@@ -26,7 +26,7 @@ from dynamiccl.files import replace_atomically, write_text_atomic
 if TYPE_CHECKING:
     from stable_baselines3.common.base_class import BaseAlgorithm
 
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.system.scenario import Scenario
 
 #: The SB3 class of the built-in agents, for checkpoints whose sidecar (or lack of one) does not
 #: name their class.

@@ -45,14 +45,14 @@ def export_and_score(cfg: DictConfig, policy: Any, run_dir: Path) -> Shipment | 
     deploy = OmegaConf.select(cfg, "deploy", default=None)
     if deploy is None:
         return None
-    from dynamiccl import policy_file as pf
     from dynamiccl.agents.policies.deployed import PolicyFilePolicy
     from dynamiccl.agents.shipping.evaluate import evaluate_policies
     from dynamiccl.agents.shipping.export import export_policy, rule_evidence, save_evidence
     from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN, Gate
     from dynamiccl.envs.workloads import load_suite
     from dynamiccl.files import write_text_atomic
-    from dynamiccl.topology import load_topology
+    from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.system.topology import load_topology
 
     unknown = set(deploy) - {"topology", "nodes", "margin"}
     if unknown or "topology" not in deploy:

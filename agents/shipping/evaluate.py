@@ -44,13 +44,13 @@ import numpy as np
 from dynamiccl.agents.policies.policy import ForcingPolicy, OnlinePolicy, Policy
 from dynamiccl.agents.shipping.progress import Advance, progress_bar
 from dynamiccl.files import FileKind, OutputRefused, claim_output, read_head, starts_with
-from dynamiccl.knobs import Config
-from dynamiccl.nccl import Algorithm
-from dynamiccl.units import format_size
+from dynamiccl.system.knobs import Config
+from dynamiccl.system.nccl import Algorithm
+from dynamiccl.system.units import format_size
 
 if TYPE_CHECKING:
     from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.system.scenario import Scenario
 
 #: Below this total log-speedup (natural log, summed over calls) the oracle "gains nothing".
 NO_HEADROOM = 1e-6

@@ -22,7 +22,7 @@ import numpy as np
 from dynamiccl.agents.shipping.evaluate import PolicyReport
 from dynamiccl.envs.observation import size_bin
 from dynamiccl.plots import choice_colour, fit_text, policy_colour, pyplot, ratio_axis, save, size_axis
-from dynamiccl.units import format_size
+from dynamiccl.system.units import format_size
 
 
 def describe_run(suite: str | None, deployable: bool | None) -> str:

@@ -31,15 +31,15 @@ from pathlib import Path
 import numpy as np
 
 from dynamiccl import decisions
-from dynamiccl import policy_file as pf
 from dynamiccl.agents.shipping.gate import Gate, Verdict, clearance
 from dynamiccl.agents.shipping.progress import progress_bar
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.files import FileKind, read_head, write_text_atomic
-from dynamiccl.knobs import ACTIONS, N_ACTIONS, span_label, valid_mask, without_channels
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.system.knobs import ACTIONS, N_ACTIONS, span_label, valid_mask, without_channels
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
 
 MIN_BYTES = 8
 #: The gate every export passes through unless the caller asks for none.

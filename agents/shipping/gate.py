@@ -11,7 +11,7 @@ two predictions, so its sigma combines both (``sqrt(s_ours^2 + s_nccl^2)``, log-
 errors: conservative when the errors are correlated). A measured pair replaces the model: where both
 choices were measured, the measurement decides and its own noise is the uncertainty.
 
-The sigma comes from one function, :func:`dynamiccl.calibration.uncertainty`: the fit's held-out
+The sigma comes from one function, :func:`dynamiccl.system.calibration.uncertainty`: the fit's held-out
 error where the topology carries a ``calibration:`` section, else the datasheet model's measured
 error per size band (issue 10's validation against public nccl-tests runs). With those the model
 alone overrides NCCL only where it predicts a very large gain; measurements (``dynamiccl tune``) are
@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dynamiccl.calibration import uncertainty
-from dynamiccl.knobs import Config
-from dynamiccl.scenario import Scenario
+from dynamiccl.system.calibration import uncertainty
+from dynamiccl.system.knobs import Config
+from dynamiccl.system.scenario import Scenario
 
 #: The gate's margin unless a caller gives one (``export --margin``, ``tune --margin``, a training
 #: config's ``deploy.margin``).
@@ -78,8 +78,15 @@ def check_margin(margin: float) -> float:
 
 
 def passes(gain: float, sigma: float, margin: float) -> bool:
-    """Override only when the gain clears both the margin and the uncertainty."""
+    """Override only when the gain clears both the margin and the uncertainty: its log clears
+    :func:`log_threshold`."""
     return gain > margin and clearance(gain, sigma) > 0
+
+
+def log_threshold(sigma: float, margin: float) -> float:
+    """The log gain :func:`passes` asks for: the margin's (log1p) or the uncertainty, whichever is
+    larger. What a planned measurement could move an estimate across (``tune_plan``)."""
+    return max(math.log1p(margin), sigma)
 
 
 def clearance(gain: float, sigma: float) -> float:
@@ -116,7 +123,7 @@ class Gate:
         gain = default.time_us / t_ours - 1.0
         if proposed == default.config:
             return Verdict(default.config, proposed, 0.0, 0.0, self.evidence, False)
-        args = (scenario.topology, scenario.collective, scenario.nbytes)
+        args = (scenario.topology.calibration, scenario.collective, scenario.nbytes)
         sigma = combined_sigma(self.sigma(*args, proposed.algorithm, proposed.protocol),
                                self.sigma(*args, default.config.algorithm, default.config.protocol))
         return Verdict(default.config, proposed, gain, sigma, self.evidence,

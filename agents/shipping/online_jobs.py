@@ -33,10 +33,10 @@ from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import PerturbedBackend
 from dynamiccl.envs.backends.replay import DEFAULT_CHOICE, LaunchSplit, ReplayTable, choice_of
 from dynamiccl.envs.online_tuning import N_CALLS
-from dynamiccl.knobs import Collective, valid_mask
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology, load_topology
-from dynamiccl.units import format_size
+from dynamiccl.system.knobs import Collective, valid_mask
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology, load_topology
+from dynamiccl.system.units import format_size
 
 #: A call more than this factor slower than NCCL's default counts as slower.
 SLOWER = 1.02

@@ -22,7 +22,7 @@ Public API (the shipped file needs no training run)::
                          noise: float = DEFAULT_RATIO_NOISE) -> dict[Point, Prediction]
 
 * a *point* is ``(collective, nranks, choice, nbytes)``: ``collective`` a
-  :class:`~dynamiccl.knobs.Collective`, ``nranks`` the communicator's ranks, ``choice`` an
+  :class:`~dynamiccl.system.knobs.Collective`, ``nranks`` the communicator's ranks, ``choice`` an
   ``(Algorithm, Protocol)`` pair or anything with ``algorithm``/``protocol`` attributes and no
   pinned channel count (``agents.shipping.tune.Choice``), or NCCL's default (``None``, or a choice that
   pins nothing), ``nbytes`` the message size;
@@ -74,13 +74,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dynamiccl.files import write_bytes_atomic
-from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.nccl import NCCL_ALGORITHMS  # in index order: the one-hot of a point's algorithm
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import NCCL_ALGORITHMS  # in index order: the one-hot of a point's algorithm
 
 #: The file's layout; a file of another version is refused, naming the fix.
 FORMAT_VERSION = 1
 #: The prior that ships in the package (``LearnedPrior.load()``).
 SHIPPED_NAME = "learned_prior.npz"
+#: What trains a prior (a file records the seeded command that trained it, ``meta["command"]``).
+RETRAIN = "dynamiccl train agent=learned_prior"
 #: A model log-ratio this close to 0 means the pair is what NCCL runs there.
 PICK_TOLERANCE = 1e-9
 #: Features clip log-ratios here: a pair 20x off is as useless as one 200x off.
@@ -274,6 +276,25 @@ def _pair(choice: Any) -> tuple[Algorithm, Protocol] | None:
 Point = tuple[Collective, int, Any, int]
 
 
+def _stale_features(path: Path, meta: Mapping[str, Any]) -> str:
+    """One line for a prior of today's format whose features are not today's: its one-hot columns
+    name NCCL's algorithms (and protocols, collectives) as they were when it was trained, so an
+    algorithm added to (or removed from) the table makes every trained prior stale. It names what the
+    file was trained for and the command that trains it again (the file's own, where it has one)."""
+    features = [str(f) for f in meta.get("features") or []]
+    command = meta.get("command")
+    retrain = command if isinstance(command, str) and command.startswith(RETRAIN) else RETRAIN
+    for kind in ("algorithm", "protocol", "collective"):
+        old = [f.removeprefix(f"{kind}_") for f in features if f.startswith(f"{kind}_")]
+        new = [f.removeprefix(f"{kind}_") for f in FEATURES if f.startswith(f"{kind}_")]
+        if old != new:
+            return (f"{path} was trained for {kind}s {', '.join(old) or 'none'}, not this code's "
+                    f"{', '.join(new)}; retrain with `{retrain}`")
+    missing = [f for f in FEATURES if f not in features]
+    return (f"{path} was trained on other features (this code's {', '.join(missing[:3]) or 'order'} "
+            f"missing); retrain with `{retrain}`")
+
+
 @dataclass(frozen=True)
 class LearnedPrior:
     """An ensemble of small MLPs (weights per layer, [K, in, out] and [K, out]) and the metadata
@@ -307,9 +328,11 @@ class LearnedPrior:
             raise ValueError(f"{path}: no such learned-prior file; {fix}") from None
         except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, json.JSONDecodeError):
             raise ValueError(f"{path} is not a learned-prior file; {fix}") from None
-        if meta.get("format") != FORMAT_VERSION or meta.get("features") != list(FEATURES):
+        if meta.get("format") != FORMAT_VERSION:
             raise ValueError(f"{path} is a learned prior of another format (version "
                              f"{meta.get('format')}, this code reads {FORMAT_VERSION}); {fix}")
+        if meta.get("features") != list(FEATURES):
+            raise ValueError(_stale_features(path, meta))
         dims = [len(FEATURES)] + [w.shape[2] for w in weights]
         shapes_ok = dims[-1] == 2 and all(
             w.shape == (weights[0].shape[0], d_in, d_out) and b.shape == (weights[0].shape[0], d_out)

@@ -42,7 +42,7 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
    8xH100 node, NVLS corrected at 1-8 MiB and carried to 32 MiB came out 85 % slower than ring
    where it is 7 % faster); where it does not, the evidence is the model's.
 5. **model** — nothing measured for that choice: the simulator and the band defaults of
-   :func:`dynamiccl.calibration.uncertainty`.
+   :func:`dynamiccl.system.calibration.uncertainty`.
 
 NCCL's default is what NCCL's own cost model picks on the given topology (the pick the report
 names), timed on the model as fitted: a fit moves the times, not NCCL's pick. A candidate that makes
@@ -87,7 +87,6 @@ from typing import Protocol
 import numpy as np
 
 from dynamiccl import decisions
-from dynamiccl import policy_file as pf
 from dynamiccl.agents.policies.baselines import NCCL_PAIRS, pair_constraints
 from dynamiccl.agents.shipping.gate import (
     BRIDGED,
@@ -104,6 +103,7 @@ from dynamiccl.agents.shipping.gate import (
     NOT_ITS_PICK,
     NOT_MEASURED,
     Verdict,
+    check_margin,
     passes,
     uncertainty,
 )
@@ -115,12 +115,13 @@ from dynamiccl.agents.shipping.tune_measurements import (
     Sample,
 )
 from dynamiccl.decisions import FLOOR_BYTES, KnobConstraints, TimedConfig
-from dynamiccl.knobs import Collective
-from dynamiccl.launch_noise import BandNoise
+from dynamiccl.plugin import policy_file as pf
 from dynamiccl.profiler.formats.records import MeasurementRecord
-from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate
-from dynamiccl.topology import Topology
+from dynamiccl.system.knobs import Collective
+from dynamiccl.system.launch_noise import BandNoise
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
 
 #: How fast a measurement loses credibility with distance (relative sigma per octave): for a
 #: choice's measured correction of the model, and for a ratio interpolated between measured sizes.
@@ -370,7 +371,7 @@ class Tuner:
         self.model = model_topology
         self.measurements = measurements
         self.noise = LaunchNoise(measurements, noise_defaults)
-        self.margin = margin
+        self.margin = check_margin(margin)
         self.calibrated = calibrated
         self.model_evidence = CALIBRATED if calibrated else MODEL
         #: What the model corrected by a choice's own measurements is called: calibrated where the
@@ -652,7 +653,7 @@ class Tuner:
             return Estimate(sample.time_us, self.sample_sigma(scenario, sample), MEASURED)
         model = self._fitted(scenario)
         run = self._run(scenario, choice)
-        band = uncertainty(scenario.topology, scenario.collective, scenario.nbytes,
+        band = uncertainty(scenario.topology.calibration, scenario.collective, scenario.nbytes,
                            run.config.algorithm, run.config.protocol)
         sizes = self.measured_sizes(scenario, choice)
         if choice.is_default:  # NCCL's default is another configuration where NCCL's pick differs

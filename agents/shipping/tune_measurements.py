@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynamiccl.decisions import KnobConstraints
-from dynamiccl.knobs import Algorithm, Collective, Protocol, parse_enum
-from dynamiccl.launch_noise import (
+from dynamiccl.profiler.formats.records import MeasurementRecord
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.system.launch_noise import (
     NOISE_BANDS,
     TAIL_QUANTILE,
     BandNoise,
@@ -29,8 +30,7 @@ from dynamiccl.launch_noise import (
     noise_band,
     updated_core,
 )
-from dynamiccl.profiler.formats.records import MeasurementRecord
-from dynamiccl.topology import Topology
+from dynamiccl.system.topology import Topology
 
 #: Median of |log(a / b)| for two timings with independent Gaussian noise of sigma 1:
 #: 0.674 (the half-normal median) x sqrt(2).
@@ -249,7 +249,7 @@ class LaunchNoise:
 
     The system's default (:func:`default_launch_noise`, or ``defaults`` where given; its core
     floored by what one launch's own timings disagree by) is a prior worth
-    :data:`~dynamiccl.launch_noise.PRIOR_DOF` launches; a choice timed in repeated launches updates
+    :data:`~dynamiccl.system.launch_noise.PRIOR_DOF` launches; a choice timed in repeated launches updates
     it by their robust spread, and a choice never repeated takes the larger of the prior and what
     every repeated choice of the shape says together. One launch alone is believed only to the
     band's tail (the measured one where the shape's launches give :data:`MIN_TAIL_DEVIATIONS`, else

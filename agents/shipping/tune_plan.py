@@ -20,12 +20,13 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dynamiccl.agents.shipping.gate import log_threshold
 from dynamiccl.agents.shipping.tune import CallDecision, Tuner
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
-from dynamiccl.knobs import Collective
-from dynamiccl.nccl import forcing_env
-from dynamiccl.scenario import Scenario
-from dynamiccl.units import format_size
+from dynamiccl.system.knobs import Collective
+from dynamiccl.system.nccl import forcing_env
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.units import format_size
 
 #: How many launches of one choice at one call the plan weighs at once: one launch alone rarely
 #: settles a gain of a few percent (it may be a stray launch: its uncertainty is the size band's
@@ -111,7 +112,7 @@ class _Planner:
                 break
             cost = k + n_default - self.launches[(s, DEFAULT)]
             after = self._sigma_after(s, choice, n_choice, n_default)
-            threshold = max(math.log1p(self.tuner.margin), after)
+            threshold = log_threshold(after, self.tuner.margin)
             # once launched (or planned), a choice's measurement anchors it
             anchored = est.anchored or self.launches[(s, choice)] > 0
             value = launch_value(-est.log_ratio, self.sigma[(s, choice)], after, threshold,
@@ -227,9 +228,9 @@ LAUNCHERS = (
 def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> list[str]:
     """nccl-tests commands covering the plan, in :func:`launch_order`: one per round,
     (collective, ranks, choice) and contiguous run of powers of two (``-b/-e -f 2``), pinned through
-    :func:`~dynamiccl.nccl.forcing_env`. Each line is one launch; run them in the order printed. Across nodes
-    each is printed once per launcher of :data:`LAUNCHERS`, the variables set on every rank the
-    way that launcher does it and the launcher named in the line's comment."""
+    :func:`~dynamiccl.system.nccl.forcing_env`. Each line is one launch; run them in the order
+    printed. Across nodes each is printed once per launcher of :data:`LAUNCHERS`, the variables set on
+    every rank the way that launcher does it and the launcher named in the line's comment."""
     lines = []
     for launches in launch_order(planned):
         groups: dict[tuple, list[int]] = defaultdict(list)

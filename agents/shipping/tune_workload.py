@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dynamiccl.agents.shipping.tune import DECISION_SIZES
-from dynamiccl.knobs import Collective
 from dynamiccl.profiler.formats.job_mix import MixEntry, read
-from dynamiccl.scenario import Scenario
+from dynamiccl.system.knobs import Collective
+from dynamiccl.system.scenario import Scenario
 
 _LOW, _HIGH = int(math.log2(DECISION_SIZES[0])), int(math.log2(DECISION_SIZES[-1]))
 

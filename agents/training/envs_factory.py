@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dynamiccl import ENV_ID
 from dynamiccl.config_loader import plain
-from dynamiccl.topology import topology_from_dict
+from dynamiccl.system.topology import topology_from_dict
 
 
 def scenario_spec(cfg: DictConfig) -> dict[str, Any] | str:

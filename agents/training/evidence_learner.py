@@ -47,11 +47,11 @@ from dynamiccl.envs.online_tuning import (
     Candidates,
 )
 from dynamiccl.files import replace_atomically
-from dynamiccl.knobs import ACTIONS, valid_mask
-from dynamiccl.launch_noise import default_launch_noise, noise_band
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import ACTIONS, valid_mask
+from dynamiccl.system.launch_noise import default_launch_noise, noise_band
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 KINDS = ("rdma", "tcp")
 #: Training systems per kind: the online environment's (all RDMA or NVLink-only) and sockets.

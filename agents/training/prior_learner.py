@@ -2,7 +2,7 @@
 is not their model.
 
 Each round draws fresh random systems (:mod:`dynamiccl.envs.system_sampler`, each network on one of
-the transport kinds of :mod:`dynamiccl.transports`), gives each a hidden miscalibration of the
+the transport kinds of :mod:`dynamiccl.system.transports`), gives each a hidden miscalibration of the
 ``perturbed`` backend (:mod:`dynamiccl.envs.backends.perturbed`: per algorithm/protocol bandwidth
 within ±40 %, latency floors within 3x, and the system's own error, ``system=True``: its
 network's latency and bandwidth and its node's bandwidth off by factors spanning what the
@@ -63,10 +63,10 @@ from dynamiccl.envs.backends.perturbed import (
 )
 from dynamiccl.envs.system_sampler import random_topology
 from dynamiccl.files import replace_atomically
-from dynamiccl.knobs import Algorithm, Collective, Protocol
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology, default_nic_path
-from dynamiccl.transports import DEFAULT_TRANSPORT, TRANSPORTS
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology, default_nic_path
+from dynamiccl.system.transports import DEFAULT_TRANSPORT, TRANSPORTS
 
 #: nccl-tests' sweep, -b 8 -e 16G -f 2: the sizes a series is timed at.
 SIZES: tuple[int, ...] = tuple(1 << k for k in range(3, 35))

@@ -5,7 +5,7 @@ determines (per algorithm/protocol efficiency and base latency, launch floor, tr
 Before the final fit on everything, a held-out check fits every other size of each run and predicts
 the others (``fit_report.split_every_other``: by size, so a size's out-of-place and in-place times
 stay on one side); its error per collective and size band is printed and its per-band error is
-written into the file, where the safety gate's ``dynamiccl.calibration.uncertainty`` reads it.
+written into the file, where the safety gate's ``dynamiccl.system.calibration.uncertainty`` reads it.
 ``--json`` prints the fit report; ``--plot FILE`` draws measured against predicted times per run.
 """
 
@@ -94,7 +94,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         report_json,
         with_heldout,
     )
-    from dynamiccl.topology import load_topology
+    from dynamiccl.system.topology import load_topology
 
     inputs = [*args.measurements, args.topology]
     output = claim_output(args.output, FITTED, inputs=inputs, force=args.force)

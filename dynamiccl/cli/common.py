@@ -18,10 +18,10 @@ from pathlib import Path
 from dynamiccl.agents.shipping.gate import DEFAULT_MARGIN, check_margin
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.files import not_regular_message
-from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import Collective
-from dynamiccl.topology import Topology, load_topology
-from dynamiccl.units import parse_size
+from dynamiccl.system.knobs import parse_enum
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.topology import Topology, load_topology
+from dynamiccl.system.units import parse_size
 
 
 class UserError(Exception):
@@ -32,7 +32,7 @@ class UserError(Exception):
 #: so they are reported as the user's mistake without importing those modules up front.
 INPUT_ERRORS = (
     ("dynamiccl.config_loader", "ConfigError"),
-    ("dynamiccl.policy_file", "PolicyFileError"),
+    ("dynamiccl.plugin.policy_file", "PolicyFileError"),
     ("dynamiccl.agents.training.config_checks", "ConfigCheckError"),
     ("dynamiccl.profiler.formats.nccl_tests", "NcclTestsParseError"),
     ("dynamiccl.profiler.fit.calibrate", "CalibrationError"),

@@ -45,9 +45,9 @@ ONLINE_KEYS = ("calls_to_5pct", "reached_5pct", "exploration_calls", "exploratio
 def _source_policy(path: Path) -> str | None:
     """The policy a shipped file (``.dccl`` or NVIDIA's CSV) records it was exported from, where
     that can be loaded: a built-in policy, or a checkpoint that is still there."""
-    from dynamiccl import policy_file as pf
     from dynamiccl.agents.policies.deployed import is_policy_file, load_deployed
     from dynamiccl.agents.policies.registry import BUILTIN
+    from dynamiccl.plugin import policy_file as pf
 
     try:
         source = load_deployed(path).source if is_policy_file(path) else None

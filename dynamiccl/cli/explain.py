@@ -20,10 +20,10 @@ from dynamiccl.cli.common import (
     size_arg,
     topology_from_args,
 )
-from dynamiccl.nccl import Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology
-from dynamiccl.units import SIZE_HELP
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
+from dynamiccl.system.units import SIZE_HELP
 
 MIN_SIZE, MAX_SIZE = 8, 4 * 2**30
 

@@ -54,8 +54,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def _contexts(text: str) -> list[tuple[str, str]]:
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     if text == "default":
         return [pf.DEFAULT_CONTEXT]
     if text == "all":
@@ -88,10 +87,10 @@ def _output(args: argparse.Namespace) -> Path:
     """The -o path (and the evidence beside a .dccl), checked before any work: never a folder, a
     missing or read-only place, an input (the policy, the topology), an existing file without
     --force, or a file of another kind than the format written (e.g. the model itself)."""
-    from dynamiccl import nccl_csv
-    from dynamiccl import policy_file as pf
     from dynamiccl.agents.shipping.export import EVIDENCE, evidence_path
     from dynamiccl.files import claim_output
+    from dynamiccl.plugin import nccl_csv
+    from dynamiccl.plugin import policy_file as pf
 
     inputs = [args.policy, args.topology]
     kind = pf.KIND if args.format == "dccl" else nccl_csv.KIND
@@ -128,11 +127,11 @@ def _check_policy_file_system(policy, name: str, topology, node_counts: list[int
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dynamiccl import policy_file as pf
     from dynamiccl.agents.policies.deployed import NcclExampleCsvPolicy
     from dynamiccl.agents.shipping import export as exporting
     from dynamiccl.agents.shipping.gate import Gate
-    from dynamiccl.nccl_csv import read_nccl_example_csv, to_nccl_example_csv, write_nccl_example_csv
+    from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.plugin.nccl_csv import read_nccl_example_csv, to_nccl_example_csv, write_nccl_example_csv
 
     if args.points_per_octave > exporting.MAX_POINTS_PER_OCTAVE:
         raise UserError(f"--points-per-octave {args.points_per_octave}: points per octave must be "

@@ -13,8 +13,7 @@ from dynamiccl.cli.common import UserError
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dynamiccl import plugin
-
+    from dynamiccl.plugin import build as plugin
     try:
         if args.action == "build":
             path = plugin.build(cc=args.cc, force=args.force)
@@ -28,7 +27,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from dynamiccl.policy_format import POLICY_ENV
+    from dynamiccl.plugin.policy_format import POLICY_ENV
 
     parser = subparsers.add_parser(
         "plugin", help="print the tuner plugin's path, or build it",

@@ -25,8 +25,7 @@ _GIVE = "give a .dccl file written by `dynamiccl export` or NVIDIA's example-tun
 
 def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
     """``"dccl"`` or ``"csv"`` (which parser reads the file), or one UserError naming what it is."""
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     path = Path(path)
     head = read_head(path, "policy file", SNIFF_BYTES, missing="export one with `dynamiccl export`")
     if head.startswith(b"\xef\xbb\xbf" + pf.MAGIC.encode()):

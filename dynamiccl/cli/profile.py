@@ -27,10 +27,10 @@ from dynamiccl.cli.common import (
     read_text,
     size_arg,
 )
-from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol
-from dynamiccl.topology import DEFAULT_NIC_PATH, MAX_RANKS, NIC_PATHS
-from dynamiccl.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
+from dynamiccl.system.knobs import parse_enum
+from dynamiccl.system.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol
+from dynamiccl.system.topology import DEFAULT_NIC_PATH, MAX_RANKS, NIC_PATHS
+from dynamiccl.system.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
 
 if TYPE_CHECKING:
     from dynamiccl.profiler.measure.runner import CollectiveResult, CollectiveSpec
@@ -121,7 +121,8 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
                    help="nccl only: force NCCL_ALGO (ring, tree, nvls, …)")
     c.add_argument("--protocol", type=_nccl_name(Protocol),
                    help="nccl only: force NCCL_PROTO (ll, ll128, simple)")
-    c.add_argument("--channels", type=_channels_arg, help="nccl only: pin NCCL_MIN/MAX_NCHANNELS")
+    c.add_argument("--channels", type=int_between(1, MAX_CHANNELS),
+                   help="nccl only: pin NCCL_MIN/MAX_NCHANNELS")
     c.add_argument("--emulate-hosts", action="store_true",
                    help="nccl only: more ranks than GPUs, each rank its own host to NCCL (distinct "
                         "NCCL_HOSTID, Socket transport on the loopback, P2P/SHM/IB off; ranks share "
@@ -165,13 +166,6 @@ def _nccl_name(enum_cls: type[Algorithm] | type[Protocol]):
 
     parse.__name__ = enum_cls.__name__.lower()
     return parse
-
-
-def _channels_arg(text: str) -> int:
-    value = positive_int(text)
-    if value > MAX_CHANNELS:
-        raise argparse.ArgumentTypeError(f"must be 1..{MAX_CHANNELS}, got {value}")
-    return value
 
 
 def run_topology(args: argparse.Namespace) -> int:
@@ -218,7 +212,7 @@ def _emulated(snapshot, hosts: int, name: str | None):
     import yaml
 
     from dynamiccl.profiler.measure.emulation import LOOPBACK_GBPS, emulated_topology_dict
-    from dynamiccl.topology import topology_from_dict
+    from dynamiccl.system.topology import topology_from_dict
 
     oldest = min(snapshot.gpus, key=lambda g: g.compute_capability)
     sms = min((g.sms for g in snapshot.gpus if g.sms), default=None)

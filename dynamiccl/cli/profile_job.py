@@ -1,7 +1,7 @@
 """``dynamiccl profile job [--out DIR] -- CMD ...``: a user's job, its collectives as NCCL ran them.
 
 The command (torchrun, mpirun, a plain script) runs with DynamICCL's library loaded as NCCL's
-profiler plugin (:mod:`dynamiccl.profile_ring`); every NCCL communicator of every rank records its
+profiler plugin (:mod:`dynamiccl.plugin.profile_ring`); every NCCL communicator of every rank records its
 collectives, and the job's mix — per collective, size, ranks, nodes and NCCL's choice: how many
 calls, the time per call, the job's time in them — is written to ``DIR/job.jsonl``
 (:mod:`~dynamiccl.profiler.formats.job_mix`: measurement records ``tune --measurements`` reads, and
@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 from dynamiccl.cli.common import UserError, int_between, path_arg, positive_float
-from dynamiccl.profile_ring import DEFAULT_RECORDS, JOB_RECORDS, MAX_RECORDS, MIN_RECORDS, ring_files
+from dynamiccl.plugin.profile_ring import DEFAULT_RECORDS, JOB_RECORDS, MAX_RECORDS, MIN_RECORDS, ring_files
 
 JOB_FILE = "job.jsonl"
 #: Exit status when the job ran but no NCCL communicator recorded anything.
@@ -112,9 +112,9 @@ def _rings_folder(args: argparse.Namespace) -> tuple[Path, bool]:
 
 
 def run_job_command(args: argparse.Namespace) -> int:
-    from dynamiccl import plugin
-    from dynamiccl.nccl import PROFILER_PLUGIN_ENV
+    from dynamiccl.plugin import build as plugin
     from dynamiccl.profiler.measure.job_profile import profiling_env, run_job
+    from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
 
     cmd = _command(args)
     out = _claim_outputs(args)

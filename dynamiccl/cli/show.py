@@ -43,8 +43,8 @@ def _dim(v: int | None) -> str:
 
 def _human_range(lo: int, hi: int) -> str:
     """``64KiB - 1MiB`` with an exclusive upper end, as sizes are usually written."""
-    from dynamiccl import policy_file as pf
-    from dynamiccl.units import format_size
+    from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.system.units import format_size
 
     if hi == pf.MAX_BYTES:
         return "any size" if lo == 0 else f"above {format_size(lo - 1)}"
@@ -53,15 +53,14 @@ def _human_range(lo: int, hi: int) -> str:
 
 def _byte_range(lo: int, hi: int) -> str:
     """The bytes column: ``lo-hi`` inclusive, and no 20-digit sentinel for "no upper end"."""
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     if hi == pf.MAX_BYTES:
         return "any size" if lo == 0 else f"{lo} and up"
     return f"{lo}-{hi}"
 
 
 def _title(rule, slice_name: str | None) -> str:
-    from dynamiccl.nccl import COLLECTIVE_TOKENS
+    from dynamiccl.system.nccl import COLLECTIVE_TOKENS
 
     parts = [COLLECTIVE_TOKENS[rule.collective], f"nodes {_dim(rule.nodes)}",
              f"ranks {_dim(rule.ranks)}"]
@@ -74,8 +73,8 @@ def rule_json(rule, evidence: list[dict] | None = None) -> dict:
     """One rule as the ``--json`` contract spells it, with its evidence rows (one per run of sizes
     with one NCCL pick) folded in: the rule answers for its least convincing override, or its most
     tempting rejected one (its gain, uncertainty and evidence together)."""
-    from dynamiccl import policy_file as pf
     from dynamiccl.agents.shipping.gate import clearance
+    from dynamiccl.plugin import policy_file as pf
 
     d = rule.decision
     row = {"collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
@@ -111,16 +110,14 @@ def _evidence_index(path: str) -> tuple[dict[tuple, list[dict]], str]:
 
 def _rule_evidence(index: dict[tuple, list[dict]], rule) -> list[dict]:
     """The evidence rows inside ``rule``'s size range."""
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     rows = index.get((pf.COLL_TOKENS[rule.collective], rule.nodes, rule.ranks), [])
     return [r for r in rows if rule.min_bytes <= r["min_bytes"] and r["max_bytes"] <= rule.max_bytes + 1]
 
 
 def _selected(policy, args: argparse.Namespace) -> list[tuple[object, list]]:
     """(slice, rules) pairs after the --collective/--nodes/--all-slices filters."""
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     want = args.collective
     out = []
     for sl in policy.slices:
@@ -141,8 +138,7 @@ EXAMPLE_TUNER_CHANNELS = 1
 def csv_rule_json(rule) -> dict:
     """One example-tuner CSV line in the ``--json`` contract (its max_bytes is inclusive); its
     channels are what that tuner runs, so a line's -1 reads 1 (:data:`EXAMPLE_TUNER_CHANNELS`)."""
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     return {"collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
             "min_bytes": rule.min_bytes, "max_bytes": rule.max_bytes + 1,
             "algorithm": pf.ALGO_TOKENS[rule.algorithm], "protocol": pf.PROTO_TOKENS[rule.protocol],
@@ -155,9 +151,9 @@ def _show_csv(args: argparse.Namespace) -> int:
     file order, since the example tuner applies the first line that matches a call."""
     from rich.table import Table
 
-    from dynamiccl import policy_file as pf
     from dynamiccl.console import console as table_console
-    from dynamiccl.nccl_csv import read_nccl_example_csv_file
+    from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.plugin.nccl_csv import read_nccl_example_csv_file
 
     rules = read_nccl_example_csv_file(args.file)
     if not rules:
@@ -191,9 +187,9 @@ def _show_csv(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from dynamiccl import policy_file as pf
     from dynamiccl.cli.policy_sniff import policy_file_kind
     from dynamiccl.console import console as table_console
+    from dynamiccl.plugin import policy_file as pf
 
     if policy_file_kind(args.file) == "csv":
         return _show_csv(args)
@@ -263,8 +259,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _row(rule, ev: dict | None) -> tuple[str, ...]:
-    from dynamiccl import policy_file as pf
-
+    from dynamiccl.plugin import policy_file as pf
     d = rule.decision
     lo, hi = (rule.min_bytes, rule.max_bytes) if ev is None else (ev["min_bytes"], ev["max_bytes"] - 1)
     sizes = (_human_range(lo, hi), _byte_range(lo, hi))

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from dynamiccl.cli.common import path_arg
 from dynamiccl.cli.simulate_request import NO_OP_NOTE, add_request_args, decide, gain, result_json, timing
-from dynamiccl.scenario import Scenario
-from dynamiccl.units import format_size, format_time_us
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.units import format_size, format_time_us
 
 if TYPE_CHECKING:
     from dynamiccl.decisions import Decision
@@ -117,7 +117,7 @@ def run_topologies(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from dynamiccl.console import console as table_console
-    from dynamiccl.topology import load_topology, preset_names
+    from dynamiccl.system.topology import load_topology, preset_names
 
     presets = [load_topology(name) for name in preset_names()]
     if args.json:

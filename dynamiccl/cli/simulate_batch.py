@@ -40,7 +40,7 @@ from dynamiccl.cli.simulate_request import (
     scenario_from_args,
 )
 from dynamiccl.config_loader import unique_keys
-from dynamiccl.topology import Topology
+from dynamiccl.system.topology import Topology
 
 
 def _line_parser() -> ArgumentParser:

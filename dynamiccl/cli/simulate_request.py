@@ -26,11 +26,11 @@ from dynamiccl.cli.common import (
     size_arg,
     topology_from_args,
 )
-from dynamiccl.knobs import CHUNK_LEVELS, Hierarchy, Schedule, parse_enum
-from dynamiccl.nccl import COLLECTIVE_TOKENS, MAX_CHANNELS, PROTOCOL_TOKENS, Algorithm, Protocol
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology
-from dynamiccl.units import SIZE_HELP, parse_duration_us
+from dynamiccl.system.knobs import CHUNK_LEVELS, Hierarchy, Schedule, parse_enum
+from dynamiccl.system.nccl import COLLECTIVE_TOKENS, MAX_CHANNELS, PROTOCOL_TOKENS, Algorithm, Protocol
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
+from dynamiccl.system.units import SIZE_HELP, parse_duration_us
 
 if TYPE_CHECKING:
     from dynamiccl.decisions import Decision, KnobConstraints

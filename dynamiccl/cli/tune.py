@@ -101,8 +101,8 @@ def _refuse_without_evidence(args: argparse.Namespace, records: list, usable: in
 
 def _scenarios(topology, collectives: list[str], shapes: set[tuple[int, int]]) -> list:
     from dynamiccl.agents.shipping.tune import DECISION_SIZES
-    from dynamiccl.knobs import Collective, parse_enum
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.system.knobs import Collective, parse_enum
+    from dynamiccl.system.scenario import Scenario
 
     systems = [topology]
     for nodes, nranks in sorted(shapes):
@@ -119,8 +119,8 @@ def _report_rows(tuner, scenarios: list) -> list[dict]:
     (``ring/ll/1-24ch``). A row shows one size's gain, uncertainty and evidence, as ``show`` does:
     an override's least convincing, a defer's most tempting alternative."""
     from dynamiccl.agents.shipping.gate import clearance
-    from dynamiccl.knobs import span_label, without_channels
-    from dynamiccl.units import format_size
+    from dynamiccl.system.knobs import span_label, without_channels
+    from dynamiccl.system.units import format_size
 
     rows: list[dict] = []
     for s in scenarios:
@@ -235,7 +235,7 @@ def _token(knob) -> str | None:
 def _noise_note(tuner, scenarios: list) -> str:
     """How noisy NCCL's default is taken to be on each shape, per size band, and from what."""
     from dynamiccl.agents.shipping.tune_measurements import DEFAULT
-    from dynamiccl.launch_noise import NOISE_BAND_EDGES, NOISE_BANDS
+    from dynamiccl.system.launch_noise import NOISE_BAND_EDGES, NOISE_BANDS
 
     parts = []
     for system in dict.fromkeys(s.topology for s in scenarios):
@@ -343,7 +343,7 @@ def _workload_collectives(workload) -> list[str]:
 def _weigh_rows(rows: list[dict], workload, scenarios: list) -> None:
     """Each row's share of the job's collective time (``job_share``), and one line: what the
     decisions predict for the job's collective time, and what of it no decision covers."""
-    from dynamiccl.knobs import Collective, parse_enum
+    from dynamiccl.system.knobs import Collective, parse_enum
 
     saving = changed = 0.0
     for r in rows:
@@ -368,9 +368,9 @@ def _claim_output(args: argparse.Namespace):
     """The -o policy file (and its evidence beside it), checked before any work: never an input
     (a measurement, also inside a --measurements folder, or the topology), and --force replaces a
     policy file only; with --plan --run, the --record file likewise."""
-    from dynamiccl import policy_file as pf
     from dynamiccl.agents.shipping.export import EVIDENCE, evidence_path
     from dynamiccl.files import claim_output
+    from dynamiccl.plugin import policy_file as pf
     from dynamiccl.profiler.formats.records import RECORDS
 
     inputs = [*_measurement_paths(args), args.topology, *([args.workload] if args.workload else [])]
@@ -397,9 +397,9 @@ def _defer_everywhere(args: argparse.Namespace, output, topology) -> None:
 
 
 def _export(args: argparse.Namespace, out, topology, policy, node_counts: list[int]) -> None:
-    from dynamiccl import policy_file as pf
     from dynamiccl.agents.shipping.export import export_policy, rule_evidence, save_evidence
-    from dynamiccl.knobs import Collective, parse_enum
+    from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.system.knobs import Collective, parse_enum
 
     try:
         collectives = [Collective(parse_enum(Collective, c))

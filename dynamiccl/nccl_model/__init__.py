@@ -3,7 +3,7 @@
 Modules, in the order NCCL runs them: ``graph`` (what the topology search finds at init),
 ``tables`` (the per-communicator bandwidth/latency tables), ``select`` (the per-call cost table,
 the pick and the channel count), ``model`` (the public API). What differs between algorithms is each
-algorithm's entry in :data:`dynamiccl.nccl.ALGORITHMS`; the other constants live in ``constants``,
+algorithm's entry in :data:`dynamiccl.system.nccl.ALGORITHMS`; the other constants live in ``constants``,
 each with the NCCL source file it was read from.
 """
 

@@ -1,8 +1,9 @@
 """The numbers NCCL 2.30.7's init-time search and per-call selection depend on, beyond each algorithm's.
 
-Each algorithm's own numbers (its latency and thread rows, its bandwidth and latency refinements)
-are in its entry of :data:`dynamiccl.nccl.ALGORITHMS`, with the default tuning constants the
-simulator reads too; this module holds the rest: the topology search's inputs (NCCL 2.30.7
+Each algorithm's own numbers are in its entry of :data:`dynamiccl.system.nccl.ALGORITHMS` (its
+latency rows) and of ``algorithms.py`` (its thread rows, bandwidth and latency refinements), the
+default tuning constants the simulator reads too in :mod:`dynamiccl.system.nccl`; this module holds
+the rest: the topology search's inputs (NCCL 2.30.7
 ``src/graph/search.cc``, ``src/graph/topo.h``), the communicator's channel counts
 (``src/graph/connect.cc``, ``src/init.cc``) and the cost table's shared rules
 (``src/graph/tuning.cc``, ``src/enqueue.cc``), each read from that source, not copied.
@@ -10,7 +11,7 @@ simulator reads too; this module holds the rest: the topology search's inputs (N
 
 from __future__ import annotations
 
-from dynamiccl.nccl import MAX_CHANNELS
+from dynamiccl.system.nccl import MAX_CHANNELS
 
 #: NCCL versions whose cost model this package reproduces (2.30.7 is what PyTorch 2.15 loads).
 SUPPORTED_VERSIONS: tuple[str, ...] = ("2.30.7",)
@@ -53,7 +54,7 @@ NVLINK_BW = {60: 18.0, 70: 20.0, 80: 20.0, 86: 12.0, 90: 20.6, 100: 40.1}
 NVLINK_LANE_GBPS = {70: 25.0, 75: 25.0, 80: 25.0, 86: 14.0625, 89: 25.0, 90: 25.0, 100: 50.0}
 LOC_BW = 5000.0  # a GPU's path to itself: what a lone GPU's search sees
 #: Search limits (src/init.cc, src/graph/search.cc @2.30.7): rings search at most MAXCHANNELS/2
-#: channels (NVLS at most 32 heads, CollNetDirect 8: dynamiccl.nccl).
+#: channels (NVLS at most 32 heads, CollNetDirect 8: dynamiccl.system.nccl).
 RING_SEARCH_MAX_CHANNELS = MAX_CHANNELS // 2
 #: The search keeps lowering the speed while the next one is above this fraction of the best
 #: solution's speed (src/graph/search.cc @2.30.7).

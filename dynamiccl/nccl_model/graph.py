@@ -57,18 +57,17 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dynamiccl import nccl
-from dynamiccl.nccl import (
+from dynamiccl.nccl_model import constants as K
+from dynamiccl.system import nccl
+from dynamiccl.system.nccl import (
     COLLNET_NODES,
     COLLNET_SUPPORT,
     NVLS_GPUS,
     NVLS_MULTICAST,
     PAT_ONE_GPU_PER_NODE,
     compcap_index,
-    nccl_tuning,
 )
-from dynamiccl.nccl_model import constants as K
-from dynamiccl.topology import Topology
+from dynamiccl.system.topology import Topology
 
 _UNLIMITED = 1 << 20
 #: Link-count slack so that e.g. 240 GB/s carries exactly six 40 GB/s channels in float math.
@@ -331,7 +330,7 @@ def derive_system(topology: Topology) -> NcclSystem:
         direct = _with(direct, nvlink)
     by_kind = {"tree": tree, "ring": _with(ring, nvlink), "collnet_direct": direct,
                "collnet_chain": chain, "nvls": nvls}
-    graphs = tuple(by_kind[nccl_tuning(a).graph] for a in nccl.NCCL_ALGORITHMS)
+    graphs = tuple(by_kind[nccl.ALGORITHM_SPECS[a].nccl_graph] for a in nccl.NCCL_ALGORITHMS)
     return NcclSystem(
         nranks=nranks, nnodes=nodes, ppn=ppn, sm=sm, compcap=compcap_index(sm), graphs=graphs,
         comm_channels=_comm_channels(ring, tree, chain, collnet, sm, nodes, ppn),

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamiccl import nccl
-from dynamiccl.knobs import Config, nccl_config
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import constants as K
 from dynamiccl.nccl_model.graph import NcclSystem, derive_system
 from dynamiccl.nccl_model.select import channels_for, cost_tables, pick
 from dynamiccl.nccl_model.tables import Tables, build_tables
-from dynamiccl.topology import Topology
+from dynamiccl.system import nccl
+from dynamiccl.system.knobs import Config, nccl_config
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ class NcclModel:
     2.28.9 and 2.30.7 ``src/graph/tuning.cc``, ``ncclTopoTuneModel``: ``pEnable == 2``), so a run
     forced with ``NCCL_PROTO=LL128`` runs LL128 where NCCL would never pick it (at the risk of
     corrupted data on paths NCCL has not validated, which is why the knob space and policies keep
-    such a choice invalid: :func:`dynamiccl.knobs.invalid_reason`). ``channels`` pins the channel count as
+    such a choice invalid: :func:`dynamiccl.system.knobs.invalid_reason`). ``channels`` pins the channel
+    count as
     NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS plus a tuner's ``nChannels`` would: the communicator
     has exactly that many channels (which moves the Ring/Simple plateau rule) and the collective
     runs on all of them. The datatype is taken to be a non-fp8 float Sum (what NVLS and CollNet

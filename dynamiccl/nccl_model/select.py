@@ -4,18 +4,19 @@
 
 Everything here is float32 like NCCL's ``float`` arithmetic, so exact ties resolve as NCCL's
 would: the scan takes the first minimum in (algorithm, protocol) index order. Each algorithm's own
-per-call refinements and channel rule are in its :class:`~dynamiccl.nccl.NcclTuning`.
+per-call refinements and channel rule are in its :class:`~dynamiccl.nccl_model.algorithms.NcclTuning`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl import nccl
-from dynamiccl.nccl import Algorithm, Calls, Protocol
 from dynamiccl.nccl_model import constants as K
+from dynamiccl.nccl_model.algorithms import Calls
 from dynamiccl.nccl_model.graph import NcclSystem
 from dynamiccl.nccl_model.tables import TUNINGS, Tables
+from dynamiccl.system import nccl
+from dynamiccl.system.nccl import Algorithm, Protocol
 
 _F32 = np.float32
 #: The algorithms with per-call refinements (id, refinement), and those whose latency counts once

@@ -5,9 +5,9 @@ Built once per communicator from the search graphs (``graph.py``), exactly like 
 ``bandwidth[coll][algo][proto]`` is the *algorithm* bandwidth in GB/s (0 = unusable) and
 ``latency[coll][algo][proto]`` the fixed cost in µs. Both are stored as float32, NCCL's ``float``.
 What differs between algorithms (their bandwidth refinements, latency formulas, enable rules) is
-each algorithm's :class:`~dynamiccl.nccl.NcclTuning` in :data:`dynamiccl.nccl.ALGORITHMS`; this
-module runs them in NCCL's order. The per-call work (size-dependent corrections, filtering,
-selection) lives in ``select.py``.
+each algorithm's :class:`~dynamiccl.nccl_model.algorithms.NcclTuning`, named by its entry of
+:data:`dynamiccl.system.nccl.ALGORITHMS`; this module runs them in NCCL's order. The per-call work
+(size-dependent corrections, filtering, selection) lives in ``select.py``.
 """
 
 from __future__ import annotations
@@ -16,24 +16,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamiccl import nccl
-from dynamiccl.nccl import (
+from dynamiccl.nccl_model.algorithms import LatencyTerms, nccl_tuning
+from dynamiccl.nccl_model.graph import NcclSystem
+from dynamiccl.system import nccl
+from dynamiccl.system.nccl import (
     ALGORITHM_SPECS,
     PROTOCOLS,
     Algorithm,
-    LatencyTerms,
     Link,
-    nccl_tuning,
     nsteps,
 )
-from dynamiccl.nccl_model.graph import NcclSystem
 
 
 @dataclass(frozen=True)
 class Tables:
     bandwidth: np.ndarray  # float32 [5, 7, 3], GB/s of algorithm bandwidth; 0 = unusable
     #: The same where NCCL_PROTO names the protocols: a protocol set explicitly skips its default
-    #: enable rule (LL128's topology checks, :attr:`dynamiccl.nccl.ProtocolSpec.enabled`).
+    #: enable rule (LL128's topology checks, :attr:`dynamiccl.system.nccl.ProtocolSpec.enabled`).
     named_bandwidth: np.ndarray  # float32 [5, 7, 3]
     latency: np.ndarray  # float32 [5, 7, 3], µs
     #: Static part of the per-call filter (updateCollCostTable): False where NCCL never offers it.

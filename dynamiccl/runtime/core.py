@@ -61,7 +61,7 @@ from dynamiccl.runtime.plugin_control import Pin, PluginControl
 from dynamiccl.runtime.stragglar import StragglAR
 from dynamiccl.runtime.timing import ProfiledTimes, arrivals, profiled_times, trimmed_mean
 from dynamiccl.runtime.tuning import OnlineTuner, SizeBin, Tuning, TuningEvent
-from dynamiccl.topology import Topology, load_topology
+from dynamiccl.system.topology import Topology, load_topology
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dynamiccl.policy_file import context_buckets
+from dynamiccl.plugin.policy_file import context_buckets
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from dynamiccl.nccl import TUNER_PLUGIN_ENV
 from dynamiccl.runtime.core import Runtime, RuntimeConfig
 from dynamiccl.runtime.jobcheck import check_job
 from dynamiccl.runtime.plugin_control import PluginControl, PluginControlError
 from dynamiccl.runtime.tuning import OnlineTuner
+from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
 
 log = logging.getLogger(__name__)
 

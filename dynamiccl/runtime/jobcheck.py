@@ -17,7 +17,7 @@ from collections import Counter
 
 import torch.distributed as dist
 
-from dynamiccl.policy_file import CONTEXT_ENV, POLICY_ENV, file_hash
+from dynamiccl.plugin.policy_file import CONTEXT_ENV, POLICY_ENV, file_hash
 from dynamiccl.runtime.plugin_control import PluginControl
 
 FIELDS = {"policy": "policy file content (sha256 of DYNAMICCL_POLICY)",

@@ -23,10 +23,10 @@ from functools import lru_cache
 import torch
 
 from dynamiccl.decisions import KnobConstraints, best, nccl_default
-from dynamiccl.knobs import CHUNK_LEVELS, Hierarchy, Schedule
-from dynamiccl.nccl import Algorithm, Collective
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import Topology
+from dynamiccl.system.knobs import CHUNK_LEVELS, Hierarchy, Schedule
+from dynamiccl.system.nccl import Algorithm, Collective
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
 
 #: The implementations a bucket can run; a table stores their index.
 PATHS: tuple[str, ...] = ("nccl", "stragglar", "hierarchical")

@@ -22,8 +22,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dynamiccl import plugin
-from dynamiccl.nccl import TUNER_PLUGIN_ENV
+from dynamiccl.plugin import build as plugin
+from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
 
 CONTROL_SYMBOLS = plugin.RUNTIME_FUNCTIONS
 _HASH_LEN = 129

@@ -1,7 +1,7 @@
 """Where the runtime's collective times come from: NCCL's profiler when it is loaded, else its own.
 
 With the plugin loaded as NCCL's profiler in this process (``NCCL_PROFILER_PLUGIN`` and
-``DYNAMICCL_PROFILE`` set, :mod:`dynamiccl.profile_ring`), every all-reduce NCCL runs is in this
+``DYNAMICCL_PROFILE`` set, :mod:`dynamiccl.plugin.profile_ring`), every all-reduce NCCL runs is in this
 process's rings with its GPU time (first channel's start to the last channel's stop) and its launch
 time on the host's realtime clock. :class:`ProfiledTimes` reads them: the online tuner's trials take
 the GPU time of each call of the bin (no synchronous all-reduce, no CUDA events, no bucket timing
@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.nccl import PROFILER_PLUGIN_ENV, Collective
-from dynamiccl.profile_ring import (
+from dynamiccl.plugin.profile_ring import (
     FILE_PREFIX,
     FILE_SUFFIX,
     FLAG_TIMED,
@@ -36,6 +35,8 @@ from dynamiccl.profile_ring import (
     RingFormatError,
     RingView,
 )
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
 
 #: Share of a trial's calls dropped at each end before averaging.
 TRIM = 0.2

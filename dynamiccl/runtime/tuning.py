@@ -31,7 +31,7 @@ from typing import NamedTuple, Protocol
 
 import torch
 
-from dynamiccl.knobs import Collective
+from dynamiccl.system.knobs import Collective
 
 
 class Candidate(NamedTuple):

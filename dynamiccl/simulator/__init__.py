@@ -14,7 +14,7 @@ Modelling choices worth knowing before reading a number:
   + the network transport's per-message overhead (or host-memory staging beyond a PCIe switch),
   plus NCCL's base latency once per collective; bandwidth = the slowest link on the algorithm's
   path, per protocol efficiency, capped per channel (one CTA) and, for LL, by ``llMaxBws``;
-* a topology's ``calibration:`` section (``dynamiccl.calibration``) replaces base latencies,
+* a topology's ``calibration:`` section (``dynamiccl.system.calibration``) replaces base latencies,
   scales bandwidths per (algorithm, protocol), sets the launch floor and the transport overhead;
 * on a switched outer tier (an InfiniBand fat-tree with a NIC per GPU) a flat ring's or tree's
   channels spread over the node's NICs, as NCCL builds them; on a direct-connect tier (``ring``,

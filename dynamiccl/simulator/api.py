@@ -14,13 +14,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.knobs import Config, ConfigBatch, invalid_reason
-from dynamiccl.nccl import Collective, bus_factor
-from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import overlap
 from dynamiccl.simulator.phases import US_PER_BYTE_PER_GBPS
 from dynamiccl.simulator.tables import tables_for, valid_rows
-from dynamiccl.topology import Topology
+from dynamiccl.system.knobs import Config, ConfigBatch, invalid_reason
+from dynamiccl.system.nccl import Collective, bus_factor
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
 
 
 @dataclass(frozen=True)

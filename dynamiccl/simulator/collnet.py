@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl import nccl
-from dynamiccl.nccl import Algorithm, Collective, compcap_index
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import node_levels
 from dynamiccl.simulator.phases import Cost, single, transfer
-from dynamiccl.topology import Topology
+from dynamiccl.system import nccl
+from dynamiccl.system.nccl import Algorithm, Collective, compcap_index
+from dynamiccl.system.topology import Topology
 
 
 def _intra(topology: Topology, algo: Algorithm, proto: np.ndarray, channels: np.ndarray):

@@ -26,7 +26,7 @@ Two properties of a tier's *path* change a level's bandwidth and per-hop latency
   GPU peer-to-peer and stages every message through host memory (its SHM transport), which costs
   ``SHM_HOP_US`` more per hop;
 * a network tier's transport kind adds its per-message overhead to every hop
-  (``dynamiccl.transports``), or the overhead a calibration measured.
+  (``dynamiccl.system.transports``), or the overhead a calibration measured.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from dynamiccl.nccl import Collective, bus_factor
 from dynamiccl.simulator.protocols import LINK_EFFICIENCY
-from dynamiccl.topology import Tier, Topology
-from dynamiccl.transports import TRANSPORTS
+from dynamiccl.system.nccl import Collective, bus_factor
+from dynamiccl.system.topology import Tier, Topology
+from dynamiccl.system.transports import TRANSPORTS
 
 #: Extra µs per hop when NCCL stages a GPU-to-GPU message through host memory (SHM transport): the
 #: sender's posted write to host memory and the receiver's read of it are two PCIe crossings

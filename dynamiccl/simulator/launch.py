@@ -16,7 +16,7 @@ A calibration that measured the floor replaces the estimate (``calibration.launc
 
 from __future__ import annotations
 
-from dynamiccl.topology import Topology
+from dynamiccl.system.topology import Topology
 
 HOST_LAUNCH_US = 5.0
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl import nccl
-from dynamiccl.nccl import Algorithm, Collective, compcap_index, scale_index
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import log2ceil, node_levels
 from dynamiccl.simulator.phases import Cost, single, transfer
 from dynamiccl.simulator.tree import dtree_load
-from dynamiccl.topology import Topology
+from dynamiccl.system import nccl
+from dynamiccl.system.nccl import Algorithm, Collective, compcap_index, scale_index
+from dynamiccl.system.topology import Topology
 
 
 def _switch_rate(topology: Topology, proto: np.ndarray, channels: np.ndarray) -> np.ndarray:

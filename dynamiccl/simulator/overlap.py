@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.nccl import bus_factor
 from dynamiccl.simulator.fabric import busbw_bound_gbps
 from dynamiccl.simulator.phases import US_PER_BYTE_PER_GBPS
-from dynamiccl.topology import Topology
+from dynamiccl.system.nccl import bus_factor
+from dynamiccl.system.topology import Topology
 
 COLLECTIVE_SLOWDOWN = 1.3
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl import nccl
-from dynamiccl.nccl import Algorithm, Collective
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import levels, log2ceil
 from dynamiccl.simulator.phases import Cost, single, transfer
-from dynamiccl.topology import Topology
+from dynamiccl.system import nccl
+from dynamiccl.system.nccl import Algorithm, Collective
+from dynamiccl.system.topology import Topology
 
 
 def pat(topology: Topology, collective: Collective, proto: np.ndarray, channels: np.ndarray) -> Cost:

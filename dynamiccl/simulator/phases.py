@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from dynamiccl.nccl import Collective
-    from dynamiccl.topology import Topology
+    from dynamiccl.system.nccl import Collective
+    from dynamiccl.system.topology import Topology
 
 US_PER_BYTE_PER_GBPS = 1e-3  # 1 GB/s moves 1e3 bytes per µs
 
@@ -45,7 +45,7 @@ class Cost:
     chunks: np.ndarray | None = field(default=None)
 
 
-#: An algorithm's physics, as its entry in ``dynamiccl.nccl.ALGORITHMS`` names it (``cost_model``):
+#: An algorithm's physics, as its entry in ``dynamiccl.system.nccl.ALGORITHMS`` names it (``cost_model``):
 #: (topology, collective, protocol [A], channels [A]) -> its Cost for those configurations.
 CostModel = Callable[["Topology", "Collective", np.ndarray, np.ndarray], Cost]
 

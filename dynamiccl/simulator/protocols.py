@@ -2,7 +2,7 @@
 
 Sources (facts only): NCCL 2.30.7, the NCCL PyTorch 2.15 loads: ``src/graph/tuning.cc``'s default
 tuner constants (``baseLatencies``, ``hwLatencies``, ``llMaxBws``, per-channel caps,
-``nvlsEfficiency``), which live in :mod:`dynamiccl.nccl` because NCCL's own model reads them too,
+``nvlsEfficiency``), which live in :mod:`dynamiccl.system.nccl` because NCCL's own model reads them too,
 and its bandwidth rules; ``src/graph/search.cc``'s per-channel graph speeds. NVIDIA calibrated these
 latencies on hardware, so the simulator uses them as the *measured* per-hop protocol cost and adds the
 tier's own wire latency on top (the topology file's ``latency_us``).
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl import nccl
-from dynamiccl.nccl import (
+from dynamiccl.system import nccl
+from dynamiccl.system.nccl import (
     ALGORITHM_SPECS,
     LINK_BY_NAME,
     PROTOCOL_SPECS,
@@ -22,7 +22,7 @@ from dynamiccl.nccl import (
     compcap_index,
     scale_index,
 )
-from dynamiccl.topology import Topology
+from dynamiccl.system.topology import Topology
 
 #: Fraction of the wire bytes that is payload. LL sends 4 B of data with a 4 B flag in every 8 B
 #: store; LL128 sends 120 B of data and an 8 B flag per 128 B line; Simple sends pure data and

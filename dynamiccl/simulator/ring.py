@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.knobs import Schedule
-from dynamiccl.nccl import Algorithm, Collective
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import Level, levels, mesh_link_gbps, ring_levels
 from dynamiccl.simulator.phases import Cost, Phase, single, transfer
-from dynamiccl.topology import Topology
+from dynamiccl.system.knobs import Schedule
+from dynamiccl.system.nccl import Algorithm, Collective
+from dynamiccl.system.topology import Topology
 
 AR, RS, AG = "allreduce", "reducescatter", "allgather"
 

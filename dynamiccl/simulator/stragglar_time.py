@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.nccl import Algorithm, Collective
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import levels
 from dynamiccl.simulator.phases import Cost, Phase, single, transfer
 from dynamiccl.simulator.ring import channel_caps, flat_ring_latency, flat_ring_rate
 from dynamiccl.simulator.stragglar_schedule import rounds
-from dynamiccl.topology import Topology
+from dynamiccl.system.nccl import Algorithm, Collective
+from dynamiccl.system.topology import Topology
 
 
 def stragglar(topology: Topology, collective: Collective, proto: np.ndarray,

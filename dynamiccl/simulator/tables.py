@@ -13,8 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamiccl.calibration import MeasuredCorrection
-from dynamiccl.knobs import (
+from dynamiccl.simulator import protocols as P
+from dynamiccl.simulator.launch import launch_floor_us
+from dynamiccl.simulator.phases import Cost, CostModel
+from dynamiccl.simulator.ring import hierarchical_ring
+from dynamiccl.system.calibration import MeasuredCorrection
+from dynamiccl.system.knobs import (
     NCCL_ALGORITHM_HIERARCHY,
     Config,
     ConfigBatch,
@@ -23,12 +27,8 @@ from dynamiccl.knobs import (
     invalid_reason,
     validity_key,
 )
-from dynamiccl.nccl import ALGORITHM_SPECS, Algorithm, Collective, Protocol
-from dynamiccl.simulator import protocols as P
-from dynamiccl.simulator.launch import launch_floor_us
-from dynamiccl.simulator.phases import Cost, CostModel
-from dynamiccl.simulator.ring import hierarchical_ring
-from dynamiccl.topology import Topology
+from dynamiccl.system.nccl import ALGORITHM_SPECS, Algorithm, Collective, Protocol
+from dynamiccl.system.topology import Topology
 
 N_COLLECTIVES = len(Collective)
 #: The algorithms whose cost has a precondition that overlaps a late rank's delay (StragglAR).
@@ -66,7 +66,7 @@ def _load(path: str) -> CostModel:
     return getattr(importlib.import_module(module), function)
 
 
-#: Each algorithm's physics, as its entry in ``dynamiccl.nccl.ALGORITHMS`` names it
+#: Each algorithm's physics, as its entry in ``dynamiccl.system.nccl.ALGORITHMS`` names it
 #: (``module:function``), loaded with the simulator.
 COST_MODELS: dict[Algorithm, CostModel] = {a: _load(spec.cost_model) for a, spec in ALGORITHM_SPECS.items()}
 
@@ -88,7 +88,7 @@ _VALID_BATCHES: dict[tuple, np.ndarray] = {}
 
 
 def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]) -> bool:
-    """``key``: :func:`~dynamiccl.knobs.validity_key` and whether the protocol was named
+    """``key``: :func:`~dynamiccl.system.knobs.validity_key` and whether the protocol was named
     (``valid_rows``)."""
     hit = _VALID.get((key, collective, row))
     if hit is None:
@@ -109,7 +109,7 @@ def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]
 def valid_rows(topology: Topology, collective: int, configs: ConfigBatch,
                protocol_named: bool = False) -> np.ndarray:
     """``knobs.invalid_reason`` per configuration, cached per unique configuration and per batch by
-    what it reads of the system (:func:`~dynamiccl.knobs.validity_key`), never its numbers, and
+    what it reads of the system (:func:`~dynamiccl.system.knobs.validity_key`), never its numbers, and
     whether the run named its protocol."""
     rows = np.stack([np.asarray(getattr(configs, f), dtype=np.int64) for f in _FIELDS], axis=1)
     key = (*validity_key(topology), protocol_named)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamiccl.nccl import Algorithm, Collective
 from dynamiccl.simulator import protocols as P
 from dynamiccl.simulator.fabric import levels, log2ceil, mesh_link_gbps
 from dynamiccl.simulator.phases import Cost, single, transfer
-from dynamiccl.topology import Topology
+from dynamiccl.system.nccl import Algorithm, Collective
+from dynamiccl.system.topology import Topology
 
 
 def dtree_load(nodes: int) -> float:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from dynamiccl.decisions import KnobConstraints
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.system.scenario import Scenario
 
 
 class UnmeasuredChoice(ValueError):

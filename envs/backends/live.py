@@ -32,7 +32,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from dynamiccl.envs.backends.base import Measurement
-from dynamiccl.knobs import ACTIONS, Collective, invalid_reason, parse_enum
+from dynamiccl.system.knobs import ACTIONS, Collective, invalid_reason, parse_enum
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from dynamiccl.profiler.measure.profile_reader import ProfileReader
     from dynamiccl.profiler.measure.runner import CollectiveResult, CollectiveSpec
     from dynamiccl.profiler.measure.session import RankSession
-    from dynamiccl.scenario import Scenario
+    from dynamiccl.system.scenario import Scenario
 
 
 #: How long a step waits for NCCL's profiler to report its last calls before the runner's timing
@@ -99,7 +99,7 @@ class LiveBackend:
         import os
         import tempfile
 
-        from dynamiccl import plugin
+        from dynamiccl.plugin import build as plugin
         from dynamiccl.profiler.measure.job_profile import profiling_env
         from dynamiccl.profiler.measure.profile_reader import ProfileReader
 

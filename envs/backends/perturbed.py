@@ -40,7 +40,7 @@ showed (``experiments/fit_realities.py`` fits it to ``tests/fixtures/real``):
   |log(t_choice / t_default) measured - modelled| over forced runs the model tells apart from NCCL's
   pick, and the mean |log(t_default measured / modelled)|; transports over TCP (kernel sockets,
   TCPXO) apart from the rest;
-* noise: one launch's noise per size band (:mod:`dynamiccl.launch_noise`: the measured 8 x H100
+* noise: one launch's noise per size band (:mod:`dynamiccl.system.launch_noise`: the measured 8 x H100
   node's core and tail on NVSwitch nodes, 25 % across kernel sockets, 5 % elsewhere), with one
   launch in ten straying past the tail.
 """
@@ -57,12 +57,12 @@ from dynamiccl import decisions
 from dynamiccl.decisions import FLOOR_BYTES
 from dynamiccl.envs.backends.base import Measurement
 from dynamiccl.envs.backends.sim import forced_decision, observed
-from dynamiccl.knobs import ActionColumns, Algorithm, Collective, Config, Protocol
-from dynamiccl.launch_noise import default_launch_noise, noise_band
-from dynamiccl.scenario import Scenario
 from dynamiccl.simulator import evaluate
-from dynamiccl.topology import Topology
-from dynamiccl.transports import TRANSPORTS
+from dynamiccl.system.knobs import ActionColumns, Algorithm, Collective, Config, Protocol
+from dynamiccl.system.launch_noise import default_launch_noise, noise_band
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
+from dynamiccl.system.transports import TRANSPORTS
 
 BANDWIDTH_RANGE = (0.6, 1.4)
 LATENCY_RANGE = (1 / 3, 3.0)

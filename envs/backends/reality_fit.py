@@ -36,9 +36,9 @@ from dynamiccl.envs.backends.perturbed import (
     system_kind,
 )
 from dynamiccl.envs.backends.replay import DEFAULT_CHOICE, ReplayTable
-from dynamiccl.knobs import Config
-from dynamiccl.scenario import Scenario
-from dynamiccl.topology import load_topology
+from dynamiccl.system.knobs import Config
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import load_topology
 
 #: Realities each statistic is simulated over (seeds below the held-out ones).
 FIT_DRAWS = 400

@@ -26,10 +26,10 @@ import numpy as np
 
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.base import Measurement, UnmeasuredChoice
-from dynamiccl.knobs import ACTIONS, Algorithm, Collective, Protocol, parse_enum
 from dynamiccl.profiler.formats.records import MeasurementRecord
-from dynamiccl.scenario import Scenario
-from dynamiccl.units import format_size
+from dynamiccl.system.knobs import ACTIONS, Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.units import format_size
 
 #: (algorithm, protocol, channels) as NCCL was told; None = NCCL chose that knob.
 Choice = tuple[Algorithm | None, Protocol | None, int | None]

@@ -15,7 +15,7 @@ import numpy as np
 
 from dynamiccl import decisions
 from dynamiccl.envs.backends.base import Measurement
-from dynamiccl.scenario import Scenario
+from dynamiccl.system.scenario import Scenario
 
 
 def forced_decision(scenario: Scenario, constraints: decisions.KnobConstraints

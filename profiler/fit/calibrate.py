@@ -43,17 +43,17 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.optimize import least_squares
 
-from dynamiccl.calibration import Calibration, Fitted, MeasuredCorrection
-from dynamiccl.knobs import Config, ConfigBatch, invalid_reason
-from dynamiccl.knobs import nccl_config as make_nccl_config
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler.fit import fit_params as FP
 from dynamiccl.profiler.fit.fit_params import Param
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.profiler.formats.system_fit import record_shape
 from dynamiccl.simulator import simulate
-from dynamiccl.topology import Topology
+from dynamiccl.system.calibration import Calibration, Fitted, MeasuredCorrection
+from dynamiccl.system.knobs import Config, ConfigBatch, invalid_reason
+from dynamiccl.system.knobs import nccl_config as make_nccl_config
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import Topology
 
 #: d log(time) / d log(parameter) below this for every measurement: the data cannot see it.
 MIN_SENSITIVITY = 0.02
@@ -273,7 +273,7 @@ def calibrate(records: Sequence[MeasurementRecord], base: Topology,
               corrections: bool = True) -> FitResult:
     """Fits every tier parameter the data determines (refusing or keeping the others) and, with
     ``refine``, the refinements of ``fit_params`` the data determines; with ``corrections``, writes
-    what the fitted model still misses at each measured size (``dynamiccl.calibration``).
+    what the fitted model still misses at each measured size (``dynamiccl.system.calibration``).
     ``FitResult.predicted_us`` is the fitted model's, without the corrections (which would make its
     error on the fitted measurements zero by construction)."""
     if base.calibration is not None and base.calibration.corrections:

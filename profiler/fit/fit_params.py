@@ -6,7 +6,7 @@ Two families:
   prior: the data determines them or the fit refuses them (``calibrate.py``).
 * **refinements** — per (algorithm, protocol) bandwidth efficiency and base latency, the host's
   launch floor and the network transport's per-message overhead, written into the topology's
-  ``calibration:`` section (``dynamiccl.calibration``). Each starts at what the physical model
+  ``calibration:`` section (``dynamiccl.system.calibration``). Each starts at what the physical model
   assumes and carries a *prior* around it, so a refinement the data says nothing about stays where
   physics put it instead of wandering along a direction the data cannot see (e.g. a tier bandwidth
   and the efficiency of the only algorithm that crosses the tier). Priors, in the units the solver
@@ -28,13 +28,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dynamiccl.calibration import AlgoProtoFit, Calibration, Fitted
-from dynamiccl.knobs import Config
-from dynamiccl.nccl import Algorithm, Protocol
 from dynamiccl.simulator.launch import launch_floor_us
 from dynamiccl.simulator.protocols import base_latency_us
-from dynamiccl.topology import Topology
-from dynamiccl.transports import TRANSPORTS
+from dynamiccl.system.calibration import AlgoProtoFit, Calibration, Fitted
+from dynamiccl.system.knobs import Config
+from dynamiccl.system.nccl import Algorithm, Protocol
+from dynamiccl.system.topology import Topology
+from dynamiccl.system.transports import TRANSPORTS
 
 EFFICIENCY_PRIOR_LOG_SIGMA = 0.5
 #: The least one hop across a tier takes (µs), by link: the fastest NVSwitch and PCIe-switch hops

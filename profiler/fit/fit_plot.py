@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dynamiccl.plots import fit_text, pyplot, save
 from dynamiccl.profiler.fit.calibrate import FitResult
-from dynamiccl.units import format_size
+from dynamiccl.system.units import format_size
 
 
 def _runs(fit: FitResult) -> dict[tuple[str, str], list[int]]:

@@ -4,7 +4,7 @@ The error tables are computed with exactly what gets written (the fitted topolog
 calibration section), so the numbers a user reads are the numbers training will see. The held-out
 check fits again on every other size of each run and predicts the sizes in between, per collective
 and size band (the issue's bands: < 64 KiB, 64 KiB - 16 MiB, >= 16 MiB); its per-band error is
-written into the calibration section, where ``dynamiccl.calibration.uncertainty`` reads it.
+written into the calibration section, where ``dynamiccl.system.calibration.uncertainty`` reads it.
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import yaml
 
-from dynamiccl.calibration import SIZE_BANDS
 from dynamiccl.files import FileKind, starts_with
-from dynamiccl.nccl import Collective
 from dynamiccl.profiler.fit.calibrate import (
     FitResult,
     Problem,
@@ -31,8 +29,10 @@ from dynamiccl.profiler.fit.calibrate import (
     prepare,
 )
 from dynamiccl.profiler.formats.records import MeasurementRecord
-from dynamiccl.topology import Topology
-from dynamiccl.units import format_size
+from dynamiccl.system.calibration import SIZE_BANDS
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.topology import Topology
+from dynamiccl.system.units import format_size
 
 #: Size ranges of the error tables: latency-bound, where NCCL's switch points lie, bandwidth-bound.
 SIZE_BINS = tuple((lo, hi) for _, lo, hi in SIZE_BANDS)

@@ -13,13 +13,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dynamiccl.knobs import Config, ConfigBatch
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler.fit.calibrate import scaled_bandwidth
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
 from dynamiccl.simulator import simulate
-from dynamiccl.topology import Topology
+from dynamiccl.system.knobs import Config, ConfigBatch
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from dynamiccl.files import FileKind, read_head, write_text_atomic
-from dynamiccl.nccl import Algorithm, Collective, Protocol
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, read_json_lines
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 #: Order statistics of the per-call times kept in a record's ``time_us_runs``.
 MAX_RUNS = 1000

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dynamiccl.files import not_regular_message
-from dynamiccl.knobs import Collective
 from dynamiccl.profiler.formats.measurements import MeasurementFormatError, detect_format, load
 from dynamiccl.profiler.formats.nccl_debug_log import NcclDebugLogError, parse_debug_log_file
 from dynamiccl.profiler.formats.nccl_tests import _forced_config
 from dynamiccl.profiler.formats.published import load_sidecar, sidecar_log
 from dynamiccl.profiler.formats.records import MeasurementRecord
+from dynamiccl.system.knobs import Collective
 
 #: A logged pick's key: collective, forced NCCL_ALGO, forced NCCL_PROTO (None = NCCL chose), size,
 #: and the communicator's rank count where the log says it (None = any).

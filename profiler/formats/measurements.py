@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dynamiccl.files import not_regular_message
-from dynamiccl.knobs import Collective
 from dynamiccl.profiler.formats.records import REQUIRED_FIELDS, MeasurementRecord, read_jsonl
+from dynamiccl.system.knobs import Collective
 
 #: Bytes read to decide the format (headers and first rows are enough for every format).
 _SNIFF_BYTES = 64 * 1024

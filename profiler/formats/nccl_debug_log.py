@@ -12,7 +12,7 @@ Those two are exactly what :mod:`dynamiccl.nccl_model` claims to reproduce, so a
 check (and, later, a calibration target) for the NCCL-default model: :func:`compare_tables` and
 :func:`compare_picks` put them side by side (``dynamiccl check-model`` prints them). NCCL prints its
 functions, algorithms and protocols in id order, which is also the model's, and spells them as
-``dynamiccl.nccl`` records.
+``dynamiccl.system.nccl`` records.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dynamiccl.files import not_regular_message
-from dynamiccl.knobs import Config, parse_enum
-from dynamiccl.nccl import (
+from dynamiccl.system.knobs import Config, parse_enum
+from dynamiccl.system.nccl import (
     ALGORITHM_NCCL_NAMES,
     COLLECTIVE_NCCL_NAMES,
     N_ALGORITHMS,

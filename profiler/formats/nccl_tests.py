@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dynamiccl.nccl import ALGO_ENV, MAX_CHANNELS_ENV, MIN_CHANNELS_ENV, PROTO_ENV, Collective
 from dynamiccl.profiler.formats.nccl_debug_log import parse_pick_line
 from dynamiccl.profiler.formats.records import MeasurementRecord, is_no_op, normalize_config
+from dynamiccl.system.nccl import ALGO_ENV, MAX_CHANNELS_ENV, MIN_CHANNELS_ENV, PROTO_ENV, Collective
 
 
 class NcclTestsParseError(ValueError):

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.knobs import Collective
 from dynamiccl.profiler.formats.nccl_tests import _TYPE_SIZES, _forced_config, collective_from_name
 from dynamiccl.profiler.formats.records import MeasurementRecord, is_no_op
+from dynamiccl.system.knobs import Collective
 
 
 class NcclTestsJsonError(ValueError):

@@ -26,12 +26,12 @@ from typing import Any
 import yaml
 
 from dynamiccl.config_loader import load_yaml, yaml_problem
-from dynamiccl.knobs import Collective
-from dynamiccl.nccl import ALGO_ENV, PROTO_ENV
 from dynamiccl.profiler.formats.nccl_tests import _forced_config, _single_choice
 from dynamiccl.profiler.formats.records import MeasurementRecord, normalize_config
 from dynamiccl.profiler.formats.tuner_measurements_csv import COLUMNS, INPLACE_COLUMN, tuner_csv_rows
-from dynamiccl.topology import LAUNCH_MODES, MAX_RANKS, Topology, load_topology
+from dynamiccl.system.knobs import Collective
+from dynamiccl.system.nccl import ALGO_ENV, PROTO_ENV
+from dynamiccl.system.topology import LAUNCH_MODES, MAX_RANKS, Topology, load_topology
 
 #: Files in a system folder that are not run sidecars.
 SYSTEM_FILES = ("topology.yaml", "system.yaml")

@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 
 from dynamiccl.config_loader import unique_keys
 from dynamiccl.files import FileKind, read_head
-from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol, bus_factor
-from dynamiccl.topology import MAX_RANKS
-from dynamiccl.units import MAX_DURATION_US, SIZE_LIMIT
+from dynamiccl.system.knobs import parse_enum
+from dynamiccl.system.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol, bus_factor
+from dynamiccl.system.topology import MAX_RANKS
+from dynamiccl.system.units import MAX_DURATION_US, SIZE_LIMIT
 
 T = TypeVar("T")
 

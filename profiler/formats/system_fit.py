@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.gpus import compute_capability, same_architecture
 from dynamiccl.profiler.formats.records import MeasurementRecord, check_one_system_kind
-from dynamiccl.topology import ARCHS, Topology
+from dynamiccl.system.topology import ARCHS, Topology
 
 #: ``NCCL_NET`` values (lower case) and the topology transports each can be.
 NCCL_NET_TRANSPORTS = {"socket": ("socket",), "ib": ("ib", "roce")}

@@ -9,7 +9,7 @@ file; its input is one row per measured configuration::
 means "not set"; ``latency_us`` is the
 measured time of the call). Users who already swept their system have this file, so it calibrates
 the model without re-measuring. This is *not* the tuner's config CSV
-(:mod:`dynamiccl.nccl_csv` writes that one).
+(:mod:`dynamiccl.plugin.nccl_csv` writes that one).
 
 The replay tables of ``tests/fixtures/real/replay`` use the same columns plus ``system``,
 ``source`` and ``latency_inplace_us`` (nccl-tests' in-place time of the same call, read as a second,
@@ -28,8 +28,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from dynamiccl.knobs import Collective
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, is_no_op, normalize_config
+from dynamiccl.system.knobs import Collective
 
 #: The columns optimize_config.py reads; ``cost_metric`` is optional.
 REQUIRED = ("collective", "size_bytes", "algorithm", "protocol", "channels", "nodes", "ranks",

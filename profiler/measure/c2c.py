@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dynamiccl.nccl import Collective
-from dynamiccl.topology import Topology
+from dynamiccl.system.nccl import Collective
+from dynamiccl.system.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import yaml
 
 from dynamiccl.files import FileKind, starts_with
 from dynamiccl.profiler.measure.nvml import NVLINK_GENERATION, GpuFacts, NvmlSnapshot
-from dynamiccl.topology import ARCHS, DEFAULT_NIC_PATH, Topology, modelled_arch, topology_from_dict
+from dynamiccl.system.topology import ARCHS, DEFAULT_NIC_PATH, Topology, modelled_arch, topology_from_dict
 
 #: Unidirectional GB/s per NVLink link, by NVML's version value (NVLink 1: 20, 2–4: 25, 5: 50).
 NVLINK_LINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 25.0, 6: 25.0, 7: 50.0}

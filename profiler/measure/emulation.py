@@ -30,7 +30,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dynamiccl.topology import Topology
+    from dynamiccl.system.topology import Topology
 
 #: What every emulated host's rank runs with, besides its own ``NCCL_HOSTID``.
 EMULATED_HOST_ENV = {
@@ -145,7 +145,7 @@ def emulated_topology_dict(nranks: int, compute_capability: tuple[int, int], sms
     node (its arch and SM count; the schema's default count when none is known), the nodes joined
     by NCCL's Socket transport (whose NIC NCCL puts behind the CPU), at the loopback's measured
     speed (:data:`LOOPBACK_GBPS`)."""
-    from dynamiccl.topology import modelled_arch
+    from dynamiccl.system.topology import modelled_arch
 
     arch = modelled_arch(10 * compute_capability[0] + compute_capability[1])
     gpu = {"arch": arch, **({"sms": int(sms)} if sms else {})}
@@ -159,7 +159,7 @@ def emulated_topology_dict(nranks: int, compute_capability: tuple[int, int], sms
 
 def emulated_topology(nranks: int, compute_capability: tuple[int, int], sms: int | None) -> Topology:
     """:func:`emulated_topology_dict` loaded."""
-    from dynamiccl.topology import topology_from_dict
+    from dynamiccl.system.topology import topology_from_dict
 
     return topology_from_dict(emulated_topology_dict(nranks, compute_capability, sms),
                               source=f"{nranks} emulated hosts")

@@ -35,8 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import TUNER_PLUGIN_ENV, Algorithm, Collective, Protocol
 from dynamiccl.profiler.measure import emulation
 from dynamiccl.profiler.measure.launcher import RankContext, launch
 from dynamiccl.profiler.measure.runner import (
@@ -53,6 +51,8 @@ from dynamiccl.profiler.measure.runner import (
     timed_iterations,
 )
 from dynamiccl.runtime.plugin_control import Pin, PinCounts, PluginControl
+from dynamiccl.system.knobs import parse_enum
+from dynamiccl.system.nccl import TUNER_PLUGIN_ENV, Algorithm, Collective, Protocol
 
 #: Why a choice was not measured interleaved, by what the plugin's counts said.
 NOT_ASKED = "the plugin was never asked (NCCL did not consult a tuner for it)"
@@ -97,8 +97,7 @@ def measure_interleaved(specs: list[CollectiveSpec], nprocs: int, timeout_s: flo
     backend = specs[0].backend
     if any(s.backend != backend or s.runs != specs[0].runs for s in specs):
         raise ValueError("an interleaved launch measures one backend, every spec in the same rounds")
-    from dynamiccl import plugin
-
+    from dynamiccl.plugin import build as plugin
     nccl = backend == "nccl"
     if nccl:
         emulation.check_placement(nprocs, emulation.visible_gpus(), emulate_hosts)

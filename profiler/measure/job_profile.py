@@ -24,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.nccl import PROFILER_PLUGIN_ENV, Algorithm, Collective, Protocol
-from dynamiccl.profile_ring import JOB_RECORDS, PROFILE_ENV, RECORDS_ENV
+from dynamiccl.plugin.profile_ring import JOB_RECORDS, PROFILE_ENV, RECORDS_ENV
 from dynamiccl.profiler.formats.job_mix import MixEntry, entry
 from dynamiccl.profiler.measure.profile_reader import CALL_DTYPE, ProfileReader, join_ranks
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
 
 #: Times kept per kind of call for its distribution (counts and totals are exact beyond it).
 RESERVOIR = 10_000

@@ -2,7 +2,7 @@
 
 With the plugin loaded as NCCL's profiler (``NCCL_PROFILER_PLUGIN``) and ``DYNAMICCL_PROFILE=DIR``,
 every rank of every communicator writes its completed collectives into a ring in ``DIR``
-(:mod:`dynamiccl.profile_ring`). :class:`ProfileReader` follows every ring of the folder as it
+(:mod:`dynamiccl.plugin.profile_ring`). :class:`ProfileReader` follows every ring of the folder as it
 grows (new rings included) and returns the new calls as one numpy array (:data:`CALL_DTYPE`, one
 row per call and rank). :func:`join_ranks` makes it one row per collective call (the ranks of a
 communicator share its commId, and NCCL numbers each function's calls, ``seq``); :func:`rank_matrix`
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.profile_ring import FLAG_TIMED, RingFormatError, RingView, nccl_tests_bytes, ring_files
+from dynamiccl.plugin.profile_ring import FLAG_TIMED, RingFormatError, RingView, nccl_tests_bytes, ring_files
 
 #: One call as one rank recorded it.
 CALL_DTYPE = np.dtype([

@@ -31,8 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import (
+from dynamiccl.plugin.policy_format import CONTEXT_ENV, POLICY_ENV
+from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, knob_label
+from dynamiccl.profiler.measure import emulation, straggler_detection
+from dynamiccl.profiler.measure.launcher import RankContext, launch, set_environment
+from dynamiccl.system.knobs import parse_enum
+from dynamiccl.system.nccl import (
     ALGO_ENV,
     MAX_CHANNELS_ENV,
     MIN_CHANNELS_ENV,
@@ -43,10 +47,6 @@ from dynamiccl.nccl import (
     Protocol,
     forcing_env,
 )
-from dynamiccl.policy_format import CONTEXT_ENV, POLICY_ENV
-from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, knob_label
-from dynamiccl.profiler.measure import emulation, straggler_detection
-from dynamiccl.profiler.measure.launcher import RankContext, launch, set_environment
 
 _ELEMENT_BYTES = 4  # float32, nccl-tests' default type
 

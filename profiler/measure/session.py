@@ -25,9 +25,9 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.nccl import ALGO_ENV, PROTO_ENV
 from dynamiccl.profiler.measure.launcher import LaunchError, RankContext, Ranks
 from dynamiccl.profiler.measure.runner import CollectiveResult, CollectiveSpec, nccl_env, summarize
+from dynamiccl.system.nccl import ALGO_ENV, PROTO_ENV
 
 _NCCL_KNOB_VARS = (ALGO_ENV, PROTO_ENV)
 

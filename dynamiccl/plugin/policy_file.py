@@ -4,7 +4,7 @@ A deployed policy has to be checked by a person before it steers a production jo
 plugin that must never misread it. So the file is plain text, one rule per line, and closed by a
 CRC-32 of everything above it; a file that fails any check is refused as a whole, by this module
 with one :class:`PolicyFileError` and by the plugin with one NCCL warning (it then steps aside).
-Limits, tokens and names are in :mod:`dynamiccl.policy_format`, which also generates the plugin's
+Limits, tokens and names are in :mod:`dynamiccl.plugin.policy_format`, which also generates the plugin's
 C header, so both parsers accept exactly the same files.
 
 Format, version 2::
@@ -54,11 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dynamiccl.files import FileKind, write_text_atomic
-from dynamiccl.nccl import ALGORITHM_TOKENS as ALGO_TOKENS
-from dynamiccl.nccl import COLLECTIVE_TOKENS as COLL_TOKENS
-from dynamiccl.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
-from dynamiccl.nccl import PROTOCOL_TOKENS as PROTO_TOKENS
-from dynamiccl.policy_format import (
+from dynamiccl.plugin.policy_format import (
     ANY,
     CHECKSUM_PREFIX,
     CONTEXT_ENV,
@@ -88,9 +84,13 @@ from dynamiccl.policy_format import (
     SLICE,
     SUFFIX,
 )
+from dynamiccl.system.nccl import ALGORITHM_TOKENS as ALGO_TOKENS
+from dynamiccl.system.nccl import COLLECTIVE_TOKENS as COLL_TOKENS
+from dynamiccl.system.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import PROTOCOL_TOKENS as PROTO_TOKENS
 
 #: Format facts and tokens re-exported for callers of this module (defined in
-#: dynamiccl.policy_format and dynamiccl.nccl).
+#: dynamiccl.plugin.policy_format and dynamiccl.system.nccl).
 __all__ = ["ALGO_TOKENS", "COLL_TOKENS", "CONTEXT_ENV", "FORMAT_VERSION", "LOG_DECISIONS_ENV",
            "MAGIC", "MAX_BYTES", "MAX_CHANNELS", "MAX_FILE_BYTES", "MAX_HEADER_VALUE", "MAX_RULES",
            "POLICY_ENV", "PROTO_TOKENS", "SUFFIX", "Decision", "Header", "PolicyFile",

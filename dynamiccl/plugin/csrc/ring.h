@@ -1,4 +1,4 @@
-/* One rank's ring of completed collectives in a shared file a reader maps (dynamiccl/profile_ring.py
+/* One rank's ring of completed collectives in a shared file a reader maps (dynamiccl/plugin/profile_ring.py
  * documents the format; the structs are generated into profiler_format.h). Writers never wait:
  * a record is claimed with one atomic increment and committed seqlock-style. */
 #ifndef DYNAMICCL_RING_H

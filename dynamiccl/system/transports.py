@@ -33,7 +33,7 @@ three launches of the same all-reduce over loopback sockets (four NCCL 2.28.9 ra
 emulated hosts) differed by x1.12-x1.64 by size, a sigma of 0.07-0.29 of log time.
 
 The socket transport is also the one kind without GPUDirect RDMA (it moves host buffers only), which
-decides where NCCL sees the NIC: see :data:`dynamiccl.topology.CPU_NIC_PATH`.
+decides where NCCL sees the NIC: see :data:`dynamiccl.system.topology.CPU_NIC_PATH`.
 """
 
 from __future__ import annotations

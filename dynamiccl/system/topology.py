@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dynamiccl.calibration import Calibration, CalibrationFormatError, calibration_from_dict
 from dynamiccl.config_loader import ConfigError, config_names, read_config
-from dynamiccl.nccl import LINK_NAMES
-from dynamiccl.transports import DEFAULT_TRANSPORT, TRANSPORTS
+from dynamiccl.system.calibration import Calibration, CalibrationFormatError, calibration_from_dict
+from dynamiccl.system.nccl import LINK_NAMES
+from dynamiccl.system.transports import DEFAULT_TRANSPORT, TRANSPORTS
 
 FABRICS = ("switch", "ring", "torus2d", "fully_connected")
 #: Physical links one hop of a fabric crosses. A switch hop is GPU -> switch -> GPU: two cables. A
@@ -98,7 +98,7 @@ class Tier:
     link_share: int = 1
     #: For torus2d: the two dimensions (their product is ``size``).
     dims: tuple[int, ...] = ()
-    #: Network tiers: the transport kind (``dynamiccl.transports``); empty for NVLink and PCIe.
+    #: Network tiers: the transport kind (``dynamiccl.system.transports``); empty for NVLink and PCIe.
     transport: str = ""
     #: A PCIe node tier's tree of switches and sockets (None: every GPU on one switch).
     pcie: PcieTree | None = None
@@ -174,7 +174,7 @@ class Topology:
     gpu: GpuSpec = field(default_factory=GpuSpec)
     features: Features = field(default_factory=Features)
     launch: str = LAUNCH_MODES[0]
-    #: Values fitted to this system's own measurements (``dynamiccl.calibration``), if any.
+    #: Values fitted to this system's own measurements (``dynamiccl.system.calibration``), if any.
     calibration: Calibration | None = None
 
     @property

@@ -11,7 +11,7 @@
 #define DYNAMICCL_PROFILER_HARNESS_H
 
 #include "../nccl_profiler_abi.h"
-#include "../profiler_format.h" /* event types, names (generated from dynamiccl.nccl) */
+#include "../profiler_format.h" /* event types, names (generated from dynamiccl.system.nccl) */
 #include "harness.h"             /* dlopen as NCCL does, the logger */
 
 typedef struct {

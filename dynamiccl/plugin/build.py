@@ -1,7 +1,7 @@
 """Where the NCCL tuner plugin is, and how to (re)build it with the machine's C compiler.
 
 The one library is both NCCL's tuner plugin (``NCCL_TUNER_PLUGIN``) and its profiler plugin
-(``NCCL_PROFILER_PLUGIN``, :mod:`dynamiccl.profile_ring`). The package build (scikit-build-core +
+(``NCCL_PROFILER_PLUGIN``, :mod:`dynamiccl.plugin.profile_ring`). The package build (scikit-build-core +
 CMake) installs ``dynamiccl/lib/libnccl-tuner-dynamiccl.so``. When that file is missing (an install
 without a build step) or older than the C sources next to it (an editable install whose sources
 changed), the plugin is compiled into a user cache instead, keyed by a digest of the sources and
@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from dynamiccl.files import write_text_atomic
+from dynamiccl.plugin.policy_format import stale_headers, stale_message
 
 LIBRARY_NAME = "libnccl-tuner-dynamiccl.so"
 #: The ABI versions the plugin exports, newest first (NCCL's loader tries them in this order).
@@ -48,7 +49,7 @@ class PluginError(RuntimeError):
 
 def source_dir() -> Path | None:
     """The C sources, present in a source checkout or editable install (not in a wheel)."""
-    folder = resources.files("dynamiccl") / "csrc"
+    folder = resources.files("dynamiccl.plugin") / "csrc"
     path = Path(str(folder))
     return path if (path / FLAGS_FILE).is_file() else None
 
@@ -142,6 +143,15 @@ def compile_c(
     return out
 
 
+def check_headers(src: Path) -> None:
+    """PluginError (one line, with the command that regenerates them) where the generated headers in
+    ``src`` are out of date with the Python side: a plugin built from them would read policy files
+    by another table of NCCL's algorithms than the one that wrote them."""
+    stale = stale_headers(src)
+    if stale:
+        raise PluginError(stale_message(stale))
+
+
 def build(
     *,
     flags: Sequence[str] = (),
@@ -156,6 +166,7 @@ def build(
             "the C sources are not installed with this package; reinstall dynamiccl from source "
             "(pip install dynamiccl --no-binary dynamiccl) so the build step compiles the plugin"
         )
+    check_headers(src)
     return compile_c(sources(src), LIBRARY_NAME, flags=[*cflags(src), *flags], shared=True, cc=cc,
                      cache=cache, depends=[*headers(src), src / FLAGS_FILE], force=force)
 

@@ -1,5 +1,5 @@
 /* The DynamICCL policy file as the plugin holds it after parsing. The format itself is specified in
- * dynamiccl/policy_file.py and its facts in dynamiccl/policy_format.py (from which
+ * dynamiccl/plugin/policy_file.py and its facts in dynamiccl/plugin/policy_format.py (from which
  * policy_format.h is generated), so both parsers accept exactly the same files.
  *
  * Memory layout, chosen for a lookup that costs a few nanoseconds: every rule becomes a size range

@@ -5,7 +5,7 @@ realities (which draw it) and the online tuners (which weigh their trials by it)
 A launch (one nccl-tests run, one start-up of a job's ranks) shares its state across everything
 it times, so launches disagree far more than the timings inside one do. The figures are measured
 where the fixtures have repeated launches (an 8 x H100 NVSwitch node) and assumed elsewhere from
-the network transport (:data:`dynamiccl.transports.TRANSPORTS`' ``launch_noise``: 5 % for RDMA,
+the network transport (:data:`dynamiccl.system.transports.TRANSPORTS`' ``launch_noise``: 5 % for RDMA,
 25 % for kernel sockets).
 
 A band's noise has a *core* (the robust 1-sigma of log time: what the median of several launches
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamiccl.topology import Topology
-from dynamiccl.transports import TRANSPORTS
+from dynamiccl.system.topology import Topology
+from dynamiccl.system.transports import TRANSPORTS
 
 #: Launch-to-launch noise (relative 1-sigma) of a call that crosses no network tier and runs on
 #: anything but an NVSwitch node, where the measurements have no repeated launch: the top of the

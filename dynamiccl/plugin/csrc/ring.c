@@ -1,5 +1,5 @@
 /* The ring file: created under a hidden name, its header filled, then renamed into place, so a
- * reader that finds it finds it complete (dynamiccl/profile_ring.py is the reader). */
+ * reader that finds it finds it complete (dynamiccl/plugin/profile_ring.py is the reader). */
 #define _GNU_SOURCE
 #include "ring.h"
 

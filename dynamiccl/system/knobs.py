@@ -5,7 +5,7 @@ index into :data:`ACTIONS`; the environment's ``Discrete`` space, the oracle, th
 simulator all speak in these ids, so a decision means the same thing everywhere.
 
 Collectives, algorithms and protocols are NCCL's own enums with NCCL's integer ids
-(:mod:`dynamiccl.nccl`), because the policy file and the C plugin must use exactly NCCL's numbering.
+(:mod:`dynamiccl.system.nccl`), because the policy file and the C plugin must use exactly NCCL's numbering.
 
 Which joint actions are *valid* depends on the system and the collective (:func:`valid_mask`); which
 ones NCCL can be *told* to do through a tuner plugin is the ``exportable`` column, written down in
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dynamiccl.nccl import (
+from dynamiccl.system.nccl import (
     ALGORITHM_SPECS,
     MAX_CHANNELS,
     NCCL_ALGORITHMS,
@@ -33,7 +33,7 @@ from dynamiccl.nccl import (
 )
 
 if TYPE_CHECKING:
-    from dynamiccl.topology import Topology
+    from dynamiccl.system.topology import Topology
 
 
 class Hierarchy(enum.IntEnum):
@@ -59,7 +59,7 @@ CHANNEL_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 CHUNK_LEVELS: tuple[int, ...] = (1, 2, 4, 8)
 
 # The (algorithm, hierarchy) pairs that exist: every algorithm with the hierarchy it intrinsically
-# has (dynamiccl.nccl's capability table), plus the simulator's ring-over-ring, which shares Ring's
+# has (dynamiccl.system.nccl's capability table), plus the simulator's ring-over-ring, which shares Ring's
 # algorithm but is hierarchical. The order fixes the action ids.
 ALGO_HIERARCHY_PAIRS: tuple[tuple[Algorithm, Hierarchy], ...] = (
     (Algorithm.RING, Hierarchy.FLAT),

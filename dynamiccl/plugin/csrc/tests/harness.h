@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "../nccl_tuner_abi.h"
-#include "../policy_format.h" /* NCCL's table sizes and names (generated from dynamiccl.nccl) */
+#include "../policy_format.h" /* NCCL's table sizes and names (generated from dynamiccl.system.nccl) */
 
 typedef struct {
   int version;

@@ -42,14 +42,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from dynamiccl.nccl import Algorithm, Collective, Protocol
-
-if TYPE_CHECKING:
-    from dynamiccl.topology import Topology
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 #: The issue's size bands: latency-bound, where NCCL's switch points lie, bandwidth-bound.
 SIZE_BANDS: tuple[tuple[str, float, float], ...] = (
@@ -188,9 +185,10 @@ def band_of(nbytes: float) -> str:
     return SIZE_BANDS[-1][0]
 
 
-def uncertainty(topology: Topology, collective: int, nbytes: float, algorithm: int,
+def uncertainty(calibration: Calibration | None, collective: int, nbytes: float, algorithm: int,
                 protocol: int) -> float:
-    """Relative 1-sigma error of the simulator's predicted time for this call on ``topology``.
+    """Relative 1-sigma error of the simulator's predicted time for this call on a topology with
+    this calibration section (``topology.calibration``; None: uncalibrated).
 
     With a calibration section: the fit's held-out error in the size band, widened by the fitted
     (algorithm, protocol) parameters' own uncertainty. An (algorithm, protocol) the logs never ran
@@ -200,13 +198,12 @@ def uncertainty(topology: Topology, collective: int, nbytes: float, algorithm: i
     """
     del collective  # accepted for the callers' symmetry; see the docstring
     band = band_of(nbytes)
-    cal = topology.calibration
-    if cal is None:
+    if calibration is None:
         return DATASHEET_REL_STD[band]
-    fit = cal.algo_proto(algorithm, protocol)
-    if cal.algorithms and fit is None:
+    fit = calibration.algo_proto(algorithm, protocol)
+    if calibration.algorithms and fit is None:
         return DATASHEET_REL_STD[band]
-    heldout = dict(cal.heldout_error).get(band, DATASHEET_REL_STD[band])
+    heldout = dict(calibration.heldout_error).get(band, DATASHEET_REL_STD[band])
     parts = [math.log1p(heldout)]
     if fit is not None:
         for param, weight in ((fit.bw_efficiency, band != "small"), (fit.base_latency_us, band == "small")):

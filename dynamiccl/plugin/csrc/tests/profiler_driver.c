@@ -1,6 +1,6 @@
 /* Test driver for the profiler plugin: loads it like NCCL and executes commands from stdin, one per
  * line, so pytest can drive every ABI version with synthetic and hostile events and then read the
- * rings the plugin wrote (with dynamiccl.profile_ring, the reader under test too):
+ * rings the plugin wrote (with dynamiccl.plugin.profile_ring, the reader under test too):
  *
  *   init K V COMMID NNODES NRANKS RANK     -> CTX K set|null MASK m   (ncclProfiler_vV's init)
  *   coll K E FUNC DTYPE COUNT ALGO PROTO NCH SEQ

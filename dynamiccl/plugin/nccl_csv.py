@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dynamiccl import policy_file as pf
 from dynamiccl.files import FileKind
-from dynamiccl.knobs import parse_enum
-from dynamiccl.nccl import (
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.system.knobs import parse_enum
+from dynamiccl.system.nccl import (
     ALGORITHM_TOKENS,
     COLLECTIVE_TOKENS,
     PROTOCOL_TOKENS,
@@ -140,7 +140,7 @@ def exported_from(text: str) -> str | None:
 def read_nccl_example_csv(text: str, source: str = "<csv>") -> list[CsvRule]:
     """Parses the example tuner's CSV in file order (its first matching rule wins).
 
-    Each bad line raises one :class:`~dynamiccl.policy_file.PolicyFileError` naming the line. The
+    Each bad line raises one :class:`~dynamiccl.plugin.policy_file.PolicyFileError` naming the line. The
     limits of a ``.dccl`` file apply (bytes, rules), so any file accepted is read in about a second.
     """
     if len(text) > pf.MAX_FILE_BYTES:
