@@ -1,4 +1,5 @@
-"""Imports flow one way (README, Architecture): a module may import only the layers written here.
+"""Imports flow one way (dynamiccl/README.md, Layers and imports): a module may import only the
+layers written here.
 
 Every import statement of every installed module is read with ``ast`` (including imports inside
 functions and ``TYPE_CHECKING`` blocks: a type is knowledge too), mapped to the layer of the module

@@ -470,16 +470,16 @@ def refuse_search(command: str) -> None:
                                f"`dynamiccl sweep hparams_search={search}`")
 
 
-#: Overrides that pick the systems and calls SB3 agents train on (``scenario.systems=[...]`` is the
-#: README's calibrate -> train step).
+#: Overrides that pick the systems and calls SB3 agents train on (``scenario.systems=[...]`` is
+#: profiler/README.md's calibrate -> train step).
 SYSTEM_KEYS = ("scenario.systems", "scenario.workloads", "topology", "workload")
 
 
 def refuse_ignored_systems(cfg: DictConfig, overrides: list[str]) -> None:
     """The full-information learner draws fresh random systems (``agent.model.systems=random``),
-    not the ``scenario`` group's; a scenario, topology or workload given on the command line (the
-    README's calibrate -> train flow) would be ignored without a word, so it is refused in one line
-    that names how to learn on those systems."""
+    not the ``scenario`` group's; a scenario, topology or workload given on the command line
+    (profiler/README.md's calibrate -> train flow) would be ignored without a word, so it is refused
+    in one line that names how to learn on those systems."""
     if not is_full_info(cfg.agent) or OmegaConf.select(cfg, "agent.model.systems") != "random":
         return
     given = [o for o in overrides if o.lstrip("+~").split("=")[0] in SYSTEM_KEYS

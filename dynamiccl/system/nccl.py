@@ -13,7 +13,7 @@ files. So every fact about NCCL that more than one module needs lives here, and 
   on, where NCCL's own cost model of it is (``dynamiccl/nccl_model/algorithms.py``) and where its
   physics is (``dynamiccl/simulator/``), both named ``module:name`` and loaded by the layer that
   runs them, and its colour in every figure. The enums :class:`Protocol` and :class:`Algorithm` are
-  made from them; adding an algorithm is one entry here, its cost models and a test (README);
+  made from them; adding an algorithm is one entry here, its cost models and a test (dynamiccl/README.md);
 * the other ids and spellings: collectives, link classes, compute-capability rows, the
   ``NCCL_ALGO`` / ``NCCL_PROTO`` variables, the tokens rule lines of a policy file use;
 * the default tuning constants of NCCL that both the simulator and NCCL's model read
