@@ -105,21 +105,16 @@ def test_the_online_tuners_path_steps_to_the_best_slower_steps_and_worst_trial()
     assert not goals["online_worst_trial_2x"] and not goals["online_no_slower_step_after_exploration"]
 
 
-def test_analyse_reprints_a_recorded_run_without_a_gpu(tmp_path):
+def test_analyse_reprints_a_recorded_run_without_a_gpu(tmp_path, capsys):
+    """The script's main in this process (its refusals as its own process: below)."""
     recorded = tmp_path / "run.json"
     recorded.write_text(json.dumps(_doc()))
-    done = subprocess.run([sys.executable, str(SCRIPT), "--analyse", str(recorded)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "faster" in done.stdout and "slower" in done.stdout and "goals:" in done.stdout
-    assert "ab_no_size_slower_beyond_spread NOT met" in done.stdout
-    as_json = subprocess.run([sys.executable, str(SCRIPT), "--analyse", str(recorded), "--json"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert json.loads(as_json.stdout)["analysis"]["ddp"]["losses_match"]
-    recorded.write_text("{not json")
-    bad = subprocess.run([sys.executable, str(SCRIPT), "--analyse", str(recorded)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert bench_real.main(["--analyse", str(recorded)]) == 0
+    out = capsys.readouterr().out
+    assert "faster" in out and "slower" in out and "goals:" in out
+    assert "ab_no_size_slower_beyond_spread NOT met" in out
+    assert bench_real.main(["--analyse", str(recorded), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["analysis"]["ddp"]["losses_match"]
 
 
 @pytest.mark.parametrize("case", ["{}", '{"settings": 1, "system": {}}', "[1, 2]", "deep", "bad",

@@ -140,8 +140,11 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
 @pytest.mark.slow
 @pytest.mark.multiproc
 def test_an_evidence_tuner_sweep_runs_on_ray_tune_and_reports_each_evaluation(tmp_path):
+    """The round learners' sweep (the evidence tuner's, the learned prior's and the full-information
+    learner's train through one round loop, :func:`train._learn_rounds`): a trial per sample,
+    each evaluation reported, checkpoints to Tune, the shipped file in the trial's run folder."""
     rows = sweep(tmp_path, "evidence_tuner", ["trainer.total_timesteps=160", "trainer.checkpoint_every=80",
-                                              "trainer.eval_every=80", *SMALL[2:]])
+                                              "trainer.eval_every=80", *SMALL[2:]], [80, 160])
     for row in rows:
         if row["status"] == "OK":
             assert np.isfinite(row["val_objective"])

@@ -332,30 +332,6 @@ def test_a_run_killed_before_its_first_checkpoint_says_it_starts_again_from_0(tm
 
 # --- the Ray Tune sweep and the benchmark ----------------------------------------------------------
 
-@pytest.mark.slow
-@pytest.mark.multiproc
-def test_a_full_info_sweep_runs_on_ray_tune_and_reports_each_evaluation(tmp_path):
-    out_dir = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "dynamiccl.cli.main", "sweep", f"hydra.run.dir={out_dir}",
-           "hparams_search=full_info", "ray.num_cpus=2", "tune.num_samples=2",
-           "trainer.total_timesteps=256", "trainer.checkpoint_every=128", "trainer.eval_every=128",
-           "agent.model.systems_per_round=2", "agent.model.calls_per_system=64",
-           "agent.model.layers=1", "agent.model.ensemble=1", "logger=none"]
-    env = {**ENV, "RAY_USAGE_STATS_ENABLED": "0"}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = json.loads((out_dir / "results.json").read_text())
-    assert len(rows) == 2 and {r["status"] for r in rows} <= {"OK", "STOPPED"}
-    assert "OK" in {r["status"] for r in rows}
-    for row in rows:
-        trial = Path(row["path"])
-        progress = list(csv.DictReader((trial / "progress.csv").open()))
-        assert [int(float(p["step"])) for p in progress] == ([128, 256] if row["status"] == "OK"
-                                                            else [128])
-        assert list(trial.glob("checkpoint_*/last.pt")), "the trial's checkpoint reached Tune"
-        assert (trial / "run" / "progress.csv").is_file()
-
-
 def _bench_module(name: str = "bench_training"):
     spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)

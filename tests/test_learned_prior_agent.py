@@ -20,7 +20,6 @@ from training_runs import (
     resume,
     run,
     same_parameters,
-    sweep,
     train_command,
     wandb_offline,
 )
@@ -136,20 +135,6 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_
 
 
 # --- the Ray Tune sweep and the benchmark -----------------------------------------------------------
-
-@pytest.mark.slow
-@pytest.mark.multiproc
-def test_a_learned_prior_sweep_runs_on_ray_tune_and_reports_each_evaluation(tmp_path):
-    rows = sweep(tmp_path, "learned_prior", ["trainer.total_timesteps=300", "trainer.checkpoint_every=150",
-                                             "trainer.eval_every=150", *SMALL[2:]])
-    for row in rows:
-        trial = Path(row["path"])
-        progress = list(csv.DictReader((trial / "progress.csv").open()))
-        assert all(np.isfinite(float(p["val_nll"])) for p in progress)
-        if row["status"] == "OK":
-            assert len(progress) >= 2 and np.isfinite(row["val_nll"])
-            assert (trial / "run" / "learned_prior.npz").is_file()
-
 
 @pytest.mark.slow
 def test_bench_prior_scores_every_predictor_on_held_out_realities():

@@ -100,3 +100,15 @@ def test_bad_sweep_settings_are_named(override, message):
     with pytest.raises(ConfigCheckError) as err:
         validate(cfg, sweep=True)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("search", sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs"
+                                                           / "hparams_search").glob("*.yaml")))
+def test_every_search_composes_and_names_a_metric_its_agent_reports(search):
+    """Each search runs its agent through the same sweep (one Ray Tune run per training loop is in
+    the suite: SB3's above, the round learners' in test_evidence_agent): what differs is its config,
+    checked here as the sweep checks it before Ray starts."""
+    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
+        cfg = compose("sweep", overrides=[f"hparams_search={search}"])
+    validate(cfg, sweep=True)
+    assert cfg.tune.metric and cfg.tune.mode in ("max", "min")

@@ -41,9 +41,13 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
     return out
 
 
-def sweep(tmp_path: Path, search: str, overrides: list[str]) -> list[dict]:
+def sweep(tmp_path: Path, search: str, overrides: list[str], evals: list[int]) -> list[dict]:
     """``dynamiccl sweep hparams_search=SEARCH`` of two trials on local Ray in ``tmp_path/sweep``;
-    it must succeed. Returns its ``results.json`` rows, two of them, at least one finished."""
+    it must succeed. Returns its ``results.json`` rows, two of them, at least one finished: each
+    reported an evaluation at the first round boundary past each step of ``evals`` (a trial the
+    scheduler stopped, at the first ones), and its checkpoint reached Tune beside the trial's own run
+    folder."""
+    import csv
     import sys
 
     out_dir = tmp_path / "sweep"
@@ -54,6 +58,15 @@ def sweep(tmp_path: Path, search: str, overrides: list[str]) -> list[dict]:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = json.loads((out_dir / "results.json").read_text())
     assert len(rows) == 2 and "OK" in {r["status"] for r in rows}
+    assert {r["status"] for r in rows} <= {"OK", "STOPPED"}
+    for row in rows:
+        trial = Path(row["path"])
+        steps = [int(float(p["step"])) for p in csv.DictReader((trial / "progress.csv").open())]
+        due = evals if row["status"] == "OK" else evals[:max(1, len(steps))]
+        assert len(steps) == len(due), steps
+        assert all(e <= s < e + evals[0] for s, e in zip(steps, due, strict=True)), steps
+        assert list(trial.glob("checkpoint_*/last.pt")), "the trial's checkpoint reached Tune"
+        assert (trial / "run" / "progress.csv").is_file()
     return rows
 
 
