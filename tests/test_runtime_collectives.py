@@ -50,13 +50,16 @@ def test_a_bucket_no_chunk_count_divides_is_reduced_in_its_own_memory_on_gloo():
     assert padded.data_ptr() != bucket.data_ptr() and {c.numel() for c in equal} == {1_399_467}
 
 
+#: World size -> hierarchical layouts (ranks per node, chunks). The sizes cover StragglAR's punctual
+#: ranks odd and even (2, 3, 4, 5, 7) and nodes of one rank, of all ranks, and of 2, 3 and 4 ranks
+#: with one chunk or several (7 ranks added nothing 5 does not: 6 punctual ranks, the same layouts).
 LAYOUTS = {3: [(1, 1), (3, 2)], 4: [(2, 1), (2, 3)], 5: [(1, 2), (5, 1)], 6: [(2, 1), (3, 2)],
-           7: [(7, 1), (1, 3)], 8: [(4, 1), (2, 2)]}
+           8: [(4, 1), (2, 2)]}
 
 
 @pytest.mark.multiproc
 @pytest.mark.slow
-@pytest.mark.parametrize("n", range(3, 9))
+@pytest.mark.parametrize("n", sorted(LAYOUTS))
 def test_stragglar_and_hierarchical_equal_all_reduce(n):
     stragglers = sorted({0, n // 2, n - 1})
     results = launch(f"{WORKERS}:compare_with_all_reduce", n,
