@@ -87,21 +87,18 @@ def measure_ddp(pairs: int, nprocs: int, emulate_hosts: bool, steps: int, warmup
     """bench_real's DDP job without and with the profiler, interleaved launch pairs (which arm
     goes first alternates), on the GPUs present."""
     import statistics
+    from contextlib import nullcontext
 
-    from dynamiccl.profiler.measure.job_profile import profiling_env
-    from dynamiccl.profiler.measure.launcher import launch
+    from dynamiccl.profiler.measure.emulation import EmulationError
+    from dynamiccl.profiler.measure.job_profile import profiler_loaded
+    from dynamiccl.profiler.measure.launcher import LaunchError, launch
 
     library = plugin.library_path()
     job = {"steps": steps, "width": 256, "layers": 12, "bucket_mb": 0.25, "seed": 0}
     medians: dict[str, list[float]] = {"plain": [], "profiled": []}
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    from dynamiccl.profiler.measure.emulation import EmulationError
-    from dynamiccl.profiler.measure.launcher import LaunchError
-
     for pair in range(pairs):
         for arm in ("plain", "profiled") if pair % 2 == 0 else ("profiled", "plain"):
-            with tempfile.TemporaryDirectory(prefix="dynamiccl-bench-", dir=shm) as rings:
-                env = profiling_env(library, Path(rings), 1 << 16) if arm == "profiled" else None
+            with profiler_loaded(library) if arm == "profiled" else nullcontext(None) as env:
                 try:
                     out = launch(f"{BENCH_REAL}:ddp_rank", nprocs, job, timeout_s=600, env=env,
                                  emulate_hosts=emulate_hosts)[0]

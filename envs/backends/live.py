@@ -96,17 +96,14 @@ class LiveBackend:
         """The ranks' environment for NCCL's profiler and the rings' folder (None, None: off)."""
         if not self.profiler:
             return None, None
-        import os
-        import tempfile
-
         from dynamiccl.plugin import build as plugin
-        from dynamiccl.profiler.measure.job_profile import profiling_env
+        from dynamiccl.plugin.profile_ring import JOB_RECORDS
+        from dynamiccl.profiler.measure.job_profile import profiling_env, temporary_rings
         from dynamiccl.profiler.measure.profile_reader import ProfileReader
 
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        rings = tempfile.mkdtemp(prefix="dynamiccl-live-", dir=shm)
+        rings = temporary_rings()
         self._reader = ProfileReader(rings)
-        return profiling_env(plugin.library_path(), rings, 1 << 16), rings
+        return profiling_env(plugin.library_path(), rings, JOB_RECORDS), str(rings)
 
     def _gpu_times(self, specs: list[CollectiveSpec], nranks: int) -> list[float] | None:
         """Each spec's median GPU time over its timed calls from NCCL's profiler; None without
