@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from dynamiccl.agents.training.config_checks import ConfigCheckError, validate
+from dynamiccl.agents.training.sweep import rank_rows
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true",
@@ -80,6 +81,18 @@ def test_two_trial_sweep_reports_each_evaluation_groups_wandb_and_resumes(tmp_pa
         [r["trial"] for r in rows]
     one_line_error(sweep(out_dir, "tune.num_samples=3", cwd=tmp_path),
                    "tune.num_samples (2 -> 3)")
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+def test_tied_trials_keep_one_order_whatever_order_ray_returns_them_in(mode):
+    """A resumed sweep gets its trials back from Ray in the order they last reported: equal
+    scores (two trials ASHA stopped at the same share) must still list the same way."""
+    rows = [{"trial": "b_00001", "share": 0.5}, {"trial": "b_00000", "share": 0.5},
+            {"trial": "b_00002", "share": None}, {"trial": "b_00003", "share": 0.9 if mode == "max" else 0.1}]
+    for order in (rows, rows[::-1]):
+        ranked = list(order)
+        rank_rows(ranked, "share", mode)
+        assert [r["trial"] for r in ranked] == ["b_00003", "b_00000", "b_00001", "b_00002"]
 
 
 def test_infinite_sweep_is_one_line_before_ray_starts(tmp_path):

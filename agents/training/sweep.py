@@ -142,7 +142,7 @@ def run_sweep(cfg: DictConfig, out_dir: str | Path) -> list[dict[str, Any]]:
         grid = _fit(cfg, space, folder)
     metric = str(cfg.tune.metric)
     rows = results_rows(grid, list(space), metric)
-    rows.sort(key=lambda r: _sort_key(r, metric, str(cfg.tune.mode)))
+    rank_rows(rows, metric, str(cfg.tune.mode))
     write_results(rows, folder)
     from dynamiccl.agents.training.training_plots import plot_sweep
 
@@ -187,11 +187,17 @@ def _fit(cfg: DictConfig, space: dict[str, Any], folder: Path) -> Any:
             ray.shutdown()
 
 
-def _sort_key(row: dict[str, Any], metric: str, mode: str) -> float:
-    value = row.get(metric)
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return math.inf
-    return -value if mode == "max" else value
+def rank_rows(rows: list[dict[str, Any]], metric: str, mode: str) -> None:
+    """Best ``metric`` first, trials without one last; ties by trial id, so a resumed sweep lists its
+    trials in the order the first run did (Ray returns them in the order they last reported)."""
+
+    def key(row: dict[str, Any]) -> tuple[float, str]:
+        value = row.get(metric)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return math.inf, str(row.get("trial", ""))
+        return (-value if mode == "max" else value), str(row.get("trial", ""))
+
+    rows.sort(key=key)
 
 
 def results_rows(grid: Any, keys: list[str], metric: str) -> list[dict[str, Any]]:
