@@ -28,6 +28,7 @@ import argparse
 import json
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import real_report  # experiments/, beside this script
@@ -135,28 +136,27 @@ def bench_runtime_goals(folder: Path, file: str = "bench_runtime_nccl.json", how
     return {name: out.get(name, (NOT_RUN, missing)) for name in names}
 
 
+def _figure_goal(path: Path, key: str, passes: Callable[[float], bool],
+                 figure: Callable[[dict], str]) -> tuple[str, str]:
+    """A goal judged on one number ``key`` of a benchmark's JSON, ``not run`` when it is missing."""
+    doc = _load_json(path)
+    if doc is None or not isinstance(doc.get(key), (int, float)):
+        return NOT_RUN, f"no {path.name}"
+    return _status(passes(doc[key])), figure(doc)
+
+
 def profiler_goals(folder: Path) -> dict[str, tuple[str, str]]:
     """The profiler's cost per event pair and in a DDP step (``bench_profiler.py``)."""
-    out = {}
-    pair = _load_json(folder / "profiler.json")
-    name = f"profiler <= {PROFILER_NS_PER_PAIR:g} ns per event pair"
-    if pair is None or not isinstance(pair.get("ns_per_event_pair"), (int, float)):
-        out[name] = (NOT_RUN, "no profiler.json")
-    else:
-        ns = pair["ns_per_event_pair"]
-        out[name] = (_status(ns <= PROFILER_NS_PER_PAIR),
-                     f"{ns:.1f} ns at worst ({pair.get('worst_channels')} channels, "
-                     f"{pair.get('worst_depth')} in flight; no-op {pair.get('noop_ns_per_event_pair')} ns)")
-    ddp = _load_json(folder / "profiler_ddp.json")
-    name = f"profiler costs < {PROFILER_DDP_PCT:g} % of a DDP step"
-    if ddp is None or not isinstance(ddp.get("ddp_step_overhead_pct"), (int, float)):
-        out[name] = (NOT_RUN, "no profiler_ddp.json")
-    else:
-        pct = ddp["ddp_step_overhead_pct"]
-        out[name] = (_status(pct < PROFILER_DDP_PCT),
-                     f"{pct:+.2f} % (median of {ddp.get('pairs')} launch pairs, "
-                     f"{ddp.get('min_pct')} .. {ddp.get('max_pct')} %)")
-    return out
+    return {
+        f"profiler <= {PROFILER_NS_PER_PAIR:g} ns per event pair": _figure_goal(
+            folder / "profiler.json", "ns_per_event_pair", lambda ns: ns <= PROFILER_NS_PER_PAIR,
+            lambda d: f"{d['ns_per_event_pair']:.1f} ns at worst ({d.get('worst_channels')} channels, "
+                      f"{d.get('worst_depth')} in flight; no-op {d.get('noop_ns_per_event_pair')} ns)"),
+        f"profiler costs < {PROFILER_DDP_PCT:g} % of a DDP step": _figure_goal(
+            folder / "profiler_ddp.json", "ddp_step_overhead_pct", lambda pct: pct < PROFILER_DDP_PCT,
+            lambda d: f"{d['ddp_step_overhead_pct']:+.2f} % (median of {d.get('pairs')} launch pairs, "
+                      f"{d.get('min_pct')} .. {d.get('max_pct')} %)"),
+    }
 
 
 def profiled_goals(folder: Path) -> dict[str, tuple[str, str]]:
