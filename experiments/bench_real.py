@@ -182,6 +182,7 @@ def run_tune(s: Settings, topology: Path | str, records: Path, policy: Path) -> 
 def deployed_env(policy: Path | None) -> dict[str, str]:
     """The plugin NCCL loads, and the policy it reads (none: the plugin only follows pins)."""
     from dynamiccl.plugin import build as plugin
+
     env = {TUNER_PLUGIN_ENV: str(plugin.library_path())}
     return {**env, POLICY_ENV: str(policy)} if policy is not None else env
 
@@ -204,6 +205,7 @@ def tuned_record(record: MeasurementRecord, policy, policy_path: Path) -> Measur
 def run_ab(s: Settings, policy_path: Path, out: Path) -> dict:
     """Interleaved launch pairs, NCCL's default against the tuned policy, the order alternating."""
     from dynamiccl.plugin import policy_file as pf
+
     policy = pf.read(policy_path)
     records, launches = [], []
     for pair in range(s.pairs):
