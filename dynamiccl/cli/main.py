@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "sweep",
     "export",
     "tune",
+    "label",
     "show",
     "plugin",
     "profile",
