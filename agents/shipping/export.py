@@ -194,8 +194,8 @@ class _Evaluator:
         config = ACTIONS[action]
         verdict = self.judge.judge(scenario, config)
         self.verdicts[key] = verdict
-        if self.gate is not None and not verdict.override:
-            return None
+        if (self.gate is not None and not verdict.override) or config == verdict.nccl:
+            return None  # NCCL's own pick is left to NCCL, gated or not: pinning it changes nothing
         return pf.Decision(config.algorithm, config.protocol, config.channels)
 
 
@@ -548,7 +548,7 @@ def example_tuner_notes(result: ExportResult, shipped: pf.PolicyFile,
         if inside:
             worst = min(inside, key=lambda c: clearance(c.verdict.gain, c.verdict.sigma))
             v = worst.verdict
-            notes[rule] = (f"{v.evidence}: {100 * v.gain:+.1f}% ±{100 * v.sigma:.1f}% over NCCL's "
+            notes[rule] = (f"{v.evidence}: {100 * v.gain:+.1f}% +/-{100 * v.sigma:.1f}% over NCCL's "
                            f"{v.nccl.label()}")
     return notes
 
