@@ -43,6 +43,7 @@ COMMAND_MODULES = (
     "profile",
     "calibrate",
     "check_model",
+    "ab",
 )
 
 def _version() -> str:
