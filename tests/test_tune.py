@@ -51,7 +51,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "real"
 REAL = FIXTURES / "h100_nvswitch_node"
 
 
-DEBUG = "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV "
+DEBUG = "env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV "
 
 
 def command_lines(planned, gpus_per_node: int) -> list[str]:

@@ -177,8 +177,8 @@ def command(launch: Launch, launcher: str, logs: str | None = None) -> list[str]
             "-f", "2", "-g", str(launch.nranks if local else 1), "-w", str(WARMUP_ITERS),
             "-n", str(ITERS)]
     env = [f"{k}={v}" for k, v in launch.env.items()]
-    if local:
-        words = [*env, *test]
+    if local:  # one process: the variables in its own environment
+        words = ["env", *env, *test]
     elif launcher == "srun":
         words = ["env", *env, "srun", "--export=ALL", f"--nodes={launch.nodes}",
                  f"--ntasks-per-node={launch.ranks_per_node}",
@@ -260,9 +260,14 @@ launch() {{
   if [[ -f "$LOGS/$name.txt" ]]; then echo "skip $name (done)" >&2; return 0; fi
   mkdir -p "$LOGS"
   echo "run  $name" >&2
-  if "$@" </dev/null >"$LOGS/$name.txt.part" 2>&1; then
+  "$@" </dev/null >"$LOGS/$name.txt.part" 2>&1
+  local status=$?
+  if (( status == 0 )); then
     printf '%s\\n' "$sidecar" >"$LOGS/$name.yaml.part" && mv "$LOGS/$name.yaml.part" "$LOGS/$name.yaml"
     mv "$LOGS/$name.txt.part" "$LOGS/$name.txt"
+  elif (( status == 130 || status == 143 )); then  # stopped by Ctrl-C or a kill: not a failure
+    echo "stopped in $name: run bash {script} again to go on" >&2
+    exit 130
   else
     echo "failed: $name (its output: $LOGS/$name.txt.part)" >&2
     failed+=("$name")
