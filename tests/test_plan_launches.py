@@ -118,3 +118,10 @@ def test_a_failed_launch_stops_the_script_unless_told_to_keep_going(tmp_path):
                           capture_output=True, text=True)
     assert kept.returncode == 1 and "1 launch(es) failed" in kept.stderr
     assert (tmp_path / "logs" / f"{runs[1].name}.txt").is_file()
+
+
+def test_a_script_across_nodes_names_its_launcher(tmp_path, capsys):
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "2", "--plan", "--script",
+                 str(tmp_path / "p.sh")]) == 2
+    assert "add --launcher srun or openmpi or mpich" in capsys.readouterr().err
+    assert not (tmp_path / "p.sh").exists()

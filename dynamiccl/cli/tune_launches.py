@@ -102,6 +102,9 @@ def emit(args: argparse.Namespace, planned: list, topology, call_us, made_by: st
 
     runs = L.launches(planned, topology.gpus_per_node, call_us)
     names = (args.launcher,) if args.launcher else L.default_launchers(runs)
+    if args.script and len(names) > 1:
+        raise UserError(f"--script writes the plan for one launcher and this one spans several "
+                        f"nodes: add --launcher {' or '.join(n for n in L.LAUNCHERS if n != 'local')}")
     for name in names:
         problem = L.check_launcher(name, runs)
         if problem:
@@ -121,6 +124,10 @@ def emit(args: argparse.Namespace, planned: list, topology, call_us, made_by: st
     elif not args.script:
         for text in L.plan_lines(runs, names, args.logs):
             print(text)
+        if runs:
+            print(f"note: each line writes its log into {args.logs}/ (create it first: mkdir -p "
+                  f"{args.logs}); --script writes a script that does, labels every log and resumes",
+                  file=sys.stderr)
     print(L.summary(runs, "/".join(names)), file=sys.stderr)
     if args.script:
         then = shlex.join(["dynamiccl", "tune", *topology_words(args), "--measurements", args.logs,
