@@ -14,6 +14,8 @@ import pytest
 
 from dynamiccl.agents.shipping.export import load_evidence
 from dynamiccl.agents.shipping.gate import LEARNED_PRIOR_UNCALIBRATED, NOT_ITS_PICK
+from dynamiccl.agents.shipping.launchers import launches as plan_launches
+from dynamiccl.agents.shipping.launchers import plan_lines
 from dynamiccl.agents.shipping.tune import (
     DECISION_SIZES,
     PRIOR_SIGMAS,
@@ -25,7 +27,7 @@ from dynamiccl.agents.shipping.tune import (
     resolved,
 )
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice, Measurements
-from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement, command_lines, launch_order, plan
+from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement, launch_order, plan
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
 from dynamiccl.cli.main import main
 from dynamiccl.profiler.formats.measurements import read
@@ -47,6 +49,14 @@ RING_LL = Choice(Algorithm.RING, Protocol.LL)
 RING_ONLY = Choice(Algorithm.RING, None)
 FIXTURES = Path(__file__).parent / "fixtures" / "real"
 REAL = FIXTURES / "h100_nvswitch_node"
+
+
+DEBUG = "env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV "
+
+
+def command_lines(planned, gpus_per_node: int) -> list[str]:
+    """The printed plan with its default launchers (local on one node, OpenMPI and MPICH across)."""
+    return plan_lines(plan_launches(planned, gpus_per_node))
 
 
 def record(s: Scenario, choice: Choice, time_us: float, launch: str = "",
@@ -513,8 +523,8 @@ def test_plan_spends_launches_on_decisions_the_noise_leaves_open():
     assert {m.nbytes for m in plan(tuner, [open_, settled], 40)} == {open_.nbytes}
     assert plan(tuner, [open_, settled], 4, max_launches=1) == []  # a replayed log cannot repeat
     lines = command_lines(planned, gpus_per_node=8)
-    assert lines[0].startswith("all_reduce_perf -b 1048576") and lines[0].endswith("launch 2")
-    assert lines[1].startswith("NCCL_ALGO=NVLS NCCL_PROTO=Simple all_reduce_perf")
+    assert lines[0].startswith(DEBUG + "all_reduce_perf -b 1048576") and lines[0].endswith("launch 2")
+    assert lines[1].startswith(DEBUG + "NCCL_ALGO=NVLS NCCL_PROTO=Simple all_reduce_perf")
 
 
 def test_the_plan_weighs_the_launches_that_settle_a_gain_together():
@@ -540,12 +550,12 @@ def test_command_lines_run_rounds_of_launches_in_order():
     items.append(PlannedMeasurement(Collective.ALLREDUCE, 8, DEFAULT, 1 << 20, 1.0, "", 2))
     items.append(PlannedMeasurement(Collective.ALLREDUCE, 8, DEFAULT, 1 << 20, 1.0, ""))
     lines = command_lines(items, gpus_per_node=8)
-    assert lines[0].startswith("all_gather_perf -b 1024 -e 1024 -f 2 -g 8")
-    assert lines[1].startswith("all_reduce_perf -b 1048576 -e 1048576 -f 2 -g 8")
-    assert lines[2].startswith("NCCL_ALGO=NVLS NCCL_PROTO=Simple all_reduce_perf -b 1048576 "
+    assert lines[0].startswith(DEBUG + "all_gather_perf -b 1024 -e 1024 -f 2 -g 8")
+    assert lines[1].startswith(DEBUG + "all_reduce_perf -b 1048576 -e 1048576 -f 2 -g 8")
+    assert lines[2].startswith(DEBUG + "NCCL_ALGO=NVLS NCCL_PROTO=Simple all_reduce_perf -b 1048576 "
                                "-e 4194304 -f 2 -g 8")
-    assert "-b 33554432 -e 33554432" in lines[3] and "launch" not in lines[3]
-    assert lines[4].startswith("all_reduce_perf -b 1048576") and lines[4].endswith("launch 2")
+    assert "-b 33554432 -e 33554432" in lines[3] and "launch" not in lines[3].split("  # ")[1]
+    assert lines[4].startswith(DEBUG + "all_reduce_perf -b 1048576") and lines[4].endswith("launch 2")
     assert len(lines) == 7 and all(line.endswith("launch 2") for line in lines[4:])
 
 
@@ -553,7 +563,7 @@ def test_a_plan_for_a_channel_pin_sets_nccl_min_and_max_nchannels():
     pinned = Choice(Algorithm.RING, Protocol.LL128, 4)
     lines = command_lines([PlannedMeasurement(Collective.ALLREDUCE, 8, pinned, 1 << 16, 1.0, "")],
                           gpus_per_node=8)
-    assert lines[0].startswith("NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_MIN_NCHANNELS=4 "
+    assert lines[0].startswith(DEBUG + "NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_MIN_NCHANNELS=4 "
                                "NCCL_MAX_NCHANNELS=4 all_reduce_perf -b 65536 -e 65536")
     # the plan asks for a measured channel pin at the sizes next to where it was measured
     s = at(1 << 16)
@@ -595,8 +605,10 @@ def test_multi_node_command_lines_set_the_variables_on_every_rank_for_each_launc
     assert len(lines) == 4
     launched = [_launched_environment(line) for line in lines]
     assert [name for name, _ in launched] == ["OpenMPI", "MPICH/Intel MPI"] * 2
-    assert [env for _, env in launched[:2]] == [{}, {}]
-    want = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MIN_NCHANNELS": "4", "NCCL_MAX_NCHANNELS": "4"}
+    debug = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+    assert [env for _, env in launched[:2]] == [debug, debug]
+    want = {**debug, "NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MIN_NCHANNELS": "4",
+            "NCCL_MAX_NCHANNELS": "4"}
     assert [env for _, env in launched[2:]] == [want, want]
     assert all("-np 16" in line and "-g 1" in line for line in lines)
     assert "-N 8" in lines[2] and "-ppn 8" in lines[3]

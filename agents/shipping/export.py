@@ -194,8 +194,8 @@ class _Evaluator:
         config = ACTIONS[action]
         verdict = self.judge.judge(scenario, config)
         self.verdicts[key] = verdict
-        if self.gate is not None and not verdict.override:
-            return None
+        if (self.gate is not None and not verdict.override) or config == verdict.nccl:
+            return None  # NCCL's own pick is left to NCCL, gated or not: pinning it changes nothing
         return pf.Decision(config.algorithm, config.protocol, config.channels)
 
 
@@ -520,6 +520,37 @@ def for_example_tuner(result: ExportResult, topology: Topology,
         rules += [pf.Rule(rule.collective, lo, hi, nodes=rule.nodes, ranks=rule.ranks, decision=dec)
                   for lo, hi, dec in _runs(_piecewise(nccl_runs, grid), rule.max_bytes)]
     return pf.PolicyFile(result.policy_file.header, (pf.Slice(*context, rules=tuple(rules)),))
+
+
+#: The note above a CSV line that only spells out NCCL's own choice (the example tuner cannot defer).
+MODEL_PICK_NOTE = ("NCCL's own pick as the model predicts it, not a measured override: NVIDIA's "
+                   "example tuner cannot defer (check the model: dynamiccl check-model)")
+
+
+def example_tuner_notes(result: ExportResult, shipped: pf.PolicyFile,
+                        context: tuple[str, str] = pf.DEFAULT_CONTEXT) -> dict[pf.Rule, str]:
+    """What each line of the example tuner's file (:func:`for_example_tuner`) rests on: an
+    override's evidence (its least convincing call, as :func:`rule_evidence` shows it), or
+    :data:`MODEL_PICK_NOTE` where the file only spells out what the policy leaves to NCCL."""
+    cells = {(c.collective, c.nodes, c.ranks, c.nbytes): c for c in result.cells
+             if c.context == context}
+    notes: dict[pf.Rule, str] = {}
+    for rule in shipped.slice(*context).rules:
+        if rule.decision is None or rule.nodes is None or rule.ranks is None:
+            continue
+        source = result.policy_file.decide(rule.collective, rule.min_bytes, rule.ranks, rule.nodes,
+                                           context=context)
+        if source is None or source.decision is None:
+            notes[rule] = MODEL_PICK_NOTE
+            continue
+        inside = [c for key, c in cells.items() if key[:3] == (rule.collective, rule.nodes, rule.ranks)
+                  and rule.min_bytes <= key[3] <= rule.max_bytes and c.verdict is not None]
+        if inside:
+            worst = min(inside, key=lambda c: clearance(c.verdict.gain, c.verdict.sigma))
+            v = worst.verdict
+            notes[rule] = (f"{v.evidence}: {100 * v.gain:+.1f}% +/-{100 * v.sigma:.1f}% over NCCL's "
+                           f"{v.nccl.label()}")
+    return notes
 
 
 def predicted_slower_as_shipped(shipped: object, result: ExportResult, topology: Topology,

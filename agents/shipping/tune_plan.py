@@ -24,9 +24,7 @@ from dynamiccl.agents.shipping.gate import log_threshold
 from dynamiccl.agents.shipping.tune import CallDecision, Tuner
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
 from dynamiccl.system.knobs import Collective
-from dynamiccl.system.nccl import forcing_env
 from dynamiccl.system.scenario import Scenario
-from dynamiccl.system.units import format_size
 
 #: How many launches of one choice at one call the plan weighs at once: one launch alone rarely
 #: settles a gain of a few percent (it may be a stray launch: its uncertainty is the size band's
@@ -50,6 +48,9 @@ class PlannedMeasurement:
     reason: str
     #: Which launch of this choice at this size it is (1: the first; 2: the first repeat...).
     launch: int = 1
+    #: The nodes the communicator spans (0: not said; its ranks fill whole nodes). A job's
+    #: communicator may spread few ranks over many nodes (one rank per node: 16 ranks on 16 nodes).
+    nodes: int = 0
 
 
 #: How many launches of a choice at a call can be made at most: one number for every call and
@@ -128,17 +129,23 @@ class _Planner:
             return math.inf
         return self.max_launches(s, choice) if callable(self.max_launches) else self.max_launches
 
-    def take(self, s: Scenario, choice: Choice, value: float, k: int = 1) -> list[PlannedMeasurement]:
-        """Plans ``k`` more launches of ``choice`` at ``s``, NCCL's default's brought level."""
+    def proposed(self, s: Scenario, choice: Choice, value: float, k: int = 1
+                 ) -> list[PlannedMeasurement]:
+        """The measurements :meth:`take` would plan, without planning them."""
         n_choice = self.launches[(s, choice)] + k
         n_default = max(self.launches[(s, DEFAULT)], n_choice)
         reason = self._reason(s, choice)
-        out = [PlannedMeasurement(s.collective, s.topology.nranks, DEFAULT, s.nbytes, value,
-                                  reason, n) for n in range(self.launches[(s, DEFAULT)] + 1,
-                                                           n_default + 1)]
-        out += [PlannedMeasurement(s.collective, s.topology.nranks, choice, s.nbytes, value,
-                                   reason, n) for n in range(self.launches[(s, choice)] + 1,
-                                                            n_choice + 1)]
+        shape = (s.collective, s.topology.nranks)
+        out = [PlannedMeasurement(*shape, DEFAULT, s.nbytes, value, reason, n, s.topology.nodes)
+               for n in range(self.launches[(s, DEFAULT)] + 1, n_default + 1)]
+        return out + [PlannedMeasurement(*shape, choice, s.nbytes, value, reason, n, s.topology.nodes)
+                      for n in range(self.launches[(s, choice)] + 1, n_choice + 1)]
+
+    def take(self, s: Scenario, choice: Choice, value: float, k: int = 1) -> list[PlannedMeasurement]:
+        """Plans ``k`` more launches of ``choice`` at ``s``, NCCL's default's brought level."""
+        out = self.proposed(s, choice, value, k)
+        n_choice = self.launches[(s, choice)] + k
+        n_default = max(self.launches[(s, DEFAULT)], n_choice)
         self.sigma[(s, choice)] = self._sigma_after(s, choice, n_choice, n_default)
         self.launches[(s, choice)], self.launches[(s, DEFAULT)] = n_choice, n_default
         return out
@@ -157,15 +164,18 @@ class _Planner:
         return "could beat NCCL's default if measured"
 
 
-def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int, *,
+def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int | None, *,
          max_launches: LaunchCap = None,
-         weight: Callable[[Scenario], float] | None = None) -> list[PlannedMeasurement]:
+         weight: Callable[[Scenario], float] | None = None,
+         fits: Callable[[list[PlannedMeasurement]], bool] | None = None) -> list[PlannedMeasurement]:
     """At most ``budget`` measurements (NCCL's default counted), the most valuable per measurement
     first, each a launch of one choice at one size (:class:`PlannedMeasurement`).
     ``max_launches`` caps the launches of one choice at one size, NCCL's default's included (1 where
     a measurement cannot be repeated; per call and choice where each has its own, e.g. a replay).
     ``weight`` scales what a launch at a call is worth (a job's share of time there,
-    :mod:`~dynamiccl.agents.shipping.tune_workload`): a call weighted 0 is never planned."""
+    :mod:`~dynamiccl.agents.shipping.tune_workload`): a call weighted 0 is never planned.
+    ``fits`` bounds the plan otherwise (e.g. its node-hours, :mod:`~dynamiccl.agents.shipping.
+    launchers`): a pick is taken only while the plan with it still fits; ``budget`` None: no count."""
     planner = _Planner(tuner, scenarios, max_launches, weight)
     heap: list[tuple[float, int, Scenario, Choice]] = []
     order = 0
@@ -181,7 +191,7 @@ def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int, *,
     for s in planner.decisions:
         push(s)
     planned: list[PlannedMeasurement] = []
-    left = max(budget, 0)
+    left = math.inf if budget is None else max(budget, 0)
     while heap and left > 0:
         neg_value, _, s, choice = heapq.heappop(heap)
         found = planner.action(s, choice)
@@ -191,17 +201,13 @@ def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int, *,
             order += 1
             heapq.heappush(heap, (-found[0], order, s, choice))
             continue
-        if found[1] > left:
+        if found[1] > left or (fits is not None and not fits(
+                planned + planner.proposed(s, choice, found[0], found[2]))):
             continue
         planned += planner.take(s, choice, found[0], found[2])
         left -= found[1]
         push(s)  # its default's launches changed what every candidate here is worth
     return planned
-
-
-_BINARIES = {Collective.ALLREDUCE: "all_reduce_perf", Collective.ALLGATHER: "all_gather_perf",
-             Collective.REDUCESCATTER: "reduce_scatter_perf", Collective.BROADCAST: "broadcast_perf",
-             Collective.REDUCE: "reduce_perf"}
 
 
 def launch_order(planned: Sequence[PlannedMeasurement]) -> list[list[PlannedMeasurement]]:
@@ -213,49 +219,3 @@ def launch_order(planned: Sequence[PlannedMeasurement]) -> list[list[PlannedMeas
     return [sorted(rounds[k], key=lambda m: (m.collective, m.nranks, not m.choice.is_default,
                                              m.choice.label(), m.nbytes))
             for k in sorted(rounds)]
-
-
-#: The MPI launchers a multi-node line is printed for, with how each sets a variable on every rank
-#: and places ranks per node: OpenMPI forwards only the variables named with ``-x`` to remote
-#: ranks, MPICH's and Intel MPI's Hydra those named with ``-genv`` (a variable set before
-#: ``mpirun`` reaches the local ranks only, and ranks choosing differently hang NCCL).
-LAUNCHERS = (
-    ("OpenMPI", "-N", lambda k, v: f"-x {k}={v}"),
-    ("MPICH/Intel MPI", "-ppn", lambda k, v: f"-genv {k} {v}"),
-)
-
-
-def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> list[str]:
-    """nccl-tests commands covering the plan, in :func:`launch_order`: one per round,
-    (collective, ranks, choice) and contiguous run of powers of two (``-b/-e -f 2``), pinned through
-    :func:`~dynamiccl.system.nccl.forcing_env`. Each line is one launch; run them in the order
-    printed. Across nodes each is printed once per launcher of :data:`LAUNCHERS`, the variables set on
-    every rank the way that launcher does it and the launcher named in the line's comment."""
-    lines = []
-    for launches in launch_order(planned):
-        groups: dict[tuple, list[int]] = defaultdict(list)
-        for m in launches:
-            groups[(m.collective, m.nranks, m.choice, m.launch)].append(m.nbytes)
-        for (coll, nranks, choice, launch), sizes in groups.items():
-            sizes = sorted(set(sizes))
-            runs: list[list[int]] = [[sizes[0]]]
-            for n in sizes[1:]:
-                if n == runs[-1][-1] * 2:
-                    runs[-1].append(n)
-                else:
-                    runs.append([n])
-            env = forcing_env(choice.algorithm, choice.protocol, choice.channels)
-            nodes = max(1, nranks // max(gpus_per_node, 1))
-            which = f", launch {launch}" if launch > 1 else ""
-            for run in runs:
-                test = f"{_BINARIES[coll]} -b {run[0]} -e {run[-1]} -f 2"
-                what = f"{choice.label()}, {format_size(run[0])}..{format_size(run[-1])}{which}"
-                if nodes == 1:  # one process drives every GPU: the shell's variables reach it
-                    prefix = "".join(f"{k}={v} " for k, v in env.items())
-                    lines.append(f"{prefix}{test} -g {nranks}  # {what}")
-                    continue
-                for name, per_node, set_var in LAUNCHERS:
-                    flags = "".join(f"{set_var(k, v)} " for k, v in env.items())
-                    lines.append(f"mpirun -np {nranks} {per_node} {min(gpus_per_node, nranks)} {flags}"
-                                 f"{test} -g 1  # {name}: {what}")
-    return lines

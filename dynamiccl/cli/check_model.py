@@ -27,6 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "0.15 µs).")
     p.add_argument("log", metavar="LOG", help="the NCCL debug log (rank 0 prints the table)")
     add_topology_args(p)
+    p.add_argument("--nccl-version", metavar="X.Y.Z",
+                   help="model this NCCL release (default: the one the log names, where modelled)")
+    p.add_argument("--all-releases", action="store_true",
+                   help="count the agreeing entries and picks under every modelled release whose "
+                        "constants differ")
     p.add_argument("--json", action="store_true", help="print every entry and pick as JSON")
     p.set_defaults(func=run_check_model)
 
@@ -48,16 +53,21 @@ def run_check_model(args: argparse.Namespace) -> int:
     if log.nranks is not None and log.nranks != topology.nranks:
         raise UserError(f"{args.log}: NCCL's communicator has {log.nranks} ranks, the topology "
                         f"{topology.nranks}; give --nodes and --gpus-per-node of the logged run")
-    model = NcclModel(topology)
+    release, why = _release(args, log)
+    model = NcclModel(topology, str(release.version))
     table = compare_tables(log.tables[0], model.tables.latency, model.tables.bandwidth) \
         if log.tables else None
     picks = compare_picks(log, model)
+    if args.all_releases:
+        return _per_release(args, log, topology)
     if args.json:
-        json.dump(_report(args.log, log, topology, table, picks), sys.stdout, indent=2)
+        json.dump({**_report(args.log, log, topology, table, picks),
+                   "model_release": str(release.version)}, sys.stdout, indent=2)
         print()
         return 0
     print(f"{args.log} (NCCL {log.nccl_version or 'version not logged'}) against the NCCL-default "
-          f"model on {topology.name} ({topology.nodes} nodes x {topology.gpus_per_node} GPUs)")
+          f"model of NCCL {release.version} ({why}) on {topology.name} ({topology.nodes} nodes x "
+          f"{topology.gpus_per_node} GPUs)")
     if table is None:
         print("table: the log holds no tuning table (rank 0 prints it at init with "
               "NCCL_DEBUG_SUBSYS=INIT,TUNING)")
@@ -71,6 +81,57 @@ def run_check_model(args: argparse.Namespace) -> int:
     print(f"\npicks: {len(picks) - len(differ)} of {len(picks)} logged calls agree")
     if differ:
         _print(_picks_table(differ))
+    return 0
+
+
+def _release(args: argparse.Namespace, log):
+    """The release the model reproduces here, and why: ``--nccl-version``, else the log's, else
+    (not logged or not modelled) the default one."""
+    from dynamiccl.nccl_model import releases
+    from dynamiccl.system.nccl_versions import parse_version
+
+    if args.nccl_version:
+        try:
+            return releases.release(args.nccl_version), "--nccl-version"
+        except ValueError as exc:
+            raise UserError(f"--nccl-version {args.nccl_version}: {exc}") from None
+    logged = parse_version(log.nccl_version) if log.nccl_version else None
+    if logged is None:
+        return releases.DEFAULT, "the log names no release"
+    try:
+        return releases.release(logged), "the log's release"
+    except ValueError:
+        return releases.DEFAULT, (f"NCCL {logged} is not modelled ({releases.FIRST} to "
+                                  f"{releases.LAST.major}.{releases.LAST.minor}.x): the newest")
+
+
+def _per_release(args: argparse.Namespace, log, topology) -> int:
+    """``--all-releases``: how many table entries and picks agree under each modelled release
+    whose constants differ from the one before it."""
+    from dynamiccl.nccl_model import NcclModel, releases
+    from dynamiccl.profiler.formats.nccl_debug_log import compare_picks, compare_tables
+
+    rows = []
+    for release in releases.differing():
+        model = NcclModel(topology, str(release.version))
+        table = compare_tables(log.tables[0], model.tables.latency, model.tables.bandwidth) \
+            if log.tables else None
+        picks = compare_picks(log, model)
+        rows.append({"release": str(release.version),
+                     "table_agreeing": None if table is None else table.matching,
+                     "table_entries": None if table is None else table.entries,
+                     "picks_agreeing": sum(c.agrees for c in picks), "picks": len(picks)})
+    if args.json:
+        json.dump({"log": args.log, "nccl_version": log.nccl_version, "releases": rows},
+                  sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{args.log} (NCCL {log.nccl_version or 'version not logged'}) against the model of each "
+          f"NCCL release whose constants differ, on {topology.name}")
+    for r in rows:
+        table = "no table" if r["table_entries"] is None else \
+            f"table {r['table_agreeing']}/{r['table_entries']}"
+        print(f"  NCCL {r['release']:>7}: {table}, picks {r['picks_agreeing']}/{r['picks']}")
     return 0
 
 
@@ -128,5 +189,5 @@ def _picks_table(comparisons):
         table.add_column(col, justify="right" if col == "size" else "left")
     for c in comparisons:
         table.add_row(c.nccl.collective.name.lower(), str(c.nccl.nbytes), c.nccl.label(),
-                      "nothing usable" if c.model is None else c.model.label())
+                      "nothing usable" if c.model is None else c.model_label())
     return table

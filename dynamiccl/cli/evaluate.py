@@ -18,7 +18,14 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, add_action_set_args, int_between, non_negative_int, path_arg
+from dynamiccl.cli.common import (
+    UserError,
+    add_action_set_args,
+    add_topology_args,
+    int_between,
+    non_negative_int,
+    path_arg,
+)
 from dynamiccl.cli.policy_sniff import load_policy_arg
 
 EPILOG = """policies: nccl_default, oracle, static_best, random, coordinate_descent, bandit, a
@@ -84,6 +91,20 @@ def _backend(args: argparse.Namespace) -> tuple[str, dict]:
     return "sim", {}
 
 
+def _replay_suite(args: argparse.Namespace, table) -> list:
+    """``--backend replay`` without ``--suite``: the measured calls themselves, on ``--topology``."""
+    from dynamiccl.cli.common import topology_from_args
+
+    if not args.topology:
+        raise UserError("--backend replay without --suite scores the calls the logs measured: give "
+                        "--topology (the system they were measured on), or a --suite")
+    suite = table.suite(topology_from_args(args))
+    if not suite:
+        raise UserError("the replay logs measure no call with NCCL's default beside another choice; "
+                        "measure both (dynamiccl tune --plan), or give a --suite")
+    return suite
+
+
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.shipping.evaluate import evaluate_policies, print_table, save_reports
     from dynamiccl.envs.workloads import load_suite
@@ -99,9 +120,14 @@ def _run(args: argparse.Namespace) -> int:
         from dynamiccl.agents.shipping.evaluation_plots import FIGURES
 
         claim_results(args.out, force=args.force, figures=FIGURES if args.plots else (),
-                      inputs=[*names, args.suite, *(args.replay or [])])
+                      inputs=[*names, *([args.suite] if args.suite else []), *(args.replay or [])])
     backend, backend_kwargs = _backend(args)
-    suite = load_suite(args.suite)
+    if args.suite is None and backend == "replay":
+        suite = _replay_suite(args, backend_kwargs["table"])
+        args.suite = "replay (the measured calls)"
+    else:
+        args.suite = args.suite or "heldout"
+        suite = load_suite(args.suite)
     if not suite:
         raise UserError(f"suite {args.suite!r} has no workloads; check configs/scenario/")
     try:
@@ -163,16 +189,27 @@ def _policy_files_that_apply_nowhere(policies: list, reports: list) -> set[str]:
     for policy, report in zip(policies, reports, strict=True):
         if not isinstance(policy, PolicyFilePolicy):
             continue
-        shapes = {(c.scenario.topology.nranks, c.scenario.topology.nodes) for c in report.calls}
-        if any(policy.policy.overrides_on(nranks, nodes) for nranks, nodes in shapes):
+        header = policy.policy.header
+        pinned = [c for c in report.calls if policy.force(c.scenario).given()]
+        elsewhere = sorted({c.scenario.topology.name for c in pinned
+                            if c.scenario.topology.fingerprint() != header.fingerprint})
+        if pinned and not elsewhere:
+            continue
+        if pinned:  # its rules meet calls of systems it was not written for: say which
+            print(f"note: {policy.name} pins {len(pinned)} of the suite's {len(report.calls)} calls, "
+                  f"on {_shown(elsewhere)}, not the {header.topology} it was written for (same node "
+                  "and rank counts); the rest run NCCL's own choice", file=sys.stderr)
             continue
         systems = sorted({c.scenario.topology.name for c in report.calls})
-        shown = ", ".join(systems[:3]) + (f" and {len(systems) - 3} more" if len(systems) > 3 else "")
         print(f"note: no rule of {policy.name} applies to any call of this suite: it was written for "
-              f"{policy.policy.header.topology} (pinning {policy.policy.pinned_shapes()}), the suite "
-              f"runs {shown}; its score is NCCL's own", file=sys.stderr)
+              f"{header.topology} (pinning {policy.policy.pinned_shapes()}), the suite "
+              f"runs {_shown(systems)}; its score is NCCL's own", file=sys.stderr)
         unused.add(report.policy)
     return unused
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def contract(summary: dict) -> dict:
@@ -194,8 +231,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--policy", action="append", required=True, metavar="NAME|PATH",
                         help="a built-in policy, a checkpoint or a policy file; repeat (or "
                              "comma-separate) for more")
-    parser.add_argument("--suite", default="heldout", type=path_arg, metavar="NAME|FILE.yaml",
-                        help="scenario suite (default: heldout)")
+    parser.add_argument("--suite", default=None, type=path_arg, metavar="NAME|FILE.yaml",
+                        help="scenario suite (default: heldout; with --backend replay: the calls "
+                             "the logs measured, on --topology)")
+    add_topology_args(parser, required=False)
     add_action_set_args(parser, "every policy")
     parser.add_argument("--backend", choices=("sim", "perturbed", "replay"), default="sim",
                         help="the reality that times every call (default: sim)")

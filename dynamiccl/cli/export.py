@@ -126,6 +126,26 @@ def _check_policy_file_system(policy, name: str, topology, node_counts: list[int
           f"for {here} are exported as they stand", file=sys.stderr)
 
 
+def _with_evidence(policy, name: str):
+    """A ``.dccl`` exported again: with its evidence beside it, it is written as it decides, each
+    rule with the evidence it was made on (:mod:`~dynamiccl.agents.shipping.reexport`: a measured
+    rule is not judged again on the model), and it keeps the NCCL releases it was stamped with.
+    Anything else: as it is, stamped with the plugin's whole range."""
+    from dynamiccl.agents.policies.deployed import PolicyFilePolicy
+    from dynamiccl.agents.shipping.export import read_evidence
+    from dynamiccl.agents.shipping.reexport import EvidencedPolicyFile
+    from dynamiccl.plugin import policy_file as pf
+
+    if not isinstance(policy, PolicyFilePolicy):
+        return policy, pf.DEFAULT_NCCL_RANGE
+    rows, problem = read_evidence(name)
+    if rows is None:
+        print(f"note: {name} has no evidence beside it{f' ({problem})' if problem else ''}: its "
+              "rules pass the model's gate again, as any policy's would", file=sys.stderr)
+        return policy, policy.policy.header.nccl
+    return EvidencedPolicyFile(policy, rows), policy.policy.header.nccl
+
+
 def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.policies.deployed import NcclExampleCsvPolicy
     from dynamiccl.agents.shipping import export as exporting
@@ -148,6 +168,7 @@ def _run(args: argparse.Namespace) -> int:
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     _check_policy_file_system(policy, args.policy, topology, node_counts, args.gpus_per_node_list)
+    policy, nccl_range = _with_evidence(policy, args.policy)
     gate = None if args.no_gate else Gate(margin=args.margin)
     try:
         observe = exporting.observer_for(policy)
@@ -157,8 +178,10 @@ def _run(args: argparse.Namespace) -> int:
         policy, topology, policy_name=Path(args.policy).stem if Path(args.policy).exists()
         else args.policy, node_counts=node_counts, gpus_per_node=args.gpus_per_node_list,
         contexts=args.contexts, points_per_octave=args.points_per_octave, observe=observe,
-        policy_digest=digest, gate=gate, source=_source(args.policy), progress=True)
+        policy_digest=digest, gate=gate, source=_source(args.policy), progress=True,
+        nccl_range=nccl_range)
     shipped = result.policy_file
+    own_evidence = hasattr(policy, "decide_rule")
     slower = {c: (c.verdict.gain, f"{c.verdict.proposed.label()} vs NCCL's "
                                   f"{c.verdict.nccl.label()}") for c in result.predicted_slower()}
     if args.format == "nccl-example-csv":
@@ -170,6 +193,8 @@ def _run(args: argparse.Namespace) -> int:
         as_run = exporting.predicted_slower_as_shipped(NcclExampleCsvPolicy(rules, out.name),
                                                        result, topology)
         for cell, gain in as_run:
+            if own_evidence and cell.decision is not None and cell.verdict is not None:
+                continue  # a rule the file's own evidence (a measurement) decided is judged by it
             if gain < slower.get(cell, (0.0, ""))[0]:
                 slower[cell] = (gain, "as NVIDIA's example tuner runs the CSV")
     if slower:
@@ -185,7 +210,7 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     try:
         if args.format == "nccl-example-csv":
-            write_nccl_example_csv(shipped, out)
+            write_nccl_example_csv(shipped, out, notes=exporting.example_tuner_notes(result, shipped))
         else:
             pf.write(result.policy_file, out)
             exporting.save_evidence(out, exporting.rule_evidence(result))

@@ -37,11 +37,13 @@ COMMAND_MODULES = (
     "sweep",
     "export",
     "tune",
+    "label",
     "show",
     "plugin",
     "profile",
     "calibrate",
     "check_model",
+    "ab",
 )
 
 def _version() -> str:

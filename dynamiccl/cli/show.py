@@ -217,9 +217,11 @@ def _run(args: argparse.Namespace) -> int:
     console.print(f"[bold]{args.file}[/bold]: policy [bold]{h.policy}[/bold], format "
                   f"{pf.FORMAT_VERSION}, checksum OK, {policy.n_rules} rules")
     console.print(f"topology {h.topology} (fingerprint {h.fingerprint}, features {h.features}), "
-                  f"NCCL {h.nccl}, created {h.created}, config {h.config_hash}")
+                  f"NCCL {h.nccl} (the releases it holds for), created {h.created}, config {h.config_hash}")
     console.print(f"sha256 {pf.file_hash(args.file)} (the plugin logs it at init: every rank must "
                   "show the same)", soft_wrap=True)
+    for line in deploy_lines(args.file):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     console.print(f"slices: {', '.join(s.name for s in policy.slices)}")
     if evidence_problem:
         console.print(f"{evidence_problem}: NCCL's pick, gain and uncertainty are unknown; "
@@ -256,6 +258,26 @@ def _run(args: argparse.Namespace) -> int:
     elif policy.pinned_shapes() == "none":
         console.print("every rule defers: the plugin leaves every choice to NCCL")
     return 0
+
+
+def deploy_lines(path: str) -> list[str]:
+    """How to load the file into a job on every rank (its absolute path: ranks start on other
+    nodes; its hash, which a rank whose file differs defers on), how to verify it there, and that
+    rolling back is running without it."""
+    import shlex
+    from pathlib import Path
+
+    from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.plugin.policy_format import POLICY_ENV, POLICY_SHA256_ENV
+    from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
+
+    env = (f"{TUNER_PLUGIN_ENV}=$(dynamiccl plugin path) {POLICY_ENV}="
+           f"{shlex.quote(str(Path(path).resolve()))} {POLICY_SHA256_ENV}={pf.file_hash(path)}")
+    names = " ".join(f"-x {v}" for v in (TUNER_PLUGIN_ENV, POLICY_ENV, POLICY_SHA256_ENV))
+    return [f"deploy (Slurm): {env} srun --export=ALL ... <your job>",
+            f"deploy (OpenMPI): the same variables, and mpirun {names} ... <your job>",
+            f"verify: dynamiccl ab run --policy {shlex.quote(path)} -- <your job's command> "
+            "(interleaved launches with and without it); roll back: launch without the variables"]
 
 
 def _row(rule, ev: dict | None) -> tuple[str, ...]:

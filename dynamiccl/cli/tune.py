@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 
+from dynamiccl.cli import tune_launches
 from dynamiccl.cli.common import (
     UserError,
     add_gate_margin_arg,
@@ -36,25 +37,42 @@ EPILOG = """examples:
 then: dynamiccl show tuned.dccl; dynamiccl evaluate --policy tuned.dccl"""
 
 _COLLECTIVES = ("allreduce", "allgather", "reducescatter")
-MAX_BUDGET = 100_000
-DEFAULT_BUDGET = 64
 DEFAULT_RECORD = "tune_measurements.jsonl"
 
 
-def _records(paths: list[str] | None, topology) -> tuple[list, list[str]]:
+def _records(paths: list[str] | None, topology, nccl_version=None) -> tuple[list, list[str]]:
     """Every measurement given (files or folders), each file once: the one place tune reads
     measurements, and the notes to print if tune goes on. Files of a folder that hold no
     measurements are skipped (a note says which); records the topology could not have produced
     (another GPU, emulated hosts, more ranks per node than it has: ``profiler.formats.system_fit``)
-    are refused."""
+    are refused, and so are logs that do not say whether NCCL was forced and measurements of
+    several NCCL releases (unless ``nccl_version`` picks one: :mod:`~dynamiccl.profiler.formats.
+    provenance`)."""
+    from dynamiccl.profiler.formats import provenance
     from dynamiccl.profiler.formats.measurement_paths import load_paths
     from dynamiccl.profiler.formats.system_fit import check_fits
 
     try:
         loaded = load_paths(paths or [])
-        check_fits(loaded.records, topology)
     except PermissionError as exc:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    records = loaded.records
+    unlabelled = provenance.unlabelled_files(records)
+    if unlabelled:
+        raise UserError(provenance.unlabelled_message(unlabelled))
+    by_version = provenance.versions(records)
+    if nccl_version is not None:
+        if nccl_version not in by_version:
+            said = ", ".join(map(str, by_version)) or "none"
+            raise UserError(f"--nccl-version {nccl_version}: no measurement states that release "
+                            f"(they state: {said}); give one of those")
+        records = provenance.of_version(records, nccl_version)
+    elif len(by_version) > 1:
+        raise UserError(provenance.mixed_versions_message(by_version))
+    try:
+        check_fits(records, topology)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     notes = []
@@ -63,7 +81,12 @@ def _records(paths: list[str] | None, topology) -> tuple[list, list[str]]:
         if files:
             shown = "; ".join(files[:3]) + ("; ..." if len(files) > 3 else "")
             notes.append(f"{what.format(len(files))} ({shown})")
-    return loaded.records, notes
+    unversioned = provenance.unversioned_files(records)
+    if by_version and unversioned:
+        notes.append(f"{len(unversioned)} file(s) do not state their NCCL release "
+                     f"({provenance.listed(unversioned)}); taken as the others' "
+                     f"({', '.join(map(str, by_version))})")
+    return records, notes
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -73,6 +96,10 @@ def _check_flags(args: argparse.Namespace) -> None:
                         "drop --plan to write the policy)")
     needs = (("--run", args.run, args.plan, "--plan"),
              ("--budget", args.budget is not None, args.plan, "--plan"),
+             ("--launcher", args.launcher is not None, args.plan, "--plan"),
+             ("--script", args.script is not None, args.plan, "--plan"),
+             ("--logs", args.logs != "logs", args.plan, "--plan"),
+             ("--format", args.format != "dccl", args.output and not args.plan, "-o"),
              ("--emulate-hosts", args.emulate_hosts, args.run, "--plan --run"),
              ("--record", args.record is not None, args.run, "--plan --run"))
     for flag, given, mode, what in needs:
@@ -264,12 +291,10 @@ def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.shipping import tune, tune_plan
 
     _check_flags(args)
-    budget = DEFAULT_BUDGET if args.budget is None else args.budget
-    if not 1 <= budget <= MAX_BUDGET:
-        raise UserError(f"--budget {budget}: give 1..{MAX_BUDGET} measurements")
+    budget = args.budget or tune_launches.Budget(measurements=tune_launches.DEFAULT_BUDGET)
     output = _claim_output(args)
     topology = topology_from_args(args)
-    records, notes = _records(_measurement_paths(args), topology)
+    records, notes = _records(_measurement_paths(args), topology, args.nccl_version)
     measurements = tune.Measurements(records)
     _refuse_without_evidence(args, records, len(measurements), notes)
     for note in notes:
@@ -292,16 +317,11 @@ def _run(args: argparse.Namespace) -> int:
     if records:
         _note_unmeasured(measurements, scenarios, args.plan)
     if args.plan:
-        planned = tune_plan.plan(tuner, scenarios, budget,
-                                 weight=workload.weight if workload else None)
-        if args.json:
-            print(json.dumps([{"collective": m.collective.name.lower(), "ranks": m.nranks,
-                               "choice": m.choice.label(), "nbytes": m.nbytes, "launch": m.launch,
-                               "value": round(m.value, 5), "reason": m.reason} for m in planned],
-                             indent=1))
-        else:
-            for line in tune_plan.command_lines(planned, topology.gpus_per_node):
-                print(line)
+        call_us = tune_launches.cached_call_us(topology)
+        planned = tune_plan.plan(tuner, scenarios, budget.measurements,
+                                 weight=workload.weight if workload else None,
+                                 fits=tune_launches.plan_fits(budget, topology.gpus_per_node, call_us))
+        tune_launches.emit(args, planned, topology, call_us, _made_by())
         if args.run:
             _run_plan(planned, args.record or DEFAULT_RECORD, args.emulate_hosts)
         return 0
@@ -310,13 +330,36 @@ def _run(args: argparse.Namespace) -> int:
         _weigh_rows(rows, workload, scenarios)
     if output is not None:
         _export(args, output, topology, tune.TunedPolicy(tuner),
-                sorted({s.topology.nodes for s in scenarios}))
+                sorted({s.topology.nodes for s in scenarios}), _stamp(records))
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
         _print_report(rows, f"tune: {topology.name}, deployable actions (NCCL_ALGO/NCCL_PROTO "
                             f"pairs, channel counts where measured), margin {100 * args.margin:g}%")
     return 0
+
+
+def _made_by() -> str:
+    """The command line that made a plan, as its script records it."""
+    import shlex
+
+    return shlex.join(["dynamiccl", *sys.argv[1:]]) if sys.argv[1:2] == ["tune"] else "dynamiccl tune"
+
+
+def _stamp(records: list) -> str:
+    """The policy's ``nccl`` header: the releases the measurements state (``2.26.2..2.26.2``), else
+    the plugin's whole range, said in a note."""
+    from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.profiler.formats.provenance import versions
+    from dynamiccl.system.nccl_versions import window_text
+
+    measured = versions(records)
+    if measured:
+        return window_text(measured)
+    print(f"note: no measurement states its NCCL release, so the policy is stamped with the "
+          f"plugin's whole range ({pf.DEFAULT_NCCL_RANGE}); measure with NCCL_DEBUG=INFO (NCCL "
+          "prints its version) to stamp the release it holds for", file=sys.stderr)
+    return pf.DEFAULT_NCCL_RANGE
 
 
 def _workload(path: str | None):
@@ -376,8 +419,16 @@ def _claim_output(args: argparse.Namespace):
     inputs = [*_measurement_paths(args), args.topology, *([args.workload] if args.workload else [])]
     if args.plan and args.run:
         claim_output(args.record or DEFAULT_RECORD, RECORDS, inputs=[args.topology], flag="--record")
+    if args.plan:
+        from dynamiccl.cli.tune_launches import claim_script
+
+        claim_script(args, inputs)
     if not args.output or args.plan:
         return None
+    if args.format == "nccl-example-csv":
+        from dynamiccl.plugin import nccl_csv
+
+        return claim_output(args.output, nccl_csv.KIND, inputs=inputs, force=args.force)
     out = claim_output(args.output, pf.KIND, inputs=inputs, force=args.force)
     claim_output(evidence_path(out), EVIDENCE, inputs=inputs, force=True, flag="-o")
     return out
@@ -396,25 +447,39 @@ def _defer_everywhere(args: argparse.Namespace, output, topology) -> None:
           f"--topology {args.topology} --plan` and tune again", file=sys.stderr)
 
 
-def _export(args: argparse.Namespace, out, topology, policy, node_counts: list[int]) -> None:
-    from dynamiccl.agents.shipping.export import export_policy, rule_evidence, save_evidence
+def _export(args: argparse.Namespace, out, topology, policy, node_counts: list[int],
+            nccl_range: str | None = None) -> None:
+    from dynamiccl.agents.shipping import export as exporting
     from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.plugin.nccl_csv import write_nccl_example_csv
     from dynamiccl.system.knobs import Collective, parse_enum
 
+    csv_note = ""
     try:
         collectives = [Collective(parse_enum(Collective, c))
                        for c in (args.collective or _COLLECTIVES)]
-        result = export_policy(policy, topology, policy_name="tune", node_counts=node_counts,
-                               collectives=collectives, gate=None)
-        pf.write(result.policy_file, out)
-        save_evidence(out, rule_evidence(result))
+        result = exporting.export_policy(policy, topology, policy_name="tune",
+                                         node_counts=node_counts, collectives=collectives, gate=None,
+                                         nccl_range=nccl_range or pf.DEFAULT_NCCL_RANGE)
+        if args.format == "nccl-example-csv":
+            shipped = exporting.for_example_tuner(result, topology)
+            notes = exporting.example_tuner_notes(result, shipped)
+            write_nccl_example_csv(shipped, out, notes=notes)
+            guessed = sum(note == exporting.MODEL_PICK_NOTE for note in notes.values())
+            csv_note = (f"; {guessed} of its {len(notes)} lines only spell out NCCL's own pick as "
+                        "the model predicts it (NVIDIA's example tuner cannot defer, and runs a call "
+                        "no line matches on 1 channel)")
+        else:
+            pf.write(result.policy_file, out)
+            exporting.save_evidence(out, exporting.rule_evidence(result))
     except OSError as exc:
         raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
     overrides = sum(1 for c in result.cells if c.decision is not None)
-    print(f"wrote {out}: {result.policy_file.n_rules} rules, {overrides} of {len(result.cells)} "
-          f"evaluated calls override NCCL; inspect with `dynamiccl show {out}`", file=sys.stderr)
+    print(f"wrote {out} ({args.format}, NCCL {result.policy_file.header.nccl}): "
+          f"{result.policy_file.n_rules} rules, {overrides} of {len(result.cells)} evaluated calls "
+          f"override NCCL{csv_note}; inspect with `dynamiccl show {out}`", file=sys.stderr)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -449,8 +514,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plan", action="store_true",
                         help="print the nccl-tests launches (run them in the order printed) that "
                              "would settle the most valuable open decisions")
-    parser.add_argument("--budget", type=int, default=None, metavar="N",
-                        help=f"with --plan: measurements the plan may use (default {DEFAULT_BUDGET})")
+    tune_launches.add_plan_args(parser)
     parser.add_argument("--run", action="store_true",
                         help="with --plan: measure the plan now on this machine's GPUs, round "
                              "by round: the choices interleaved call by call in one launch (those "
@@ -464,5 +528,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="a job's collective mix (`dynamiccl profile job`): weigh the report's "
                              "rows and the plan's launches by the job's own time per size, and "
                              "decide its collectives (unless --collective)")
+    parser.add_argument("--format", choices=("dccl", "nccl-example-csv"), default="dccl",
+                        help="with -o: dccl (the DynamICCL plugin's file with its evidence beside it, "
+                             "default) or NVIDIA's example-tuner CSV (measured overrides as comments "
+                             "say; NCCL's own pick spelled out elsewhere, as that tuner cannot defer)")
+    parser.add_argument("--nccl-version", type=_nccl_version_arg, default=None, metavar="X.Y.Z",
+                        help="tune only the measurements of this NCCL release (measurements of "
+                             "several releases are refused together: NCCL's default differs)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=_run)
+
+
+def _nccl_version_arg(text: str):
+    from dynamiccl.system.nccl_versions import parse_version
+
+    version = parse_version(text)
+    if version is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an NCCL release; give major.minor.patch, "
+                                         "e.g. 2.26.2")
+    return version

@@ -29,8 +29,6 @@ from dynamiccl.system.nccl import (
     NVLS_MAX_ARITY,
     PAT_FACTOR,
     PCI_BW,
-    PER_CH_MAX_NVLS_TREE_BW,
-    PER_CH_MAX_RING_LL128_BW,
     PER_CH_MAX_TREE_BW,
     PER_CH_MAX_TREE_LL128_BW,
     Algorithm,
@@ -197,7 +195,7 @@ def _ring_bus(system: NcclSystem, graph: Graph, coll: int, proto: int) -> float:
     if proto == Protocol.LL:
         return min(_ll_max(system), RING_LL_BUS_FRACTION * bus)
     if proto == Protocol.LL128:
-        cap = PER_CH_MAX_RING_LL128_BW[system.compcap, scale_index(system.nnodes)]
+        cap = system.release.ring_ll128_bw(system.compcap, scale_index(system.nnodes))
         return min(LL128_BUS_FRACTION * bus, graph.n_channels * cap)
     return bus
 
@@ -324,7 +322,7 @@ def _nvls_bus(system: NcclSystem, graph: Graph, coll: int, tree: bool) -> float:
     intra = graph.bw_intra * NVLS_EFFICIENCY[cc] * (nch - 1) / nch
     intra *= 2.0 if coll == Collective.ALLREDUCE else (system.ppn - 1) / system.ppn
     inter = graph.bw_inter * (2.0 if tree and system.nnodes <= 2 else 1.0)
-    cap = PER_CH_MAX_NVLS_TREE_BW[cc, scale_index(system.nnodes)] if tree else math.inf
+    cap = system.release.nvls_tree_bw(cc, scale_index(system.nnodes)) if tree else math.inf
     return nch * min(intra, inter, cap)
 
 
@@ -355,7 +353,7 @@ def _nvls_tree_channels(system: NcclSystem, comm: int, nbytes: np.ndarray, threa
 
 def _nvls_tree_correction(system: NcclSystem, calls: Calls, bw: np.ndarray, lat: np.ndarray) -> None:
     """On Blackwell with an x86 host NVLSTree AllReduce takes treeCorrectionFactor too."""
-    if system.sm >= 100 and system.cpu in ("intel", "amd"):
+    if system.sm >= 100 and system.cpu in ("intel", "amd") and system.release.nvls_tree_correction_blackwell:
         _correct_by_size(calls, bw, NVLS_TREE_CORRECTION_MAX_INDEX)
 
 

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 from dynamiccl.system.nccl import MAX_CHANNELS
 
-#: NCCL versions whose cost model this package reproduces (2.30.7 is what PyTorch 2.15 loads).
-SUPPORTED_VERSIONS: tuple[str, ...] = ("2.30.7",)
-
 UNUSABLE = -1.0  # NCCL_ALGO_PROTO_IGNORE: what an unusable table entry holds
 
 #: Non-ring algorithms batch this many collectives per work batch: latCount = ceil(ops/8)

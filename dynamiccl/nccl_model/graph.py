@@ -58,6 +58,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dynamiccl.nccl_model import constants as K
+from dynamiccl.nccl_model.releases import DEFAULT as DEFAULT_RELEASE
+from dynamiccl.nccl_model.releases import Release
 from dynamiccl.system import nccl
 from dynamiccl.system.nccl import (
     COLLNET_NODES,
@@ -117,6 +119,8 @@ class NcclSystem:
     cpu: str = "intel"
     latency_inter_us: float = 0.0
     same_channels: bool = True
+    #: The NCCL release whose constants the tables use (:mod:`~dynamiccl.nccl_model.releases`).
+    release: Release = DEFAULT_RELEASE
 
 
 @dataclass(frozen=True)
@@ -206,9 +210,9 @@ def _fabric(topology: Topology) -> _Fabric:
     return _Fabric(ppn, True, ports, port_bw, nics, net.bandwidth_GBps)
 
 
-def _speeds(sm: int, multi_node: bool) -> tuple[float, ...]:
+def _speeds(sm: int, multi_node: bool, release: Release = DEFAULT_RELEASE) -> tuple[float, ...]:
     family = "sm100" if sm >= 100 else "sm90" if sm >= 90 else "default"
-    return tuple(float(s) for s in K.SEARCH_SPEEDS[(family, "inter" if multi_node else "intra")])
+    return tuple(float(s) for s in release.search_speeds(family, "inter" if multi_node else "intra"))
 
 
 @dataclass
@@ -303,11 +307,12 @@ def _with(graph: Graph, nvlink: bool, tree_pattern: bool = False) -> Graph:
     return Graph(graph.n_channels, graph.bw_intra, graph.bw_inter, nvlink, tree_pattern)
 
 
-def derive_system(topology: Topology) -> NcclSystem:
-    """Runs NCCL's init-time decisions for ``topology`` (see the module docstring)."""
+def derive_system(topology: Topology, release: Release = DEFAULT_RELEASE) -> NcclSystem:
+    """Runs NCCL's init-time decisions for ``topology`` (see the module docstring) as ``release``
+    makes them."""
     sm, ppn, nodes, nranks = topology.gpu.sm, topology.gpus_per_node, topology.nodes, topology.nranks
     fabric = _fabric(topology)
-    speeds = _speeds(sm, fabric.multi_node)
+    speeds = _speeds(sm, fabric.multi_node, release)
     nvlink = topology.tiers[0].link == "nvlink" and ppn > 1
     nvswitch = topology.tiers[0].link == "nvlink" and topology.tiers[0].fabric == "switch"
     nvls_support = NVLS_MULTICAST.met_by(topology) and NVLS_GPUS.met_by(topology)
@@ -337,7 +342,7 @@ def derive_system(topology: Topology) -> NcclSystem:
         nvls_channels=_nvls_channels(sm, nodes) if nvls.n_channels else 0,
         nvls_support=nvls.n_channels > 0, collnet_support=collnet,
         collnet_direct_nvswitch=nvswitch, pat_enabled=PAT_ONE_GPU_PER_NODE.met_by(topology) and nranks > 1,
-        ll128_enabled=topology.ll128_enabled, collnet_heads=direct.n_channels,
+        ll128_enabled=topology.ll128_enabled, collnet_heads=direct.n_channels, release=release,
     )
 
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamiccl.nccl_model import constants as K
 from dynamiccl.nccl_model.graph import NcclSystem, derive_system
+from dynamiccl.nccl_model.releases import release
+from dynamiccl.nccl_model.schedule import spread_channels
 from dynamiccl.nccl_model.select import channels_for, cost_tables, pick
 from dynamiccl.nccl_model.tables import Tables, build_tables
 from dynamiccl.system import nccl
@@ -49,17 +50,15 @@ class NcclModel:
     has exactly that many channels (which moves the Ring/Simple plateau rule) and the collective
     runs on all of them. The datatype is taken to be a non-fp8 float Sum (what NVLS and CollNet
     support), so the fp8 ring penalty and op-specific exclusions of ``updateCollCostTable`` never apply.
+    ``version`` is the NCCL release reproduced (:mod:`~dynamiccl.nccl_model.releases`: 2.28.3 to
+    2.30.x; default 2.30.7); another is a ValueError naming the window.
     """
 
-    def __init__(self, topology: Topology, version: str = "2.30.7") -> None:
-        if version not in K.SUPPORTED_VERSIONS:
-            raise ValueError(
-                f"NCCL {version} is not modelled; supported: {', '.join(K.SUPPORTED_VERSIONS)} "
-                "(the NCCL PyTorch 2.15 loads)"
-            )
+    def __init__(self, topology: Topology, version: str | None = None) -> None:
+        self.release = release(version)  # ValueError (one line) for a release not modelled
         self.topology = topology
-        self.version = version
-        self.system: NcclSystem = derive_system(topology)
+        self.version = str(self.release.version) if version is None else str(version)
+        self.system: NcclSystem = derive_system(topology, self.release)
         self.tables: Tables = build_tables(self.system)
 
     @property
@@ -110,6 +109,20 @@ class NcclModel:
                             protocols_named=protocols is not None)
         algo, proto, nc, time = self._decide(colls, sizes, table, channels, allowed)
         return algo, proto, nc, time.astype(np.float64)
+
+    def spread_channels(self, collective: Collective, nbytes: int, config: Config) -> int:
+        """The channels NCCL deals one call of ``config`` to when it is planned alone: what
+        ``channel{Lo..Hi}`` in its TUNING line counts (:mod:`~dynamiccl.nccl_model.schedule`);
+        ``config.channels`` is the most it may use."""
+        algo = config.algorithm
+        if algo in (Algorithm.COLLNET_DIRECT, Algorithm.COLLNET_CHAIN):
+            return config.channels  # a CollNet call takes all its channels (scheduleCollTasksToPlan)
+        kind = self.comm_channels
+        if algo in (Algorithm.NVLS, Algorithm.NVLS_TREE):
+            multi = algo == Algorithm.NVLS and self.system.nnodes > 1
+            kind = min(kind, self.system.nvls_channels) if multi else self.system.nvls_channels
+        return spread_channels(collective, nbytes, self.topology.nranks, config.protocol,
+                               config.channels, kind, self.release.min_traffic_per_channel)
 
     def predicted_us(
         self, collective: Collective, nbytes: int, config: Config, num_pipe_ops: int = 1

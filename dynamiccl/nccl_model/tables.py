@@ -49,14 +49,14 @@ TUNINGS = [nccl_tuning(a) for a in nccl.NCCL_ALGORITHMS]
 def _latency(coll: int, algo: int, proto: int, system: NcclSystem) -> float:
     """The terms every algorithm's latency starts from, then its own formula."""
     g = system.graphs[algo]
-    hw = nccl.HW_LATENCY_US
+    hw = system.release.hw_latency_us
     intra_link = Link.NVLINK if g.nvlink_intra else Link.PCI
     # one GPU per node: NCCL takes the network hop of Tree for every algorithm
-    inter = float(hw[Link.NET, Algorithm.TREE if system.ppn == 1 else algo, proto])
+    inter = hw(Link.NET, Algorithm.TREE if system.ppn == 1 else algo, proto)
     inter += system.latency_inter_us * PROTOCOLS[proto].network_round_trips
     terms = LatencyTerms(
         collective=coll, protocol=proto, base=float(nccl.BASE_LATENCY_US[algo, proto]),
-        intra=float(hw[intra_link, algo, proto]), inter=inter,
+        intra=hw(intra_link, algo, proto), inter=inter,
         hw_link=intra_link if system.nnodes == 1 else Link.NET,
         steps=nsteps(coll, system.nranks), per_node=system.nranks // system.nnodes)
     return TUNINGS[algo].latency(system, terms)

@@ -12,6 +12,7 @@ own choice there (``dynamiccl.agents.shipping.export.for_example_tuner``). Rules
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,13 +38,15 @@ def _any(value: int | None) -> str:
     return "-1" if value is None else str(value)
 
 
-def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.DEFAULT_CONTEXT
-                        ) -> str:
+def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.DEFAULT_CONTEXT,
+                        notes: Mapping[pf.Rule, str] | None = None) -> str:
     """The CSV text for one slice (default: no straggler, no overlap).
 
     Rules are ordered most specific first (exact nodes, then exact ranks), so the example's
     first-match search finds the rule our plugin would apply; numPipeOps and regBuff are -1 (any):
-    DynamICCL's decisions never depend on them.
+    DynamICCL's decisions never depend on them. ``notes`` puts a comment line above a rule (what
+    it rests on: a measurement, or NCCL's own pick as the model predicts it); the example tuner
+    skips lines starting with ``#``.
     """
     sl = policy.slice(*context)
     lines = [
@@ -72,6 +75,8 @@ def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.
                 " keeps NCCL's channel count, which NVIDIA's example tuner cannot express (it "
                 "would run on 1 channel); export with explicit channels"
             )
+        if notes and notes.get(rule):
+            lines.append(f"# {notes[rule]}")
         lines.append(",".join([
             COLLECTIVE_TOKENS[rule.collective], str(rule.min_bytes), str(rule.max_bytes),
             ALGORITHM_TOKENS[d.algorithm], PROTOCOL_TOKENS[d.protocol], str(d.channels),
@@ -90,10 +95,11 @@ KIND = FileKind("a DynamICCL export for NVIDIA's example tuner", _is_ours)
 
 
 def write_nccl_example_csv(policy: pf.PolicyFile, path: str | Path, *,
-                           context: tuple[str, str] = pf.DEFAULT_CONTEXT) -> Path:
+                           context: tuple[str, str] = pf.DEFAULT_CONTEXT,
+                           notes: Mapping[pf.Rule, str] | None = None) -> Path:
     """Writes the CSV atomically (ranks starting meanwhile read the old or the new file, never a
     mixture); an existing file is replaced only if this function wrote it."""
-    return pf.replace_file(path, to_nccl_example_csv(policy, context=context), kind=KIND)
+    return pf.replace_file(path, to_nccl_example_csv(policy, context=context, notes=notes), kind=KIND)
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,9 @@ CONTEXT_KEYS = ("straggler", "c2c")
 POLICY_ENV = "DYNAMICCL_POLICY"
 CONTEXT_ENV = "DYNAMICCL_CONTEXT"
 LOG_DECISIONS_ENV = "DYNAMICCL_LOG_DECISIONS"
+#: The hex SHA-256 of the policy file every rank must load (``dynamiccl show`` prints it): a rank
+#: whose file hashes otherwise defers every call and says so at WARN.
+POLICY_SHA256_ENV = "DYNAMICCL_POLICY_SHA256"
 
 #: What the v2 ABI (NCCL 2.21) may be told to run: NCCL 2.21 takes the plugin's algorithm and
 #: protocol without checking that the algorithm implements the collective, that the protocol is

@@ -21,15 +21,20 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dynamiccl.decisions import KnobConstraints
+from dynamiccl.decisions import KnobConstraints, nccl_default
 from dynamiccl.envs.backends.base import Measurement, UnmeasuredChoice
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.system.knobs import ACTIONS, Algorithm, Collective, Protocol, parse_enum
 from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.topology import Topology
 from dynamiccl.system.units import format_size
+
+if TYPE_CHECKING:
+    from dynamiccl.envs.workloads import Episode
 
 #: (algorithm, protocol, channels) as NCCL was told; None = NCCL chose that knob.
 Choice = tuple[Algorithm | None, Protocol | None, int | None]
@@ -70,6 +75,7 @@ class ReplayTable:
     """Measured times per call and choice, and per launch (records of unknown launch are one)."""
 
     def __init__(self, records: Iterable[MeasurementRecord]) -> None:
+        records = list(records)
         grouped: dict[tuple[CallKey, Choice, bool], list[float]] = defaultdict(list)
         by_launch: dict[tuple[CallKey, Choice, str], dict[bool, list[float]]] = defaultdict(
             lambda: defaultdict(list))
@@ -101,6 +107,38 @@ class ReplayTable:
         if not self.calls:
             raise ValueError("the replay table is empty: give nccl-tests logs or measurement "
                              "records of NCCL runs (forced choices next to NCCL's default)")
+        #: The nodes each measured rank count spanned (where the records say it), and the pair
+        #: NCCL logged it ran for a call and choice (its TUNING lines, where the logs have them).
+        self.nodes: dict[int, int] = {}
+        self.logged: dict[tuple[CallKey, Choice], str] = {}
+        for rec in records:
+            if rec.nnodes:
+                self.nodes.setdefault(rec.nranks, rec.nnodes)
+            if rec.nccl_pick:
+                self.logged.setdefault(((rec.coll, rec.nbytes, rec.nranks), _record_choice(rec)),
+                                       rec.nccl_pick)
+
+    def suite(self, topology: Topology) -> list[Episode]:
+        """The measured calls as an evaluation suite on ``topology`` (resized to each measured
+        shape): per collective and rank count one episode of the sizes NCCL's default was measured
+        at beside at least one other choice, smallest first. What ``evaluate --backend replay``
+        scores without a suite: every call the logs can answer, none they cannot."""
+        from dynamiccl.envs.workloads import Episode
+
+        groups: dict[tuple[Collective, int], list[int]] = defaultdict(list)
+        for (coll, nbytes, nranks), measured in self.calls.items():
+            if DEFAULT_CHOICE in measured and len(measured) > 1:
+                groups[(coll, nranks)].append(nbytes)
+        episodes = []
+        for (coll, nranks), sizes in sorted(groups.items()):
+            nodes = self.nodes.get(nranks, max(1, nranks // topology.gpus_per_node))
+            if nranks % nodes:
+                continue
+            system = topology.resized(nodes=nodes, gpus_per_node=nranks // nodes)
+            episodes.append(Episode(f"replay/{coll.name.lower()}/{nranks}r", system.name, nodes,
+                                    "measured calls", tuple(Scenario(system, coll, n)
+                                                            for n in sorted(sizes))))
+        return episodes
 
     @classmethod
     def load(cls, paths: str | Path | Sequence[str | Path]) -> ReplayTable:
@@ -207,11 +245,41 @@ class ReplayBackend:
     def time(self, scenario: Scenario, choice: Choice) -> float:
         measured = self.table.choices(scenario)
         if choice not in measured:
+            found = self._ran_as(scenario, choice, measured)
+            if found is not None:
+                return measured[found]
             known = ", ".join(choice_label(c) for c in measured) or "nothing"
             raise UnmeasuredChoice(
                 f"{choice_label(choice)} was not measured for {_describe(scenario)} (measured: "
                 f"{known}); the replay backend answers only measured choices")
         return measured[choice]
+
+    def _ran_as(self, scenario: Scenario, choice: Choice, measured: dict[Choice, float]
+                ) -> Choice | None:
+        """A measured run forced with fewer knobs that ran ``choice``'s pair: a run told only
+        ``NCCL_ALGO=Ring`` measured the protocol NCCL picked with it, as its TUNING log says or,
+        where it has none, as NCCL's cost model on the scenario's system picks (what ``tune``
+        counts it as). Only for a pair with NCCL's own channel count."""
+        algo, proto, channels = choice
+        if algo is None or proto is None or channels is not None:
+            return None
+        for c in measured:
+            if c == DEFAULT_CHOICE or c[2] is not None or (c[0] not in (None, algo)) \
+                    or (c[1] not in (None, proto)):
+                continue
+            logged = self.table.logged.get((_call(scenario), c))
+            if logged:
+                ran = tuple(parse_enum(e, n) for e, n in zip((Algorithm, Protocol),
+                                                             logged.split("/"), strict=True))
+            else:
+                try:
+                    config = nccl_default(scenario, KnobConstraints(algorithm=c[0], protocol=c[1])).config
+                except ValueError:
+                    continue
+                ran = (config.algorithm, config.protocol)
+            if ran == (algo, proto):
+                return c
+        return None
 
     def available(self, scenario: Scenario) -> np.ndarray:
         """Actions whose exact (algorithm, protocol, channels) was measured."""

@@ -39,9 +39,9 @@ def detect_format(path: str | Path) -> str:
     stripped = head.lstrip("\ufeff \t\r\n")  # a byte-order mark some editors write, then space
     if stripped.startswith("{"):
         first = _json_object(stripped.splitlines()[0])
-        if first is None or {"results", "nccl_version", "args"} & set(first):
-            return "nccl-tests-json"  # one (usually indented) report object
-        missing = [name for name in REQUIRED_FIELDS if name not in first]
+        missing = [] if first is None else [name for name in REQUIRED_FIELDS if name not in first]
+        if first is None or {"results", "args"} & set(first) or ("nccl_version" in first and missing):
+            return "nccl-tests-json"  # one (usually indented) report object; records name a release too
         if missing:
             raise MeasurementFormatError(
                 f"{path}: a JSON object that is neither an nccl-tests -J report (it has no "

@@ -339,6 +339,13 @@ class PickComparison:
     nccl: Pick
     #: None when the model finds nothing usable for the call.
     model: Config | None
+    #: The channels the model's pick is dealt to, as NCCL's TUNING line counts them (the call's
+    #: ``nMaxChannels`` spread by NCCL's planner: ``NcclModel.spread_channels``); None: not known.
+    spread: int | None = None
+
+    @property
+    def model_channels(self) -> int | None:
+        return self.spread if self.spread is not None else (self.model and self.model.channels)
 
     @property
     def agrees(self) -> bool:
@@ -347,21 +354,32 @@ class PickComparison:
             return False
         return (self.model.algorithm == self.nccl.algorithm
                 and self.model.protocol == self.nccl.protocol
-                and self.nccl.channels in (None, self.model.channels))
+                and self.nccl.channels in (None, self.model_channels))
+
+    def model_label(self) -> str | None:
+        """The model's pick as the log spells NCCL's (``ring/simple/2ch``: the channels it runs on)."""
+        if self.model is None:
+            return None
+        return f"{self.model.algorithm.name.lower()}/{self.model.protocol.name.lower()}/" \
+               f"{self.model_channels}ch"
 
     def to_json(self) -> dict:
         return {"collective": self.nccl.collective.name.lower(), "size": self.nccl.nbytes,
-                "nccl": self.nccl.label(), "model": None if self.model is None else self.model.label(),
+                "nccl": self.nccl.label(), "model": self.model_label(),
+                "model_max_channels": None if self.model is None else self.model.channels,
                 "agrees": self.agrees}
 
 
 def compare_picks(log: NcclDebugLog, model: NcclModel) -> list[PickComparison]:
-    """Every distinct logged call next to what the model picks for it."""
+    """Every distinct logged call next to what the model picks for it, with the channels the
+    model's pick is spread over (what the log's ``channel{Lo..Hi}`` counts)."""
     out = []
     for pick in log.distinct_picks():
         try:
             config = model.choose(pick.collective, pick.nbytes).config
         except ValueError:  # NCCL found something usable where the model finds nothing
-            config = None
-        out.append(PickComparison(pick, config))
+            out.append(PickComparison(pick, None))
+            continue
+        out.append(PickComparison(pick, config, model.spread_channels(pick.collective, pick.nbytes,
+                                                                      config)))
     return out

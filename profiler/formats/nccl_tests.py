@@ -19,6 +19,7 @@ from pathlib import Path
 from dynamiccl.profiler.formats.nccl_debug_log import parse_pick_line
 from dynamiccl.profiler.formats.records import MeasurementRecord, is_no_op, normalize_config
 from dynamiccl.system.nccl import ALGO_ENV, MAX_CHANNELS_ENV, MIN_CHANNELS_ENV, PROTO_ENV, Collective
+from dynamiccl.system.nccl_versions import version_in_text
 
 
 class NcclTestsParseError(ValueError):
@@ -52,6 +53,11 @@ class NcclTestsRun:
     nccl_version: str | None = None
     warnings: list[str] = field(default_factory=list)
 
+    #: The output says whether NCCL_ALGO/NCCL_PROTO were set: NCCL_DEBUG=INFO lines (NCCL logs
+    #: ``NCCL_ALGO set by environment to ...`` at INFO, src/graph/tuning.cc) or the variables
+    #: themselves (a command line echoed into the log). nccl-tests' own text records no environment.
+    forcing_known: bool = False
+
     @property
     def nranks(self) -> int:
         return self.records[0].nranks if self.records else len(self.ranks)
@@ -74,7 +80,7 @@ _RANK_RE = re.compile(r"#\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(
                       r"(\d+)\s+\[([^\]]*)\]\s*(.*)")
 _ENV_INFO_RE = re.compile(r"NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (\S+)")
 _ENV_ASSIGN_RE = re.compile(r"(?<![A-Za-z0-9_])(NCCL_[A-Z0-9_]+)=('[^']*'|\"[^\"]*\"|\S+)")
-_VERSION_RE = re.compile(r"NCCL version (\S+)")
+_BANNER_RE = re.compile(r"NCCL version (\S+)")
 _AVG_RE = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\S+)")
 #: Columns repeated for the out-of-place and the in-place half (``error``: pre-2.11 max error).
 _GROUP_COLUMNS = ("time", "algbw", "busbw", "wrong", "error")
@@ -128,6 +134,8 @@ class _Parser:
         self.env: dict[str, str] = {}
         self.binary: Collective | None = None
         self.version: str | None = None
+        self.release = ""
+        self.debug_info = False
         self.columns: list[str] | None = None
         self.rows: list[tuple[int, dict[str, str]]] = []
         self.avg: float | None = None
@@ -161,8 +169,11 @@ class _Parser:
             self.env[m.group(1)] = m.group(2)
         elif "NCCL INFO" not in line:
             self.env.update({k: v.strip("'\"") for k, v in _ENV_ASSIGN_RE.findall(line)})
-        if m := _VERSION_RE.search(line):
-            self.version = m.group(1)
+        self.debug_info = self.debug_info or "NCCL INFO" in line
+        if version := version_in_text(line):
+            banner = _BANNER_RE.search(line)
+            self.version = banner.group(1) if banner else self.version or str(version)
+            self.release = str(version)
         if pick := parse_pick_line(line):
             self.picks.setdefault((pick.collective, pick.nbytes), pick.pair)
 
@@ -235,9 +246,11 @@ class _Parser:
         nnodes = len({r.host for r in self.ranks}) or None
         collective = self._collective(nranks)
         algo, proto, channels = _forced_config(self.env, collective)
+        forcing_known = self.debug_info or any(k in self.env for k in (ALGO_ENV, PROTO_ENV))
         records, no_ops = [], 0
         common = {"launch": f"{self.launch}#{len(self.runs)}",
-                  "gpu": self.ranks[0].gpu_name if self.ranks else ""}
+                  "gpu": self.ranks[0].gpu_name if self.ranks else "",
+                  "nccl_version": self.release, "forcing_unknown": not forcing_known}
         for lineno, row in self.rows:
             nbytes = _int(row, "size", lineno, self)
             if is_no_op(nbytes):
@@ -254,7 +267,7 @@ class _Parser:
                 warnings.append(f"the rows average {mean:.3g} GB/s bus bandwidth but the footer "
                                 f"says {self.avg:.3g}: rows may be missing")
         return NcclTestsRun(collective, dict(self.header), list(self.ranks), dict(self.env),
-                            records, self.avg, self.version, warnings)
+                            records, self.avg, self.version, warnings, forcing_known)
 
     def _collective(self, nranks: int) -> Collective:
         if self.binary is not None:

@@ -23,6 +23,7 @@ from typing import Any
 from dynamiccl.profiler.formats.nccl_tests import _TYPE_SIZES, _forced_config, collective_from_name
 from dynamiccl.profiler.formats.records import MeasurementRecord, is_no_op
 from dynamiccl.system.knobs import Collective
+from dynamiccl.system.nccl_versions import parse_version
 
 
 class NcclTestsJsonError(ValueError):
@@ -76,6 +77,7 @@ def parse_nccl_tests_json(report: Any, source: str = "<json>",
     gpu = next((str(d.get("device_info") or "") for d in devices if isinstance(d, dict)), "")
     collective = _collective(report, source, nranks, collective)
     algo, proto, channels = _forced_config(env, collective)
+    version = _version(report.get("nccl_version"))
     records = []
     for i, row in enumerate(report["results"]):
         where = f"{source}:results[{i}]"
@@ -99,9 +101,8 @@ def parse_nccl_tests_json(report: Any, source: str = "<json>",
                 collective.name.lower(), row["size"], nranks, float(time_us),
                 float(half.get("alg_bw", 0.0)), float(half.get("bus_bw", 0.0)), algo, proto,
                 channels, nnodes, in_place, source=where, env=dict(env), launch=launch or source,
-                gpu=gpu))
-    version = report.get("nccl_version")
-    return NcclTestsJsonRun(collective, env, _version(version), records, warnings)
+                gpu=gpu, nccl_version=version or ""))
+    return NcclTestsJsonRun(collective, env, version, records, warnings)
 
 
 def _env(entries: Any) -> dict[str, str]:
@@ -139,10 +140,7 @@ def _collective(report: dict[str, Any], source: str, nranks: int,
 
 
 def _version(code: Any) -> str | None:
-    """NCCL's integer version code (22703) as text (2.27.3)."""
-    if not isinstance(code, int) or code < 10000:
-        return None if code is None else str(code)
-    major, rest = divmod(code, 10000)
-    minor, patch = divmod(rest, 100)
-    return f"{major}.{minor}.{patch}"
+    """NCCL's integer version code (22703) as text (2.27.3); None where it names no release."""
+    version = parse_version(code)
+    return None if version is None else str(version)
 

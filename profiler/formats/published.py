@@ -31,6 +31,7 @@ from dynamiccl.profiler.formats.records import MeasurementRecord, normalize_conf
 from dynamiccl.profiler.formats.tuner_measurements_csv import COLUMNS, INPLACE_COLUMN, tuner_csv_rows
 from dynamiccl.system.knobs import Collective
 from dynamiccl.system.nccl import ALGO_ENV, PROTO_ENV
+from dynamiccl.system.nccl_versions import parse_version
 from dynamiccl.system.topology import LAUNCH_MODES, MAX_RANKS, Topology, load_topology
 
 #: Files in a system folder that are not run sidecars.
@@ -112,6 +113,27 @@ def sidecar_log(path: str | Path) -> Path | None:
     return log if log.is_file() else None
 
 
+def sidecar_text(log: str, collective: Collective, nodes: int, gpus_per_node: int, launch: str,
+                 forced: dict[str, str], *, env: dict[str, str] | None = None,
+                 source: dict[str, str] | None = None, notes: str = "",
+                 nccl_version: str = "unknown") -> str:
+    """A sidecar for the log named ``log`` (a file name beside the sidecar), as :func:`load_run`
+    reads it: what the log alone cannot say (the nodes, the launch mode, the variables that forced
+    NCCL, ``{}`` for NCCL's default). ``dynamiccl label`` and the scripts ``tune --plan`` writes use
+    it; every sidecar it writes loads (checked by :func:`_sidecar_problem` before it is returned)."""
+    meta = {"log": log, "collective": collective.name.lower(), "nodes": nodes,
+            "gpus_per_node": gpus_per_node, "launch": launch, "nccl_version": nccl_version,
+            "forced": dict(forced), "env": dict(env or {}), "source": dict(source or {}),
+            "notes": notes}
+    if launch not in LAUNCH_MODES:
+        raise PublishedRunError(f"launch is {launch!r}; use one of {', '.join(LAUNCH_MODES)}")
+    problem = _sidecar_problem(meta)
+    if problem:
+        raise PublishedRunError(problem)
+    head = f"# Sidecar of {log}: how it was run (dynamiccl.profiler.formats.published).\n"
+    return head + yaml.safe_dump(meta, sort_keys=False, width=1000)
+
+
 def load_all(root: str | Path) -> dict[str, list[PublishedRun]]:
     return {d.name: load_system(d) for d in system_dirs(root)}
 
@@ -131,6 +153,7 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
     algo, proto, channels = _forced_config(forced, collective)
     nodes, gpn = int(meta["nodes"]), int(meta["gpus_per_node"])
+    stated = _sidecar_version(sidecar, meta)
     halves: dict[bool, list[MeasurementRecord]] = {False: [], True: []}
     for rec in load(log):
         if rec.coll != collective:
@@ -140,9 +163,14 @@ def load_run(sidecar: str | Path) -> PublishedRun:
             raise PublishedRunError(f"{sidecar}: says {nodes} nodes x {gpn} GPUs = {nodes * gpn} "
                                     f"ranks, but {log.name} lists {rec.nranks}; fix its nodes or "
                                     "gpus_per_node")
+        if stated and rec.nccl_version and rec.nccl_version != stated:
+            raise PublishedRunError(f"{sidecar}: says NCCL {stated} but {log.name} was run with "
+                                    f"NCCL {rec.nccl_version}; fix the sidecar's nccl_version")
         halves[rec.in_place].append(replace(rec, nranks=nodes * gpn, nnodes=nodes, algorithm=algo,
                                             protocol=proto, channels=channels,
-                                            env={**rec.env, **forced, **_str_map(meta.get("env"))}))
+                                            env={**rec.env, **forced, **_str_map(meta.get("env"))},
+                                            nccl_version=rec.nccl_version or stated,
+                                            forcing_unknown=False))
     if not halves[False]:
         raise PublishedRunError(f"{log}: no out-of-place rows with a size above 0")
     return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, nodes, gpn,
@@ -169,7 +197,8 @@ def load_table(sidecar: str | Path) -> list[PublishedRun]:
             raise PublishedRunError(f"{rec.source}: a table row needs its node count")
         key = (rec.collective, rec.nnodes, rec.config_label)
         launch = f"{table.resolve()}#{rec.collective}:{rec.nnodes}n:{rec.config_label}"
-        groups.setdefault(key, []).append(replace(rec, env=_str_map(meta.get("env")), launch=launch))
+        groups.setdefault(key, []).append(replace(rec, env=_str_map(meta.get("env")), launch=launch,
+                                                  nccl_version=_sidecar_version(sidecar, meta)))
     gpn = int(meta["gpus_per_node"])
     return [PublishedRun(sidecar.parent.name, f"{sidecar.stem}:{coll}:{nodes}n:{label}",
                          sidecar.parent / meta["log"], Collective[coll.upper()], nodes, gpn,
@@ -177,6 +206,19 @@ def load_table(sidecar: str | Path) -> list[PublishedRun]:
                          str(meta.get("nccl_version", "unknown")), dict(meta["source"]),
                          tuple(recs))
             for (coll, nodes, label), recs in groups.items()]
+
+
+def _sidecar_version(sidecar: Path, meta: dict[str, Any]) -> str:
+    """The NCCL release the sidecar states (``nccl_version``), "" where it says ``unknown`` or
+    nothing; a value that names no release is refused."""
+    value = meta.get("nccl_version")
+    if value in (None, "unknown"):
+        return ""
+    version = parse_version(str(value))
+    if version is None:
+        raise PublishedRunError(f"{sidecar}: nccl_version {value!r} is not an NCCL release; give "
+                                "it as major.minor.patch (2.26.2) or 'unknown'")
+    return str(version)
 
 
 def _forced_env(rec: MeasurementRecord) -> dict[str, str]:

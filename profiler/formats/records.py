@@ -20,6 +20,7 @@ from dynamiccl.config_loader import unique_keys
 from dynamiccl.files import FileKind, read_head
 from dynamiccl.system.knobs import parse_enum
 from dynamiccl.system.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol, bus_factor
+from dynamiccl.system.nccl_versions import parse_version
 from dynamiccl.system.topology import MAX_RANKS
 from dynamiccl.system.units import MAX_DURATION_US, SIZE_LIMIT
 
@@ -104,6 +105,14 @@ class MeasurementRecord:
     #: Measured on emulated hosts (``--emulate-hosts``: ranks sharing GPUs, each its own node to
     #: NCCL, joined by loopback sockets): not the network the GPUs really sit on.
     emulated_hosts: bool = False
+    #: The NCCL release that ran it (``2.26.2``; "" = the log does not say): NCCL's default, the
+    #: baseline every decision is taken against, changes between releases
+    #: (:mod:`dynamiccl.system.nccl_versions`).
+    nccl_version: str = ""
+    #: The log does not say whether ``NCCL_ALGO``/``NCCL_PROTO`` were set (nccl-tests text with no
+    #: sidecar and no ``NCCL_DEBUG=INFO`` lines): ``algorithm``/``protocol`` None may be NCCL's
+    #: default or a forced run, so ``tune`` refuses it (:mod:`~dynamiccl.profiler.formats.provenance`).
+    forcing_unknown: bool = False
     #: The rank the runner's straggler detection found persistently late, and by how much, where
     #: no straggler was injected too: a property of the system as measured (one host's ranks
     #: released from a barrier a little apart), not a condition of the measurement.
@@ -217,17 +226,19 @@ def _impossible(rec: MeasurementRecord) -> str | None:
             return f"{prefix}straggler_rank {rank!r} is not one of the {rec.nranks} ranks"
         if not _is_number(delay) or not 0 <= delay <= MAX_DURATION_US:
             return f"{prefix}straggler_delay_us {delay!r} is not a delay in µs (0 up to an hour)"
-    for name in ("in_place", "emulated_hosts"):
+    for name in ("in_place", "emulated_hosts", "forcing_unknown"):
         if not isinstance(getattr(rec, name), bool):
             return f"{name} {getattr(rec, name)!r} is not true or false"
     if rec.backend not in BACKENDS:
         return f"backend {rec.backend!r} is none of {', '.join(BACKENDS)}"
-    for name in ("source", "launch", "gpu", "nccl_pick"):
+    for name in ("source", "launch", "gpu", "nccl_pick", "nccl_version"):
         if not isinstance(getattr(rec, name), str):
             return f"{name} {getattr(rec, name)!r} is not a string"
     if not isinstance(rec.env, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                 for k, v in rec.env.items()):
         return f"env {rec.env!r} is not a mapping of variable names to strings"
+    if rec.nccl_version and parse_version(rec.nccl_version) is None:
+        return f"nccl_version {rec.nccl_version!r} is not an NCCL release (major.minor.patch)"
     if rec.nccl_pick:
         algo, _, proto = rec.nccl_pick.partition("/")
         if not (_known(Algorithm, algo, NCCL_ALGORITHMS) and _known(Protocol, proto, Protocol)):

@@ -1,0 +1,283 @@
+"""``dynamiccl ab run --policy P -- CMD`` / ``dynamiccl ab diff A.jsonl B.jsonl``: verify a policy on
+the cluster, and see what it changed.
+
+``run`` launches the job's own command again and again under the user's launcher, NCCL's default and
+the policy interleaved (:mod:`~dynamiccl.profiler.measure.ab`: the same command, only the variables
+that load the policy toggled), and prints each side's median with its spread, the pairs' ratios and
+a verdict: faster, slower, or no difference beyond the spread. ``--dry-run`` prints the launches.
+Every launch's output is kept in ``--out`` (``launch_NN_<side>.log``) and ``ab.json`` is rewritten
+atomically after each launch, so Ctrl-C (which stops the running launch's whole session) keeps what
+was measured. Rolling back is running without the policy: the default side of every pair is exactly
+that command.
+
+``diff`` lays two job mixes (``dynamiccl profile job``'s ``job.jsonl``, one run with NCCL's
+default, one with the policy) side by side: per collective, size and communicator what NCCL ran and
+the GPU time per call on each side (:mod:`~dynamiccl.profiler.formats.job_mix_diff`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from dynamiccl.cli.common import UserError, int_between, path_arg, positive_float
+
+EPILOG = """examples:
+  dynamiccl ab run --policy tuned.dccl --dry-run -- srun --nodes 16 --ntasks-per-node 8 python train.py
+  dynamiccl ab run --policy tuned.dccl --pairs 5 --metric 'step time ([0-9.]+) ms' --out ab -- \\
+      torchrun --nproc-per-node 8 train.py
+  dynamiccl ab run --policy tuned.dccl --launcher openmpi -- mpirun -np 16 -N 8 python train.py
+  dynamiccl ab diff default/job.jsonl policy/job.jsonl"""
+
+MAX_PAIRS = 50
+AB_FILE = "ab.json"
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise UserError("no command given; write the job's command after --, e.g. dynamiccl ab run "
+                        "--policy tuned.dccl -- torchrun --nproc-per-node 8 train.py")
+    if not args.dry_run and not shutil.which(cmd[0]):
+        raise UserError(f"{cmd[0]}: command not found; give the job's command after --")
+    return cmd
+
+
+def _policy_vars(args: argparse.Namespace) -> dict[str, str]:
+    """The variables that load the policy (checked as the plugin checks the file)."""
+    from dynamiccl.cli.policy_sniff import policy_file_kind
+    from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.plugin.policy_format import POLICY_ENV, POLICY_SHA256_ENV
+    from dynamiccl.profiler.measure.ab import policy_env
+    from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
+
+    if policy_file_kind(args.policy) != "dccl":
+        raise UserError(f"{args.policy}: the A/B loads a .dccl through the DynamICCL plugin; give "
+                        "the .dccl tune or export wrote")
+    pf.read(args.policy)  # a damaged file is one line here, not a job that silently defers
+    plugin = args.plugin or _plugin_path(args.dry_run)
+    return policy_env(plugin, args.policy, pf.file_hash(args.policy), policy_var=POLICY_ENV,
+                      sha_var=POLICY_SHA256_ENV, plugin_var=TUNER_PLUGIN_ENV)
+
+
+def _plugin_path(dry_run: bool) -> str:
+    from dynamiccl.plugin import build as plugin
+
+    try:
+        return str(plugin.library_path(build_if_missing=not dry_run))
+    except plugin.PluginError as exc:
+        if dry_run:
+            return "$(dynamiccl plugin path)"
+        raise UserError(f"{exc}; or give --plugin PATH") from None
+
+
+def _refuse_forcing(env: dict[str, str]) -> None:
+    """NCCL_ALGO/NCCL_PROTO in the environment pin NCCL on both sides: the plugin would change
+    nothing, and the comparison would say so falsely."""
+    from dynamiccl.system.nccl import ALGO_ENV, PROTO_ENV
+
+    set_ = [v for v in (ALGO_ENV, PROTO_ENV) if env.get(v)]
+    if set_:
+        raise UserError(f"{', '.join(set_)} set in the environment: NCCL then ignores the tuner "
+                        "plugin, so both sides would run the same; unset it for the A/B")
+
+
+def _run(args: argparse.Namespace) -> int:
+    import os
+
+    from dynamiccl.files import write_text_atomic
+    from dynamiccl.plugin.policy_format import POLICY_ENV, POLICY_SHA256_ENV
+    from dynamiccl.profiler.measure import ab
+    from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
+
+    cmd = _command(args)
+    _refuse_forcing(dict(os.environ))
+    metric = _metric(args.metric)
+    policy_vars = _policy_vars(args)
+    # the default side drops every variable that would load a policy; a tuner of the user's own
+    # (another NCCL_TUNER_PLUGIN) stays: that is what the job runs without DynamICCL
+    drop = [POLICY_ENV, POLICY_SHA256_ENV] + (
+        [TUNER_PLUGIN_ENV] if "dynamiccl" in os.environ.get(TUNER_PLUGIN_ENV, "") else [])
+    launches = ab.plan(cmd, args.pairs, policy_vars, args.launcher, drop)
+    if args.dry_run:
+        for launch in launches:
+            print(f"# launch {launch.index + 1}/{len(launches)}: {launch.side} (pair {launch.pair + 1})")
+            print(launch.shell())
+        return 0
+    out = _claim_out(args)
+    doc = {"command": cmd, "policy": str(Path(args.policy).resolve()),
+           "sha256": policy_vars[POLICY_SHA256_ENV], "launcher": args.launcher,
+           "metric": args.metric or "wall seconds", "pairs": args.pairs, "launches": [],
+           "summary": None, "interrupted": False}
+
+    def save(results: list) -> None:
+        doc["launches"] = [vars(r) for r in results]
+        doc["summary"] = ab.summarize(results, not args.higher_is_better).to_json()
+        write_text_atomic(out / AB_FILE, json.dumps(doc, indent=1))
+
+    results: list = []
+
+    def done(so_far: list) -> None:
+        results[:] = so_far
+        save(so_far)
+
+    try:
+        ab.run_all(launches, dict(os.environ), out, timeout_s=args.timeout, metric=metric, done=done,
+                   progress=lambda line: print(line, file=sys.stderr))
+    except KeyboardInterrupt:
+        doc["interrupted"] = True
+        save(results)
+        print(f"dynamiccl ab run: interrupted after {len(results)} launch(es); what was measured "
+              f"is in {out / AB_FILE}", file=sys.stderr)
+        _print_summary(ab.summarize(results, not args.higher_is_better), doc)
+        return 130
+    except OSError as exc:
+        raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    summary = ab.summarize(results, not args.higher_is_better)
+    _print_summary(summary, doc)
+    failed = [r for r in results if r.status != 0 or r.score is None]
+    if failed:
+        r = failed[0]
+        why = f"exited with status {r.status}" if r.status else "printed no number --metric matches"
+        print(f"dynamiccl ab run: launch {r.index + 1} ({r.side}) {why}: the A/B stopped there (its "
+              f"output: {r.log})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _metric(text: str | None) -> re.Pattern[str] | None:
+    if text is None:
+        return None
+    try:
+        pattern = re.compile(text)
+    except re.error as exc:
+        raise UserError(f"--metric {text!r} is not a regular expression ({exc})") from None
+    if pattern.groups < 1:
+        raise UserError(f"--metric {text!r} has no group: put the number in parentheses, e.g. "
+                        "'step time ([0-9.]+) ms'")
+    return pattern
+
+
+def _claim_out(args: argparse.Namespace) -> Path:
+    from dynamiccl.files import FileKind, claim_output, starts_with
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give a folder for the A/B's logs and {AB_FILE}")
+    if not out.parent.is_dir():
+        raise UserError(f"--out {out}: its parent folder does not exist; create it first")
+    out.mkdir(exist_ok=True)
+    claim_output(out / AB_FILE, FileKind("an A/B result (dynamiccl ab run)", starts_with(b"{")),
+                 force=args.force, flag="--out")
+    stale = sorted(out.glob("launch_*.log"))
+    if stale and not args.force:
+        raise UserError(f"--out {out} holds the logs of an earlier A/B ({stale[0].name}, ...); pass "
+                        "--force to replace them or pick another folder")
+    return out
+
+
+def _print_summary(summary, doc: dict) -> None:
+    unit = doc["metric"]
+
+    def side(name: str, s) -> str:
+        if s is None:
+            return f"{name:>8}: no scored launch"
+        return f"{name:>8}: median {s.median:.6g} ({s.low:.6g} .. {s.high:.6g}) {unit}, {s.launches} launches"
+
+    print(side("default", summary.default))
+    print(side("policy", summary.policy))
+    if summary.ratios:
+        print(f"   pairs: policy / default {', '.join(f'{r:.4f}' for r in summary.ratios)}")
+    print(f" verdict: {summary.verdict}")
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from dynamiccl.console import console
+    from dynamiccl.profiler.formats import job_mix
+    from dynamiccl.profiler.formats.job_mix_diff import DiffRow, diff, totals
+    from dynamiccl.system.units import format_size
+
+    mixes = []
+    for path in (args.a, args.b):
+        try:
+            mixes.append(job_mix.read(path))
+        except (OSError, ValueError) as exc:
+            raise UserError(str(exc) if isinstance(exc, ValueError) else
+                            f"{path}: {exc.strerror or exc}") from None
+    rows = diff(*mixes)
+    total_a, total_b = totals(*mixes)
+    if args.json:
+        print(json.dumps({"a": args.a, "b": args.b, "total_us": [round(total_a, 3), round(total_b, 3)],
+                          "rows": [r.to_json() for r in rows]}, indent=1))
+        return 0
+    table = Table(title=f"A = {args.a}, B = {args.b}", title_justify="left")
+    for col in ("collective", "size", "ranks", "nodes", "calls A/B", "NCCL ran A", "NCCL ran B",
+                "µs/call A", "µs/call B", "B/A", "beyond spread"):
+        table.add_column(col)
+    for r in rows:
+        calls = f"{r.a.calls if r.a else 0}/{r.b.calls if r.b else 0}"
+        per_call = [f"{e.record.time_us:.1f}" if e else "-" for e in (r.a, r.b)]
+        table.add_row(r.collective, format_size(r.nbytes), str(r.nranks), str(r.nnodes), calls,
+                      DiffRow.choice(r.a), DiffRow.choice(r.b), *per_call,
+                      "-" if r.ratio is None else f"{r.ratio:.3f}", "yes" if r.beyond_spread else "")
+    console().print(table)
+    change = (total_b / total_a - 1) * 100 if total_a else float("nan")
+    print(f"collective time: A {total_a / 1e3:.3f} ms, B {total_b / 1e3:.3f} ms ({change:+.1f}%)")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from dynamiccl.profiler.measure.ab import LAUNCHERS
+
+    p = subparsers.add_parser(
+        "ab", help="A/B a policy on the cluster (interleaved launches), or diff two job mixes",
+        description="Verify a policy where it runs: the job's own command launched with NCCL's "
+                    "default and with the policy, interleaved; or what it changed in a job's "
+                    "collective mix.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    kinds = p.add_subparsers(dest="what", metavar="WHAT", required=True)
+    r = kinds.add_parser(
+        "run", help="interleaved default/policy launches of a command: medians, spread, verdict",
+        description="Launch CMD in pairs, NCCL's default and the policy (NCCL_TUNER_PLUGIN, "
+                    "DYNAMICCL_POLICY, DYNAMICCL_POLICY_SHA256 set), the order alternating; score "
+                    "each launch by its wall time or --metric; print each side's median with its "
+                    "spread, the pairs' ratios and a verdict. Exits 1 if a launch fails.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--policy", required=True, type=path_arg, metavar="FILE.dccl",
+                   help="the policy the policy side loads")
+    r.add_argument("--pairs", type=int_between(1, MAX_PAIRS), default=5,
+                   help=f"pairs of launches, 1..{MAX_PAIRS} (default 5; a verdict needs 3)")
+    r.add_argument("--launcher", choices=LAUNCHERS, default="env",
+                   help="how the policy's variables reach every rank: env (the command inherits "
+                        "them: srun --export=ALL, torchrun, a script; default), openmpi (mpirun -x), "
+                        "mpich (mpirun -genv)")
+    r.add_argument("--metric", metavar="REGEX",
+                   help="score a launch by the last number this finds in its output (its first "
+                        "group), e.g. 'step time ([0-9.]+) ms' (default: the launch's wall seconds)")
+    r.add_argument("--higher-is-better", action="store_true",
+                   help="the metric is a rate (samples/s): higher wins")
+    r.add_argument("--timeout", type=positive_float, metavar="S",
+                   help="stop a launch after S seconds (it then counts as failed)")
+    r.add_argument("--plugin", type=path_arg, metavar="LIB",
+                   help="the tuner plugin to load (default: `dynamiccl plugin path`)")
+    r.add_argument("--out", type=path_arg, default="dynamiccl-ab", metavar="DIR",
+                   help=f"folder for the launches' logs and {AB_FILE} (default dynamiccl-ab)")
+    r.add_argument("--force", action="store_true", help="replace an earlier A/B's files in --out")
+    r.add_argument("--dry-run", action="store_true", help="print the launches, run nothing")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                   help="the job's command, as it is launched on the cluster")
+    r.set_defaults(func=_run)
+    d = kinds.add_parser(
+        "diff", help="two job mixes (profile job) side by side",
+        description="Per collective, size and communicator: what NCCL ran and the GPU time per call "
+                    "in mix A and in mix B (job.jsonl of `dynamiccl profile job`), and the jobs' "
+                    "collective time.")
+    d.add_argument("a", type=path_arg, metavar="A.jsonl", help="e.g. the run with NCCL's default")
+    d.add_argument("b", type=path_arg, metavar="B.jsonl", help="e.g. the run with the policy")
+    d.add_argument("--json", action="store_true", help="print the rows as JSON")
+    d.set_defaults(func=_diff)

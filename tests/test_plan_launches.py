@@ -1,0 +1,127 @@
+"""``tune --plan``'s launches: the communicator's own shape, node-hours, and a script that survives
+Ctrl-C and goes on where it stopped."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dynamiccl.agents.shipping.launchers import Launch, estimate, launches, script
+from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
+from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement
+from dynamiccl.cli.main import main
+from dynamiccl.profiler.formats import job_mix
+from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+
+
+def _job_on_16_nodes(path: Path) -> Path:
+    """A job whose 16-rank data-parallel group puts one rank on each of 16 nodes."""
+    entries = [job_mix.entry(Collective.ALLREDUCE, n, 16, 16, Algorithm.RING, Protocol.SIMPLE, 4,
+                             100, 100, 5000.0, np.full(100, 50.0), launch="job")
+               for n in (1 << 20, 1 << 24)]
+    job_mix.write(entries, path)
+    return path
+
+
+def test_a_workloads_16_rank_group_over_16_nodes_is_planned_on_16_nodes(tmp_path, capsys):
+    """Issue 41: it was planned as `-np 16 -N 8` (2 nodes: ranks / GPUs per node)."""
+    job = _job_on_16_nodes(tmp_path / "job.jsonl")
+    base = ["tune", "--topology", "dgx_h100", "--nodes", "16", "--workload", str(job), "--plan",
+            "--budget", "12"]
+    assert main([*base, "--launcher", "srun"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert lines and all("--nodes=16 --ntasks-per-node=1 --gpus-per-node=1" in line for line in lines)
+    assert "on 16 nodes x 1 rank per node (srun)" in captured.err
+    assert main([*base, "--launcher", "openmpi"]) == 0
+    assert all("mpirun -np 16 -N 1 " in line for line in capsys.readouterr().out.splitlines())
+    assert main([*base, "--json"]) == 0
+    rows = __import__("json").loads(capsys.readouterr().out)
+    assert {(r["ranks"], r["nodes"], r["ranks_per_node"]) for r in rows} == {(16, 16, 1)}
+    assert all(r["log"].endswith(".txt") and "_16x1_" in r["log"] for r in rows)
+
+
+def test_a_budget_in_node_hours_bounds_the_plans_estimate(tmp_path, capsys):
+    base = ["tune", "--topology", "dgx_h100", "--nodes", "16", "--plan", "--launcher", "srun",
+            "--collective", "allreduce"]
+    hours = []
+    for budget in ("1node-hours", "4nh"):
+        assert main([*base, "--budget", budget]) == 0
+        err = capsys.readouterr().err
+        hours.append(float(re.search(r"and ([0-9.]+) node-hours", err).group(1)))
+    assert 0 < hours[0] <= 1.0 < hours[1] <= 4.0
+    assert main([*base, "--budget", "0nh"]) == 2
+    assert main([*base, "--budget", "two"]) == 2 and "node-hours" in capsys.readouterr().err
+
+
+def test_node_hours_count_the_start_up_and_every_call_at_the_shapes_nodes():
+    m = [PlannedMeasurement(Collective.ALLREDUCE, 16, DEFAULT, 1 << 20, 1.0, "", 1, 2)]
+    run, = launches(m, 8, call_us=lambda _: 1000.0)  # 1 ms a call
+    assert (run.nodes, run.ranks_per_node) == (2, 8)
+    assert run.seconds == 30.0 + 50 * 1e-3
+    assert estimate([run]) == (run.seconds, run.seconds * 2 / 3600)
+
+
+def _slow_binary(folder: Path, seconds: float) -> dict[str, str]:
+    """An nccl-tests stand-in that takes ``seconds`` and prints one published table."""
+    folder.mkdir(exist_ok=True)
+    standin = Path(__file__).parent / "nccl_tests_standin.py"
+    (folder / "all_reduce_perf").write_text(
+        f"#!/bin/sh\nsleep {seconds}\nexec {sys.executable} {standin} all_reduce_perf \"$@\"\n")
+    (folder / "all_reduce_perf").chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_the_plan_script_stops_on_ctrl_c_and_goes_on_where_it_stopped(tmp_path):
+    """Interrupted during its second launch, the script leaves the first launch's log and sidecar,
+    the second's output as `.part` only, and exits 130; run again it skips the first and finishes."""
+    runs = [Launch(1, Collective.ALLREDUCE, 1, 8, choice, (1 << 20,), 10.0)
+            for choice in (DEFAULT, Choice(Algorithm.RING, Protocol.LL))]
+    (tmp_path / "plan.sh").write_text(script(runs, "local", logs="logs", made_by="test",
+                                             then="tune"))
+    env = _slow_binary(tmp_path / "bin", 1.0)
+    proc = subprocess.Popen(["bash", "plan.sh"], cwd=tmp_path, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = tmp_path / "logs" / f"{runs[1].name}.txt.part"
+    deadline = time.monotonic() + 60
+    while not second.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "run bash plan.sh again to go on" in err
+    assert (tmp_path / "logs" / f"{runs[0].name}.txt").is_file()
+    assert (tmp_path / "logs" / f"{runs[0].name}.yaml").is_file()
+    assert not (tmp_path / "logs" / f"{runs[1].name}.txt").exists()
+    again = subprocess.run(["bash", "plan.sh"], cwd=tmp_path, env=_slow_binary(tmp_path / "bin", 0),
+                           capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert f"skip {runs[0].name}" in again.stderr and f"run  {runs[1].name}" in again.stderr
+    assert (tmp_path / "logs" / f"{runs[1].name}.yaml").is_file() and not second.exists()
+
+
+def test_a_failed_launch_stops_the_script_unless_told_to_keep_going(tmp_path):
+    runs = [Launch(1, coll, 1, 8, DEFAULT, (1 << 20,), 10.0)
+            for coll in (Collective.BROADCAST, Collective.ALLREDUCE)]
+    (tmp_path / "plan.sh").write_text(script(runs, "local", logs="logs", made_by="test", then="tune"))
+    env = _slow_binary(tmp_path / "bin", 0)  # no broadcast_perf on PATH
+    stopped = subprocess.run(["bash", "plan.sh"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert stopped.returncode == 1 and f"failed: {runs[0].name}" in stopped.stderr
+    assert not (tmp_path / "logs" / f"{runs[1].name}.txt").exists()
+    kept = subprocess.run(["bash", "plan.sh"], cwd=tmp_path, env={**env, "KEEP_GOING": "1"},
+                          capture_output=True, text=True)
+    assert kept.returncode == 1 and "1 launch(es) failed" in kept.stderr
+    assert (tmp_path / "logs" / f"{runs[1].name}.txt").is_file()
+
+
+def test_a_script_across_nodes_names_its_launcher(tmp_path, capsys):
+    assert main(["tune", "--topology", "dgx_h100", "--nodes", "2", "--plan", "--script",
+                 str(tmp_path / "p.sh")]) == 2
+    assert "add --launcher srun or openmpi or mpich" in capsys.readouterr().err
+    assert not (tmp_path / "p.sh").exists()
