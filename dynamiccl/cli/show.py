@@ -27,6 +27,7 @@ import sys
 
 from dynamiccl.cli.common import UserError, collective_arg, int_between, path_arg, positive_int
 from dynamiccl.console import UNBOUNDED_WIDTH
+from dynamiccl.plugin.policy_format import EXPECTED_HASH_ENV, nccl_window
 
 #: The keys of every ``show --json`` object (a contract; tests hold it).
 JSON_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", "algorithm", "protocol",
@@ -217,10 +218,14 @@ def _run(args: argparse.Namespace) -> int:
     console.print(f"[bold]{args.file}[/bold]: policy [bold]{h.policy}[/bold], format "
                   f"{pf.FORMAT_VERSION}, checksum OK, {policy.n_rules} rules")
     console.print(f"topology {h.topology} (fingerprint {h.fingerprint}, features {h.features}), "
-                  f"NCCL {h.nccl}, created {h.created}, config {h.config_hash}")
+                  f"created {h.created}, config {h.config_hash}")
+    console.print(_nccl_line(h.nccl), soft_wrap=True)
     console.print(f"sha256 {pf.file_hash(args.file)} (the plugin logs it at init: every rank must "
-                  "show the same)", soft_wrap=True)
+                  f"show the same; with {EXPECTED_HASH_ENV} set to it, a rank that reads another "
+                  "file lets NCCL decide and says so at WARN)", soft_wrap=True)
     console.print(f"slices: {', '.join(s.name for s in policy.slices)}")
+    console.print("defer: NCCL's built-in model decides (NCCL loads one tuner, so a network "
+                  "plugin's own, such as aws-ofi-nccl's on EFA, is not used)", soft_wrap=True)
     if evidence_problem:
         console.print(f"{evidence_problem}: NCCL's pick, gain and uncertainty are unknown; "
                       "export or tune the policy again to rewrite it")
@@ -256,6 +261,15 @@ def _run(args: argparse.Namespace) -> int:
     elif policy.pinned_shapes() == "none":
         console.print("every rule defers: the plugin leaves every choice to NCCL")
     return 0
+
+
+def _nccl_line(nccl: str) -> str:
+    """The policy's NCCL version window, as the plugin reads it."""
+    if nccl_window(nccl) is None:
+        return (f"NCCL {nccl}: no version window the plugin can read, so it lets NCCL decide every "
+                "call; export the policy again")
+    return (f"NCCL {nccl}: the plugin applies the policy under these NCCL versions only (under any "
+            "other it lets NCCL decide and says so at WARN)")
 
 
 def _row(rule, ev: dict | None) -> tuple[str, ...]:

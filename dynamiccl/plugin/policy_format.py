@@ -15,6 +15,7 @@ A test regenerates the headers and fails on any difference, so the sides can nev
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -24,12 +25,16 @@ from dynamiccl.system.nccl import (
     ALGORITHM_SPECS,
     ALGORITHM_TOKENS,
     COLLECTIVE_TOKENS,
+    GET_VERSION_SYMBOL,
     MAX_CHANNELS,
+    NET_PLUGIN_ENV,
     PROTO_ENV,
     PROTOCOL_TOKENS,
+    VERSION_CODE_WEIGHTS,
     Algorithm,
     Collective,
     Protocol,
+    version_code,
 )
 
 MAGIC = "DYNAMICCL-POLICY"
@@ -85,10 +90,50 @@ NO_FEATURES = "none"
 DEFAULT_BUCKET = "none"
 CONTEXT_KEYS = ("straggler", "c2c")
 
-#: Environment variables the plugin reads.
+#: Environment variables the plugin reads. ``EXPECTED_HASH_ENV``: the SHA-256 the job expects of the
+#: policy file (as ``dynamiccl show`` and ``sha256sum`` print it); a rank whose file hashes otherwise
+#: lets NCCL decide and says so at WARN.
 POLICY_ENV = "DYNAMICCL_POLICY"
 CONTEXT_ENV = "DYNAMICCL_CONTEXT"
 LOG_DECISIONS_ENV = "DYNAMICCL_LOG_DECISIONS"
+EXPECTED_HASH_ENV = "DYNAMICCL_POLICY_SHA256"
+
+#: The ``nccl`` header: the NCCL versions a policy holds for, ``A.B.C`` or ``A.B.C..X.Y.Z``
+#: (inclusive). The plugin lets NCCL decide under any other version (and under a window it cannot
+#: read), so a policy measured on one release never steers another whose choices differ.
+NCCL_WINDOW_SEPARATOR = ".."
+#: Digits each part of a version may have (major, minor, patch): minor and patch below 100, as the
+#: version code requires.
+NCCL_VERSION_DIGITS = (3, 2, 2)
+_NCCL_VERSION = r"\.".join(f"([0-9]{{1,{n}}})" for n in NCCL_VERSION_DIGITS)
+_NCCL_WINDOW = re.compile(f"{_NCCL_VERSION}(?:{re.escape(NCCL_WINDOW_SEPARATOR)}{_NCCL_VERSION})?")
+
+
+def nccl_window(text: str) -> tuple[int, int] | None:
+    """The (lowest, highest) NCCL version codes an ``nccl`` header value admits, None when the
+    plugin cannot read it (it then lets NCCL decide): the plugin's reading, written once here."""
+    match = _NCCL_WINDOW.fullmatch(text)
+    if not match:
+        return None
+    parts = [int(g) for g in match.groups() if g is not None]
+    low = version_code(*parts[:3])
+    high = version_code(*parts[3:]) if len(parts) == 6 else low
+    return (low, high) if low <= high else None
+
+
+def version_name(code: int) -> str:
+    """A version code as NCCL's release name (23007 -> 2.30.7)."""
+    major, rest = divmod(code, VERSION_CODE_WEIGHTS[0])
+    return f"{major}.{rest // VERSION_CODE_WEIGHTS[1]}.{rest % VERSION_CODE_WEIGHTS[1]}"
+
+
+#: aws-ofi-nccl, the network plugin of EFA (and Slingshot) clusters, ships its own tuner, which NCCL
+#: would use where NCCL_TUNER_PLUGIN names none; NCCL loads one tuner, so DynamICCL replaces it. The
+#: plugin recognises it by a loaded library whose resolved name starts with one of these prefixes
+#: and contains the mark (libnccl-net-ofi.so, often installed as libnccl-net.so; libnccl-ofi-tuner.so)
+#: or by the mark in NCCL_NET_PLUGIN (``ofi``, ``aws-ofi``).
+OFI_LIBRARY_PREFIXES = ("libnccl-net", "libnccl-ofi")
+OFI_MARK = "ofi"
 
 #: What the v2 ABI (NCCL 2.21) may be told to run: NCCL 2.21 takes the plugin's algorithm and
 #: protocol without checking that the algorithm implements the collective, that the protocol is
@@ -163,6 +208,16 @@ def c_header() -> str:
         f"#define DCCL_ENV_LOG_DECISIONS {_c_string(LOG_DECISIONS_ENV)}",
         f"#define DCCL_ENV_NCCL_ALGO {_c_string(ALGO_ENV)}",
         f"#define DCCL_ENV_NCCL_PROTO {_c_string(PROTO_ENV)}",
+        f"#define DCCL_ENV_EXPECTED_HASH {_c_string(EXPECTED_HASH_ENV)}",
+        f"#define DCCL_ENV_NCCL_NET_PLUGIN {_c_string(NET_PLUGIN_ENV)}",
+        f"#define DCCL_NCCL_GET_VERSION {_c_string(GET_VERSION_SYMBOL)}",
+        "#define DCCL_NCCL_VERSION_CODE(major, minor, patch) \\",
+        f"  ((major) * {VERSION_CODE_WEIGHTS[0]} + (minor) * {VERSION_CODE_WEIGHTS[1]} + (patch))",
+        f"#define DCCL_NCCL_WINDOW_SEPARATOR {_c_string(NCCL_WINDOW_SEPARATOR)}",
+        f"#define DCCL_NCCL_VERSION_DIGITS {{{', '.join(str(n) for n in NCCL_VERSION_DIGITS)}}}",
+        f"#define DCCL_OFI_LIBRARY_PREFIXES {{{', '.join(_c_string(p) for p in OFI_LIBRARY_PREFIXES)}}}",
+        f"#define DCCL_NUM_OFI_LIBRARY_PREFIXES {len(OFI_LIBRARY_PREFIXES)}",
+        f"#define DCCL_OFI_MARK {_c_string(OFI_MARK)}",
         f"#define DCCL_NUM_COLLS {len(COLLECTIVE_TOKENS)}",
         f"#define DCCL_NUM_ALGOS {len(ALGORITHM_TOKENS)}",
         f"#define DCCL_NUM_PROTOS {len(PROTOCOL_TOKENS)}",
