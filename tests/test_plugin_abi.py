@@ -13,6 +13,7 @@ import math
 import os
 import random
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -717,3 +718,25 @@ def test_aws_ofi_nccl_is_noticed_and_defer_explained(driver, policy_path, ofi_li
     other = driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(policy_path),
                        NCCL_NET_PLUGIN="libnccl-net-gdaki.so")
     assert other.messages(WARN) == []
+
+
+def test_the_version_is_read_from_the_nccl_library_that_called_init(tmp_path):
+    """As in a PyTorch job: NCCL is a library opened RTLD_LOCAL, so its ncclGetVersion is not in the
+    global scope and the plugin asks the library its init was called from. A fresh process each,
+    with no other NCCL in it: the policy holds for 2.28.9 only."""
+    src = plugin.source_dir()
+    cache = tmp_path / "builds"
+    library = plugin.build(cache=cache)
+    nccl = plugin.compile_c([src / "tests" / "nccl_library_standin.c"], "libnccl-standin.so",
+                            flags=["-std=c11", "-fPIC", "-fvisibility=hidden"], shared=True,
+                            cache=cache, depends=[src / "nccl_tuner_abi.h"])
+    policy = _windowed(tmp_path, "2.28.9")
+    program = ("import ctypes, os, sys; lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL); "
+               "lib.standin_nccl.argtypes = [ctypes.c_char_p, ctypes.c_int]; "
+               "print(lib.standin_nccl(sys.argv[2].encode(), int(sys.argv[3])))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DYNAMICCL_", "NCCL_"))}
+    took = [subprocess.run([sys.executable, "-c", program, str(nccl), str(library), str(code)],
+                           capture_output=True, text=True, check=True,
+                           env={**env, "DYNAMICCL_POLICY": str(policy)}).stdout.strip()
+            for code in (version_code(2, 28, 9), version_code(2, 30, 7))]
+    assert took == ["1", "0"]
