@@ -2,7 +2,9 @@
 """The pinned install (.ci/constraints.txt): check that it still resolves, or refresh it.
 
 ``check`` asks pip what a fresh install with the pins would install (``pip install --dry-run
--c .ci/constraints.txt -e ".[test]"`` in a throwaway venv, nothing is installed) and fails, naming
+-c .ci/constraints.txt -e ".[test]"`` in a throwaway venv, nothing is installed; ``[test]`` names
+every other extra, so this is the core and every extra at once, and any smaller install, the core
+or one extra, takes a subset of the same pins) and fails, naming
 the packages, when the pins no longer resolve (a release pulled from the index, a bound in
 pyproject.toml the pins break) or when the install would take a package the file does not pin (a
 new dependency), so a fresh machine always gets exactly what CI tested.

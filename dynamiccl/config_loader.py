@@ -8,8 +8,8 @@ loader reads them all, so a missing file, an unknown name or broken YAML reads t
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,17 @@ class ConfigError(ValueError):
     to fix it."""
 
 
+def configs_folder() -> Path:
+    """The installed ``dynamiccl.configs`` folder, found without importing that package: importing
+    it registers the training schema with Hydra, which a core install (no ``[train]``) lacks and
+    reading a topology does not need."""
+    spec = importlib.util.find_spec("dynamiccl.configs")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def config_names(group: str) -> list[str]:
     """The presets of a config group (``configs/<group>/*.yaml``), by name."""
-    folder = resources.files("dynamiccl.configs") / group
+    folder = configs_folder() / group
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -37,7 +45,7 @@ def read_config(group: str, spec: str | Path | Mapping[str, Any]) -> tuple[dict[
     if path.suffix in (".yaml", ".yml") or path.exists():
         text, source = _read_file(path, group), str(path)
     else:
-        candidate = resources.files("dynamiccl.configs") / group / f"{spec}.yaml"
+        candidate = configs_folder() / group / f"{spec}.yaml"
         if not candidate.is_file():
             raise ConfigError(
                 f"unknown {group} {str(spec)!r}: give a YAML file or one of "

@@ -10,12 +10,11 @@
 
 Importing this package registers the environments' ids with gymnasium (Gymnasium 1.x's way: its
 registry is filled when the package holding the environments is imported), by string entry points,
-so nothing else of the package is imported until an environment is made. A process that has not
+so nothing else of the package is imported until an environment is made; a core install (no
+``[train]``) has no gymnasium, and nothing that can make an environment. A process that has not
 imported it (SB3's SubprocVecEnv spawns its workers) names the package in the id:
 ``gymnasium.make("dynamiccl.envs:dynamiccl/CollectiveTuning-v0")``.
 """
-
-from gymnasium.envs.registration import register, registry
 
 from dynamiccl import ENV_ID, ONLINE_ENV_ID
 
@@ -24,6 +23,13 @@ ENVIRONMENTS = {
     ENV_ID: "dynamiccl.envs.collective_tuning:CollectiveTuningEnv",
     ONLINE_ENV_ID: "dynamiccl.envs.online_tuning:OnlineTuningEnv",
 }
-for _env_id, _entry_point in ENVIRONMENTS.items():
-    if _env_id not in registry:  # importlib.reload must not register twice
-        register(id=_env_id, entry_point=_entry_point)
+
+try:
+    from gymnasium.envs.registration import register, registry
+except ModuleNotFoundError as exc:  # a core install (no [train]): no environment can be made, and
+    if exc.name != "gymnasium":     # the modules export and tune use from here need none
+        raise
+else:
+    for _env_id, _entry_point in ENVIRONMENTS.items():
+        if _env_id not in registry:  # importlib.reload must not register twice
+            register(id=_env_id, entry_point=_entry_point)

@@ -13,6 +13,7 @@ import math
 import os
 import random
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,10 +24,13 @@ import dynamiccl
 from dynamiccl.plugin import build as plugin
 from dynamiccl.plugin import policy_file as pf
 from dynamiccl.plugin import policy_format as pf_format
-from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol, version_code
+from dynamiccl.system.nccl_versions import NcclVersion, parse_window
 
 AR, AG, BC = Collective.ALLREDUCE, Collective.ALLGATHER, Collective.BROADCAST
 WARN, INFO, TUNING = 2, 3, 0x40
+#: The version the driver's ncclGetVersion answers (csrc/tests/nccl_version_standin.h) unless told.
+STANDIN_NCCL = version_code(2, 30, 7)
 
 
 @dataclass
@@ -64,7 +68,7 @@ class Driver:
                 out.res.append(tuple(int(v) for v in rest.split()))
             elif kind == "CHUNK":
                 out.chunks.append(rest)
-            elif kind in ("SETCTX", "PIN", "HASH", "VERSION"):
+            elif kind in ("SETCTX", "PIN", "HASH", "VERSION", "DLOPEN"):
                 out.api.append(rest)
             elif kind == "LOG":
                 level, flags, message = rest.split(" ", 2)
@@ -77,9 +81,9 @@ def driver(tmp_path_factory) -> Driver:
     cache = tmp_path_factory.getbasetemp() / "dynamiccl-c-builds"  # builds keyed by digest
     src = plugin.source_dir()
     library = plugin.build(cache=cache)
-    exe = plugin.compile_c([src / "tests" / "driver.c"], "driver",
-                           flags=["-std=c11", "-O1", "-g", "-Wall", "-Wextra"], cache=cache,
-                           depends=[src / "tests" / "harness.h", *plugin.headers(src)])
+    exe = plugin.compile_c([src / "tests" / "driver.c"], "driver",  # -rdynamic: ncclGetVersion
+                           flags=["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-rdynamic"],
+                           cache=cache, depends=[*(src / "tests").glob("*.h"), *plugin.headers(src)])
     return Driver(exe, library)
 
 
@@ -137,7 +141,7 @@ def test_every_cost_table_abi_forces_the_rule(driver, policy_path, version):
     ], DYNAMICCL_POLICY=str(policy_path))
     assert run.ctx == [True]
     assert run.res == [(1, 0, 16), (0, 2, 0), (-1, -1, 0), (-1, -1, 0), (-1, -1, 0)]
-    info = run.messages(INFO)[0]
+    [info] = [m for m in run.messages(INFO) if m.startswith("DynamICCL: policy ")]
     assert info.startswith(f"DynamICCL: policy abi-test (sha256 {pf.file_hash(policy_path)}), 6 rules, "
                            "for nRanks 16 / nNodes 2")
     assert all(flags == TUNING for _, flags, _ in run.logs)
@@ -210,16 +214,24 @@ def test_no_chunk_size_hook(driver):
 
 
 def test_unset_policy_means_nothing_happens(driver):
-    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), "fin 0"])
+    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), "fin 0"], NCCL_NET_PLUGIN="")
     assert run.ctx == [False] and run.res == [(-1, -1, 0)] and run.logs == []
 
 
 @pytest.mark.parametrize("var", ["NCCL_ALGO", "NCCL_PROTO"])
-def test_user_algorithm_choice_wins(driver, policy_path, var):
-    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), "fin 0"],
-                     DYNAMICCL_POLICY=str(policy_path), **{var: "Ring"})
-    assert run.ctx == [False] and run.res == [(-1, -1, 0)]
-    assert "NCCL_ALGO/NCCL_PROTO are set" in run.messages(INFO)[0]
+def test_user_algorithm_choice_wins_and_says_so_at_warn(driver, policy_path, var):
+    """NCCL_ALGO / NCCL_PROTO (as cloud recipes set them) switch the policy off: a WARN, once per
+    process, names the variable and the policy it switched off; without a policy it is an INFO."""
+    commands = ["init 6 16 2", "init 5 16 2", _coll(0, AR, 1000), "fin 0", "fin 1"]
+    run = driver.run(commands, DYNAMICCL_POLICY=str(policy_path), **{var: "Ring"})
+    assert run.ctx == [False, False] and run.res == [(-1, -1, 0)]
+    assert run.messages(WARN) == [
+        f"DynamICCL: {var}=Ring is set in the environment (as some cloud recipes do), so NCCL's own "
+        f"forcing wins and the policy {policy_path} is not used in this process: unset it to let the "
+        "policy decide"]
+    bare = driver.run(commands, **{var: "Ring"})
+    assert bare.messages(WARN) == [] and bare.messages(INFO) == [
+        f"DynamICCL: {var}=Ring is set; respecting it, run-time pins are not used"]
 
 
 def _corruptions(good: str) -> dict[str, tuple[bytes | None, str]]:
@@ -258,21 +270,63 @@ def test_bad_policy_file_warns_once_and_steps_aside(driver, policy_path, tmp_pat
             pf.read(path)
 
 
-def test_a_same_size_rewrite_with_the_old_mtime_is_seen(driver, tmp_path):
-    """The parsed-file cache is keyed on content, not (inode, size, mtime): a file rewritten in place
-    with its mtime restored must not keep serving the old rules to new communicators."""
-    ring16, ring32 = (pf.PolicyFile(HEADER, (pf.Slice(rules=(pf.Rule(AR, 0, pf.MAX_BYTES, 2, 16,
-                      decision=pf.Decision(Algorithm.RING, Protocol.LL, ch)),)),))
-                      for ch in (16, 32))
-    live, other = pf.write(ring16, tmp_path / "live.dccl"), pf.write(ring32, tmp_path / "new.dccl")
+def _ring(channels: int) -> pf.PolicyFile:
+    return pf.PolicyFile(HEADER, (pf.Slice(rules=(pf.Rule(AR, 0, pf.MAX_BYTES, 2, 16, decision=pf.Decision(
+        Algorithm.RING, Protocol.LL, channels)),)),))
+
+
+def _policy_hashes(run: Run) -> list[str]:
+    """The sha256 of each communicator's "DynamICCL: policy ..." INFO line."""
+    return [m.split("sha256 ")[1].split(")")[0] for m in run.messages(INFO)
+            if m.startswith("DynamICCL: policy ")]
+
+
+@pytest.mark.parametrize("how", ["replaced", "rewritten in place, mtime kept"])
+def test_a_policy_changed_mid_job_is_not_read_again(driver, tmp_path, how):
+    """The policy is read once per process: communicators created after the file changed (replaced,
+    or even rewritten in place with its old size and mtime) keep the first file's rules, so the
+    communicators of a job cannot split; one WARN says the file changed."""
+    live, other = pf.write(_ring(16), tmp_path / "live.dccl"), pf.write(_ring(32), tmp_path / "new.dccl")
     assert live.stat().st_size == other.stat().st_size
-    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), f"rewrite {other} {live}",
-                      "init 6 16 2", _coll(1, AR, 1000), _coll(0, AR, 1000), "fin 0", "fin 1"],
-                     DYNAMICCL_POLICY=str(live))
-    # the new communicator reads the new rules; the running one keeps the file it started with
-    assert run.res == [(1, 0, 16), (1, 0, 32), (1, 0, 16)]
-    hashes = [m.split("sha256 ")[1].split(")")[0] for m in run.messages(INFO) if "sha256" in m]
-    assert hashes == [pf.content_hash(pf.dumps(ring16).encode()), pf.file_hash(other)]
+    change = f"rename {other} {live}" if how == "replaced" else f"rewrite {other} {live}"
+    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), change, "init 6 16 2", "init 5 16 2",
+                      _coll(1, AR, 1000), _coll(2, AR, 1000), _coll(0, AR, 1000),
+                      "fin 0", "fin 1", "fin 2"], DYNAMICCL_POLICY=str(live))
+    assert run.res == [(1, 0, 16)] * 4
+    first = pf.content_hash(pf.dumps(_ring(16)).encode())
+    assert _policy_hashes(run) == [first] * 3 and pf.file_hash(live) != first
+    assert run.messages(WARN) == [
+        f"DynamICCL: {live} changed after this process read it; this process keeps what it read "
+        f"(sha256 {first}). Replace a policy between jobs: a rank that starts now reads the new file "
+        "and decides otherwise than this one"]
+
+
+def test_a_policy_named_anew_mid_job_is_not_read(driver, tmp_path):
+    first, other = pf.write(_ring(16), tmp_path / "a.dccl"), pf.write(_ring(32), tmp_path / "b.dccl")
+    run = driver.run(["init 6 16 2", f"setenv DYNAMICCL_POLICY {other}", "init 6 16 2",
+                      "init 6 16 2", _coll(1, AR, 1000), "fin 0", "fin 1", "fin 2"],
+                     DYNAMICCL_POLICY=str(first))
+    assert run.res == [(1, 0, 16)] and _policy_hashes(run) == [pf.file_hash(first)] * 3
+    assert run.messages(WARN) == [
+        f"DynamICCL: DYNAMICCL_POLICY now names {other}, but this process keeps what it read from "
+        f"{first} at its first communicator (sha256 {pf.file_hash(first)}): a policy is read once per "
+        "process, so every communicator of a job decides alike"]
+
+
+def test_what_the_first_read_decided_outlives_nccl_unloading_the_plugin(driver, tmp_path):
+    """NCCL closes its tuner when the process's last communicator is destroyed and opens it afresh
+    for the next: the plugin keeps itself loaded, so the next communicator still has the first
+    read's policy (and a first read that failed still leaves NCCL deciding)."""
+    first, other = pf.write(_ring(16), tmp_path / "a.dccl"), pf.write(_ring(32), tmp_path / "b.dccl")
+    run = driver.run(["init 6 16 2", "fin 0", "reload", f"setenv DYNAMICCL_POLICY {other}",
+                      "init 6 16 2", _coll(1, AR, 1000), "hash 65", "fin 1"],
+                     DYNAMICCL_POLICY=str(first))
+    assert run.res == [(1, 0, 16)] and run.api == [f"0 {pf.file_hash(first)}"]
+    missing = driver.run(["init 6 16 2", "fin 0", "reload", f"setenv DYNAMICCL_POLICY {other}",
+                          "init 6 16 2", _coll(1, AR, 1000), "fin 1"],
+                         DYNAMICCL_POLICY=str(tmp_path / "absent.dccl"))
+    assert missing.ctx == [False, False] and missing.res == [(-1, -1, 0)]
+    assert len(missing.messages(WARN)) == 2 and "cannot open it" in missing.messages(WARN)[0]
 
 
 def test_relative_policy_path_warns_with_the_absolute_path(driver, policy_path):
@@ -304,7 +358,8 @@ def test_context_variable_selects_a_slice(driver, policy_path):
     unknown = driver.run(commands, DYNAMICCL_POLICY=str(policy_path),
                          DYNAMICCL_CONTEXT="straggler=short c2c=high")
     assert late.res == [(1, 2, 32)]
-    assert "slice straggler=long c2c=none" in late.messages(INFO)[0]
+    assert "slice straggler=long c2c=none" in [m for m in late.messages(INFO)
+                                                 if m.startswith("DynamICCL: policy ")][0]
     assert unknown.res == [(1, 0, 16)]
     assert any("matches no slice" in m for m in unknown.messages(INFO))
 
@@ -382,7 +437,10 @@ _TOKENS = ["0", "7", "-1", "*", "-", "64", "65", "2047", "2048", "1073741825", s
            str(pf.MAX_BYTES + 1), "007", "+5", "01", "00", "064", "065", "-0", "+0", "0x10", "1e3",
            "1_0", "0" * 21, "0" * 19 + "1", "\t16", "16\t", "\u00b2", "defer", "ring", "Ring",
            "ll128", "slice", "straggler=none", "c2c=none", "straggler=long", "allreduce", "policy",
-           "features", "ll128,nvls", "none", "x" * 300, "#"]
+           "features", "ll128,nvls", "none", "x" * 300, "#",
+           # NCCL version windows, read alike by both (the stand-in NCCL is 2.30.7)
+           "2.30.7", "2.30.07", "02.30.7", "2.30.7..2.30.7", "2.28.9..2.30.6", "2.31.0..2.30.7",
+           "2.30.7..", "2.100.1", "1000.1.1..2.30.7", "2.30.7...2.31.0"]
 
 
 def _mutant(text: str, rng: random.Random) -> str:
@@ -409,21 +467,27 @@ def _mutant(text: str, rng: random.Random) -> str:
 
 
 def test_c_and_python_parsers_accept_exactly_the_same_files(driver, policy_path, tmp_path):
+    """Each file in a driver process of its own (a process reads its policy once). A file both
+    parse is then used exactly when its NCCL version window, as Python reads it, holds the stand-in
+    NCCL's version: the two read the window alike too."""
     rng = random.Random(5)
     text = policy_path.read_text()
-    verdicts, commands = [], []
+    parsed, used, c_parsed, c_used = [], [], [], []
     for i in range(400):
         path = tmp_path / f"m{i}.dccl"
         path.write_bytes(_mutant(text, rng).encode("latin-1"))
         try:
-            pf.read(path)
-            verdicts.append(True)
+            window = parse_window(pf.read(path).header.nccl)
+            parsed.append(True)
+            used.append(window is not None and window[0].code <= STANDIN_NCCL <= window[1].code)
         except pf.PolicyFileError:
-            verdicts.append(False)
-        commands += [f"setenv DYNAMICCL_POLICY {path}", "init 6 16 2", f"fin {i}"]
-    run = driver.run(commands)
-    assert run.ctx == verdicts
-    assert 50 < sum(verdicts) < 350  # both outcomes well represented
+            parsed.append(False)
+            used.append(False)
+        run = driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(path))
+        c_parsed.append(not any("not using policy file" in m for m in run.messages(WARN)))
+        c_used += run.ctx
+    assert c_parsed == parsed and c_used == used
+    assert 50 < sum(parsed) < 350 and sum(used) < sum(parsed)  # every outcome represented
 
 
 # ---- the run-time entry points, called the way dynamiccl.runtime calls them -----------------------
@@ -501,7 +565,8 @@ def test_policy_hash_and_version(driver, policy_path):
     run = driver.run(["hash 65", "version", "init 6 16 2", "hash 65", "hash 64", "hash 0", "fin 0",
                       "hash 65"], DYNAMICCL_POLICY=str(policy_path))
     want = pf.file_hash(policy_path)
-    assert run.api == ["-1 ", f"{dynamiccl.__version__}", f"0 {want}", "-1 ", "-1 ", "-1 "]
+    # the policy is the process's once read: it outlives its communicators
+    assert run.api == ["-1 ", f"{dynamiccl.__version__}", f"0 {want}", "-1 ", "-1 ", f"0 {want}"]
 
 
 def test_both_parsers_cap_ranges_per_group_alike(driver, tmp_path):
@@ -518,11 +583,10 @@ def test_both_parsers_cap_ranges_per_group_alike(driver, tmp_path):
     paths[1].write_text(over)
     with pytest.raises(pf.PolicyFileError, match=f"more than {cap} size ranges"):
         pf.read(paths[1])
-    run = driver.run([f"setenv DYNAMICCL_POLICY {paths[0]}", "init 6 16 2",
-                      _coll(0, AR, 2 * cap - 2), f"setenv DYNAMICCL_POLICY {paths[1]}",
-                      "init 6 16 2", "fin 0", "fin 1"])
-    assert run.ctx == [True, False] and run.res == [(1, 0, 16)]
-    assert f"more than {cap} size ranges" in run.messages(WARN)[0]
+    run = driver.run(["init 6 16 2", _coll(0, AR, 2 * cap - 2), "fin 0"], DYNAMICCL_POLICY=str(paths[0]))
+    over = driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(paths[1]))
+    assert run.ctx == [True] and run.res == [(1, 0, 16)] and over.ctx == [False]
+    assert f"more than {cap} size ranges" in over.messages(WARN)[0]
 
 
 def test_both_parsers_take_the_optional_source_header_at_most_once(driver, tmp_path):
@@ -537,6 +601,143 @@ def test_both_parsers_take_the_optional_source_header_at_most_once(driver, tmp_p
     twice.write_text(f"{body}checksum crc32 {pf.checksum(body.encode())}\n")
     with pytest.raises(pf.PolicyFileError, match="'source' appears twice"):
         pf.read(twice)
-    run = driver.run([f"setenv DYNAMICCL_POLICY {good}", "init 6 16 2", "fin 0",
-                      f"setenv DYNAMICCL_POLICY {twice}", "init 6 16 2", "fin 1"])
-    assert run.ctx == [True, False]
+    assert [driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(path)).ctx[0]
+            for path in (good, twice)] == [True, False]
+
+
+# ---- fleet safety: the NCCL version window, the expected checksum, a network plugin's tuner ------
+
+
+def _windowed(tmp_path: Path, nccl: str) -> Path:
+    from dataclasses import replace
+
+    return pf.write(_policy(replace(HEADER, nccl=nccl)), tmp_path / f"{nccl.replace('.', '_')}.dccl")
+
+
+@pytest.mark.parametrize("window, running, used", [
+    ("2.30.7", STANDIN_NCCL, True), ("2.28.9..2.30.7", STANDIN_NCCL, True),
+    ("2.28.9..2.29.7", STANDIN_NCCL, False), ("2.30.8..2.32.3", STANDIN_NCCL, False),
+    (pf.DEFAULT_NCCL_RANGE, version_code(2, 19, 3), False)])
+def test_the_plugin_defers_under_an_nccl_outside_the_policys_window(driver, tmp_path, window, running,
+                                                                      used):
+    path = _windowed(tmp_path, window)
+    run = driver.run([f"ncclversion {running}", "init 6 16 2", "init 2 16 2", _coll(0, AR, 1000),
+                      "v2 1 4 1000 0 0 1", "hash 65", "fin 0", "fin 1"], DYNAMICCL_POLICY=str(path))
+    version = NcclVersion.from_code(running)
+    if used:
+        assert run.ctx == [True, True] and run.res == [(1, 0, 16)] * 2 and run.messages(WARN) == []
+        assert f"DynamICCL: NCCL {version} is within the versions policy abi-test holds for ({window})" \
+            in run.messages(INFO)
+        return
+    assert run.ctx == [False, False] and run.res == [(-1, -1, 0)] * 2 and run.api == ["-1 "]
+    assert run.messages(WARN) == [  # once per process, not per communicator
+        f"DynamICCL: this process runs NCCL {version}, outside the versions policy abi-test was measured "
+        f"on ({window}): tune it again under this NCCL. NCCL decides every call in this process"]
+
+
+def test_an_nccl_version_that_cannot_be_read_or_a_window_that_cannot_means_nccl_decides(driver,
+                                                                                        tmp_path):
+    unknown = driver.run(["ncclversion 0", "init 6 16 2", _coll(0, AR, 1000), "fin 0"],
+                         DYNAMICCL_POLICY=str(_windowed(tmp_path, pf.DEFAULT_NCCL_RANGE)))
+    assert unknown.ctx == [False] and unknown.messages(WARN) == [
+        "DynamICCL: no ncclGetVersion is reachable from the tuner, so the NCCL this process runs "
+        f"cannot be checked against the versions policy abi-test holds for ({pf.DEFAULT_NCCL_RANGE}). "
+        "NCCL decides every call in this process"]
+    unreadable = driver.run(["init 6 16 2", "fin 0"],
+                            DYNAMICCL_POLICY=str(_windowed(tmp_path, "2.30.x")))
+    assert unreadable.ctx == [False] and unreadable.messages(WARN) == [
+        "DynamICCL: policy abi-test names no NCCL version window the plugin can read ('nccl 2.30.x'; it "
+        "writes A.B.C or A.B.C..X.Y.Z): export it again. NCCL decides every call in this process"]
+
+
+def test_the_expected_checksum_admits_the_file_it_names_in_either_case(driver, policy_path):
+    want = pf.file_hash(policy_path)
+    for spelled in (want, want.upper()):
+        run = driver.run(["init 6 16 2", _coll(0, AR, 1000), "fin 0"],
+                         DYNAMICCL_POLICY=str(policy_path), DYNAMICCL_POLICY_SHA256=spelled)
+        assert run.ctx == [True] and run.res == [(1, 0, 16)] and run.messages(WARN) == []
+        assert f"DynamICCL: policy file {policy_path} has the sha256 DYNAMICCL_POLICY_SHA256 expects" \
+            in run.messages(INFO)
+    unset = driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(policy_path))
+    assert unset.ctx == [True] and any("DYNAMICCL_POLICY_SHA256 is not set" in m
+                                       for m in unset.messages(INFO))
+
+
+def test_a_checksum_mismatch_defers_on_that_rank_and_says_so_at_warn(driver, policy_path, tmp_path):
+    """The rank read another file than the job was launched with: NCCL decides there, for the
+    process's life, and the WARN says the job now runs mixed choices and what to do."""
+    stale = pf.write(_ring(32), tmp_path / "stale.dccl")
+    want = pf.file_hash(policy_path)
+    run = driver.run(["init 6 16 2", "init 4 16 2", _coll(0, AR, 1000), _coll(1, AR, 1000), "hash 65",
+                      "fin 0", "fin 1"], DYNAMICCL_POLICY=str(stale), DYNAMICCL_POLICY_SHA256=want)
+    assert run.ctx == [False, False] and run.res == [(-1, -1, 0)] * 2 and run.api == ["-1 "]
+    assert run.messages(WARN) == [
+        f"DynamICCL: policy file {stale} has sha256 {pf.file_hash(stale)}, not the "
+        f"DYNAMICCL_POLICY_SHA256={want} this job expects: this rank reads another file than the one "
+        "the job was launched with. NCCL decides every call in this process; ranks whose file matches "
+        "still apply the policy, so a communicator spanning both runs mixed choices (stop the job and "
+        "give every node the same file; dynamiccl/README.md, The plugin)"]
+    garbled = driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(policy_path),
+                         DYNAMICCL_POLICY_SHA256=want[:-1] + "g")
+    assert garbled.ctx == [False] and garbled.messages(WARN)[0].startswith(
+        f"DynamICCL: DYNAMICCL_POLICY_SHA256={want[:-1]}g is not a SHA-256 (64 hexadecimal digits")
+
+
+@pytest.fixture(scope="module")
+def ofi_library(tmp_path_factory) -> Path:
+    """A library installed as aws-ofi-nccl's net plugin is (libnccl-net-ofi.so, reached through the
+    libnccl-net.so link its installer makes): the no-op tuner under that name, since a network
+    plugin cannot be loaded for real without its fabric."""
+    src = plugin.source_dir()
+    noop = plugin.compile_c([src / "tests" / "noop_tuner.c"], "libnccl-tuner-noop.so",
+                            flags=plugin.cflags(src), shared=True,
+                            cache=tmp_path_factory.getbasetemp() / "dynamiccl-c-builds",
+                            depends=[src / "nccl_tuner_abi.h"])
+    folder = tmp_path_factory.mktemp("ofi")
+    (folder / "libnccl-net-ofi.so").write_bytes(noop.read_bytes())
+    (folder / "libnccl-net.so").symlink_to("libnccl-net-ofi.so")
+    return folder / "libnccl-net.so"
+
+
+def test_aws_ofi_nccl_is_noticed_and_defer_explained(driver, policy_path, ofi_library):
+    """NCCL loads one tuner: with aws-ofi-nccl as the network plugin, DynamICCL replaces its tuner,
+    so "defer" means NCCL's built-in model. Said once, at WARN with a policy in use."""
+    note = ("the network plugin is aws-ofi-nccl ({}), which ships its own tuner; NCCL loads one "
+            "tuner, so DynamICCL replaces it: where the policy defers, and for calls no rule covers, "
+            "NCCL's built-in model decides, not the OFI tuner. Measure the default launches with this "
+            "plugin loaded and no policy (dynamiccl/README.md, The plugin)")
+    loaded = driver.run([f"dlopen {ofi_library}", "init 6 16 2", "init 6 16 2", "fin 0", "fin 1"],
+                        DYNAMICCL_POLICY=str(policy_path))
+    assert loaded.api == ["ok"] and loaded.ctx == [True, True]
+    assert loaded.messages(WARN) == ["DynamICCL: " + note.format(ofi_library.resolve())]
+    named = driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(policy_path),
+                       NCCL_NET_PLUGIN="aws-ofi")
+    assert named.messages(WARN) == ["DynamICCL: " + note.format("NCCL_NET_PLUGIN=aws-ofi")]
+    without_policy = driver.run([f"dlopen {ofi_library}", "init 6 16 2", "fin 0"])
+    assert without_policy.messages(WARN) == [] and without_policy.messages(INFO) == [
+        "DynamICCL: " + note.format(ofi_library.resolve())]
+    other = driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(policy_path),
+                       NCCL_NET_PLUGIN="libnccl-net-gdaki.so")
+    assert other.messages(WARN) == []
+
+
+def test_the_version_is_read_from_the_nccl_library_that_called_init(tmp_path):
+    """As in a PyTorch job: NCCL is a library opened RTLD_LOCAL, so its ncclGetVersion is not in the
+    global scope and the plugin asks the library its init was called from. A fresh process each,
+    with no other NCCL in it: the policy holds for 2.28.9 only."""
+    src = plugin.source_dir()
+    cache = tmp_path / "builds"
+    library = plugin.build(cache=cache)
+    nccl = plugin.compile_c([src / "tests" / "nccl_library_standin.c"], "libnccl-standin.so",
+                            flags=["-std=c11", "-fPIC", "-fvisibility=hidden"], shared=True,
+                            cache=cache, depends=[src / "nccl_tuner_abi.h"])
+    policy = _windowed(tmp_path, "2.28.9")
+    program = ("import ctypes, os, sys; lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL); "
+               "lib.standin_nccl.argtypes = [ctypes.c_char_p, ctypes.c_int]; "
+               "print(lib.standin_nccl(sys.argv[2].encode(), int(sys.argv[3])))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DYNAMICCL_", "NCCL_"))}
+    took = [subprocess.run([sys.executable, "-c", program, str(nccl), str(library), str(code)],
+                           capture_output=True, text=True, check=True,
+                           env={**env, "DYNAMICCL_POLICY": str(policy)}).stdout.strip()
+            for code in (version_code(2, 28, 9), version_code(2, 30, 7))]
+    assert took == ["1", "0"]

@@ -121,6 +121,20 @@ def test_cmake_build_installs_into_the_package_layout(tmp_path):
         set(STRUCT_BYTES) | set(plugin.PROFILER_SYMBOLS) | set(plugin.RUNTIME_FUNCTIONS)
 
 
+def test_make_builds_the_plugin_alone_without_python_or_cmake(tmp_path):
+    """The standalone build (csrc/Makefile): make and a C compiler only, the environment emptied
+    of everything else; the same exports as the package's build."""
+    if not shutil.which("make"):
+        pytest.skip("make is not installed")
+    proc = subprocess.run(["make", "-C", str(plugin.source_dir()), f"O={tmp_path}"],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "python" not in proc.stdout.lower() and "warning" not in proc.stderr.lower()
+    built = tmp_path / plugin.LIBRARY_NAME
+    assert set(plugin.exported_symbols(built)) == \
+        set(STRUCT_BYTES) | set(plugin.PROFILER_SYMBOLS) | set(plugin.RUNTIME_FUNCTIONS)
+
+
 def test_cli_build_and_path(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(plugin.CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(plugin, "packaged_library", lambda: None)

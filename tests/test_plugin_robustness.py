@@ -36,9 +36,11 @@ def cache(tmp_path_factory) -> Path:
 
 def _harness(name: str, cache: Path, flags: list[str], *, with_parser: bool = False,
              cc: str | None = None) -> Path:
-    sources = [TESTS / f"{name}.c"] + ([SRC / "policy.c", SRC / "view.c"] if with_parser else [])
-    return plugin.compile_c(sources, name, flags=["-std=c11", "-Wall", "-Wextra", *flags],
-                            cache=cache, cc=cc, depends=[TESTS / "harness.h", *plugin.headers(SRC)])
+    sources = [TESTS / f"{name}.c"] + ([SRC / "policy.c", SRC / "view.c", SRC / "fleet.c"]
+                                       if with_parser else [])
+    # -rdynamic: the harness answers ncclGetVersion for the plugin, as NCCL does
+    return plugin.compile_c(sources, name, flags=["-std=c11", "-Wall", "-Wextra", "-rdynamic", *flags],
+                            cache=cache, cc=cc, depends=[*TESTS.glob("*.h"), *plugin.headers(SRC)])
 
 
 @pytest.fixture(scope="module")
@@ -80,12 +82,13 @@ def test_thousands_of_hostile_files_and_calls_under_asan_ubsan(cache, seed_polic
                                                                seed_index):
     library = plugin.build(flags=ASAN, cache=cache)
     robust = _harness("robust", cache, ASAN, with_parser=True)
-    proc = _run([robust, library, seed_policies[seed_index], tmp_path, 2500, 11 + seed_index])
+    # a process per file (the plugin reads its policy once per process), 120 calls each
+    proc = _run([robust, library, seed_policies[seed_index], tmp_path, 600, 11 + seed_index])
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     verdict = dict(kv.split("=") for kv in proc.stdout.split()[1:])
     assert proc.stdout.startswith("PASS")
     # both sides were exercised: files the plugin used and files it refused
-    assert int(verdict["valid"]) > 200 and int(verdict["invalid"]) > 1000
+    assert int(verdict["valid"]) > 40 and int(verdict["invalid"]) > 400
     assert "ERROR" not in proc.stderr and "runtime error" not in proc.stderr
 
 

@@ -25,9 +25,10 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 #: Loads the plugin through the stand-in for NCCL (one v6 communicator, 16 ranks, 2 nodes) and answers
 #: JSON commands from argv: ["decide", bytes, coll?, disabled cells?] -> [algo, proto, channels];
 #: ["context", spec]; ["pin", coll, lo, hi, algo, proto, ch]; ["counts"] -> [forced, refused];
-#: ["hash", len]; ["version"].
+#: ["hash", len]; ["version"]; ["replace", src, dst] (os.replace); ["communicator"] (a second one,
+#: same shape, which later calls ask); ["nccl_version"]; ["logs"] -> [[level, message], ...].
 _PROGRAM = textwrap.dedent(f"""
-    import ctypes, json, sys
+    import ctypes, json, os, sys
     sys.path.insert(0, {TESTS!r})
     from nccl_tuner_standin import NcclTunerStandIn
     nccl = NcclTunerStandIn(sys.argv[1], 16, nodes=2)
@@ -58,6 +59,14 @@ _PROGRAM = textwrap.dedent(f"""
             out.append([forced.value, refused.value])
         elif cmd[0] == "version":
             out.append(lib.dynamiccl_plugin_version().decode())
+        elif cmd[0] == "replace":
+            os.replace(cmd[1], cmd[2])
+        elif cmd[0] == "communicator":
+            nccl.communicator(16, 2)
+        elif cmd[0] == "nccl_version":
+            out.append(nccl.nccl_version())
+        elif cmd[0] == "logs":
+            out.append(nccl.logs)
     nccl.finalize()
     print(json.dumps(out))
 """)
@@ -85,10 +94,11 @@ def policy_path(tmp_path_factory):
                     tmp_path_factory.mktemp("rt") / "rt.dccl")
 
 
-def _run(library, commands, policy=None):
+def _run(library, commands, policy=None, **extra_env: str):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DYNAMICCL_", "NCCL_"))}
     if policy:
         env["DYNAMICCL_POLICY"] = str(policy)
+    env.update(extra_env)
     proc = subprocess.run([sys.executable, "-c", _PROGRAM, str(library), json.dumps(commands)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -155,3 +165,71 @@ def test_hostile_context_specs_are_refused(library, policy_path, spec):
                                   [4, 0, 10, 1, 5, 0], [4, 0, 10, 1, 2, 99], [-5, 0, 10, -1, 0, 0]])
 def test_hostile_pins_are_refused(library, policy_path, args):
     assert _run(library, [["pin", *args], ["decide", 5]], policy_path) == [-1, RING_LL]
+
+
+# ---- fleet safety with the real NCCL: its version, the expected checksum, one read per process ----
+
+WARN = 2
+
+
+def _with_window(tmp_path, nccl: str):
+    from dataclasses import replace
+
+    rules = (pf.Rule(AR, 0, pf.MAX_BYTES, 2, 16, decision=pf.Decision(Algorithm.RING, Protocol.LL, 16)),)
+    return pf.write(pf.PolicyFile(replace(HEADER, nccl=nccl), (pf.Slice(rules=rules),)),
+                    tmp_path / f"{nccl}.dccl")
+
+
+@pytest.fixture(scope="module")
+def real_nccl(library) -> str:
+    """The version of the real NCCL the stand-in loads (the nvidia-nccl wheel), as A.B.C."""
+    if plugin.find_nccl_library() is None:
+        pytest.skip("no nvidia-nccl wheel installed")
+    from dynamiccl.system.nccl_versions import NcclVersion
+
+    return str(NcclVersion.from_code(_run(library, [["nccl_version"]])[0]))
+
+
+def test_the_real_ncclgetversion_admits_a_policy_measured_on_this_nccl(library, tmp_path, real_nccl):
+    policy = _with_window(tmp_path, real_nccl)
+    decided, logs = _run(library, [["decide", 1000], ["logs"]], policy)
+    assert decided == RING_LL and [m for lvl, m in logs if lvl == WARN] == []
+    assert f"DynamICCL: NCCL {real_nccl} is within the versions policy runtime-api holds for " \
+           f"({real_nccl})" in [m for _, m in logs]
+
+
+def test_the_real_nccl_outside_the_window_means_nccl_decides(library, tmp_path, real_nccl):
+    major, minor, patch = (int(p) for p in real_nccl.split("."))
+    window = f"{major}.{minor + 1}.0..{major}.{minor + 3}.0"  # measured on newer releases only
+    policy = _with_window(tmp_path, window)
+    decided, hashed, logs = _run(library, [["decide", 1000], ["hash", 65], ["logs"]], policy)
+    assert decided is None and hashed == [-1, None]
+    assert [m for lvl, m in logs if lvl == WARN] == [
+        f"DynamICCL: this process runs NCCL {real_nccl}, outside the versions policy runtime-api was "
+        f"measured on ({window}): tune it again under this NCCL. NCCL decides every call in this process"]
+
+
+def test_a_checksum_mismatch_defers_through_the_stand_in(library, policy_path, tmp_path):
+    other = _with_window(tmp_path, pf.DEFAULT_NCCL_RANGE)
+    want = pf.file_hash(policy_path)
+    decided, logs = _run(library, [["decide", 1000], ["logs"]], other, DYNAMICCL_POLICY_SHA256=want)
+    assert decided is None
+    [warn] = [m for lvl, m in logs if lvl == WARN]
+    assert warn.startswith(f"DynamICCL: policy file {other} has sha256 {pf.file_hash(other)}, not the "
+                           f"DYNAMICCL_POLICY_SHA256={want} this job expects")
+    assert "a communicator spanning both runs mixed choices" in warn
+    matched = _run(library, [["decide", 1000]], policy_path, DYNAMICCL_POLICY_SHA256=want)
+    assert matched == [RING_LL]
+
+
+def test_a_policy_replaced_mid_job_is_not_read_by_the_next_communicator(library, policy_path, tmp_path):
+    live = tmp_path / "live.dccl"
+    live.write_bytes(policy_path.read_bytes())
+    newer = _with_window(tmp_path, pf.DEFAULT_NCCL_RANGE)  # ring/ll, 16 channels: no tree anywhere
+    out = _run(library, [["decide", 1 << 20], ["replace", str(newer), str(live)], ["communicator"],
+                         ["decide", 1 << 20], ["hash", 65], ["logs"]], live)
+    assert out[:3] == [TREE, TREE, [0, pf.file_hash(policy_path)]]
+    assert [m for lvl, m in out[3] if lvl == WARN] == [
+        f"DynamICCL: {live} changed after this process read it; this process keeps what it read "
+        f"(sha256 {pf.file_hash(policy_path)}). Replace a policy between jobs: a rank that starts now "
+        "reads the new file and decides otherwise than this one"]

@@ -134,7 +134,8 @@ def test_versions_and_the_window_a_policy_is_stamped_with():
     versions = [NcclVersion(2, 26, 5), NcclVersion(2, 26, 2)]
     assert window_text(versions) == "2.26.2..2.26.5"
     assert parse_window("2.26.2..2.26.5") == (NcclVersion(2, 26, 2), NcclVersion(2, 26, 5))
-    for bad in ("2.26.5..2.26.2", "2.26", "2.26.2-2.26.5", "2.26.02..2.27.0"):
+    assert parse_window("2.26.2") == (NcclVersion(2, 26, 2),) * 2  # one release, as the plugin reads it
+    for bad in ("2.26.5..2.26.2", "2.26", "2.26.2-2.26.5", "2.260.2..2.27.0"):
         assert parse_window(bad) is None, bad
     assert in_window(NcclVersion(2, 26, 3), pf.DEFAULT_NCCL_RANGE)
     assert not in_window(NcclVersion(2, 33, 0), pf.DEFAULT_NCCL_RANGE)

@@ -253,4 +253,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plots", action="store_true",
                         help="also draw choices.png and speedup_vs_size.png into --out")
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=_run, extra="train")  # the environments; a checkpoint's agent

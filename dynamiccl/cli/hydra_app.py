@@ -199,4 +199,4 @@ def add_hydra_command(subparsers: argparse._SubParsersAction, name: str, app: st
 
     parser = subparsers.add_parser(name, help=summary, description=description, epilog=epilog,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.set_defaults(func=run, accepts_overrides=True)
+    parser.set_defaults(func=run, accepts_overrides=True, extra=name)  # [train] / [sweep]

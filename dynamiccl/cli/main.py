@@ -5,9 +5,10 @@ parser and sets ``func``; heavy libraries (torch, ray, wandb) are imported insid
 needs them, so ``dynamiccl --help`` stays fast.
 
 Errors are sorted here, once: the user's mistakes (``UserError``, the input-validation errors the
-layers define, a file the user named that cannot be opened) are one line and exit code 2; anything
-else is a bug in dynamiccl and says so in one line with exit code 1 (``DYNAMICCL_DEBUG=1`` shows the
-traceback).
+layers define, a file the user named that cannot be opened) are one line and exit code 2, and so is a
+command that needs an extra this install lacks (naming the extra, :mod:`dynamiccl.cli.extras`);
+anything else is a bug in dynamiccl and says so in one line with exit code 1 (``DYNAMICCL_DEBUG=1``
+shows the traceback).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dynamiccl.cli.common import (
     internal_error_line,
     is_input_error,
 )
+from dynamiccl.cli.extras import missing_extra
 
 #: Subcommand modules under ``dynamiccl.cli``, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -104,14 +106,25 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        line = missing_extra(exc, getattr(args, "extra", None))
+        if line is None:
+            return _failed(prog, exc)
+        print(f"{prog}: error: {line}", file=sys.stderr)
+        return 2
     except Exception as exc:
-        if is_input_error(exc):
-            print(f"{prog}: error: {describe_input_error(exc)}", file=sys.stderr)
-            return 2
-        if os.environ.get(DEBUG_ENV):
-            raise
-        print(f"{prog}: {internal_error_line(exc)}", file=sys.stderr)
-        return 1
+        return _failed(prog, exc)
+
+
+def _failed(prog: str, exc: Exception) -> int:
+    """A user's input error (2) or a bug in dynamiccl (1), in one line."""
+    if is_input_error(exc):
+        print(f"{prog}: error: {describe_input_error(exc)}", file=sys.stderr)
+        return 2
+    if os.environ.get(DEBUG_ENV):
+        raise exc
+    print(f"{prog}: {internal_error_line(exc)}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ import sys
 
 from dynamiccl.cli.common import UserError, collective_arg, int_between, path_arg, positive_int
 from dynamiccl.console import UNBOUNDED_WIDTH
+from dynamiccl.plugin.policy_format import POLICY_SHA256_ENV
+from dynamiccl.system.nccl_versions import parse_window
 
 #: The keys of every ``show --json`` object (a contract; tests hold it).
 JSON_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", "algorithm", "protocol",
@@ -217,12 +219,16 @@ def _run(args: argparse.Namespace) -> int:
     console.print(f"[bold]{args.file}[/bold]: policy [bold]{h.policy}[/bold], format "
                   f"{pf.FORMAT_VERSION}, checksum OK, {policy.n_rules} rules")
     console.print(f"topology {h.topology} (fingerprint {h.fingerprint}, features {h.features}), "
-                  f"NCCL {h.nccl} (the releases it holds for), created {h.created}, config {h.config_hash}")
+                  f"created {h.created}, config {h.config_hash}")
+    console.print(_nccl_line(h.nccl), soft_wrap=True)
     console.print(f"sha256 {pf.file_hash(args.file)} (the plugin logs it at init: every rank must "
-                  "show the same)", soft_wrap=True)
+                  f"show the same; with {POLICY_SHA256_ENV} set to it, a rank that reads another "
+                  "file lets NCCL decide and says so at WARN)", soft_wrap=True)
     for line in deploy_lines(args.file):
         console.print(line, soft_wrap=True, markup=False, highlight=False)
     console.print(f"slices: {', '.join(s.name for s in policy.slices)}")
+    console.print("defer: NCCL's built-in model decides (NCCL loads one tuner, so a network "
+                  "plugin's own, such as aws-ofi-nccl's on EFA, is not used)", soft_wrap=True)
     if evidence_problem:
         console.print(f"{evidence_problem}: NCCL's pick, gain and uncertainty are unknown; "
                       "export or tune the policy again to rewrite it")
@@ -268,16 +274,27 @@ def deploy_lines(path: str) -> list[str]:
     from pathlib import Path
 
     from dynamiccl.plugin import policy_file as pf
-    from dynamiccl.plugin.policy_format import POLICY_ENV, POLICY_SHA256_ENV
+    from dynamiccl.plugin.policy_format import POLICY_ENV
     from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
 
     env = (f"{TUNER_PLUGIN_ENV}=$(dynamiccl plugin path) {POLICY_ENV}="
            f"{shlex.quote(str(Path(path).resolve()))} {POLICY_SHA256_ENV}={pf.file_hash(path)}")
     names = " ".join(f"-x {v}" for v in (TUNER_PLUGIN_ENV, POLICY_ENV, POLICY_SHA256_ENV))
-    return [f"deploy (Slurm): {env} srun --export=ALL ... <your job>",
+    check = f"echo {shlex.quote(pf.file_hash(path) + '  ' + str(Path(path).resolve()))}"
+    return [f"check every node first: {check} | srun --ntasks-per-node=1 sha256sum --check --quiet",
+            f"deploy (Slurm): {env} srun --export=ALL ... <your job>",
             f"deploy (OpenMPI): the same variables, and mpirun {names} ... <your job>",
             f"verify: dynamiccl ab run --policy {shlex.quote(path)} -- <your job's command> "
             "(interleaved launches with and without it); roll back: launch without the variables"]
+
+
+def _nccl_line(nccl: str) -> str:
+    """The policy's NCCL version window, as the plugin reads it."""
+    if parse_window(nccl) is None:
+        return (f"NCCL {nccl}: no version window the plugin can read, so it lets NCCL decide every "
+                "call; export the policy again")
+    return (f"NCCL {nccl}: the plugin applies the policy under these NCCL versions only (under any "
+            "other it lets NCCL decide and says so at WARN)")
 
 
 def _row(rule, ev: dict | None) -> tuple[str, ...]:

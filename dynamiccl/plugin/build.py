@@ -132,9 +132,9 @@ def compile_c(
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{output_name}.")
     os.close(fd)
-    cmd = [compiler, *all_flags, *(str(s) for s in sources), "-o", tmp]
-    if not shared:
-        cmd += ["-ldl", "-lpthread"]
+    # libdl: the plugin reads NCCL's version and pins itself loaded (dlsym, dladdr, dlopen), and
+    # the test programs load it; glibc before 2.34 keeps those outside libc.
+    cmd = [compiler, *all_flags, *(str(s) for s in sources), "-o", tmp, "-ldl", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         os.unlink(tmp)

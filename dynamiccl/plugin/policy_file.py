@@ -16,8 +16,8 @@ Format, version 2::
     topology dgx_h100                           compatibility)
     fingerprint 1a2b3c4d5e6f7a8b
     features ll128,nvls                         what the exported system can run ('none' or a list)
-    nccl 2.21.5..2.32.3
-    config_hash 0123456789abcdef
+    nccl 2.21.5..2.32.3                         the NCCL versions it holds for: A.B.C or A.B.C..X.Y.Z
+    config_hash 0123456789abcdef                (nccl_versions.parse_window; the plugin defers under others)
     source /runs/quickstart/model.zip           optional: the policy it was exported from
     slice straggler=none c2c=none               a context slice; the rules below belong to it
     allreduce 0 7 2 16 defer - -
@@ -40,8 +40,10 @@ the communicator the most specific wins per collective -- an exact node count ou
 rank count, which outranks ``*``; a size outside its ranges means "defer to NCCL".
 
 Every rank of a communicator must decide alike, or NCCL hangs: they must load byte-identical files
-(:func:`content_hash` is what the plugin logs at init and ``dynamiccl show`` prints) and use the
-same context. Files are therefore only ever replaced atomically (:func:`replace_file`).
+(:func:`content_hash` is what the plugin logs at init and ``dynamiccl show`` prints; with
+``DYNAMICCL_POLICY_SHA256`` set to it, a rank whose file differs lets NCCL decide and says so) and
+use the same context. Files are therefore only ever replaced atomically (:func:`replace_file`), and
+the plugin reads one once per process.
 """
 
 from __future__ import annotations

@@ -24,13 +24,17 @@ from dynamiccl.system.nccl import (
     ALGORITHM_SPECS,
     ALGORITHM_TOKENS,
     COLLECTIVE_TOKENS,
+    GET_VERSION_SYMBOL,
     MAX_CHANNELS,
+    NET_PLUGIN_ENV,
     PROTO_ENV,
     PROTOCOL_TOKENS,
+    VERSION_CODE_WEIGHTS,
     Algorithm,
     Collective,
     Protocol,
 )
+from dynamiccl.system.nccl_versions import WINDOW_SEPARATOR, WINDOW_VERSION_DIGITS
 
 MAGIC = "DYNAMICCL-POLICY"
 #: Version 2 dropped the reg_buff, pipe_ops and chunk columns of version 1 (nothing exported them;
@@ -92,6 +96,14 @@ LOG_DECISIONS_ENV = "DYNAMICCL_LOG_DECISIONS"
 #: The hex SHA-256 of the policy file every rank must load (``dynamiccl show`` prints it): a rank
 #: whose file hashes otherwise defers every call and says so at WARN.
 POLICY_SHA256_ENV = "DYNAMICCL_POLICY_SHA256"
+
+#: aws-ofi-nccl, the network plugin of EFA (and Slingshot) clusters, ships its own tuner, which NCCL
+#: would use where NCCL_TUNER_PLUGIN names none; NCCL loads one tuner, so DynamICCL replaces it. The
+#: plugin recognises it by a loaded library whose resolved name starts with one of these prefixes
+#: and contains the mark (libnccl-net-ofi.so, often installed as libnccl-net.so; libnccl-ofi-tuner.so)
+#: or by the mark in NCCL_NET_PLUGIN (``ofi``, ``aws-ofi``).
+OFI_LIBRARY_PREFIXES = ("libnccl-net", "libnccl-ofi")
+OFI_MARK = "ofi"
 
 #: What the v2 ABI (NCCL 2.21) may be told to run: NCCL 2.21 takes the plugin's algorithm and
 #: protocol without checking that the algorithm implements the collective, that the protocol is
@@ -166,6 +178,16 @@ def c_header() -> str:
         f"#define DCCL_ENV_LOG_DECISIONS {_c_string(LOG_DECISIONS_ENV)}",
         f"#define DCCL_ENV_NCCL_ALGO {_c_string(ALGO_ENV)}",
         f"#define DCCL_ENV_NCCL_PROTO {_c_string(PROTO_ENV)}",
+        f"#define DCCL_ENV_POLICY_SHA256 {_c_string(POLICY_SHA256_ENV)}",
+        f"#define DCCL_ENV_NCCL_NET_PLUGIN {_c_string(NET_PLUGIN_ENV)}",
+        f"#define DCCL_NCCL_GET_VERSION {_c_string(GET_VERSION_SYMBOL)}",
+        "#define DCCL_NCCL_VERSION_CODE(major, minor, patch) \\",
+        f"  ((major) * {VERSION_CODE_WEIGHTS[0]} + (minor) * {VERSION_CODE_WEIGHTS[1]} + (patch))",
+        f"#define DCCL_NCCL_WINDOW_SEPARATOR {_c_string(WINDOW_SEPARATOR)}",
+        f"#define DCCL_NCCL_VERSION_DIGITS {{{', '.join(str(n) for n in WINDOW_VERSION_DIGITS)}}}",
+        f"#define DCCL_OFI_LIBRARY_PREFIXES {{{', '.join(_c_string(p) for p in OFI_LIBRARY_PREFIXES)}}}",
+        f"#define DCCL_NUM_OFI_LIBRARY_PREFIXES {len(OFI_LIBRARY_PREFIXES)}",
+        f"#define DCCL_OFI_MARK {_c_string(OFI_MARK)}",
         f"#define DCCL_NUM_COLLS {len(COLLECTIVE_TOKENS)}",
         f"#define DCCL_NUM_ALGOS {len(ALGORITHM_TOKENS)}",
         f"#define DCCL_NUM_PROTOS {len(PROTOCOL_TOKENS)}",

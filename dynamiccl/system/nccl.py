@@ -390,6 +390,19 @@ MIN_CHANNELS_ENV = "NCCL_MIN_NCHANNELS"
 MAX_CHANNELS_ENV = "NCCL_MAX_NCHANNELS"
 #: The environment variable naming the tuner plugin NCCL loads (src/plugin/tuner.cc).
 TUNER_PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
+#: The environment variable naming the network plugin NCCL loads (src/plugin/net.cc); NCCL looks
+#: for tuner symbols in that library when NCCL_TUNER_PLUGIN names none (aws-ofi-nccl ships one).
+NET_PLUGIN_ENV = "NCCL_NET_PLUGIN"
+#: NCCL's public ``ncclResult_t ncclGetVersion(int* version)`` (src/nccl.h.in): the running
+#: library's version code, :func:`version_code` of its release.
+GET_VERSION_SYMBOL = "ncclGetVersion"
+#: NCCL_VERSION_CODE's weights (src/nccl.h.in, every release since 2.9): major, minor, patch.
+VERSION_CODE_WEIGHTS = (10000, 100, 1)
+
+
+def version_code(major: int, minor: int, patch: int) -> int:
+    """NCCL's version code of a release (2.30.7 -> 23007), as ``ncclGetVersion`` reports it."""
+    return sum(w * v for w, v in zip(VERSION_CODE_WEIGHTS, (major, minor, patch), strict=True))
 
 #: NCCL's names (src/init.cc @2.30.7): the tokens of NCCL_ALGO / NCCL_PROTO and what its logs print.
 ALGORITHM_NCCL_NAMES: dict[Algorithm, str] = {a: str(ALGORITHM_SPECS[a].nccl_name) for a in NCCL_ALGORITHMS}

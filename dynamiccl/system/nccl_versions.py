@@ -11,9 +11,10 @@ NCCL states its version in several spellings, all of them read here into one :cl
 * ``torch.cuda.nccl.version()``, a tuple ``(2, 26, 2)``, and the plain ``2.26.2`` of a sidecar.
 
 A policy file's ``nccl`` header holds the releases it was measured on as ``LOW..HIGH`` (inclusive
-at both ends, :data:`WINDOW_SEPARATOR`); the tuner plugin defers every call under an NCCL outside
-it. The window is written and read only here, so the policy file, ``show`` and the plugin's check
-agree on it.
+at both ends, :data:`WINDOW_SEPARATOR`; a single ``A.B.C`` is read as ``A.B.C..A.B.C``); the tuner
+plugin defers every call under an NCCL outside it. The window's grammar is written only here: the
+policy file, ``show`` and the plugin's C check (whose header ``dynamiccl.plugin.policy_format``
+generates from these constants) agree on it.
 """
 
 from __future__ import annotations
@@ -22,10 +23,16 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dynamiccl.system.nccl import VERSION_CODE_WEIGHTS, version_code
+
 #: Between the two ends of a policy file's ``nccl`` window (``2.26.2..2.26.2``).
 WINDOW_SEPARATOR = ".."
-#: ``NCCL_VERSION(X,Y,Z)`` from NCCL 2.9 on (``src/nccl.h.in``): X * 10000 + Y * 100 + Z.
-_CODE_MAJOR, _CODE_MINOR = 10000, 100
+#: Digits each part of a window's versions may have (major, minor, patch): minor and patch below
+#: 100, as the version code requires.
+WINDOW_VERSION_DIGITS = (3, 2, 2)
+_WINDOW_VERSION = r"\.".join(f"([0-9]{{1,{n}}})" for n in WINDOW_VERSION_DIGITS)
+_WINDOW = re.compile(f"{_WINDOW_VERSION}(?:{re.escape(WINDOW_SEPARATOR)}{_WINDOW_VERSION})?")
+_CODE_MAJOR, _CODE_MINOR = VERSION_CODE_WEIGHTS[:2]
 _DOTTED = re.compile(r"^v?(\d{1,3})\.(\d{1,3})\.(\d{1,3})")
 _CODE = re.compile(r"^\d{5,6}$")
 #: nccl-tests' header: the NCCL it was built against and the one it loaded (2.13 and later).
@@ -47,7 +54,12 @@ class NcclVersion:
     @property
     def code(self) -> int:
         """``NCCL_VERSION_CODE`` as ``ncclGetVersion`` returns it (22602 for 2.26.2)."""
-        return self.major * _CODE_MAJOR + self.minor * _CODE_MINOR + self.patch
+        return version_code(self.major, self.minor, self.patch)
+
+    @classmethod
+    def from_code(cls, code: int) -> NcclVersion:
+        """The release of a version code (23007 -> 2.30.7)."""
+        return cls(code // _CODE_MAJOR, code // _CODE_MINOR % _CODE_MINOR, code % _CODE_MINOR)
 
 
 def parse_version(value: object) -> NcclVersion | None:
@@ -68,8 +80,7 @@ def parse_version(value: object) -> NcclVersion | None:
     if m := _DOTTED.match(text):
         return NcclVersion(int(m.group(1)), int(m.group(2)), int(m.group(3)))
     if _CODE.match(text):
-        code = int(text)
-        return NcclVersion(code // _CODE_MAJOR, code // _CODE_MINOR % _CODE_MINOR, code % _CODE_MINOR)
+        return NcclVersion.from_code(int(text))
     return None
 
 
@@ -92,16 +103,16 @@ def window_text(versions: Iterable[NcclVersion]) -> str:
 
 
 def parse_window(text: str) -> tuple[NcclVersion, NcclVersion] | None:
-    """(low, high) of a policy file's ``nccl`` header, or None where it is not ``X.Y.Z..X.Y.Z``
-    with low <= high (the plugin then defers every call: it cannot tell where the policy holds)."""
-    low, sep, high = text.strip().partition(WINDOW_SEPARATOR)
-    if not sep:
+    """(low, high) of a policy file's ``nccl`` header, ``A.B.C`` or ``A.B.C..X.Y.Z`` with low <= high,
+    or None where it is neither (the plugin then defers every call: it cannot tell where the policy
+    holds). The plugin's reading: its C check is generated from the same grammar."""
+    match = _WINDOW.fullmatch(text)
+    if not match:
         return None
-    ends = [parse_version(part) for part in (low, high)]
-    if ends[0] is None or ends[1] is None or str(ends[0]) != low or str(ends[1]) != high \
-            or ends[0] > ends[1]:
-        return None
-    return ends[0], ends[1]
+    parts = [int(g) for g in match.groups() if g is not None]
+    low = NcclVersion(*parts[:3])
+    high = NcclVersion(*parts[3:]) if len(parts) == 6 else low
+    return (low, high) if low <= high else None
 
 
 def in_window(version: NcclVersion, window: str) -> bool | None:

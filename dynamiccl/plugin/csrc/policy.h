@@ -50,7 +50,6 @@ typedef struct dccl_policy {
   dccl_group_t* groups;
   dccl_slice_t* slices;
   unsigned char* logged; /* per range: decision-log bits, updated with atomics */
-  int refs;              /* owned by tuner.c under its lock */
 } dccl_policy_t;
 
 /* Parses a whole file image. Returns 0 and a policy, or -1 and a one-line reason in err. */

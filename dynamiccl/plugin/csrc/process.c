@@ -1,99 +1,120 @@
 /* Process-wide state shared by all communicators (see process.h). */
-#define _XOPEN_SOURCE 700 /* realpath */
+#define _GNU_SOURCE /* realpath, dladdr, RTLD_NOLOAD, RTLD_NODELETE */
 #include "process.h"
 
+#include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "fleet.h"
 #include "log.h"
 #include "sha256.h"
 #include "view.h"
 
-/* ---- the parsed-policy cache ---------------------------------------------------------------- */
+/* ---- the policy, read once per process ----------------------------------------------------- */
 
+/* The first communicator that names a policy reads it; what that read decided (the policy, or NCCL
+ * deciding, with the reason) holds for every later communicator of the process, so a file replaced
+ * or re-pointed mid-job cannot make communicators of one job decide differently. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static dccl_policy_t* g_policy;             /* the newest loaded file, while a communicator uses it */
-static char g_last_failure[640];            /* so an unusable file is warned about once */
-static char g_warned_relative[PATH_MAX + 1]; /* so a relative path is warned about once */
+static int g_read;                    /* DYNAMICCL_POLICY was read (whatever came of it) */
+static dccl_policy_t* g_policy;       /* the policy in force for the process's life, or NULL */
+static char g_named[PATH_MAX + 1];    /* DYNAMICCL_POLICY as first given */
+static char g_path[PATH_MAX + 1];     /* ... made absolute: the file read */
+static struct stat g_stat;            /* that file when read, to notice it changing afterwards */
+static int g_stat_ok;
+static char g_refusal[640];           /* why NCCL decides instead (g_policy NULL) */
+static int g_warned_renamed, g_warned_changed;
+
+/* NCCL unloads its tuner when the last communicator is destroyed and loads it afresh for the next
+ * one (src/plugin/tuner.cc); pinning the library keeps what the first read decided for the
+ * process's life, not just the library's. */
+static void stay_resident(ncclDebugLogger_t log) {
+  Dl_info info;
+  if (!dladdr((void*)&dccl_acquire_policy, &info) || !info.dli_fname ||
+      !dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE)) /* never closed */
+    DCCL_INFO(log, "DynamICCL: could not keep the plugin loaded for the process's life (%s); a "
+              "communicator created after NCCL unloads it reads the policy again", dlerror());
+}
 
 /* A relative path resolves against each process's working directory, which can differ between
- * nodes: use the absolute path, and say which one, once. */
+ * nodes: use the absolute path, and say which one. */
 static const char* absolute_path(const char* path, char* buf, ncclDebugLogger_t log) {
   if (path[0] == '/' || !realpath(path, buf)) return path; /* a failure is reported by the read */
-  pthread_mutex_lock(&g_lock);
-  int first = strcmp(g_warned_relative, buf) != 0;
-  if (first) snprintf(g_warned_relative, sizeof(g_warned_relative), "%s", buf);
-  pthread_mutex_unlock(&g_lock);
-  if (first)
-    DCCL_WARN(log, "DynamICCL: " DCCL_ENV_POLICY "=%s is a relative path; using %s. Give an "
-              "absolute path: every rank must read the same file", path, buf);
+  DCCL_WARN(log, "DynamICCL: " DCCL_ENV_POLICY "=%s is a relative path; using %s. Give an "
+            "absolute path: every rank must read the same file", path, buf);
   return buf;
 }
 
-/* The cached copy when it has this content (a reference is taken), else NULL. Under g_lock. */
-static dccl_policy_t* share_locked(const char* hash) {
-  if (!g_policy || strcmp(g_policy->hash, hash) != 0) return NULL;
-  g_policy->refs++;
-  return g_policy;
-}
-
-/* Reading, hashing and parsing run outside the lock, so communicators initialising on other
- * threads wait only for the cache lookup. */
-dccl_policy_t* dccl_acquire_policy(const char* path, ncclDebugLogger_t log) {
-  char err[400] = "", hash[DCCL_HASH_HEX_LEN + 1], abs[PATH_MAX + 1];
+static void first_read(const char* named, const void* nccl_caller, ncclDebugLogger_t log) {
+  char err[400] = "", abs[PATH_MAX + 1], hash[DCCL_HASH_HEX_LEN + 1];
   char* data = NULL;
   size_t len = 0;
-  dccl_policy_t *p = NULL, *parsed = NULL;
-  path = absolute_path(path, abs, log);
-  int readable = dccl_read_file(path, &data, &len, err, sizeof(err)) == 0;
-  if (readable) {
+  dccl_policy_t* parsed = NULL;
+  g_read = 1;
+  snprintf(g_named, sizeof(g_named), "%s", named);
+  snprintf(g_path, sizeof(g_path), "%s", absolute_path(named, abs, log));
+  g_stat_ok = stat(g_path, &g_stat) == 0;
+  if (dccl_read_file(g_path, &data, &len, err, sizeof(err)) == 0) {
     dccl_sha256_hex(data, len, hash);
-    pthread_mutex_lock(&g_lock);
-    p = share_locked(hash);
-    pthread_mutex_unlock(&g_lock);
-    if (!p && dccl_policy_parse(data, len, &parsed, err, sizeof(err)) == 0) {
+    if (dccl_policy_parse(data, len, &parsed, err, sizeof(err)) == 0)
       memcpy(parsed->hash, hash, sizeof(hash));
-      parsed->refs = 1;
-    }
     free(data);
   }
-  pthread_mutex_lock(&g_lock);
-  if (!p && parsed) {
-    p = share_locked(hash); /* another thread may have published the same file meanwhile */
-    if (p) {
-      dccl_policy_free(parsed);
-    } else {
-      p = g_policy = parsed;
-    }
-  }
-  char failure[sizeof(g_last_failure)];
-  int first_report = 0;
-  if (!p) {
-    snprintf(failure, sizeof(failure), "%.300s: %.300s", path, err);
-    first_report = strcmp(failure, g_last_failure) != 0;
-    memcpy(g_last_failure, failure, sizeof(failure));
+  stay_resident(log);
+  if (!parsed) {
+    snprintf(g_refusal, sizeof(g_refusal), "%.300s: %.300s", g_path, err);
+    DCCL_WARN(log, "DynamICCL: not using policy file %s: %s. NCCL's own choices stand.", g_path, err);
+  } else if (!dccl_admit_policy(parsed, g_path, nccl_caller, log, g_refusal, sizeof(g_refusal))) {
+    dccl_policy_free(parsed);
   } else {
-    g_last_failure[0] = '\0';
+    g_policy = parsed;
   }
-  pthread_mutex_unlock(&g_lock);
-  if (!p && first_report)
-    DCCL_WARN(log, "DynamICCL: not using policy file %s: %s. NCCL's own choices stand.", path, err);
-  else if (!p)
-    DCCL_INFO(log, "DynamICCL: policy file %s is still unusable (%s); stepping aside", path, err);
-  return p;
+  dccl_note_net_plugin(g_policy != NULL, log);
 }
 
-void dccl_release_policy(dccl_policy_t* p) {
-  pthread_mutex_lock(&g_lock);
-  if (--p->refs == 0) {
-    if (g_policy == p) g_policy = NULL;
-    dccl_policy_free(p);
+static int same_file(const struct stat* a, const struct stat* b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+         a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+         a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* A later communicator: says once if DYNAMICCL_POLICY now names another file, or once if the file
+ * read has changed since (replaced, or rewritten in place: its ctime moves either way). */
+static void check_unchanged(const char* named, ncclDebugLogger_t log) {
+  char abs[PATH_MAX + 1];
+  struct stat now;
+  const char* kept = g_policy ? g_policy->hash : "none: NCCL decides";
+  if (strcmp(named, g_named) != 0) {
+    const char* path = named[0] == '/' || !realpath(named, abs) ? named : abs;
+    if (strcmp(path, g_path) != 0 && !g_warned_renamed++)
+      DCCL_WARN(log, "DynamICCL: " DCCL_ENV_POLICY " now names %s, but this process keeps what "
+                "it read from %s at its first communicator (sha256 %s): a policy is read once "
+                "per process, so every communicator of a job decides alike", path, g_path, kept);
+    return;
   }
+  if (g_stat_ok && stat(g_path, &now) == 0 && !same_file(&now, &g_stat) && !g_warned_changed++)
+    DCCL_WARN(log, "DynamICCL: %s changed after this process read it; this process keeps what it "
+              "read (sha256 %s). Replace a policy between jobs: a rank that starts now reads the "
+              "new file and decides otherwise than this one", g_path, kept);
+}
+
+dccl_policy_t* dccl_acquire_policy(const char* path, const void* nccl_caller,
+                                   ncclDebugLogger_t log) {
+  pthread_mutex_lock(&g_lock); /* a communicator initialising meanwhile waits for the verdict */
+  int first = !g_read;
+  if (first) first_read(path, nccl_caller, log);
+  else check_unchanged(path, log);
+  dccl_policy_t* p = g_policy;
+  if (!p && !first)
+    DCCL_INFO(log, "DynamICCL: this process does not use its policy (%s); NCCL decides", g_refusal);
   pthread_mutex_unlock(&g_lock);
+  return p;
 }
 
 int dccl_loaded_policy_hash(char* out, size_t len) {

@@ -1,5 +1,6 @@
-/* State shared by every communicator of the process: the parsed-policy cache (keyed by content
- * hash), the run-time context slice and the pins set through the dynamiccl_* entry points.
+/* State shared by every communicator of the process: the policy (read once, at the first
+ * communicator that names one, and kept for the process's life), the run-time context slice and the
+ * pins set through the dynamiccl_* entry points.
  *
  * getCollInfo reads the dynamic parts without locks: the context is one atomic word naming an
  * interned (never freed) bucket pair, and the pins are an immutable table behind an atomic
@@ -15,11 +16,13 @@
 
 #pragma GCC visibility push(hidden)
 
-/* Loads (or shares the already parsed copy of) the policy file at path; NULL and one WARN per
- * distinct failure when it is unusable. */
-dccl_policy_t* dccl_acquire_policy(const char* path, ncclDebugLogger_t log);
-void dccl_release_policy(dccl_policy_t* policy);
-/* Copies the newest loaded policy's hash; -1 when none is loaded or len is too small. */
+/* The process's policy: the first call reads path, checks it (fleet.h) and keeps the outcome for
+ * the process's life; every call returns that policy, or NULL when NCCL decides (one WARN, at the
+ * first call, says why). A later call naming another file, or finding the file changed, keeps the
+ * first and says so once. nccl_caller: an address in the library that called init (NCCL). The
+ * policy is never freed: communicators hold it without references. */
+dccl_policy_t* dccl_acquire_policy(const char* path, const void* nccl_caller, ncclDebugLogger_t log);
+/* Copies the process's policy hash; -1 when it uses none or len is too small. */
 int dccl_loaded_policy_hash(char* out, size_t len);
 
 /* 0 while no context was set at run time; else 1 + the interned index of the active context.

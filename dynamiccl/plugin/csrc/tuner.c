@@ -1,21 +1,25 @@
-/* DynamICCL's NCCL tuner plugin: reads the policy file named by DYNAMICCL_POLICY and steers each
- * collective NCCL asks about. Loaded by stock NCCL through NCCL_TUNER_PLUGIN.
+/* DynamICCL's NCCL tuner plugin: reads the policy file named by DYNAMICCL_POLICY (once per
+ * process) and steers each collective NCCL asks about. Loaded by stock NCCL through
+ * NCCL_TUNER_PLUGIN.
  *
  * Rules this file keeps (reasons: how NCCL 2.30.7 loads and calls a tuner, src/plugin/tuner.cc and
  * src/enqueue.cc):
  *  - every entry point returns ncclSuccess: an error fails the user's communicator or collective;
- *  - a problem with the policy file is one WARN, then the plugin steps aside for that communicator;
+ *  - a problem with the policy file is one WARN, then the plugin steps aside for the process, as it
+ *    does under an NCCL outside the policy's version window or when the file's SHA-256 is not the
+ *    one DYNAMICCL_POLICY_SHA256 expects (fleet.c);
  *  - a cost-table entry is written (0.0, "force") only if NCCL marked it usable (>= 0), so neither
  *    NCCL <= 2.30 (negative = disabled) nor 2.31+ (negative = preferred) can be misled;
  *  - through the v2 ABI (NCCL 2.21, no cost table, nothing checked by NCCL) only what NCCL 2.21
  *    could run and the policy's recorded system allows is forced (force_v2_ok);
  *  - decisions depend only on the call's arguments, nRanks/nNodes, the file and the run-time
  *    context/pins the job sets identically on every rank, never on clocks, ranks or randomness;
- *  - NCCL_ALGO / NCCL_PROTO set by the user win: the plugin then does nothing.
+ *  - NCCL_ALGO / NCCL_PROTO set by the user win: the plugin then does nothing (and says so at WARN).
  *
- * Environment: DYNAMICCL_POLICY (policy file; unset = do nothing), DYNAMICCL_LOG_DECISIONS=1 (log
- * each distinct decision once), DYNAMICCL_CONTEXT (the context slice at init, e.g.
- * "straggler=long c2c=high"; dynamiccl_set_context changes it at run time).
+ * Environment: DYNAMICCL_POLICY (policy file; unset = do nothing), DYNAMICCL_POLICY_SHA256 (the
+ * file's expected SHA-256), DYNAMICCL_LOG_DECISIONS=1 (log each distinct decision once),
+ * DYNAMICCL_CONTEXT (the context slice at init, e.g. "straggler=long c2c=high";
+ * dynamiccl_set_context changes it at run time).
  *
  * Run-time entry points (exported next to the ncclTunerPlugin_vN structs, for dynamiccl.runtime
  * through ctypes; all thread-safe, none ever crashes on bad input):
@@ -25,8 +29,9 @@
  *       -1 bad input (NULL, longer than DCCL_MAX_CONTEXT_SPEC, malformed; or a 257th distinct
  *       context in one process: contexts are interned, never freed).
  *   int dynamiccl_policy_hash(char* out, size_t len);
- *       SHA-256 of the loaded policy file, 64 lowercase hex digits + NUL (the hash logged at init
- *       and printed by `dynamiccl show`). 0 ok, -1 no policy loaded or len < 65.
+ *       SHA-256 of the policy file the process uses, 64 lowercase hex digits + NUL (the hash logged
+ *       at init and printed by `dynamiccl show`). 0 ok, -1 no policy in use (none named, or NCCL
+ *       decides: see the WARN) or len < 65.
  *   const char* dynamiccl_plugin_version(void);   the package version the plugin was built from.
  *   int dynamiccl_pin(int collective, uint64_t min_bytes, uint64_t max_bytes, int algorithm,
  *                     int protocol, int channels);
@@ -43,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fleet.h"
 #include "log.h"
 #include "nccl_tuner_abi.h"
 #include "policy.h"
@@ -66,11 +72,6 @@ typedef struct {
 
 /* ---- init / finalize ------------------------------------------------------------------------ */
 
-static int env_set(const char* name) {
-  const char* v = getenv(name);
-  return v && *v;
-}
-
 /* The view a context word selects; a slice this policy lacks means the default slice. */
 static uint32_t view_for_word(const dccl_comm_t* c, uint32_t word) {
   const char *straggler, *c2c;
@@ -92,33 +93,32 @@ static uint32_t initial_view(dccl_comm_t* c, uint32_t word) {
   return i >= 0 ? (uint32_t)i : c->default_view;
 }
 
-static void init_common(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** context) {
+/* nccl_caller: the return address of the exported init, inside NCCL (its version is read there). */
+static void init_common(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** context,
+                        const void* nccl_caller) {
   if (!context) return;
   *context = NULL;
-  if (env_set(DCCL_ENV_NCCL_ALGO) || env_set(DCCL_ENV_NCCL_PROTO)) {
+  if (dccl_nccl_forces_choice(log)) {
     dccl_note_user_override();
-    DCCL_INFO(log, "DynamICCL: " DCCL_ENV_NCCL_ALGO "/" DCCL_ENV_NCCL_PROTO " are set; respecting "
-              "them, the policy and pins are not used");
     return;
   }
   const char* path = getenv(DCCL_ENV_POLICY);
-  if (!path || !*path) return; /* no policy: NCCL decides everything (pins aside) */
+  if (!path || !*path) { /* no policy: NCCL decides everything (pins aside) */
+    dccl_note_net_plugin(0, log);
+    return;
+  }
+  dccl_policy_t* policy = dccl_acquire_policy(path, nccl_caller, log);
+  if (!policy) return;
   dccl_comm_t* c = calloc(1, sizeof(*c));
-  if (!c) return;
-  c->log = log;
-  c->policy = dccl_acquire_policy(path, log);
-  if (!c->policy) {
-    free(c);
-    return;
-  }
-  c->views = calloc(c->policy->nslices, sizeof(dccl_view_t));
-  if (!c->views) {
+  if (c) c->views = calloc(policy->nslices, sizeof(dccl_view_t));
+  if (!c || !c->views) {
     DCCL_WARN(log, "DynamICCL: out of memory preparing policy %s; NCCL's own choices stand",
-              c->policy->name);
-    dccl_release_policy(c->policy);
+              policy->name);
     free(c);
     return;
   }
+  c->log = log;
+  c->policy = policy;
   dccl_views_build(c->policy, nRanks, nNodes, c->views);
   c->default_view = (uint32_t)dccl_policy_find_slice(c->policy, DCCL_DEFAULT_BUCKET,
                                                      DCCL_DEFAULT_BUCKET);
@@ -135,7 +135,7 @@ static void init_common(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, voi
 }
 
 static ncclResult_t init_v2(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** context) {
-  init_common(nRanks, nNodes, log, context);
+  init_common(nRanks, nNodes, log, context, __builtin_return_address(0));
   return DCCL_NCCL_SUCCESS;
 }
 
@@ -145,15 +145,14 @@ static ncclResult_t init_v5(void** context, uint64_t commId, size_t nRanks, size
   (void)commId; /* rank-independent but communicator-specific: decisions must not depend on it */
   (void)nvlDomainInfo;
   (void)constants; /* NCCL's cost model is left as NCCL built it */
-  init_common(nRanks, nNodes, log, context);
+  init_common(nRanks, nNodes, log, context, __builtin_return_address(0));
   return DCCL_NCCL_SUCCESS;
 }
 
 static ncclResult_t finalize(void* context) {
   dccl_comm_t* c = context;
   if (!c) return DCCL_NCCL_SUCCESS;
-  free(c->views);
-  dccl_release_policy(c->policy);
+  free(c->views); /* the policy is the process's (process.h) */
   free(c);
   return DCCL_NCCL_SUCCESS;
 }

@@ -11,10 +11,17 @@
  *   setenv NAME VALUE                    (so one process can try many policy files)
  *   rewrite SRC DST                      (DST overwritten in place by SRC's bytes, its mtime kept:
  *                                         what `cp -p` or `rsync --inplace -t` do)
+ *   rename SRC DST                       (DST atomically replaced by SRC: what `mv` and
+ *                                         dynamiccl's own writers do)
  *   context SPEC...                      -> SETCTX rc       (dynamiccl_set_context; "NULL" = NULL)
  *   pin COLL MIN MAX ALGO PROTO CH       -> PIN rc          (dynamiccl_pin; MIN/MAX may be "max")
  *   hash LEN                             -> HASH rc text    (dynamiccl_policy_hash, buffer of LEN)
  *   version                              -> VERSION text    (dynamiccl_plugin_version)
+ *   reload                               (close the plugin and open it again, as NCCL does once the
+ *                                         process's last communicator is destroyed)
+ *   ncclversion CODE                     (what this stand-in's ncclGetVersion answers; 0: it fails)
+ *   dlopen PATH                          -> DLOPEN ok|failed (a library NCCL loads, e.g. a network
+ *                                         plugin, opened RTLD_NOW | RTLD_LOCAL and kept)
  * NBYTES may be "max" (SIZE_MAX). Log calls are printed as "LOG level flags message". Any broken
  * contract (non-zero return, a write to an unusable entry, a changed constants block) prints
  * "VIOLATION ..." and makes the exit status 1. */
@@ -123,10 +130,20 @@ int main(int argc, char** argv) {
       printf("HASH %d %.*s\n", rc, rc == 0 ? (int)strnlen(val, (size_t)k) : 0, val);
       if (rc == 0 && strnlen(val, (size_t)k) == (size_t)k)
         printf("VIOLATION hash not NUL-terminated\n"), failed = 1;
+    } else if (strncmp(line, "reload", 6) == 0) {
+      plugin_unload();
+      if (plugin_load(argv[1], 6, &v6) != 0) return 2;
+      have_api = runtime_api(&api) == 0;
+    } else if (sscanf(line, "ncclversion %d", &k) == 1) {
+      g_standin_nccl_version = k;
+    } else if (sscanf(line, "dlopen %4095s", val) == 1) {
+      printf("DLOPEN %s\n", dlopen(val, RTLD_NOW | RTLD_LOCAL) ? "ok" : "failed");
     } else if (strncmp(line, "version", 7) == 0 && have_api) {
       printf("VERSION %s\n", api.version());
     } else if (sscanf(line, "rewrite %4095s %4095s", val, val2) == 2) {
       if (rewrite_in_place(val, val2) != 0) printf("VIOLATION cannot rewrite %s\n", val2), failed = 1;
+    } else if (sscanf(line, "rename %4095s %4095s", val, val2) == 2) {
+      if (rename(val, val2) != 0) printf("VIOLATION cannot rename %s\n", val), failed = 1;
     } else if (sscanf(line, "setenv %63s %4095s", a, val) == 2) {
       setenv(a, val, 1);
     } else if (sscanf(line, "fin %d", &k) == 1 && k >= 0 && k < nctx) {

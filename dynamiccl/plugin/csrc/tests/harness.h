@@ -1,8 +1,9 @@
 /* Shared by the C test programs: load the plugin the way NCCL's loader does (dlopen with
  * RTLD_NOW | RTLD_LOCAL, then dlsym of one ncclTunerPlugin_vN), call it through the version's own
- * struct and argument order, and fill a cost table the way NCCL does (every entry -1.0, then the
- * predicted time in microseconds for each usable algorithm/protocol). Header-only on purpose: each
- * test program is one translation unit plus this file. */
+ * struct and argument order, fill a cost table the way NCCL does (every entry -1.0, then the
+ * predicted time in microseconds for each usable algorithm/protocol), and answer ncclGetVersion as
+ * NCCL does (nccl_version_standin.h; link with -rdynamic). Header-only on purpose: each test
+ * program is one translation unit plus this file. */
 #ifndef DYNAMICCL_TEST_HARNESS_H
 #define DYNAMICCL_TEST_HARNESS_H
 
@@ -15,6 +16,7 @@
 
 #include "../nccl_tuner_abi.h"
 #include "../policy_format.h" /* NCCL's table sizes and names (generated from dynamiccl.system.nccl) */
+#include "nccl_version_standin.h"
 
 typedef struct {
   int version;
@@ -35,6 +37,13 @@ static const void* plugin_symbol(const char* path, const char* prefix, int versi
   const void* found = dlsym(g_plugin_handle, sym);
   if (!found) fprintf(stderr, "dlsym %s: %s\n", sym, dlerror());
   return found;
+}
+
+/* What NCCL does when a process's last communicator is destroyed: close the plugin (it unloads
+ * unless it keeps itself loaded), to be opened afresh by the next plugin_load. */
+static inline void plugin_unload(void) {
+  if (g_plugin_handle) dlclose(g_plugin_handle);
+  g_plugin_handle = NULL;
 }
 
 static int plugin_load(const char* path, int version, plugin_t* out) {

@@ -9,17 +9,28 @@
  *   robust PLUGIN.so VALID_POLICY WORKDIR ITERATIONS SEED   -> "PASS ..." or "FAIL ..." lines
  *
  * Linked with policy.c only to recompute checksums (so most mutations get past the checksum and
- * reach the parser) and to know whether a mutated file is valid. */
+ * reach the parser) and, with fleet.c, to know whether the plugin must take a mutated file.
+ *
+ * The plugin reads its policy once per process, so each file is tried in a child process of its
+ * own (fork: the plugin loaded, nothing read yet); every 25th child also runs LeakSanitizer's check
+ * before it exits. */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "../fleet.h"
 #include "../policy.h"
 #include "harness.h"
 
 static runtime_api_t g_api;
+/* getCollInfo calls per file: the files cost a process each, the calls almost nothing. */
+#define CALLS_PER_FILE 120
+
+/* LeakSanitizer's on-demand check (weak: absent from a build without it); non-zero on a leak. */
+int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
 
 static uint64_t rng_state;
 static uint64_t rnd(void) { /* xorshift64*: reproducible from the seed */
@@ -232,6 +243,48 @@ static int hostile_call(const plugin_t* p, void* ctx, char* why, size_t whylen) 
   return 0;
 }
 
+/* One file in this (child) process: init through a random ABI version, hostile calls, finalize.
+ * 0 when every contract held, else 1 with a FAIL line. */
+static int try_file(const plugin_t* plugins, long it, const char* path, int expect_ok) {
+  static const size_t ranks[] = {0, 1, 2, 8, 16, 32, (size_t)1 << 40};
+  static const size_t nodes[] = {0, 1, 2, 4, (size_t)1 << 40};
+  static const char* const contexts[] = {NULL, "straggler=long", "c2c=high,straggler=short",
+                                         "straggler=", "garbage", "straggler=none c2c=none"};
+  char why[256];
+  setenv("DYNAMICCL_POLICY", path, 1);
+  const char* context = contexts[below(6)];
+  if (context) setenv("DYNAMICCL_CONTEXT", context, 1);
+  else unsetenv("DYNAMICCL_CONTEXT");
+  setenv("DYNAMICCL_LOG_DECISIONS", below(2) ? "1" : "0", 1);
+  const plugin_t* p = &plugins[2 + below(5)];
+  void* ctx = (void*)0x1;
+  ncclDebugLogger_t log = below(10) ? harness_logger : NULL;
+  size_t nr = ranks[below(7)], nn = nodes[below(5)];
+  if (g_nsys && below(4)) {
+    size_t k = below((size_t)g_nsys);
+    nr = g_sys[k][0], nn = g_sys[k][1];
+  }
+  int rc = plugin_init(p, nr, nn, log, &ctx, NULL);
+  if (rc != 0 || (expect_ok && !ctx) || (!expect_ok && ctx) ||
+      g_warns != (!expect_ok && log ? 1 : 0)) {
+    printf("FAIL iteration %ld: init rc %d, valid %d, context %p, %d warnings (file %s)\n", it, rc,
+           expect_ok, ctx, g_warns, path);
+    return 1;
+  }
+  for (int q = 0; q < CALLS_PER_FILE; q++) {
+    if (hostile_call(p, ctx, why, sizeof(why)) != 0) {
+      printf("FAIL iteration %ld call %d: %s (file %s)\n", it, q, why, path);
+      return 1;
+    }
+  }
+  if (plugin_finalize(p, ctx) != 0) return 1;
+  if (it % 25 == 0 && __lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check()) {
+    printf("FAIL iteration %ld: memory leaked (file %s)\n", it, path);
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* a sanitizer exit must not lose the verdict */
   if (argc != 6) {
@@ -241,7 +294,7 @@ int main(int argc, char** argv) {
   g_log_sink = count_warnings;
   char* seed_data;
   size_t seed_len;
-  char err[256], path[4096], why[256];
+  char err[256], path[4096];
   if (dccl_read_file(argv[2], &seed_data, &seed_len, err, sizeof(err)) != 0) {
     fprintf(stderr, "cannot read %s: %s\n", argv[2], err);
     return 2;
@@ -253,10 +306,6 @@ int main(int argc, char** argv) {
   for (int v = 2; v <= 6; v++)
     if (plugin_load(argv[1], v, &plugins[v]) != 0) return 2;
   if (runtime_api(&g_api) != 0) return 2;
-  static const size_t ranks[] = {0, 1, 2, 8, 16, 32, (size_t)1 << 40};
-  static const size_t nodes[] = {0, 1, 2, 4, (size_t)1 << 40};
-  static const char* const contexts[] = {NULL, "straggler=long", "c2c=high,straggler=short",
-                                         "straggler=", "garbage", "straggler=none c2c=none"};
   long valid = 0, invalid = 0, calls = 0;
   buf_t b = {0};
   for (long it = 0; it < iterations; it++) {
@@ -271,38 +320,27 @@ int main(int argc, char** argv) {
     if (huge && ftruncate(fd, (off_t)DCCL_MAX_FILE_BYTES + 1) != 0) return 2;
     close(fd);
     dccl_policy_t* parsed = NULL;
-    int expect_ok = !huge && dccl_policy_parse(b.d, b.n, &parsed, err, sizeof(err)) == 0;
+    int low, high, expect_ok = !huge && dccl_policy_parse(b.d, b.n, &parsed, err, sizeof(err)) == 0;
+    /* a file the parser takes is still refused under an NCCL outside its version window */
+    expect_ok = expect_ok && dccl_nccl_window(parsed->nccl, &low, &high) == 0 &&
+                low <= g_standin_nccl_version && g_standin_nccl_version <= high;
     dccl_policy_free(parsed);
-    setenv("DYNAMICCL_POLICY", path, 1);
-    const char* context = contexts[below(6)];
-    if (context) setenv("DYNAMICCL_CONTEXT", context, 1);
-    else unsetenv("DYNAMICCL_CONTEXT");
-    setenv("DYNAMICCL_LOG_DECISIONS", below(2) ? "1" : "0", 1);
-    const plugin_t* p = &plugins[2 + below(5)];
-    void* ctx = (void*)0x1;
-    ncclDebugLogger_t log = below(10) ? harness_logger : NULL;
-    int warns = g_warns;
-    size_t nr = ranks[below(7)], nn = nodes[below(5)];
-    if (g_nsys && below(4)) {
-      size_t k = below((size_t)g_nsys);
-      nr = g_sys[k][0], nn = g_sys[k][1];
+    fflush(stdout);
+    pid_t child = fork();
+    if (child < 0) return 2;
+    if (child == 0) {
+      int failed = try_file(plugins, it, path, expect_ok);
+      fflush(stdout);
+      _exit(failed); /* the sanitizers' exit-time reports are for the parent */
     }
-    int rc = plugin_init(p, nr, nn, log, &ctx, NULL);
-    int warned = g_warns - warns;
-    if (rc != 0 || (expect_ok && !ctx) || (!expect_ok && ctx) ||
-        warned != (!expect_ok && log ? 1 : 0)) {
-      printf("FAIL iteration %ld: init rc %d, valid %d, context %p, %d warnings (file %s)\n", it, rc,
-             expect_ok, ctx, warned, path);
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      printf("FAIL iteration %ld: the child process ended with status %d (file %s)\n", it, status,
+             path);
       return 1;
     }
     expect_ok ? valid++ : invalid++;
-    for (int q = 0; q < 40; q++, calls++) {
-      if (hostile_call(p, ctx, why, sizeof(why)) != 0) {
-        printf("FAIL iteration %ld call %d: %s (file %s)\n", it, q, why, path);
-        return 1;
-      }
-    }
-    if (plugin_finalize(p, ctx) != 0) return 1;
+    calls += CALLS_PER_FILE;
     unlink(path);
   }
   free(b.d);
