@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -30,11 +30,11 @@ from dynamiccl.nccl_model.select import cost_tables
 from dynamiccl.simulator import evaluate, simulate
 from dynamiccl.system.knobs import (
     ACTIONS,
+    KNOBS,
     NCCL_ALGORITHM_HIERARCHY,
     Config,
     ConfigBatch,
     Hierarchy,
-    Schedule,
     invalid_reason,
     nccl_config,
     valid_mask,
@@ -56,16 +56,16 @@ def latency_split(scenario: Scenario, config: Config) -> tuple[float, float]:
     return floor, t - floor
 
 
-@dataclass(frozen=True)
-class KnobConstraints:
-    """Knobs the user pinned; None leaves the knob free."""
+#: One optional field per knob of the table (None leaves it free), in its order.
+_Pinned = make_dataclass("_Pinned", [(k.name, f"{k.kind.__name__} | None", field(default=None))
+                                     for k in KNOBS], frozen=True)
+_Pinned.__module__ = __name__
 
-    algorithm: Algorithm | None = None
-    protocol: Protocol | None = None
-    channels: int | None = None
-    hierarchy: Hierarchy | None = None
-    schedule: Schedule | None = None
-    chunks: int | None = None
+
+@dataclass(frozen=True)
+class KnobConstraints(_Pinned):
+    """Knobs the user pinned, one field per knob of :data:`~dynamiccl.system.knobs.KNOBS`; None
+    leaves the knob free."""
 
     def __post_init__(self) -> None:
         # A scheduling policy or active chunks only exist for the hierarchical ring, so asking for

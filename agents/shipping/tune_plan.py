@@ -24,7 +24,6 @@ from dynamiccl.agents.shipping.gate import log_threshold
 from dynamiccl.agents.shipping.tune import CallDecision, Tuner
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
 from dynamiccl.system.knobs import Collective
-from dynamiccl.system.nccl import forcing_env
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.units import format_size
 
@@ -228,7 +227,7 @@ LAUNCHERS = (
 def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> list[str]:
     """nccl-tests commands covering the plan, in :func:`launch_order`: one per round,
     (collective, ranks, choice) and contiguous run of powers of two (``-b/-e -f 2``), pinned through
-    :func:`~dynamiccl.system.nccl.forcing_env`. Each line is one launch; run them in the order
+    :func:`~dynamiccl.system.knobs.forcing_env`. Each line is one launch; run them in the order
     printed. Across nodes each is printed once per launcher of :data:`LAUNCHERS`, the variables set on
     every rank the way that launcher does it and the launcher named in the line's comment."""
     lines = []
@@ -244,7 +243,7 @@ def command_lines(planned: Sequence[PlannedMeasurement], gpus_per_node: int) -> 
                     runs[-1].append(n)
                 else:
                     runs.append([n])
-            env = forcing_env(choice.algorithm, choice.protocol, choice.channels)
+            env = choice.env()
             nodes = max(1, nranks // max(gpus_per_node, 1))
             which = f", launch {launch}" if launch > 1 else ""
             for run in runs:

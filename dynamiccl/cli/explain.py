@@ -20,6 +20,7 @@ from dynamiccl.cli.common import (
     size_arg,
     topology_from_args,
 )
+from dynamiccl.system.knobs import NCCL_KNOBS
 from dynamiccl.system.nccl import Collective
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import Topology
@@ -74,12 +75,8 @@ def explain_row(topology: Topology, collective: Collective, size: int, deployabl
         "best_config": top.config.label(),
         "best_time_us": top.time_us,
         "best_busbw_GBps": top.busbw_GBps,
-        "best_algorithm": top.config.algorithm.name.lower(),
-        "best_protocol": top.config.protocol.name.lower(),
-        "best_channels": top.config.channels,
-        "nccl_algorithm": default.config.algorithm.name.lower(),
-        "nccl_protocol": default.config.protocol.name.lower(),
-        "nccl_channels": default.config.channels,
+        **{f"best_{k.name}": k.record(getattr(top.config, k.name)) for k in NCCL_KNOBS},
+        **{f"nccl_{k.name}": k.record(getattr(default.config, k.name)) for k in NCCL_KNOBS},
         "gain": default.time_us / top.time_us,
     }
 

@@ -27,7 +27,7 @@ from dynamiccl.cli.common import (
     read_text,
     size_arg,
 )
-from dynamiccl.system.knobs import parse_enum
+from dynamiccl.system.knobs import NCCL_KNOBS, parse_enum
 from dynamiccl.system.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol
 from dynamiccl.system.topology import DEFAULT_NIC_PATH, MAX_RANKS, NIC_PATHS
 from dynamiccl.system.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
@@ -44,6 +44,8 @@ MAX_LOCAL_RANKS = 256
 #: keeps the timing of each timed iteration and rank 0 gathers them all.
 MAX_ITERS, MAX_RUNS, MAX_WARMUP = 100_000, 1_000, 100_000
 MAX_TIMED_ITERATIONS = 100_000
+#: The flags of NCCL's knobs, as messages name them together.
+KNOB_FLAGS = "/".join(f"--{k.name.replace('_', '-')}" for k in NCCL_KNOBS)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -228,8 +230,8 @@ def _emulated(snapshot, hosts: int, name: str | None):
 
 def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) -> None:
     """Everything the ranks would otherwise fail on minutes later, said before they start."""
-    if backend == "gloo" and (args.algorithm or args.protocol or args.channels):
-        raise UserError("--algorithm/--protocol/--channels are NCCL knobs; use --backend nccl")
+    if backend == "gloo" and any(getattr(args, k.name) is not None for k in NCCL_KNOBS):
+        raise UserError(f"{KNOB_FLAGS} are NCCL knobs; use --backend nccl")
     if backend == "gloo" and args.emulate_hosts:
         raise UserError("--emulate-hosts makes NCCL ranks hosts of their own; use --backend nccl")
     if args.runs * args.iters > MAX_TIMED_ITERATIONS:
@@ -283,11 +285,11 @@ def run_collective(args: argparse.Namespace) -> int:
     _check_collective_args(args, backend, nprocs)
     if backend == "nccl" and (ignored := inherited_steering()):
         print(f"note: ignoring {', '.join(ignored)} from the environment: the measurement runs what "
-              "--algorithm/--protocol/--channels say (none: NCCL's own choice)", file=sys.stderr)
+              f"{KNOB_FLAGS} say (none: NCCL's own choice)", file=sys.stderr)
     rank, delay = args.inject_straggler or (None, 0.0)
     spec = CollectiveSpec(args.collective.name.lower(), args.size, backend, args.warmup,
-                          args.iters, args.runs, rank, delay, args.algorithm, args.protocol,
-                          args.channels)
+                          args.iters, args.runs, rank, delay,
+                          **{k.name: getattr(args, k.name) for k in NCCL_KNOBS})
     try:
         if under_torchrun:
             result = run_under_torchrun(spec)

@@ -13,7 +13,8 @@ the same pick.
 ``show FILE --json`` prints the rules as a JSON list, one object per rule with the keys of
 :data:`JSON_KEYS` — a contract other tools rely on: ``nodes``/``ranks`` null = any, ``[min_bytes,
 max_bytes)`` the call's size range as NCCL's tuner sees it (max exclusive), ``algorithm``/
-``protocol`` null and ``defer`` true where NCCL decides, ``channels`` null = NCCL's count. Where
+``protocol`` null and ``defer`` true where NCCL decides, ``channels`` (and every later knob of
+``dynamiccl.system.knobs.NCCL_KNOBS``) null = NCCL's own value. Where
 evidence is known, ``nccl``, ``gain``, ``uncertainty`` and ``evidence`` are added (``nccl`` null
 where NCCL's pick changes inside the rule), and ``nccl_by_size``: the rule's runs of sizes with
 one NCCL pick each (``min_bytes``, ``max_bytes`` exclusive, ``nccl``).
@@ -27,10 +28,14 @@ import sys
 
 from dynamiccl.cli.common import UserError, collective_arg, int_between, path_arg, positive_int
 from dynamiccl.console import UNBOUNDED_WIDTH
+from dynamiccl.system.knobs import NCCL_KNOBS
 
-#: The keys of every ``show --json`` object (a contract; tests hold it).
-JSON_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", "algorithm", "protocol",
-             "channels", "defer")
+#: The keys of every ``show --json`` object (a contract; tests hold it): the rule's dimensions,
+#: one key per NCCL knob, ``defer``.
+JSON_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", *(k.name for k in NCCL_KNOBS),
+             "defer")
+#: The knobs a decision may leave to NCCL: a table column each, after the pair it names.
+KEEPABLE = tuple(k for k in NCCL_KNOBS if k.nccl.keepable)
 #: Narrower tables print one word per line.
 MIN_WIDTH = 60
 #: Rows printed as tables before the rest is summarised (a 10^6-rule file must not flood a terminal).
@@ -79,9 +84,7 @@ def rule_json(rule, evidence: list[dict] | None = None) -> dict:
     d = rule.decision
     row = {"collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
            "min_bytes": rule.min_bytes, "max_bytes": rule.max_bytes + 1,
-           "algorithm": None if d is None else pf.ALGO_TOKENS[d.algorithm],
-           "protocol": None if d is None else pf.PROTO_TOKENS[d.protocol],
-           "channels": None if d is None else d.channels, "defer": d is None}
+           **(pf.Decision() if d is None else d).record(), "defer": d is None}
     if evidence:
         worst = (min if d is not None else max)(
             evidence, key=lambda e: clearance(float(e["gain"]), float(e["uncertainty"])))
@@ -239,7 +242,7 @@ def _run(args: argparse.Namespace) -> int:
                 break
             name = None if sl.key == pf.DEFAULT_CONTEXT else sl.name
             table = Table(title=_title(group[0], name), title_justify="left")
-            for col in ("size [from, to)", "bytes", "NCCL's pick", "ours", "channels",
+            for col in ("size [from, to)", "bytes", "NCCL's pick", "ours", *(k.name for k in KEEPABLE),
                         "predicted gain", "uncertainty", "evidence"):
                 table.add_column(col, overflow="fold" if col == "bytes" else None)
             for rule in group[: MAX_TABLE_ROWS - shown]:
@@ -270,10 +273,11 @@ def _row(rule, ev: dict | None) -> tuple[str, ...]:
     if d is None:
         proposed = f" (proposed {ev.get('proposed')})" if ev and ev.get("proposed") not in (
             None, ev["nccl"]) else ""
-        return (*sizes, nccl, f"[dim]defer{proposed}", "", gain if proposed else "",
-                sigma if proposed else "", source)
+        return (*sizes, nccl, f"[dim]defer{proposed}", *("" for _ in KEEPABLE),
+                gain if proposed else "", sigma if proposed else "", source)
     ours = f"{pf.ALGO_TOKENS[d.algorithm]}/{pf.PROTO_TOKENS[d.protocol]}"
-    return (*sizes, nccl, ours, str(d.channels) if d.channels else "NCCL's", gain, sigma, source)
+    kept = ("NCCL's" if getattr(d, k.name) is None else k.token(getattr(d, k.name)) for k in KEEPABLE)
+    return (*sizes, nccl, ours, *kept, gain, sigma, source)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -295,5 +299,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "terminal's; piped, the whole table)")
     parser.add_argument("--json", action="store_true",
                         help="print the rules as a JSON list (collective, nodes, ranks, min_bytes, "
-                             "max_bytes [exclusive], algorithm, protocol, channels, defer)")
+                             f"max_bytes [exclusive], {', '.join(k.name for k in NCCL_KNOBS)}, defer)")
     parser.set_defaults(func=_run)

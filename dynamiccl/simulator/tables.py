@@ -19,21 +19,21 @@ from dynamiccl.simulator.phases import Cost, CostModel
 from dynamiccl.simulator.ring import hierarchical_ring
 from dynamiccl.system.calibration import MeasuredCorrection
 from dynamiccl.system.knobs import (
+    KNOBS,
     NCCL_ALGORITHM_HIERARCHY,
-    Config,
     ConfigBatch,
     Hierarchy,
-    Schedule,
+    config_from_ids,
     invalid_reason,
     validity_key,
 )
-from dynamiccl.system.nccl import ALGORITHM_SPECS, Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import ALGORITHM_SPECS, Algorithm, Collective
 from dynamiccl.system.topology import Topology
 
 N_COLLECTIVES = len(Collective)
 #: The algorithms whose cost has a precondition that overlaps a late rank's delay (StragglAR).
 _HIDES_STRAGGLER_DELAY = [int(a) for a, spec in ALGORITHM_SPECS.items() if spec.hides_straggler_delay]
-_FIELDS = ("algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks")
+_FIELDS = tuple(k.name for k in KNOBS)
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,7 @@ def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]
     hit = _VALID.get((key, collective, row))
     if hit is None:
         try:
-            config = Config(Algorithm(row[0]), Protocol(row[1]), int(row[2]), Hierarchy(row[3]),
-                            Schedule(row[4]), int(row[5]))
+            config = config_from_ids(row)
         except ValueError:  # an id outside NCCL's enums
             hit = False
         else:

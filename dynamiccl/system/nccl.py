@@ -409,22 +409,6 @@ NCCL_ALIASES: dict[str, str] = {
 }
 
 
-
-def forcing_env(algorithm: Algorithm | None, protocol: Protocol | None,
-                channels: int | None) -> dict[str, str]:
-    """The environment that makes NCCL run the knobs given (empty: NCCL's default): NCCL_ALGO and
-    NCCL_PROTO in NCCL's spelling, a channel count as NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS (what
-    nccl-tests runs, the runner's ranks and a plan's printed command lines all set)."""
-    env: dict[str, str] = {}
-    if algorithm is not None:
-        env[ALGO_ENV] = ALGORITHM_NCCL_NAMES[algorithm]
-    if protocol is not None:
-        env[PROTO_ENV] = PROTOCOL_NCCL_NAMES[protocol]
-    if channels is not None:
-        env[MIN_CHANNELS_ENV] = env[MAX_CHANNELS_ENV] = str(int(channels))
-    return env
-
-
 COLLECTIVE_TOKENS: dict[Collective, str] = {c: c.name.lower() for c in Collective}
 ALGORITHM_TOKENS: dict[Algorithm, str] = {a: a.name.lower() for a in NCCL_ALGORITHMS}
 PROTOCOL_TOKENS: dict[Protocol, str] = {p: p.name.lower() for p in Protocol}

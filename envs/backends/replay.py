@@ -26,33 +26,27 @@ import numpy as np
 
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.base import Measurement, UnmeasuredChoice
-from dynamiccl.profiler.formats.records import MeasurementRecord
-from dynamiccl.system.knobs import ACTIONS, Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.profiler.formats.records import MeasurementRecord, knob_label
+from dynamiccl.system.knobs import ACTIONS, Collective, Knobs
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.units import format_size
 
-#: (algorithm, protocol, channels) as NCCL was told; None = NCCL chose that knob.
-Choice = tuple[Algorithm | None, Protocol | None, int | None]
-DEFAULT_CHOICE: Choice = (None, None, None)
+#: NCCL's knobs as NCCL was told them; None = NCCL chose that knob.
+Choice = Knobs
+DEFAULT_CHOICE: Choice = Knobs()
 CallKey = tuple[Collective, int, int]
 
 
 def choice_of(constraints: KnobConstraints) -> Choice:
-    return (constraints.algorithm, constraints.protocol, constraints.channels)
+    return Knobs.of(constraints)
 
 
 def choice_label(choice: Choice) -> str:
-    if choice == DEFAULT_CHOICE:
-        return "NCCL default"
-    a, p, c = choice
-    return "/".join([a.name.lower() if a is not None else "auto",
-                     p.name.lower() if p is not None else "auto", f"{c}ch" if c else "auto-ch"])
+    return knob_label(choice)
 
 
 def _record_choice(rec: MeasurementRecord) -> Choice:
-    algo = parse_enum(Algorithm, rec.algorithm) if rec.algorithm else None
-    proto = parse_enum(Protocol, rec.protocol) if rec.protocol else None
-    return (algo, proto, rec.channels)
+    return Knobs.of(rec)
 
 
 @dataclass(frozen=True)
@@ -214,22 +208,20 @@ class ReplayBackend:
         return measured[choice]
 
     def available(self, scenario: Scenario) -> np.ndarray:
-        """Actions whose exact (algorithm, protocol, channels) was measured."""
+        """Actions whose exact NCCL knobs (algorithm, protocol, channels, ...) were measured."""
         measured = self.table.choices(scenario)
-        return np.array([(c.algorithm, c.protocol, c.channels) in measured and c.exportable
-                         for c in ACTIONS], dtype=bool)
+        return np.array([c.exportable and Knobs.of(c) in measured for c in ACTIONS], dtype=bool)
 
     def action_times(self, scenario: Scenario) -> np.ndarray:
         measured = self.table.choices(scenario)
-        return np.array([measured.get((c.algorithm, c.protocol, c.channels), math.inf)
-                         if c.exportable else math.inf for c in ACTIONS])
+        return np.array([measured.get(Knobs.of(c), math.inf) if c.exportable else math.inf
+                         for c in ACTIONS])
 
     def measure(self, scenario: Scenario, action: int) -> Measurement:
         c = ACTIONS[action]
         if not c.exportable:
             raise UnmeasuredChoice(f"{c.label()} cannot run on real NCCL, so no replay table has it")
-        return Measurement(self.time(scenario, (c.algorithm, c.protocol, c.channels)),
-                           self.time(scenario, DEFAULT_CHOICE))
+        return Measurement(self.time(scenario, Knobs.of(c)), self.time(scenario, DEFAULT_CHOICE))
 
     def measure_forced(self, scenario: Scenario, constraints: KnobConstraints) -> Measurement:
         return Measurement(self.time(scenario, choice_of(constraints)),

@@ -51,8 +51,7 @@ from dynamiccl.profiler.measure.runner import (
     timed_iterations,
 )
 from dynamiccl.runtime.plugin_control import Pin, PinCounts, PluginControl
-from dynamiccl.system.knobs import parse_enum
-from dynamiccl.system.nccl import TUNER_PLUGIN_ENV, Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import TUNER_PLUGIN_ENV, Collective
 
 #: Why a choice was not measured interleaved, by what the plugin's counts said.
 NOT_ASKED = "the plugin was never asked (NCCL did not consult a tuner for it)"
@@ -119,7 +118,7 @@ def measure_interleaved(specs: list[CollectiveSpec], nprocs: int, timeout_s: flo
 
 
 def _why_not_pinned(spec: CollectiveSpec, counts: list[PinCounts]) -> str | None:
-    if spec.algorithm is None and spec.protocol is None and spec.channels is None:
+    if spec.knobs.is_default:
         return None  # NCCL's default: nothing to pin
     if spec.backend != "nccl":
         return NO_NCCL
@@ -172,9 +171,7 @@ def _pin(control: PluginControl, spec: CollectiveSpec | None, world: int) -> Non
     if spec is None or not pinnable(spec):
         return
     nbytes = call_bytes(spec, world)
-    control.pin(Pin(int(spec.coll), nbytes, nbytes + 1,
-                    int(Algorithm(parse_enum(Algorithm, spec.algorithm))),
-                    int(Protocol(parse_enum(Protocol, spec.protocol))), spec.channels or 0))
+    control.pin(Pin(int(spec.coll), nbytes, nbytes + 1, spec.knobs))
 
 
 def measure_choices(rounds: Sequence[list[CollectiveSpec]], nprocs: int, timeout_s: float = 120.0,

@@ -34,6 +34,11 @@
  *       NCCL's cost table allows it (else NCCL decides), in every communicator, before any policy
  *       rule; channels 0 keeps NCCL's. algorithm -1 unpins [min_bytes, max_bytes). 0 ok, -1 bad
  *       input or more than DCCL_MAX_PINS pinned ranges.
+ *   int dynamiccl_pin_knobs(int collective, uint64_t min_bytes, uint64_t max_bytes,
+ *                           const long long* knobs, int nknobs);
+ *       the same with every knob of the policy format (policy_format.h's dccl_knob_columns, in
+ *       that order; DCCL_KEEP = -1 keeps NCCL's value), nknobs == DCCL_NUM_KNOBS (a caller built
+ *       for another knob table is refused); knobs NULL unpins.
  *   int dynamiccl_pin_counts(uint64_t* forced, uint64_t* refused);
  *       how many calls a pin covered since the process started: forced, and left to NCCL because
  *       its cost table disabled the pinned cell (a measurement of a pinned choice checks that its
@@ -188,12 +193,14 @@ static void note(dccl_comm_t* c, const dccl_range_t* r, int bit) {
               dim(r->ranks, ranks));
     return;
   }
-  if (r->channels) snprintf(channels, sizeof(channels), "%d channels", r->channels);
-  else snprintf(channels, sizeof(channels), "NCCL's channels");
+  if (r->knobs.channels != DCCL_KEEP)
+    snprintf(channels, sizeof(channels), "%d channels", r->knobs.channels);
+  else
+    snprintf(channels, sizeof(channels), "NCCL's channels");
   DCCL_INFO(c->log, "DynamICCL decision: %s %llu-%llu B, nNodes %s nRanks %s: %s/%s, %s%s", coll,
             (unsigned long long)r->lo, (unsigned long long)r->hi, dim(r->nodes, nodes),
-            dim(r->ranks, ranks), dccl_algo_names[r->algo], dccl_proto_names[r->proto], channels,
-            bit == LOGGED_UNUSABLE ? " -- not usable here, NCCL's choice stands" : "");
+            dim(r->ranks, ranks), dccl_algo_names[r->knobs.algorithm],
+            dccl_proto_names[r->knobs.protocol], channels, bit == LOGGED_UNUSABLE ? " -- not usable here, NCCL's choice stands" : "");
 }
 
 static void note_gap(dccl_comm_t* c, int coll, size_t nBytes) {
@@ -206,22 +213,22 @@ static void note_gap(dccl_comm_t* c, int coll, size_t nBytes) {
 /* The policy's rule for this call (NULL: none). */
 static const dccl_range_t* policy_rule(dccl_comm_t* c, int coll, size_t nBytes) {
   const dccl_range_t* r = dccl_view_lookup(active_view(c), coll, nBytes);
-  if ((!r || r->algo == DCCL_DEFER) && c->log_decisions)
+  if ((!r || r->knobs.algorithm == DCCL_DEFER) && c->log_decisions)
     r ? note(c, r, LOGGED_DEFER) : note_gap(c, coll, nBytes);
-  return r && r->algo != DCCL_DEFER ? r : NULL;
+  return r && r->knobs.algorithm != DCCL_DEFER ? r : NULL;
 }
 
 /* Forces r in the cost table if NCCL marked its entry usable; returns whether it did. */
 static int force_in_table(const dccl_range_t* r, float** table, int numAlgo, int numProto,
                           int* nChannels) {
   /* The table is one contiguous float[numAlgo][numProto] (declared float**, it is not). */
-  if (!table || numAlgo > MAX_TABLE_ALGOS || numProto > MAX_TABLE_PROTOS || r->algo >= numAlgo ||
-      r->proto >= numProto)
+  if (!table || numAlgo > MAX_TABLE_ALGOS || numProto > MAX_TABLE_PROTOS || r->knobs.algorithm >= numAlgo ||
+      r->knobs.protocol >= numProto)
     return 0;
-  float* entry = (float*)table + (size_t)r->algo * (size_t)numProto + (size_t)r->proto;
+  float* entry = (float*)table + (size_t)r->knobs.algorithm * (size_t)numProto + (size_t)r->knobs.protocol;
   if (!(*entry >= 0.0f)) return 0; /* unusable here (or NaN): NCCL's choice stands */
   *entry = 0.0f;
-  if (r->channels && nChannels) *nChannels = r->channels;
+  if (r->knobs.channels != DCCL_KEEP && nChannels) *nChannels = r->knobs.channels;
   return 1;
 }
 
@@ -247,11 +254,11 @@ static void apply(void* context, int coll, size_t nBytes, float** table, int num
  * (nodes and ranks both exact): a "*" rule was not exported for it. */
 static int force_v2_ok(const dccl_range_t* r, int coll, unsigned features, int collNetSupport,
                        int nvlsSupport, int is_pin) {
-  if (r->algo < 0 || r->algo >= DCCL_NUM_ALGOS || r->proto < 0 || r->proto >= DCCL_NUM_PROTOS)
+  if (r->knobs.algorithm < 0 || r->knobs.algorithm >= DCCL_NUM_ALGOS || r->knobs.protocol < 0 || r->knobs.protocol >= DCCL_NUM_PROTOS)
     return 0;
-  unsigned need = dccl_v2_allowed[r->algo].feature | dccl_v2_proto_feature[r->proto];
-  if (!(dccl_v2_allowed[r->algo].colls >> coll & 1u) ||
-      !(dccl_v2_allowed[r->algo].protos >> r->proto & 1u) || (features & need) != need)
+  unsigned need = dccl_v2_allowed[r->knobs.algorithm].feature | dccl_v2_proto_feature[r->knobs.protocol];
+  if (!(dccl_v2_allowed[r->knobs.algorithm].colls >> coll & 1u) ||
+      !(dccl_v2_allowed[r->knobs.algorithm].protos >> r->knobs.protocol & 1u) || (features & need) != need)
     return 0;
   if ((need & DCCL_FEATURE_COLLNET) && collNetSupport != 1) return 0;
   if ((need & DCCL_FEATURE_NVLS) && nvlsSupport != 1) return 0;
@@ -273,8 +280,8 @@ static ncclResult_t coll_v2(void* context, ncclFunc_t collType, size_t nBytes, i
       pinned = 1;
       ok = force_v2_ok(pin, collType, features, collNetSupport, nvlsSupport, 1);
       dccl_count_pin(ok);
-      if (ok) *algorithm = pin->algo, *protocol = pin->proto;
-      if (ok && pin->channels && nChannels) *nChannels = pin->channels;
+      if (ok) *algorithm = pin->knobs.algorithm, *protocol = pin->knobs.protocol;
+      if (ok && pin->knobs.channels != DCCL_KEEP && nChannels) *nChannels = pin->knobs.channels;
     }
     dccl_pins_done();
   }
@@ -283,9 +290,9 @@ static ncclResult_t coll_v2(void* context, ncclFunc_t collType, size_t nBytes, i
   if (!r) return DCCL_NCCL_SUCCESS;
   ok = force_v2_ok(r, collType, features, collNetSupport, nvlsSupport, 0);
   if (ok) {
-    *algorithm = r->algo;
-    *protocol = r->proto;
-    if (r->channels && nChannels) *nChannels = r->channels;
+    *algorithm = r->knobs.algorithm;
+    *protocol = r->knobs.protocol;
+    if (r->knobs.channels != DCCL_KEEP && nChannels) *nChannels = r->knobs.channels;
   }
   if (c->log_decisions) note(c, r, ok ? LOGGED_APPLIED : LOGGED_UNUSABLE);
   return DCCL_NCCL_SUCCESS;
@@ -331,6 +338,11 @@ DCCL_EXPORT const char* dynamiccl_plugin_version(void) { return DCCL_PLUGIN_VERS
 DCCL_EXPORT int dynamiccl_pin(int collective, uint64_t min_bytes, uint64_t max_bytes, int algorithm,
                               int protocol, int channels) {
   return dccl_pin(collective, min_bytes, max_bytes, algorithm, protocol, channels);
+}
+
+DCCL_EXPORT int dynamiccl_pin_knobs(int collective, uint64_t min_bytes, uint64_t max_bytes,
+                                    const long long* knobs, int nknobs) {
+  return dccl_pin_knobs(collective, min_bytes, max_bytes, knobs, nknobs);
 }
 
 DCCL_EXPORT int dynamiccl_pin_counts(uint64_t* forced, uint64_t* refused) {
