@@ -32,6 +32,7 @@ from dynamiccl.system.knobs import (
     ACTIONS,
     KNOBS,
     NCCL_ALGORITHM_HIERARCHY,
+    NCCL_KNOBS,
     Config,
     ConfigBatch,
     Hierarchy,
@@ -314,13 +315,20 @@ def _nccl_allowed(topology: Topology, collective: Collective, constraints: KnobC
     return algorithms, frozenset(c.protocol for c in runnable)
 
 
+#: Knobs whose pinned value replaces the action table's (NCCL accepts any channel count 1..64;
+#: the table keeps the knobs decided per choice at NCCL's own value).
+_REPLACED = ("channels", *(k.name for k in KNOBS if not k.in_action_table))
+
+
 def candidate_configs(constraints: KnobConstraints = NO_CONSTRAINTS) -> tuple[Config, ...]:
-    """The actions that agree with every pinned knob; a pinned channel count replaces the table's
-    levels (NCCL accepts any count 1..64). Order kept, duplicates removed."""
-    pinned = {k: v for k, v in constraints.given().items() if k != "channels"}
+    """The actions that agree with every pinned knob; a pinned channel count or chunk size replaces
+    the table's. Order kept, duplicates removed."""
+    given = constraints.given()
+    pinned = {k: v for k, v in given.items() if k not in _REPLACED}
     matching = [c for c in ACTIONS if all(getattr(c, k) == v for k, v in pinned.items())]
-    if constraints.channels is not None:
-        matching = [replace(c, channels=constraints.channels) for c in matching]
+    replaced = {k: v for k, v in given.items() if k in _REPLACED}
+    if replaced:
+        matching = [replace(c, **replaced) for c in matching]
     return tuple(dict.fromkeys(matching))
 
 
@@ -376,6 +384,20 @@ def best(
     if default.time_us < found.time_us and (default.config.exportable or not deployable):
         return default
     return found
+
+
+def refined(scenario: Scenario, config: Config) -> TimedConfig:
+    """``config`` with each NCCL knob the joint action table leaves at NCCL's own value (the chunk
+    size: ``Knob.in_action_table``) set to its fastest level on the simulator, one knob after the
+    other; NCCL's own value wins every tie."""
+    best_config = config
+    for knob in (k for k in NCCL_KNOBS if not k.in_action_table):
+        variants = [best_config, *(replace(best_config, **{knob.name: v}) for v in knob.levels)]
+        variants = [c for c in variants
+                    if invalid_reason(scenario.topology, scenario.collective, c) is None]
+        times = _simulated_times(_timing_key(scenario), ConfigBatch.from_configs(variants))
+        best_config = variants[int(np.argmin(times))]
+    return _decision(scenario, best_config)
 
 
 def prefetch(calls: Sequence[tuple[Scenario, KnobConstraints]]) -> None:

@@ -229,6 +229,17 @@ def system_features(ll128: bool, nvls: bool, collnet: bool) -> str:
 class PolicyFile:
     header: Header
     slices: tuple[Slice, ...]
+    #: The format version it was read in (None: not read from a file; written as file_version).
+    version: int | None = field(default=None, compare=False)
+
+    def ignored_before(self) -> list[tuple[str, str, str]]:
+        """(knob, the first NCCL that honours it, how the plugin sets it) for each knob a rule
+        names that NCCL releases of the header's ``nccl`` range ignore."""
+        oldest = _release(self.header.nccl.partition("..")[0])
+        named = {name for s in self.slices for r in s.rules if r.decision is not None
+                 for name in r.decision.given()}
+        return [(k.name, k.nccl.nccl_since, k.nccl.via) for k in NCCL_KNOBS
+                if k.name in named and oldest is not None and oldest < _release(k.nccl.nccl_since)]
 
     def slice(self, straggler: str = "none", c2c: str = "none") -> Slice:
         for s in self.slices:
@@ -274,6 +285,12 @@ class PolicyFile:
                         key=lambda shape: tuple(-1 if v is None else v for v in shape))
         return ", ".join(f"{'any' if n is None else n} nodes x {'any' if r is None else r} ranks"
                          for n, r in shapes) or "none"
+
+
+def _release(text: str) -> tuple[int, ...] | None:
+    """``2.30.3`` as (2, 30, 3); None for text that is no release number."""
+    parts = text.strip().split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
 
 
 def _group(sl: Slice, collective: Collective, nranks: int, nnodes: int) -> list[Rule]:
@@ -476,7 +493,8 @@ class _Parser:
                             line=False)
         slices = tuple(Slice(s, c, self._checked(rules)) for s, c, rules in self.slices)
         return PolicyFile(Header(**{k: self.header[k] for k in REQUIRED_HEADER},
-                                 **{k: self.header.get(k) for k in OPTIONAL_HEADER}), slices)
+                                 **{k: self.header.get(k) for k in OPTIONAL_HEADER}), slices,
+                          self.version)
 
     def _first_line(self, line: str) -> None:
         tok = line.split()

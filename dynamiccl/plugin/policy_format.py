@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dynamiccl import __version__
+from dynamiccl.system.chunking import GRAIN_BYTES
 from dynamiccl.system.knobs import KEEP_ID, NCCL_KNOBS, Knob
 from dynamiccl.system.nccl import (
     ALGO_ENV,
@@ -253,6 +254,8 @@ def c_header() -> str:
         f"#define DCCL_NUM_REQUIRED_HEADER {len(REQUIRED_HEADER)}",
         f"#define DCCL_NUM_OPTIONAL_HEADER {len(OPTIONAL_HEADER)}",
         f"#define DCCL_NUM_FEATURES {len(FEATURES)}",
+        "/* Each protocol's grain, bytes: NCCL rounds a chunk down to it (src/include/device.h). */",
+        f"#define DCCL_PROTO_GRAIN_BYTES {{{', '.join(str(GRAIN_BYTES[p]) for p in PROTOCOL_TOKENS)}}}",
         "",
         "enum {",
         *[f"  DCCL_COLL_{c.name} = {int(c)}," for c in COLLECTIVE_TOKENS],

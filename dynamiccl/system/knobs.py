@@ -50,6 +50,7 @@ from dynamiccl.system.nccl import (
     Collective,
     Protocol,
 )
+from dynamiccl.system.units import format_size
 
 if TYPE_CHECKING:
     from dynamiccl.system.topology import Topology
@@ -76,6 +77,9 @@ class Schedule(enum.IntEnum):
 CHANNEL_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 #: Active chunks in flight per tier for pipelined hierarchical collectives.
 CHUNK_LEVELS: tuple[int, ...] = (1, 2, 4, 8)
+#: Chunk sizes (bytes) tried beside NCCL's own: smaller than NCCL's Simple defaults (512 KiB a
+#: slot, 2 MiB a Ring/Simple chunk) and larger than its NVLS/PAT/CollNet ones (16-256 KiB).
+CHUNK_BYTES_LEVELS: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20)
 
 # ---------------------------------------------------------------------------------------------
 # The knob table: every knob once
@@ -110,6 +114,9 @@ class NcclKnob:
     values: tuple[Any, ...] | None = None
     #: A rule may keep NCCL's value (``-``); False: a rule names it, or defers as a whole.
     keepable: bool = True
+    #: NCCL's own value for a call, ``module:name`` of a function (NcclModel, collective, nbytes,
+    #: config) -> value that ``NcclModel.own_value`` loads; None where NCCL's pick names it.
+    nccl_default: str | None = None
 
 
 @dataclass(frozen=True)
@@ -136,8 +143,15 @@ class Knob:
     suffix: str = ""
     #: Labels name it where NCCL keeps its value too (``nccl-ch``, ``auto-ch``); else they omit it.
     always_labelled: bool = True
+    #: Its values are sizes in bytes: labels read ``256KiB`` (then the suffix).
+    size: bool = False
     #: How NCCL is told it; None for a knob only the simulator has.
     nccl: NcclKnob | None = None
+    #: Its physics where the cost models do not read it, ``module:name`` of a simulator function
+    #: (topology, collectives [B], sizes [B], tables, columns [J], times [B, J]) -> times with the
+    #: knob's values applied (``dynamiccl.simulator.tables.KnobEffect``), run on the columns that
+    #: give it a value; None where the cost models time it themselves.
+    effect: str | None = None
 
     @property
     def is_enum(self) -> bool:
@@ -157,20 +171,6 @@ class Knob:
         except ValueError:
             raise ValueError(f"{self.name} {raw!r} is not a whole number") from None
 
-    def problem(self, value: Any) -> str | None:
-        """Why NCCL cannot be told ``value`` of this knob (None when it can, or it is kept)."""
-        if value is None:
-            return None
-        if self.is_enum:
-            allowed = self.nccl.values if self.nccl is not None and self.nccl.values else tuple(self.kind)
-            if value not in allowed:
-                return (f"{self.name} {value.name.lower()!r} is none of NCCL's "
-                        f"({', '.join(v.name.lower() for v in allowed)})")
-            return None
-        if not self.lo <= value <= self.hi:
-            return f"{self.name} {value!r} is not {self.title} ({self.lo}..{self.hi})"
-        return None
-
     def token(self, value: Any) -> str:
         """Its spelling in a policy file and a record: the lower-case name, or the digits."""
         return value.name.lower() if self.is_enum else str(int(value))
@@ -186,7 +186,9 @@ class Knob:
             if keep is None or not self.always_labelled:
                 return None
             return f"{keep}-{self.suffix}" if self.suffix else keep
-        return self.token(value) if self.is_enum else f"{value}{self.suffix}"
+        if self.is_enum:
+            return self.token(value)
+        return f"{format_size(value) if self.size else value}{self.suffix}"
 
 
 #: Every knob, in Config's field order. NCCL's knobs (those with ``nccl``) are what a policy rule,
@@ -204,12 +206,18 @@ KNOBS: tuple[Knob, ...] = (
     Knob("hierarchy", "hierarchy", Hierarchy, tuple(Hierarchy), default=Hierarchy.FLAT),
     Knob("schedule", "scheduling policy", Schedule, tuple(Schedule), default=Schedule.BASELINE),
     Knob("chunks", "active chunks", int, CHUNK_LEVELS, 1, max(CHUNK_LEVELS), default=1),
+    # NCCL 2.30's tuner v6 getChunkSize (src/include/plugin/tuner/tuner_v6.h): per (algorithm,
+    # protocol) choice, not in the joint table (dynamiccl/README.md, "Chunk size"). The range's
+    # floor stays above LL128's 1920-byte grain, below which NCCL would round a chunk to nothing.
+    Knob("chunk_bytes", "a chunk size in bytes", int, CHUNK_BYTES_LEVELS, 4096, 16 << 20,
+         default=None, in_action_table=False, suffix="-chunk", always_labelled=False, size=True,
+         nccl=NcclKnob("int32_t", 3, "2.30.3", "getChunkSize (tuner v6)",
+                       nccl_default="dynamiccl.nccl_model.model:own_chunk_bytes"),
+         effect="dynamiccl.simulator.chunking:with_chunk"),
 )
 KNOB: dict[str, Knob] = {k.name: k for k in KNOBS}
 #: The knobs NCCL can be told, in table order.
 NCCL_KNOBS: tuple[Knob, ...] = tuple(k for k in KNOBS if k.nccl is not None)
-#: The knobs only the simulator has.
-SIMULATOR_KNOBS: tuple[Knob, ...] = tuple(k for k in KNOBS if k.nccl is None)
 
 # The (algorithm, hierarchy) pairs that exist: every algorithm with the hierarchy it intrinsically
 # has (dynamiccl.system.nccl's capability table), plus the simulator's ring-over-ring, which shares Ring's
@@ -243,6 +251,7 @@ class Config:
     hierarchy: Hierarchy = Hierarchy.FLAT
     schedule: Schedule = Schedule.BASELINE
     chunks: int = 1
+    chunk_bytes: int | None = None
 
     @property
     def exportable(self) -> bool:
@@ -489,6 +498,8 @@ def _shape_problem(config: Config) -> str | None:
         config.schedule != Schedule.BASELINE or config.chunks != 1
     ):
         return "a scheduling policy and active chunks apply only to the hierarchical ring"
+    if config.chunk_bytes is not None and not config.exportable:
+        return "a chunk size is NCCL's knob: only NCCL's own algorithms take one"
     return None
 
 
