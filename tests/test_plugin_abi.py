@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ class Run:
     ctx: list[bool] = field(default_factory=list)
     res: list[tuple[int, int, int]] = field(default_factory=list)
     chunks: list[str] = field(default_factory=list)
+    chunk_sizes: list[int] = field(default_factory=list)  # getChunkSize's answers, in order
     api: list[str] = field(default_factory=list)  # SETCTX / PIN / HASH / VERSION answers, in order
     logs: list[tuple[int, int, str]] = field(default_factory=list)
 
@@ -64,7 +66,9 @@ class Driver:
                 out.res.append(tuple(int(v) for v in rest.split()))
             elif kind == "CHUNK":
                 out.chunks.append(rest)
-            elif kind in ("SETCTX", "PIN", "HASH", "VERSION"):
+            elif kind == "CHUNKSIZE":
+                out.chunk_sizes.append(int(rest))
+            elif kind in ("SETCTX", "PIN", "PINK", "HASH", "VERSION"):
                 out.api.append(rest)
             elif kind == "LOG":
                 level, flags, message = rest.split(" ", 2)
@@ -203,15 +207,65 @@ def test_rank_local_inputs_do_not_change_decisions(driver, policy_path):
     assert run.res[0] == (1, 0, 16)
 
 
-def test_no_chunk_size_hook(driver):
-    """The format has no chunk column (NCCL asks for chunks per channel piece, not per call), so
-    v6's optional getChunkSize is left NULL and NCCL keeps its own chunking."""
-    assert driver.run(["chunk"]).chunks == ["null"]
+def _chunk_policy(tmp_path: Path, chunk: int | None) -> Path:
+    """allreduce 1 MiB..2 MiB on any system: ring/simple with ``chunk`` (None: NCCL's); the rest
+    defers."""
+    rule = pf.Rule(AR, 1 << 20, 2 << 20, decision=pf.Decision(Algorithm.RING, Protocol.SIMPLE,
+                                                              chunk_bytes=chunk))
+    return pf.write(pf.PolicyFile(HEADER, (pf.Slice(rules=(rule,)),)), tmp_path / "chunk.dccl")
+
+
+def _getchunk(k: int, algo: Algorithm = Algorithm.RING, proto: Protocol = Protocol.SIMPLE,
+              piece: int = 1 << 16, nccl: int = 1 << 21) -> str:
+    return f"getchunk {k} {int(AR)} {piece} {int(algo)} {int(proto)} 1 {nccl}"
+
+
+def test_getchunksize_gives_a_piece_of_a_decided_call_its_rules_chunk(driver, tmp_path):
+    """v6's getChunkSize: NCCL asks per channel piece after getCollInfo decided the call, so the
+    rule's chunk reaches every piece of the call's pair, and only those: another pair, NCCL's own
+    chunk for a rule keeping it, a call the policy defers."""
+    path = _chunk_policy(tmp_path, 65536)
+    assert path.read_text().startswith("DYNAMICCL-POLICY 3\n")
+    run = driver.run(["chunk", "init 6 16 2", _coll(0, AR, 1 << 20), _getchunk(0), _getchunk(0),
+                      _getchunk(0, proto=Protocol.LL), _coll(0, AR, 100), _getchunk(0), "fin 0"],
+                     DYNAMICCL_POLICY=str(path), DYNAMICCL_LOG_DECISIONS="1")
+    assert run.chunks == ["set"] and run.res == [(1, 2, 0), (-1, -1, 0)]
+    assert run.chunk_sizes == [65536, 65536, 1 << 21, 1 << 21]
+    logged = [m for m in run.messages(INFO) if m.startswith("DynamICCL chunk:")]
+    assert len(logged) == 1 and "allreduce ring/simple piece of 65536 B" in logged[0]
+    keep = driver.run(["init 6 16 2", _coll(0, AR, 1 << 20), _getchunk(0), "fin 0"],
+                      DYNAMICCL_POLICY=str(_chunk_policy(tmp_path, None)))
+    assert keep.chunk_sizes == [1 << 21]
+
+
+def test_a_group_of_calls_decided_differently_keeps_nccls_chunk(driver, tmp_path):
+    """Calls of one group are all decided before NCCL chunks any: where they were decided
+    differently the plugin cannot tell a piece's call, so NCCL's chunk stands; the next group
+    starts afresh."""
+    path = _chunk_policy(tmp_path, 65536)
+    run = driver.run(["init 6 16 2", _coll(0, AR, 1 << 20), _coll(0, AR, 100), _getchunk(0),
+                      _coll(0, AR, 1 << 20), _getchunk(0), "fin 0"], DYNAMICCL_POLICY=str(path))
+    assert run.chunk_sizes == [1 << 21, 65536]
+
+
+def test_pinned_chunk_sizes_apply_without_a_policy_and_bad_pins_are_refused(driver):
+    ar = int(AR)
+    run = driver.run([f"pinknobs {ar} 0 max 1 2 -1 262144", "init 6 8 1", _coll(0, AR, 1 << 22),
+                      _getchunk(0), f"pinknobs {ar} 0 max NULL", _coll(0, AR, 1 << 22),
+                      _getchunk(0), "fin 0"])
+    assert run.api == ["0", "0"] and run.res == [(1, 2, 0), (-1, -1, 0)]
+    assert run.chunk_sizes == [262144, 1 << 21]
+    bad = [f"pinknobs {ar} 0 max 1 2 -1", f"pinknobs {ar} 0 max 1 2 -1 1024",
+           f"pinknobs {ar} 0 max 1 2 0 -1", f"pinknobs {ar} 0 max 1 -1 -1 -1"]
+    assert driver.run(bad).api == ["-1"] * len(bad)
 
 
 def test_unset_policy_means_nothing_happens(driver):
-    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), "fin 0"])
-    assert run.ctx == [False] and run.res == [(-1, -1, 0)] and run.logs == []
+    """The communicator still gets a context (a pin's chunk size is carried in it), but nothing is
+    decided and nothing logged."""
+    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), "getchunk 0 4 1000 1 2 1 2097152", "fin 0"])
+    assert run.ctx == [True] and run.res == [(-1, -1, 0)] and run.logs == []
+    assert run.chunk_sizes == [2097152]
 
 
 @pytest.mark.parametrize("var", ["NCCL_ALGO", "NCCL_PROTO"])
@@ -229,8 +283,7 @@ def _corruptions(good: str) -> dict[str, tuple[bytes | None, str]]:
         "truncated": (good[: len(good) // 2].encode(), "truncated"),
         "flipped byte": (good.replace("ring", "rinG", 1).encode(), "checksum mismatch"),
         "wrong checksum": ((body + "checksum crc32 00000000\n").encode(), "checksum mismatch"),
-        "newer version": (good.replace(f"POLICY {pf.FORMAT_VERSION}", "POLICY 7", 1).encode(),
-                          "version 7"),
+        "newer version": (re.sub(r"POLICY [0-9]+", "POLICY 7", good, count=1).encode(), "version 7"),
         "binary": (bytes(range(256)) * 4, "not printable ASCII"),
         "empty": (b"", "not a DynamICCL policy file"),
         "directory": (b"", "not a regular file"),
@@ -248,7 +301,7 @@ def test_bad_policy_file_warns_once_and_steps_aside(driver, policy_path, tmp_pat
         path.write_bytes(content)
     run = driver.run(["init 6 16 2", "init 5 16 2", "init 4 8 1", _coll(0, AR, 1000),
                       _coll(1, AR, 1000), "fin 0", "fin 1", "fin 2"], DYNAMICCL_POLICY=str(path))
-    assert run.ctx == [False, False, False]
+    assert run.ctx == [True, True, True]  # contexts without a policy: pins only
     assert run.res == [(-1, -1, 0), (-1, -1, 0)]
     warns = run.messages(WARN)
     assert len(warns) == 1, run.logs  # one warning per process, not per communicator
@@ -420,10 +473,41 @@ def test_c_and_python_parsers_accept_exactly_the_same_files(driver, policy_path,
             verdicts.append(True)
         except pf.PolicyFileError:
             verdicts.append(False)
-        commands += [f"setenv DYNAMICCL_POLICY {path}", "init 6 16 2", f"fin {i}"]
+        commands += [f"setenv DYNAMICCL_POLICY {path}", "init 6 16 2", "hash 65", f"fin {i}"]
     run = driver.run(commands)
-    assert run.ctx == verdicts
+    loaded = [answer.split()[0] == "0" for answer in run.api]  # a policy loaded: its hash
+    assert loaded == verdicts
     assert 50 < sum(verdicts) < 350  # both outcomes well represented
+
+
+@pytest.mark.parametrize(("version", "rule", "problem"), [
+    (3, "allreduce 0 100 * * ring simple - 65536", None),
+    (3, "allreduce 0 100 * * ring simple 8 -", None),
+    (3, "allreduce 0 100 * * defer - - -", None),
+    (2, "allreduce 0 100 * * ring simple 8", None),  # an older file: NCCL's chunk
+    (3, "allreduce 0 100 * * ring simple 8 1024", "chunk_bytes must be '-' or 4096..16777216"),
+    (3, "allreduce 0 100 * * ring simple 8 99999999", "chunk_bytes must be '-' or 4096..16777216"),
+    (3, "allreduce 0 100 * * ring simple 8 64K", "chunk_bytes must be '-' or 4096..16777216"),
+    (3, "allreduce 0 100 * * defer - - 65536", "a defer rule has '-' as protocol, channels and chunk_bytes"),
+    (3, "allreduce 0 100 * * ring simple 8", "a rule has 9 fields"),
+    (2, "allreduce 0 100 * * ring simple 8 65536", "a rule has 8 fields"),
+])
+def test_both_parsers_read_the_chunk_column_alike(driver, tmp_path, version, rule, problem):
+    """Format 3 adds chunk_bytes; format 2 files are still read (their rules keep NCCL's chunk)."""
+    lines = [f"DYNAMICCL-POLICY {version}", *(f"{k} {getattr(HEADER, k)}" for k in pf_format.REQUIRED_HEADER),
+             "slice straggler=none c2c=none", rule]
+    body = "\n".join(lines) + "\n"
+    path = tmp_path / "v.dccl"
+    path.write_text(f"{body}checksum crc32 {pf.checksum(body.encode())}\n")
+    if problem is None:
+        pf.read(path)
+    else:
+        with pytest.raises(pf.PolicyFileError, match=re.escape(problem)):
+            pf.read(path)
+    run = driver.run(["init 6 16 2", "hash 65", "fin 0"], DYNAMICCL_POLICY=str(path))
+    assert (run.api[0].split()[0] == "0") == (problem is None)
+    if problem is not None:
+        assert problem in run.messages(WARN)[0]
 
 
 # ---- the run-time entry points, called the way dynamiccl.runtime calls them -----------------------
@@ -478,7 +562,7 @@ def test_pins_win_over_rules_and_clear(driver, policy_path):
 def test_pins_apply_without_a_policy_but_not_against_nccl_algo(driver):
     pin = f"pin {int(Collective.REDUCE)} 0 max 1 2 0"
     run = driver.run([pin, "init 6 8 1", _coll(0, Collective.REDUCE, 1 << 20), "fin 0"])
-    assert run.ctx == [False] and run.res == [(1, 2, 0)]
+    assert run.ctx == [True] and run.res == [(1, 2, 0)]
     user = driver.run(["init 6 8 1", pin, _coll(0, Collective.REDUCE, 1 << 20), "fin 0"],
                       NCCL_ALGO="Tree")
     assert user.res == [(-1, -1, 0)]
@@ -521,7 +605,7 @@ def test_both_parsers_cap_ranges_per_group_alike(driver, tmp_path):
     run = driver.run([f"setenv DYNAMICCL_POLICY {paths[0]}", "init 6 16 2",
                       _coll(0, AR, 2 * cap - 2), f"setenv DYNAMICCL_POLICY {paths[1]}",
                       "init 6 16 2", "fin 0", "fin 1"])
-    assert run.ctx == [True, False] and run.res == [(1, 0, 16)]
+    assert run.ctx == [True, True] and run.res == [(1, 0, 16)]  # the second without a policy
     assert f"more than {cap} size ranges" in run.messages(WARN)[0]
 
 
@@ -539,4 +623,4 @@ def test_both_parsers_take_the_optional_source_header_at_most_once(driver, tmp_p
         pf.read(twice)
     run = driver.run([f"setenv DYNAMICCL_POLICY {good}", "init 6 16 2", "fin 0",
                       f"setenv DYNAMICCL_POLICY {twice}", "init 6 16 2", "fin 1"])
-    assert run.ctx == [True, False]
+    assert run.ctx == [True, True] and len(run.messages(WARN)) == 1

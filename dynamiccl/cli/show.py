@@ -34,8 +34,11 @@ from dynamiccl.system.knobs import NCCL_KNOBS
 #: one key per NCCL knob, ``defer``.
 JSON_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", *(k.name for k in NCCL_KNOBS),
              "defer")
-#: The knobs a decision may leave to NCCL: a table column each, after the pair it names.
-KEEPABLE = tuple(k for k in NCCL_KNOBS if k.nccl.keepable)
+def keepable(version: int | None) -> tuple:
+    """The knobs a decision may leave to NCCL that a file of ``version`` has a column for: a table
+    column each, after the pair it names."""
+    return tuple(k for k in NCCL_KNOBS if k.nccl.keepable
+                 and (version is None or k.nccl.format_version <= version))
 #: Narrower tables print one word per line.
 MIN_WIDTH = 60
 #: Rows printed as tables before the rest is summarised (a 10^6-rule file must not flood a terminal).
@@ -144,7 +147,7 @@ def csv_rule_json(rule) -> dict:
     from dynamiccl.plugin import policy_file as pf
     return {"collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
             "min_bytes": rule.min_bytes, "max_bytes": rule.max_bytes + 1,
-            "algorithm": pf.ALGO_TOKENS[rule.algorithm], "protocol": pf.PROTO_TOKENS[rule.protocol],
+            **pf.Decision(rule.algorithm, rule.protocol).record(),  # the knobs it cannot set: NCCL's
             "channels": EXAMPLE_TUNER_CHANNELS if rule.channels is None else rule.channels,
             "defer": False}
 
@@ -218,12 +221,16 @@ def _run(args: argparse.Namespace) -> int:
     h = policy.header
     console = table_console(width=args.width)
     console.print(f"[bold]{args.file}[/bold]: policy [bold]{h.policy}[/bold], format "
-                  f"{pf.FORMAT_VERSION}, checksum OK, {policy.n_rules} rules")
+                  f"{policy.version}, checksum OK, {policy.n_rules} rules")
     console.print(f"topology {h.topology} (fingerprint {h.fingerprint}, features {h.features}), "
                   f"NCCL {h.nccl}, created {h.created}, config {h.config_hash}")
     console.print(f"sha256 {pf.file_hash(args.file)} (the plugin logs it at init: every rank must "
                   "show the same)", soft_wrap=True)
     console.print(f"slices: {', '.join(s.name for s in policy.slices)}")
+    for knob, since, via in policy.ignored_before():
+        console.print(f"[yellow]{knob}: only NCCL {since} and later take it (the plugin sets it "
+                      f"through {via}); the older NCCL releases of {h.nccl} ignore the column and "
+                      "run NCCL's own[/yellow]")
     if evidence_problem:
         console.print(f"{evidence_problem}: NCCL's pick, gain and uncertainty are unknown; "
                       "export or tune the policy again to rewrite it")
@@ -242,12 +249,13 @@ def _run(args: argparse.Namespace) -> int:
                 break
             name = None if sl.key == pf.DEFAULT_CONTEXT else sl.name
             table = Table(title=_title(group[0], name), title_justify="left")
-            for col in ("size [from, to)", "bytes", "NCCL's pick", "ours", *(k.name for k in KEEPABLE),
+            kept = keepable(policy.version)
+            for col in ("size [from, to)", "bytes", "NCCL's pick", "ours", *(k.name for k in kept),
                         "predicted gain", "uncertainty", "evidence"):
                 table.add_column(col, overflow="fold" if col == "bytes" else None)
             for rule in group[: MAX_TABLE_ROWS - shown]:
                 for ev in (_rule_evidence(evidence, rule) if name is None else []) or [None]:
-                    table.add_row(*_row(rule, ev))
+                    table.add_row(*_row(rule, ev, kept))
                 shown += 1
             console.print(table)
     total = sum(len(rules) for _, rules in selected)
@@ -261,7 +269,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _row(rule, ev: dict | None) -> tuple[str, ...]:
+def _row(rule, ev: dict | None, kept: tuple) -> tuple[str, ...]:
     from dynamiccl.plugin import policy_file as pf
     d = rule.decision
     lo, hi = (rule.min_bytes, rule.max_bytes) if ev is None else (ev["min_bytes"], ev["max_bytes"] - 1)
@@ -273,11 +281,11 @@ def _row(rule, ev: dict | None) -> tuple[str, ...]:
     if d is None:
         proposed = f" (proposed {ev.get('proposed')})" if ev and ev.get("proposed") not in (
             None, ev["nccl"]) else ""
-        return (*sizes, nccl, f"[dim]defer{proposed}", *("" for _ in KEEPABLE),
+        return (*sizes, nccl, f"[dim]defer{proposed}", *("" for _ in kept),
                 gain if proposed else "", sigma if proposed else "", source)
     ours = f"{pf.ALGO_TOKENS[d.algorithm]}/{pf.PROTO_TOKENS[d.protocol]}"
-    kept = ("NCCL's" if getattr(d, k.name) is None else k.token(getattr(d, k.name)) for k in KEEPABLE)
-    return (*sizes, nccl, ours, *kept, gain, sigma, source)
+    values = ("NCCL's" if getattr(d, k.name) is None else k.token(getattr(d, k.name)) for k in kept)
+    return (*sizes, nccl, ours, *values, gain, sigma, source)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
