@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -30,11 +30,12 @@ from dynamiccl.nccl_model.select import cost_tables
 from dynamiccl.simulator import evaluate, simulate
 from dynamiccl.system.knobs import (
     ACTIONS,
+    KNOBS,
     NCCL_ALGORITHM_HIERARCHY,
+    NCCL_KNOBS,
     Config,
     ConfigBatch,
     Hierarchy,
-    Schedule,
     invalid_reason,
     nccl_config,
     valid_mask,
@@ -56,16 +57,16 @@ def latency_split(scenario: Scenario, config: Config) -> tuple[float, float]:
     return floor, t - floor
 
 
-@dataclass(frozen=True)
-class KnobConstraints:
-    """Knobs the user pinned; None leaves the knob free."""
+#: One optional field per knob of the table (None leaves it free), in its order.
+_Pinned = make_dataclass("_Pinned", [(k.name, f"{k.kind.__name__} | None", field(default=None))
+                                     for k in KNOBS], frozen=True)
+_Pinned.__module__ = __name__
 
-    algorithm: Algorithm | None = None
-    protocol: Protocol | None = None
-    channels: int | None = None
-    hierarchy: Hierarchy | None = None
-    schedule: Schedule | None = None
-    chunks: int | None = None
+
+@dataclass(frozen=True)
+class KnobConstraints(_Pinned):
+    """Knobs the user pinned, one field per knob of :data:`~dynamiccl.system.knobs.KNOBS`; None
+    leaves the knob free."""
 
     def __post_init__(self) -> None:
         # A scheduling policy or active chunks only exist for the hierarchical ring, so asking for
@@ -314,13 +315,20 @@ def _nccl_allowed(topology: Topology, collective: Collective, constraints: KnobC
     return algorithms, frozenset(c.protocol for c in runnable)
 
 
+#: Knobs whose pinned value replaces the action table's (NCCL accepts any channel count 1..64;
+#: the table keeps the knobs decided per choice at NCCL's own value).
+_REPLACED = ("channels", *(k.name for k in KNOBS if not k.in_action_table))
+
+
 def candidate_configs(constraints: KnobConstraints = NO_CONSTRAINTS) -> tuple[Config, ...]:
-    """The actions that agree with every pinned knob; a pinned channel count replaces the table's
-    levels (NCCL accepts any count 1..64). Order kept, duplicates removed."""
-    pinned = {k: v for k, v in constraints.given().items() if k != "channels"}
+    """The actions that agree with every pinned knob; a pinned channel count or chunk size replaces
+    the table's. Order kept, duplicates removed."""
+    given = constraints.given()
+    pinned = {k: v for k, v in given.items() if k not in _REPLACED}
     matching = [c for c in ACTIONS if all(getattr(c, k) == v for k, v in pinned.items())]
-    if constraints.channels is not None:
-        matching = [replace(c, channels=constraints.channels) for c in matching]
+    replaced = {k: v for k, v in given.items() if k in _REPLACED}
+    if replaced:
+        matching = [replace(c, **replaced) for c in matching]
     return tuple(dict.fromkeys(matching))
 
 
@@ -376,6 +384,20 @@ def best(
     if default.time_us < found.time_us and (default.config.exportable or not deployable):
         return default
     return found
+
+
+def refined(scenario: Scenario, config: Config) -> TimedConfig:
+    """``config`` with each NCCL knob the joint action table leaves at NCCL's own value (the chunk
+    size: ``Knob.in_action_table``) set to its fastest level on the simulator, one knob after the
+    other; NCCL's own value wins every tie."""
+    best_config = config
+    for knob in (k for k in NCCL_KNOBS if not k.in_action_table):
+        variants = [best_config, *(replace(best_config, **{knob.name: v}) for v in knob.levels)]
+        variants = [c for c in variants
+                    if invalid_reason(scenario.topology, scenario.collective, c) is None]
+        times = _simulated_times(_timing_key(scenario), ConfigBatch.from_configs(variants))
+        best_config = variants[int(np.argmin(times))]
+    return _decision(scenario, best_config)
 
 
 def prefetch(calls: Sequence[tuple[Scenario, KnobConstraints]]) -> None:

@@ -112,6 +112,7 @@ class CollectiveTuningEnv(gym.Env[np.ndarray, np.int64]):
     | channels              | 1, 2, 4, 8, 16, 32, 64                                            |
     | schedule              | baseline, bw_aware (ring-over-ring only)                          |
     | active chunks         | 1, 2, 4, 8 (ring-over-ring only)                                  |
+    | chunk size            | NCCL's own in every action; decided per choice, not in the table  |
 
     Which actions can run depends on the system and the collective: :meth:`action_masks` returns
     the mask (``knobs.valid_mask``; sb3-contrib's MaskablePPO reads it). With ``deployable=True``

@@ -258,7 +258,7 @@ def tune_picks(case: Case, priors: dict[str, Prior | None], calibrate: bool) -> 
         picks = []
         for x in s.log2_sizes:
             chosen = tuner.decide(Scenario(case.topology, s.collective, 1 << int(round(x)))).chosen
-            picks.append(-1 if chosen == DEFAULT else rows[Choice(chosen.algorithm, chosen.protocol)])
+            picks.append(-1 if chosen == DEFAULT else rows[chosen.pair])
         out[name] = np.array(picks)
     return out
 

@@ -197,9 +197,7 @@ def tuned_record(record: MeasurementRecord, policy, policy_path: Path) -> Measur
     env = {POLICY_ENV: str(policy_path)}
     if rule is None or rule.decision is None:
         return replace(record, env=env)
-    d = rule.decision
-    return replace(record, algorithm=d.algorithm.name.lower(), protocol=d.protocol.name.lower(),
-                   channels=d.channels, env=env)
+    return replace(record, **rule.decision.record(), env=env)
 
 
 def run_ab(s: Settings, policy_path: Path, out: Path) -> dict:
@@ -367,7 +365,8 @@ def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
 
     def before_step(_: int) -> None:  # what this step runs: the pins set at the last boundary
         queue = rt.tuning.queue if rt.tuning is not None else []
-        states.append([[b.size_bin.min_bytes, list(b.current)] for b in queue if b.current is not None])
+        states.append([[b.size_bin.min_bytes, list(b.current.ids())] for b in queue
+                       if b.current is not None])
         explored.append(rt.tuning is not None and rt.tuning.active is None)
 
     step_ms, _ = _timed_steps(ctx, ddp, device, steps, ONLINE_WIDTH, seed, before_step)
@@ -376,8 +375,8 @@ def online_rank(ctx, steps: int, topology: str, model: str | None, seed: int,
         if event.ended is not None:
             size_bin, candidate, agreed_us = event.ended
             trials.setdefault(str(size_bin.min_bytes), []).append(
-                [list(candidate) if candidate is not None else None, agreed_us])
-    events = [[e.step, e.size_bin.min_bytes, e.kind, list(e.candidate) if e.candidate else None]
+                [list(candidate.ids()) if candidate is not None else None, agreed_us])
+    events = [[e.step, e.size_bin.min_bytes, e.kind, list(e.candidate.ids()) if e.candidate else None]
               for e in rt.tuning_log]
     buckets = _bucket_bytes(ddp)
     dist.destroy_process_group()

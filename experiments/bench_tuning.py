@@ -115,7 +115,7 @@ from dynamiccl.envs.backends.replay import HELD_OUT_LAUNCH, LaunchSplit, LaunchT
 from dynamiccl.envs.observation import encode
 from dynamiccl.profiler.formats.measurement_paths import load_paths
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
-from dynamiccl.system.knobs import ACTIONS, Collective, valid_mask
+from dynamiccl.system.knobs import ACTIONS, Collective, Knobs, valid_mask
 from dynamiccl.system.launch_noise import NOISE_BANDS, BandNoise, default_launch_noise
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import Topology, load_topology
@@ -239,18 +239,18 @@ class ReplayReality:
         self.scenarios: list[Scenario] = []
         for (coll, nbytes, nranks), measured in sorted(self.table.calls.items(),
                                                        key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
-            if (None, None, None) in measured and len(measured) > 1:
+            if Knobs() in measured and len(measured) > 1:
                 nodes = shapes[(coll, nbytes, nranks)]
                 topo = model.resized(nodes=nodes, gpus_per_node=nranks // nodes)
                 self.scenarios.append(Scenario(topo, coll, nbytes))
         self.calls = 0
 
     def menu(self, s: Scenario) -> list[Choice]:
-        return sorted((Choice(*c) for c in self.table.choices(s)),
+        return sorted((Choice.of(c) for c in self.table.choices(s)),
                       key=lambda c: (not c.is_default, c.label()))
 
     def seen(self, s: Scenario, choice: Choice) -> tuple[LaunchTiming, ...]:
-        return self.split.seen(s, (choice.algorithm, choice.protocol, choice.channels))
+        return self.split.seen(s, Knobs.of(choice))
 
     @cached_property
     def noise_defaults(self) -> tuple[BandNoise, ...]:
@@ -272,7 +272,7 @@ class ReplayReality:
 
     def truth(self, s: Scenario, choice: Choice) -> float:
         """The timing ``choice`` is scored on (the split's held-out launch, or in place)."""
-        t = self.split.truth(s, (choice.algorithm, choice.protocol, choice.channels))
+        t = self.split.truth(s, Knobs.of(choice))
         if t is None:
             raise Unmeasured(f"{choice.label()} for {self.describe(s)} (no timing to score on)")
         return t
@@ -581,8 +581,7 @@ def static_policy(path: str) -> Picker:
             elif reality.times_actions:
                 times[s] = reality.truth_action(s, action)
             else:
-                times[s] = _truth_or_none(reality, s, Choice(config.algorithm, config.protocol,
-                                                             config.channels))
+                times[s] = _truth_or_none(reality, s, Choice.of(config))
         return times, 0, []
     return run
 
@@ -643,9 +642,7 @@ def _record(s: Scenario, choice: Choice, time_us: float, launch: int | str) -> M
     algbw, busbw = bandwidths(s.collective, s.nbytes, s.topology.nranks, time_us)
     return MeasurementRecord(
         s.collective.name.lower(), s.nbytes, s.topology.nranks, time_us, algbw, busbw,
-        algorithm=None if choice.algorithm is None else choice.algorithm.name.lower(),
-        protocol=None if choice.protocol is None else choice.protocol.name.lower(),
-        channels=choice.channels, nnodes=s.topology.nodes, source="bench_tuning",
+        **choice.record(), nnodes=s.topology.nodes, source="bench_tuning",
         launch=launch if isinstance(launch, str) else f"bench-{launch}")
 
 

@@ -21,9 +21,11 @@
 #                  (interleaved launches with and without it) -> profiler.json, profiler_ddp.json
 #   profiled       the self-tuning job and StragglAR with the profiler loaded, timing by GPU time
 #                  -> profiled/, bench_runtime_profiled.json
-#   goals          one table of the GPU goals (issues 28, 30, 31): met, not met or not run
-# --steps LIST runs only the named steps of bench_real, pytest, bench_runtime, profiler, profiled
-# (comma-separated; install, mps and goals always run): a second call for what the first one's
+#   chunk          two chunk sizes pinned through the plugin's getChunkSize, NCCL's INFO log
+#                  showing it asked for them, timed interleaved -> chunk/chunk_nccl.json
+#   goals          one table of the GPU goals (issues 28, 30, 31, 38): met, not met or not run
+# --steps LIST runs only the named steps of bench_real, pytest, bench_runtime, profiler, profiled,
+# chunk (comma-separated; install, mps and goals always run): a second call for what the first one's
 # budget did not reach. Every step runs under `timeout`, all within GPU_CHECKS_BUDGET_S seconds
 # (default 470: the whole run fits 8 minutes); a step the budget cannot reach is "not run". A
 # failing step does not stop the next; the exit status is the number of steps that failed.
@@ -40,7 +42,7 @@
 set -uo pipefail
 
 usage="usage: bash experiments/gpu_checks.sh [--steps LIST] OUT [ONLINE_MODEL.zip] (--help says more)"
-all_steps=bench_real,pytest,bench_runtime,profiler,profiled
+all_steps=bench_real,pytest,bench_runtime,profiler,profiled,chunk
 if [[ $# -ge 1 && ( $1 == -h || $1 == --help ) ]]; then
   sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'
   exit 0
@@ -171,6 +173,9 @@ if selected profiled; then
     --out "$run/profiled" ${model:+--online-model "$model"}
   step "profiled bench_runtime" 90 bash -c 'json_step "$@"' _ "$run/bench_runtime_profiled.json" \
     python experiments/bench_runtime.py --json --backend nccl --emulate-hosts --delays 0,20 --profiler
+fi
+if selected chunk; then
+  step "chunk size on NCCL" 90 python experiments/chunk_nccl.py --out "$run/chunk"
 fi
 python experiments/gpu_goals.py "$run" > "$run/goals.txt" 2>&1 || failed=$((failed + 1))
 tee -a "$log" < "$run/goals.txt"

@@ -6,7 +6,8 @@ Reads what the run left in its folder (nothing is measured here, so it runs anyw
 ``pytest_gpu.xml`` (``pytest -m gpu``'s JUnit report), ``bench_real/bench_real.json`` (the whole
 user path, judged by :mod:`real_report`), ``bench_runtime_nccl.json`` (the runtime on NCCL),
 ``profiler.json`` and ``profiler_ddp.json`` (``bench_profiler.py``), ``profiled/bench_real.json``
-and ``bench_runtime_profiled.json`` (the self-tuning job and StragglAR timing by the profiler).
+and ``bench_runtime_profiled.json`` (the self-tuning job and StragglAR timing by the profiler),
+``chunk/chunk_nccl.json`` (``chunk_nccl.py``: chunk sizes through the plugin on NCCL).
 A goal whose input is missing (the step failed, ran out of time or was not selected) is
 ``not run``; the figure column says what was measured. The goals, on one H100 or H200 with
 emulated hosts, and the issue that set each:
@@ -20,6 +21,8 @@ emulated hosts, and the issue that set each:
   NCCL's default beyond the noise; StragglAR engaging at 20 ms with half its predicted saving.
 - 31: the evidence tuner (the self-tuning job's default) within 5 % of its best by step 50 with
   the profiler's timings (the row issue 30 shares).
+- 38: two chunk sizes pinned through the plugin (getChunkSize) with every call pinned and NCCL's
+  INFO log showing NCCL asked the plugin for each; both timed interleaved with NCCL's own chunk.
 """
 
 from __future__ import annotations
@@ -173,6 +176,28 @@ def profiled_goals(folder: Path) -> dict[str, tuple[str, str]]:
                        f"steps; worst trial x{o['worst_trial_vs_default'] or 0:.2f} NCCL's")}
 
 
+def chunk_goals(folder: Path) -> dict[str, tuple[str, str]]:
+    """Chunk sizes through the plugin on NCCL (``chunk_nccl.py``)."""
+    names = ("two chunk sizes pinned through getChunkSize, NCCL used them",
+             "the chunk sizes timed interleaved with NCCL's own")
+    doc = _load_json(folder / "chunk" / "chunk_nccl.json")
+    rows = (doc or {}).get("chunks")
+    if not isinstance(rows, list) or len(rows) < 3:
+        return dict.fromkeys(names, (NOT_RUN, "no chunk/chunk_nccl.json"))
+
+    def name(row: dict) -> str:
+        return "NCCL's" if row.get("chunk_bytes") is None else f"{row['chunk_bytes'] >> 10} KiB"
+
+    asked = ", ".join(f"{name(r)}: {'pinned' if r.get('pinned') else 'NOT pinned'}, "
+                      f"{'asked' if r.get('nccl_asked') else 'NOT asked'}" for r in rows[1:3])
+    clamp = "; NCCL clamped the over-ceiling one" if doc.get("nccl_clamped_over") else ""
+    times = ", ".join(f"{name(r)} {r['time_us']:.1f} us" for r in rows[:3])
+    ratio = doc.get("ratio")
+    return {names[0]: (_status(bool(doc.get("nccl_used_both"))), asked + clamp),
+            names[1]: (_status(all(r.get("time_us", 0) > 0 for r in rows[:3])),
+                       times + (f" (x{ratio:.2f} between them)" if ratio else ""))}
+
+
 def goals(folder: Path) -> dict[str, tuple[str, str, str]]:
     """Goal -> (issue, status, figure), in the order the checks run."""
     rows: list[tuple[str, dict[str, tuple[str, str]]]] = [
@@ -182,6 +207,7 @@ def goals(folder: Path) -> dict[str, tuple[str, str, str]]:
         ("30", profiler_goals(folder)),
         ("30/31", profiled_goals(folder)),
         ("30", bench_runtime_goals(folder, "bench_runtime_profiled.json", ", with the profiler")),
+        ("38", chunk_goals(folder)),
     ]
     return {name: (issue, *verdict) for issue, table in rows for name, verdict in table.items()}
 

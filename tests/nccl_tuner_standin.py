@@ -28,6 +28,8 @@ _COLL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_s
                          ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                          ctypes.POINTER(ctypes.c_int))
 _FIN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+_CHUNK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t))
 #: NCCL's cost table the plugin edits: 7 algorithms x 3 protocols.
 _CELLS = 21
 #: NCCL's log levels (src/include/nccl_common.h).
@@ -38,7 +40,7 @@ class _TunerV6(ctypes.Structure):
     """``ncclTunerPlugin_v6`` (NCCL 2.30's src/include/plugin/tuner/tuner_v6.h)."""
 
     _fields_ = [("name", ctypes.c_char_p), ("init", _INIT), ("coll", _COLL), ("fin", _FIN),
-                ("chunk", ctypes.c_void_p)]
+                ("chunk", _CHUNK)]
 
 
 def load_nccl() -> ctypes.CDLL:
@@ -89,6 +91,14 @@ class NcclTunerStandIn:
         assert self.v6.coll(self.ctx, collective, nbytes, 1, table, 7, 3, 0, ctypes.byref(nch)) == 0
         forced = [i for i in range(_CELLS) if table[i] == 0.0]
         return (forced[0] // 3, forced[0] % 3, nch.value) if forced else None
+
+    def chunk(self, piece: int, algorithm: int, protocol: int, nccl_chunk: int, collective: int = 4
+              ) -> int:
+        """The chunk size getChunkSize answers for one channel's piece of ``piece`` bytes that NCCL
+        would chunk by ``nccl_chunk`` (NCCL asks right after the call was decided)."""
+        size = ctypes.c_size_t(nccl_chunk)
+        assert self.v6.chunk(self.ctx, collective, piece, algorithm, protocol, 1, ctypes.byref(size)) == 0
+        return size.value
 
     def finalize(self) -> None:
         self.v6.fin(self.ctx)

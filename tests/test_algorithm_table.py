@@ -23,16 +23,16 @@ from dynamiccl.system.nccl import ALGORITHMS, Algorithm
 REPO = Path(__file__).resolve().parents[1]
 
 #: A made-up NCCL algorithm with NCCL's next id: AllReduce only, Simple only, ring-like in NCCL's
-#: model (its NCCL cost model beside its physics, both named by the entry as the real ones are), its
-#: own physics. Appended to ALGORITHMS the way the README says.
+#: model and chunking (its NCCL cost model beside its physics, both named by the entry as the real
+#: ones are), its own physics. Appended to ALGORITHMS the way the README says.
 NEW_ENTRY = '''
     AlgorithmSpec(
         name="FAKE", nccl_id=7, nccl_name="Fake", collectives=_AR, protocols=_SIMPLE,
         hierarchical=False, requirements=(),
         base_latency_us=(0.0, 0.0, 5.0),
         hw_latency_us=((0.0, 0.0, 1.0), (0.0, 0.0, 2.0), (0.0, 0.0, 9.0)),
-        nccl_cost_model="fake_in_nccl:fake", nccl_graph="ring", cost_model="fake_algorithm:fake",
-        colour="#123456"),
+        nccl_cost_model="fake_in_nccl:fake", nccl_graph="ring", chunking="dynamiccl.system.chunking:RING",
+        cost_model="fake_algorithm:fake", colour="#123456"),
 '''
 COST_MODEL = '''
 from dynamiccl.system.nccl import Algorithm

@@ -67,7 +67,8 @@ def test_json_echoes_the_resolved_inputs(capsys: pytest.CaptureFixture[str]) -> 
     assert out["input"] == {
         "topology": "dgx_h100", "nodes": 2, "gpus_per_node": 8, "collective": "allreduce",
         "size": 100 * 2**20, "algo": None, "proto": "ll128", "channels": None, "hierarchy": None,
-        "schedule": None, "chunks": None, "straggler_rank": None, "straggler_delay": 0.0, "c2c": 0.25}
+        "schedule": None, "chunks": None, "chunk_bytes": None, "straggler_rank": None,
+        "straggler_delay": 0.0, "c2c": 0.25}
 
 
 def test_help_says_sizes_are_binary_as_in_nccl_tests(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,7 +16,7 @@ from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import load_topology
 
-CONFIG_KEYS = {"algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks"}
+CONFIG_KEYS = {"algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks", "chunk_bytes"}
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
@@ -45,7 +45,7 @@ def test_every_knob_given_pins_both_choices(capsys: pytest.CaptureFixture[str]) 
                    "--size", "1GB", "--algo", "ring", "--proto", "simple", "--channels", "8",
                    "--hierarchy", "hierarchical", "--schedule", "bw_aware", "--chunks", "4")
     expected = {"algorithm": "ring", "protocol": "simple", "channels": 8, "hierarchy": "hierarchical",
-                "schedule": "bw_aware", "chunks": 4}
+                "schedule": "bw_aware", "chunks": 4, "chunk_bytes": None}
     assert out["nccl_default"]["config"] == out["best"]["config"] == expected
     assert out["nccl_default"]["nccl_model_us"] is None   # NCCL cannot run a scheduled ring-over-ring
     assert out["best"]["time_us"] == out["time_us"]

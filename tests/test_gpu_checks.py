@@ -56,7 +56,7 @@ def test_gpu_checks_with_stand_in_driver_tools_runs_every_step_and_ends_with_the
     log = (run / "gpu_checks.log").read_text()
     assert _steps(log) == ["gpu", "install", "bench_real", "pytest -m gpu", "bench_runtime on NCCL",
                            "profiler per event pair", "profiler in a DDP step",
-                           "profiled self-tuning job", "profiled bench_runtime"]
+                           "profiled self-tuning job", "profiled bench_runtime", "chunk size on NCCL"]
     assert (tmp_path / "bin" / "pip_calls").read_text() == \
         "install --no-build-isolation --no-deps -e .\n"
     assert (tmp_path / "bin" / "started").read_text() == "started\n"
@@ -68,15 +68,16 @@ def test_gpu_checks_with_stand_in_driver_tools_runs_every_step_and_ends_with_the
     assert log.count("bench_real: measures NCCL on GPUs and none is visible here") == 2
     assert log.count("bench_runtime: 4 nccl rank(s) need a GPU") == 2
     assert "--ddp needs NCCL ranks on GPUs" in log
+    assert "chunk_nccl: measures NCCL on GPUs and none is visible here" in log
     goals = (run / "goals.txt").read_text()
     assert goals.splitlines()[0].split() == ["issue", "goal", "status", "figure"] and goals in log
     ddp = next(line for line in goals.splitlines() if "DDP >= x1.25" in line)
     assert ddp.startswith("28 ") and " not run " in ddp and ddp.endswith("no bench_real/bench_real.json")
-    assert sum(" not run " in line for line in goals.splitlines()) == 11
+    assert sum(" not run " in line for line in goals.splitlines()) == 13
     assert "NOT met  0/" in goals  # pytest ran, and every GPU test skipped
     pair = next(line for line in goals.splitlines() if "ns per event pair" in line)
     assert pair.startswith("30 ") and " not run " not in pair and " ns at worst" in pair
-    assert done.returncode == 5 and "5 step(s) failed" in done.stdout
+    assert done.returncode == 6 and "6 step(s) failed" in done.stdout
     assert sorted(p.name for p in run.iterdir()) == ["goals.txt", "gpu_checks.log", "profiler.json",
                                                      "pytest_gpu.xml"]
     # the whole folder, packed beside it: one file to carry off the machine
@@ -87,9 +88,9 @@ def test_gpu_checks_with_stand_in_driver_tools_runs_every_step_and_ends_with_the
     again = subprocess.run(["bash", str(SCRIPT), "relout"], env={**env, "GPU_CHECKS_BUDGET_S": "5"},
                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
     runs = sorted(p for p in (tmp_path / "relout").iterdir() if p.is_dir())
-    assert len(runs) == 2 and again.returncode == 9, again.stdout + again.stderr
+    assert len(runs) == 2 and again.returncode == 10, again.stdout + again.stderr
     second = (runs[1] / "gpu_checks.log").read_text()
-    assert second.count("not run (the time budget is spent)") == 9
+    assert second.count("not run (the time budget is spent)") == 10
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a bash script for Linux GPU machines")
@@ -166,3 +167,16 @@ def test_the_goals_table_reads_a_runs_folder_met_not_met_and_not_run(tmp_path):
     assert table["profiler <= 100 ns per event pair"] == ("not run", "no profiler.json")
     assert table["StragglAR >= 1/2 of its predicted saving at 20 ms, with the profiler"] == (
         "not run", "no bench_runtime_profiled.json")
+    chunked, timed = (k for k in table if "chunk sizes" in k)
+    assert table[chunked] == table[timed] == ("not run", "no chunk/chunk_nccl.json")
+    (tmp_path / "chunk").mkdir()  # what chunk_nccl.py writes, NCCL having asked for one only
+    rows = [{"chunk_bytes": None, "time_us": 100.0, "pinned": True, "nccl_asked": True},
+            {"chunk_bytes": 131072, "time_us": 120.0, "pinned": True, "nccl_asked": True},
+            {"chunk_bytes": 524288, "time_us": 104.0, "pinned": True, "nccl_asked": False}]
+    (tmp_path / "chunk" / "chunk_nccl.json").write_text(json.dumps(
+        {"chunks": rows, "nccl_used_both": False, "nccl_clamped_over": True, "ratio": 120 / 104}))
+    table = {k: v[1:] for k, v in gpu_goals.goals(tmp_path).items()}
+    assert table[chunked] == ("NOT met", "128 KiB: pinned, asked, 512 KiB: pinned, NOT asked; NCCL "
+                                         "clamped the over-ceiling one")
+    assert table[timed] == ("met", "NCCL's 100.0 us, 128 KiB 120.0 us, 512 KiB 104.0 us (x1.15 "
+                                   "between them)")

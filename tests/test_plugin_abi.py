@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class Run:
     ctx: list[bool] = field(default_factory=list)
     res: list[tuple[int, int, int]] = field(default_factory=list)
     chunks: list[str] = field(default_factory=list)
+    chunk_sizes: list[int] = field(default_factory=list)  # getChunkSize's answers, in order
     api: list[str] = field(default_factory=list)  # SETCTX / PIN / HASH / VERSION answers, in order
     logs: list[tuple[int, int, str]] = field(default_factory=list)
 
@@ -68,7 +70,9 @@ class Driver:
                 out.res.append(tuple(int(v) for v in rest.split()))
             elif kind == "CHUNK":
                 out.chunks.append(rest)
-            elif kind in ("SETCTX", "PIN", "HASH", "VERSION", "DLOPEN"):
+            elif kind == "CHUNKSIZE":
+                out.chunk_sizes.append(int(rest))
+            elif kind in ("SETCTX", "PIN", "PINK", "HASH", "VERSION", "DLOPEN"):
                 out.api.append(rest)
             elif kind == "LOG":
                 level, flags, message = rest.split(" ", 2)
@@ -121,6 +125,13 @@ def _policy(header: pf.Header = HEADER) -> pf.PolicyFile:
 @pytest.fixture(scope="module")
 def policy_path(tmp_path_factory) -> Path:
     return pf.write(_policy(), tmp_path_factory.mktemp("abi") / "abi.dccl")
+
+
+def _policy_loaded(run: Run) -> bool:
+    """Whether the run's process applies a policy: the answer of its last run-time call, ``hash``
+    (``dynamiccl_policy_hash``), is 0 with one loaded, -1 without (every communicator has a
+    context either way)."""
+    return run.api[-1].split()[0] == "0"
 
 
 def _coll(k: int, coll: int, nbytes: int | str, pipe: int = 1, reg: int = 0, na: int = 7,
@@ -207,15 +218,66 @@ def test_rank_local_inputs_do_not_change_decisions(driver, policy_path):
     assert run.res[0] == (1, 0, 16)
 
 
-def test_no_chunk_size_hook(driver):
-    """The format has no chunk column (NCCL asks for chunks per channel piece, not per call), so
-    v6's optional getChunkSize is left NULL and NCCL keeps its own chunking."""
-    assert driver.run(["chunk"]).chunks == ["null"]
+def _chunk_policy(tmp_path: Path, chunk: int | None) -> Path:
+    """allreduce 1 MiB..2 MiB on any system: ring/simple with ``chunk`` (None: NCCL's); the rest
+    defers."""
+    rule = pf.Rule(AR, 1 << 20, 2 << 20, decision=pf.Decision(Algorithm.RING, Protocol.SIMPLE,
+                                                              chunk_bytes=chunk))
+    return pf.write(pf.PolicyFile(HEADER, (pf.Slice(rules=(rule,)),)), tmp_path / "chunk.dccl")
+
+
+def _getchunk(k: int, algo: Algorithm = Algorithm.RING, proto: Protocol = Protocol.SIMPLE,
+              piece: int = 1 << 16, nccl: int = 1 << 21) -> str:
+    return f"getchunk {k} {int(AR)} {piece} {int(algo)} {int(proto)} 1 {nccl}"
+
+
+def test_getchunksize_gives_a_piece_of_a_decided_call_its_rules_chunk(driver, tmp_path):
+    """v6's getChunkSize: NCCL asks per channel piece after getCollInfo decided the call, so the
+    rule's chunk reaches every piece of the call's pair, and only those: another pair, NCCL's own
+    chunk for a rule keeping it, a call the policy defers."""
+    path = _chunk_policy(tmp_path, 65536)
+    assert path.read_text().startswith("DYNAMICCL-POLICY 3\n")
+    run = driver.run(["chunk", "init 6 16 2", _coll(0, AR, 1 << 20), _getchunk(0), _getchunk(0),
+                      _getchunk(0, proto=Protocol.LL), _coll(0, AR, 100), _getchunk(0), "fin 0"],
+                     DYNAMICCL_POLICY=str(path), DYNAMICCL_LOG_DECISIONS="1")
+    assert run.chunks == ["set"] and run.res == [(1, 2, 0), (-1, -1, 0)]
+    assert run.chunk_sizes == [65536, 65536, 1 << 21, 1 << 21]
+    logged = [m for m in run.messages(INFO) if m.startswith("DynamICCL chunk:")]
+    assert len(logged) == 1 and "allreduce ring/simple piece of 65536 B" in logged[0]
+    keep = driver.run(["init 6 16 2", _coll(0, AR, 1 << 20), _getchunk(0), "fin 0"],
+                      DYNAMICCL_POLICY=str(_chunk_policy(tmp_path, None)))
+    assert keep.chunk_sizes == [1 << 21]
+
+
+def test_a_group_of_calls_decided_differently_keeps_nccls_chunk(driver, tmp_path):
+    """Calls of one group are all decided before NCCL chunks any: where they were decided
+    differently the plugin cannot tell a piece's call, so NCCL's chunk stands; the next group
+    starts afresh."""
+    path = _chunk_policy(tmp_path, 65536)
+    run = driver.run(["init 6 16 2", _coll(0, AR, 1 << 20), _coll(0, AR, 100), _getchunk(0),
+                      _coll(0, AR, 1 << 20), _getchunk(0), "fin 0"], DYNAMICCL_POLICY=str(path))
+    assert run.chunk_sizes == [1 << 21, 65536]
+
+
+def test_pinned_chunk_sizes_apply_without_a_policy_and_bad_pins_are_refused(driver):
+    ar = int(AR)
+    run = driver.run([f"pinknobs {ar} 0 max 1 2 -1 262144", "init 6 8 1", _coll(0, AR, 1 << 22),
+                      _getchunk(0), f"pinknobs {ar} 0 max NULL", _coll(0, AR, 1 << 22),
+                      _getchunk(0), "fin 0"])
+    assert run.api == ["0", "0"] and run.res == [(1, 2, 0), (-1, -1, 0)]
+    assert run.chunk_sizes == [262144, 1 << 21]
+    bad = [f"pinknobs {ar} 0 max 1 2 -1", f"pinknobs {ar} 0 max 1 2 -1 1024",
+           f"pinknobs {ar} 0 max 1 2 0 -1", f"pinknobs {ar} 0 max 1 -1 -1 -1"]
+    assert driver.run(bad).api == ["-1"] * len(bad)
 
 
 def test_unset_policy_means_nothing_happens(driver):
-    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), "fin 0"], NCCL_NET_PLUGIN="")
-    assert run.ctx == [False] and run.res == [(-1, -1, 0)] and run.logs == []
+    """The communicator still gets a context (a pin's chunk size is carried in it), but nothing is
+    decided and nothing logged."""
+    run = driver.run(["init 6 16 2", _coll(0, AR, 1000), "getchunk 0 4 1000 1 2 1 2097152", "fin 0"],
+                     NCCL_NET_PLUGIN="")
+    assert run.ctx == [True] and run.res == [(-1, -1, 0)] and run.logs == []
+    assert run.chunk_sizes == [2097152]
 
 
 @pytest.mark.parametrize("var", ["NCCL_ALGO", "NCCL_PROTO"])
@@ -241,8 +303,7 @@ def _corruptions(good: str) -> dict[str, tuple[bytes | None, str]]:
         "truncated": (good[: len(good) // 2].encode(), "truncated"),
         "flipped byte": (good.replace("ring", "rinG", 1).encode(), "checksum mismatch"),
         "wrong checksum": ((body + "checksum crc32 00000000\n").encode(), "checksum mismatch"),
-        "newer version": (good.replace(f"POLICY {pf.FORMAT_VERSION}", "POLICY 7", 1).encode(),
-                          "version 7"),
+        "newer version": (re.sub(r"POLICY [0-9]+", "POLICY 7", good, count=1).encode(), "version 7"),
         "binary": (bytes(range(256)) * 4, "not printable ASCII"),
         "empty": (b"", "not a DynamICCL policy file"),
         "directory": (b"", "not a regular file"),
@@ -260,7 +321,7 @@ def test_bad_policy_file_warns_once_and_steps_aside(driver, policy_path, tmp_pat
         path.write_bytes(content)
     run = driver.run(["init 6 16 2", "init 5 16 2", "init 4 8 1", _coll(0, AR, 1000),
                       _coll(1, AR, 1000), "fin 0", "fin 1", "fin 2"], DYNAMICCL_POLICY=str(path))
-    assert run.ctx == [False, False, False]
+    assert run.ctx == [True, True, True]  # contexts without a policy: pins only
     assert run.res == [(-1, -1, 0), (-1, -1, 0)]
     warns = run.messages(WARN)
     assert len(warns) == 1, run.logs  # one warning per process, not per communicator
@@ -325,7 +386,7 @@ def test_what_the_first_read_decided_outlives_nccl_unloading_the_plugin(driver, 
     missing = driver.run(["init 6 16 2", "fin 0", "reload", f"setenv DYNAMICCL_POLICY {other}",
                           "init 6 16 2", _coll(1, AR, 1000), "fin 1"],
                          DYNAMICCL_POLICY=str(tmp_path / "absent.dccl"))
-    assert missing.ctx == [False, False] and missing.res == [(-1, -1, 0)]
+    assert missing.ctx == [True, True] and missing.res == [(-1, -1, 0)]
     assert len(missing.messages(WARN)) == 2 and "cannot open it" in missing.messages(WARN)[0]
 
 
@@ -483,11 +544,41 @@ def test_c_and_python_parsers_accept_exactly_the_same_files(driver, policy_path,
         except pf.PolicyFileError:
             parsed.append(False)
             used.append(False)
-        run = driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(path))
+        run = driver.run(["init 6 16 2", "hash 65", "fin 0"], DYNAMICCL_POLICY=str(path))
         c_parsed.append(not any("not using policy file" in m for m in run.messages(WARN)))
-        c_used += run.ctx
+        c_used.append(_policy_loaded(run))
     assert c_parsed == parsed and c_used == used
     assert 50 < sum(parsed) < 350 and sum(used) < sum(parsed)  # every outcome represented
+
+
+@pytest.mark.parametrize(("version", "rule", "problem"), [
+    (3, "allreduce 0 100 * * ring simple - 65536", None),
+    (3, "allreduce 0 100 * * ring simple 8 -", None),
+    (3, "allreduce 0 100 * * defer - - -", None),
+    (2, "allreduce 0 100 * * ring simple 8", None),  # an older file: NCCL's chunk
+    (3, "allreduce 0 100 * * ring simple 8 1024", "chunk_bytes must be '-' or 4096..16777216"),
+    (3, "allreduce 0 100 * * ring simple 8 99999999", "chunk_bytes must be '-' or 4096..16777216"),
+    (3, "allreduce 0 100 * * ring simple 8 64K", "chunk_bytes must be '-' or 4096..16777216"),
+    (3, "allreduce 0 100 * * defer - - 65536", "a defer rule has '-' as protocol, channels and chunk_bytes"),
+    (3, "allreduce 0 100 * * ring simple 8", "a rule has 9 fields"),
+    (2, "allreduce 0 100 * * ring simple 8 65536", "a rule has 8 fields"),
+])
+def test_both_parsers_read_the_chunk_column_alike(driver, tmp_path, version, rule, problem):
+    """Format 3 adds chunk_bytes; format 2 files are still read (their rules keep NCCL's chunk)."""
+    lines = [f"DYNAMICCL-POLICY {version}", *(f"{k} {getattr(HEADER, k)}" for k in pf_format.REQUIRED_HEADER),
+             "slice straggler=none c2c=none", rule]
+    body = "\n".join(lines) + "\n"
+    path = tmp_path / "v.dccl"
+    path.write_text(f"{body}checksum crc32 {pf.checksum(body.encode())}\n")
+    if problem is None:
+        pf.read(path)
+    else:
+        with pytest.raises(pf.PolicyFileError, match=re.escape(problem)):
+            pf.read(path)
+    run = driver.run(["init 6 16 2", "hash 65", "fin 0"], DYNAMICCL_POLICY=str(path))
+    assert (run.api[0].split()[0] == "0") == (problem is None)
+    if problem is not None:
+        assert problem in run.messages(WARN)[0]
 
 
 # ---- the run-time entry points, called the way dynamiccl.runtime calls them -----------------------
@@ -542,7 +633,7 @@ def test_pins_win_over_rules_and_clear(driver, policy_path):
 def test_pins_apply_without_a_policy_but_not_against_nccl_algo(driver):
     pin = f"pin {int(Collective.REDUCE)} 0 max 1 2 0"
     run = driver.run([pin, "init 6 8 1", _coll(0, Collective.REDUCE, 1 << 20), "fin 0"])
-    assert run.ctx == [False] and run.res == [(1, 2, 0)]
+    assert run.ctx == [True] and run.res == [(1, 2, 0)]
     user = driver.run(["init 6 8 1", pin, _coll(0, Collective.REDUCE, 1 << 20), "fin 0"],
                       NCCL_ALGO="Tree")
     assert user.res == [(-1, -1, 0)]
@@ -584,8 +675,8 @@ def test_both_parsers_cap_ranges_per_group_alike(driver, tmp_path):
     with pytest.raises(pf.PolicyFileError, match=f"more than {cap} size ranges"):
         pf.read(paths[1])
     run = driver.run(["init 6 16 2", _coll(0, AR, 2 * cap - 2), "fin 0"], DYNAMICCL_POLICY=str(paths[0]))
-    over = driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(paths[1]))
-    assert run.ctx == [True] and run.res == [(1, 0, 16)] and over.ctx == [False]
+    over = driver.run(["init 6 16 2", "hash 65", "fin 0"], DYNAMICCL_POLICY=str(paths[1]))
+    assert run.ctx == [True] and run.res == [(1, 0, 16)] and not _policy_loaded(over)
     assert f"more than {cap} size ranges" in over.messages(WARN)[0]
 
 
@@ -601,7 +692,7 @@ def test_both_parsers_take_the_optional_source_header_at_most_once(driver, tmp_p
     twice.write_text(f"{body}checksum crc32 {pf.checksum(body.encode())}\n")
     with pytest.raises(pf.PolicyFileError, match="'source' appears twice"):
         pf.read(twice)
-    assert [driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(path)).ctx[0]
+    assert [_policy_loaded(driver.run(["init 6 16 2", "hash 65", "fin 0"], DYNAMICCL_POLICY=str(path)))
             for path in (good, twice)] == [True, False]
 
 
@@ -629,7 +720,7 @@ def test_the_plugin_defers_under_an_nccl_outside_the_policys_window(driver, tmp_
         assert f"DynamICCL: NCCL {version} is within the versions policy abi-test holds for ({window})" \
             in run.messages(INFO)
         return
-    assert run.ctx == [False, False] and run.res == [(-1, -1, 0)] * 2 and run.api == ["-1 "]
+    assert run.ctx == [True, True] and run.res == [(-1, -1, 0)] * 2 and run.api == ["-1 "]
     assert run.messages(WARN) == [  # once per process, not per communicator
         f"DynamICCL: this process runs NCCL {version}, outside the versions policy abi-test was measured "
         f"on ({window}): tune it again under this NCCL. NCCL decides every call in this process"]
@@ -639,13 +730,13 @@ def test_an_nccl_version_that_cannot_be_read_or_a_window_that_cannot_means_nccl_
                                                                                         tmp_path):
     unknown = driver.run(["ncclversion 0", "init 6 16 2", _coll(0, AR, 1000), "fin 0"],
                          DYNAMICCL_POLICY=str(_windowed(tmp_path, pf.DEFAULT_NCCL_RANGE)))
-    assert unknown.ctx == [False] and unknown.messages(WARN) == [
+    assert unknown.ctx == [True] and unknown.messages(WARN) == [
         "DynamICCL: no ncclGetVersion is reachable from the tuner, so the NCCL this process runs "
         f"cannot be checked against the versions policy abi-test holds for ({pf.DEFAULT_NCCL_RANGE}). "
         "NCCL decides every call in this process"]
     unreadable = driver.run(["init 6 16 2", "fin 0"],
                             DYNAMICCL_POLICY=str(_windowed(tmp_path, "2.30.x")))
-    assert unreadable.ctx == [False] and unreadable.messages(WARN) == [
+    assert unreadable.ctx == [True] and unreadable.messages(WARN) == [
         "DynamICCL: policy abi-test names no NCCL version window the plugin can read ('nccl 2.30.x'; it "
         "writes A.B.C or A.B.C..X.Y.Z): export it again. NCCL decides every call in this process"]
 
@@ -670,7 +761,7 @@ def test_a_checksum_mismatch_defers_on_that_rank_and_says_so_at_warn(driver, pol
     want = pf.file_hash(policy_path)
     run = driver.run(["init 6 16 2", "init 4 16 2", _coll(0, AR, 1000), _coll(1, AR, 1000), "hash 65",
                       "fin 0", "fin 1"], DYNAMICCL_POLICY=str(stale), DYNAMICCL_POLICY_SHA256=want)
-    assert run.ctx == [False, False] and run.res == [(-1, -1, 0)] * 2 and run.api == ["-1 "]
+    assert run.ctx == [True, True] and run.res == [(-1, -1, 0)] * 2 and run.api == ["-1 "]
     assert run.messages(WARN) == [
         f"DynamICCL: policy file {stale} has sha256 {pf.file_hash(stale)}, not the "
         f"DYNAMICCL_POLICY_SHA256={want} this job expects: this rank reads another file than the one "
@@ -679,7 +770,7 @@ def test_a_checksum_mismatch_defers_on_that_rank_and_says_so_at_warn(driver, pol
         "give every node the same file; dynamiccl/README.md, The plugin)"]
     garbled = driver.run(["init 6 16 2", "fin 0"], DYNAMICCL_POLICY=str(policy_path),
                          DYNAMICCL_POLICY_SHA256=want[:-1] + "g")
-    assert garbled.ctx == [False] and garbled.messages(WARN)[0].startswith(
+    assert garbled.ctx == [True] and garbled.messages(WARN)[0].startswith(
         f"DynamICCL: DYNAMICCL_POLICY_SHA256={want[:-1]}g is not a SHA-256 (64 hexadecimal digits")
 
 

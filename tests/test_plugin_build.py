@@ -99,8 +99,7 @@ def test_structs_as_ctypes_sees_them(library):
 
     v6 = TunerV6.in_dll(lib, "ncclTunerPlugin_v6")
     assert v6.name == b"DynamICCL"
-    assert all((v6.init, v6.getCollInfo, v6.finalize))
-    assert v6.getChunkSize is None  # optional in v6: NCCL keeps its own chunk sizes
+    assert all((v6.init, v6.getCollInfo, v6.finalize, v6.getChunkSize))  # v6 sets chunk sizes
     with pytest.raises(AttributeError):  # implementation functions stay hidden
         lib.dccl_policy_parse  # noqa: B018
 

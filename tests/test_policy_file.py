@@ -38,7 +38,8 @@ def test_write_then_read_gives_back_the_same_policy(tmp_path):
     again = pf.read(path)
     assert again == policy
     text = path.read_text()
-    assert text.startswith(f"DYNAMICCL-POLICY {pf.FORMAT_VERSION}\n")
+    # no rule names a chunk size: the oldest version read, which every plugin since applies
+    assert text.startswith(f"DYNAMICCL-POLICY {pf.MIN_FORMAT_VERSION}\n")
     body, last = text[: text.rindex("checksum")], text.splitlines()[-1]
     assert last == f"checksum crc32 {zlib.crc32(body.encode()):08x}"
     # readable: one rule per line with the names NCCL uses
@@ -85,8 +86,8 @@ def _edit(pattern: str, new: str):
 BAD_FILES = {
     "empty": (lambda t: "", "not a DynamICCL policy file"),
     "foreign": (lambda t: "hello\nworld\n", "not a DynamICCL policy file"),
-    "newer version": (lambda t: _resign(t.replace("DYNAMICCL-POLICY 2", "DYNAMICCL-POLICY 3")),
-                      "format version 3 is not supported"),
+    "newer version": (lambda t: _resign(t.replace("DYNAMICCL-POLICY 2", "DYNAMICCL-POLICY 4")),
+                      "format version 4 is not supported"),
     "version 1": (lambda t: _resign(t.replace("DYNAMICCL-POLICY 2", "DYNAMICCL-POLICY 1")),
                   "format version 1 is not supported"),
     "truncated": (lambda t: t[: len(t) // 2], "truncated"),

@@ -40,7 +40,7 @@ from dynamiccl.envs.backends.replay import (
 from dynamiccl.envs.collective_tuning import CollectiveTuningEnv
 from dynamiccl.envs.workloads import Episode, load_suite
 from dynamiccl.profiler.formats.records import MeasurementRecord
-from dynamiccl.system.knobs import ACTION_INDEX, Algorithm, Collective, Config, Protocol
+from dynamiccl.system.knobs import ACTION_INDEX, Algorithm, Collective, Config, Knobs, Protocol
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import load_topology
 
@@ -108,7 +108,7 @@ def test_a_launch_split_scores_on_a_launch_the_tuners_did_not_see():
                + timed(lone, "r1", 35.9, "ring"))
     table = ReplayTable(records)
     assert LaunchSplit.count(table) == 3  # NCCL's default at 4 MiB: three launches
-    ring = (Algorithm.RING, None, None)
+    ring = Knobs(Algorithm.RING)
     at = {n: Scenario(TOPO, Collective.ALLREDUCE, n) for n in (big, small, lone)}
     first, second = LaunchSplit(table, 0), LaunchSplit(table, 1)
     assert first.scoring(at[big]) == second.scoring(at[big]) == HELD_OUT_LAUNCH

@@ -55,7 +55,7 @@ class _Scripted:
         self.seen.append((candidate, time_us))
 
 
-A, B = Candidate(1, 2, 8), Candidate(0, 2, 0)
+A, B = Candidate(1, 2, 8), Candidate(0, 2)
 
 
 def _drive(times: dict, proposals=(A, B)) -> tuple[list, _Scripted]:

@@ -40,7 +40,7 @@ class RuntimeTunerAdapter:
         if action in seen:
             return None
         config = ACTIONS[action]
-        candidate = Candidate(int(config.algorithm), int(config.protocol), int(config.channels))
+        candidate = Candidate.of(config)
         self._proposed[(size_bin, candidate)] = action
         return candidate
 

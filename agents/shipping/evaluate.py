@@ -44,7 +44,7 @@ import numpy as np
 from dynamiccl.agents.policies.policy import ForcingPolicy, OnlinePolicy, Policy
 from dynamiccl.agents.shipping.progress import Advance, progress_bar
 from dynamiccl.files import FileKind, OutputRefused, claim_output, read_head, starts_with
-from dynamiccl.system.knobs import Config
+from dynamiccl.system.knobs import Config, Knobs
 from dynamiccl.system.nccl import Algorithm
 from dynamiccl.system.units import format_size
 
@@ -161,11 +161,9 @@ def _chosen(info: dict[str, Any]) -> tuple[str, str, str]:
         c = info["config"]
         return c.label(), _algorithm_label(c), c.protocol.name.lower()
     pinned = info["constraints"]
-    algo = pinned.algorithm.name.lower() if pinned.algorithm is not None else "nccl"
-    proto = pinned.protocol.name.lower() if pinned.protocol is not None else "nccl"
-    channels = f"{pinned.channels}ch" if pinned.channels else "nccl-ch"
-    label = "NCCL default" if not pinned.given() else f"{algo}/{proto}/{channels}"
-    return label, algo, proto
+    parts = Knobs.of(pinned).parts(keep="nccl")  # algorithm, protocol, channels, ...: "nccl" if free
+    label = "NCCL default" if not pinned.given() else "/".join(parts)
+    return label, parts[0], parts[1]
 
 
 def tuning_budget(policy: OnlinePolicy) -> int:

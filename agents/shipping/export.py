@@ -196,7 +196,7 @@ class _Evaluator:
         self.verdicts[key] = verdict
         if (self.gate is not None and not verdict.override) or config == verdict.nccl:
             return None  # NCCL's own pick is left to NCCL, gated or not: pinning it changes nothing
-        return pf.Decision(config.algorithm, config.protocol, config.channels)
+        return pf.Decision.of(config)
 
 
 def _piecewise(decide: Callable[[int], pf.Decision | None], grid: Sequence[int]
@@ -513,7 +513,7 @@ def for_example_tuner(result: ExportResult, topology: Topology,
                       k: KnobConstraints = pin) -> pf.Decision:
             scenario = context_scenario(s, c, min(max(n, MIN_BYTES), MAX_BYTES), context)
             config = decisions.nccl_default(scenario, k).config
-            return pf.Decision(config.algorithm, config.protocol, config.channels)
+            return pf.Decision.of(config)
 
         grid = sorted({rule.min_bytes, rule.max_bytes}
                       | {n for n in size_grid() if rule.min_bytes < n < rule.max_bytes})

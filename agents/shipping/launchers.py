@@ -33,7 +33,6 @@ from dynamiccl.agents.shipping.tune_measurements import Choice
 from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement, launch_order
 from dynamiccl.profiler.formats.published import sidecar_text
 from dynamiccl.system.knobs import Collective
-from dynamiccl.system.nccl import forcing_env
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import LAUNCH_MODES, Topology
 from dynamiccl.system.units import format_size
@@ -88,7 +87,13 @@ class Launch:
     @property
     def forced(self) -> dict[str, str]:
         """The variables that make NCCL run the choice (empty: NCCL's default)."""
-        return forcing_env(self.choice.algorithm, self.choice.protocol, self.choice.channels)
+        return self.choice.env()
+
+    @property
+    def plugin_only(self) -> str:
+        """The knobs of its choice no NCCL variable sets ("" when none): only the plugin's pin runs
+        them, so nccl-tests cannot measure the launch (``dynamiccl tune --plan --run`` does)."""
+        return ", ".join(self.choice.unforceable())
 
     @property
     def env(self) -> dict[str, str]:
@@ -193,10 +198,17 @@ def command(launch: Launch, launcher: str, logs: str | None = None) -> list[str]
 def line(launch: Launch, launcher: str, logs: str) -> str:
     """One printed line: the command, its output file, and after ``  # `` what it measures (and
     which MPI it is written for)."""
+    if launch.plugin_only:
+        return _plugin_only_note(launch)
     words = command(launch, launcher, logs)
     text = " ".join(w if w in (">", "2>&1") else shlex.quote(w) for w in words)
     name = _MPI[launcher][0] + ": " if launcher in _MPI else ""
     return f"{text}  # {name}{launch.describe()}"
+
+
+def _plugin_only_note(launch: Launch) -> str:
+    return (f"# {launch.describe()}: NCCL has no variable for {launch.plugin_only}; "
+            "`dynamiccl tune ... --plan --run` measures it, pinned through the plugin")
 
 
 def launch_mode(launcher: str) -> str:
@@ -304,6 +316,9 @@ def script(launches_: Sequence[Launch], launcher: str, *, logs: str, made_by: st
                                then=then, logs=shlex.quote(logs), flags_var=flags_var,
                                launcher_note=note)]
     for x in launches_:
+        if x.plugin_only:
+            out.append(_plugin_only_note(x))
+            continue
         words = command(x, launcher)
         words = _with_flags(words, launcher, flags_var)
         out.append(f"# {x.describe()} ({x.nodes} x {x.ranks_per_node}, ~{x.seconds:.0f} s)")
@@ -330,6 +345,7 @@ def _with_flags(words: list[str], launcher: str, flags_var: str) -> list[str]:
 def plan_lines(launches_: Sequence[Launch], launchers: Sequence[str] | None = None,
                logs: str = "logs") -> list[str]:
     """The printed plan: each launch once per launcher (default :func:`default_launchers`), in
-    order."""
+    order; a launch only the plugin can pin once, as the note saying so."""
     names = tuple(launchers or default_launchers(launches_))
-    return [line(x, launcher, logs) for x in launches_ for launcher in names]
+    return [line(x, launcher, logs) for x in launches_
+            for launcher in (names[:1] if x.plugin_only else names)]

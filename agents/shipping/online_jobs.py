@@ -33,7 +33,7 @@ from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import PerturbedBackend
 from dynamiccl.envs.backends.replay import DEFAULT_CHOICE, LaunchSplit, ReplayTable, choice_of
 from dynamiccl.envs.online_tuning import N_CALLS
-from dynamiccl.system.knobs import Collective, valid_mask
+from dynamiccl.system.knobs import Collective, Knobs, valid_mask
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import Topology, load_topology
 from dynamiccl.system.units import format_size
@@ -149,7 +149,7 @@ class ReplayJob:
             if DEFAULT_CHOICE not in measured or not forced or self.split.scoring(s) is None:
                 continue
             self.scenarios.append(s)
-            self._menus[s] = (KnobConstraints(), *(KnobConstraints(*c) for c in forced))
+            self._menus[s] = (KnobConstraints(), *(KnobConstraints(**c.given()) for c in forced))
         self.nccl_us = [self.truth(i, KnobConstraints()) for i in range(len(self.scenarios))]
         self.best_us = [min(self.truth(i, p) for p in self._menus[s]) for i, s in enumerate(self.scenarios)]
         self.start()
@@ -178,9 +178,9 @@ class ReplayJob:
         return f"{self.name} {s.collective.name.lower()} {format_size(s.nbytes)} ({s.topology.nranks} ranks)"
 
 
-def _model_runs(scenario: Scenario, choice: tuple) -> bool:
+def _model_runs(scenario: Scenario, choice: Knobs) -> bool:
     try:
-        decisions.nccl_default(scenario, KnobConstraints(*choice))
+        decisions.nccl_default(scenario, KnobConstraints(**choice.given()))
     except ValueError:
         return False
     return True

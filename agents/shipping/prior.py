@@ -74,7 +74,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dynamiccl.files import write_bytes_atomic
-from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+from dynamiccl.system.knobs import NCCL_KNOBS, Algorithm, Collective, Protocol
 from dynamiccl.system.nccl import NCCL_ALGORITHMS  # in index order: the one-hot of a point's algorithm
 
 #: The file's layout; a file of another version is refused, naming the fix.
@@ -262,9 +262,11 @@ def _pair(choice: Any) -> tuple[Algorithm, Protocol] | None:
     if isinstance(choice, tuple):
         algorithm, protocol = choice
     else:
-        if getattr(choice, "channels", None) is not None:
-            raise ValueError(f"the learned prior answers algorithm/protocol pairs; {choice} pins a "
-                             "channel count too: ask for its pair")
+        more = [k.title for k in NCCL_KNOBS if k.name not in ("algorithm", "protocol")
+                and getattr(choice, k.name, None) is not None]
+        if more:
+            raise ValueError(f"the learned prior answers algorithm/protocol pairs; {choice} pins "
+                             f"{more[0]} too: ask for its pair")
         algorithm, protocol = choice.algorithm, choice.protocol
     if algorithm is None and protocol is None:
         return None

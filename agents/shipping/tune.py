@@ -211,15 +211,15 @@ def model_can_run(scenario: Scenario, choice: Choice) -> bool:
 
 def resolved(scenario: Scenario, choice: Choice) -> Choice:
     """The pair NCCL runs for this call when told ``choice``, as NCCL's own cost model picks on the
-    scenario's system (pinned channels kept): a run forced with ``NCCL_ALGO`` alone measured that
-    pair. NCCL's default and a choice NCCL's model cannot run stay as they are."""
+    scenario's system (its other pinned knobs kept): a run forced with ``NCCL_ALGO`` alone measured
+    that pair. NCCL's default and a choice NCCL's model cannot run stay as they are."""
     if choice.is_default or choice.exportable:
         return choice
     try:
         config = _model_run(scenario, choice).config
     except ValueError:
         return choice
-    return Choice(config.algorithm, config.protocol, choice.channels)
+    return replace(choice, algorithm=config.algorithm, protocol=config.protocol)
 
 
 @lru_cache(maxsize=131072)
@@ -386,12 +386,11 @@ class Tuner:
         self._decided: dict[Scenario, CallDecision] = {}
 
     def deployable_candidates(self, scenario: Scenario) -> list[Choice]:
-        """Every algorithm/protocol pair that can run the call, and each such pair with a channel
-        count pinned wherever that was measured on this system."""
+        """Every algorithm/protocol pair that can run the call, and each such pair with more knobs
+        pinned (a channel count) wherever that was measured on this system."""
         pairs = candidate_pairs(scenario)
         forced = self.measurements.forced_choices(scenario.collective, scenario.topology.nranks)
-        pinned = [c for c in forced if c.channels is not None
-                  and Choice(c.algorithm, c.protocol) in pairs]
+        pinned = [c for c in forced if c != c.pair and c.pair in pairs]
         return pairs + sorted(pinned, key=Choice.label)
 
     def _fitted(self, scenario: Scenario) -> Topology:
@@ -546,7 +545,7 @@ class Tuner:
         if self.prior is None:
             return None
         pair = resolved(scenario, choice)
-        if not pair.exportable or pair.channels is not None:
+        if not pair.exportable or pair != pair.pair:
             return None
         found = self._prior_series(scenario)[0].get((pair, scenario.nbytes))
         if found is None or not all(map(math.isfinite, found)):
@@ -823,7 +822,7 @@ class TunedPolicy:
         d = self.tuner.decide(scenario)
         if d.chosen.is_default or not d.chosen.exportable:
             return None, d.verdict
-        return pf.Decision(d.chosen.algorithm, d.chosen.protocol, d.chosen.channels), d.verdict
+        return pf.Decision(**d.chosen.given()), d.verdict
 
     def force(self, scenario: Scenario) -> KnobConstraints:
         return self.tuner.decide(scenario).chosen.constraints

@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.profiler.formats.records import MeasurementRecord
-from dynamiccl.system.knobs import Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.system.knobs import NCCL_KNOBS, Collective, Knobs
 from dynamiccl.system.launch_noise import (
     NOISE_BANDS,
     TAIL_QUANTILE,
@@ -47,37 +47,33 @@ UNKNOWN_LAUNCH = ""
 
 
 @dataclass(frozen=True)
-class Choice:
-    """What NCCL is told for a call: each knob pinned or left to NCCL (all None = NCCL's default).
+class Choice(Knobs):
+    """What NCCL is told for a call: each knob of :class:`~dynamiccl.system.knobs.Knobs` pinned
+    or left to NCCL (all None = NCCL's default).
 
     Tune's own candidates pin algorithm and protocol (what a policy rule must name); measurements
     may pin fewer knobs (``NCCL_ALGO`` alone) or the channel count as well, and are kept as such.
     """
 
-    algorithm: Algorithm | None = None
-    protocol: Protocol | None = None
-    channels: int | None = None
-
     @property
     def constraints(self) -> KnobConstraints:
-        return KnobConstraints(algorithm=self.algorithm, protocol=self.protocol,
-                               channels=self.channels)
-
-    @property
-    def is_default(self) -> bool:
-        return self.algorithm is None and self.protocol is None and self.channels is None
+        return KnobConstraints(**self.given())
 
     @property
     def exportable(self) -> bool:
         """A policy rule can pin it: algorithm and protocol both named."""
         return self.algorithm is not None and self.protocol is not None
 
+    @property
+    def pair(self) -> Choice:
+        """Its algorithm and protocol alone, every other knob left to NCCL."""
+        return Choice(self.algorithm, self.protocol)
+
     def label(self) -> str:
         if self.is_default:
             return "NCCL default"
-        knobs = [self.algorithm.name.lower() if self.algorithm is not None else "auto",
-                 self.protocol.name.lower() if self.protocol is not None else "auto"]
-        return "/".join(knobs + ([f"{self.channels}ch"] if self.channels is not None else []))
+        parts = (k.label(getattr(self, k.name), "auto" if k.is_enum else None) for k in NCCL_KNOBS)
+        return "/".join(p for p in parts if p is not None)
 
 
 DEFAULT = Choice()
@@ -87,19 +83,16 @@ def record_choice(rec: MeasurementRecord) -> Choice | None:
     """What a record measured; None for records tune cannot use (another backend, a straggler)."""
     if rec.backend != "nccl" or rec.straggler_delay_us > 0:
         return None
-    return Choice(None if rec.algorithm is None else Algorithm(parse_enum(Algorithm, rec.algorithm)),
-                  None if rec.protocol is None else Protocol(parse_enum(Protocol, rec.protocol)),
-                  rec.channels)
+    return Choice.of(rec)
 
 
 def logged_pick(rec: MeasurementRecord, choice: Choice) -> Choice | None:
-    """The pair NCCL's ``TUNING`` log says this record's run ran (its pinned channels kept); None
-    where nothing was logged."""
+    """The pair NCCL's ``TUNING`` log says this record's run ran (its other pinned knobs kept);
+    None where nothing was logged."""
     if not rec.nccl_pick:
         return None
     algo, _, proto = rec.nccl_pick.partition("/")
-    return Choice(Algorithm(parse_enum(Algorithm, algo)), Protocol(parse_enum(Protocol, proto)),
-                  choice.channels)
+    return replace(choice, algorithm=algo, protocol=proto)
 
 
 #: A measured call: collective, ranks, the choice as forced, and its size.

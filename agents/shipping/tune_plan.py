@@ -18,12 +18,13 @@ import heapq
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from dynamiccl import decisions
 from dynamiccl.agents.shipping.gate import log_threshold
 from dynamiccl.agents.shipping.tune import CallDecision, Tuner
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
-from dynamiccl.system.knobs import Collective
+from dynamiccl.system.knobs import NCCL_KNOBS, Collective
 from dynamiccl.system.scenario import Scenario
 
 #: How many launches of one choice at one call the plan weighs at once: one launch alone rarely
@@ -81,6 +82,31 @@ def launch_value(log_gain: float, sigma_now: float, sigma_after: float, threshol
     return spread * _psi(abs(log_gain - threshold) / spread)
 
 
+def refined_candidates(tuner: Tuner, scenario: Scenario, decision: CallDecision) -> list[Choice]:
+    """Choices with a knob tune takes only from measurements and the joint action table leaves to
+    NCCL (the chunk size, ``Knob.in_action_table``) for the plan to propose measuring: NCCL's own
+    pair and the decided one, each with the level the model finds fastest for it
+    (:func:`dynamiccl.decisions.refined`) where that beats the pair as NCCL runs it by more than
+    the margin. Once measured they are tune's candidates like any measured choice."""
+    out = []
+    try:
+        own = decisions.nccl_default(scenario).config
+    except ValueError:  # NCCL's model has nothing usable here
+        return out
+    for pair in dict.fromkeys(c.pair for c in (Choice(own.algorithm, own.protocol), decision.chosen)
+                              if c.exportable):
+        try:
+            run = decisions.nccl_default(scenario, pair.constraints)
+        except ValueError:
+            continue
+        best = decisions.refined(scenario, run.config)
+        more = {k.name: getattr(best.config, k.name) for k in NCCL_KNOBS if not k.in_action_table}
+        if any(v is not None for v in more.values()) and \
+                math.log(run.time_us / best.time_us) > tuner.margin:
+            out.append(replace(pair, **more))
+    return out
+
+
 class _Planner:
     """The greedy plan's bookkeeping: launches made or planned per (call, choice), and what one
     more launch of each candidate is worth now."""
@@ -91,13 +117,18 @@ class _Planner:
         self.max_launches = max_launches
         self.weight = weight
         self.decisions: dict[Scenario, CallDecision] = {s: tuner.decide(s) for s in scenarios}
+        #: Per call, every candidate's estimate: tune's, and the knobs it decides only from
+        #: measurements (a chunk size) where the model says they pay (:func:`refined_candidates`).
+        self.estimates = {s: {**d.estimates, **{c: tuner.ratio(s, c) for c in
+                                                refined_candidates(tuner, s, d) if c not in d.estimates}}
+                          for s, d in self.decisions.items()}
         self.launches: dict[tuple[Scenario, Choice], int] = {}
         self.sigma: dict[tuple[Scenario, Choice], float] = {}
-        for s, d in self.decisions.items():
-            for choice in (DEFAULT, *d.estimates):
+        for s, estimates in self.estimates.items():
+            for choice in (DEFAULT, *estimates):
                 sample = tuner.sample(s, choice)
                 self.launches[(s, choice)] = 0 if sample is None else sample.launches
-            for choice, est in d.estimates.items():
+            for choice, est in estimates.items():
                 self.sigma[(s, choice)] = est.sigma
 
     def action(self, s: Scenario, choice: Choice) -> tuple[float, int, int] | None:
@@ -105,7 +136,7 @@ class _Planner:
         launching ``choice`` (and NCCL's default where it would fall behind) 1 to
         :data:`LOOKAHEAD` more times at ``s``; None where no more launches can be made."""
         best = None
-        est = self.decisions[s].estimates[choice]
+        est = self.estimates[s][choice]
         for k in range(1, LOOKAHEAD + 1):
             n_choice = self.launches[(s, choice)] + k
             n_default = max(self.launches[(s, DEFAULT)], n_choice)
@@ -182,7 +213,7 @@ def plan(tuner: Tuner, scenarios: Sequence[Scenario], budget: int | None, *,
 
     def push(s: Scenario) -> None:
         nonlocal order
-        for choice in planner.decisions[s].estimates:
+        for choice in planner.estimates[s]:
             found = planner.action(s, choice)
             if found is not None and found[0] > MIN_VALUE:
                 order += 1

@@ -20,6 +20,7 @@ from dynamiccl.cli.common import (
     size_arg,
     topology_from_args,
 )
+from dynamiccl.system.knobs import NCCL_KNOBS
 from dynamiccl.system.nccl import Collective
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import Topology
@@ -59,11 +60,12 @@ def sweep_sizes(lo: int, hi: int) -> list[int]:
 
 def explain_row(topology: Topology, collective: Collective, size: int, deployable: bool) -> dict:
     from dynamiccl.agents.shipping.evaluate import action_set
-    from dynamiccl.decisions import best, nccl_default
+    from dynamiccl.decisions import best, nccl_default, refined
 
     scenario = Scenario(topology, collective, size)
     default = nccl_default(scenario)
     top = best(scenario, deployable=deployable)
+    chunked = refined(scenario, default.config)  # NCCL's pick with the knobs decided per choice
     return {
         "size": size,
         "action_set": action_set(deployable),
@@ -74,13 +76,12 @@ def explain_row(topology: Topology, collective: Collective, size: int, deployabl
         "best_config": top.config.label(),
         "best_time_us": top.time_us,
         "best_busbw_GBps": top.busbw_GBps,
-        "best_algorithm": top.config.algorithm.name.lower(),
-        "best_protocol": top.config.protocol.name.lower(),
-        "best_channels": top.config.channels,
-        "nccl_algorithm": default.config.algorithm.name.lower(),
-        "nccl_protocol": default.config.protocol.name.lower(),
-        "nccl_channels": default.config.channels,
+        **{f"best_{k.name}": k.record(getattr(top.config, k.name)) for k in NCCL_KNOBS},
+        **{f"nccl_{k.name}": k.record(getattr(default.config, k.name)) for k in NCCL_KNOBS},
         "gain": default.time_us / top.time_us,
+        "refined_config": chunked.config.label(),
+        "refined_time_us": chunked.time_us,
+        "refined_gain": default.time_us / chunked.time_us,
     }
 
 
@@ -144,12 +145,16 @@ def _print_table(rows: list[dict], title: str) -> None:
     table = Table(title=title)
     for col, justify in (("size (B)", "right"), ("NCCL picks", "left"), ("NCCL model (us)", "right"),
                          ("simulated (us)", "right"), ("best pick", "left"), ("best (us)", "right"),
-                         ("gain", "right")):
+                         ("gain", "right"), ("NCCL's pick, chunk size decided", "left")):
         table.add_column(col, justify=justify)
     for r in rows:
         model = "n/a" if r["nccl_model_us"] is None else f"{r['nccl_model_us']:.2f}"
         gain = f"{r['gain']:.2f}x"
+        refined = ("" if r["refined_config"] == r["nccl_config"]
+                   else f"{r['refined_config']} {r['refined_gain']:.2f}x")
         table.add_row(str(r["size"]), r["nccl_config"], model, f"{r['nccl_time_us']:.2f}",
                       r["best_config"], f"{r['best_time_us']:.2f}",
-                      f"[bold green]{gain}[/]" if r["gain"] >= 1.05 else gain)
+                      f"[bold green]{gain}[/]" if r["gain"] >= 1.05 else gain, refined)
     table_console().print(table)
+    print("last column: NCCL's own pick with the chunk size the simulator finds fastest (NCCL 2.30.3+ "
+          "through the plugin's getChunkSize; blank: NCCL's own chunk is the fastest)")

@@ -27,7 +27,7 @@ from dynamiccl.cli.common import (
     read_text,
     size_arg,
 )
-from dynamiccl.system.knobs import parse_enum
+from dynamiccl.system.knobs import NCCL_KNOBS, parse_enum
 from dynamiccl.system.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol
 from dynamiccl.system.topology import DEFAULT_NIC_PATH, MAX_RANKS, NIC_PATHS
 from dynamiccl.system.units import SIZE_HELP, elements, format_size, format_time_us, parse_duration_us
@@ -44,6 +44,8 @@ MAX_LOCAL_RANKS = 256
 #: keeps the timing of each timed iteration and rank 0 gathers them all.
 MAX_ITERS, MAX_RUNS, MAX_WARMUP = 100_000, 1_000, 100_000
 MAX_TIMED_ITERATIONS = 100_000
+#: The flags of NCCL's knobs, as messages name them together.
+KNOB_FLAGS = "/".join(f"--{k.name.replace('_', '-')}" for k in NCCL_KNOBS)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -123,6 +125,12 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
                    help="nccl only: force NCCL_PROTO (ll, ll128, simple)")
     c.add_argument("--channels", type=int_between(1, MAX_CHANNELS),
                    help="nccl only: pin NCCL_MIN/MAX_NCHANNELS")
+    for k in NCCL_KNOBS[3:]:  # the knobs after the channel count: through the plugin, if no variable
+        c.add_argument(f"--{k.name.replace('_', '-')}", type=_knob_arg(k), metavar="N",
+                       help=f"nccl only: {k.title}, {k.lo}..{k.hi}, set through the tuner plugin's "
+                            f"{k.nccl.via} (NCCL {k.nccl.nccl_since} and later): the calls run "
+                            "pinned to it and are checked to have been (with --algorithm and "
+                            "--protocol, one local launch, not under torchrun)")
     c.add_argument("--emulate-hosts", action="store_true",
                    help="nccl only: more ranks than GPUs, each rank its own host to NCCL (distinct "
                         "NCCL_HOSTID, Socket transport on the loopback, P2P/SHM/IB off; ranks share "
@@ -135,6 +143,16 @@ def _register_collective(kinds: argparse._SubParsersAction) -> None:
                    help="draw every rank's arrival time per iteration to FILE.png")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     c.set_defaults(func=run_collective)
+
+
+def _knob_arg(knob):
+    """An argparse type for a knob's value in its range (a size knob takes nccl-tests' sizes)."""
+    def parse(text: str) -> int:
+        value = size_arg(text) if knob.size else int_between(knob.lo, knob.hi)(text)
+        if not knob.lo <= value <= knob.hi:
+            raise argparse.ArgumentTypeError(f"must be {knob.lo}..{knob.hi}, got {value}")
+        return value
+    return parse
 
 
 def _straggler_arg(text: str) -> tuple[int, float]:
@@ -228,8 +246,8 @@ def _emulated(snapshot, hosts: int, name: str | None):
 
 def _check_collective_args(args: argparse.Namespace, backend: str, nprocs: int) -> None:
     """Everything the ranks would otherwise fail on minutes later, said before they start."""
-    if backend == "gloo" and (args.algorithm or args.protocol or args.channels):
-        raise UserError("--algorithm/--protocol/--channels are NCCL knobs; use --backend nccl")
+    if backend == "gloo" and any(getattr(args, k.name) is not None for k in NCCL_KNOBS):
+        raise UserError(f"{KNOB_FLAGS} are NCCL knobs; use --backend nccl")
     if backend == "gloo" and args.emulate_hosts:
         raise UserError("--emulate-hosts makes NCCL ranks hosts of their own; use --backend nccl")
     if args.runs * args.iters > MAX_TIMED_ITERATIONS:
@@ -267,7 +285,6 @@ def run_collective(args: argparse.Namespace) -> int:
     from dynamiccl.profiler.measure.runner import (
         CollectiveSpec,
         inherited_steering,
-        measure_collective,
         run_under_torchrun,
     )
 
@@ -281,13 +298,19 @@ def run_collective(args: argparse.Namespace) -> int:
                         "--nprocs)")
     nprocs = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.nprocs or _default_nprocs(backend)
     _check_collective_args(args, backend, nprocs)
+    unforceable = [f"--{k.name.replace('_', '-')}" for k in NCCL_KNOBS
+                   if getattr(args, k.name) is not None and not k.nccl.env]
+    if unforceable and (under_torchrun or args.algorithm is None or args.protocol is None):
+        raise UserError(f"{', '.join(unforceable)} is set through the tuner plugin's pin, which names "
+                        "an algorithm and a protocol and runs in a launch of its own: give "
+                        "--algorithm and --protocol, and run it without torchrun")
     if backend == "nccl" and (ignored := inherited_steering()):
         print(f"note: ignoring {', '.join(ignored)} from the environment: the measurement runs what "
-              "--algorithm/--protocol/--channels say (none: NCCL's own choice)", file=sys.stderr)
+              f"{KNOB_FLAGS} say (none: NCCL's own choice)", file=sys.stderr)
     rank, delay = args.inject_straggler or (None, 0.0)
     spec = CollectiveSpec(args.collective.name.lower(), args.size, backend, args.warmup,
-                          args.iters, args.runs, rank, delay, args.algorithm, args.protocol,
-                          args.channels)
+                          args.iters, args.runs, rank, delay,
+                          **{k.name: getattr(args, k.name) for k in NCCL_KNOBS})
     try:
         if under_torchrun:
             result = run_under_torchrun(spec)
@@ -298,8 +321,7 @@ def run_collective(args: argparse.Namespace) -> int:
             with _stderr().status(f"measuring {spec.collective} of {spec.nbytes} B on {nprocs} "
                                   f"{backend} ranks{hosts}: {spec.warmup} warmup + {spec.runs} runs "
                                   f"× {spec.iters} iterations"):
-                result = measure_collective(spec, nprocs, timeout_s=args.timeout,
-                                            emulate_hosts=args.emulate_hosts)
+                result = _measure(spec, nprocs, args.timeout, args.emulate_hosts)
     except EmulationError as exc:
         raise UserError(str(exc)) from None
     except LaunchError as exc:
@@ -318,6 +340,22 @@ def run_collective(args: argparse.Namespace) -> int:
     if plot is not None:
         print(f"plot written to {plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _measure(spec: CollectiveSpec, nprocs: int, timeout_s: float, emulate_hosts: bool
+             ) -> CollectiveResult:
+    """One launch measuring ``spec``: its knobs through NCCL's variables, or, where it names a knob
+    no variable sets (a chunk size), pinned call by call through the plugin and checked to have
+    been applied."""
+    from dynamiccl.profiler.measure.interleave import measure_interleaved
+    from dynamiccl.profiler.measure.runner import measure_collective
+
+    if not spec.knobs.unforceable():
+        return measure_collective(spec, nprocs, timeout_s=timeout_s, emulate_hosts=emulate_hosts)
+    [result], [why_not] = measure_interleaved([spec], nprocs, timeout_s, emulate_hosts)
+    if why_not is not None:
+        raise UserError(f"{spec.config_label} was not measured: the plugin could not pin it ({why_not})")
+    return result
 
 
 def _plot(result: CollectiveResult, path: Path) -> Path:

@@ -13,7 +13,8 @@ the same pick.
 ``show FILE --json`` prints the rules as a JSON list, one object per rule with the keys of
 :data:`JSON_KEYS` — a contract other tools rely on: ``nodes``/``ranks`` null = any, ``[min_bytes,
 max_bytes)`` the call's size range as NCCL's tuner sees it (max exclusive), ``algorithm``/
-``protocol`` null and ``defer`` true where NCCL decides, ``channels`` null = NCCL's count. Where
+``protocol`` null and ``defer`` true where NCCL decides, ``channels`` (and every later knob of
+``dynamiccl.system.knobs.NCCL_KNOBS``) null = NCCL's own value. Where
 evidence is known, ``nccl``, ``gain``, ``uncertainty`` and ``evidence`` are added (``nccl`` null
 where NCCL's pick changes inside the rule), and ``nccl_by_size``: the rule's runs of sizes with
 one NCCL pick each (``min_bytes``, ``max_bytes`` exclusive, ``nccl``).
@@ -28,11 +29,22 @@ import sys
 from dynamiccl.cli.common import UserError, collective_arg, int_between, path_arg, positive_int
 from dynamiccl.console import UNBOUNDED_WIDTH
 from dynamiccl.plugin.policy_format import POLICY_SHA256_ENV
+from dynamiccl.system.knobs import NCCL_KNOBS
 from dynamiccl.system.nccl_versions import parse_window
 
-#: The keys of every ``show --json`` object (a contract; tests hold it).
-JSON_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", "algorithm", "protocol",
-             "channels", "defer")
+#: The keys of every ``show --json`` object (a contract; tests hold it): the rule's dimensions,
+#: one key per NCCL knob, ``defer``.
+JSON_KEYS = ("collective", "nodes", "ranks", "min_bytes", "max_bytes", *(k.name for k in NCCL_KNOBS),
+             "defer")
+
+
+def keepable(version: int | None) -> tuple:
+    """The knobs a decision may leave to NCCL that a file of ``version`` has a column for: a table
+    column each, after the pair it names."""
+    return tuple(k for k in NCCL_KNOBS if k.nccl.keepable
+                 and (version is None or k.nccl.format_version <= version))
+
+
 #: Narrower tables print one word per line.
 MIN_WIDTH = 60
 #: Rows printed as tables before the rest is summarised (a 10^6-rule file must not flood a terminal).
@@ -81,9 +93,7 @@ def rule_json(rule, evidence: list[dict] | None = None) -> dict:
     d = rule.decision
     row = {"collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
            "min_bytes": rule.min_bytes, "max_bytes": rule.max_bytes + 1,
-           "algorithm": None if d is None else pf.ALGO_TOKENS[d.algorithm],
-           "protocol": None if d is None else pf.PROTO_TOKENS[d.protocol],
-           "channels": None if d is None else d.channels, "defer": d is None}
+           **(pf.Decision() if d is None else d).record(), "defer": d is None}
     if evidence:
         worst = (min if d is not None else max)(
             evidence, key=lambda e: clearance(float(e["gain"]), float(e["uncertainty"])))
@@ -143,7 +153,7 @@ def csv_rule_json(rule) -> dict:
     from dynamiccl.plugin import policy_file as pf
     return {"collective": pf.COLL_TOKENS[rule.collective], "nodes": rule.nodes, "ranks": rule.ranks,
             "min_bytes": rule.min_bytes, "max_bytes": rule.max_bytes + 1,
-            "algorithm": pf.ALGO_TOKENS[rule.algorithm], "protocol": pf.PROTO_TOKENS[rule.protocol],
+            **pf.Decision(rule.algorithm, rule.protocol).record(),  # the knobs it cannot set: NCCL's
             "channels": EXAMPLE_TUNER_CHANNELS if rule.channels is None else rule.channels,
             "defer": False}
 
@@ -217,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
     h = policy.header
     console = table_console(width=args.width)
     console.print(f"[bold]{args.file}[/bold]: policy [bold]{h.policy}[/bold], format "
-                  f"{pf.FORMAT_VERSION}, checksum OK, {policy.n_rules} rules")
+                  f"{policy.version}, checksum OK, {policy.n_rules} rules")
     console.print(f"topology {h.topology} (fingerprint {h.fingerprint}, features {h.features}), "
                   f"created {h.created}, config {h.config_hash}")
     console.print(_nccl_line(h.nccl), soft_wrap=True)
@@ -229,6 +239,10 @@ def _run(args: argparse.Namespace) -> int:
     console.print(f"slices: {', '.join(s.name for s in policy.slices)}")
     console.print("defer: NCCL's built-in model decides (NCCL loads one tuner, so a network "
                   "plugin's own, such as aws-ofi-nccl's on EFA, is not used)", soft_wrap=True)
+    for knob, since, via in policy.ignored_before():
+        console.print(f"[yellow]{knob}: only NCCL {since} and later take it (the plugin sets it "
+                      f"through {via}); the older NCCL releases of {h.nccl} ignore the column and "
+                      "run NCCL's own[/yellow]")
     if evidence_problem:
         console.print(f"{evidence_problem}: NCCL's pick, gain and uncertainty are unknown; "
                       "export or tune the policy again to rewrite it")
@@ -247,12 +261,13 @@ def _run(args: argparse.Namespace) -> int:
                 break
             name = None if sl.key == pf.DEFAULT_CONTEXT else sl.name
             table = Table(title=_title(group[0], name), title_justify="left")
-            for col in ("size [from, to)", "bytes", "NCCL's pick", "ours", "channels",
+            kept = keepable(policy.version)
+            for col in ("size [from, to)", "bytes", "NCCL's pick", "ours", *(k.name for k in kept),
                         "predicted gain", "uncertainty", "evidence"):
                 table.add_column(col, overflow="fold" if col == "bytes" else None)
             for rule in group[: MAX_TABLE_ROWS - shown]:
                 for ev in (_rule_evidence(evidence, rule) if name is None else []) or [None]:
-                    table.add_row(*_row(rule, ev))
+                    table.add_row(*_row(rule, ev, kept))
                 shown += 1
             console.print(table)
     total = sum(len(rules) for _, rules in selected)
@@ -297,7 +312,7 @@ def _nccl_line(nccl: str) -> str:
             "other it lets NCCL decide and says so at WARN)")
 
 
-def _row(rule, ev: dict | None) -> tuple[str, ...]:
+def _row(rule, ev: dict | None, kept: tuple) -> tuple[str, ...]:
     from dynamiccl.plugin import policy_file as pf
     d = rule.decision
     lo, hi = (rule.min_bytes, rule.max_bytes) if ev is None else (ev["min_bytes"], ev["max_bytes"] - 1)
@@ -309,10 +324,11 @@ def _row(rule, ev: dict | None) -> tuple[str, ...]:
     if d is None:
         proposed = f" (proposed {ev.get('proposed')})" if ev and ev.get("proposed") not in (
             None, ev["nccl"]) else ""
-        return (*sizes, nccl, f"[dim]defer{proposed}", "", gain if proposed else "",
-                sigma if proposed else "", source)
+        return (*sizes, nccl, f"[dim]defer{proposed}", *("" for _ in kept),
+                gain if proposed else "", sigma if proposed else "", source)
     ours = f"{pf.ALGO_TOKENS[d.algorithm]}/{pf.PROTO_TOKENS[d.protocol]}"
-    return (*sizes, nccl, ours, str(d.channels) if d.channels else "NCCL's", gain, sigma, source)
+    values = ("NCCL's" if getattr(d, k.name) is None else k.token(getattr(d, k.name)) for k in kept)
+    return (*sizes, nccl, ours, *values, gain, sigma, source)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -334,5 +350,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "terminal's; piped, the whole table)")
     parser.add_argument("--json", action="store_true",
                         help="print the rules as a JSON list (collective, nodes, ranks, min_bytes, "
-                             "max_bytes [exclusive], algorithm, protocol, channels, defer)")
+                             f"max_bytes [exclusive], {', '.join(k.name for k in NCCL_KNOBS)}, defer)")
     parser.set_defaults(func=_run)

@@ -12,7 +12,15 @@ import sys
 from typing import TYPE_CHECKING
 
 from dynamiccl.cli.common import path_arg
-from dynamiccl.cli.simulate_request import NO_OP_NOTE, add_request_args, decide, gain, result_json, timing
+from dynamiccl.cli.simulate_request import (
+    MORE_KNOBS,
+    NO_OP_NOTE,
+    add_request_args,
+    decide,
+    gain,
+    result_json,
+    timing,
+)
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.units import format_size, format_time_us
 
@@ -64,8 +72,8 @@ def run_simulate(args: argparse.Namespace) -> int:
 def _pins(args: argparse.Namespace) -> str:
     """The knobs the command line pins, as typed (``--algo ring --proto simple``)."""
     given = [(flag, getattr(args, flag)) for flag in ("algo", "proto", "channels", "hierarchy",
-                                                     "schedule", "chunks")]
-    return " ".join(f"--{flag} {getattr(value, 'name', value)!s}".lower()
+                                                     "schedule", "chunks", *(k.name for k in MORE_KNOBS))]
+    return " ".join(f"--{flag.replace('_', '-')} {getattr(value, 'name', value)!s}".lower()
                     for flag, value in given if value is not None)
 
 

@@ -26,7 +26,7 @@ from dynamiccl.cli.common import (
     size_arg,
     topology_from_args,
 )
-from dynamiccl.system.knobs import CHUNK_LEVELS, Hierarchy, Schedule, parse_enum
+from dynamiccl.system.knobs import CHUNK_LEVELS, KNOBS, Hierarchy, Schedule, parse_enum
 from dynamiccl.system.nccl import COLLECTIVE_TOKENS, MAX_CHANNELS, PROTOCOL_TOKENS, Algorithm, Protocol
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import Topology
@@ -37,10 +37,14 @@ if TYPE_CHECKING:
 
 E = TypeVar("E", bound=enum.IntEnum)
 
+#: The knobs with a flag of their own spelling below; every other knob of the table gets a flag of
+#: its name (``--chunk-bytes``).
+_SPELLED = ("algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks")
+MORE_KNOBS = tuple(k for k in KNOBS if k.name not in _SPELLED)
 #: The flags that describe one request, in the order ``input`` echoes them.
 REQUEST_FLAGS = ("topology", "nodes", "gpus_per_node", "collective", "size", "algo", "proto",
-                 "channels", "hierarchy", "schedule", "chunks", "straggler_rank", "straggler_delay",
-                 "c2c")
+                 "channels", "hierarchy", "schedule", "chunks", *(k.name for k in MORE_KNOBS),
+                 "straggler_rank", "straggler_delay", "c2c")
 
 
 def _enum_arg(enum_cls: type[E]) -> Callable[[str], E]:
@@ -94,6 +98,9 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", type=_enum_arg(Schedule),
                    help="baseline or bw_aware (hierarchical ring only)")
     p.add_argument("--chunks", type=int, help=f"active chunks, one of {CHUNK_LEVELS}")
+    for k in MORE_KNOBS:
+        p.add_argument(f"--{k.name.replace('_', '-')}", type=size_arg if k.size else int,
+                       help=f"{k.title}, {k.lo}..{k.hi} (default: NCCL's own)")
     p.add_argument("--straggler-rank", type=non_negative_int, metavar="R",
                    help="rank that arrives late (needs --straggler-delay)")
     p.add_argument("--straggler-delay", type=_delay_arg, default=0.0, metavar="DELAY",
@@ -128,8 +135,12 @@ def constraints_from_args(args: argparse.Namespace) -> KnobConstraints:
         raise UserError(f"--channels must be between 1 and {MAX_CHANNELS}, got {args.channels}")
     if args.chunks is not None and args.chunks not in CHUNK_LEVELS:
         raise UserError(f"--chunks must be one of {CHUNK_LEVELS}, got {args.chunks}")
+    for k in MORE_KNOBS:
+        value = getattr(args, k.name)
+        if value is not None and not k.lo <= value <= k.hi:
+            raise UserError(f"--{k.name.replace('_', '-')} must be {k.lo}..{k.hi}, got {value}")
     return KnobConstraints(args.algo, args.proto, args.channels, args.hierarchy, args.schedule,
-                           args.chunks)
+                           args.chunks, **{k.name: getattr(args, k.name) for k in MORE_KNOBS})
 
 
 def timing(decision: Decision) -> dict[str, Any]:
@@ -156,7 +167,8 @@ def _echo(args: argparse.Namespace, scenario: Scenario) -> dict[str, Any]:
             "collective": name(scenario.collective), "size": scenario.nbytes,
             "algo": name(args.algo), "proto": name(args.proto), "channels": args.channels,
             "hierarchy": name(args.hierarchy), "schedule": name(args.schedule),
-            "chunks": args.chunks, "straggler_rank": scenario.straggler_rank,
+            "chunks": args.chunks, **{k.name: getattr(args, k.name) for k in MORE_KNOBS},
+            "straggler_rank": scenario.straggler_rank,
             "straggler_delay": scenario.straggler_delay_us, "c2c": scenario.c2c}
 
 

@@ -226,9 +226,7 @@ def _run_plan(planned: list, record: str, emulate_hosts: bool = False, backend: 
         print(f"note: ignoring {', '.join(ignored)} from the environment: each launch runs the "
               "choice the plan measures (NCCL's default runs NCCL alone)", file=sys.stderr)
     ranks = nranks.pop()
-    rounds = [[CollectiveSpec(m.collective.name.lower(), m.nbytes, backend,
-                              algorithm=_token(m.choice.algorithm),
-                              protocol=_token(m.choice.protocol), channels=m.choice.channels)
+    rounds = [[CollectiveSpec(m.collective.name.lower(), m.nbytes, backend, **m.choice.record())
                for m in launches] for launches in launch_order(planned)]
     written = [0]
 
@@ -241,6 +239,9 @@ def _run_plan(planned: list, record: str, emulate_hosts: bool = False, backend: 
                                 progress=lambda line: print(line, file=sys.stderr))
     except EmulationError as exc:  # the ranks do not fit the GPUs, or MPS is not running
         raise UserError(str(exc)) from None
+    for label, why in sweep.not_measured.items():
+        print(f"note: {label} was not measured: the plugin could not pin it ({why}) and no NCCL "
+              "variable sets it", file=sys.stderr)
     print(f"measured {written[0]} points in {len(sweep.launches)} launches into {record}; run tune "
           f"again with --measurements {record}")
 
@@ -253,10 +254,6 @@ def _learned_prior():
         return LearnedPriorSource()
     except ValueError as exc:  # the package's file is damaged
         raise UserError(f"{exc}; or run tune without --prior") from None
-
-
-def _token(knob) -> str | None:
-    return None if knob is None else knob.name.lower()
 
 
 def _noise_note(tuner, scenarios: list) -> str:

@@ -6,9 +6,11 @@ query after that is table look-ups and float32 arithmetic, vectorized in :meth:`
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +20,8 @@ from dynamiccl.nccl_model.schedule import spread_channels
 from dynamiccl.nccl_model.select import channels_for, cost_tables, pick
 from dynamiccl.nccl_model.tables import Tables, build_tables
 from dynamiccl.system import nccl
-from dynamiccl.system.knobs import Config, nccl_config
+from dynamiccl.system.chunking import chunking_of, nccl_chunk, piece_bytes
+from dynamiccl.system.knobs import KNOB, Config, nccl_config
 from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 from dynamiccl.system.topology import Topology
 
@@ -70,6 +73,16 @@ class NcclModel:
         """float32 [7, 3] µs, -1.0 = unusable: exactly what a tuner plugin's getCollInfo gets."""
         colls, sizes = self._batch([collective], [nbytes])
         return cost_tables(self.system, self.tables, colls, sizes, num_pipe_ops=num_pipe_ops)[0]
+
+    def own_value(self, knob: str, collective: Collective, nbytes: int, config: Config) -> Any:
+        """The value NCCL gives ``knob`` itself when it runs ``config`` for this call: the
+        configuration's own where NCCL's pick names it, else the knob's ``nccl_default``."""
+        spec = KNOB[knob].nccl
+        if spec is None or spec.nccl_default is None:
+            return getattr(config, knob)
+        module, _, name = spec.nccl_default.partition(":")
+        return getattr(importlib.import_module(module), name)(self, Collective(collective), nbytes,
+                                                               config)
 
     def choose(
         self,
@@ -184,6 +197,18 @@ class NcclModel:
             return f"{head}: NCCL itself has no usable combination here (ncclInternalError)"
         return (f"{head}: the algorithm/protocol restriction (like NCCL_ALGO/NCCL_PROTO) leaves "
                 f"nothing NCCL can run; without it NCCL could use {', '.join(usable)}")
+
+
+def own_chunk_bytes(model: NcclModel, collective: Collective, nbytes: int, config: Config
+                    ) -> int | None:
+    """NCCL's own chunk size, bytes, for a channel's piece of this call run as ``config``
+    (``src/enqueue.cc`` ``calcCollChunking``: :mod:`dynamiccl.system.chunking`); None for an
+    algorithm NCCL does not have."""
+    spec = chunking_of(config.algorithm)
+    if spec is None:
+        return None
+    piece = piece_bytes(np.array([nbytes]), config.channels)
+    return int(nccl_chunk(spec, model.topology, collective, config.protocol, piece)[0])
 
 
 def _allowed(

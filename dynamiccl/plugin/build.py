@@ -33,7 +33,7 @@ PROFILER_ABI_VERSIONS = (6, 5, 4)
 PROFILER_SYMBOLS = tuple(f"ncclProfiler_v{v}" for v in PROFILER_ABI_VERSIONS)
 #: The run-time entry points dynamiccl.runtime calls through ctypes (documented in csrc/tuner.c).
 RUNTIME_FUNCTIONS = ("dynamiccl_set_context", "dynamiccl_policy_hash", "dynamiccl_plugin_version",
-                     "dynamiccl_pin", "dynamiccl_pin_counts")
+                     "dynamiccl_pin", "dynamiccl_pin_knobs", "dynamiccl_pin_counts")
 CACHE_ENV = "DYNAMICCL_CACHE_DIR"
 #: The compiler flags, one per line, shared with the CMake build (and read by clangd).
 FLAGS_FILE = "compile_flags.txt"

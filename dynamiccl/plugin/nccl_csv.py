@@ -28,6 +28,8 @@ from dynamiccl.system.nccl import (
     Protocol,
 )
 
+#: The knobs a line of NVIDIA's example tuner sets; a rule naming any other knob cannot be written.
+EXAMPLE_KNOBS = ("algorithm", "protocol", "channels")
 #: How every file written here starts, so a later export recognises one it may replace.
 FIRST_LINE_PREFIX = "# DynamICCL policy '"
 #: The comment naming the policy a file was exported from (``policy_file.Header.source``).
@@ -69,6 +71,12 @@ def to_nccl_example_csv(policy: pf.PolicyFile, *, context: tuple[str, str] = pf.
         d = rule.decision
         if d is None:
             continue
+        beyond = [name for name in d.given() if name not in EXAMPLE_KNOBS]
+        if beyond:
+            raise pf.PolicyFileError(
+                f"the rule for {COLLECTIVE_TOKENS[rule.collective]} {rule.min_bytes}-{rule.max_bytes}"
+                f" pins {', '.join(beyond)}, which NVIDIA's example tuner cannot set; export it as a "
+                "DynamICCL policy file (--format dccl)")
         if d.channels is None:
             raise pf.PolicyFileError(
                 f"the rule for {COLLECTIVE_TOKENS[rule.collective]} {rule.min_bytes}-{rule.max_bytes}"

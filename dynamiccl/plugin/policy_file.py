@@ -25,9 +25,12 @@ Format, version 2::
     checksum crc32 89abcdef                     last line: CRC-32 (zlib) of all bytes above it
 
 Rule columns: collective, min_bytes, max_bytes (inclusive, NCCL's nBytes: the whole gathered
-buffer for allgather/reducescatter), nodes, ranks (``*`` = any), algorithm and protocol (NCCL's
-names) or ``defer -``, channels (``-`` = keep NCCL's). Numbers are unsigned decimal digits (leading
-zeros allowed, no sign), exactly as the plugin reads them.
+buffer for allgather/reducescatter), nodes, ranks (``*`` = any), then one column per NCCL knob of
+the file's version, in the knob table's order (``dynamiccl.system.knobs.NCCL_KNOBS``): algorithm and
+protocol (NCCL's names) or ``defer -``, channels (``-`` = keep NCCL's). Numbers are unsigned decimal
+digits (leading zeros allowed, no sign), exactly as the plugin reads them. A file of an older
+version (from ``MIN_FORMAT_VERSION`` on) lacks the later knobs' columns: its rules keep NCCL's
+value of them; :func:`dumps` writes the oldest version that holds every rule.
 
 What version 1 had and version 2 dropped, and why: ``reg_buff`` (NCCL's regBuff is a property of
 one rank's buffers, so a rule keyed on it can make ranks of one communicator decide differently,
@@ -78,17 +81,24 @@ from dynamiccl.plugin.policy_format import (
     MAX_LINE,
     MAX_RULES,
     MAX_SLICES,
+    MIN_FORMAT_VERSION,
     NO_FEATURES,
     OPTIONAL_HEADER,
     POLICY_ENV,
     REQUIRED_HEADER,
+    RULE_DIMS,
     RULE_FIELDS,
     SLICE,
     SUFFIX,
+    defer_rest,
+    knob_tokens,
+    rule_fields,
+    versions_read,
 )
+from dynamiccl.system.knobs import NCCL_KNOBS, Knobs
 from dynamiccl.system.nccl import ALGORITHM_TOKENS as ALGO_TOKENS
 from dynamiccl.system.nccl import COLLECTIVE_TOKENS as COLL_TOKENS
-from dynamiccl.system.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import MAX_CHANNELS, Collective
 from dynamiccl.system.nccl import PROTOCOL_TOKENS as PROTO_TOKENS
 
 #: Format facts and tokens re-exported for callers of this module (defined in
@@ -110,8 +120,9 @@ C2C_BUCKETS: dict[str, float] = {"none": 0.0, "low": 0.5, "high": 2.0}
 C2C_LOW_MAX = 1.0
 DEFAULT_CONTEXT = (DEFAULT_BUCKET, DEFAULT_BUCKET)
 
-_TOKEN_ALGO = {v: k for k, v in ALGO_TOKENS.items()}
-_TOKEN_PROTO = {v: k for k, v in PROTO_TOKENS.items()}
+#: Each enum knob's values by their rule token.
+_TOKEN_VALUES = {k.name: {token: value for value, token in knob_tokens(k).items()}
+                 for k in NCCL_KNOBS if k.is_enum}
 _TOKEN_COLL = {v: k for k, v in COLL_TOKENS.items()}
 _DIGITS = re.compile(r"[0-9]{1,20}")
 _WORD = re.compile(r"[a-z0-9_]+")
@@ -141,16 +152,17 @@ def context_buckets(straggler_delay_us: float, c2c: float) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """What the plugin makes NCCL do; ``None`` channels keep NCCL's own."""
-
-    algorithm: Algorithm
-    protocol: Protocol
-    channels: int | None = None
+class Decision(Knobs):
+    """What the plugin makes NCCL do: an algorithm and a protocol, and every other knob of
+    :class:`~dynamiccl.system.knobs.Knobs` given or None (keep NCCL's own)."""
 
     def label(self) -> str:
-        ch = f"{self.channels}ch" if self.channels else "nccl-ch"
-        return f"{ALGO_TOKENS[self.algorithm]}/{PROTO_TOKENS[self.protocol]}/{ch}"
+        return "/".join(self.parts(keep="nccl"))
+
+    def tokens(self, version: int = FORMAT_VERSION) -> list[str]:
+        """Its rule columns in a file of ``version``: each knob's token, KEEP where kept."""
+        return [KEEP if getattr(self, k.name) is None else k.token(getattr(self, k.name))
+                for k in NCCL_KNOBS if k.nccl.format_version <= version]
 
 
 @dataclass(frozen=True)
@@ -219,6 +231,17 @@ def system_features(ll128: bool, nvls: bool, collnet: bool) -> str:
 class PolicyFile:
     header: Header
     slices: tuple[Slice, ...]
+    #: The format version it was read in (None: not read from a file; written as file_version).
+    version: int | None = field(default=None, compare=False)
+
+    def ignored_before(self) -> list[tuple[str, str, str]]:
+        """(knob, the first NCCL that honours it, how the plugin sets it) for each knob a rule
+        names that NCCL releases of the header's ``nccl`` range ignore."""
+        oldest = _release(self.header.nccl.partition("..")[0])
+        named = {name for s in self.slices for r in s.rules if r.decision is not None
+                 for name in r.decision.given()}
+        return [(k.name, k.nccl.nccl_since, k.nccl.via) for k in NCCL_KNOBS
+                if k.name in named and oldest is not None and oldest < _release(k.nccl.nccl_since)]
 
     def slice(self, straggler: str = "none", c2c: str = "none") -> Slice:
         for s in self.slices:
@@ -266,6 +289,12 @@ class PolicyFile:
                          for n, r in shapes) or "none"
 
 
+def _release(text: str) -> tuple[int, ...] | None:
+    """``2.30.3`` as (2, 30, 3); None for text that is no release number."""
+    parts = text.strip().split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
 def _group(sl: Slice, collective: Collective, nranks: int, nnodes: int) -> list[Rule]:
     """The rules the plugin looks a call up in: of the groups matching the communicator, the most
     specific (an exact node count outranks an exact rank count, which outranks ``*``)."""
@@ -302,12 +331,15 @@ _PREAMBLE = f"""\
 # `dynamiccl show <this file>` prints it as a table. Do not edit by hand: the last line is a CRC-32
 # of everything above it and the plugin ignores a file whose checksum does not match.
 """
-_COLUMNS = f"""\
+def _columns(version: int) -> str:
+    keepable = [k.name for k in NCCL_KNOBS if k.nccl.keepable and k.nccl.format_version <= version]
+    kept = " or ".join(["channel count" if n == "channels" else n for n in keepable])
+    return f"""\
 # Each slice holds the rules for one run-time context; without one the plugin uses
 # '{context_spec(DEFAULT_BUCKET, DEFAULT_BUCKET)}' (no persistent straggler, no compute overlap).
-# Rule columns: {" ".join(RULE_FIELDS)}.
+# Rule columns: {" ".join(rule_fields(version))}.
 #   Sizes are NCCL's nBytes, inclusive. '{ANY}' = any value, '{DEFER}' = NCCL decides,
-#   '{KEEP}' = keep NCCL's channel count (or nothing to say, after '{DEFER}').
+#   '{KEEP}' = keep NCCL's {kept} (or nothing to say, after '{DEFER}').
 """
 
 
@@ -315,25 +347,35 @@ def _dim(v: int | None, none: str = ANY) -> str:
     return none if v is None else str(v)
 
 
-def _rule_fields(rule: Rule) -> list[str]:
+def _rule_fields(rule: Rule, version: int) -> list[str]:
     d = rule.decision
-    tail = ([DEFER, KEEP, KEEP] if d is None else
-            [ALGO_TOKENS[d.algorithm], PROTO_TOKENS[d.protocol], _dim(d.channels, KEEP)])
+    knobs = len(rule_fields(version)) - len(RULE_DIMS)
+    tail = [DEFER] + [KEEP] * (knobs - 1) if d is None else d.tokens(version)
     return [COLL_TOKENS[rule.collective], str(rule.min_bytes), str(rule.max_bytes),
             _dim(rule.nodes), _dim(rule.ranks), *tail]
 
 
+def file_version(pf: PolicyFile) -> int:
+    """The oldest format version that holds every rule of ``pf``: a knob's column is written only
+    where a rule names that knob, so a file stays readable by every plugin that can apply it."""
+    named = {name for s in pf.slices for r in s.rules if r.decision is not None
+             for name in r.decision.given()}
+    return max([MIN_FORMAT_VERSION, *(k.nccl.format_version for k in NCCL_KNOBS if k.name in named)])
+
+
 def dumps(pf: PolicyFile) -> str:
     """The file text; the result is re-read, so only a file the plugin accepts is ever produced."""
-    lines = [f"{MAGIC} {FORMAT_VERSION}", _PREAMBLE.rstrip("\n")]
+    version = file_version(pf)
+    lines = [f"{MAGIC} {version}", _PREAMBLE.rstrip("\n")]
     for key in (*REQUIRED_HEADER, *OPTIONAL_HEADER):
         if getattr(pf.header, key) is not None:
             lines.append(f"{key} {getattr(pf.header, key)}")
-    lines.append(_COLUMNS.rstrip("\n"))
+    lines.append(_columns(version).rstrip("\n"))
     for sl in pf.slices:
         lines.append(f"{SLICE} {sl.name}")
-        rows = [_rule_fields(r) for r in sl.rules]
-        widths = [max((len(row[i]) for row in rows), default=0) for i in range(len(RULE_FIELDS))]
+        rows = [_rule_fields(r, version) for r in sl.rules]
+        widths = [max((len(row[i]) for row in rows), default=0)
+                  for i in range(len(rule_fields(version)))]
         lines += [" ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     body = "\n".join(lines) + "\n"
     text = f"{body}{CHECKSUM_PREFIX}{checksum(body.encode('ascii', 'replace'))}\n"
@@ -421,6 +463,8 @@ def _number(text: str, lo: int, hi: int) -> int | None:
 class _Parser:
     def __init__(self, source: str) -> None:
         self.source = source
+        self.version = FORMAT_VERSION
+        self.fields = RULE_FIELDS
         self.line = 0
         self.header: dict[str, str] = {}
         self.slices: list[tuple[str, str, list[Rule]]] = []
@@ -451,15 +495,18 @@ class _Parser:
                             line=False)
         slices = tuple(Slice(s, c, self._checked(rules)) for s, c, rules in self.slices)
         return PolicyFile(Header(**{k: self.header[k] for k in REQUIRED_HEADER},
-                                 **{k: self.header.get(k) for k in OPTIONAL_HEADER}), slices)
+                                 **{k: self.header.get(k) for k in OPTIONAL_HEADER}), slices,
+                          self.version)
 
     def _first_line(self, line: str) -> None:
         tok = line.split()
         if len(tok) != 2 or tok[0] != MAGIC or not _DIGITS.fullmatch(tok[1]):
             raise self.fail("not a DynamICCL policy file (no 'DYNAMICCL-POLICY <version>' line)")
-        if int(tok[1]) != FORMAT_VERSION:
+        if not MIN_FORMAT_VERSION <= int(tok[1]) <= FORMAT_VERSION:
             raise self.fail(f"format version {tok[1]} is not supported (this version reads "
-                            f"{FORMAT_VERSION}); re-export the policy", line=False)
+                            f"{versions_read()}); re-export the policy", line=False)
+        self.version = int(tok[1])
+        self.fields = rule_fields(self.version)
 
     def _verify_checksum(self, text: str) -> str:
         if not text.endswith("\n"):
@@ -525,8 +572,8 @@ class _Parser:
         coll = _TOKEN_COLL.get(tok[0])
         if coll is None:
             raise self.fail(f"unknown collective '{tok[0][:40]}'")
-        if len(tok) != len(RULE_FIELDS):
-            raise self.fail(f"a rule has {len(RULE_FIELDS)} fields: {' '.join(RULE_FIELDS)}")
+        if len(tok) != len(self.fields):
+            raise self.fail(f"a rule has {len(self.fields)} fields: {' '.join(self.fields)}")
         lo, hi = _number(tok[1], 0, MAX_BYTES), _number(tok[2], 0, MAX_BYTES)
         if lo is None or hi is None:
             raise self.fail("min_bytes and max_bytes must be unsigned decimal integers < 2^64")
@@ -544,18 +591,25 @@ class _Parser:
 
     def _decision(self, tok: list[str]) -> Decision | None:
         if tok[0] == DEFER:
-            if tok[1:] != [KEEP, KEEP]:
-                raise self.fail(f"a defer rule has '{KEEP}' as protocol and channels")
+            if any(t != KEEP for t in tok[1:]):
+                raise self.fail(f"a defer rule has '{KEEP}' as {defer_rest(self.version)}")
             return None
-        algo, proto = _TOKEN_ALGO.get(tok[0]), _TOKEN_PROTO.get(tok[1])
-        if algo is None:
-            raise self.fail(f"unknown algorithm '{tok[0][:40]}'")
-        if proto is None:
-            raise self.fail(f"unknown protocol '{tok[1][:40]}'")
-        channels = None if tok[2] == KEEP else _number(tok[2], 1, MAX_CHANNELS)
-        if channels is None and tok[2] != KEEP:
-            raise self.fail(f"channels must be '{KEEP}' or 1..{MAX_CHANNELS}")
-        return Decision(algo, proto, channels)
+        return Decision(**{k.name: self._knob(k, t) for k, t in zip(NCCL_KNOBS, tok, strict=False)})
+
+    def _knob(self, knob, token: str):
+        """One knob's column of a decision (as the plugin's parse_knob reads it)."""
+        if knob.nccl.keepable and token == KEEP:
+            return None
+        if knob.is_enum:
+            value = _TOKEN_VALUES[knob.name].get(token)
+            if value is None:
+                raise self.fail(f"unknown {knob.name} '{token[:40]}'")
+            return value
+        value = _number(token, knob.lo, knob.hi)
+        if value is None:
+            keep = f"'{KEEP}' or " if knob.nccl.keepable else ""
+            raise self.fail(f"{knob.name} must be {keep}{knob.lo}..{knob.hi}")
+        return value
 
     def _checked(self, rules: list[Rule]) -> tuple[Rule, ...]:
         ordered = sorted(rules, key=lambda r: (r.group_key, r.min_bytes))

@@ -17,8 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from dynamiccl import __version__
+from dynamiccl.system.chunking import GRAIN_BYTES
+from dynamiccl.system.knobs import KEEP_ID, NCCL_KNOBS, Knob
 from dynamiccl.system.nccl import (
     ALGO_ENV,
     ALGORITHM_SPECS,
@@ -38,9 +41,12 @@ from dynamiccl.system.nccl_versions import WINDOW_SEPARATOR, WINDOW_VERSION_DIGI
 
 MAGIC = "DYNAMICCL-POLICY"
 #: Version 2 dropped the reg_buff, pipe_ops and chunk columns of version 1 (nothing exported them;
-#: regBuff is a rank-local input, and getChunkSize sees per-channel pieces, not calls) and added the
-#: required ``features`` header.
-FORMAT_VERSION = 2
+#: regBuff is a rank-local input) and added the required ``features`` header. A knob's column
+#: arrives with the version its entry in dynamiccl.system.knobs.KNOBS names; the current version is
+#: the newest of them, and every version from MIN_FORMAT_VERSION on is read.
+FORMAT_VERSION = max(k.nccl.format_version for k in NCCL_KNOBS)
+#: The oldest format version both parsers read: its rules keep NCCL's value of every later knob.
+MIN_FORMAT_VERSION = 2
 SUFFIX = ".dccl"
 
 #: MAX_CHANNELS (NCCL's MAXCHANNELS) and the rule tokens of collectives, algorithms and protocols
@@ -66,11 +72,33 @@ HASH_HEX_LEN = 64
 #: Pins held at once by dynamiccl_pin (a run-time tuner pins a handful of size bins).
 MAX_PINS = 256
 
-RULE_FIELDS = ("collective", "min_bytes", "max_bytes", "nodes", "ranks", "algorithm", "protocol",
-               "channels")
+#: A rule's columns before its knobs: which calls it covers.
+RULE_DIMS = ("collective", "min_bytes", "max_bytes", "nodes", "ranks")
+
+
+def rule_fields(version: int = FORMAT_VERSION) -> tuple[str, ...]:
+    """A rule's columns in a file of ``version``: its dimensions, then each NCCL knob's column
+    that version has, in the knob table's order."""
+    return (*RULE_DIMS, *(k.name for k in NCCL_KNOBS if k.nccl.format_version <= version))
+
+
+RULE_FIELDS = rule_fields()
 ANY = "*"          # nodes / ranks: any value
-KEEP = "-"         # channels: keep NCCL's
+KEEP = "-"         # a knob: keep NCCL's value (dynamiccl.system.knobs.KEEP in Python)
 DEFER = "defer"    # algorithm: leave the call to NCCL
+
+
+def defer_rest(version: int = FORMAT_VERSION) -> str:
+    """The columns a defer rule fills with KEEP, as a message names them (``protocol and
+    channels``)."""
+    names = rule_fields(version)[len(RULE_DIMS) + 1:]
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def versions_read() -> str:
+    """The format versions the parsers read, as their messages say it (``2`` or ``2..3``)."""
+    return (str(FORMAT_VERSION) if MIN_FORMAT_VERSION == FORMAT_VERSION
+            else f"{MIN_FORMAT_VERSION}..{FORMAT_VERSION}")
 SLICE = "slice"
 CHECKSUM_PREFIX = "checksum crc32 "
 REQUIRED_HEADER = ("policy", "created", "topology", "fingerprint", "features", "nccl",
@@ -137,6 +165,57 @@ def _bitmask(items) -> str:
     return f"0x{sum(1 << int(i) for i in items):x}u"
 
 
+def _c_by_version(name: str, text) -> list[str]:
+    """A string per format version read, indexed by the version."""
+    body = ", ".join(f"[{v}] = {_c_string(text(v))}"
+                     for v in range(MIN_FORMAT_VERSION, FORMAT_VERSION + 1))
+    return [f"static const char* const {name}[DCCL_FORMAT_VERSION + 1] = {{{body}}};"]
+
+
+def knob_tokens(knob: Knob) -> dict[Any, str]:
+    """An enum knob's rule tokens by value: the values a rule may name, lower-cased."""
+    return {v: knob.token(v) for v in knob.nccl.values or tuple(knob.kind)}
+
+
+def _c_knobs() -> list[str]:
+    """The knob table as the plugin holds it: a field per knob in ``dccl_knobs_t`` (DCCL_KEEP =
+    keep NCCL's value), each knob's column as the parser reads it (an enum knob's tokens by id),
+    and field access by index."""
+    tokens, columns = [], []
+    for k in NCCL_KNOBS:
+        names, lo, hi = "NULL", k.lo, k.hi
+        if k.is_enum:
+            names = f"dccl_{k.name}_tokens"
+            tokens += _c_names(names, knob_tokens(k))
+            lo, hi = 0, len(knob_tokens(k)) - 1
+        columns.append(f"  {{{_c_string(k.name)}, {names}, {lo}, {hi}, {int(k.nccl.keepable)}, "
+                       f"{k.nccl.format_version}}},")
+    fields = [f"  {k.nccl.c_type} {k.name};" for k in NCCL_KNOBS]
+    cases = "\n".join(f"    case DCCL_KNOB_{k.name.upper()}: k->{k.name} = ({k.nccl.c_type})v; break;"
+                      for k in NCCL_KNOBS)
+    gets = "\n".join(f"    case DCCL_KNOB_{k.name.upper()}: return k->{k.name};" for k in NCCL_KNOBS)
+    return [
+        *tokens,
+        "/* A decision: one field per NCCL knob, DCCL_KEEP where NCCL keeps its own value. */",
+        "typedef struct {", *fields, "} dccl_knobs_t;",
+        f"static const dccl_knobs_t dccl_knobs_keep = {{{', '.join(['DCCL_KEEP'] * len(NCCL_KNOBS))}}};",
+        "/* Each knob's column of a rule: the tokens of an enum knob by id (NULL: a number lo..hi),",
+        " * whether '-' (keep NCCL's) may stand in a decision, the format version that added it. */",
+        "static const struct {",
+        "  const char* name;",
+        "  const char* const* names;",
+        "  long long lo, hi;",
+        "  int keepable, format_version;",
+        "} dccl_knob_columns[DCCL_NUM_KNOBS] = {",
+        *columns,
+        "};",
+        "static inline void dccl_knobs_set(dccl_knobs_t* k, int i, long long v) {",
+        "  switch (i) {", cases, "  }", "}",
+        "static inline long long dccl_knobs_get(const dccl_knobs_t* k, int i) {",
+        "  switch (i) {", gets, "  }", "  return DCCL_KEEP;", "}",
+    ]
+
+
 def c_header() -> str:
     """The text of ``csrc/policy_format.h`` for the facts above."""
     feature_bit = {f: 1 << i for i, f in enumerate(FEATURES)}
@@ -147,9 +226,13 @@ def c_header() -> str:
         "#ifndef DYNAMICCL_POLICY_FORMAT_H",
         "#define DYNAMICCL_POLICY_FORMAT_H",
         "",
+        "#include <stdint.h>",
+        "",
         f"#define DCCL_PLUGIN_VERSION {_c_string(__version__)}",
         f"#define DCCL_FORMAT_MAGIC {_c_string(MAGIC)}",
         f"#define DCCL_FORMAT_VERSION {FORMAT_VERSION}",
+        f"#define DCCL_FORMAT_VERSION_MIN {MIN_FORMAT_VERSION}",
+        f"#define DCCL_FORMAT_VERSIONS_READ {_c_string(versions_read())}",
         f"#define DCCL_MAX_FILE_BYTES {MAX_FILE_BYTES}u",
         f"#define DCCL_MAX_LINE {MAX_LINE}",
         f"#define DCCL_MAX_RULES {MAX_RULES}u",
@@ -163,7 +246,9 @@ def c_header() -> str:
         f"#define DCCL_HASH_HEX_LEN {HASH_HEX_LEN}",
         f"#define DCCL_MAX_PINS {MAX_PINS}",
         f"#define DCCL_RULE_FIELDS {len(RULE_FIELDS)}",
-        f"#define DCCL_RULE_FIELD_NAMES {_c_string(' '.join(RULE_FIELDS))}",
+        f"#define DCCL_RULE_DIMS {len(RULE_DIMS)}",
+        f"#define DCCL_NUM_KNOBS {len(NCCL_KNOBS)}",
+        f"#define DCCL_KEEP ({KEEP_ID})",
         f"#define DCCL_TOKEN_ANY {_c_string(ANY)}",
         f"#define DCCL_TOKEN_KEEP {_c_string(KEEP)}",
         f"#define DCCL_TOKEN_DEFER {_c_string(DEFER)}",
@@ -194,12 +279,15 @@ def c_header() -> str:
         f"#define DCCL_NUM_REQUIRED_HEADER {len(REQUIRED_HEADER)}",
         f"#define DCCL_NUM_OPTIONAL_HEADER {len(OPTIONAL_HEADER)}",
         f"#define DCCL_NUM_FEATURES {len(FEATURES)}",
+        "/* Each protocol's grain, bytes: NCCL rounds a chunk down to it (src/include/device.h). */",
+        f"#define DCCL_PROTO_GRAIN_BYTES {{{', '.join(str(GRAIN_BYTES[p]) for p in PROTOCOL_TOKENS)}}}",
         "",
         "enum {",
         *[f"  DCCL_COLL_{c.name} = {int(c)}," for c in COLLECTIVE_TOKENS],
         *[f"  DCCL_ALGO_{a.name} = {int(a)}," for a in ALGORITHM_TOKENS],
         *[f"  DCCL_PROTO_{p.name} = {int(p)}," for p in PROTOCOL_TOKENS],
         *[f"  DCCL_FEATURE_{f.upper()} = {bit}," for f, bit in feature_bit.items()],
+        *[f"  DCCL_KNOB_{k.name.upper()} = {i}," for i, k in enumerate(NCCL_KNOBS)],
         "};",
         "",
         *_c_names("dccl_coll_names", COLLECTIVE_TOKENS),
@@ -208,6 +296,10 @@ def c_header() -> str:
         *_c_names("dccl_feature_names", dict(enumerate(FEATURES))),
         *_c_names("dccl_required_header", dict(enumerate(REQUIRED_HEADER))),
         *_c_names("dccl_optional_header", dict(enumerate(OPTIONAL_HEADER))),
+        *_c_by_version("dccl_rule_field_names", lambda v: " ".join(rule_fields(v))),
+        *_c_by_version("dccl_defer_rest", defer_rest),
+        "",
+        *_c_knobs(),
         "",
         "/* The v2 ABI (NCCL 2.21): per algorithm, the collectives (bit = collective id) and",
         " * protocols (bit = protocol id) it may be forced for, and the feature bit it needs (0: none). */",

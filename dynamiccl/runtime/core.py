@@ -60,7 +60,7 @@ from dynamiccl.runtime.paths import PathOptions, PathTable, fit_topology, predic
 from dynamiccl.runtime.plugin_control import Pin, PluginControl
 from dynamiccl.runtime.stragglar import StragglAR
 from dynamiccl.runtime.timing import ProfiledTimes, arrivals, profiled_times, trimmed_mean
-from dynamiccl.runtime.tuning import OnlineTuner, SizeBin, Tuning, TuningEvent
+from dynamiccl.runtime.tuning import ACTION_LENGTH, OnlineTuner, SizeBin, Tuning, TuningEvent
 from dynamiccl.system.topology import Topology, load_topology
 
 log = logging.getLogger(__name__)
@@ -371,7 +371,8 @@ class Runtime:
         if state is None:
             return
         ended = None if agreed is None else (state.size_bin, state.current, agreed)
-        action = self.tuning.next_action(agreed) if self.rank == 0 else torch.empty(4, dtype=torch.int64)
+        action = (self.tuning.next_action(agreed) if self.rank == 0
+                  else torch.empty(ACTION_LENGTH, dtype=torch.int64))
         dist.broadcast(action, src=0, group=self.ctrl)
         kind, candidate = self.tuning.apply(action)
         self._pin(state.size_bin, candidate)
@@ -384,7 +385,7 @@ class Runtime:
             self.control.unpin(size_bin.collective, size_bin.min_bytes, size_bin.max_bytes)
         else:
             self.control.pin(Pin(size_bin.collective, size_bin.min_bytes, size_bin.max_bytes,
-                                 *candidate))
+                                 candidate))
 
 
 def backend_all_reduce(tensor: torch.Tensor, divisor: int, async_op: bool = False) -> Any:

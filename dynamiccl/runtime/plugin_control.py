@@ -10,8 +10,8 @@ The C side (exported by the plugin next to its ``ncclTunerPlugin_vN`` structs)::
     int dynamiccl_set_context(const char* slice_spec);   /* 0 matched, 1 no slice matched, -1 bad */
     int dynamiccl_policy_hash(char* out, size_t len);     /* 0 ok, -1 none loaded / too small */
     const char* dynamiccl_plugin_version(void);
-    int dynamiccl_pin(int collective, uint64_t min_bytes, uint64_t max_bytes,
-                      int algorithm, int protocol, int channels);  /* 0 ok, -1 bad input */
+    int dynamiccl_pin_knobs(int collective, uint64_t min_bytes, uint64_t max_bytes,
+                            const long long* knobs, int nknobs);  /* 0 ok, -1 bad input */
     int dynamiccl_pin_counts(uint64_t* forced, uint64_t* refused);  /* calls pins covered */
 """
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dynamiccl.plugin import build as plugin
+from dynamiccl.system.knobs import NCCL_KNOBS, Knobs
 from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
 
 CONTROL_SYMBOLS = plugin.RUNTIME_FUNCTIONS
@@ -36,14 +37,13 @@ class PluginControlError(RuntimeError):
 @dataclass(frozen=True)
 class Pin:
     """One pinned choice: ``collective`` (NCCL's id) calls of [min_bytes, max_bytes) run
-    ``algorithm``/``protocol`` (NCCL ids) on ``channels`` channels (0: NCCL's count)."""
+    ``knobs`` (each knob None: NCCL's own value); ``knobs`` None gives the range back to the
+    policy."""
 
     collective: int
     min_bytes: int
     max_bytes: int
-    algorithm: int
-    protocol: int
-    channels: int = 0
+    knobs: Knobs | None
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,9 @@ class PluginControl:
         lib.dynamiccl_policy_hash.restype = ctypes.c_int
         lib.dynamiccl_plugin_version.argtypes = []
         lib.dynamiccl_plugin_version.restype = ctypes.c_char_p
-        lib.dynamiccl_pin.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,
-                                      ctypes.c_int, ctypes.c_int]
-        lib.dynamiccl_pin.restype = ctypes.c_int
+        lib.dynamiccl_pin_knobs.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64,
+                                            ctypes.POINTER(ctypes.c_longlong), ctypes.c_int]
+        lib.dynamiccl_pin_knobs.restype = ctypes.c_int
         lib.dynamiccl_pin_counts.argtypes = [ctypes.POINTER(ctypes.c_uint64)] * 2
         lib.dynamiccl_pin_counts.restype = ctypes.c_int
         self._lib = lib
@@ -112,8 +112,9 @@ class PluginControl:
         return raw.decode() if raw else "unknown"
 
     def pin(self, p: Pin) -> None:
-        if self._lib.dynamiccl_pin(p.collective, p.min_bytes, p.max_bytes, p.algorithm, p.protocol,
-                                   p.channels) != 0:
+        values = None if p.knobs is None else (ctypes.c_longlong * len(NCCL_KNOBS))(*p.knobs.ids())
+        if self._lib.dynamiccl_pin_knobs(p.collective, p.min_bytes, p.max_bytes, values,
+                                         len(NCCL_KNOBS)) != 0:
             raise PluginControlError(f"the plugin rejected the pin {p}")
 
     def pin_counts(self) -> PinCounts:
@@ -125,5 +126,5 @@ class PluginControl:
         return PinCounts(forced.value, refused.value)
 
     def unpin(self, collective: int, min_bytes: int, max_bytes: int) -> None:
-        """Gives [min_bytes, max_bytes) of ``collective`` back to the policy (algorithm −1)."""
-        self.pin(Pin(collective, min_bytes, max_bytes, -1, -1, 0))
+        """Gives [min_bytes, max_bytes) of ``collective`` back to the policy."""
+        self.pin(Pin(collective, min_bytes, max_bytes, None))

@@ -27,19 +27,14 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import torch
 
-from dynamiccl.system.knobs import Collective
+from dynamiccl.system.knobs import NCCL_KNOBS, Collective, Knobs
 
-
-class Candidate(NamedTuple):
-    """A configuration in NCCL's own ids; ``channels`` 0 leaves the count to NCCL."""
-
-    algorithm: int
-    protocol: int
-    channels: int = 0
+#: A configuration to pin: NCCL's knobs, None leaving one to NCCL (``Candidate(ring, simple)``).
+Candidate = Knobs
 
 
 @dataclass(frozen=True)
@@ -67,8 +62,10 @@ class OnlineTuner(Protocol):
     def observe(self, size_bin: SizeBin, candidate: Candidate, time_us: float) -> None: ...
 
 
-#: Encoded step actions broadcast from rank 0: (kind, algorithm, protocol, channels).
+#: Encoded step actions broadcast from rank 0: (kind, then each NCCL knob's id, KEEP_ID for NCCL's
+#: own); ACTION_LENGTH values.
 MEASURE_DEFAULT, MEASURE_CANDIDATE, PIN_WINNER, KEEP_DEFAULT = 0, 1, 2, 3
+ACTION_LENGTH = 1 + len(NCCL_KNOBS)
 #: Trials of NCCL's choice and of the winner before either decision; at most this many of each
 #: while the noise leaves it open (then NCCL's choice stays).
 MIN_TRIALS, MAX_TRIALS_EACH = 2, 5
@@ -148,7 +145,7 @@ class Tuning:
         """Rank 0: record the trial that just ended and choose what runs next."""
         state = self.active
         if state is None:
-            return torch.tensor([KEEP_DEFAULT, -1, -1, 0], dtype=torch.int64)
+            return self._encode(KEEP_DEFAULT, None)
         if agreed_us is not None:
             if state.current is None:
                 state.default_us.append(agreed_us)
@@ -162,7 +159,7 @@ class Tuning:
             proposal = self.tuner.propose(state.size_bin)
         if proposal is not None:
             state.trials += 1
-            return self._encode(MEASURE_CANDIDATE, Candidate(*proposal))
+            return self._encode(MEASURE_CANDIDATE, proposal)
         return self._encode(*self._gate(state))
 
     def _gate(self, state: BinState) -> tuple[int, Candidate | None]:
@@ -184,13 +181,13 @@ class Tuning:
 
     @staticmethod
     def _encode(kind: int, c: Candidate | None) -> torch.Tensor:
-        values = [kind, -1, -1, 0] if c is None else [kind, c.algorithm, c.protocol, c.channels]
-        return torch.tensor(values, dtype=torch.int64)
+        return torch.tensor([kind, *(Knobs() if c is None else c).ids()], dtype=torch.int64)
 
     def apply(self, action: torch.Tensor) -> tuple[int, Candidate | None]:
         """Every rank: follow rank 0's broadcast action; returns (kind, candidate)."""
-        kind, algo, proto, channels = (int(v) for v in action.tolist())
-        candidate = None if algo < 0 else Candidate(algo, proto, channels)
+        kind, *ids = (int(v) for v in action.tolist())
+        knobs = Candidate.from_ids(ids)
+        candidate = None if knobs.is_default else knobs
         state = self.active
         if state is not None:
             state.current = candidate

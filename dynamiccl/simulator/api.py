@@ -16,7 +16,7 @@ import numpy as np
 
 from dynamiccl.simulator import overlap
 from dynamiccl.simulator.phases import US_PER_BYTE_PER_GBPS
-from dynamiccl.simulator.tables import tables_for, valid_rows
+from dynamiccl.simulator.tables import KNOB_EFFECTS, tables_for, valid_rows
 from dynamiccl.system.knobs import Config, ConfigBatch, invalid_reason
 from dynamiccl.system.nccl import Collective, bus_factor
 from dynamiccl.system.scenario import Scenario
@@ -62,6 +62,8 @@ def simulate(topology: Topology, collective: np.ndarray | int, nbytes: np.ndarra
     sb = size[:, None]
     t_alg = tab.lat[coll]
     t_alg += tab.coef[coll] * sb
+    for name, idx in tab.knob_idx.items():  # knobs timed beyond the cost models (the chunk size)
+        t_alg[:, idx] = KNOB_EFFECTS[name](topology, coll, size, tab, idx, t_alg[:, idx])
     if tab.pipe_idx.size:  # hierarchical rings with c > 1 chunks: + (c − 1) × busiest resource
         x_lat, x_coef = tab.extra_lat[coll], tab.extra_coef[coll]
         busiest = x_lat[:, 0] + x_coef[:, 0] * sb

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,21 +20,22 @@ from dynamiccl.simulator.phases import Cost, CostModel
 from dynamiccl.simulator.ring import hierarchical_ring
 from dynamiccl.system.calibration import MeasuredCorrection
 from dynamiccl.system.knobs import (
+    KEEP_ID,
+    KNOBS,
     NCCL_ALGORITHM_HIERARCHY,
-    Config,
     ConfigBatch,
     Hierarchy,
-    Schedule,
+    config_from_ids,
     invalid_reason,
     validity_key,
 )
-from dynamiccl.system.nccl import ALGORITHM_SPECS, Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import ALGORITHM_SPECS, Algorithm, Collective
 from dynamiccl.system.topology import Topology
 
 N_COLLECTIVES = len(Collective)
 #: The algorithms whose cost has a precondition that overlaps a late rank's delay (StragglAR).
 _HIDES_STRAGGLER_DELAY = [int(a) for a, spec in ALGORITHM_SPECS.items() if spec.hides_straggler_delay]
-_FIELDS = ("algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks")
+_FIELDS = tuple(k.name for k in KNOBS)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,12 @@ class CostCoefficients:
     #: The calibration's measured corrections for this system shape: (collective, the columns of
     #: the (algorithm, protocol) it was measured with, the correction).
     corrections: tuple[tuple[int, np.ndarray, MeasuredCorrection], ...] = ()
+    #: Per knob with an ``effect`` (``knobs.Knob.effect``): the columns that give it a value.
+    knob_idx: dict[str, np.ndarray] = field(default_factory=dict)
+    #: Every column's configuration, and its fixed base latency (NCCL's baseLatencies, calibrated
+    #: where the calibration says so).
+    configs: ConfigBatch | None = None
+    base_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def _load(path: str) -> CostModel:
@@ -69,6 +77,14 @@ def _load(path: str) -> CostModel:
 #: Each algorithm's physics, as its entry in ``dynamiccl.system.nccl.ALGORITHMS`` names it
 #: (``module:function``), loaded with the simulator.
 COST_MODELS: dict[Algorithm, CostModel] = {a: _load(spec.cost_model) for a, spec in ALGORITHM_SPECS.items()}
+
+#: A knob's physics beyond the cost models (``knobs.Knob.effect``): (topology, collectives [B],
+#: sizes [B], these tables, the columns giving the knob a value [J], their times [B, J]) -> the
+#: times with the knob applied.
+KnobEffect = Callable[[Topology, np.ndarray, np.ndarray, "CostCoefficients", np.ndarray, np.ndarray],
+                      np.ndarray]
+#: Each such knob's effect, as its entry in ``dynamiccl.system.knobs.KNOBS`` names it.
+KNOB_EFFECTS: dict[str, KnobEffect] = {k.name: _load(k.effect) for k in KNOBS if k.effect}
 
 
 def _cost(topology: Topology, collective: Collective, algo: Algorithm, hier: bool,
@@ -93,8 +109,7 @@ def _valid(topology: Topology, key: tuple, collective: int, row: tuple[int, ...]
     hit = _VALID.get((key, collective, row))
     if hit is None:
         try:
-            config = Config(Algorithm(row[0]), Protocol(row[1]), int(row[2]), Hierarchy(row[3]),
-                            Schedule(row[4]), int(row[5]))
+            config = config_from_ids(row)
         except ValueError:  # an id outside NCCL's enums
             hit = False
         else:
@@ -228,9 +243,15 @@ def build(topology: Topology, configs: ConfigBatch, protocol_named: bool = False
     lat = np.where(valid, lat, np.inf)
     coef = np.where(valid, coef, 0.0)
     pre_lat = np.where(valid[:, sar_idx], pre_lat, np.inf)
+    knob_idx = {name: np.flatnonzero(cols_all[name] != KEEP_ID) for name in KNOB_EFFECTS}
+    base = np.zeros(a)
+    for al in Algorithm:
+        cols = np.flatnonzero(algo == int(al))
+        base[cols] = P.base_latency_us(al, cols_all["protocol"][cols])
     return CostCoefficients(lat, coef, pipe_idx, extra_lat, extra_coef, sar_idx, pre_lat, pre_coef,
                             cols_all["channels"].astype(np.float64), _binding_floor(topology, lat),
-                            _corrections(topology, algo, cols_all["protocol"], cols_all["hierarchy"]))
+                            _corrections(topology, algo, cols_all["protocol"], cols_all["hierarchy"]),
+                            {k: v for k, v in knob_idx.items() if v.size}, configs, base + shift)
 
 
 _CACHE: OrderedDict[tuple, CostCoefficients] = OrderedDict()

@@ -1,6 +1,19 @@
 """The knob space: one definition shared by the simulator, the environment, the agents and export.
 
-Every tunable choice is enumerated once, here, as a flat table of joint actions. An action id is an
+Every knob is declared once, as one entry of :data:`KNOBS` (a :class:`Knob`): its name (the attribute
+of every record, the policy file's column, the JSON key), its levels, its range, and for a knob NCCL
+can be told (:class:`NcclKnob`) the C type of its field in the plugin, the environment variables
+that force it, the NCCL release that honours it and the policy-file format version that added its
+column. Everything else reads the table: :class:`Config` and :class:`ConfigBatch` (the joint action
+and its numpy columns), :class:`Knobs` (what NCCL is told for a call: the policy file's decisions,
+tune's choices, the runtime's pins, the measurement records), the policy format and the generated C
+header and parser, the CSV columns, ``show`` and ``explain``.
+
+"Keep NCCL's own value" has one spelling per medium: ``None`` in Python (:data:`KEEP`), ``-1``
+in integer columns (:data:`KEEP_ID`: numpy, ctypes, the C plugin's ``DCCL_KEEP``) and ``-`` in
+the policy file (``policy_format.KEEP``).
+
+The tunable choices are enumerated once, here, as a flat table of joint actions. An action id is an
 index into :data:`ACTIONS`; the environment's ``Discrete`` space, the oracle, the policy file and the
 simulator all speak in these ids, so a decision means the same thing everywhere.
 
@@ -15,22 +28,29 @@ one place (:data:`EXPORTABLE_ALGO_HIERARCHY`).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dynamiccl.system.nccl import (
+    ALGO_ENV,
+    ALGORITHM_NCCL_NAMES,
     ALGORITHM_SPECS,
     MAX_CHANNELS,
+    MAX_CHANNELS_ENV,
+    MIN_CHANNELS_ENV,
     NCCL_ALGORITHMS,
     NCCL_ALIASES,
+    PROTO_ENV,
+    PROTOCOL_NCCL_NAMES,
     Algorithm,
     Collective,
     Protocol,
 )
+from dynamiccl.system.units import format_size
 
 if TYPE_CHECKING:
     from dynamiccl.system.topology import Topology
@@ -57,6 +77,147 @@ class Schedule(enum.IntEnum):
 CHANNEL_LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 #: Active chunks in flight per tier for pipelined hierarchical collectives.
 CHUNK_LEVELS: tuple[int, ...] = (1, 2, 4, 8)
+#: Chunk sizes (bytes) tried beside NCCL's own: smaller than NCCL's Simple defaults (512 KiB a
+#: slot, 2 MiB a Ring/Simple chunk) and larger than its NVLS/PAT/CollNet ones (16-256 KiB).
+CHUNK_BYTES_LEVELS: tuple[int, ...] = (16 << 10, 64 << 10, 256 << 10, 1 << 20)
+
+# ---------------------------------------------------------------------------------------------
+# The knob table: every knob once
+# ---------------------------------------------------------------------------------------------
+
+#: "Keep NCCL's own value" in Python: every record's field, every decision.
+KEEP = None
+#: "Keep NCCL's own value" in integer columns: numpy batches, the ctypes calls into the plugin and
+#: the plugin's ``dccl_knobs_t`` (``DCCL_KEEP`` in the generated header).
+KEEP_ID = -1
+
+
+@dataclass(frozen=True)
+class NcclKnob:
+    """How NCCL is told a knob: through the tuner plugin, and through NCCL's environment where NCCL
+    has a variable for it."""
+
+    #: The C type of its field in the plugin's ``dccl_knobs_t`` (signed: KEEP_ID is -1).
+    c_type: str
+    #: The policy-file format version that added its column (older files keep NCCL's value).
+    format_version: int
+    #: The first NCCL release whose tuner interface lets a plugin set it (older NCCL ignores it).
+    nccl_since: str
+    #: How the plugin sets it (the tuner interface's entry point), for ``show`` and the docs.
+    via: str
+    #: NCCL's environment variables that force it for a whole process, each set to NCCL's spelling
+    #: of the value; () where NCCL has none (then only the plugin's pin sets it).
+    env: tuple[str, ...] = ()
+    #: NCCL's spelling of each value of an enum knob (what its variables and logs say).
+    nccl_names: Mapping[Any, str] | None = None
+    #: The values a rule may name (enum knobs; None: every member).
+    values: tuple[Any, ...] | None = None
+    #: A rule may keep NCCL's value (``-``); False: a rule names it, or defers as a whole.
+    keepable: bool = True
+    #: NCCL's own value for a call, ``module:name`` of a function (NcclModel, collective, nbytes,
+    #: config) -> value that ``NcclModel.own_value`` loads; None where NCCL's pick names it.
+    nccl_default: str | None = None
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob, declared once: every record, file column and table reads it from here."""
+
+    #: The attribute of Config and of every record, the policy file's column, the JSON key.
+    name: str
+    #: What people call it, in help and messages.
+    title: str
+    #: Its type: an IntEnum of its values, or int.
+    kind: type
+    #: The values the agents choose among (enum knobs: every member).
+    levels: tuple[Any, ...]
+    #: The accepted range of an integer knob, inclusive (files, records, the C parser, the plugin).
+    lo: int = 0
+    hi: int = 0
+    #: Config's default; "named": every configuration names it.
+    default: Any = "named"
+    #: The learner's joint action table enumerates its levels; else every action keeps its default
+    #: and the knob is decided for the chosen action on its own (``decisions``).
+    in_action_table: bool = True
+    #: How a value reads in labels after the number (``16ch``); enum knobs read as their names.
+    suffix: str = ""
+    #: Labels name it where NCCL keeps its value too (``nccl-ch``, ``auto-ch``); else they omit it.
+    always_labelled: bool = True
+    #: Its values are sizes in bytes: labels read ``256KiB`` (then the suffix).
+    size: bool = False
+    #: How NCCL is told it; None for a knob only the simulator has.
+    nccl: NcclKnob | None = None
+    #: Its physics where the cost models do not read it, ``module:name`` of a simulator function
+    #: (topology, collectives [B], sizes [B], tables, columns [J], times [B, J]) -> times with the
+    #: knob's values applied (``dynamiccl.simulator.tables.KnobEffect``), run on the columns that
+    #: give it a value; None where the cost models time it themselves.
+    effect: str | None = None
+
+    @property
+    def is_enum(self) -> bool:
+        return isinstance(self.kind, type) and issubclass(self.kind, enum.IntEnum)
+
+    def value(self, raw: Any) -> Any:
+        """``raw`` (a member, a name in any case, NCCL's spelling or id, digits) as the knob's
+        type; None stays None (keep NCCL's). Raises ValueError for anything else."""
+        if raw is None:
+            return None
+        if self.is_enum:
+            return self.kind(parse_enum(self.kind, raw))
+        if isinstance(raw, bool) or not isinstance(raw, (int, np.integer, str)):
+            raise ValueError(f"{self.name} {raw!r} is not a whole number")
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{self.name} {raw!r} is not a whole number") from None
+
+    def token(self, value: Any) -> str:
+        """Its spelling in a policy file and a record: the lower-case name, or the digits."""
+        return value.name.lower() if self.is_enum else str(int(value))
+
+    def record(self, value: Any) -> str | int | None:
+        """Its JSON form in measurement records: names for enum knobs, integers otherwise."""
+        return None if value is None else (self.token(value) if self.is_enum else int(value))
+
+    def label(self, value: Any, keep: str | None) -> str | None:
+        """Its part of a label; ``keep`` spells NCCL's own value (``nccl`` reads ``nccl-ch``;
+        None, or a knob not always labelled: left out)."""
+        if value is None:
+            if keep is None or not self.always_labelled:
+                return None
+            return f"{keep}-{self.suffix}" if self.suffix else keep
+        if self.is_enum:
+            return self.token(value)
+        return f"{format_size(value) if self.size else value}{self.suffix}"
+
+
+#: Every knob, in Config's field order. NCCL's knobs (those with ``nccl``) are what a policy rule,
+#: a pin, a measurement and tune's choices carry, in this order; the others only the simulator has.
+KNOBS: tuple[Knob, ...] = (
+    Knob("algorithm", "algorithm", Algorithm, tuple(Algorithm),
+         nccl=NcclKnob("int8_t", 2, "2.21.5", "getCollInfo's cost table", env=(ALGO_ENV,),
+                       nccl_names=ALGORITHM_NCCL_NAMES, values=NCCL_ALGORITHMS, keepable=False)),
+    Knob("protocol", "protocol", Protocol, tuple(Protocol),
+         nccl=NcclKnob("int8_t", 2, "2.21.5", "getCollInfo's cost table", env=(PROTO_ENV,),
+                       nccl_names=PROTOCOL_NCCL_NAMES, keepable=False)),
+    Knob("channels", "a channel count", int, CHANNEL_LEVELS, 1, MAX_CHANNELS, suffix="ch",
+         nccl=NcclKnob("int8_t", 2, "2.21.5", "getCollInfo's nChannels",
+                       env=(MIN_CHANNELS_ENV, MAX_CHANNELS_ENV))),
+    Knob("hierarchy", "hierarchy", Hierarchy, tuple(Hierarchy), default=Hierarchy.FLAT),
+    Knob("schedule", "scheduling policy", Schedule, tuple(Schedule), default=Schedule.BASELINE),
+    Knob("chunks", "active chunks", int, CHUNK_LEVELS, 1, max(CHUNK_LEVELS), default=1),
+    # NCCL 2.30's tuner v6 getChunkSize (src/include/plugin/tuner/tuner_v6.h): per (algorithm,
+    # protocol) choice, not in the joint table (dynamiccl/README.md, "Chunk size"). The range's
+    # floor stays above LL128's 1920-byte grain, below which NCCL would round a chunk to nothing.
+    Knob("chunk_bytes", "a chunk size in bytes", int, CHUNK_BYTES_LEVELS, 4096, 16 << 20,
+         default=None, in_action_table=False, suffix="-chunk", always_labelled=False, size=True,
+         nccl=NcclKnob("int32_t", 3, "2.30.3", "getChunkSize (tuner v6)",
+                       nccl_default="dynamiccl.nccl_model.model:own_chunk_bytes"),
+         effect="dynamiccl.simulator.chunking:with_chunk"),
+)
+KNOB: dict[str, Knob] = {k.name: k for k in KNOBS}
+#: The knobs NCCL can be told, in table order.
+NCCL_KNOBS: tuple[Knob, ...] = tuple(k for k in KNOBS if k.nccl is not None)
 
 # The (algorithm, hierarchy) pairs that exist: every algorithm with the hierarchy it intrinsically
 # has (dynamiccl.system.nccl's capability table), plus the simulator's ring-over-ring, which shares Ring's
@@ -82,7 +243,7 @@ EXPORTABLE_ALGO_HIERARCHY: frozenset[tuple[Algorithm, Hierarchy]] = frozenset(
 
 @dataclass(frozen=True, order=True)
 class Config:
-    """One joint choice of every knob."""
+    """One joint choice of every knob: the fields of :data:`KNOBS`, in its order."""
 
     algorithm: Algorithm
     protocol: Protocol
@@ -90,6 +251,7 @@ class Config:
     hierarchy: Hierarchy = Hierarchy.FLAT
     schedule: Schedule = Schedule.BASELINE
     chunks: int = 1
+    chunk_bytes: int | None = None
 
     @property
     def exportable(self) -> bool:
@@ -99,15 +261,8 @@ class Config:
             and self.chunks == 1
         )
 
-    def to_dict(self) -> dict[str, str | int]:
-        return {
-            "algorithm": self.algorithm.name.lower(),
-            "protocol": self.protocol.name.lower(),
-            "channels": self.channels,
-            "hierarchy": self.hierarchy.name.lower(),
-            "schedule": self.schedule.name.lower(),
-            "chunks": self.chunks,
-        }
+    def to_dict(self) -> dict[str, str | int | None]:
+        return {k.name: k.record(getattr(self, k.name)) for k in KNOBS}
 
     def __deepcopy__(self, memo: dict) -> Config:
         return self  # immutable; SB3's DummyVecEnv deep-copies every step's info dict
@@ -117,7 +272,13 @@ class Config:
         algo = self.algorithm.name.lower()
         if self.algorithm == Algorithm.RING and self.hierarchy == Hierarchy.HIERARCHICAL:
             algo = f"ring-hier({self.schedule.name.lower()},{self.chunks}ck)"
-        return f"{algo}/{self.protocol.name.lower()}/{self.channels}ch"
+        rest = [k.label(getattr(self, k.name), None) for k in NCCL_KNOBS if k.name != "algorithm"]
+        return "/".join([algo, *(part for part in rest if part is not None)])
+
+
+assert [(f.name, "named" if f.default is MISSING else f.default) for f in fields(Config)] \
+    == [(k.name, k.default) for k in KNOBS], \
+    "Config's fields are the knob table's, in its order and with its defaults"
 
 
 def span_label(configs: Sequence[Config]) -> str:
@@ -125,13 +286,13 @@ def span_label(configs: Sequence[Config]) -> str:
     range (``ring/ll/1-24ch``): what NCCL picks over a range of sizes, where its channel count grows
     with the size while its algorithm and protocol stay."""
     channels = sorted({c.channels for c in configs})
-    base = configs[0].label().rsplit("/", 1)[0]
+    base = without_channels(configs[0])
     return f"{base}/{channels[0]}ch" if len(channels) == 1 else f"{base}/{channels[0]}-{channels[-1]}ch"
 
 
 def without_channels(config: Config) -> str:
-    """A configuration's label less its channel count (``ring/ll``)."""
-    return config.label().rsplit("/", 1)[0]
+    """A configuration's label less its channel count and what follows it (``ring/ll``)."""
+    return "/".join(config.label().split("/")[:2])
 
 
 def _enumerate_actions() -> tuple[Config, ...]:
@@ -153,52 +314,157 @@ N_ACTIONS = len(ACTIONS)
 ACTION_INDEX: dict[Config, int] = {c: i for i, c in enumerate(ACTIONS)}
 
 
-class ActionColumns:
-    """The action table as numpy columns, so vectorized code never loops over actions."""
+def knob_id(value: Any) -> int:
+    """A knob's value in an integer column: NCCL's id or the number, KEEP_ID for NCCL's own."""
+    return KEEP_ID if value is None else int(value)
 
-    algorithm = np.array([int(c.algorithm) for c in ACTIONS], dtype=np.int64)
-    protocol = np.array([int(c.protocol) for c in ACTIONS], dtype=np.int64)
-    channels = np.array([c.channels for c in ACTIONS], dtype=np.int64)
-    hierarchy = np.array([int(c.hierarchy) for c in ACTIONS], dtype=np.int64)
-    schedule = np.array([int(c.schedule) for c in ACTIONS], dtype=np.int64)
-    chunks = np.array([c.chunks for c in ACTIONS], dtype=np.int64)
-    exportable = np.array([c.exportable for c in ACTIONS], dtype=bool)
 
+def config_from_ids(row: Sequence[int]) -> Config:
+    """The configuration of one row of integer columns (knob table order, KEEP_ID for NCCL's own
+    value); ValueError for an id outside an enum."""
+    return Config(*(None if int(v) == KEEP_ID and k.nccl is not None and k.nccl.keepable
+                    else k.value(int(v)) for k, v in zip(KNOBS, row, strict=True)))
+
+
+def _column(configs: Sequence[Config], knob: Knob) -> np.ndarray:
+    return np.array([knob_id(getattr(c, knob.name)) for c in configs], dtype=np.int64)
+
+
+#: The action table as numpy columns, one per knob (``ActionColumns.channels``) plus
+#: ``exportable``, so vectorized code never loops over actions.
+ActionColumns = type("ActionColumns", (), {
+    "__doc__": "The action table as numpy columns, so vectorized code never loops over actions.",
+    **{k.name: _column(ACTIONS, k) for k in KNOBS},
+    "exportable": np.array([c.exportable for c in ACTIONS], dtype=bool),
+})
 
 EXPORTABLE_MASK: np.ndarray = ActionColumns.exportable
 
 
-@dataclass(frozen=True)
-class ConfigBatch:
-    """Configurations as parallel integer columns: the simulator's vectorized input.
-
-    Unlike action ids, a batch may hold any channel count 1..64 (NCCL's own pick is often 24 or 13).
-    """
-
-    algorithm: np.ndarray
-    protocol: np.ndarray
-    channels: np.ndarray
-    hierarchy: np.ndarray
-    schedule: np.ndarray
-    chunks: np.ndarray
+class _Batch:
+    """Methods of :class:`ConfigBatch` (its fields, one integer column per knob, come from KNOBS)."""
 
     def __len__(self) -> int:
         return len(self.algorithm)
 
     @classmethod
-    def from_configs(cls, configs: list[Config] | tuple[Config, ...]) -> ConfigBatch:
-        cols = zip(*[(int(c.algorithm), int(c.protocol), c.channels, int(c.hierarchy),
-                      int(c.schedule), c.chunks) for c in configs], strict=True)
-        return cls(*(np.array(col, dtype=np.int64) for col in cols))
+    def from_configs(cls, configs: Sequence[Config]) -> ConfigBatch:
+        return cls(*(_column(configs, k) for k in KNOBS))
 
     @classmethod
     def all_actions(cls) -> ConfigBatch:
-        c = ActionColumns
-        return cls(c.algorithm, c.protocol, c.channels, c.hierarchy, c.schedule, c.chunks)
+        return cls(*(getattr(ActionColumns, k.name) for k in KNOBS))
 
     def take(self, index: np.ndarray) -> ConfigBatch:
-        return ConfigBatch(*(getattr(self, f)[index] for f in
-                             ("algorithm", "protocol", "channels", "hierarchy", "schedule", "chunks")))
+        return type(self)(*(getattr(self, k.name)[index] for k in KNOBS))
+
+
+#: Configurations as parallel integer columns (NCCL's ids, KEEP_ID where NCCL keeps its value),
+#: one per knob of :data:`KNOBS`: the simulator's vectorized input. Unlike action ids, a batch may
+#: hold any channel count 1..64 (NCCL's own pick is often 24 or 13).
+ConfigBatch = make_dataclass("ConfigBatch", [(k.name, np.ndarray) for k in KNOBS], bases=(_Batch,),
+                             frozen=True)
+ConfigBatch.__module__ = __name__
+ConfigBatch.__doc__ = ("Configurations as parallel integer columns, one per knob of KNOBS (NCCL's ids, "
+                       "KEEP_ID where NCCL keeps its value): the simulator's vectorized input.")
+
+# ---------------------------------------------------------------------------------------------
+# What NCCL is told for a call: one record for every place that carries NCCL's knobs
+# ---------------------------------------------------------------------------------------------
+
+
+class KnobValues:
+    """What every record of NCCL's knob values can do; its fields (one per NCCL knob, None = keep
+    NCCL's value) come from :data:`NCCL_KNOBS` in :class:`Knobs`, which policy decisions, tune's
+    choices and the runtime's pins are."""
+
+    def __post_init__(self) -> None:
+        for k in NCCL_KNOBS:  # names, NCCL's ids and digits read as the knob's type
+            raw = getattr(self, k.name)
+            if raw is not None and not isinstance(raw, k.kind if k.is_enum else int):
+                object.__setattr__(self, k.name, k.value(raw))
+
+    def given(self) -> dict[str, Any]:
+        """The knobs named (not left to NCCL), in table order."""
+        return {k.name: getattr(self, k.name) for k in NCCL_KNOBS if getattr(self, k.name) is not None}
+
+    @property
+    def is_default(self) -> bool:
+        """Every knob left to NCCL: NCCL's own choice."""
+        return not self.given()
+
+    def ids(self) -> tuple[int, ...]:
+        """The values as the plugin's integer columns take them (KEEP_ID for NCCL's own)."""
+        return tuple(knob_id(getattr(self, k.name)) for k in NCCL_KNOBS)
+
+    @classmethod
+    def from_ids(cls, ids: Sequence[int]) -> Any:
+        if len(ids) != len(NCCL_KNOBS):
+            raise ValueError(f"{len(ids)} knob values for the {len(NCCL_KNOBS)} knobs "
+                             f"{', '.join(k.name for k in NCCL_KNOBS)}")
+        return cls(**{k.name: None if int(i) == KEEP_ID else int(i)
+                      for k, i in zip(NCCL_KNOBS, ids, strict=True)})
+
+    @classmethod
+    def of(cls, source: Any) -> Any:
+        """The NCCL knobs of anything carrying them as attributes (a Config, a measurement record
+        with names, a spec), each read as the knob's type; a missing one is NCCL's own."""
+        return cls(**{k.name: k.value(getattr(source, k.name, None)) for k in NCCL_KNOBS})
+
+    def record(self) -> dict[str, str | int | None]:
+        """The values as measurement records and JSON spell them (names, integers, None)."""
+        return {k.name: k.record(getattr(self, k.name)) for k in NCCL_KNOBS}
+
+    def env(self) -> dict[str, str]:
+        """The environment that makes NCCL run the knobs given that NCCL has variables for
+        (:func:`forcing_env`)."""
+        return forcing_env(self)
+
+    def unforceable(self) -> tuple[str, ...]:
+        """The knobs given that no NCCL variable forces: only the plugin can set them."""
+        return tuple(name for name in self.given() if not KNOB[name].nccl.env)
+
+    def parts(self, keep: str | None) -> list[str]:
+        """Each knob's part of a label (:meth:`Knob.label`; ``keep`` spells NCCL's own value)."""
+        parts = (k.label(getattr(self, k.name), keep) for k in NCCL_KNOBS)
+        return [p for p in parts if p is not None]
+
+
+#: What NCCL is told for a call: one field per knob of :data:`NCCL_KNOBS`, each None where NCCL
+#: keeps its own value. ``Knobs()`` is NCCL's default.
+Knobs = make_dataclass("Knobs", [(k.name, f"{k.kind.__name__} | None", field(default=KEEP))
+                                 for k in NCCL_KNOBS], bases=(KnobValues,), frozen=True)
+Knobs.__module__ = __name__
+Knobs.__doc__ = ("What NCCL is told for a call: one field per NCCL knob (dynamiccl.system.knobs."
+                 "NCCL_KNOBS), None where NCCL keeps its own value; Knobs() is NCCL's default.")
+
+
+def forcing_env(knobs: KnobValues) -> dict[str, str]:
+    """The environment that makes NCCL run the knobs given (empty: NCCL's default): each knob's
+    variables set to NCCL's spelling of its value -- NCCL_ALGO and NCCL_PROTO in NCCL's names, a
+    channel count as NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS (what nccl-tests runs, the runner's
+    ranks and a plan's printed command lines all set). A knob NCCL has no variable for is left out
+    (:meth:`KnobValues.unforceable` names it)."""
+    env: dict[str, str] = {}
+    for name, value in knobs.given().items():
+        nccl = KNOB[name].nccl
+        spelled = nccl.nccl_names[value] if nccl.nccl_names else str(int(value))
+        env.update(dict.fromkeys(nccl.env, spelled))
+    return env
+
+
+def knob_fields(cls: type) -> type:
+    """Gives a record class (under ``@dataclass``) a keyword-only field, default None (NCCL's
+    own), for every NCCL knob it does not declare itself, so a knob added to the table is a field
+    of every record that carries NCCL's knobs. Records hold each knob in its JSON form
+    (:meth:`Knob.record`)."""
+    annotations = cls.__dict__.get("__annotations__", {})
+    for k in NCCL_KNOBS:
+        if k.name not in annotations:
+            annotations[k.name] = f"{'str' if k.is_enum else 'int'} | None"
+            setattr(cls, k.name, field(default=None, kw_only=True))
+    cls.__annotations__ = annotations
+    return cls
 
 
 def action_id(config: Config) -> int:
@@ -219,8 +485,10 @@ def action_id(config: Config) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def _shape_problem(config: Config) -> str | None:
-    if not 1 <= config.channels <= MAX_CHANNELS:
-        return f"channels must be 1..{MAX_CHANNELS}, got {config.channels}"
+    for k in NCCL_KNOBS:
+        value = getattr(config, k.name)
+        if not k.is_enum and value is not None and not k.lo <= value <= k.hi:
+            return f"{k.name} must be {k.lo}..{k.hi}, got {value}"
     if config.chunks not in CHUNK_LEVELS:
         return f"active chunks must be one of {CHUNK_LEVELS}, got {config.chunks}"
     pair = (config.algorithm, config.hierarchy)
@@ -230,6 +498,8 @@ def _shape_problem(config: Config) -> str | None:
         config.schedule != Schedule.BASELINE or config.chunks != 1
     ):
         return "a scheduling policy and active chunks apply only to the hierarchical ring"
+    if config.chunk_bytes is not None and not config.exportable:
+        return "a chunk size is NCCL's knob: only NCCL's own algorithms take one"
     return None
 
 

@@ -261,6 +261,9 @@ class AlgorithmSpec:
     nccl_cost_model: str | None
     #: The topology-search graph NCCL runs it on (tree, ring, collnet_direct, collnet_chain, nvls).
     nccl_graph: str | None
+    #: How NCCL cuts it into chunks and its default chunk size, ``module:name`` of a
+    #: ``dynamiccl.system.chunking.Chunking``; None when NCCL does not have it.
+    chunking: str | None
     #: Its physics, ``module:function`` of a simulator cost model (dynamiccl.simulator.phases.CostModel).
     cost_model: str
     #: Its colour in every figure (matplotlib's tab10 entries, colour-blind friendly order).
@@ -290,12 +293,14 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         base_latency_us=(6.8, 14.0, 8.4),
         hw_latency_us=((0.6, 1.25, 4.0), (1.0, 1.9, 4.0), (5.0, 8.5, 14.0)),
         nccl_cost_model="dynamiccl.nccl_model.algorithms:TREE", nccl_graph="tree",
+        chunking="dynamiccl.system.chunking:TREE",
         cost_model="dynamiccl.simulator.tree:tree_allreduce", colour="#2ca02c", v2_collectives=_AR),
     AlgorithmSpec(
         name="RING", nccl_id=1, nccl_name="Ring", collectives=frozenset(Collective),
         protocols=_ALL_PROTOCOLS, hierarchical=False, requirements=(),
         base_latency_us=_RING_BASE_LATENCY_US, hw_latency_us=_RING_HW_LATENCY_US,
         nccl_cost_model="dynamiccl.nccl_model.algorithms:RING", nccl_graph="ring",
+        chunking="dynamiccl.system.chunking:RING",
         cost_model="dynamiccl.simulator.ring:flat_ring", colour="#1f77b4",
         v2_collectives=frozenset(Collective)),
     AlgorithmSpec(
@@ -305,6 +310,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         base_latency_us=(0.0, 0.0, 0.0),
         hw_latency_us=((0.0, 0.0, 3.7), (0.0, 0.0, 3.7), (0.0, 0.0, 31.0)),
         nccl_cost_model="dynamiccl.nccl_model.algorithms:COLLNET_DIRECT", nccl_graph="collnet_direct",
+        chunking="dynamiccl.system.chunking:COLLNET_DIRECT",
         cost_model="dynamiccl.simulator.collnet:collnet_direct", colour="#9467bd",
         v2_collectives=_AR, v2_feature="collnet"),
     AlgorithmSpec(
@@ -313,6 +319,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         base_latency_us=(0.0, 0.0, 0.0),
         hw_latency_us=((0.0, 0.0, 2.8), (0.0, 0.0, 2.8), (0.0, 0.0, 30.0)),
         nccl_cost_model="dynamiccl.nccl_model.algorithms:COLLNET_CHAIN", nccl_graph="collnet_chain",
+        chunking="dynamiccl.system.chunking:COLLNET_CHAIN",
         cost_model="dynamiccl.simulator.collnet:collnet_chain", colour="#8c564b",
         v2_collectives=_AR, v2_feature="collnet"),
     AlgorithmSpec(
@@ -321,6 +328,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         base_latency_us=(0.0, 0.0, 0.0),
         hw_latency_us=((0.0, 0.0, 25.0), (0.0, 0.0, 0.0), (0.0, 0.0, 18.0)),
         nccl_cost_model="dynamiccl.nccl_model.algorithms:NVLS", nccl_graph="nvls",
+        chunking="dynamiccl.system.chunking:NVLS",
         cost_model="dynamiccl.simulator.nvls:nvls", colour="#d62728",
         v2_collectives=_AR, v2_feature="nvls"),
     AlgorithmSpec(
@@ -329,6 +337,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         base_latency_us=(0.0, 0.0, 0.0),
         hw_latency_us=((0.0, 0.0, 25.0), (0.0, 0.0, 0.0), (0.0, 0.0, 20.9)),
         nccl_cost_model="dynamiccl.nccl_model.algorithms:NVLS_TREE", nccl_graph="nvls",
+        chunking="dynamiccl.system.chunking:NVLS_TREE",
         cost_model="dynamiccl.simulator.nvls:nvls_tree", colour="#ff7f0e",
         v2_collectives=_AR, v2_feature="nvls"),
     AlgorithmSpec(
@@ -337,6 +346,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         base_latency_us=(8.0, 8.0, 8.0),
         hw_latency_us=((0.0, 0.0, 4.0), (0.0, 0.0, 4.0), (0.0, 0.0, 14.0)),
         nccl_cost_model="dynamiccl.nccl_model.algorithms:PAT", nccl_graph="tree",
+        chunking="dynamiccl.system.chunking:PAT",
         cost_model="dynamiccl.simulator.pat:pat", colour="#e377c2"),
     AlgorithmSpec(
         # StragglAR (Devraj et al., "Accelerating AllReduce with a Persistent Straggler"): the
@@ -344,7 +354,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
         name="STRAGGLAR", nccl_id=None, nccl_name=None, collectives=_AR, protocols=_SIMPLE,
         hierarchical=False, requirements=(STRAGGLAR_EVEN_RANKS, STRAGGLAR_ANY_TO_ANY),
         base_latency_us=_RING_BASE_LATENCY_US, hw_latency_us=_RING_HW_LATENCY_US,
-        nccl_cost_model=None, nccl_graph=None,
+        nccl_cost_model=None, nccl_graph=None, chunking=None,
         cost_model="dynamiccl.simulator.stragglar_time:stragglar", colour="#17becf",
         stand_in="RING", hides_straggler_delay=True),
 )
@@ -355,9 +365,9 @@ _IDS = {a.name: a.nccl_id for a in _NCCL_ENTRIES} | {
     a.name: len(_NCCL_ENTRIES) + i for i, a in enumerate(a for a in ALGORITHMS if a.nccl_id is None)}
 assert sorted(a.nccl_id for a in _NCCL_ENTRIES) == list(range(len(_NCCL_ENTRIES))), \
     "NCCL's algorithm ids are 0..N-1: NCCL's tables are indexed by them"
-assert all(len({a.nccl_id is None, a.nccl_name is None, a.nccl_cost_model is None, a.nccl_graph is None}) == 1
-           for a in ALGORITHMS), \
-    "an algorithm NCCL has carries its NCCL name, graph and NCCL's cost model; a simulator-only one none"
+assert all(len({a.nccl_id is None, a.nccl_name is None, a.nccl_cost_model is None, a.nccl_graph is None,
+                a.chunking is None}) == 1 for a in ALGORITHMS), \
+    "an algorithm NCCL has carries its NCCL name, graph, cost model and chunking; a simulator-only one none"
 
 Algorithm = enum.IntEnum("Algorithm", sorted(_IDS.items(), key=lambda item: item[1]), module=__name__)
 Algorithm.__doc__ = "NCCL's algorithm indices, then the simulator-only ones: made from :data:`ALGORITHMS`."
@@ -420,22 +430,6 @@ NCCL_ALIASES: dict[str, str] = {
     for names in (COLLECTIVE_NCCL_NAMES, ALGORITHM_NCCL_NAMES, PROTOCOL_NCCL_NAMES)
     for member, spelled in names.items()
 }
-
-
-
-def forcing_env(algorithm: Algorithm | None, protocol: Protocol | None,
-                channels: int | None) -> dict[str, str]:
-    """The environment that makes NCCL run the knobs given (empty: NCCL's default): NCCL_ALGO and
-    NCCL_PROTO in NCCL's spelling, a channel count as NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS (what
-    nccl-tests runs, the runner's ranks and a plan's printed command lines all set)."""
-    env: dict[str, str] = {}
-    if algorithm is not None:
-        env[ALGO_ENV] = ALGORITHM_NCCL_NAMES[algorithm]
-    if protocol is not None:
-        env[PROTO_ENV] = PROTOCOL_NCCL_NAMES[protocol]
-    if channels is not None:
-        env[MIN_CHANNELS_ENV] = env[MAX_CHANNELS_ENV] = str(int(channels))
-    return env
 
 
 COLLECTIVE_TOKENS: dict[Collective, str] = {c: c.name.lower() for c in Collective}

@@ -32,7 +32,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from dynamiccl.envs.backends.base import Measurement
-from dynamiccl.system.knobs import ACTIONS, Collective, invalid_reason, parse_enum
+from dynamiccl.system.knobs import ACTIONS, Collective, Knobs, invalid_reason, parse_enum
 
 if TYPE_CHECKING:
     import numpy as np
@@ -139,8 +139,7 @@ class LiveBackend:
             runnable = config.exportable and invalid_reason(
                 scenario.topology, scenario.collective, config) is None
             if runnable:
-                knobs = {"algorithm": config.algorithm.name.lower(),
-                         "protocol": config.protocol.name.lower(), "channels": config.channels}
+                knobs = Knobs.of(config).record()
         late = self.inject_stragglers and scenario.has_straggler
         return CollectiveSpec(
             scenario.collective.name.lower(), scenario.nbytes, self.dist_backend,

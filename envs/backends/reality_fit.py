@@ -93,7 +93,7 @@ def residual_points(folder: str | Path) -> list[ResidualPoint]:
                 if choice == DEFAULT_CHOICE:
                     continue
                 try:
-                    run = decisions.nccl_default(s, KnobConstraints(*choice))
+                    run = decisions.nccl_default(s, KnobConstraints(**choice.given()))
                 except ValueError:  # the model cannot run it here
                     continue
                 out.append(ResidualPoint(csv.stem, system_kind(s.topology), s, run.config,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,8 +27,8 @@ import numpy as np
 
 from dynamiccl.decisions import KnobConstraints, nccl_default
 from dynamiccl.envs.backends.base import Measurement, UnmeasuredChoice
-from dynamiccl.profiler.formats.records import MeasurementRecord
-from dynamiccl.system.knobs import ACTIONS, Algorithm, Collective, Protocol, parse_enum
+from dynamiccl.profiler.formats.records import MeasurementRecord, knob_label
+from dynamiccl.system.knobs import ACTIONS, Algorithm, Collective, Knobs, Protocol, parse_enum
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import Topology
 from dynamiccl.system.units import format_size
@@ -36,28 +36,22 @@ from dynamiccl.system.units import format_size
 if TYPE_CHECKING:
     from dynamiccl.envs.workloads import Episode
 
-#: (algorithm, protocol, channels) as NCCL was told; None = NCCL chose that knob.
-Choice = tuple[Algorithm | None, Protocol | None, int | None]
-DEFAULT_CHOICE: Choice = (None, None, None)
+#: NCCL's knobs as NCCL was told them; None = NCCL chose that knob.
+Choice = Knobs
+DEFAULT_CHOICE: Choice = Knobs()
 CallKey = tuple[Collective, int, int]
 
 
 def choice_of(constraints: KnobConstraints) -> Choice:
-    return (constraints.algorithm, constraints.protocol, constraints.channels)
+    return Knobs.of(constraints)
 
 
 def choice_label(choice: Choice) -> str:
-    if choice == DEFAULT_CHOICE:
-        return "NCCL default"
-    a, p, c = choice
-    return "/".join([a.name.lower() if a is not None else "auto",
-                     p.name.lower() if p is not None else "auto", f"{c}ch" if c else "auto-ch"])
+    return knob_label(choice)
 
 
 def _record_choice(rec: MeasurementRecord) -> Choice:
-    algo = parse_enum(Algorithm, rec.algorithm) if rec.algorithm else None
-    proto = parse_enum(Protocol, rec.protocol) if rec.protocol else None
-    return (algo, proto, rec.channels)
+    return Knobs.of(rec)
 
 
 @dataclass(frozen=True)
@@ -259,13 +253,14 @@ class ReplayBackend:
         """A measured run forced with fewer knobs that ran ``choice``'s pair: a run told only
         ``NCCL_ALGO=Ring`` measured the protocol NCCL picked with it, as its TUNING log says or,
         where it has none, as NCCL's cost model on the scenario's system picks (what ``tune``
-        counts it as). Only for a pair with NCCL's own channel count."""
-        algo, proto, channels = choice
-        if algo is None or proto is None or channels is not None:
+        counts it as). Only for a pair with NCCL's own value of every other knob."""
+        pair = (choice.algorithm, choice.protocol)
+        if None in pair or replace(choice, algorithm=None, protocol=None) != DEFAULT_CHOICE:
             return None
         for c in measured:
-            if c == DEFAULT_CHOICE or c[2] is not None or (c[0] not in (None, algo)) \
-                    or (c[1] not in (None, proto)):
+            if c == DEFAULT_CHOICE or replace(c, algorithm=None, protocol=None) != DEFAULT_CHOICE \
+                    or c.algorithm not in (None, choice.algorithm) \
+                    or c.protocol not in (None, choice.protocol):
                 continue
             logged = self.table.logged.get((_call(scenario), c))
             if logged:
@@ -273,31 +268,30 @@ class ReplayBackend:
                                                              logged.split("/"), strict=True))
             else:
                 try:
-                    config = nccl_default(scenario, KnobConstraints(algorithm=c[0], protocol=c[1])).config
+                    config = nccl_default(scenario, KnobConstraints(algorithm=c.algorithm,
+                                                                    protocol=c.protocol)).config
                 except ValueError:
                     continue
                 ran = (config.algorithm, config.protocol)
-            if ran == (algo, proto):
+            if ran == pair:
                 return c
         return None
 
     def available(self, scenario: Scenario) -> np.ndarray:
-        """Actions whose exact (algorithm, protocol, channels) was measured."""
+        """Actions whose exact NCCL knobs (algorithm, protocol, channels, ...) were measured."""
         measured = self.table.choices(scenario)
-        return np.array([(c.algorithm, c.protocol, c.channels) in measured and c.exportable
-                         for c in ACTIONS], dtype=bool)
+        return np.array([c.exportable and Knobs.of(c) in measured for c in ACTIONS], dtype=bool)
 
     def action_times(self, scenario: Scenario) -> np.ndarray:
         measured = self.table.choices(scenario)
-        return np.array([measured.get((c.algorithm, c.protocol, c.channels), math.inf)
-                         if c.exportable else math.inf for c in ACTIONS])
+        return np.array([measured.get(Knobs.of(c), math.inf) if c.exportable else math.inf
+                         for c in ACTIONS])
 
     def measure(self, scenario: Scenario, action: int) -> Measurement:
         c = ACTIONS[action]
         if not c.exportable:
             raise UnmeasuredChoice(f"{c.label()} cannot run on real NCCL, so no replay table has it")
-        return Measurement(self.time(scenario, (c.algorithm, c.protocol, c.channels)),
-                           self.time(scenario, DEFAULT_CHOICE))
+        return Measurement(self.time(scenario, Knobs.of(c)), self.time(scenario, DEFAULT_CHOICE))
 
     def measure_forced(self, scenario: Scenario, constraints: KnobConstraints) -> Measurement:
         return Measurement(self.time(scenario, choice_of(constraints)),

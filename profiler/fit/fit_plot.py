@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dynamiccl.plots import fit_text, pyplot, save
 from dynamiccl.profiler.fit.calibrate import FitResult
+from dynamiccl.system.knobs import Knobs
 from dynamiccl.system.units import format_size
 
 
@@ -19,7 +20,7 @@ def _runs(fit: FitResult) -> dict[tuple[str, str], list[int]]:
     The file is named by its base name; a full path ran across the neighbouring panels."""
     runs: dict[tuple[str, str], list[int]] = {}
     for i, rec in enumerate(fit.problem.records):
-        forced = "/".join(str(x) for x in (rec.algorithm, rec.protocol, rec.channels) if x)
+        forced = "/".join(str(x) for x in Knobs.of(rec).record().values() if x)
         source = Path(rec.source.rsplit(":", 1)[0]).name or "records"
         what = f"{rec.collective}, {rec.nnodes or '?'} nodes x {rec.nranks} ranks, {forced or 'default'}"
         runs.setdefault((source, what), []).append(i)

@@ -17,7 +17,7 @@ from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler.fit.calibrate import scaled_bandwidth
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
 from dynamiccl.simulator import simulate
-from dynamiccl.system.knobs import Config, ConfigBatch
+from dynamiccl.system.knobs import Config, ConfigBatch, Knobs
 from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 from dynamiccl.system.topology import Topology
 
@@ -75,9 +75,7 @@ def measurements(truth: Topology, sweeps: Sequence[Sweep], noise_sigma: float = 
             out.append(MeasurementRecord(
                 collective=sweep.collective.name.lower(), nbytes=int(n), nranks=topo.nranks,
                 time_us=float(t), algbw_GBps=algbw, busbw_GBps=busbw,
-                algorithm=forced.algorithm.name.lower() if forced else None,
-                protocol=forced.protocol.name.lower() if forced else None,
-                channels=forced.channels if forced else None, nnodes=sweep.nodes,
+                **(Knobs.of(forced).record() if forced else {}), nnodes=sweep.nodes,
                 source=f"synthetic:{truth.name}:{sweep.nodes}n"))
     return out
 

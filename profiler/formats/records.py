@@ -2,9 +2,10 @@
 
 A record is the unit calibration consumes, so it carries everything needed to re-simulate the
 measurement: collective, size in nccl-tests' convention, rank and node counts, and the
-configuration NCCL ran. ``algorithm``/``protocol``/``channels`` left as ``None`` mean "NCCL chose"
-(NCCL's default, or only partly forced through ``NCCL_ALGO``/``NCCL_PROTO``); calibration then asks
-the NCCL-default model what NCCL would have run.
+configuration NCCL ran: one field per NCCL knob (``dynamiccl.system.knobs.NCCL_KNOBS``: algorithm,
+protocol, channels, ...), each left as ``None`` where "NCCL chose" (NCCL's default, or only partly
+forced through ``NCCL_ALGO``/``NCCL_PROTO``); calibration then asks the NCCL-default model what
+NCCL would have run.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any, TypeVar
 
 from dynamiccl.config_loader import unique_keys
 from dynamiccl.files import FileKind, read_head
-from dynamiccl.system.knobs import parse_enum
-from dynamiccl.system.nccl import MAX_CHANNELS, NCCL_ALGORITHMS, Algorithm, Collective, Protocol, bus_factor
+from dynamiccl.system.knobs import NCCL_KNOBS, Knobs, knob_fields, parse_enum
+from dynamiccl.system.nccl import NCCL_ALGORITHMS, Algorithm, Collective, Protocol, bus_factor
 from dynamiccl.system.nccl_versions import parse_version
 from dynamiccl.system.topology import MAX_RANKS
 from dynamiccl.system.units import MAX_DURATION_US, SIZE_LIMIT
@@ -60,14 +61,15 @@ def bandwidths(collective: Collective, nbytes: int, nranks: int, time_us: float)
     return algbw, algbw * bus_factor(collective, nranks)
 
 
-def knob_label(algorithm: str | None, protocol: str | None, channels: int | None) -> str:
-    """A configuration as records name it: ``NCCL default``, or ``tree/simple/auto-ch``."""
-    if algorithm is None and protocol is None and channels is None:
-        return NCCL_DEFAULT
-    return "/".join([algorithm or "auto", protocol or "auto", f"{channels}ch" if channels else "auto-ch"])
+def knob_label(source: Any) -> str:
+    """The NCCL knobs of ``source`` (a record or a spec, in their JSON form) as records name them:
+    ``NCCL default``, or ``tree/simple/auto-ch``."""
+    knobs = Knobs.of(source)
+    return NCCL_DEFAULT if knobs.is_default else "/".join(knobs.parts(keep="auto"))
 
 
 @dataclass(frozen=True)
+@knob_fields
 class MeasurementRecord:
     collective: str
     #: nccl-tests' size column (allgather/reducescatter: the whole gathered/scattered buffer).
@@ -138,11 +140,11 @@ class MeasurementRecord:
 
     @property
     def nccl_default(self) -> bool:
-        return self.algorithm is None and self.protocol is None and self.channels is None
+        return all(getattr(self, k.name) is None for k in NCCL_KNOBS)
 
     @property
     def config_label(self) -> str:
-        return knob_label(self.algorithm, self.protocol, self.channels)
+        return knob_label(self)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -169,7 +171,8 @@ class MeasurementRecord:
 
 
 #: Fields that hold whole numbers (a JSON writer may spell 4096 as 4096.0).
-_WHOLE_FIELDS = ("nbytes", "nranks", "nnodes", "channels", "straggler_rank", "detected_straggler_rank")
+_WHOLE_FIELDS = ("nbytes", "nranks", "nnodes", *(k.name for k in NCCL_KNOBS if not k.is_enum),
+                 "straggler_rank", "detected_straggler_rank")
 
 
 def _whole(value: Any) -> Any:
@@ -213,13 +216,16 @@ def _impossible(rec: MeasurementRecord) -> str | None:
         value = getattr(rec, name)
         if not _is_number(value) or not 0 <= value < float("inf"):
             return f"{name} {value!r} is not a bandwidth in GB/s"
-    if rec.algorithm is not None and not _known(Algorithm, rec.algorithm, NCCL_ALGORITHMS):
-        return (f"algorithm {rec.algorithm!r} is none of NCCL's "
-                f"({', '.join(a.name.lower() for a in NCCL_ALGORITHMS)})")
-    if rec.protocol is not None and not _known(Protocol, rec.protocol, Protocol):
-        return f"protocol {rec.protocol!r} is none of NCCL's ({', '.join(p.name.lower() for p in Protocol)})"
-    if rec.channels is not None and not (_is_int(rec.channels) and 1 <= rec.channels <= MAX_CHANNELS):
-        return f"channels {rec.channels!r} is not a channel count (1..{MAX_CHANNELS})"
+    for k in NCCL_KNOBS:
+        value = getattr(rec, k.name)
+        if value is None:
+            continue
+        if k.is_enum:
+            allowed = k.nccl.values or tuple(k.kind)
+            if not _known(k.kind, value, allowed):
+                return f"{k.name} {value!r} is none of NCCL's ({', '.join(v.name.lower() for v in allowed)})"
+        elif not (_is_int(value) and k.lo <= value <= k.hi):
+            return f"{k.name} {value!r} is not {k.title} ({k.lo}..{k.hi})"
     for prefix in ("", "detected_"):
         rank, delay = getattr(rec, f"{prefix}straggler_rank"), getattr(rec, f"{prefix}straggler_delay_us")
         if rank is not None and not (_is_int(rank) and 0 <= rank < rec.nranks):

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, is_no_op, normalize_config
-from dynamiccl.system.knobs import Collective
+from dynamiccl.system.knobs import NCCL_KNOBS, Collective
 
 #: The columns optimize_config.py reads; ``cost_metric`` is optional.
 REQUIRED = ("collective", "size_bytes", "algorithm", "protocol", "channels", "nodes", "ranks",
@@ -42,6 +42,9 @@ INPLACE_COLUMN = "latency_inplace_us"
 RUN_COLUMN = "run"
 #: Values meaning "NCCL decides" in the algorithm/protocol/channels/nodes columns.
 UNSET = ("", "-1", "default", "auto")
+#: NCCL knobs beyond the workflow's algorithm, protocol and channels: a column each, named as the
+#: knob, read where present and written always (-1 = NCCL's own value).
+EXTRA_KNOBS = tuple(k for k in NCCL_KNOBS if k.name not in COLUMNS)
 
 
 class TunerCsvError(ValueError):
@@ -110,8 +113,9 @@ def _record(row: dict[str, str], where: str) -> MeasurementRecord:
     channels = _int_or_none(row["channels"])
     nodes = _int_or_none(row["nodes"])
     algbw, busbw = bandwidths(coll, nbytes, ranks, time_us)
+    extra = {k.name: k.record(k.value(_unset_or(row.get(k.name)))) for k in EXTRA_KNOBS}
     return MeasurementRecord(coll.name.lower(), nbytes, ranks, time_us, algbw, busbw, algo, proto,
-                             channels, nodes, source=row.get("source") or where)
+                             channels, nodes, source=row.get("source") or where, **extra)
 
 
 def _timed_again(record: MeasurementRecord, time_us: float) -> MeasurementRecord:
@@ -139,7 +143,10 @@ def tuner_csv_rows(records: Iterable[MeasurementRecord],
         row = {
             "collective": rec.collective, "size_bytes": str(rec.nbytes),
             "algorithm": rec.algorithm or "default", "protocol": rec.protocol or "default",
-            "channels": str(rec.channels or -1), "nodes": str(rec.nnodes or -1),
+            "channels": str(rec.channels or -1),
+            **{k.name: str(getattr(rec, k.name) if getattr(rec, k.name) is not None else -1)
+               for k in EXTRA_KNOBS},
+            "nodes": str(rec.nnodes or -1),
             "ranks": str(rec.nranks), "pipeOps": "-1", "regBuff": "-1",
             "bandwidth_gbps": f"{rec.busbw_GBps:.4g}", "latency_us": f"{rec.time_us:g}",
         }

@@ -18,6 +18,8 @@ cost-table cell arrives disabled, as LL128 on a socket network without GPUDirect
 honours a protocol named explicitly in ``NCCL_PROTO``, ``src/graph/tuning.cc``), a choice leaving
 the algorithm or protocol open (a pin names both), a one-rank communicator (NCCL never asks a
 tuner) and gloo (no NCCL: there the pins run the plugin's code in the rank and nothing reads them).
+A choice naming a knob NCCL has no variable for (a chunk size: only the plugin sets it, NCCL 2.30.3
+and later) is measured interleaved or not at all (:attr:`ChoiceSweep.not_measured`).
 
 :func:`measure_choices` runs both in rounds of launches, in alternating order (the interleaved launch
 first, then each choice of its own; the next round the other way round). Every result
@@ -51,8 +53,7 @@ from dynamiccl.profiler.measure.runner import (
     timed_iterations,
 )
 from dynamiccl.runtime.plugin_control import Pin, PinCounts, PluginControl
-from dynamiccl.system.knobs import parse_enum
-from dynamiccl.system.nccl import TUNER_PLUGIN_ENV, Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import TUNER_PLUGIN_ENV, Collective
 
 #: Why a choice was not measured interleaved, by what the plugin's counts said.
 NOT_ASKED = "the plugin was never asked (NCCL did not consult a tuner for it)"
@@ -80,6 +81,9 @@ class ChoiceSweep:
     launches: list[LaunchNote] = field(default_factory=list)
     #: Configurations measured in launches of their own, and why the plugin could not pin them.
     own_launch: dict[str, str] = field(default_factory=dict)
+    #: Configurations the plugin could not pin that no NCCL variable forces either (a chunk size),
+    #: and why: not measured.
+    not_measured: dict[str, str] = field(default_factory=dict)
 
 
 def pinnable(spec: CollectiveSpec) -> bool:
@@ -119,7 +123,7 @@ def measure_interleaved(specs: list[CollectiveSpec], nprocs: int, timeout_s: flo
 
 
 def _why_not_pinned(spec: CollectiveSpec, counts: list[PinCounts]) -> str | None:
-    if spec.algorithm is None and spec.protocol is None and spec.channels is None:
+    if spec.knobs.is_default:
         return None  # NCCL's default: nothing to pin
     if spec.backend != "nccl":
         return NO_NCCL
@@ -172,9 +176,7 @@ def _pin(control: PluginControl, spec: CollectiveSpec | None, world: int) -> Non
     if spec is None or not pinnable(spec):
         return
     nbytes = call_bytes(spec, world)
-    control.pin(Pin(int(spec.coll), nbytes, nbytes + 1,
-                    int(Algorithm(parse_enum(Algorithm, spec.algorithm))),
-                    int(Protocol(parse_enum(Protocol, spec.protocol))), spec.channels or 0))
+    control.pin(Pin(int(spec.coll), nbytes, nbytes + 1, spec.knobs))
 
 
 def measure_choices(rounds: Sequence[list[CollectiveSpec]], nprocs: int, timeout_s: float = 120.0,
@@ -193,7 +195,8 @@ def measure_choices(rounds: Sequence[list[CollectiveSpec]], nprocs: int, timeout
         where = f"[round {k + 1}/{len(rounds)}]"
         for step in ("interleaved", "own") if k % 2 == 0 else ("own", "interleaved"):
             if step == "interleaved":
-                together = [s for s in specs if s.config_label not in sweep.own_launch]
+                together = [s for s in specs if s.config_label not in sweep.own_launch
+                            and s.config_label not in sweep.not_measured]
                 if together:
                     _interleaved(sweep, together, nprocs, timeout_s, emulate_hosts, k % 2 == 1)
                     say(f"{where} interleaved launch of {len(sweep.launches[-1].configs)} "
@@ -217,6 +220,8 @@ def _interleaved(sweep: ChoiceSweep, specs: list[CollectiveSpec], nprocs: int, t
     for spec, result, why in zip(specs, results, why_not, strict=True):
         if why is None:
             sweep.results.append(result)
+        elif spec.knobs.unforceable():
+            sweep.not_measured.setdefault(spec.config_label, why)
         else:
             sweep.own_launch.setdefault(spec.config_label, why)
     sweep.launches.append(LaunchNote(results[0].launch, "interleaved",

@@ -35,23 +35,14 @@ from dynamiccl.plugin.policy_format import CONTEXT_ENV, POLICY_ENV
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, knob_label
 from dynamiccl.profiler.measure import emulation, straggler_detection
 from dynamiccl.profiler.measure.launcher import RankContext, launch, set_environment
-from dynamiccl.system.knobs import parse_enum
-from dynamiccl.system.nccl import (
-    ALGO_ENV,
-    MAX_CHANNELS_ENV,
-    MIN_CHANNELS_ENV,
-    PROTO_ENV,
-    TUNER_PLUGIN_ENV,
-    Algorithm,
-    Collective,
-    Protocol,
-    forcing_env,
-)
+from dynamiccl.system.knobs import NCCL_KNOBS, Knobs, knob_fields, parse_enum
+from dynamiccl.system.nccl import TUNER_PLUGIN_ENV, Collective
 
 _ELEMENT_BYTES = 4  # float32, nccl-tests' default type
 
 
 @dataclass(frozen=True)
+@knob_fields
 class CollectiveSpec:
     collective: str
     #: nccl-tests' size convention (allgather/reducescatter: the whole gathered buffer).
@@ -62,7 +53,9 @@ class CollectiveSpec:
     runs: int = 5
     straggler_rank: int | None = None
     straggler_delay_us: float = 0.0
-    #: NCCL knobs; ``None`` leaves the choice to NCCL. Ignored (and recorded as such) on gloo.
+    #: NCCL knobs (one field each, :data:`~dynamiccl.system.knobs.NCCL_KNOBS`, those after the
+    #: channel count keyword-only); ``None`` leaves the choice to NCCL. Ignored (and recorded as
+    #: such) on gloo.
     algorithm: str | None = None
     protocol: str | None = None
     channels: int | None = None
@@ -88,14 +81,19 @@ class CollectiveSpec:
     @property
     def config_label(self) -> str:
         """What it asks NCCL to run, as its record names it (``tree/simple/auto-ch``)."""
-        return knob_label(self.algorithm, self.protocol, self.channels)
+        return knob_label(self)
+
+    @property
+    def knobs(self) -> Knobs:
+        """The NCCL knobs it names, as the knob table's types."""
+        return Knobs.of(self)
 
 
 #: What steers NCCL's choice in a process: the knobs, a tuner plugin and the policy it reads. A
 #: measurement sets these itself, from its spec and the caller's explicit ``env``; a value left in
 #: the caller's shell would otherwise make a run recorded as NCCL's default (or as one forced choice)
 #: run something else.
-STEERING_ENV = (ALGO_ENV, PROTO_ENV, MIN_CHANNELS_ENV, MAX_CHANNELS_ENV, TUNER_PLUGIN_ENV,
+STEERING_ENV = (*dict.fromkeys(env for k in NCCL_KNOBS for env in k.nccl.env), TUNER_PLUGIN_ENV,
                 POLICY_ENV, CONTEXT_ENV)
 
 
@@ -108,9 +106,7 @@ def inherited_steering(environ: Mapping[str, str] | None = None) -> list[str]:
 
 def nccl_env(spec: CollectiveSpec) -> dict[str, str]:
     """The NCCL environment that forces ``spec``'s knobs for the communicators a rank creates."""
-    return forcing_env(None if spec.algorithm is None else Algorithm(parse_enum(Algorithm, spec.algorithm)),
-                       None if spec.protocol is None else Protocol(parse_enum(Protocol, spec.protocol)),
-                       spec.channels)
+    return spec.knobs.env()
 
 
 def steered_env(spec: CollectiveSpec, env: Mapping[str, str] | None = None) -> dict[str, str | None]:
@@ -189,9 +185,7 @@ class CollectiveResult:
         return MeasurementRecord(
             collective=self.spec.collective, nbytes=self.spec.nbytes, nranks=self.nranks,
             time_us=self.time_us, algbw_GBps=self.algbw_GBps, busbw_GBps=self.busbw_GBps,
-            algorithm=self.spec.algorithm if applied else None,
-            protocol=self.spec.protocol if applied else None,
-            channels=self.spec.channels if applied else None,
+            **{k.name: getattr(self.spec, k.name) if applied else None for k in NCCL_KNOBS},
             nnodes=self.nranks if self.emulated_hosts else 1,
             backend=self.spec.backend, source="runner", time_us_runs=self.time_us_runs,
             straggler_rank=self.spec.straggler_rank if self.spec.straggler_delay_us > 0 else None,

@@ -106,12 +106,10 @@ static int parse_u64(const char* s, uint64_t* out) {
   return 0;
 }
 
-/* "*" (when allowed) or an integer in [lo, hi]; "-" maps to 0 where "-" is allowed. */
-static int parse_field(const char* s, int star_ok, int dash_ok, uint64_t lo, uint64_t hi,
-                       int64_t* out) {
+/* "*" (when allowed) or an integer in [lo, hi]. */
+static int parse_field(const char* s, int star_ok, uint64_t lo, uint64_t hi, int64_t* out) {
   uint64_t v;
   if (star_ok && strcmp(s, DCCL_TOKEN_ANY) == 0) { *out = DCCL_ANY; return 0; }
-  if (dash_ok && strcmp(s, DCCL_TOKEN_KEEP) == 0) { *out = 0; return 0; }
   if (parse_u64(s, &v) != 0 || v < lo || v > hi) return -1;
   *out = (int64_t)v;
   return 0;
@@ -151,12 +149,13 @@ static int split(char* line, char** tok, int maxtok) {
 typedef struct {
   uint64_t lo, hi;
   int32_t slice, coll, nodes, ranks, line;
-  int8_t algo, proto;
-  uint8_t channels;
+  dccl_knobs_t knobs;
 } raw_rule_t;
 
 typedef struct {
   int line;
+  int version;              /* the file's format version */
+  int nfields, nknobs;      /* a rule's columns in that version, and its knob columns */
   char* err;
   size_t errlen;
   raw_rule_t* rules;
@@ -258,38 +257,58 @@ static int parse_slice(parser_t* ps, char** tok, int n) {
   return 0;
 }
 
+/* One knob's column of a decision (dccl_knob_columns[i]): a token of an enum knob, or a number
+ * lo..hi; "-" (DCCL_KEEP) where the knob may keep NCCL's value. */
+static int parse_knob(parser_t* ps, int i, const char* tok, long long* out) {
+  int keep_ok = dccl_knob_columns[i].keepable;
+  if (keep_ok && strcmp(tok, DCCL_TOKEN_KEEP) == 0) {
+    *out = DCCL_KEEP;
+    return 0;
+  }
+  if (dccl_knob_columns[i].names) {
+    int id = lookup_name(tok, dccl_knob_columns[i].names, (int)dccl_knob_columns[i].hi + 1);
+    if (id < 0) return perr(ps, "unknown %s '%.40s'", dccl_knob_columns[i].name, tok);
+    *out = id;
+    return 0;
+  }
+  int64_t v;
+  if (parse_field(tok, 0, (uint64_t)dccl_knob_columns[i].lo, (uint64_t)dccl_knob_columns[i].hi, &v))
+    return perr(ps, "%s must be %s%lld..%lld", dccl_knob_columns[i].name,
+                keep_ok ? "'" DCCL_TOKEN_KEEP "' or " : "", dccl_knob_columns[i].lo,
+                dccl_knob_columns[i].hi);
+  *out = v;
+  return 0;
+}
+
 static int parse_rule(parser_t* ps, char** tok, int n) {
   raw_rule_t r;
-  int64_t v[3];
+  int64_t v[2];
   memset(&r, 0, sizeof(r));
   if ((r.coll = lookup_name(tok[0], dccl_coll_names, DCCL_NUM_COLLS)) < 0)
     return perr(ps, "unknown collective '%.40s'", tok[0]);
-  if (n != DCCL_RULE_FIELDS)
-    return perr(ps, "a rule has %d fields: %s", DCCL_RULE_FIELDS, DCCL_RULE_FIELD_NAMES);
+  if (n != ps->nfields)
+    return perr(ps, "a rule has %d fields: %s", ps->nfields, dccl_rule_field_names[ps->version]);
   if (parse_u64(tok[1], &r.lo) || parse_u64(tok[2], &r.hi))
     return perr(ps, "min_bytes and max_bytes must be unsigned decimal integers < 2^64");
   if (r.lo > r.hi) return perr(ps, "min_bytes is larger than max_bytes");
-  if (parse_field(tok[3], 1, 0, 1, INT32_MAX, &v[0]) || parse_field(tok[4], 1, 0, 1, INT32_MAX, &v[1]))
+  if (parse_field(tok[3], 1, 1, INT32_MAX, &v[0]) || parse_field(tok[4], 1, 1, INT32_MAX, &v[1]))
     return perr(ps, "nodes and ranks must be '*' or positive integers");
   if (v[0] != DCCL_ANY && v[1] != DCCL_ANY && v[1] < v[0])
     return perr(ps, "ranks must be at least nodes");
   r.nodes = (int32_t)v[0];
   r.ranks = (int32_t)v[1];
-  if (strcmp(tok[5], DCCL_TOKEN_DEFER) == 0) {
-    if (strcmp(tok[6], DCCL_TOKEN_KEEP) || strcmp(tok[7], DCCL_TOKEN_KEEP))
-      return perr(ps, "a defer rule has '" DCCL_TOKEN_KEEP "' as protocol and channels");
-    r.algo = DCCL_DEFER;
-    r.proto = -1;
+  char** knob = tok + DCCL_RULE_DIMS;
+  r.knobs = dccl_knobs_keep; /* knobs a file's version has no column for keep NCCL's value */
+  if (strcmp(knob[0], DCCL_TOKEN_DEFER) == 0) {
+    for (int i = 1; i < ps->nknobs; i++)
+      if (strcmp(knob[i], DCCL_TOKEN_KEEP))
+        return perr(ps, "a defer rule has '" DCCL_TOKEN_KEEP "' as %s", dccl_defer_rest[ps->version]);
   } else {
-    int a = lookup_name(tok[5], dccl_algo_names, DCCL_NUM_ALGOS);
-    int p = lookup_name(tok[6], dccl_proto_names, DCCL_NUM_PROTOS);
-    if (a < 0) return perr(ps, "unknown algorithm '%.40s'", tok[5]);
-    if (p < 0) return perr(ps, "unknown protocol '%.40s'", tok[6]);
-    if (parse_field(tok[7], 0, 1, 1, DCCL_MAX_CHANNELS, &v[2]))
-      return perr(ps, "channels must be '" DCCL_TOKEN_KEEP "' or 1..%d", DCCL_MAX_CHANNELS);
-    r.algo = (int8_t)a;
-    r.proto = (int8_t)p;
-    r.channels = (uint8_t)v[2];
+    for (int i = 0; i < ps->nknobs; i++) {
+      long long value = DCCL_KEEP;
+      if (parse_knob(ps, i, knob[i], &value)) return -1;
+      dccl_knobs_set(&r.knobs, i, value);
+    }
   }
   if (ps->nrules == DCCL_MAX_RULES) return perr(ps, "more than %u rules", DCCL_MAX_RULES);
   if (ps->nrules == ps->cap) {
@@ -318,11 +337,15 @@ static int parse_line(parser_t* ps, const char* start, size_t len) {
     uint64_t version;
     if (n != 2 || strcmp(tok[0], DCCL_FORMAT_MAGIC) != 0 || parse_u64(tok[1], &version))
       return perr(ps, "not a DynamICCL policy file (no '" DCCL_FORMAT_MAGIC " <version>' line)");
-    if (version != DCCL_FORMAT_VERSION) {
-      set_err(ps->err, ps->errlen, "format version %.20s is not supported (this plugin reads %d); "
-              "re-export the policy", tok[1], DCCL_FORMAT_VERSION);
+    if (version < DCCL_FORMAT_VERSION_MIN || version > DCCL_FORMAT_VERSION) {
+      set_err(ps->err, ps->errlen, "format version %.20s is not supported (this plugin reads "
+              DCCL_FORMAT_VERSIONS_READ "); re-export the policy", tok[1]);
       return -1;
     }
+    ps->version = (int)version;
+    ps->nknobs = 0;
+    for (int i = 0; i < DCCL_NUM_KNOBS; i++) ps->nknobs += dccl_knob_columns[i].format_version <= ps->version;
+    ps->nfields = DCCL_RULE_DIMS + ps->nknobs;
     return 0;
   }
   if (*p == '\0' || *p == '#') return 0;
@@ -397,8 +420,7 @@ static int build(parser_t* ps) {
       pol->ngroups++;
     }
     g->count++;
-    pol->ranges[i] = (dccl_range_t){r->lo, r->hi, r->algo, r->proto, r->channels, (uint8_t)r->coll,
-                                    r->nodes, r->ranks};
+    pol->ranges[i] = (dccl_range_t){r->lo, r->hi, r->knobs, (uint8_t)r->coll, r->nodes, r->ranks};
     pol->los[i] = r->lo;
   }
   pol->nranges = (uint32_t)n;

@@ -16,14 +16,12 @@
 
 #pragma GCC visibility push(hidden)
 
-#define DCCL_ANY (-1)   /* "*" in a rule: any nNodes / nRanks */
-#define DCCL_DEFER (-1) /* algorithm of a "defer to NCCL" rule */
+#define DCCL_ANY (-1)          /* "*" in a rule: any nNodes / nRanks */
+#define DCCL_DEFER DCCL_KEEP   /* algorithm of a "defer to NCCL" rule: NCCL keeps its own */
 
 typedef struct {
   uint64_t lo, hi;      /* inclusive byte range */
-  int8_t algo;          /* NCCL algorithm id, or DCCL_DEFER */
-  int8_t proto;         /* NCCL protocol id (-1 when deferring) */
-  uint8_t channels;     /* 0: leave NCCL's channel count */
+  dccl_knobs_t knobs;   /* the decision (policy_format.h); knobs.algorithm DCCL_DEFER: defer */
   uint8_t coll;
   int32_t nodes, ranks; /* copied from the group: decision logs and the v2 exact-system check */
 } dccl_range_t;

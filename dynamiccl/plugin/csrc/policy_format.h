@@ -4,9 +4,13 @@
 #ifndef DYNAMICCL_POLICY_FORMAT_H
 #define DYNAMICCL_POLICY_FORMAT_H
 
+#include <stdint.h>
+
 #define DCCL_PLUGIN_VERSION "0.1.0"
 #define DCCL_FORMAT_MAGIC "DYNAMICCL-POLICY"
-#define DCCL_FORMAT_VERSION 2
+#define DCCL_FORMAT_VERSION 3
+#define DCCL_FORMAT_VERSION_MIN 2
+#define DCCL_FORMAT_VERSIONS_READ "2..3"
 #define DCCL_MAX_FILE_BYTES 4194304u
 #define DCCL_MAX_LINE 4096
 #define DCCL_MAX_RULES 65536u
@@ -19,8 +23,10 @@
 #define DCCL_MAX_CONTEXT_SPEC 96
 #define DCCL_HASH_HEX_LEN 64
 #define DCCL_MAX_PINS 256
-#define DCCL_RULE_FIELDS 8
-#define DCCL_RULE_FIELD_NAMES "collective min_bytes max_bytes nodes ranks algorithm protocol channels"
+#define DCCL_RULE_FIELDS 9
+#define DCCL_RULE_DIMS 5
+#define DCCL_NUM_KNOBS 4
+#define DCCL_KEEP (-1)
 #define DCCL_TOKEN_ANY "*"
 #define DCCL_TOKEN_KEEP "-"
 #define DCCL_TOKEN_DEFER "defer"
@@ -51,6 +57,8 @@
 #define DCCL_NUM_REQUIRED_HEADER 7
 #define DCCL_NUM_OPTIONAL_HEADER 1
 #define DCCL_NUM_FEATURES 3
+/* Each protocol's grain, bytes: NCCL rounds a chunk down to it (src/include/device.h). */
+#define DCCL_PROTO_GRAIN_BYTES {16, 1920, 512}
 
 enum {
   DCCL_COLL_BROADCAST = 0,
@@ -71,6 +79,10 @@ enum {
   DCCL_FEATURE_LL128 = 1,
   DCCL_FEATURE_NVLS = 2,
   DCCL_FEATURE_COLLNET = 4,
+  DCCL_KNOB_ALGORITHM = 0,
+  DCCL_KNOB_PROTOCOL = 1,
+  DCCL_KNOB_CHANNELS = 2,
+  DCCL_KNOB_CHUNK_BYTES = 3,
 };
 
 static const char* const dccl_coll_names[5] = {"broadcast", "reduce", "allgather", "reducescatter", "allreduce"};
@@ -79,6 +91,49 @@ static const char* const dccl_proto_names[3] = {"ll", "ll128", "simple"};
 static const char* const dccl_feature_names[3] = {"ll128", "nvls", "collnet"};
 static const char* const dccl_required_header[7] = {"policy", "created", "topology", "fingerprint", "features", "nccl", "config_hash"};
 static const char* const dccl_optional_header[1] = {"source"};
+static const char* const dccl_rule_field_names[DCCL_FORMAT_VERSION + 1] = {[2] = "collective min_bytes max_bytes nodes ranks algorithm protocol channels", [3] = "collective min_bytes max_bytes nodes ranks algorithm protocol channels chunk_bytes"};
+static const char* const dccl_defer_rest[DCCL_FORMAT_VERSION + 1] = {[2] = "protocol and channels", [3] = "protocol, channels and chunk_bytes"};
+
+static const char* const dccl_algorithm_tokens[7] = {"tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
+static const char* const dccl_protocol_tokens[3] = {"ll", "ll128", "simple"};
+/* A decision: one field per NCCL knob, DCCL_KEEP where NCCL keeps its own value. */
+typedef struct {
+  int8_t algorithm;
+  int8_t protocol;
+  int8_t channels;
+  int32_t chunk_bytes;
+} dccl_knobs_t;
+static const dccl_knobs_t dccl_knobs_keep = {DCCL_KEEP, DCCL_KEEP, DCCL_KEEP, DCCL_KEEP};
+/* Each knob's column of a rule: the tokens of an enum knob by id (NULL: a number lo..hi),
+ * whether '-' (keep NCCL's) may stand in a decision, the format version that added it. */
+static const struct {
+  const char* name;
+  const char* const* names;
+  long long lo, hi;
+  int keepable, format_version;
+} dccl_knob_columns[DCCL_NUM_KNOBS] = {
+  {"algorithm", dccl_algorithm_tokens, 0, 6, 0, 2},
+  {"protocol", dccl_protocol_tokens, 0, 2, 0, 2},
+  {"channels", NULL, 1, 64, 1, 2},
+  {"chunk_bytes", NULL, 4096, 16777216, 1, 3},
+};
+static inline void dccl_knobs_set(dccl_knobs_t* k, int i, long long v) {
+  switch (i) {
+    case DCCL_KNOB_ALGORITHM: k->algorithm = (int8_t)v; break;
+    case DCCL_KNOB_PROTOCOL: k->protocol = (int8_t)v; break;
+    case DCCL_KNOB_CHANNELS: k->channels = (int8_t)v; break;
+    case DCCL_KNOB_CHUNK_BYTES: k->chunk_bytes = (int32_t)v; break;
+  }
+}
+static inline long long dccl_knobs_get(const dccl_knobs_t* k, int i) {
+  switch (i) {
+    case DCCL_KNOB_ALGORITHM: return k->algorithm;
+    case DCCL_KNOB_PROTOCOL: return k->protocol;
+    case DCCL_KNOB_CHANNELS: return k->channels;
+    case DCCL_KNOB_CHUNK_BYTES: return k->chunk_bytes;
+  }
+  return DCCL_KEEP;
+}
 
 /* The v2 ABI (NCCL 2.21): per algorithm, the collectives (bit = collective id) and
  * protocols (bit = protocol id) it may be forced for, and the feature bit it needs (0: none). */

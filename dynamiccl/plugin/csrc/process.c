@@ -208,13 +208,34 @@ static int cmp_pin(const void* a, const void* b) {
   return (x->lo > y->lo) - (x->lo < y->lo);
 }
 
+/* A pinned choice's knobs are what a rule may say: each knob's value in its column's range, or
+ * DCCL_KEEP where the knob may keep NCCL's value. */
+static int pin_knobs_ok(const long long* values, int n) {
+  if (n != DCCL_NUM_KNOBS) return 0; /* a caller built for another knob table */
+  for (int i = 0; i < n; i++) {
+    int keep = values[i] == DCCL_KEEP && dccl_knob_columns[i].keepable;
+    if (!keep && (values[i] < dccl_knob_columns[i].lo || values[i] > dccl_knob_columns[i].hi)) return 0;
+  }
+  return 1;
+}
+
 int dccl_pin(int coll, uint64_t min_bytes, uint64_t max_bytes, int algo, int proto, int channels) {
-  if (coll < 0 || coll >= DCCL_NUM_COLLS || min_bytes >= max_bytes || algo < -1 ||
-      algo >= DCCL_NUM_ALGOS)
-    return -1;
-  if (algo >= 0 && (proto < 0 || proto >= DCCL_NUM_PROTOS || channels < 0 ||
-                    channels > DCCL_MAX_CHANNELS))
-    return -1;
+  long long values[DCCL_NUM_KNOBS];
+  for (int i = 0; i < DCCL_NUM_KNOBS; i++) values[i] = DCCL_KEEP;
+  values[DCCL_KNOB_ALGORITHM] = algo;
+  values[DCCL_KNOB_PROTOCOL] = proto;
+  values[DCCL_KNOB_CHANNELS] = channels == 0 ? DCCL_KEEP : channels; /* this entry's 0 keeps */
+  if (algo == DCCL_KEEP) return dccl_pin_knobs(coll, min_bytes, max_bytes, NULL, 0);
+  if (channels < 0) return -1;
+  return dccl_pin_knobs(coll, min_bytes, max_bytes, values, DCCL_NUM_KNOBS);
+}
+
+int dccl_pin_knobs(int coll, uint64_t min_bytes, uint64_t max_bytes, const long long* values,
+                   int nvalues) {
+  if (coll < 0 || coll >= DCCL_NUM_COLLS || min_bytes >= max_bytes) return -1;
+  if (values && !pin_knobs_ok(values, nvalues)) return -1;
+  dccl_knobs_t knobs = dccl_knobs_keep;
+  for (int i = 0; values && i < nvalues; i++) dccl_knobs_set(&knobs, i, values[i]);
   uint64_t lo = min_bytes, hi = max_bytes - 1; /* [min, max) as an inclusive range */
   pthread_mutex_lock(&g_pin_lock);
   pinset_t* old = dccl_g_pins;
@@ -235,9 +256,7 @@ int dccl_pin(int coll, uint64_t min_bytes, uint64_t max_bytes, int algo, int pro
     if (r.lo < lo) next->r[n] = r, next->r[n++].hi = lo - 1;
     if (r.hi > hi) next->r[n] = r, next->r[n++].lo = hi + 1;
   }
-  if (algo >= 0)
-    next->r[n++] = (dccl_range_t){lo, hi, (int8_t)algo, (int8_t)proto, (uint8_t)channels,
-                                  (uint8_t)coll, DCCL_ANY, DCCL_ANY};
+  if (values) next->r[n++] = (dccl_range_t){lo, hi, knobs, (uint8_t)coll, DCCL_ANY, DCCL_ANY};
   if (n > DCCL_MAX_PINS) {
     free(next);
     pthread_mutex_unlock(&g_pin_lock);

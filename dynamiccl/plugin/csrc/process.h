@@ -43,6 +43,10 @@ static inline int dccl_any_pins(void) { return __atomic_load_n(&dccl_g_pins, __A
  * dccl_pins_done(). */
 const dccl_range_t* dccl_pins_lookup(int coll, uint64_t nbytes);
 void dccl_pins_done(void);
+/* Pins [min_bytes, max_bytes) of a collective to a decision: n values in the knob table's order
+ * (DCCL_KEEP: keep NCCL's value), or NULL to unpin. 0 ok, -1 bad input or too many pins. */
+int dccl_pin_knobs(int coll, uint64_t min_bytes, uint64_t max_bytes, const long long* values, int n);
+/* dynamiccl_pin's older spelling: algorithm -1 unpins, channels 0 keeps NCCL's count. */
 int dccl_pin(int coll, uint64_t min_bytes, uint64_t max_bytes, int algo, int proto, int channels);
 
 /* NCCL_ALGO / NCCL_PROTO were set when a communicator initialised: pins then do nothing. */

@@ -39,6 +39,11 @@
  *       NCCL's cost table allows it (else NCCL decides), in every communicator, before any policy
  *       rule; channels 0 keeps NCCL's. algorithm -1 unpins [min_bytes, max_bytes). 0 ok, -1 bad
  *       input or more than DCCL_MAX_PINS pinned ranges.
+ *   int dynamiccl_pin_knobs(int collective, uint64_t min_bytes, uint64_t max_bytes,
+ *                           const long long* knobs, int nknobs);
+ *       the same with every knob of the policy format (policy_format.h's dccl_knob_columns, in
+ *       that order; DCCL_KEEP = -1 keeps NCCL's value), nknobs == DCCL_NUM_KNOBS (a caller built
+ *       for another knob table is refused); knobs NULL unpins.
  *   int dynamiccl_pin_counts(uint64_t* forced, uint64_t* refused);
  *       how many calls a pin covered since the process started: forced, and left to NCCL because
  *       its cost table disabled the pinned cell (a measurement of a pinned choice checks that its
@@ -60,14 +65,30 @@
 #define MAX_TABLE_PROTOS 8
 enum { LOGGED_APPLIED = 1, LOGGED_UNUSABLE = 2, LOGGED_DEFER = 4 };
 
+/* The chunk size getCollInfo decided for a collective, for getChunkSize to apply: NCCL asks for
+ * the chunk of each channel's piece, not of the call (src/enqueue.cc @2.30.7: getCollInfo for every
+ * task of a group in ncclPrepareTasks, then getChunkSize per piece while the plan is built, in the
+ * same order on every rank). So the decision is carried from one to the other per communicator:
+ * the chunk of this collective's calls decided since NCCL last asked for chunks, applied to a piece
+ * of the same algorithm and protocol; calls of one group decided differently keep NCCL's chunk. */
 typedef struct {
-  dccl_policy_t* policy;
+  int8_t algorithm, protocol; /* what was decided (DCCL_KEEP: nothing pinned) */
+  int8_t mixed;               /* calls since the last chunking decided different chunks */
+  int8_t set;
+  int32_t chunk_bytes;        /* DCCL_KEEP: NCCL's own */
+} dccl_pending_chunk_t;
+
+typedef struct {
+  dccl_policy_t* policy; /* NULL: no policy (pins only) */
   dccl_view_t* views;  /* one per slice of the policy */
   uint32_t default_view;
   uint64_t active;     /* (context word << 32) | view index, refreshed when the word changes */
   ncclDebugLogger_t log;
   int log_decisions;
   unsigned char gap_logged[DCCL_NUM_COLLS];
+  int32_t chunk_logged[DCCL_NUM_COLLS]; /* the chunk last logged per collective (0: none yet) */
+  int chunking;        /* getChunkSize ran since the last getCollInfo: the next one starts afresh */
+  dccl_pending_chunk_t pending[DCCL_NUM_COLLS];
 } dccl_comm_t;
 
 /* ---- init / finalize ------------------------------------------------------------------------ */
@@ -134,8 +155,22 @@ static void init_common(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, voi
   *context = c;
 }
 
+/* init_common, and a communicator without a policy still gets a context: a pin's chunk size is
+ * carried per communicator from getCollInfo to getChunkSize. */
+static void init_comm(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** context,
+                      const void* caller) {
+  init_common(nRanks, nNodes, log, context, caller);
+  if (!context || *context || dccl_nccl_forces_choice(log)) return;
+  dccl_comm_t* c = calloc(1, sizeof(*c));
+  if (!c) return;
+  c->log = log;
+  const char* ld = getenv(DCCL_ENV_LOG_DECISIONS);
+  c->log_decisions = ld && strcmp(ld, "1") == 0;
+  *context = c;
+}
+
 static ncclResult_t init_v2(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** context) {
-  init_common(nRanks, nNodes, log, context, __builtin_return_address(0));
+  init_comm(nRanks, nNodes, log, context, __builtin_return_address(0));
   return DCCL_NCCL_SUCCESS;
 }
 
@@ -145,7 +180,7 @@ static ncclResult_t init_v5(void** context, uint64_t commId, size_t nRanks, size
   (void)commId; /* rank-independent but communicator-specific: decisions must not depend on it */
   (void)nvlDomainInfo;
   (void)constants; /* NCCL's cost model is left as NCCL built it */
-  init_common(nRanks, nNodes, log, context, __builtin_return_address(0));
+  init_comm(nRanks, nNodes, log, context, __builtin_return_address(0));
   return DCCL_NCCL_SUCCESS;
 }
 
@@ -187,12 +222,14 @@ static void note(dccl_comm_t* c, const dccl_range_t* r, int bit) {
               dim(r->ranks, ranks));
     return;
   }
-  if (r->channels) snprintf(channels, sizeof(channels), "%d channels", r->channels);
-  else snprintf(channels, sizeof(channels), "NCCL's channels");
+  if (r->knobs.channels != DCCL_KEEP)
+    snprintf(channels, sizeof(channels), "%d channels", r->knobs.channels);
+  else
+    snprintf(channels, sizeof(channels), "NCCL's channels");
   DCCL_INFO(c->log, "DynamICCL decision: %s %llu-%llu B, nNodes %s nRanks %s: %s/%s, %s%s", coll,
             (unsigned long long)r->lo, (unsigned long long)r->hi, dim(r->nodes, nodes),
-            dim(r->ranks, ranks), dccl_algo_names[r->algo], dccl_proto_names[r->proto], channels,
-            bit == LOGGED_UNUSABLE ? " -- not usable here, NCCL's choice stands" : "");
+            dim(r->ranks, ranks), dccl_algo_names[r->knobs.algorithm],
+            dccl_proto_names[r->knobs.protocol], channels, bit == LOGGED_UNUSABLE ? " -- not usable here, NCCL's choice stands" : "");
 }
 
 static void note_gap(dccl_comm_t* c, int coll, size_t nBytes) {
@@ -205,23 +242,42 @@ static void note_gap(dccl_comm_t* c, int coll, size_t nBytes) {
 /* The policy's rule for this call (NULL: none). */
 static const dccl_range_t* policy_rule(dccl_comm_t* c, int coll, size_t nBytes) {
   const dccl_range_t* r = dccl_view_lookup(active_view(c), coll, nBytes);
-  if ((!r || r->algo == DCCL_DEFER) && c->log_decisions)
+  if ((!r || r->knobs.algorithm == DCCL_DEFER) && c->log_decisions)
     r ? note(c, r, LOGGED_DEFER) : note_gap(c, coll, nBytes);
-  return r && r->algo != DCCL_DEFER ? r : NULL;
+  return r && r->knobs.algorithm != DCCL_DEFER ? r : NULL;
 }
 
 /* Forces r in the cost table if NCCL marked its entry usable; returns whether it did. */
 static int force_in_table(const dccl_range_t* r, float** table, int numAlgo, int numProto,
                           int* nChannels) {
   /* The table is one contiguous float[numAlgo][numProto] (declared float**, it is not). */
-  if (!table || numAlgo > MAX_TABLE_ALGOS || numProto > MAX_TABLE_PROTOS || r->algo >= numAlgo ||
-      r->proto >= numProto)
+  if (!table || numAlgo > MAX_TABLE_ALGOS || numProto > MAX_TABLE_PROTOS || r->knobs.algorithm >= numAlgo ||
+      r->knobs.protocol >= numProto)
     return 0;
-  float* entry = (float*)table + (size_t)r->algo * (size_t)numProto + (size_t)r->proto;
+  float* entry = (float*)table + (size_t)r->knobs.algorithm * (size_t)numProto + (size_t)r->knobs.protocol;
   if (!(*entry >= 0.0f)) return 0; /* unusable here (or NaN): NCCL's choice stands */
   *entry = 0.0f;
-  if (r->channels && nChannels) *nChannels = r->channels;
+  if (r->knobs.channels != DCCL_KEEP && nChannels) *nChannels = r->knobs.channels;
   return 1;
+}
+
+/* Records the chunk decided for a call of coll (r NULL: NCCL's own) for getChunkSize. Cheap and
+ * free of data-dependent branches once a group is mixed: it runs on every getCollInfo. */
+static void note_chunk(dccl_comm_t* c, int coll, const dccl_range_t* r) {
+  if (!c || (unsigned)coll >= DCCL_NUM_COLLS) return;
+  if (c->chunking) { /* NCCL chunked the last group: this call starts the next */
+    memset(c->pending, 0, sizeof(c->pending));
+    c->chunking = 0;
+  }
+  dccl_pending_chunk_t* p = &c->pending[coll];
+  if (p->mixed) return; /* calls decided differently: NCCL's chunk, whatever comes */
+  const dccl_knobs_t* k = r ? &r->knobs : &dccl_knobs_keep;
+  if (!p->set) {
+    *p = (dccl_pending_chunk_t){k->algorithm, k->protocol, 0, 1, k->chunk_bytes};
+    return;
+  }
+  p->mixed = (int8_t)((p->chunk_bytes != k->chunk_bytes) | (p->algorithm != k->algorithm) |
+                      (p->protocol != k->protocol));
 }
 
 static void apply(void* context, int coll, size_t nBytes, float** table, int numAlgo, int numProto,
@@ -229,15 +285,22 @@ static void apply(void* context, int coll, size_t nBytes, float** table, int num
   dccl_comm_t* c = context;
   if (dccl_any_pins()) {
     const dccl_range_t* pin = dccl_pins_lookup(coll, nBytes);
-    if (pin) dccl_count_pin(force_in_table(pin, table, numAlgo, numProto, nChannels));
+    int forced = pin && force_in_table(pin, table, numAlgo, numProto, nChannels);
+    if (pin) {
+      dccl_count_pin(forced);
+      note_chunk(c, coll, forced ? pin : NULL);
+    }
     dccl_pins_done();
     if (pin) return; /* a pin the table refuses leaves the call to NCCL, not to the policy */
   }
-  if (!c || !table) return;
+  if (!c || !c->policy || !table) {
+    note_chunk(c, coll, NULL);
+    return;
+  }
   const dccl_range_t* r = policy_rule(c, coll, nBytes);
-  if (!r) return;
-  int forced = force_in_table(r, table, numAlgo, numProto, nChannels);
-  if (c->log_decisions) note(c, r, forced ? LOGGED_APPLIED : LOGGED_UNUSABLE);
+  int forced = r && force_in_table(r, table, numAlgo, numProto, nChannels);
+  note_chunk(c, coll, forced ? r : NULL);
+  if (r && c->log_decisions) note(c, r, forced ? LOGGED_APPLIED : LOGGED_UNUSABLE);
 }
 
 /* What the v2 ABI may force: NCCL 2.21 takes the answer unchecked, so only a pair NCCL 2.21
@@ -246,11 +309,11 @@ static void apply(void* context, int coll, size_t nBytes, float** table, int num
  * (nodes and ranks both exact): a "*" rule was not exported for it. */
 static int force_v2_ok(const dccl_range_t* r, int coll, unsigned features, int collNetSupport,
                        int nvlsSupport, int is_pin) {
-  if (r->algo < 0 || r->algo >= DCCL_NUM_ALGOS || r->proto < 0 || r->proto >= DCCL_NUM_PROTOS)
+  if (r->knobs.algorithm < 0 || r->knobs.algorithm >= DCCL_NUM_ALGOS || r->knobs.protocol < 0 || r->knobs.protocol >= DCCL_NUM_PROTOS)
     return 0;
-  unsigned need = dccl_v2_allowed[r->algo].feature | dccl_v2_proto_feature[r->proto];
-  if (!(dccl_v2_allowed[r->algo].colls >> coll & 1u) ||
-      !(dccl_v2_allowed[r->algo].protos >> r->proto & 1u) || (features & need) != need)
+  unsigned need = dccl_v2_allowed[r->knobs.algorithm].feature | dccl_v2_proto_feature[r->knobs.protocol];
+  if (!(dccl_v2_allowed[r->knobs.algorithm].colls >> coll & 1u) ||
+      !(dccl_v2_allowed[r->knobs.algorithm].protos >> r->knobs.protocol & 1u) || (features & need) != need)
     return 0;
   if ((need & DCCL_FEATURE_COLLNET) && collNetSupport != 1) return 0;
   if ((need & DCCL_FEATURE_NVLS) && nvlsSupport != 1) return 0;
@@ -263,7 +326,7 @@ static ncclResult_t coll_v2(void* context, ncclFunc_t collType, size_t nBytes, i
   (void)numPipeOps;
   dccl_comm_t* c = context;
   if (!algorithm || !protocol || (unsigned)collType >= DCCL_NUM_COLLS) return DCCL_NCCL_SUCCESS;
-  unsigned features = c ? c->policy->features : 0;
+  unsigned features = c && c->policy ? c->policy->features : 0;
   const dccl_range_t* r = NULL;
   int ok = 0, pinned = 0;
   if (dccl_any_pins()) {
@@ -272,19 +335,19 @@ static ncclResult_t coll_v2(void* context, ncclFunc_t collType, size_t nBytes, i
       pinned = 1;
       ok = force_v2_ok(pin, collType, features, collNetSupport, nvlsSupport, 1);
       dccl_count_pin(ok);
-      if (ok) *algorithm = pin->algo, *protocol = pin->proto;
-      if (ok && pin->channels && nChannels) *nChannels = pin->channels;
+      if (ok) *algorithm = pin->knobs.algorithm, *protocol = pin->knobs.protocol;
+      if (ok && pin->knobs.channels != DCCL_KEEP && nChannels) *nChannels = pin->knobs.channels;
     }
     dccl_pins_done();
   }
-  if (pinned || !c) return DCCL_NCCL_SUCCESS;
+  if (pinned || !c || !c->policy) return DCCL_NCCL_SUCCESS;
   r = policy_rule(c, collType, nBytes);
   if (!r) return DCCL_NCCL_SUCCESS;
   ok = force_v2_ok(r, collType, features, collNetSupport, nvlsSupport, 0);
   if (ok) {
-    *algorithm = r->algo;
-    *protocol = r->proto;
-    if (r->channels && nChannels) *nChannels = r->channels;
+    *algorithm = r->knobs.algorithm;
+    *protocol = r->knobs.protocol;
+    if (r->knobs.channels != DCCL_KEEP && nChannels) *nChannels = r->knobs.channels;
   }
   if (c->log_decisions) note(c, r, ok ? LOGGED_APPLIED : LOGGED_UNUSABLE);
   return DCCL_NCCL_SUCCESS;
@@ -305,13 +368,35 @@ static ncclResult_t coll_v4(void* context, ncclFunc_t collType, size_t nBytes, i
   return DCCL_NCCL_SUCCESS;
 }
 
+/* v6: the chunk of a piece of the call getCollInfo decided (dccl_pending_chunk_t), where the piece
+ * runs the decided algorithm and protocol and the chunk is at least the protocol's grain (NCCL
+ * rounds down to it: less would be no chunk at all); otherwise NCCL's own. NCCL clamps it to its
+ * buffer (src/enqueue.cc @2.30.7, calcCollChunking). */
+static ncclResult_t chunk_v6(void* context, ncclFunc_t collType, size_t nBytes, int algorithm,
+                             int protocol, int nChannels, size_t* chunkSize) {
+  static const int grain[DCCL_NUM_PROTOS] = DCCL_PROTO_GRAIN_BYTES;
+  dccl_comm_t* c = context;
+  if (!c || !chunkSize || (unsigned)collType >= DCCL_NUM_COLLS) return DCCL_NCCL_SUCCESS;
+  c->chunking = 1;
+  const dccl_pending_chunk_t* p = &c->pending[collType];
+  if (!p->set || p->mixed || p->chunk_bytes == DCCL_KEEP || p->algorithm != algorithm ||
+      p->protocol != protocol || (unsigned)protocol >= DCCL_NUM_PROTOS ||
+      p->chunk_bytes < grain[protocol])
+    return DCCL_NCCL_SUCCESS;
+  if (c->log_decisions &&
+      __atomic_exchange_n(&c->chunk_logged[collType], p->chunk_bytes, __ATOMIC_RELAXED) != p->chunk_bytes)
+    DCCL_INFO(c->log, "DynamICCL chunk: %s %s/%s piece of %zu B on %d channel(s): %zu -> %d B "
+              "(logged when it changes)", dccl_coll_names[collType], dccl_algo_names[algorithm],
+              dccl_proto_names[protocol], nBytes, nChannels, *chunkSize, (int)p->chunk_bytes);
+  *chunkSize = (size_t)p->chunk_bytes;
+  return DCCL_NCCL_SUCCESS;
+}
+
 /* ---- the only exported symbols -------------------------------------------------------------- */
 
 #define PLUGIN_NAME "DynamICCL"
-/* getChunkSize is NULL (optional in v6): NCCL asks it per channel piece, so no rule about a whole
- * call could be applied to it faithfully; the policy format has no chunk column. */
 DCCL_EXPORT const dccl_tuner_v6_t ncclTunerPlugin_v6 = {PLUGIN_NAME, init_v5, coll_v4, finalize,
-                                                        NULL};
+                                                        chunk_v6};
 DCCL_EXPORT const dccl_tuner_v5_t ncclTunerPlugin_v5 = {PLUGIN_NAME, init_v5, coll_v4, finalize};
 DCCL_EXPORT const dccl_tuner_v4_t ncclTunerPlugin_v4 = {PLUGIN_NAME, init_v2, coll_v4, finalize};
 DCCL_EXPORT const dccl_tuner_v3_t ncclTunerPlugin_v3 = {PLUGIN_NAME, init_v2, coll_v3, finalize};
@@ -330,6 +415,11 @@ DCCL_EXPORT const char* dynamiccl_plugin_version(void) { return DCCL_PLUGIN_VERS
 DCCL_EXPORT int dynamiccl_pin(int collective, uint64_t min_bytes, uint64_t max_bytes, int algorithm,
                               int protocol, int channels) {
   return dccl_pin(collective, min_bytes, max_bytes, algorithm, protocol, channels);
+}
+
+DCCL_EXPORT int dynamiccl_pin_knobs(int collective, uint64_t min_bytes, uint64_t max_bytes,
+                                    const long long* knobs, int nknobs) {
+  return dccl_pin_knobs(collective, min_bytes, max_bytes, knobs, nknobs);
 }
 
 DCCL_EXPORT int dynamiccl_pin_counts(uint64_t* forced, uint64_t* refused) {

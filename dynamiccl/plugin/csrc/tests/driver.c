@@ -7,6 +7,8 @@
  *        FILL = all | none | a '0'/'1' string of NUMALGO*NUMPROTO usable flags
  *   v2 k COLL NBYTES COLLNET NVLS PIPE   -> RES algo proto nChannels   (v2 getCollInfo)
  *   chunk                                -> CHUNK null|set  (whether v6 has a getChunkSize)
+ *   getchunk k COLL NBYTES ALGO PROTO NCH NCCLCHUNK
+ *                                        -> CHUNKSIZE bytes (v6 getChunkSize, NCCL's chunk given)
  *   fin k                                -> FIN rc
  *   setenv NAME VALUE                    (so one process can try many policy files)
  *   rewrite SRC DST                      (DST overwritten in place by SRC's bytes, its mtime kept:
@@ -15,6 +17,7 @@
  *                                         dynamiccl's own writers do)
  *   context SPEC...                      -> SETCTX rc       (dynamiccl_set_context; "NULL" = NULL)
  *   pin COLL MIN MAX ALGO PROTO CH       -> PIN rc          (dynamiccl_pin; MIN/MAX may be "max")
+ *   pinknobs COLL MIN MAX V... | NULL    -> PINK rc         (dynamiccl_pin_knobs, one V per knob)
  *   hash LEN                             -> HASH rc text    (dynamiccl_policy_hash, buffer of LEN)
  *   version                              -> VERSION text    (dynamiccl_plugin_version)
  *   reload                               (close the plugin and open it again, as NCCL does once the
@@ -115,6 +118,25 @@ int main(int argc, char** argv) {
                               &algo, &proto, &nch);
       if (rc != 0) printf("VIOLATION getCollInfo returned %d\n", rc), failed = 1;
       printf("RES %d %d %d\n", algo, proto, nch);
+    } else if (sscanf(line, "getchunk %d %d %63s %d %d %d %63s", &k, &coll, a, &algo, &proto, &nch, b) ==
+                   7 && k >= 0 && k < nctx) {
+      const dccl_tuner_v6_t* t6 = v6.table;
+      size_t chunk = parse_size(b);
+      int rc = t6->getChunkSize(ctxs[k], coll, parse_size(a), algo, proto, nch, &chunk);
+      if (rc != 0) printf("VIOLATION getChunkSize returned %d\n", rc), failed = 1;
+      printf("CHUNKSIZE %zu\n", chunk);
+    } else if (strncmp(line, "pinknobs ", 9) == 0 && have_api) {
+      long long values[DCCL_NUM_KNOBS];
+      int used = 0, n = 0;
+      if (sscanf(line + 9, "%d %63s %63s %n", &coll, a, b, &used) < 3) continue;
+      char* rest = line + 9 + used;
+      int unpin = strncmp(rest, "NULL", 4) == 0;
+      while (!unpin && n < DCCL_NUM_KNOBS && sscanf(rest, "%lld %n", &values[n], &used) == 1) {
+        rest += used;
+        n++;
+      }
+      printf("PINK %d\n", api.pin_knobs(coll, parse_size(a), parse_size(b), unpin ? NULL : values,
+                                        unpin ? 0 : n));
     } else if (strncmp(line, "chunk", 5) == 0) {
       const dccl_tuner_v6_t* t6 = v6.table;
       printf("CHUNK %s\n", t6->getChunkSize ? "set" : "null");

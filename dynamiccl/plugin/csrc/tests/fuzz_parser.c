@@ -29,9 +29,13 @@ static void exercise(const char* data, size_t len) {
           const dccl_range_t* r = dccl_view_lookup(&views[v], coll, sizes[i]);
           if (!r) continue;
           if (sizes[i] < r->lo || sizes[i] > r->hi || r->coll != coll) abort();
-          if (r->algo != DCCL_DEFER && (r->algo < 0 || r->algo >= DCCL_NUM_ALGOS || r->proto < 0 ||
-                                        r->proto >= DCCL_NUM_PROTOS || r->channels > DCCL_MAX_CHANNELS))
-            abort();
+          if (r->knobs.algorithm == DCCL_DEFER) continue;
+          for (int k = 0; k < DCCL_NUM_KNOBS; k++) { /* every knob in its column's range, or kept */
+            long long value = dccl_knobs_get(&r->knobs, k);
+            if (value == DCCL_KEEP ? !dccl_knob_columns[k].keepable
+                                   : value < dccl_knob_columns[k].lo || value > dccl_knob_columns[k].hi)
+              abort();
+          }
         }
   }
   free(views);

@@ -57,11 +57,13 @@ typedef int (*set_context_fn)(const char*);
 typedef int (*policy_hash_fn)(char*, size_t);
 typedef const char* (*version_fn)(void);
 typedef int (*pin_fn)(int, uint64_t, uint64_t, int, int, int);
+typedef int (*pin_knobs_fn)(int, uint64_t, uint64_t, const long long*, int);
 typedef struct {
   set_context_fn set_context;
   policy_hash_fn policy_hash;
   version_fn version;
   pin_fn pin;
+  pin_knobs_fn pin_knobs;
 } runtime_api_t;
 
 static int runtime_api(runtime_api_t* api) {
@@ -70,7 +72,8 @@ static int runtime_api(runtime_api_t* api) {
   *(void**)&api->policy_hash = dlsym(g_plugin_handle, "dynamiccl_policy_hash");
   *(void**)&api->version = dlsym(g_plugin_handle, "dynamiccl_plugin_version");
   *(void**)&api->pin = dlsym(g_plugin_handle, "dynamiccl_pin");
-  return api->set_context && api->policy_hash && api->version && api->pin ? 0 : -1;
+  *(void**)&api->pin_knobs = dlsym(g_plugin_handle, "dynamiccl_pin_knobs");
+  return api->set_context && api->policy_hash && api->version && api->pin && api->pin_knobs ? 0 : -1;
 }
 
 /* NCCL's logger as the tests hand it to the plugin: the message formatted, then given to the
