@@ -13,17 +13,24 @@ it:
 * **the price of a bad trial** (``price``): a candidate is never tried while the belief gives it
   more than ``risk`` chance of running more than :data:`~dynamiccl.envs.online_tuning.
   MAX_PREDICTED_SLOWDOWN` times NCCL's measured time;
-* **the noise** (``noise``): a measured candidate is held once its advantage over NCCL's default
-  clears the gate by ``gate_z`` standard errors of the medians (the system's launch noise per size
-  band, :mod:`dynamiccl.system.launch_noise`, updated by what repeats show), dropped once it cannot, and
-  re-run (alternating with NCCL's default, the side with fewer tries first) only while the noise
-  leaves that open.
+* **the noise** (``noise``): a measured candidate is held, dropped or re-run (alternating with
+  NCCL's default, the side with fewer tries first) by the rule every online path applies,
+  :func:`~dynamiccl.system.launch_noise.held_verdict`: held once it beats NCCL's default by the
+  gate beyond ``gate_z`` standard errors of the two medians, from two trials each; dropped once it
+  falls short by as much or once even ``max_repeats`` trials could not clear the noise at the
+  advantage measured. The noise is the system's launch noise per size band
+  (:mod:`dynamiccl.system.launch_noise`), raised where the system's repeats or this choice's own
+  show more, never lowered: repeats inside one job (or, on a replay, a launch shown again) cannot
+  show that another launch will agree. The same noise prices a trial: a candidate's gain counts
+  only beyond what the gate could hold (where the noise exceeds what the belief predicts a
+  candidate gains, exploration stops).
 
 Switching an input off (:class:`Inputs`) gives the ablations of ``experiments/bench_online.py``:
 without ``shared`` each call believes only its own measurements; without ``price`` a trial needs
 only the model's prediction within 2x NCCL's (the prior sweep's rule); without ``stop`` every
 allowed candidate is tried once, in the model's order; without ``noise`` re-runs follow the fixed
-gate of :func:`~dynamiccl.agents.policies.adaptive.gated_slot` (a 2 % noise floor, three tries).
+gate of :func:`~dynamiccl.agents.policies.adaptive.gated_slot` (a 2 % noise floor, three tries,
+repeats believed) and a trial's gain counts from the gate alone.
 
 What it is told per call and what it answers are the candidate tuners' (:class:`~dynamiccl.agents.
 policies.adaptive.CandidateTuner`): ``force(scenario)`` -> the knobs to pin (nothing: NCCL's own
@@ -45,20 +52,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dynamiccl import decisions
-from dynamiccl.agents.policies.adaptive import (
-    GATE_Z,
-    SAFETY_GATE,
-    CandidateTuner,
-    Menu,
-    _Context,
-    gated_slot,
-)
+from dynamiccl.agents.policies.adaptive import CandidateTuner, Menu, _Context, gated_slot
 from dynamiccl.agents.policies.online import context_key
 from dynamiccl.agents.policies.pair_belief import Prediction, Series, Spreads, SystemBelief
 from dynamiccl.envs.backends.perturbed import system_kind
 from dynamiccl.envs.online_tuning import MAX_PREDICTED_SLOWDOWN, N_CALLS, affordable
 from dynamiccl.files import write_text_atomic
-from dynamiccl.system.launch_noise import BandNoise, default_launch_noise, noise_band, updated_core
+from dynamiccl.system.launch_noise import (
+    DROP,
+    HOLD,
+    HOLD_MARGIN,
+    HOLD_Z,
+    BandNoise,
+    default_launch_noise,
+    held_verdict,
+    noise_band,
+    trial_spread,
+    updated_core,
+)
 
 if TYPE_CHECKING:
     from dynamiccl.system.scenario import Scenario
@@ -95,8 +106,8 @@ class Settings:
     #: The largest chance a trial may have of running > MAX_PREDICTED_SLOWDOWN x NCCL's time.
     risk: float = 0.02
     #: The gain over NCCL's default a held choice must show, and the standard errors it must clear.
-    gate: float = SAFETY_GATE
-    gate_z: float = GATE_Z
+    gate: float = HOLD_MARGIN
+    gate_z: float = HOLD_Z
     #: The most tries of a measured candidate while its decision is open (then NCCL's default).
     max_repeats: int = 6
     #: Where these settings came from (the training command, its validation scores).
@@ -178,14 +189,16 @@ class EvidenceTuner(CandidateTuner):
         return self._splits[key]
 
     def _band(self, scenario: Scenario) -> tuple[BandNoise, float]:
-        """The size band's launch noise and the core noise believed there (``noise``: updated by
-        the system's repeated measurements in that band)."""
+        """The size band's launch noise and the core noise believed there (``noise``: raised by the
+        system's repeated measurements in that band, never lowered: a job's repeats fall in one
+        launch, or on a replay re-show a launch already shown, and launches disagree more than the
+        timings within one do, so repeats that agree cannot show that another launch will)."""
         band = noise_band(scenario.nbytes)
         noise = default_launch_noise(scenario.topology)[band]
         if not self.inputs.noise:
             return noise, noise.core
         ss, dof = self._system(scenario).repeats.get(band, (0.0, 0))
-        return noise, updated_core(noise.core, math.sqrt(ss / dof) if dof else 0.0, dof)
+        return noise, max(noise.core, updated_core(noise.core, math.sqrt(ss / dof) if dof else 0.0, dof))
 
     def measured_times(self, scenario: Scenario) -> list[list[float]] | None:
         """Every time measured per slot in ``scenario``'s context (None before its first call)."""
@@ -236,6 +249,9 @@ class EvidenceTuner(CandidateTuner):
         if not self.inputs.price:
             allowed &= affordable(ctx.candidates, ctx.log)
         bound = math.log(MAX_PREDICTED_SLOWDOWN)
+        # a candidate pays only where it would be held: beating NCCL's default by the gain the
+        # gate asks for at the most trials it allows, and the incumbent
+        threshold = min(incumbent, -self._gain_needed(scenario, ctx))
         best, best_value = None, 0.0
         for slot in range(1, len(ctx.configs)):
             if tried[slot] or not allowed[slot]:
@@ -245,10 +261,26 @@ class EvidenceTuner(CandidateTuner):
                 continue
             if not self.inputs.stop:
                 return slot  # every allowed candidate once, in the model's order
-            value = (calls_left - 1) * relative.expected_shortfall(incumbent) - (relative.mean() - incumbent)
+            gain = (relative.expected_shortfall(threshold)
+                    + (incumbent - threshold) * (1.0 - relative.chance_above(threshold)))
+            value = (calls_left - 1) * gain - (relative.mean() - incumbent)
             if value > best_value:
                 best, best_value = slot, value
         return best
+
+    def _gain_needed(self, scenario: Scenario, ctx: _Context) -> float:
+        """The smallest advantage over NCCL's default (log time) the gate could hold a candidate
+        at: its margin, and (``noise``) the noise of ``max_repeats`` trials of the candidate and
+        NCCL's default's tries. Where the noise exceeds what the belief predicts a candidate
+        gains, exploring cannot pay."""
+        margin = math.log1p(self.settings.gate)
+        if not self.inputs.noise:
+            return margin
+        noise, core = self._band(scenario)
+        repeats = self.settings.max_repeats
+        se = math.hypot(noise.of_median(core, repeats),
+                        noise.of_median(core, max(int(ctx.log.tries[0]), repeats)))
+        return margin + self.settings.gate_z * se
 
     def _gate(self, scenario: Scenario, ctx: _Context, relative: np.ndarray, best: int,
               calls_left: int) -> int:
@@ -260,12 +292,14 @@ class EvidenceTuner(CandidateTuner):
             return gated_slot(ctx.log, best)
         tries = ctx.log.tries
         noise, core = self._band(scenario)
-        se = math.hypot(noise.of_median(core, int(tries[best])), noise.of_median(core, int(tries[0])))
-        advantage, margin = -float(relative[best]), math.log1p(self.settings.gate)
-        if advantage - self.settings.gate_z * se > margin:
+        times = self._times[context_key(scenario)]
+        measured, _ = trial_spread(times[best], times[0])  # what this choice's own repeats showed
+        verdict = held_verdict(-float(relative[best]), int(tries[best]), int(tries[0]), noise,
+                               max(core, measured), max_tries=self.settings.max_repeats,
+                               margin=self.settings.gate, z=self.settings.gate_z)
+        if verdict == HOLD:
             return best
-        open_ = advantage + self.settings.gate_z * se > margin
-        if not open_ or calls_left < 2 or tries[best] >= self.settings.max_repeats:
+        if verdict == DROP or calls_left < 2:
             return 0
         return best if tries[best] <= tries[0] else 0
 

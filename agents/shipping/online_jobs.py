@@ -261,6 +261,8 @@ class Score:
     """One tuner's traces, accumulated (``experiments/bench_online.py`` documents the figures)."""
 
     regret: list[float] = field(default_factory=list)
+    #: The part of ``regret`` the settled phase (the trailing run of the final choice) makes.
+    held_regret: float = 0.0
     settle: list[int] = field(default_factory=list)
     slower_exploited: int = 0
     exploited: int = 0
@@ -289,6 +291,7 @@ class Score:
         self.slower_exploited += int(np.sum(repeat & (t > SLOWER * nccl_us)))
         held = trace.held()
         self.held += held
+        self.held_regret += float(np.sum(np.log(t[-held:] / best_us)))
         self.slower_held += int(np.sum(t[-held:] > SLOWER * nccl_us))
         if repeat.any():
             self.worst_exploited = min(self.worst_exploited, float(speedup[repeat].min()))
@@ -323,6 +326,7 @@ class Score:
         return {
             "contexts": len(self.regret),
             "regret_50": round(float(np.mean(self.regret)), 4),
+            "regret_held": round(self.held_regret / len(self.regret), 4),
             "calls_to_2pct_median": float(np.median(settle)),
             "within_10_calls": round(float(np.mean(settle <= GOAL_CALLS)), 3),
             "never_within_2pct": int(np.sum(settle > n_calls)),

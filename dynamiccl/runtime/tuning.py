@@ -8,11 +8,14 @@ medians are agreed as their maximum over ranks (what the job waits for), so the 
 learns from a number every rank holds too. NCCL's own choice (nothing pinned) is measured first and
 is the gate. Exploration ends when the tuner has nothing more to propose or ``max_trials`` is
 reached; then the fastest candidate and NCCL's choice are measured again, alternately, while the
-noise leaves the decision open (:func:`verdict`): the winner is pinned only once it beats NCCL's
-time by more than the spread of their trials, from at least :data:`MIN_TRIALS` trials each, and
-the bin stays unpinned when it cannot (also when :data:`MAX_TRIALS_EACH` trials each leave it
-open). No decision rests on one trial: a trial's number is a trimmed mean of its calls
-(:func:`~dynamiccl.runtime.timing.trimmed_mean`), a choice's the median of its trials.
+noise leaves the decision open (:func:`verdict`, the rule every online path applies:
+:func:`~dynamiccl.system.launch_noise.held_verdict`): the winner is pinned only once it beats
+NCCL's time by more than the spread of their trials, from at least
+:data:`~dynamiccl.system.launch_noise.MIN_TRIALS` trials each, and the bin stays unpinned when it
+cannot (also as soon as :data:`MAX_TRIALS_EACH` trials each could not clear that spread at the gain
+measured, and when they leave it open). No pin rests on one trial: a trial's number is a trimmed
+mean of its calls (:func:`~dynamiccl.runtime.timing.trimmed_mean`), a choice's the median of its
+trials.
 
 The tuner is any object with this protocol (rank 0 calls it; see :class:`OnlineTuner`)::
 
@@ -32,6 +35,7 @@ from typing import Protocol
 import torch
 
 from dynamiccl.system.knobs import NCCL_KNOBS, Collective, Knobs
+from dynamiccl.system.launch_noise import DROP, HOLD, BandNoise, held_verdict, trial_spread
 
 #: A configuration to pin: NCCL's knobs, None leaving one to NCCL (``Candidate(ring, simple)``).
 Candidate = Knobs
@@ -66,40 +70,26 @@ class OnlineTuner(Protocol):
 #: own); ACTION_LENGTH values.
 MEASURE_DEFAULT, MEASURE_CANDIDATE, PIN_WINNER, KEEP_DEFAULT = 0, 1, 2, 3
 ACTION_LENGTH = 1 + len(NCCL_KNOBS)
-#: Trials of NCCL's choice and of the winner before either decision; at most this many of each
-#: while the noise leaves it open (then NCCL's choice stays).
-MIN_TRIALS, MAX_TRIALS_EACH = 2, 5
-#: A pin must save at least this share of the bin's time beyond the noise.
-MIN_GAIN = 0.01
-#: The noise as this many standard errors of the difference of two choices' medians.
-NOISE_SIGMAS = 2.0
-
-
-def _spread(trials: list[float]) -> float:
-    """Relative standard deviation of one choice's trials (robust: from their MAD; from the range
-    for two)."""
-    mid = statistics.median(trials)
-    if len(trials) < 2 or mid <= 0:
-        return math.inf
-    if len(trials) == 2:
-        return abs(trials[0] - trials[1]) / (2 * mid)
-    return 1.4826 * statistics.median(abs(t - mid) for t in trials) / mid
+#: At most this many trials of NCCL's choice and of the winner while the noise leaves the decision
+#: open (then NCCL's choice stays).
+MAX_TRIALS_EACH = 5
+#: What the runtime knows of launch noise before its trials measure any: nothing (its trials all
+#: fall in the job they decide for, so their own spread is the noise that matters).
+_UNMEASURED = BandNoise(core=0.0, tail=0.0)
 
 
 def verdict(default: list[float], best: list[float]) -> int | None:
     """PIN_WINNER, KEEP_DEFAULT or None (open: measure again) for the winner's trials ``best``
-    against NCCL's ``default``: its gain must clear MIN_GAIN by the noise, or fall short of it by
-    the noise, from at least MIN_TRIALS trials each."""
-    if len(default) < MIN_TRIALS or len(best) < MIN_TRIALS:
+    against NCCL's ``default``, by :func:`~dynamiccl.system.launch_noise.held_verdict`, the noise
+    being the spread of these trials (unknown, so nothing decided, until one of them repeats; a
+    trial that timed no call, 0 µs, decides nothing either)."""
+    if min(default + best) <= 0:
         return None
-    gain = 1.0 - statistics.median(best) / statistics.median(default)
-    noise = NOISE_SIGMAS * math.hypot(_spread(default) / math.sqrt(len(default)),
-                                      _spread(best) / math.sqrt(len(best)))
-    if gain - noise > MIN_GAIN:
-        return PIN_WINNER
-    if gain + noise < MIN_GAIN:
-        return KEEP_DEFAULT
-    return None
+    spread, dof = trial_spread(default, best)
+    advantage = math.log(statistics.median(default) / statistics.median(best))
+    decided = held_verdict(advantage, len(best), len(default), _UNMEASURED, spread if dof else math.inf,
+                           max_tries=MAX_TRIALS_EACH)
+    return {HOLD: PIN_WINNER, DROP: KEEP_DEFAULT}.get(decided)
 
 
 @dataclass

@@ -13,12 +13,19 @@ is uncertain by) and a *tail*: one launch in ten (:data:`STRAY_SHARE`) strays fu
 tail. :meth:`BandNoise.sample` draws that shape and :meth:`BandNoise.log_density` is its density:
 a Gaussian core, and strays past the tail by an exponential distance (scale :data:`STRAY_SPREAD` x
 the tail), either way.
+
+Whether a choice measured faster than NCCL's default may be held is judged here too, once, for every
+online path (:func:`held_verdict`: the evidence tuner in a job, the runtime's trials): it must beat
+NCCL's default by :data:`HOLD_MARGIN` beyond :data:`HOLD_Z` standard errors of the two medians, from
+:data:`MIN_TRIALS` trials each at least, the noise being the larger of what the trials measured
+(:func:`trial_spread`) and what the caller knows launches disagree by.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,3 +145,52 @@ def default_launch_noise(topology: Topology) -> tuple[BandNoise, ...]:
     if inner.link == "nvlink" and inner.fabric == "switch":
         return NVSWITCH_NODE_LAUNCH_NOISE
     return (BandNoise.flat(INTRA_NODE_LAUNCH_NOISE),) * len(NOISE_BANDS)
+
+
+#: What :func:`held_verdict` answers: hold the choice, or drop it for NCCL's default (None: open).
+HOLD, DROP = "hold", "drop"
+#: The gain over NCCL's default a held choice must show beyond the noise (nccl-tests' run-to-run
+#: spread is 1-5 %), the standard errors of the difference of the two medians it must clear, and
+#: the trials of each before either decision: one trial measures no spread.
+HOLD_MARGIN = 0.02
+HOLD_Z = 2.0
+MIN_TRIALS = 2
+
+
+def trial_spread(*trials: Sequence[float]) -> tuple[float, int]:
+    """The spread repeated trials show (1-sigma of log time about each choice's own mean, pooled
+    over the choices given) and its degrees of freedom (0: no choice was tried twice)."""
+    ss, dof = 0.0, 0
+    for times in trials:
+        if len(times) > 1:
+            logs = np.log(np.asarray(times, dtype=np.float64))
+            ss += float(((logs - logs.mean()) ** 2).sum())
+            dof += len(times) - 1
+    return (math.sqrt(ss / dof) if dof else 0.0), dof
+
+
+def held_verdict(advantage: float, tries: int, reference_tries: int, noise: BandNoise, core: float, *,
+                 max_tries: int, margin: float = HOLD_MARGIN, z: float = HOLD_Z,
+                 min_tries: int = MIN_TRIALS) -> str | None:
+    """Whether a choice whose median over ``tries`` trials beats NCCL's default's (over
+    ``reference_tries``) by ``advantage`` (log time) is held: :data:`HOLD` once the advantage
+    clears ``margin`` by ``z`` standard errors of the two medians (:meth:`BandNoise.of_median` of
+    ``core``, the noise believed: never less than what the trials measured), from ``min_tries``
+    trials each; :data:`DROP` once it falls short of the margin by as much, once ``min_tries``
+    trials each show that even ``max_tries`` each could not clear the noise at the advantage
+    measured (more trials would only cost), or once both had ``max_tries``; None while the noise
+    leaves it open (measure again), and while it is unknown (``core`` infinite: nothing measured
+    it, nothing assumed)."""
+    bar = math.log1p(margin)
+    se = math.hypot(noise.of_median(core, tries), noise.of_median(core, reference_tries))
+    if not math.isfinite(se):
+        return None
+    fewest = min(tries, reference_tries)
+    if fewest >= min_tries and advantage - z * se > bar:
+        return HOLD
+    at_most = math.hypot(noise.of_median(core, max(tries, max_tries)),
+                         noise.of_median(core, max(reference_tries, max_tries)))
+    futile = fewest >= min_tries and advantage - z * at_most <= bar
+    if advantage + z * se < bar or futile or fewest >= max_tries:
+        return DROP
+    return None
