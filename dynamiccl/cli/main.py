@@ -27,6 +27,7 @@ from dynamiccl.cli.common import (
     internal_error_line,
     is_input_error,
 )
+from dynamiccl.files import forget_claims
 
 #: Subcommand modules under ``dynamiccl.cli``, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -78,6 +79,7 @@ def console() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    forget_claims()  # a process that runs several commands (tests): each claims its own outputs
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
