@@ -95,13 +95,14 @@ class OutputRefused(ValueError):
     """An output path a command must not write to; the message names the path and the fix."""
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of the file at ``path`` itself (not where a link points); None if none."""
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """(device, inode, change time) of the file at ``path`` itself (not where a link points): another
+    file there, or this one written to, has another (an inode number is soon reused); None if none."""
     try:
         st = os.lstat(path)
     except OSError:
         return None
-    return st.st_dev, st.st_ino
+    return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
 def _claim_key(path: str | Path) -> str:
@@ -113,7 +114,7 @@ class _Claim:
     """What was at a claimed output path when it was claimed, and what may replace it."""
 
     kind: FileKind
-    found: tuple[int, int] | None
+    found: tuple[int, int, int] | None
 
     def check_unchanged(self, path: Path) -> None:
         now = _identity(path)

@@ -40,7 +40,7 @@ from torch import nn
 
 from dynamiccl import decisions
 from dynamiccl.agents.policies.policy import allowed_actions, nearest_valid_action, require_scenario
-from dynamiccl.config_loader import ConfigError
+from dynamiccl.config_loader import CHECKPOINT_FIX, ConfigError, read_as
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.action_values import ActionValues, action_values
 from dynamiccl.envs.deployable_observation import DEPLOYABLE_SIZE, encode_batch, scenario_context
@@ -205,13 +205,14 @@ class FullInfoLearner:
 
     @classmethod
     def load(cls, path: str | Path) -> FullInfoLearner:
-        blob = torch.load(Path(path), map_location="cpu", weights_only=True)
-        if "support_low" not in blob["state"]:
-            raise ConfigError(f"{path} was saved before learners kept the box of observations they "
-                             "trained on, which their policy needs; train it again")
-        learner = cls(FullInfoConfig(**blob["config"]))
-        learner.network.load_state_dict(blob["state"])
-        learner.samples_seen, learner.rounds = int(blob["samples_seen"]), int(blob["rounds"])
+        with read_as(path, "a full-information checkpoint saved by `dynamiccl train`", CHECKPOINT_FIX):
+            blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+            if "support_low" not in blob["state"]:
+                raise ConfigError(f"{path} was saved before learners kept the box of observations "
+                                  "they trained on, which their policy needs; train it again")
+            learner = cls(FullInfoConfig(**blob["config"]))
+            learner.network.load_state_dict(blob["state"])
+            learner.samples_seen, learner.rounds = int(blob["samples_seen"]), int(blob["rounds"])
         return learner
 
 

@@ -47,7 +47,7 @@ from dynamiccl.agents.training.full_info_agent import is_full_info
 from dynamiccl.agents.training.prior_agent import is_learned_prior
 from dynamiccl.agents.training.resume_state import restore
 from dynamiccl.agents.training.round_checkpoints import learned_state
-from dynamiccl.agents.training.run_folder import locked, record_config
+from dynamiccl.agents.training.run_folder import check_run_folder, locked, record_config
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.files import write_text_atomic
 
@@ -198,6 +198,7 @@ def train(cfg: DictConfig, run_dir: str | Path, *, report: Reporter | None = Non
 
 
 def _train(cfg: DictConfig, run_dir: Path, report: Reporter | None, run_logger: Any) -> dict[str, Any]:
+    check_run_folder(run_dir)
     meta = _checked_checkpoint(cfg, run_dir / "checkpoints")
     changes = record_config(cfg, run_dir, int((meta or {}).get("num_timesteps", 0)))
     own_logger = run_logger is None
