@@ -192,6 +192,25 @@ def read_head(path: str | Path, size: int = HEAD_BYTES) -> bytes:
         return fh.read(size)
 
 
+#: Characters of a line a text reader keeps (a log or record line is at most a few kilobytes): a
+#: longer line is cut there, its rest passed over without being held.
+MAX_LINE_CHARS = 1 << 16
+
+
+def text_lines(path: str | Path, *, errors: str = "replace") -> Iterator[str]:
+    """The lines of a text file one at a time, without their line ends, each cut at
+    :data:`MAX_LINE_CHARS` (a reader tells a cut line by its length): memory is bounded whatever the
+    file, where ``read_text().splitlines()`` holds all of it, several times over. A UTF-8
+    byte-order mark is read past; other bytes that are not UTF-8 read as U+FFFD (``errors``:
+    ``"strict"`` raises UnicodeDecodeError instead)."""
+    with open(path, encoding="utf-8-sig", errors=errors) as fh:
+        while line := fh.readline(MAX_LINE_CHARS):
+            if not line.endswith("\n"):
+                while (rest := fh.readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                    pass  # the rest of a line longer than any a reader wants
+            yield line.rstrip("\r\n")
+
+
 def read_tail(path: str | Path, size: int = HEAD_BYTES) -> bytes:
     with open(path, "rb") as fh:
         fh.seek(max(0, os.fstat(fh.fileno()).st_size - size))

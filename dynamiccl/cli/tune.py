@@ -57,7 +57,7 @@ def _records(paths: list[str] | None, topology) -> tuple[list, list[str]]:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    notes = []
+    notes = list(loaded.warnings)
     for what, files in (("skipped {} file(s) holding no measurements", loaded.skipped),
                         ("read {} file(s) given again once", loaded.repeated)):
         if files:

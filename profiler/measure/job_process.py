@@ -8,7 +8,8 @@ while a job runs: the first goes to the job's whole process group as it came and
 period (:data:`GRACE_S`), and what outlives the job's leader gets it too; any later one, or the
 end of the grace, kills every process of the job with SIGKILL: its group and every process it
 started that left the group (OpenMPI's ranks each have a group of their own), which
-:meth:`JobProcess.track` follows through ``/proc`` while the job runs. A signal the shell set to be ignored (``nohup``, a background job) stays ignored.
+:meth:`JobProcess.track` follows through ``/proc`` while the job runs. A signal the shell set to
+be ignored (``nohup``, a background job) stays ignored.
 
 Exit statuses are a shell's (:func:`shell_status`): a job killed by SIGKILL is 137, and dynamiccl
 stopped by SIGTERM exits 143 once the job is ended and its profile written.
