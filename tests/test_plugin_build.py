@@ -176,7 +176,7 @@ def test_a_compiler_that_makes_no_library_is_refused_and_not_remembered(tmp_path
     remembered = (tmp_path / plugin.LAST_BUILD).read_text()
     elf_without_plugin = tmp_path / "cc-of-another-library"
     elf_without_plugin.write_text('#!/bin/sh\nwhile [ "$1" != "-o" ]; do shift; done\n'
-                                  f'printf "int f(void) {{ return 0; }}" | gcc -shared -fPIC -x c - -o "$2"\n')
+                                  'printf "int f(void) { return 0; }" | gcc -shared -fPIC -x c - -o "$2"\n')
     elf_without_plugin.chmod(0o755)
     for cc, says in (("/bin/true", "exited 0, but it made 0 bytes that are no ELF program or library"),
                      (str(elf_without_plugin), "the library exports no ncclTunerPlugin_v6")):
