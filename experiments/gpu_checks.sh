@@ -119,12 +119,18 @@ if [[ -z ${CUDA_MPS_PIPE_DIRECTORY-} ]]; then
   export CUDA_MPS_PIPE_DIRECTORY=$mps_private
 fi
 export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-$run/mps_log}
-end_mps() {  # the daemon started in the private folder is this run's: stopped, its folder removed
+running=  # the step now running: its timeout's pid
+end_run() {  # a step still running is stopped (timeout passes SIGTERM on, SIGKILL 10 s later); the
+  # daemon started in the private folder is this run's: stopped, its folder removed
+  if [[ -n $running ]]; then
+    kill -TERM "$running" 2>/dev/null
+    wait
+  fi
   [[ -z $mps_private ]] && return
   [[ -n $mps_started ]] && echo quit | timeout 30 nvidia-cuda-mps-control >/dev/null 2>&1
   rm -rf "$mps_private"
 }
-trap end_mps EXIT
+trap end_run EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
@@ -141,8 +147,13 @@ step() {  # step TITLE CAP_S COMMAND...: runs within min(CAP_S, the time left), 
     return
   fi
   echo "=== $title: $* (at most ${cap} s, $(date -u +%H:%M:%S))" | tee -a "$log"
-  timeout --kill-after=10 "$cap" "$@" 2>&1 | tee -a "$log"
-  local rc=${PIPESTATUS[0]}
+  # in the background, waited for: Ctrl-C or a kill stops the script at once, and it stops the step
+  timeout --kill-after=10 "$cap" "$@" > >(tee -a "$log") 2>&1 &
+  running=$!
+  wait "$running"
+  local rc=$?
+  running=
+  wait  # the log's tee, so the lines below come after the step's
   (( rc == 124 || rc == 137 )) && echo "=== $title: stopped after ${cap} s" | tee -a "$log"
   echo "=== $title: exit $rc" | tee -a "$log"
   (( rc == 0 )) || failed=$((failed + 1))

@@ -200,3 +200,35 @@ def test_the_mps_pipe_is_a_private_folder_never_a_fixed_shared_path(tmp_path):
                              text=True, timeout=60)
     assert refused.returncode == 2 and "belongs to another user" in refused.stderr
     assert refused.stderr.count("\n") == 1 and not (tmp_path / "out2").exists()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a bash script for Linux GPU machines")
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stopped_run_stops_its_step_and_leaves_no_private_folder(tmp_path, signum):
+    """Ctrl-C or a kill while a step runs: the script stops at once, the step with it (it ran on
+    until its cap, orphaned, when the script died), and the MPS pipe folder made for it is gone."""
+    import signal
+    import time
+
+    env = _stand_ins(tmp_path / "bin")
+    del env["CUDA_MPS_PIPE_DIRECTORY"]
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
+    pip = tmp_path / "bin" / "stand-in-pip"
+    pip.write_text(f'#!/bin/sh\necho $$ > {tmp_path}/pip.pid\nexec sleep 120\n')
+    script = subprocess.Popen(["bash", str(SCRIPT), str(tmp_path / "out")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pip.pid").is_file():
+        assert time.monotonic() < deadline and script.poll() is None
+        time.sleep(0.05)
+    began = time.monotonic()
+    script.send_signal(getattr(signal, signum))
+    script.communicate(timeout=60)
+    assert time.monotonic() - began < 15 and script.returncode == (143 if signum == "SIGTERM" else 130)
+    stat = Path(f"/proc/{int((tmp_path / 'pip.pid').read_text())}/stat")
+    while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z" \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # ended
+    assert not any((tmp_path / "tmp").iterdir())  # the private MPS folder is removed
