@@ -242,3 +242,24 @@ def test_a_damaged_checkpoint_or_config_in_a_run_folder_is_named(tmp_path):
     out = cli("export", "--policy", str(tmp_path / "case0"), "--topology", "dgx_h100", "-o",
               str(tmp_path / "x.dccl"))
     one_line_error(out, f"{model} is not a checkpoint written by `dynamiccl train` that can be read")
+
+
+def test_a_resumed_run_drops_an_evaluation_line_a_kill_cut_short(tmp_path):
+    """kill -9 while a periodic evaluation is appended leaves half a line in evaluations.jsonl; the
+    resumed run drops it with the segment's other evaluations past the checkpoint (it was an
+    internal error)."""
+    from dynamiccl.agents.training.train import _Evaluations
+
+    path = tmp_path / "evaluations.jsonl"
+    path.write_text('{"step": 128, "oracle_share": 0.5}\n{"step": 256, "oracle_share": 0.6}\n'
+                    '{"step": 384, "orac')
+    _Evaluations(path, 256)
+    assert path.read_text() == '{"step": 128, "oracle_share": 0.5}\n{"step": 256, "oracle_share": 0.6}\n'
+
+
+def test_the_training_curve_passes_over_a_progress_row_a_kill_cut_short(tmp_path):
+    from dynamiccl.agents.training.training_plots import training_curve
+
+    (tmp_path / "progress.csv").write_text("time/total_timesteps,rollout/ep_rew_mean\n128,0.5\n"
+                                           "256,0.7\n384,-")
+    assert training_curve(tmp_path) == [(128.0, 0.5), (256.0, 0.7)]
