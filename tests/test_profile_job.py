@@ -447,3 +447,19 @@ def test_a_rank_whose_ring_cannot_be_created_makes_the_mix_partial_and_says_so(t
     assert "the plugin could not create dynamiccl-" in err, err
     (e,) = job_mix.read(tmp_path / "out" / "job.jsonl")
     assert e.partial.startswith("1 rank(s) recorded nothing") and e.calls == 1
+
+
+def test_processes_a_job_leaves_running_when_it_ends_are_named(tmp_path, capsys):
+    pidfile = tmp_path / "daemon.pid"
+    cmd = _standin_job(tmp_path, "nccl.collective(Collective.ALLREDUCE, 8, Algorithm.RING, "
+                                 "Protocol.SIMPLE, 1, 0, 100)\n"
+                                 "d = subprocess.Popen([sys.executable, '-c', 'import time; "
+                                 "time.sleep(30)'], start_new_session=True)\n"
+                                 f"open({str(pidfile)!r}, 'w').write(str(d.pid))\ntime.sleep(1.5)\n")
+    assert main(["profile", "job", "--out", str(tmp_path / "out"), "--", *cmd]) == 0
+    pid = int(pidfile.read_text())
+    try:
+        err = capsys.readouterr().err
+        assert f"1 process(es) the job started still run after it ended (pid {pid})" in err, err
+    finally:
+        os.kill(pid, signal.SIGKILL)

@@ -294,6 +294,10 @@ def _notes(run) -> list[str]:
         notes.append(f"{run.mix.partial} calls were counted without every rank's record")
     for path, why in run.unreadable.items():
         notes.append(f"skipped {path}: {why}")
+    if run.left_running:
+        notes.append(f"{len(run.left_running)} process(es) the job started still run after it ended "
+                     f"(pid {', '.join(map(str, run.left_running[:5]))}): left running, as a shell "
+                     "leaves them; their calls from now on are not in the mix")
     for path, why in run.failed.items():
         notes.append(f"the plugin could not create {path.with_suffix('.ring').name} (this rank "
                      f"recorded nothing): {why}")

@@ -158,6 +158,8 @@ class JobRun:
     #: Rings the plugin could not create (a full /dev/shm): the ranks the mix lacks, with why.
     failed: dict[Path, str]
     seconds: float
+    #: Processes the job started that still ran when it ended on its own (left running).
+    left_running: list[int] = field(default_factory=list)
 
     @property
     def ended(self) -> str:
@@ -227,6 +229,7 @@ def run_job(cmd: Sequence[str], env: dict[str, str], rings: Path, stops: Stops, 
                 job.stop(signal.SIGTERM)
             time.sleep(poll_s)
         returncode = job.finish()
+        left = job.leftovers() if job.stopped_by is None else []
         mix.add(reader.poll())
         mix.flush()
         stopped, status = "", shell_status(returncode)
@@ -238,4 +241,4 @@ def run_job(cmd: Sequence[str], env: dict[str, str], rings: Path, stops: Stops, 
                         else f" and killed (SIGKILL) {grace_s:g} s later" if job.killed else "")
         return JobRun(returncode, stopped, status, mix, len(reader.seen), reader.lost,
                       reader.drops(), dict(reader.unreadable), failed_rings(rings),
-                      time.monotonic() - began)
+                      time.monotonic() - began, left)

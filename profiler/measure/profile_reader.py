@@ -15,6 +15,7 @@ in µs, a duration NaN where the ring holds no GPU time for the call (a channel'
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -59,17 +60,24 @@ def calls_from(view: RingView, records: np.ndarray) -> np.ndarray:
     return out
 
 
+#: Seconds a file named like a ring that cannot be opened as one is tried again (on a folder shared
+#: over NFS, another node's ring may show its name before its header); then it is given up, so
+#: files planted there cost one look each, not one every poll.
+SETTLE_S = 30.0
+
+
 class ProfileReader:
     """Every ring in ``folder``, read incrementally: :meth:`poll` returns the calls recorded since
-    the last poll. A file that is not a ring (or not yet complete) is skipped and retried; a ring
-    that holds a record no plugin writes, or is cut short while read, is given up (the calls read
-    from it before stay). Both are named in :attr:`unreadable` with why."""
+    the last poll. A file that is not a ring (or not yet complete) is skipped and retried for
+    :data:`SETTLE_S`; a ring that holds a record no plugin writes, or is cut short while read, is
+    given up (the calls read from it before stay). Both are named in :attr:`unreadable` with why."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self._views: dict[Path, RingView] = {}
         self._cursor: dict[Path, int] = {}
         self._given_up: set[Path] = set()
+        self._failing_since: dict[Path, float] = {}
         #: Every ring opened so far (a ring given up later included).
         self.seen: set[Path] = set()
         self.lost = 0
@@ -86,6 +94,9 @@ class ProfileReader:
                     view = self._views[path] = RingView(path)
                 except RingFormatError as exc:
                     self.unreadable[path] = str(exc)
+                    since = self._failing_since.setdefault(path, time.monotonic())
+                    if time.monotonic() - since > SETTLE_S:
+                        self._given_up.add(path)
                     continue
                 self.unreadable.pop(path, None)
                 self.seen.add(path)
