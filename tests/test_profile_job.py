@@ -449,17 +449,20 @@ def test_a_rank_whose_ring_cannot_be_created_makes_the_mix_partial_and_says_so(t
     assert e.partial.startswith("1 rank(s) recorded nothing") and e.calls == 1
 
 
-def test_processes_a_job_leaves_running_when_it_ends_are_named(tmp_path, capsys):
+def test_processes_a_job_leaves_running_when_it_ends_are_ended_and_named(tmp_path, capsys):
     pidfile = tmp_path / "daemon.pid"
     cmd = _standin_job(tmp_path, "nccl.collective(Collective.ALLREDUCE, 8, Algorithm.RING, "
                                  "Protocol.SIMPLE, 1, 0, 100)\n"
                                  "d = subprocess.Popen([sys.executable, '-c', 'import time; "
-                                 "time.sleep(30)'], start_new_session=True)\n"
-                                 f"open({str(pidfile)!r}, 'w').write(str(d.pid))\ntime.sleep(1.5)\n")
-    assert main(["profile", "job", "--out", str(tmp_path / "out"), "--", *cmd]) == 0
+                                 "time.sleep(60)'], start_new_session=True)\n"
+                                 f"open({str(pidfile)!r}, 'w').write(str(d.pid))\ntime.sleep(1.5)\n"
+                                 "sys.exit(4)\n")
+    assert main(["profile", "job", "--out", str(tmp_path / "out"), "--", *cmd]) == 4  # the job's
     pid = int(pidfile.read_text())
-    try:
-        err = capsys.readouterr().err
-        assert f"1 process(es) the job started still run after it ended (pid {pid})" in err, err
-    finally:
-        os.kill(pid, signal.SIGKILL)
+    err = capsys.readouterr().err
+    assert f"1 process(es) the job started still ran after it ended (pid {pid}): ended with it" in err
+    assert "the job exited with status 4" in err and "marked partial" not in err, err
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)

@@ -295,9 +295,9 @@ def _notes(run) -> list[str]:
     for path, why in run.unreadable.items():
         notes.append(f"skipped {path}: {why}")
     if run.left_running:
-        notes.append(f"{len(run.left_running)} process(es) the job started still run after it ended "
-                     f"(pid {', '.join(map(str, run.left_running[:5]))}): left running, as a shell "
-                     "leaves them; their calls from now on are not in the mix")
+        notes.append(f"{len(run.left_running)} process(es) the job started still ran after it ended "
+                     f"(pid {', '.join(map(str, run.left_running[:5]))}): ended with it (SIGTERM, "
+                     "SIGKILL after --grace), as nothing of a job outlives it")
     for path, why in run.failed.items():
         notes.append(f"the plugin could not create {path.with_suffix('.ring').name} (this rank "
                      f"recorded nothing): {why}")

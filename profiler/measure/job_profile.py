@@ -158,7 +158,7 @@ class JobRun:
     #: Rings the plugin could not create (a full /dev/shm): the ranks the mix lacks, with why.
     failed: dict[Path, str]
     seconds: float
-    #: Processes the job started that still ran when it ended on its own (left running).
+    #: Processes the job started that still ran when it ended on its own (ended with it).
     left_running: list[int] = field(default_factory=list)
 
     @property
@@ -180,6 +180,18 @@ class JobRun:
         if self.lost:
             why.append(f"{self.lost} records were overwritten before they could be read")
         return "; ".join(why)
+
+
+def _end_what_it_left(job: JobProcess, left: list[int]) -> bool:
+    """A job that ended on its own leaving processes running (a forgotten ``nvidia-smi dmon &``, a
+    worker its launcher did not wait for) is not done: they get SIGTERM, then SIGKILL after the
+    grace, as a stopped job's do (``left`` names them); whether there were any."""
+    if job.stopped_by is not None:
+        return False
+    left.extend(job.leftovers())
+    if left:
+        job.stop(signal.SIGTERM)
+    return bool(left)
 
 
 def profiling_env(library: Path, rings: Path, records: int) -> dict[str, str]:
@@ -219,21 +231,21 @@ def run_job(cmd: Sequence[str], env: dict[str, str], rings: Path, stops: Stops, 
     job = JobProcess(cmd, env, grace_s)
     stops.attach(job)
     timed_out = False
+    left: list[int] = []  # what the job left running when it ended on its own
     with ProfileReader(rings) as reader:
-        while job.running():
+        while job.running() or _end_what_it_left(job, left):
             mix.add(reader.poll())
             if progress is not None:
                 progress(mix, time.monotonic() - began)
-            if timeout_s is not None and not timed_out and time.monotonic() - began > timeout_s:
+            if timeout_s is not None and job.stopped_by is None and time.monotonic() - began > timeout_s:
                 timed_out = True
                 job.stop(signal.SIGTERM)
             time.sleep(poll_s)
         returncode = job.finish()
-        left = job.leftovers() if job.stopped_by is None else []
         mix.add(reader.poll())
         mix.flush()
         stopped, status = "", shell_status(returncode)
-        if job.stopped_by is not None:
+        if job.stopped_by is not None and not left:
             status = 124 if timed_out else 128 + job.stopped_by
             stopped = (f"was stopped after the timeout of {timeout_s:g} s" if timed_out else
                        f"was stopped by {signal_name(job.stopped_by)} to dynamiccl")
