@@ -138,6 +138,7 @@ def test_a_second_run_needs_force_and_keeps_a_file_it_did_not_write(tmp_path, ca
     ([], "no command given"),
     (["--"], "no command given"),
     (["--", "no-such-program-xyz"], "command not found"),
+    (["--", "{file}"], "is not executable; chmod +x it"),
     (["--records", "100", "--", "true"], "not a power of two"),
     (["--records", "16", "--", "true"], "16"),
     (["--timeout", "0", "--", "true"], "--timeout"),

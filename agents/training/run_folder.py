@@ -80,18 +80,19 @@ RUN_KEYS = ("agent", "trainer", "seed")
 SHOWN_CHANGES = 8
 
 
-def check_run_folder(run_dir: Path) -> None:
-    """A folder that holds no run (no ``config.yaml``) holds nothing a new run would write over:
-    ConfigCheckError names the files that are there (the user's own ``metrics.json``,
-    ``progress.csv``, ``training_curve.png``, a checkpoint copied in), as ``evaluate --out`` does."""
-    if (run_dir / "config.yaml").exists():
+def check_run_folder(run_dir: Path, recorded: str = "config.yaml", what: str = "run") -> None:
+    """A folder that holds no run (no ``recorded`` settings: a run's ``config.yaml``, a sweep's
+    ``sweep.yaml``) holds nothing a new one would write over: ConfigCheckError names the files that
+    are there (the user's own ``metrics.json``, ``progress.csv``, ``results.csv``, a checkpoint
+    copied in), as ``evaluate --out`` does."""
+    if (run_dir / recorded).exists():
         return
     foreign = sorted(name for name in os.listdir(run_dir) if not _BEFORE_A_RUN.fullmatch(name))
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise ConfigCheckError(f"{run_dir} holds {shown}, which no run started there wrote (it has "
-                               "no config.yaml), and a run would write over them; choose an empty "
-                               "or new run folder (hydra.run.dir=PATH)")
+        raise ConfigCheckError(f"{run_dir} holds {shown}, which no {what} started there wrote (it has "
+                               f"no {recorded}), and a {what} would write over them; choose an empty "
+                               "or new folder (hydra.run.dir=PATH)")
 
 
 def recorded_settings(run_dir: Path) -> dict[str, Any]:

@@ -111,6 +111,9 @@ def _command(args: argparse.Namespace) -> list[str]:
         raise UserError("no command given; write it after --, e.g. "
                         "dynamiccl profile job -- torchrun --nproc-per-node 2 train.py")
     if not shutil.which(cmd[0]):
+        if os.sep in cmd[0] and Path(cmd[0]).is_file():
+            raise UserError(f"{cmd[0]} is not executable; chmod +x it, or give its interpreter "
+                            f"first (e.g. python {cmd[0]})")
         raise UserError(f"{cmd[0]}: command not found; give the job's command after --")
     return cmd
 
