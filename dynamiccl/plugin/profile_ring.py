@@ -391,7 +391,8 @@ FAILED_BYTES = 512
 
 
 def failed_rings(folder: str | Path) -> dict[Path, str]:
-    """The rings the plugin could not create in ``folder`` (their ``.failed`` notes), with why."""
+    """The rings the plugin could not create in ``folder`` (their ``.failed`` notes, this user's
+    regular files only, as rings are), with why."""
     out = {}
     for path in sorted(Path(folder).glob(f"{FILE_PREFIX}*{FAILED_SUFFIX}")):
         try:
@@ -399,7 +400,10 @@ def failed_rings(folder: str | Path) -> dict[Path, str]:
         except OSError:
             continue
         try:
-            text = os.read(fd, FAILED_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            text = os.read(fd, FAILED_BYTES)
         finally:
             os.close(fd)
         why = text.decode("utf-8", "replace").strip().splitlines()
