@@ -131,16 +131,16 @@ CHECKPOINT_FIX = ("move it away (a run folder then trains from its start) or giv
 def read_as(path: str | Path, what: str, fix: str) -> Iterator[None]:
     """Reading a file a run wrote (a checkpoint, its sidecar): torch, SB3, zipfile and json report a
     file cut short or damaged (a full disk, an interrupted copy) or another file of the same name in
-    many ways, none of them the user's words; any of them is one ConfigError naming the file, what
-    it should be and ``fix``. A file that cannot be opened stays an OSError (named by the caller)."""
+    many ways, none of them short or in the user's words; any of them is one ConfigError naming the
+    file, what it should be and ``fix``. A file that cannot be opened stays an OSError (named by the
+    caller)."""
     try:
         yield
     except (OSError, ConfigError):
         raise
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise ConfigError(f"{path} is not {what} that can be read: it is cut short, damaged or "
-                          f"another file ({first}); {fix}") from None
+    except Exception:
+        raise ConfigError(f"{path} is not {what} that can be read (it is cut short, damaged or "
+                          f"another file); {fix}") from None
 
 
 def plain(value: Any) -> Any:

@@ -232,7 +232,15 @@ def test_permission_errors_are_one_line_even_as_root(tmp_path: Path, capsys: pyt
             raise PermissionError(13, "Permission denied", str(self))
         return real(self, *args, **kwargs)
 
+    real_open = Path.open
+
+    def refuse_open(self: Path, *args: object, **kwargs: object):
+        if self == secret:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
     monkeypatch.setattr(Path, "read_text", refuse)
+    monkeypatch.setattr(Path, "open", refuse_open)  # a batch file is read a line at a time
     for argv in (["simulate", "--topology", str(secret), "--collective", "allreduce", "--size", "1"],
                  ["explain", "--topology", str(secret), "--collective", "allreduce"],
                  ["simulate", "--batch", str(secret)],

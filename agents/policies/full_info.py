@@ -205,14 +205,13 @@ class FullInfoLearner:
 
     @classmethod
     def load(cls, path: str | Path) -> FullInfoLearner:
-        with read_as(path, "a full-information checkpoint saved by `dynamiccl train`", CHECKPOINT_FIX):
-            blob = torch.load(Path(path), map_location="cpu", weights_only=True)
-            if "support_low" not in blob["state"]:
-                raise ConfigError(f"{path} was saved before learners kept the box of observations "
-                                  "they trained on, which their policy needs; train it again")
-            learner = cls(FullInfoConfig(**blob["config"]))
-            learner.network.load_state_dict(blob["state"])
-            learner.samples_seen, learner.rounds = int(blob["samples_seen"]), int(blob["rounds"])
+        blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+        if "support_low" not in blob["state"]:
+            raise ConfigError(f"{path} was saved before learners kept the box of observations they "
+                             "trained on, which their policy needs; train it again")
+        learner = cls(FullInfoConfig(**blob["config"]))
+        learner.network.load_state_dict(blob["state"])
+        learner.samples_seen, learner.rounds = int(blob["samples_seen"]), int(blob["rounds"])
         return learner
 
 
@@ -292,15 +291,9 @@ class FullInfoPolicy:
 
 def load_learner(path: str | Path) -> FullInfoLearner:
     """The learner saved in ``path``; a file that holds none is one :class:`ConfigError`."""
-    try:
+    with read_as(path, "a full-information learner saved by `dynamiccl train agent=full_info` (or "
+                 "bench_learning.py --save)", CHECKPOINT_FIX):
         return FullInfoLearner.load(path)
-    except OSError:
-        raise  # unreadable: the caller says so
-    except ConfigError:
-        raise  # ours, naming the fix
-    except Exception:  # torch reports a damaged or foreign file in many ways, none of them short
-        raise ConfigError(f"{path} is not a full-information learner saved by `dynamiccl train "
-                          "agent=full_info` (or bench_learning.py --save)") from None
 
 
 def checkpoint_in(path: str | Path) -> Path | None:

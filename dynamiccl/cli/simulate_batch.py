@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
+from pathlib import Path
 from typing import IO, Any
 
 from dynamiccl.cli.common import (
@@ -154,7 +155,7 @@ BLOCK_BYTES = 1 << 16
 def _chunks(source: str) -> Iterator[list[str | UserError]]:
     if source != "-":
         read_head(source, "batch file", 0)  # a FIFO, a folder or a missing file: one line
-        with open(source, "rb") as fh:
+        with Path(source).open("rb") as fh:
             yield from _lines(lambda: fh.read(BLOCK_BYTES), CHUNK_LINES)
         return
     try:
