@@ -11,7 +11,8 @@ new dependency), so a fresh machine always gets exactly what CI tested.
 ``refresh`` resolves the newest releases pyproject.toml allows, the same way but without the pins,
 and rewrites the file with them (its comment header kept); run the suite before committing it.
 It runs the pip of a throwaway venv (``--report`` needs pip >= 22.2, which Python 3.11's venv has);
-pip downloads metadata only, no wheels it can avoid.
+pip downloads metadata only, no wheels it can avoid. Offline (the index does not answer), both say
+so and that nothing was checked, rather than that the pins no longer resolve.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 import venv
 from pathlib import Path
 
@@ -57,6 +61,11 @@ def resolve(pinned: bool) -> dict[str, tuple[str, str]]:
         cmd = [str(Path(tmp) / "venv" / "bin" / "python"), "-m", "pip", "install", "--dry-run",
                "--report", str(report), *(["-c", str(CONSTRAINTS)] if pinned else []), "-e", ".[test]"]
         out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        offline = unreachable_index(out.stdout + out.stderr) if out.returncode else None
+        if offline:
+            sys.exit(f"{CONSTRAINTS.name}: not checked: pip cannot reach the package index "
+                     f"({offline}); connect to the network (or set PIP_INDEX_URL to a mirror, or a "
+                     "proxy) and run it again")
         if out.returncode != 0:
             sys.exit(f"{CONSTRAINTS.name}: pip cannot resolve the install"
                      f"{' with these pins' if pinned else ''}:\n{_conflict(out.stdout + out.stderr)}\n"
@@ -66,6 +75,36 @@ def resolve(pinned: bool) -> dict[str, tuple[str, str]]:
              for item in installs}
     found.pop(PROJECT, None)
     return found
+
+
+#: The index pip asks when none is configured.
+DEFAULT_INDEX = "https://pypi.org/simple"
+
+
+def unreachable_index(log: str) -> str | None:
+    """Why pip's index cannot be reached (the first index its log names, else PyPI), or None when
+    it answers: offline, pip finds no version of anything ("from versions: none"), which reads as
+    pins that no longer resolve but says nothing of them."""
+    named = re.findall(r"Looking in indexes: (.+)", log)
+    urls = [u.strip() for u in named[0].split(",")] if named else [DEFAULT_INDEX]
+    why = ""
+    for url in map(_without_password, urls):  # pip's log hides a password as ****: ask without
+        try:
+            urllib.request.urlopen(url.rstrip("/") + "/pip/", timeout=15).close()
+            return None
+        except urllib.error.HTTPError:
+            return None  # it answered (an index may hold no pip)
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            why = why or f"{url}: {reason}"
+    return why
+
+
+def _without_password(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _conflict(log: str) -> str:

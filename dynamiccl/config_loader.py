@@ -9,7 +9,8 @@ loader reads them all, so a missing file, an unknown name or broken YAML reads t
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,27 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
+
+
+#: The fix for a checkpoint that cannot be read (:func:`read_as`).
+CHECKPOINT_FIX = ("move it away (a run folder then trains from its start) or give another checkpoint "
+                  "or run folder")
+
+
+@contextmanager
+def read_as(path: str | Path, what: str, fix: str) -> Iterator[None]:
+    """Reading a file a run wrote (a checkpoint, its sidecar): torch, SB3, zipfile and json report a
+    file cut short or damaged (a full disk, an interrupted copy) or another file of the same name in
+    many ways, none of them short or in the user's words; any of them is one ConfigError naming the
+    file, what it should be and ``fix``. A file that cannot be opened stays an OSError (named by the
+    caller)."""
+    try:
+        yield
+    except (OSError, ConfigError):
+        raise
+    except Exception:
+        raise ConfigError(f"{path} is not {what} that can be read (it is cut short, damaged or "
+                          f"another file); {fix}") from None
 
 
 def plain(value: Any) -> Any:

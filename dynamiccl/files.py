@@ -4,6 +4,12 @@ Every command that writes goes through here twice: :func:`claim_output` before a
 of the command's own inputs, never a file another program wrote, ``--force`` only over a file of
 the kind the command writes), then an atomic write (:func:`write_text_atomic`,
 :func:`replace_atomically`). Each writer names what it writes as a :class:`FileKind`.
+
+The write checks the claim again: a path that was free when claimed is taken with a hard link,
+which fails where a file appeared meanwhile (another program's, or a second run of the same
+command started at the same time), so the file that is there stays and the write is refused
+(:class:`OutputRefused`); a file that was replaced meanwhile by one of another kind is not
+overwritten either.
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ def replace_atomically(path: str | Path, fill: Callable[[Path], object], *,
     which is then renamed over ``path``: never half a file, and a failure leaves the old one."""
     path = Path(path)
     folder = path.parent
+    claim = _claims.get(_claim_key(path))
+    if claim is not None:
+        claim.check_unchanged(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     os.close(fd)
     try:
@@ -54,10 +63,15 @@ def replace_atomically(path: str | Path, fill: Callable[[Path], object], *,
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        if claim is not None and claim.found is None:
+            _put_new(Path(tmp), path)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if claim is not None:
+        claim.found = _identity(path)
     if durable:
         dir_fd = os.open(folder, os.O_RDONLY)
         try:
@@ -79,6 +93,74 @@ MAX_INPUT_FILES = 100_000
 
 class OutputRefused(ValueError):
     """An output path a command must not write to; the message names the path and the fix."""
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """(device, inode, change time) of the file at ``path`` itself (not where a link points): another
+    file there, or this one written to, has another (an inode number is soon reused); None if none."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def _claim_key(path: str | Path) -> str:
+    return os.path.abspath(path)
+
+
+@dataclass
+class _Claim:
+    """What was at a claimed output path when it was claimed, and what may replace it."""
+
+    kind: FileKind
+    found: tuple[int, int, int] | None
+
+    def check_unchanged(self, path: Path) -> None:
+        now = _identity(path)
+        if now is None or now == self.found:
+            return
+        if self.found is None:
+            raise _appeared(path)
+        try:
+            ours = self.kind.written_by(path)
+        except OSError:
+            ours = False
+        if not ours:
+            raise OutputRefused(f"{path} was replaced by another program while this command ran "
+                                f"and is not {self.kind.name}; it is kept and nothing was written "
+                                "(pick another path)")
+
+
+def _appeared(path: Path) -> OutputRefused:
+    return OutputRefused(f"{path} was created by another program while this command ran; it is "
+                         "kept and nothing was written (pick another path, or pass --force to "
+                         "replace it)")
+
+
+#: The outputs this process claimed (:func:`claim_output`), by absolute path.
+_claims: dict[str, _Claim] = {}
+
+
+def forget_claims() -> None:
+    """Ends the claims of a command that has finished (a process that runs several)."""
+    _claims.clear()
+
+
+def _put_new(tmp: Path, path: Path) -> None:
+    """``tmp`` becomes ``path`` only if nothing is at ``path``: a hard link cannot replace a file,
+    so of two writers racing for one name exactly one wins. Where the file system has no hard
+    links, the rename is preceded by a last look."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise _appeared(path) from None
+    except OSError:  # no hard links here (some FUSE and network file systems)
+        if os.path.lexists(path):
+            raise _appeared(path) from None
+        os.replace(tmp, path)
+        return
+    tmp.unlink()
 
 
 @dataclass(frozen=True)
@@ -108,6 +190,25 @@ def starts_with(*prefixes: bytes) -> Callable[[Path], bool]:
 def read_head(path: str | Path, size: int = HEAD_BYTES) -> bytes:
     with open(path, "rb") as fh:
         return fh.read(size)
+
+
+#: Characters of a line a text reader keeps (a log or record line is at most a few kilobytes): a
+#: longer line is cut there, its rest passed over without being held.
+MAX_LINE_CHARS = 1 << 16
+
+
+def text_lines(path: str | Path, *, errors: str = "replace") -> Iterator[str]:
+    """The lines of a text file one at a time, without their line ends, each cut at
+    :data:`MAX_LINE_CHARS` (a reader tells a cut line by its length): memory is bounded whatever the
+    file, where ``read_text().splitlines()`` holds all of it, several times over. A UTF-8
+    byte-order mark is read past; other bytes that are not UTF-8 read as U+FFFD (``errors``:
+    ``"strict"`` raises UnicodeDecodeError instead)."""
+    with open(path, encoding="utf-8-sig", errors=errors) as fh:
+        while line := fh.readline(MAX_LINE_CHARS):
+            if not line.endswith("\n"):
+                while (rest := fh.readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                    pass  # the rest of a line longer than any a reader wants
+            yield line.rstrip("\r\n")
 
 
 def read_tail(path: str | Path, size: int = HEAD_BYTES) -> bytes:
@@ -164,7 +265,8 @@ def claim_output(path: str | Path, kind: FileKind, *, inputs: Iterable[str | Pat
         which = "" if Path(source) == path else f" (as {source})"
         raise OutputRefused(f"{flag} {path} is an input of this command{which}; writing it would "
                             "destroy it, so pick another path")
-    if not path.exists():
+    if not os.path.lexists(path):
+        _claims[_claim_key(path)] = _Claim(kind, None)
         return path
     try:
         ours = kind.written_by(path)
@@ -176,6 +278,7 @@ def claim_output(path: str | Path, kind: FileKind, *, inputs: Iterable[str | Pat
                             f"away or pick another {flag} path)")
     if not force and not kind.reuse:
         raise OutputRefused(f"{path} already exists; pass --force to replace it or pick another path")
+    _claims[_claim_key(path)] = _Claim(kind, _identity(path))
     return path
 
 

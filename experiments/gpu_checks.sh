@@ -10,7 +10,11 @@
 # Steps, in this order (the most telling first, should the budget run out), on the GPUs of this
 # machine (one is enough: the multi-rank checks run on emulated hosts):
 #   install        the wheels in .whl/ (if there), then `pip install --no-build-isolation --no-deps -e .`
-#   mps            the CUDA MPS daemon, started when none answers (ranks sharing a GPU need it)
+#   mps            the CUDA MPS daemon, started when none answers (ranks sharing a GPU need it):
+#                  its pipe in CUDA_MPS_PIPE_DIRECTORY if set (a folder of yours), else in a private
+#                  folder made for the run (mktemp -d, 0700), where the daemon started is stopped
+#                  and the folder removed at the end; its log in CUDA_MPS_LOG_DIRECTORY, else
+#                  OUT/run-.../mps_log
 #   bench_real     the whole user path: sweep, tune, deploy, A/B, DDP, the self-tuning job (with
 #                  ONLINE_MODEL.zip when given, from `experiments/bench_online.py --model
 #                  ONLINE_MODEL.zip` on any CPU) -> bench_real/
@@ -93,6 +97,11 @@ if [[ -e "$out" && ! -d "$out" ]]; then
   echo "gpu_checks: $1 is a file; name a folder for the results" >&2
   exit 2
 fi
+if [[ -n ${CUDA_MPS_PIPE_DIRECTORY-} && -e $CUDA_MPS_PIPE_DIRECTORY && ! -O $CUDA_MPS_PIPE_DIRECTORY ]]; then
+  echo "gpu_checks: CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY belongs to another user, who" \
+    "would hold the MPS daemon's pipe; unset it (a private folder is made) or name a folder of yours" >&2
+  exit 2
+fi
 run="$out/run-$(date -u +%Y%m%dT%H%M%SZ)"
 suffix=1
 while [[ -e "$run" ]]; do run="$out/run-$(date -u +%Y%m%dT%H%M%SZ)-$((suffix++))"; done
@@ -102,8 +111,31 @@ if ! mkdir -p "$run"; then
 fi
 log="$run/gpu_checks.log"
 export PYTHONUNBUFFERED=1
-export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/mps}
-export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/mpslog}
+mps_private=  # the daemon's pipe folder made here (never a fixed shared path another user can make first)
+mps_started=
+if [[ -z ${CUDA_MPS_PIPE_DIRECTORY-} ]]; then
+  if ! mps_private=$(mktemp -d "${TMPDIR:-/tmp}/dynamiccl-mps.XXXXXX"); then
+    echo "gpu_checks: cannot create a private folder for the MPS daemon's pipe in ${TMPDIR:-/tmp}" >&2
+    exit 2
+  fi
+  export CUDA_MPS_PIPE_DIRECTORY=$mps_private
+fi
+export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-$run/mps_log}
+running=  # the step now running: its timeout's pid
+end_run() {  # a step still running is stopped (timeout passes SIGTERM on, SIGKILL 10 s later); the
+  # daemon started in the private folder is this run's: stopped, its folder removed
+  if [[ -n $running ]]; then
+    kill -TERM "$running" 2>/dev/null
+    wait
+  fi
+  [[ -z $mps_private ]] && return
+  [[ -n $mps_started ]] && echo quit | timeout 30 nvidia-cuda-mps-control >/dev/null 2>&1
+  rm -rf "$mps_private"
+}
+trap end_run EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 deadline=$((SECONDS + ${GPU_CHECKS_BUDGET_S:-470}))
 failed=0
 
@@ -117,8 +149,13 @@ step() {  # step TITLE CAP_S COMMAND...: runs within min(CAP_S, the time left), 
     return
   fi
   echo "=== $title: $* (at most ${cap} s, $(date -u +%H:%M:%S))" | tee -a "$log"
-  timeout --kill-after=10 "$cap" "$@" 2>&1 | tee -a "$log"
-  local rc=${PIPESTATUS[0]}
+  # in the background, waited for: Ctrl-C or a kill stops the script at once, and it stops the step
+  timeout --kill-after=10 "$cap" "$@" > >(tee -a "$log") 2>&1 &
+  running=$!
+  wait "$running"
+  local rc=$?
+  running=
+  wait  # the log's tee, so the lines below come after the step's
   (( rc == 124 || rc == 137 )) && echo "=== $title: stopped after ${cap} s" | tee -a "$log"
   echo "=== $title: exit $rc" | tee -a "$log"
   (( rc == 0 )) || failed=$((failed + 1))
@@ -144,11 +181,15 @@ selected() { [[ ,$chosen, == *,$1,* ]]; }
 echo "gpu_checks: results in $run (steps: $chosen)" | tee -a "$log"
 step gpu 30 nvidia-smi
 step install 150 bash -c install_step
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+mkdir -p -m 700 "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 if ! echo get_server_list | timeout 30 nvidia-cuda-mps-control >/dev/null 2>&1; then
   # not through step's pipe: the daemon could keep it open, and tee would wait for ever
-  echo "=== mps: starting nvidia-cuda-mps-control -d" | tee -a "$log"
-  timeout 30 nvidia-cuda-mps-control -d </dev/null >>"$log" 2>&1 || failed=$((failed + 1))
+  echo "=== mps: starting nvidia-cuda-mps-control -d (pipe in $CUDA_MPS_PIPE_DIRECTORY)" | tee -a "$log"
+  if timeout 30 nvidia-cuda-mps-control -d </dev/null >>"$log" 2>&1; then
+    mps_started=1
+  else
+    failed=$((failed + 1))
+  fi
   sleep 2
 fi
 if selected bench_real; then

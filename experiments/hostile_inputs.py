@@ -14,6 +14,10 @@ written by ``dynamiccl export``, and files handed over by mistake), and is sorte
   nobody gave), or a refusal of more than one line;
 - ``refused``: a valid input refused.
 
+A case whose command passes a job's exit status through (``profile job``) says which status is
+sensible (``Case.code``). Any process a case leaves running (one whose working folder is the case's
+copy of the inputs) makes it ``stray`` too, and is ended.
+
 ``tests/test_cli_hostile_inputs.py`` runs the fast cases of this list in the test suite. Usage::
 
     python experiments/hostile_inputs.py [--only TEXT] [--timeout S] [--json] [--keep DIR]
@@ -25,6 +29,7 @@ every case with its class and the first line it answered).
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import hashlib
 import json
 import os
@@ -63,6 +68,8 @@ class Case:
     #: Run in the test suite too (``tests/test_cli_hostile_inputs.py``): one case of each kind, each
     #: answered in well under a second (before any fitting or sweep).
     suite: bool = False
+    #: The exit status of an accepted input: 0, or the status of a job ``profile job`` ran.
+    code: int = 0
 
     @property
     def name(self) -> str:
@@ -74,8 +81,8 @@ def refuse(*argv: str, says: str = "", suite: bool = False, stdin: str | None = 
 
 
 def accept(*argv: str, says: str = "", writes: tuple[str, ...] = (), suite: bool = False,
-           stdin: str | None = None) -> Case:
-    return Case(tuple(argv), "accept", says, writes, stdin=stdin, suite=suite)
+           stdin: str | None = None, code: int = 0) -> Case:
+    return Case(tuple(argv), "accept", says, writes, stdin=stdin, suite=suite, code=code)
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,6 +306,100 @@ def _round_two_files(root: Path) -> None:
     (root / "crlf.dccl").write_bytes(policy.replace(b"\n", b"\r\n"))
 
 
+def _mix_line(**changes: object) -> str:
+    """One line of a job's mix (what ``profile job`` writes), for 4 emulated H200 hosts."""
+    line = {"collective": "allreduce", "nbytes": 1048576, "nranks": 4, "nnodes": 4, "time_us": 100.0,
+            "algbw_GBps": 10.5, "busbw_GBps": 15.7, "source": "profile job", "launch": "job-x",
+            "gpu": "NVIDIA H200", "nccl_pick": "ring/simple", "emulated_hosts": True,
+            "time_us_runs": [100.0], "calls": 10, "untimed_calls": 0, "total_us": 1000.0,
+            "nccl_channels": 4, "p10_us": 100.0, "p90_us": 100.0}
+    return json.dumps({**line, **changes}) + "\n"
+
+
+#: Job mixes given to ``tune --workload``: (the line's changes, what the refusal names).
+MIXES = {
+    "ok": ({}, ""),
+    "16ranks": ({"nranks": 16, "nnodes": 2, "emulated_hosts": False}, "8 ranks per node"),
+    "one_rank": ({"nranks": 1, "nnodes": 1}, "ran on one rank"),
+    "a100": ({"gpu": "NVIDIA A100-SXM4-80GB"}, "A100"),
+    "no_time": ({"total_us": 0.0}, "spends no time"),
+    "calls_huge": ({"calls": 10**20}, "calls"),
+    "total_inf": ({"total_us": 1e300}, "total_us"),
+    "channels_99": ({"nccl_channels": 99}, "nccl_channels"),
+    "partial_int": ({"partial": 3}, "partial"),
+}
+#: A job for ``profile job`` (the tests' stand-ins for NCCL, copied into the inputs): ranks that
+#: record their calls through the real plugin, then sleep ``STANDIN_SLEEP`` seconds.
+STAND_INS = ("slow_job_with_nccl_standin.py", "nccl_profiler_standin.py")
+#: A job of one rank that records one call through the plugin (the stand-in in its folder).
+ONE_CALL_JOB = """import os, shutil, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nccl_profiler_standin import NcclProfilerStandIn
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+nccl = NcclProfilerStandIn(os.environ["NCCL_PROFILER_PLUGIN"], 7, 1, 0)
+nccl.collective(Collective.ALLREDUCE, 8, Algorithm.RING, Protocol.SIMPLE, 1, 0, 100)
+"""
+#: ... that then plants a ring it did not write among the job's own (a local user could).
+PLANT_JOB = ONE_CALL_JOB + """planted = "dynamiccl-1-0-00000000000000aa-r0.ring"
+shutil.copy(sys.argv[1], os.path.join(os.environ["DYNAMICCL_PROFILE"], planted))
+"""
+#: A job of 300 calls at once: a ring of 64 records loses most before they are read.
+BURST_JOB = """import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nccl_profiler_standin import NcclProfilerStandIn
+from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+nccl = NcclProfilerStandIn(os.environ["NCCL_PROFILER_PLUGIN"], 7, 1, 0)
+for i in range(300):
+    nccl.collective(Collective.ALLREDUCE, 8, Algorithm.RING, Protocol.SIMPLE, 1, 1000 * i, 100)
+"""
+
+
+def _bad_ring(root: Path) -> None:
+    """``bad.ring``: a ring the plugin wrote (a stand-in rank's call), then its record changed to a
+    collective id NCCL does not have."""
+    import numpy as np
+
+    from dynamiccl.plugin import build as plugin
+    from dynamiccl.plugin.profile_ring import HEADER_BYTES, RECORD_DTYPE, ring_files
+
+    made = root / "made_rings"
+    made.mkdir()
+    env = {**_env(), "DYNAMICCL_PROFILE": str(made), "NCCL_PROFILER_PLUGIN": str(plugin.library_path())}
+    (root / "one_call_job.py").write_text(ONE_CALL_JOB)
+    subprocess.run([sys.executable, "one_call_job.py"], env=env, check=True, cwd=root)
+    (ring,) = ring_files(made)
+    data = bytearray(ring.read_bytes())
+    np.frombuffer(data, RECORD_DTYPE, count=1, offset=HEADER_BYTES)["coll"] = 77
+    (root / "bad.ring").write_bytes(bytes(data))
+    shutil.rmtree(made)
+
+
+def _round_four_files(root: Path) -> None:
+    """The inputs of the fourth round (:func:`_round_four`)."""
+    for key, (changes, _) in MIXES.items():
+        (root / f"mix_{key}.jsonl").write_text(_mix_line(**changes))
+    for name in STAND_INS:
+        shutil.copy(ROOT / "tests" / name, root / name)
+    (root / "plant_job.py").write_text(PLANT_JOB)
+    (root / "burst_job.py").write_text(BURST_JOB)
+    _bad_ring(root)
+    mine = root / "myrun"
+    mine.mkdir()
+    for name in ("metrics.json", "progress.csv", "training_curve.png"):
+        (mine / name).write_text(f"the user's own {name}\n")
+    broken = root / "brokenrun"
+    broken.mkdir()
+    (broken / "config.yaml").write_text("agent: [\n")
+    cut = root / "cutrun"
+    cut.mkdir()
+    (cut / "model.zip").write_bytes((root / "oracle.dccl").read_bytes()[:100])  # no zip at all
+    (cut / "model.json").write_text('{"algo": "maskable_ppo", "class": '
+                                    '"sb3_contrib.ppo_mask.ppo_mask.MaskablePPO", "num_timesteps": 64}')
+    log = (SOPHIA / "all_reduce_n2.txt").read_text()
+    (root / "noisy.txt").write_text("srun: job 42 queued\n" + log + "job finished\n" * 3)
+    (root / "glued.txt").write_text(log + "garbage after the log, no nccl-tests row\n" * 120_000)
+
+
 #: Hard links of the inputs (name: the file it is); a copy of the folder makes them again.
 HARD_LINKS = {"hard.jsonl": "sweep.jsonl", "hard_a100.txt": "a100.txt"}
 
@@ -343,6 +444,7 @@ def build_workspace(root: Path) -> None:
     shutil.copy(root / "oracle.dccl", root / "foreign.dccl")
     shutil.copy(root / "emu.dccl.evidence.json", root / "foreign.dccl.evidence.json")
     _round_two_files(root)
+    _round_four_files(root)
 
 
 # --------------------------------------------------------------------------------------------
@@ -607,7 +709,8 @@ def cases() -> list[Case]:
         accept("profile", "collective", "--backend", "gloo", "--nprocs", "2", "--record", "sweep_a100.jsonl",
                "--size", "1K", "--runs", "1", "--iters", "1", writes=("sweep_a100.jsonl",)),
     ]
-    return out + [replace(case, round=2) for case in _round_two()]
+    return (out + [replace(case, round=2) for case in _round_two()]
+            + [replace(case, round=4) for case in _round_four()])
 
 
 def _round_two() -> list[Case]:
@@ -635,6 +738,58 @@ def _round_two() -> list[Case]:
                says="dbg.log holds no timed measurement"),
         refuse("train", "experiment=quickstart", "agent.model.min_gain=-1", "hydra.run.dir=run",
                says="agent.model.min_gain"),
+    ]
+    return out
+
+
+def _round_four() -> list[Case]:
+    """The fourth round (issue 40): ``profile job`` and its rings, ``tune --workload``, training into a
+    chosen run folder, the plugin build, and reading that is bounded whatever the input."""
+    job = ("profile", "job", "--out", "prof")
+    out = [refuse(*TUNE_EMU, "sweep.jsonl", "--workload", f"mix_{key}.jsonl", "--plan", says=says,
+                  suite=key in ("16ranks", "one_rank", "no_time"))
+           for key, (_, says) in MIXES.items() if key != "ok"]
+    out += [
+        accept(*TUNE_EMU, "sweep.jsonl", "--workload", "mix_ok.jsonl", "--plan", "--budget", "2"),
+        refuse(*TUNE_EMU, "sweep.jsonl", "--workload", "sweep.jsonl", "--plan",
+               says="not a job's collective mix"),
+        accept(*TUNE_EMU, "sweep.jsonl", "--plan", "--budget", "1", says="--budget 1 holds no measurement"),
+        accept("tune", "--topology", "a100.yaml", "--measurements", "noisy.txt", "--plan", "--budget", "2",
+               says="4 line(s) are no nccl-tests output"),
+        refuse(*job, "--", "no-such-program-xyz", says="command not found", suite=True),
+        refuse("profile", "job", "--out", "notes.txt", "--", "true", says="is a file", suite=True),
+        refuse("profile", "job", "--out", "/proc/prof", "--", "true", says="cannot create the folder",
+               suite=True),
+        refuse(*job, "--rings", "notes.txt", "--", "true", says="is a file"),
+        refuse(*job, "--rings", "/proc/rings", "--", "true", says="cannot create the folder"),
+        refuse(*job, "--grace", "-1", "--", "true", says="--grace"),
+        refuse(*job, "--grace", "1e9", "--", "true", says="--grace", suite=True),
+        refuse(*job, "--grace", "nan", "--", "true", says="--grace"),
+        accept(*job, "--", sys.executable, "-c", "import os; os.kill(os.getpid(), 9)", code=137,
+               says="the job was killed by SIGKILL", suite=True),
+        accept(*job, "--", sys.executable, "-c", "raise SystemExit(3)", code=3,
+               says="no NCCL communicator recorded anything"),
+        accept(*job, "--timeout", "3", "--", sys.executable, "slow_job_with_nccl_standin.py", code=124,
+               says="marked partial", writes=("prof/job.jsonl",)),
+        accept(*job, "--rings", "rings", "--", sys.executable, "plant_job.py", "bad.ring",
+               says="collective id 77", writes=("prof/job.jsonl", "rings/*")),
+        accept(*job, "--records", "64", "--", sys.executable, "burst_job.py",
+               says="marked partial", writes=("prof/job.jsonl",)),
+        refuse("train", "experiment=smoke", "logger=none", "hydra.run.dir=myrun",
+               says="holds metrics.json, progress.csv, training_curve.png", suite=True),
+        refuse("train", "experiment=smoke", "logger=none", "hydra.run.dir=brokenrun",
+               says="brokenrun/config.yaml: not valid YAML"),
+        refuse("export", "--policy", "cutrun", "--topology", "dgx_h100", "-o", "c.dccl",
+               says="is not a checkpoint written by `dynamiccl train` that can be read", suite=True),
+        refuse("evaluate", "--policy", "cutrun", "--suite", "smoke",
+               says="is not a checkpoint written by `dynamiccl train` that can be read"),
+        refuse("plugin", "build", "--cc", "/bin/true", says="exited 0, but it made 0 bytes", suite=True),
+        accept("simulate", "--batch", "-", stdin="x" * 1_000_000 + "\n", says="longer than any request",
+               suite=True),
+        accept("calibrate", "glued.txt", "--topology", "a100.yaml", "-o", "fit.yaml", "--keep-undetermined",
+               says="read no further than line", writes=("fit.yaml",)),
+        accept("calibrate", "noisy.txt", "--topology", "a100.yaml", "-o", "fit.yaml", "--keep-undetermined",
+               says="4 line(s) are no nccl-tests output", writes=("fit.yaml",)),
     ]
     return out
 
@@ -681,11 +836,15 @@ def run_case(case: Case, workspace: Path, timeout: float) -> Outcome:
                                   text=True, timeout=timeout, input=case.stdin,
                                   stdin=None if case.stdin is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
+            _end_strays(work)
             return Outcome(case, "hang", None, time.monotonic() - started, "")
         seconds = time.monotonic() - started
+        strays = _end_strays(work)
         after = _digest(work)
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)
-                     and k not in case.writes)
+                     and not any(fnmatch.fnmatch(k, pattern) for pattern in case.writes))
+    if strays:
+        changed.append(f"{len(strays)} process(es) left running: {', '.join(strays[:2])}")
     err, out = done.stderr, done.stdout
     first = next((line for line in err.splitlines() if line.strip()), "") or out[:200]
     verdict = _verdict(case, done.returncode, out, err, changed)
@@ -695,15 +854,31 @@ def run_case(case: Case, workspace: Path, timeout: float) -> Outcome:
     return Outcome(case, verdict, done.returncode, seconds, answer)
 
 
+def _end_strays(work: Path) -> list[str]:
+    """The command lines of processes a case left running (their working folder is its copy of the
+    inputs), each ended with SIGKILL; none where there is no /proc."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if not Path(os.readlink(entry / "cwd")).is_relative_to(work):
+                continue
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            os.kill(int(entry.name), 9)
+        except (OSError, ValueError):
+            continue
+        found.append(command.strip()[:80])
+    return found
+
+
 def _verdict(case: Case, code: int, out: str, err: str, changed: list[str]) -> str:
-    if "Traceback" in err or "internal error" in err or code not in (0, 2):
+    if "Traceback" in err or "internal error" in err or code not in (0, 2, case.code):
         return "traceback"
     if case.expect == "refuse":
         if code == 0:
             return "accepted"
         lines = [line for line in err.splitlines() if line.strip()]
         return "clean" if len(lines) == 1 and case.says in err else "misleading"
-    if code != 0:
+    if code != case.code:
         return "refused"
     return "sensible" if case.says in out + err else "misleading"
 
@@ -712,7 +887,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", metavar="TEXT", help="only cases whose command line contains TEXT")
-    parser.add_argument("--round", type=int, metavar="N", help="only the cases of round N (1 or 2)")
+    parser.add_argument("--round", type=int, metavar="N", help="only the cases of round N (1, 2 or 4)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds before a case counts as a hang (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--keep", metavar="DIR", help="build the inputs into DIR and keep them")

@@ -232,7 +232,15 @@ def test_permission_errors_are_one_line_even_as_root(tmp_path: Path, capsys: pyt
             raise PermissionError(13, "Permission denied", str(self))
         return real(self, *args, **kwargs)
 
+    real_open = Path.open
+
+    def refuse_open(self: Path, *args: object, **kwargs: object):
+        if self == secret:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
     monkeypatch.setattr(Path, "read_text", refuse)
+    monkeypatch.setattr(Path, "open", refuse_open)  # a batch file is read a line at a time
     for argv in (["simulate", "--topology", str(secret), "--collective", "allreduce", "--size", "1"],
                  ["explain", "--topology", str(secret), "--collective", "allreduce"],
                  ["simulate", "--batch", str(secret)],
@@ -607,3 +615,69 @@ def test_claim_output_compares_inodes_and_files_inside_input_folders(tmp_path: P
         claim_output(ours, kind)
     assert claim_output(ours, kind, force=True) == ours
     assert claim_output(tmp_path / "logs" / "new.txt", kind, inputs=[tmp_path / "logs"]).name == "new.txt"
+
+
+def test_a_file_that_appears_or_changes_while_a_command_works_is_kept(tmp_path: Path) -> None:
+    """The claim is checked again at write time: a path free when claimed is taken with a hard link
+    (a file created meanwhile stays, the write is refused), and a file of the command's kind that
+    was replaced meanwhile by another kind is not overwritten."""
+    from dynamiccl.files import FileKind, OutputRefused, claim_output, write_text_atomic
+
+    kind = FileKind("a test file", lambda p: p.read_text().startswith("ours"))
+    free = tmp_path / "free.txt"
+    claim_output(free, kind)
+    free.write_text("another program's\n")
+    with pytest.raises(OutputRefused, match="was created by another program while this command ran"):
+        write_text_atomic(free, "ours\n")
+    assert free.read_text() == "another program's\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["free.txt"]  # no temporary file left
+    ours = tmp_path / "ours.txt"
+    ours.write_text("ours, before\n")
+    claim_output(ours, kind, force=True)
+    ours.unlink()
+    ours.write_text("someone's notes\n")
+    with pytest.raises(OutputRefused, match="was replaced by another program"):
+        write_text_atomic(ours, "ours, again\n")
+    assert ours.read_text() == "someone's notes\n"
+    fresh = tmp_path / "fresh.txt"
+    claim_output(fresh, kind)
+    write_text_atomic(fresh, "ours, first\n")
+    write_text_atomic(fresh, "ours, second\n")  # the command's own file: written again
+    assert fresh.read_text() == "ours, second\n"
+
+
+def test_calibrate_keeps_a_file_created_while_it_fits(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import dynamiccl.profiler.fit.calibrate as fitting
+
+    real = fitting.calibrate
+
+    def fit_while_someone_writes(*args, **kwargs):
+        (workdir / "fit.yaml").write_text("# a user's own topology, saved during the fit\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fitting, "calibrate", fit_while_someone_writes)
+    assert main(["calibrate", "meas.txt", "--topology", "t.yaml", "-o", "fit.yaml",
+                 "--keep-undetermined"]) == 2
+    assert "fit.yaml was created by another program while this command ran" in capsys.readouterr().err
+    assert (workdir / "fit.yaml").read_text() == "# a user's own topology, saved during the fit\n"
+
+
+@pytest.mark.multiproc
+def test_exports_of_one_file_started_together_leave_one_winner(tmp_path: Path) -> None:
+    """Three `dynamiccl export -o x.dccl` at once, none with --force: one writes the file, the
+    others are refused in one line (at the claim or at the write), and the file is whole."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "dynamiccl.cli.main", *EXPORT, "-o", "x.dccl"]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2, 2], results
+    for code, err in results:
+        if code == 2:
+            assert "x.dccl" in err and err.strip().count("\n") == 0, err
+    from dynamiccl.plugin import policy_file as pf
+
+    assert pf.read(tmp_path / "x.dccl").n_rules > 0

@@ -52,3 +52,19 @@ def test_the_trial_runs_each_case_through_the_executable_and_sorts_what_it_sees(
     stray = Case(("export", "--policy", "nccl_default", "--topology", "dgx_h100", "-o", "new.dccl"),
                  "accept")
     assert run(stray, inputs, TIMEOUT_S).verdict == "stray"
+
+
+def test_a_process_a_case_leaves_running_is_found_and_ended(tmp_path: Path) -> None:
+    """The trial's check for stray processes: one whose working folder is the case's copy of the
+    inputs is named and ended (a job profile job orphaned ran on, unseen by a check of files)."""
+    import subprocess
+    import time
+
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path)
+    try:
+        assert any("time.sleep(60)" in command for command in hostile_inputs._end_strays(tmp_path))
+        assert left.wait(timeout=30) == -9
+        time.sleep(0.1)
+        assert hostile_inputs._end_strays(tmp_path) == []
+    finally:
+        left.kill()

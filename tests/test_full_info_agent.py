@@ -179,7 +179,10 @@ def test_a_damaged_learner_file_is_one_line(tmp_path):
     bad.write_bytes(b"not a torch file")
     assert _evaluate_error(bad) == (f"dynamiccl evaluate: error: {bad} is not a full-information "
                                     "learner saved by `dynamiccl train agent=full_info` (or "
-                                    "bench_learning.py --save)")
+                                    "bench_learning.py --save) that can be read (it is cut short, "
+                                    "damaged or another file); move it away (a run folder then "
+                                    "trains from its start) or give another checkpoint or run "
+                                    "folder")
 
 
 def test_a_learner_file_from_before_the_trained_on_box_is_one_line_naming_the_fix(tmp_path):

@@ -180,3 +180,69 @@ def test_the_goals_table_reads_a_runs_folder_met_not_met_and_not_run(tmp_path):
                                          "clamped the over-ceiling one")
     assert table[timed] == ("met", "NCCL's 100.0 us, 128 KiB 120.0 us, 512 KiB 104.0 us (x1.15 "
                                    "between them)")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a bash script for Linux GPU machines")
+def test_the_mps_pipe_is_a_private_folder_never_a_fixed_shared_path(tmp_path):
+    """Without CUDA_MPS_PIPE_DIRECTORY the daemon's pipe goes to a fresh 0700 folder (a fixed
+    /tmp/mps could be another user's), the daemon started there is stopped at the end and the
+    folder removed; a pipe folder of another user's is refused in one line."""
+    env = _stand_ins(tmp_path / "bin")
+    (tmp_path / "bin" / "nvidia-cuda-mps-control").write_text(
+        '#!/bin/sh\nd=$(dirname "$0")\nif [ "$1" = "-d" ]; then\n'
+        '  stat -c "%a %U" "$CUDA_MPS_PIPE_DIRECTORY" >> "$d/started"; echo "$CUDA_MPS_PIPE_DIRECTORY" '
+        '>> "$d/started"; exit 0\nfi\ncat >> "$d/asked"\nexit 1\n')
+    del env["CUDA_MPS_PIPE_DIRECTORY"], env["CUDA_MPS_LOG_DIRECTORY"]
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
+    done = subprocess.run(["bash", str(SCRIPT), "--steps", "profiler", str(tmp_path / "out")],
+                          env={**env, "GPU_CHECKS_BUDGET_S": "60"}, capture_output=True, text=True,
+                          timeout=300)
+    mode, pipe = (tmp_path / "bin" / "started").read_text().splitlines()
+    assert mode.split()[0] == "700" and pipe.startswith(str(tmp_path / "tmp" / "dynamiccl-mps.")), mode
+    assert (tmp_path / "bin" / "asked").read_text().splitlines()[-1] == "quit", done.stdout
+    assert not Path(pipe).exists() and not any((tmp_path / "tmp").iterdir())
+    (run,) = (p for p in (tmp_path / "out").iterdir() if p.is_dir())
+    assert (run / "mps_log").is_dir()  # the daemon's log travels with the run
+    if os.geteuid() != 0:
+        pytest.skip("only root can make a folder another user's here")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)  # nobody's, as another user's folder is
+    refused = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out2")],
+                             env={**env, "CUDA_MPS_PIPE_DIRECTORY": str(theirs)}, capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2 and "belongs to another user" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and not (tmp_path / "out2").exists()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a bash script for Linux GPU machines")
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stopped_run_stops_its_step_and_leaves_no_private_folder(tmp_path, signum):
+    """Ctrl-C or a kill while a step runs: the script stops at once, the step with it (it ran on
+    until its cap, orphaned, when the script died), and the MPS pipe folder made for it is gone."""
+    import signal
+    import time
+
+    env = _stand_ins(tmp_path / "bin")
+    del env["CUDA_MPS_PIPE_DIRECTORY"]
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
+    pip = tmp_path / "bin" / "stand-in-pip"
+    pip.write_text(f'#!/bin/sh\necho $$ > {tmp_path}/pip.pid\nexec sleep 120\n')
+    script = subprocess.Popen(["bash", str(SCRIPT), str(tmp_path / "out")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pip.pid").is_file():
+        assert time.monotonic() < deadline and script.poll() is None
+        time.sleep(0.05)
+    began = time.monotonic()
+    script.send_signal(getattr(signal, signum))
+    script.communicate(timeout=60)
+    assert time.monotonic() - began < 15 and script.returncode == (143 if signum == "SIGTERM" else 130)
+    stat = Path(f"/proc/{int((tmp_path / 'pip.pid').read_text())}/stat")
+    while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z" \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # ended
+    assert not any((tmp_path / "tmp").iterdir())  # the private MPS folder is removed

@@ -72,3 +72,20 @@ def test_the_pins_satisfy_every_bound_of_pyproject():
         assert req.specifier.contains(pins[name], prereleases=True), \
             f"{PINS} pins {req.name}=={pins[name]}, outside pyproject's {req.specifier}"
     assert {"torch", "ray", "wandb", "stable-baselines3", "matplotlib", "pytest"} <= names
+
+
+def test_the_pin_check_offline_says_it_cannot_reach_the_index_not_that_the_pins_broke():
+    """With the index unreachable pip finds no version of anything ("from versions: none"), which
+    read as pins that no longer resolve and advised a refresh; it says nothing was checked."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PIP_INDEX_URL": "http://user:secret@127.0.0.1:9/simple", "PIP_RETRIES": "0"}
+    done = subprocess.run([sys.executable, str(REPO / ".ci" / "constraints.py"), "check"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "constraints.txt: not checked: pip cannot reach the package index (http://127.0.0.1:9/simple: "
+        "[Errno 111] Connection refused); connect to the network (or set PIP_INDEX_URL to a mirror, "
+        "or a proxy) and run it again"), done.stderr

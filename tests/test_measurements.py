@@ -377,3 +377,17 @@ def test_records_keep_launch_gpu_and_nccl_pick_through_json(tmp_path: Path) -> N
     back = read_jsonl(path)[0]
     assert (back.launch, back.gpu, back.nccl_pick) == (rec.launch, rec.gpu, "nvls/simple")
     assert back.launch.endswith("all_reduce_default.txt#0")
+
+
+def test_a_debug_log_is_read_a_line_at_a_time_keeping_one_pick_per_call() -> None:
+    """A long job logs every call and every communicator's table: the reader keeps the first table
+    and one pick per (collective, size), so its memory is what the log says, not its size (a
+    300 MB log took 1.35 GB when read whole)."""
+    from dynamiccl.profiler.formats.nccl_debug_log import parse_debug_log_lines
+
+    lines = DEBUG_LOG.read_text().splitlines()
+    picks = [line for line in lines if "Bytes -> Algo" in line]
+    log = parse_debug_log_lines(iter(lines + lines + picks * 1000))
+    once = parse_debug_log_file(DEBUG_LOG)
+    assert len(log.tables) == 1 and (log.tables[0].latency_us == once.tables[0].latency_us).all()
+    assert log.picks == once.picks and len(log.picks) == 18

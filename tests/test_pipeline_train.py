@@ -192,3 +192,74 @@ def test_evaluate_script_scores_a_baseline(tmp_path):
     [row] = json.loads(out.stdout)
     assert row["oracle_share"] == 1.0 and row["action_set"] == "deployable actions"
     assert (tmp_path / "summary.csv").is_file()
+
+
+def test_a_run_folder_holding_files_no_run_wrote_is_refused_by_name(tmp_path):
+    """A folder without a run's config.yaml that holds the user's own files (named as a run's
+    are): refused before anything is written, its files as they were, nothing of Hydra's left."""
+    run_dir = tmp_path / "mine"
+    run_dir.mkdir()
+    for name in ("metrics.json", "progress.csv", "training_curve.png"):
+        (run_dir / name).write_text(f"the user's own {name}")
+    out = cli("train", "experiment=smoke", "logger=none", f"hydra.run.dir={run_dir}")
+    one_line_error(out, f"{run_dir} holds metrics.json, progress.csv, training_curve.png, which no "
+                        "run started there wrote")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.json", "progress.csv",
+                                                         "training_curve.png"]
+    assert (run_dir / "metrics.json").read_text() == "the user's own metrics.json"
+
+
+@pytest.mark.slow
+def test_a_damaged_checkpoint_or_config_in_a_run_folder_is_named(tmp_path):
+    """A checkpoint cut short (a full disk, an interrupted copy) or a config.yaml that is not a
+    run's settings: one line naming the file, for training on and for export, not an internal error."""
+    import shutil
+
+    from dynamiccl.config_loader import ConfigError
+
+    done = tmp_path / "done"
+    train(smoke(), done)
+    damaged = [
+        ("checkpoints/last.zip", "truncate", "is not a checkpoint written by `dynamiccl train`"),
+        ("config.yaml", "a: [\n", "not valid YAML"),
+        ("config.yaml", "- 1\n", "is a mapping of keys"),
+        ("config.yaml", "name: another program's settings\n",
+         "is not the settings of a `dynamiccl train` run (it has no agent, trainer, seed)"),
+    ]
+    for i, (name, change, says) in enumerate(damaged):
+        folder = tmp_path / f"case{i}"
+        shutil.copytree(done, folder)
+        path = folder / name
+        if change == "truncate":
+            os.truncate(path, path.stat().st_size // 2)
+        else:
+            path.write_text(change)
+        with pytest.raises((ConfigCheckError, ConfigError)) as err:
+            train(smoke(), folder)
+        assert str(path) in str(err.value) and says in str(err.value), str(err.value)
+    model = tmp_path / "case0" / "model.zip"
+    os.truncate(model, model.stat().st_size // 2)
+    out = cli("export", "--policy", str(tmp_path / "case0"), "--topology", "dgx_h100", "-o",
+              str(tmp_path / "x.dccl"))
+    one_line_error(out, f"{model} is not a checkpoint written by `dynamiccl train` that can be read")
+
+
+def test_a_resumed_run_drops_an_evaluation_line_a_kill_cut_short(tmp_path):
+    """kill -9 while a periodic evaluation is appended leaves half a line in evaluations.jsonl; the
+    resumed run drops it with the segment's other evaluations past the checkpoint (it was an
+    internal error)."""
+    from dynamiccl.agents.training.train import _Evaluations
+
+    path = tmp_path / "evaluations.jsonl"
+    path.write_text('{"step": 128, "oracle_share": 0.5}\n{"step": 256, "oracle_share": 0.6}\n'
+                    '{"step": 384, "orac')
+    _Evaluations(path, 256)
+    assert path.read_text() == '{"step": 128, "oracle_share": 0.5}\n{"step": 256, "oracle_share": 0.6}\n'
+
+
+def test_the_training_curve_passes_over_a_progress_row_a_kill_cut_short(tmp_path):
+    from dynamiccl.agents.training.training_plots import training_curve
+
+    (tmp_path / "progress.csv").write_text("time/total_timesteps,rollout/ep_rew_mean\n128,0.5\n"
+                                           "256,0.7\n384,-")
+    assert training_curve(tmp_path) == [(128.0, 0.5), (256.0, 0.7)]

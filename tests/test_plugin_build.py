@@ -175,3 +175,32 @@ def test_missing_compiler_is_one_clear_error(capsys):
     assert main(["plugin", "build", "--cc", "no-such-cc"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no-such-cc" in err and "\n" not in err
+
+
+def test_a_compiler_that_makes_no_library_is_refused_and_not_remembered(tmp_path, monkeypatch,
+                                                                          capsys, library):
+    """`plugin build --cc /bin/true` exits 0 having made nothing: the build is refused in one line
+    naming the compiler, `plugin path` still names the good build, and a library without NCCL's
+    entry points (a compiler that left them out) is refused too."""
+    monkeypatch.setenv(plugin.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(plugin, "packaged_library", lambda: None)
+    shutil.copy(library, tmp_path / plugin.LIBRARY_NAME)
+    plugin.remember_build(tmp_path / plugin.LIBRARY_NAME)
+    remembered = (tmp_path / plugin.LAST_BUILD).read_text()
+    elf_without_plugin = tmp_path / "cc-of-another-library"
+    elf_without_plugin.write_text('#!/bin/sh\nwhile [ "$1" != "-o" ]; do shift; done\n'
+                                  'printf "int f(void) { return 0; }" | gcc -shared -fPIC -x c - -o "$2"\n')
+    elf_without_plugin.chmod(0o755)
+    for cc, says in (("/bin/true", "exited 0, but it made 0 bytes that are no ELF program or library"),
+                     (str(elf_without_plugin), "the library exports no ncclTunerPlugin_v6")):
+        assert main(["plugin", "build", "--cc", cc]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"with {cc} exited 0" in err and says in err and "\n" not in err, err
+        assert (tmp_path / plugin.LAST_BUILD).read_text() == remembered
+    assert main(["plugin", "path"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / plugin.LIBRARY_NAME)
+    # an empty library an older version kept in the cache is built again, not handed out
+    (tmp_path / plugin.LAST_BUILD).unlink()
+    empty = plugin.build()
+    empty.write_bytes(b"")
+    assert plugin.library_path() == empty and plugin.output_problem(empty) is None

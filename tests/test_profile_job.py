@@ -10,6 +10,8 @@ itself, is in tests/test_profiler_gpu_nccl.py.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -136,6 +138,7 @@ def test_a_second_run_needs_force_and_keeps_a_file_it_did_not_write(tmp_path, ca
     ([], "no command given"),
     (["--"], "no command given"),
     (["--", "no-such-program-xyz"], "command not found"),
+    (["--", "{file}"], "is not executable; chmod +x it"),
     (["--records", "100", "--", "true"], "not a power of two"),
     (["--records", "16", "--", "true"], "16"),
     (["--timeout", "0", "--", "true"], "--timeout"),
@@ -172,3 +175,295 @@ def test_a_benchmark_loads_the_profiler_with_rings_in_a_folder_removed_afterward
         assert env[PROFILER_PLUGIN_ENV] == str(library) and env[RECORDS_ENV] == str(JOB_RECORDS)
         raise RuntimeError("the launch failed")
     assert not rings.exists()
+
+
+# ---- a job is never orphaned: every stop reaches all of it, and the mix so far is written ---------
+
+SLOW_JOB = TESTS / "slow_job_with_nccl_standin.py"
+DYNAMICCL = [sys.executable, "-m", "dynamiccl.cli.main"]  # the console command, as `dynamiccl` runs it
+
+
+def _start_slow_job(tmp_path: Path, *args: str, stubborn: bool = False,
+                    wrapper: tuple[str, ...] = ()) -> tuple[subprocess.Popen, Path]:
+    """``dynamiccl profile job`` (its own process, as a user starts it) on the slow job: a launcher
+    and two ranks, rank 1 in a session of its own; returns once both ranks have recorded."""
+    pids = tmp_path / "pids"
+    env = {**os.environ, "STANDIN_PIDS": str(pids), "STANDIN_SLEEP": "60",
+           "STANDIN_STUBBORN": "1" if stubborn else "0"}
+    proc = subprocess.Popen([*wrapper, *DYNAMICCL, "profile", "job", "--out", str(tmp_path / "out"),
+                             *args, "--", sys.executable, str(SLOW_JOB)], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (pids.is_file() and pids.read_text().endswith("\n")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc, pids
+
+
+def _nothing_of_the_job_left(pids: Path) -> None:
+    """Every process of the job ended and its temporary ring folder removed."""
+    lines = pids.read_text().splitlines()
+    deadline = time.monotonic() + 10
+    alive = [int(p) for p in lines[0].split()]
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if not _gone(p)]
+        time.sleep(0.05)
+    assert not alive, f"processes of the job outlived it: {alive}"
+    assert lines[1].startswith("/dev/shm/") and not Path(lines[1]).exists(), lines[1]
+
+
+def _partial_mix(out: Path) -> job_mix.MixEntry:
+    (e,) = job_mix.read(out / "job.jsonl")
+    assert (e.record.collective, e.record.nbytes, e.calls) == ("allreduce", 4096, 5)
+    assert e.partial.startswith("the job was stopped"), e.partial
+    return e
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize(("how", "status", "says"), [
+    ("timeout", 124, "stopped by SIGTERM"),  # `timeout 4 dynamiccl ...`: SIGTERM to dynamiccl
+    ("SIGTERM", 143, "stopped by SIGTERM"),
+    ("SIGHUP", 129, "stopped by SIGHUP"),  # the ssh session closed
+    ("SIGQUIT", 131, "stopped by SIGQUIT"),  # Ctrl-\
+    ("SIGINT", 130, "stopped by SIGINT"),  # Ctrl-C
+])
+def test_a_stop_ends_every_process_of_the_job_and_writes_the_mix_so_far(tmp_path, how, status, says):
+    wrapper = ("timeout", "6") if how == "timeout" else ()
+    proc, pids = _start_slow_job(tmp_path, wrapper=wrapper)
+    if how != "timeout":
+        proc.send_signal(getattr(signal, how))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    assert says in err and "marked partial" in err and "Traceback" not in err, err
+    _partial_mix(tmp_path / "out")
+    _nothing_of_the_job_left(pids)
+
+
+@pytest.mark.multiproc
+def test_a_second_ctrl_c_kills_a_job_that_ignores_the_first(tmp_path):
+    """The job ignores every signal but SIGKILL: the first Ctrl-C starts the 60 s grace, the second
+    kills all of it at once (rank 1, in a session of its own, included)."""
+    proc, pids = _start_slow_job(tmp_path, "--grace", "60", stubborn=True)
+    began = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - began < 30
+    assert proc.returncode == 130, err
+    assert "killed (SIGKILL) at a second signal" in err and "killed by SIGKILL" in err, err
+    _partial_mix(tmp_path / "out")
+    _nothing_of_the_job_left(pids)
+
+
+@pytest.mark.multiproc
+def test_a_job_that_ignores_the_stop_is_killed_after_the_grace(tmp_path):
+    proc, pids = _start_slow_job(tmp_path, "--grace", "1", stubborn=True)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "killed (SIGKILL) 1 s later" in err, err
+    _partial_mix(tmp_path / "out")
+    _nothing_of_the_job_left(pids)
+
+
+def test_a_job_killed_by_a_signal_exits_as_a_shell_says(tmp_path, capsys):
+    cmd = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    assert main(["profile", "job", "--out", str(tmp_path / "out"), "--", *cmd]) == 137
+    err = capsys.readouterr().err
+    assert "the job was killed by SIGKILL" in err and "-9" not in err, err
+
+
+# ---- no profile is lost ------------------------------------------------------------------------------
+
+
+@pytest.mark.multiproc
+def test_a_second_run_into_the_same_out_is_refused_while_the_first_runs(tmp_path, capsys):
+    proc, pids = _start_slow_job(tmp_path)
+    cmd = _standin_job(tmp_path, "nccl.collective(Collective.ALLREDUCE, 8, Algorithm.RING, "
+                                 "Protocol.SIMPLE, 1, 0, 100)\n")
+    assert main(["profile", "job", "--out", str(tmp_path / "out"), "--", *cmd]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is being written by another `dynamiccl profile job`" in err and "\n" not in err, err
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    _partial_mix(tmp_path / "out")  # the first run's mix, whole
+    _nothing_of_the_job_left(pids)
+
+
+def test_an_out_that_cannot_be_created_is_refused_before_the_job_runs(tmp_path, capsys):
+    ran = tmp_path / "ran"
+    cmd = [sys.executable, "-c", f"open({str(ran)!r}, 'w')"]
+    assert main(["profile", "job", "--out", "/proc/dynamiccl-prof", "--", *cmd]) == 2
+    err = capsys.readouterr().err
+    assert "--out /proc/dynamiccl-prof: cannot create the folder" in err, err
+    assert not ran.exists()  # the job never started
+
+
+@pytest.mark.parametrize("taken", ["a file of the user's", "the folder replaced by a file"])
+def test_a_mix_that_cannot_go_to_out_is_written_elsewhere_not_lost(tmp_path, capsys, monkeypatch,
+                                                                   taken):
+    """While the job runs, job.jsonl appears in --out (the user's own), or --out itself is
+    replaced by a file: the user's file stays, and the mix is written beside it or in the current
+    folder, said in a line."""
+    out = tmp_path / "out"
+    if taken == "a file of the user's":
+        act = f"open({str(out / 'job.jsonl')!r}, 'w').write('my notes')\n"
+    else:
+        act = f"os.rmdir({str(out)!r}); open({str(out)!r}, 'w').write('my notes')\n"
+    cmd = _standin_job(tmp_path, "nccl.collective(Collective.ALLREDUCE, 8, Algorithm.RING, "
+                                 "Protocol.SIMPLE, 1, 0, 100)\n" + act)
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", "job", "--out", str(out), "--", *cmd]) == 0
+    err = capsys.readouterr().err
+    user = out / "job.jsonl" if taken == "a file of the user's" else out
+    assert user.read_text() == "my notes"
+    spare = Path(err.split("the mix is in ")[1].split(" instead")[0])
+    assert spare.parent == (out if taken == "a file of the user's" else tmp_path), err
+    (e,) = job_mix.read(spare)
+    assert e.calls == 1 and not e.partial
+
+
+# ---- rings the plugin did not write ------------------------------------------------------------------
+
+def _ring_of_the_standin(tmp_path: Path) -> Path:
+    """A ring the plugin wrote: a stand-in rank's three all-reduces of 8 B, in a folder of its own."""
+    folder = tmp_path / "made"
+    folder.mkdir()
+    cmd = _standin_job(tmp_path, "for i in range(3):\n    nccl.collective(Collective.ALLREDUCE, 2, "
+                                 "Algorithm.RING, Protocol.SIMPLE, 1, 1000 * i, 200)\n")
+    env = {**os.environ, PROFILE_ENV: str(folder), "NCCL_PROFILER_PLUGIN": str(_library())}
+    subprocess.run(cmd, env=env, check=True)
+    (ring,) = ring_files(folder)
+    return ring
+
+
+def _library() -> Path:
+    from dynamiccl.plugin import build as plugin
+
+    return plugin.library_path()
+
+
+def _patched(ring: Path, where: str, field: str, value: int) -> bytes:
+    """The ring's bytes with one header field, or one field of its second record, set to ``value``."""
+    import numpy as np
+
+    from dynamiccl.plugin.profile_ring import HEADER_BYTES, HEADER_DTYPE, RECORD_DTYPE
+
+    data = bytearray(ring.read_bytes())
+    if where == "header":
+        view = np.frombuffer(data, HEADER_DTYPE, count=1)
+    else:
+        view = np.frombuffer(data, RECORD_DTYPE, count=2, offset=HEADER_BYTES)[1:]
+    view[field] = value
+    return bytes(data)
+
+
+BAD_RINGS = {
+    "unknown collective": ("record", "coll", 77, "collective id 77"),
+    "unknown algorithm": ("record", "algo", 99, "algorithm id 99"),
+    "negative algorithm": ("record", "algo", -3, "algorithm id -3"),
+    "unknown protocol": ("record", "proto", 9, "protocol id 9"),
+    "stop before start": ("record", "gpu_stop_ns", 5, "a GPU stop before its start"),
+    "nranks 0": ("header", "nranks", 0, "nranks 0"),
+    "nranks negative": ("header", "nranks", -2, "nranks -2"),
+    "rank beyond nranks": ("header", "rank", 7, "rank 7"),
+    "nnodes 0": ("header", "nnodes", 0, "nnodes 0"),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_RINGS)
+def test_a_ring_the_plugin_did_not_write_is_skipped_by_name_and_the_mix_kept(tmp_path, capsys, bad):
+    """Planted in --rings while the job runs (a local user with write access to a shared folder):
+    the ring is skipped with a note naming it and why, the job's own calls make the mix, the job's
+    status is the command's."""
+    where, field, value, says = BAD_RINGS[bad]
+    planted = tmp_path / "planted.bin"
+    planted.write_bytes(_patched(_ring_of_the_standin(tmp_path), where, field, value))
+    name = "dynamiccl-1-0-00000000000000aa-r0.ring"
+    cmd = _standin_job(tmp_path, "nccl.collective(Collective.ALLREDUCE, 8, Algorithm.RING, "
+                                 "Protocol.SIMPLE, 1, 0, 100)\n"
+                       f"import shutil; shutil.copy({str(planted)!r}, "
+                       f"os.path.join(os.environ['DYNAMICCL_PROFILE'], {name!r}))\n"
+                       "time.sleep(0.5)\nsys.exit(5)\n")
+    code = main(["profile", "job", "--out", str(tmp_path / "out"), "--rings", str(tmp_path / "rings"),
+                 "--", *cmd])
+    err = capsys.readouterr().err
+    assert code == 5, err
+    assert f"skipped {tmp_path / 'rings' / name}" in err and says in err, err
+    (e,) = job_mix.read(tmp_path / "out" / "job.jsonl")
+    assert (e.record.nbytes, e.calls, e.record.nranks) == (32, 1, 1)
+
+
+def test_a_ring_cut_short_while_read_is_given_up_not_a_crash(tmp_path):
+    """The reader copies with pread, never through a mapping: a ring truncated under it (SIGBUS for
+    a mapped reader) is a short read, named, and the calls read before stay."""
+    from dynamiccl.plugin.profile_ring import HEADER_BYTES, RingFormatError, RingView
+    from dynamiccl.profiler.measure.profile_reader import ProfileReader
+
+    ring = _ring_of_the_standin(tmp_path)
+    with ProfileReader(ring.parent) as reader:
+        assert len(reader.poll()) == 3
+        os.truncate(ring, HEADER_BYTES + 64)
+        assert len(reader.poll()) == 0
+        assert "cut short while being read" in reader.unreadable[ring]
+        assert len(reader.poll()) == 0 and reader.seen == {ring}
+    with pytest.raises(RingFormatError, match="not a DynamICCL profile ring"):
+        RingView(ring)
+
+
+def test_rings_are_the_users_only_and_a_relative_rings_folder_is_made_absolute(tmp_path, monkeypatch):
+    seen = tmp_path / "seen.txt"
+    cmd = _standin_job(tmp_path, "nccl.collective(Collective.ALLREDUCE, 8, Algorithm.RING, "
+                                 "Protocol.SIMPLE, 1, 0, 100)\nd = os.environ['DYNAMICCL_PROFILE']\n"
+                                 f"open({str(seen)!r}, 'w').write(d + ' ' + ' '.join(oct(os.stat("
+                                 "os.path.join(d, f)).st_mode & 0o777) for f in sorted(os.listdir(d))) "
+                                 "+ ' ' + oct(os.stat(d).st_mode & 0o777))\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", "job", "--out", "out", "--rings", "rings", "--", *cmd]) == 0
+    folder, ring_mode, folder_mode = seen.read_text().split()
+    assert folder == str(tmp_path / "rings") and ring_mode == "0o600" and folder_mode == "0o700"
+    assert main(["profile", "job", "--out", "out2", "--", *cmd]) == 0
+    folder, ring_mode, folder_mode = seen.read_text().split()
+    assert folder.startswith("/dev/shm/") and (ring_mode, folder_mode) == ("0o600", "0o700")
+
+
+def test_a_rank_whose_ring_cannot_be_created_makes_the_mix_partial_and_says_so(tmp_path, capsys):
+    """A full /dev/shm, played by a file-size limit on one rank: its ring cannot be reserved, the
+    plugin leaves a note saying why, and the mix of the other rank is written marked partial."""
+    cmd = _standin_job(tmp_path, "")  # rank 0 of one communicator of one rank: replaced below
+    script = Path(cmd[1])
+    script.write_text(f"import os, resource, signal, sys\nsys.path.insert(0, {str(TESTS)!r})\n"
+                      "from nccl_profiler_standin import NcclProfilerStandIn\n"
+                      "from dynamiccl.system.nccl import Algorithm, Collective, Protocol\n"
+                      "lib = os.environ['NCCL_PROFILER_PLUGIN']\n"
+                      "a = NcclProfilerStandIn(lib, 7, 2, 0)\n"
+                      "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+                      "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))\n"
+                      "b = NcclProfilerStandIn(lib, 7, 2, 1)\n"
+                      "assert not b.recording\n"
+                      "a.collective(Collective.ALLREDUCE, 8, Algorithm.RING, Protocol.SIMPLE, 1, 0, 100)\n")
+    assert main(["profile", "job", "--out", str(tmp_path / "out"), "--", *cmd]) == 0
+    err = capsys.readouterr().err
+    assert "marked partial: 1 rank(s) recorded nothing: cannot reserve" in err, err
+    assert "the plugin could not create dynamiccl-" in err, err
+    (e,) = job_mix.read(tmp_path / "out" / "job.jsonl")
+    assert e.partial.startswith("1 rank(s) recorded nothing") and e.calls == 1
+
+
+def test_processes_a_job_leaves_running_when_it_ends_are_ended_and_named(tmp_path, capsys):
+    pidfile = tmp_path / "daemon.pid"
+    cmd = _standin_job(tmp_path, "nccl.collective(Collective.ALLREDUCE, 8, Algorithm.RING, "
+                                 "Protocol.SIMPLE, 1, 0, 100)\n"
+                                 "d = subprocess.Popen([sys.executable, '-c', 'import time; "
+                                 "time.sleep(60)'], start_new_session=True)\n"
+                                 f"open({str(pidfile)!r}, 'w').write(str(d.pid))\ntime.sleep(1.5)\n"
+                                 "sys.exit(4)\n")
+    assert main(["profile", "job", "--out", str(tmp_path / "out"), "--", *cmd]) == 4  # the job's
+    pid = int(pidfile.read_text())
+    err = capsys.readouterr().err
+    assert f"1 process(es) the job started still ran after it ended (pid {pid}): ended with it" in err
+    assert "the job exited with status 4" in err and "marked partial" not in err, err
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)

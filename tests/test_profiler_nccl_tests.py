@@ -169,3 +169,49 @@ def test_tuning_lines_in_the_output_say_what_nccl_ran_for_each_size():
     records = parse_nccl_tests("\n".join(text))[0].records
     assert {r.nccl_pick for r in records if r.nbytes == 65536} == {"ring/simple"}
     assert {r.nccl_pick for r in records if r.nbytes != 65536} == {""}
+
+
+def test_a_log_glued_to_endless_junk_is_read_no_further_and_says_so():
+    """Lines after the size table that are no nccl-tests output are counted and named; after
+    MAX_IDLE_LINES of them in a row the rest is not read: an endless input ends (1 GB of junk after
+    a valid header took minutes and 4 GB when the file was read whole)."""
+    import itertools
+
+    from dynamiccl.profiler.formats.nccl_tests import MAX_IDLE_LINES, parse_nccl_tests_lines
+
+    log = (FIX / "all_reduce_perf_v2_13_h100x8.txt").read_text().splitlines()
+    read = itertools.count(1)
+    junk = (f"garbage {next(read)}" for _ in itertools.repeat(None))  # never ends
+    (run,) = parse_nccl_tests_lines(itertools.chain(log, ["srun: launcher noise"], junk), "x.log")
+    assert next(read) == MAX_IDLE_LINES  # the launcher's line and the junk: then it stopped asking
+    assert run.records and run.warnings[-2:] == [
+        f"{MAX_IDLE_LINES} line(s) are no nccl-tests output and were passed over (the first, line "
+        f"{len(log) + 1}: 'srun: launcher noise')",
+        f"read no further than line {len(log) + MAX_IDLE_LINES}: the {MAX_IDLE_LINES} lines up to it "
+        "are no nccl-tests output, so the rest of the file is not read"]
+
+
+def test_tune_and_calibrate_say_what_they_passed_over_in_a_log(tmp_path, capsys):
+    from dynamiccl.cli.main import main
+
+    sophia = Path(__file__).parent / "fixtures" / "real" / "sophia_dgx_a100_ib"
+    log = tmp_path / "all_reduce_n2.txt"
+    log.write_text((sophia / "all_reduce_n2.txt").read_text() + "job finished at 12:00\n" * 3)
+    assert main(["calibrate", str(log), "--topology", str(sophia / "topology.yaml"), "-o",
+                 str(tmp_path / "fit.yaml"), "--keep-undetermined"]) == 0
+    assert "3 line(s) are no nccl-tests output and were passed over" in capsys.readouterr().err
+    assert main(["tune", "--topology", str(sophia / "topology.yaml"), "--measurements", str(log),
+                 "--plan", "--budget", "1"]) == 0
+    assert "3 line(s) are no nccl-tests output and were passed over" in capsys.readouterr().err
+
+
+def test_a_line_longer_than_any_is_cut_and_its_rest_passed_over(tmp_path):
+    from dynamiccl.files import MAX_LINE_CHARS, text_lines
+    from dynamiccl.profiler.formats.records import read_jsonl
+
+    path = tmp_path / "long.jsonl"
+    path.write_text("a" * (10 * MAX_LINE_CHARS + 7) + "\nsecond\r\nthird")
+    assert [len(line) for line in text_lines(path)] == [MAX_LINE_CHARS, 6, 5]
+    with pytest.raises(ValueError, match=f"long.jsonl:1: a line of more than {MAX_LINE_CHARS} "
+                                         "characters, too long to be a measurement record"):
+        read_jsonl(path)

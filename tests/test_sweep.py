@@ -125,3 +125,20 @@ def test_every_search_composes_and_names_a_metric_its_agent_reports(search):
         cfg = compose("sweep", overrides=[f"hparams_search={search}"])
     validate(cfg, sweep=True)
     assert cfg.tune.metric and cfg.tune.mode in ("max", "min")
+
+
+def test_a_sweep_into_a_folder_of_the_users_files_or_with_a_broken_record_is_refused(tmp_path):
+    """A folder without sweep.yaml that holds the user's own results.csv: refused by name before
+    Ray starts (the sweep wrote its results over it); a sweep.yaml cut short is named."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.csv").write_text("my own spreadsheet\n")
+    out = sweep(mine, cwd=tmp_path)
+    one_line_error(out, f"{mine} holds results.csv, which no sweep started there wrote (it has no "
+                        "sweep.yaml)")
+    assert (mine / "results.csv").read_text() == "my own spreadsheet\n"
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "sweep.yaml").write_text("num_samples: [\n")
+    out = sweep(broken, cwd=tmp_path)
+    one_line_error(out, f"{broken / 'sweep.yaml'}: not valid YAML")

@@ -40,7 +40,7 @@ from torch import nn
 
 from dynamiccl import decisions
 from dynamiccl.agents.policies.policy import allowed_actions, nearest_valid_action, require_scenario
-from dynamiccl.config_loader import ConfigError
+from dynamiccl.config_loader import CHECKPOINT_FIX, ConfigError, read_as
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.action_values import ActionValues, action_values
 from dynamiccl.envs.deployable_observation import DEPLOYABLE_SIZE, encode_batch, scenario_context
@@ -291,15 +291,9 @@ class FullInfoPolicy:
 
 def load_learner(path: str | Path) -> FullInfoLearner:
     """The learner saved in ``path``; a file that holds none is one :class:`ConfigError`."""
-    try:
+    with read_as(path, "a full-information learner saved by `dynamiccl train agent=full_info` (or "
+                 "bench_learning.py --save)", CHECKPOINT_FIX):
         return FullInfoLearner.load(path)
-    except OSError:
-        raise  # unreadable: the caller says so
-    except ConfigError:
-        raise  # ours, naming the fix
-    except Exception:  # torch reports a damaged or foreign file in many ways, none of them short
-        raise ConfigError(f"{path} is not a full-information learner saved by `dynamiccl train "
-                          "agent=full_info` (or bench_learning.py --save)") from None
 
 
 def checkpoint_in(path: str | Path) -> Path | None:

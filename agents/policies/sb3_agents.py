@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dynamiccl.agents.policies.policy import masked_argmax, scenario_mask
-from dynamiccl.config_loader import ConfigError
+from dynamiccl.config_loader import CHECKPOINT_FIX, ConfigError, read_as
 from dynamiccl.files import replace_atomically, write_text_atomic
 
 if TYPE_CHECKING:
@@ -100,10 +100,15 @@ def checkpoint_meta(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     side = _sidecar(path)
     if side.is_file():
-        return json.loads(side.read_text())
+        with read_as(side, "a checkpoint's sidecar written by `dynamiccl train`", CHECKPOINT_FIX):
+            meta = json.loads(side.read_text())
+            if not isinstance(meta, dict) or not isinstance(meta.get("algo"), str):
+                raise ValueError("no algo named")
+        return meta
     import zipfile
 
-    with zipfile.ZipFile(path) as zf:
+    with read_as(path, "a checkpoint written by `dynamiccl train`", CHECKPOINT_FIX), \
+            zipfile.ZipFile(path) as zf:
         try:
             data = json.loads(zf.read("data"))
         except (KeyError, ValueError):  # no SB3 "data" member, or not SB3's JSON in it
@@ -137,12 +142,15 @@ def load_checkpoint(path: str | Path, env: Any = None) -> tuple[BaseAlgorithm, d
 
     path = resolve_checkpoint(path)
     meta = checkpoint_meta(path)
-    cls = get_class(meta.get("class") or _BUILTIN_CLASSES[meta["algo"]])
-    model = cls.load(path, env=env, device="cpu", force_reset=False)
+    with read_as(path, "a checkpoint written by `dynamiccl train`", CHECKPOINT_FIX):
+        cls = get_class(meta.get("class") or _BUILTIN_CLASSES[meta["algo"]])
+        model = cls.load(path, env=env, device="cpu", force_reset=False)
     resume = model.__dict__.pop(_RESUME_ATTR, None)
     if env is not None and resume is not None:
         if resume.get("replay_buffer"):
-            model.load_replay_buffer(path.with_name(resume["replay_buffer"]))
+            buffer = path.with_name(resume["replay_buffer"])
+            with read_as(buffer, "the replay buffer of a checkpoint", CHECKPOINT_FIX):
+                model.load_replay_buffer(buffer)
         meta["resume"] = resume
     return model, meta
 

@@ -34,6 +34,11 @@ class Workload:
 
     def __init__(self, entries: Iterable[MixEntry], source: str = "") -> None:
         self.source = source
+        entries = list(entries)
+        #: The mix's lines as measurement records (what ``tune`` checks against the system).
+        self.records = [e.record for e in entries]
+        #: Why the mix lacks calls the job made ("" when it holds them all).
+        self.partial = next((e.partial for e in entries if e.partial), "")
         time_us: dict[tuple[Collective, int, int], float] = defaultdict(float)
         self.shapes: set[tuple[int, int]] = set()
         self.collectives: set[Collective] = set()
@@ -53,6 +58,10 @@ class Workload:
         if not entries:
             raise ValueError(f"{path}: the job's mix is empty; profile a job that runs NCCL "
                              "collectives (dynamiccl profile job -- CMD)")
+        if not any(e.total_us > 0 for e in entries):
+            raise ValueError(f"{path}: the job's mix spends no time in its calls (total_us is 0 on "
+                             "every line), so it weighs nothing; give the job.jsonl `dynamiccl "
+                             "profile job` wrote")
         return cls(entries, str(path))
 
     def weight(self, scenario: Scenario) -> float:

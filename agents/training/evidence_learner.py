@@ -37,7 +37,7 @@ from dynamiccl.agents.policies.evidence import EvidenceTuner, Settings
 from dynamiccl.agents.policies.pair_belief import Spreads, SystemBelief
 from dynamiccl.agents.shipping import online_jobs
 from dynamiccl.agents.training.prior_learner import VALIDATION_SEED_START
-from dynamiccl.config_loader import ConfigError
+from dynamiccl.config_loader import CHECKPOINT_FIX, ConfigError, read_as
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PROFILES, PerturbedBackend, system_kind
 from dynamiccl.envs.online_tuning import (
     LOG2_BYTES_RANGE,
@@ -202,17 +202,13 @@ class EvidenceLearner:
 
     @classmethod
     def load(cls, path: str | Path) -> EvidenceLearner:
-        try:
+        with read_as(path, "an evidence-tuner checkpoint saved by `dynamiccl train "
+                     "agent=evidence_tuner`", CHECKPOINT_FIX):
             blob = torch.load(Path(path), map_location="cpu", weights_only=True)
             learner = cls(EvidenceConfig(**blob["config"]))
             with torch.no_grad():
                 learner.params.copy_(blob["params"])
-        except OSError:
-            raise
-        except Exception:  # torch reports a damaged or foreign file in many ways, none of them short
-            raise ConfigError(f"{path} is not an evidence-tuner checkpoint saved by `dynamiccl train "
-                              "agent=evidence_tuner`") from None
-        learner.samples_seen, learner.rounds = int(blob["samples_seen"]), int(blob["rounds"])
+            learner.samples_seen, learner.rounds = int(blob["samples_seen"]), int(blob["rounds"])
         return learner
 
 

@@ -50,7 +50,7 @@ from dynamiccl.agents.shipping.prior import (
     LearnedPrior,
     series_features,
 )
-from dynamiccl.config_loader import ConfigError
+from dynamiccl.config_loader import CHECKPOINT_FIX, read_as
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import (
     BANDWIDTH_RANGE,
@@ -378,16 +378,12 @@ class PriorLearner:
 
     @classmethod
     def load(cls, path: str | Path) -> PriorLearner:
-        try:
+        with read_as(path, "a learned-prior checkpoint saved by `dynamiccl train agent=learned_prior`",
+                     CHECKPOINT_FIX):
             blob = torch.load(Path(path), map_location="cpu", weights_only=True)
             learner = cls(PriorConfig(**{"realities": UNRECORDED_REALITIES, **blob["config"]}))
             learner.network.load_state_dict(blob["state"])
-        except OSError:
-            raise
-        except Exception:  # torch reports a damaged or foreign file in many ways, none of them short
-            raise ConfigError(f"{path} is not a learned-prior checkpoint saved by `dynamiccl train "
-                              "agent=learned_prior`") from None
-        learner.samples_seen, learner.rounds = int(blob["samples_seen"]), int(blob["rounds"])
+            learner.samples_seen, learner.rounds = int(blob["samples_seen"]), int(blob["rounds"])
         return learner
 
 

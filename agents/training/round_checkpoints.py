@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from dynamiccl.config_loader import CHECKPOINT_FIX, read_as
 from dynamiccl.files import replace_atomically, write_text_atomic
 
 
@@ -58,7 +59,8 @@ def restore(learner: Any, path: str | Path) -> bool:
     resume = resume_file(Path(path), learner.samples_seen)
     if not resume.is_file():
         return False
-    state = torch.load(resume, map_location="cpu", weights_only=True)
-    learner.optimizer.load_state_dict(state["optimizer"])
-    learner.rng.bit_generator.state = state["rng"]
+    with read_as(resume, "the resume state of a checkpoint saved by `dynamiccl train`", CHECKPOINT_FIX):
+        state = torch.load(resume, map_location="cpu", weights_only=True)
+        learner.optimizer.load_state_dict(state["optimizer"])
+        learner.rng.bit_generator.state = state["rng"]
     return True

@@ -1,18 +1,22 @@
 """One run folder, one run: a lock against a second process, and the settings it was started with.
 
-A folder that already holds a run is resumed only with the settings recorded in its
-``config.yaml``; a different setting is refused by name unless ``resume.allow_changes=true``, and
-then the new settings go to ``config_from_<step>.yaml`` beside the original, which is never
-rewritten. Keys that cannot change what is trained (progress bar, logging, evaluation, how often
-to checkpoint) may differ freely. A ``config.yaml`` written before a key was renamed or added reads
-as today's settings: under the new name (:data:`RENAMED_KEYS`), and with the value every run then
-had implicitly (:data:`ADDED_KEYS`), so resuming it with another value is refused by name.
+A folder without a run's ``config.yaml`` starts a new run only when it holds nothing a run writes
+over: files of the user's own there (a ``metrics.json``, a ``progress.csv``) are refused by name
+(:func:`check_run_folder`). A folder that already holds a run is resumed only with the settings
+recorded in its ``config.yaml``; a different setting is refused by name unless
+``resume.allow_changes=true``, and then the new settings go to ``config_from_<step>.yaml`` beside
+the original, which is never rewritten. Keys that cannot change what is trained (progress bar,
+logging, evaluation, how often to checkpoint) may differ freely. A ``config.yaml`` written before a
+key was renamed or added reads as today's settings: under the new name (:data:`RENAMED_KEYS`), and
+with the value every run then had implicitly (:data:`ADDED_KEYS`), so resuming it with another
+value is refused by name; one that is not a run's settings (broken YAML, cut short) is named.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from dynamiccl.agents import current_name
 from dynamiccl.agents.training.config_checks import ConfigCheckError
 from dynamiccl.agents.training.prior_learner import UNRECORDED_REALITIES
+from dynamiccl.config_loader import ConfigError, read_config
 from dynamiccl.files import write_text_atomic
 
 #: Config keys (and key prefixes) that do not influence the trained model.
@@ -67,6 +72,46 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[An
             if flat_old.get(k) != flat_new.get(k) and not k.startswith(NEUTRAL_KEYS)}
 
 
+#: What a folder holds before a run starts in it: Hydra's log and the run's lock.
+_BEFORE_A_RUN = re.compile(r".*\.log|\.lock")
+#: Keys every run's ``config.yaml`` has.
+RUN_KEYS = ("agent", "trainer", "seed")
+#: Changed settings named in a refusal at most.
+SHOWN_CHANGES = 8
+
+
+def check_run_folder(run_dir: Path, recorded: str = "config.yaml", what: str = "run") -> None:
+    """A folder that holds no run (no ``recorded`` settings: a run's ``config.yaml``, a sweep's
+    ``sweep.yaml``) holds nothing a new one would write over: ConfigCheckError names the files that
+    are there (the user's own ``metrics.json``, ``progress.csv``, ``results.csv``, a checkpoint
+    copied in), as ``evaluate --out`` does."""
+    if (run_dir / recorded).exists():
+        return
+    foreign = sorted(name for name in os.listdir(run_dir) if not _BEFORE_A_RUN.fullmatch(name))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ConfigCheckError(f"{run_dir} holds {shown}, which no {what} started there wrote (it has "
+                               f"no {recorded}), and a {what} would write over them; choose an empty "
+                               "or new folder (hydra.run.dir=PATH)")
+
+
+def recorded_settings(run_dir: Path) -> dict[str, Any]:
+    """The settings a run folder's ``config.yaml`` recorded; ConfigCheckError naming it when it is
+    not a run's settings (broken YAML, cut short, another file of the same name)."""
+    recorded = run_dir / "config.yaml"
+    fix = (f"it holds the settings the run in {run_dir} was started with: restore it, or choose a "
+           "new run folder (hydra.run.dir=PATH)")
+    try:
+        data, _ = read_config("run", recorded)
+    except ConfigError as exc:
+        raise ConfigCheckError(f"{exc}; {fix}") from None
+    missing = [k for k in RUN_KEYS if k not in data]
+    if missing:
+        raise ConfigCheckError(f"{recorded} is not the settings of a `dynamiccl train` run (it has no "
+                               f"{', '.join(missing)}); {fix}")
+    return data
+
+
 def record_config(cfg: DictConfig, run_dir: Path, step: int) -> str | None:
     """Writes ``config.yaml`` for a new run, or checks the new settings against it for a resumed
     one; returns a line describing accepted changes (None when there are none)."""
@@ -76,10 +121,12 @@ def record_config(cfg: DictConfig, run_dir: Path, step: int) -> str | None:
     if not recorded.is_file():
         write_text_atomic(recorded, text)
         return None
-    diff = changed_keys(OmegaConf.to_container(OmegaConf.load(recorded)), resolved)  # type: ignore[arg-type]
+    diff = changed_keys(recorded_settings(run_dir), resolved)  # type: ignore[arg-type]
     if not diff:
         return None
-    listing = ", ".join(f"{k} ({old!r} -> {new!r})" for k, (old, new) in diff.items())
+    listing = ", ".join(f"{k} ({old!r} -> {new!r})" for k, (old, new) in list(diff.items())[:SHOWN_CHANGES])
+    if len(diff) > SHOWN_CHANGES:
+        listing += f" and {len(diff) - SHOWN_CHANGES} more"
     if not bool(cfg.resume.allow_changes):
         raise ConfigCheckError(
             f"{run_dir} was started with other settings: {listing}. Resume with the same settings, "

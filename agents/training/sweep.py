@@ -30,7 +30,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from dynamiccl.agents.training.config_checks import ConfigCheckError, validate
-from dynamiccl.agents.training.run_folder import locked
+from dynamiccl.agents.training.run_folder import check_run_folder, locked
+from dynamiccl.config_loader import ConfigError, read_config
 
 
 def search_space(cfg: DictConfig) -> dict[str, Any]:
@@ -59,9 +60,14 @@ def check_restore(cfg: DictConfig, out_dir: Path) -> None:
 
         write_text_atomic(recorded, OmegaConf.to_yaml(OmegaConf.create(settings)))
         return
-    before = OmegaConf.to_container(OmegaConf.load(recorded))
-    changed = [f"tune.{k} ({before.get(k)!r} -> {v!r})" for k, v in settings.items()  # type: ignore[union-attr]
-               if before.get(k) != v]  # type: ignore[union-attr]
+    try:
+        before, _ = read_config("sweep", recorded)
+    except ConfigError as exc:
+        raise ConfigCheckError(f"{exc}; it holds the settings the sweep in {out_dir} was started "
+                               "with: restore it, or start a new sweep in a new folder "
+                               "(hydra.run.dir=PATH)") from None
+    changed = [f"tune.{k} ({before.get(k)!r} -> {v!r})" for k, v in settings.items()
+               if before.get(k) != v]
     if changed:
         raise ConfigCheckError(f"{out_dir} holds a sweep started with other settings: "
                                f"{', '.join(changed)}; Ray Tune cannot change them on restore. Run "
@@ -138,6 +144,7 @@ def run_sweep(cfg: DictConfig, out_dir: str | Path) -> list[dict[str, Any]]:
     validate(cfg, sweep=True)
     space = search_space(cfg)
     with locked(Path(out_dir).resolve()) as folder:
+        check_run_folder(folder, "sweep.yaml", "sweep")
         check_restore(cfg, folder)
         grid = _fit(cfg, space, folder)
     metric = str(cfg.tune.metric)

@@ -47,7 +47,7 @@ from dynamiccl.agents.training.full_info_agent import is_full_info
 from dynamiccl.agents.training.prior_agent import is_learned_prior
 from dynamiccl.agents.training.resume_state import restore
 from dynamiccl.agents.training.round_checkpoints import learned_state
-from dynamiccl.agents.training.run_folder import locked, record_config
+from dynamiccl.agents.training.run_folder import check_run_folder, locked, record_config
 from dynamiccl.config_loader import ConfigError
 from dynamiccl.files import write_text_atomic
 
@@ -146,18 +146,30 @@ def quick_metrics(cfg: DictConfig, policy: Any) -> dict[str, Any]:
 
 class _Evaluations:
     """``evaluations.jsonl``: one line per periodic evaluation; a resumed run first drops what the
-    interrupted segment evaluated past its last checkpoint, so the file describes one run."""
+    interrupted segment evaluated past its last checkpoint (a line a kill cut short included), so
+    the file describes one run."""
 
     def __init__(self, path: Path, start: int) -> None:
         self.path = path
         if path.is_file():
             kept = [line for line in path.read_text().splitlines()
-                    if line and json.loads(line)["step"] <= start]
+                    if (step := _evaluation_step(line)) is not None and step <= start]
             write_text_atomic(path, "".join(f"{line}\n" for line in kept))
 
     def append(self, row: dict[str, Any]) -> None:
         with self.path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
+
+
+def _evaluation_step(line: str) -> int | None:
+    """The step of an ``evaluations.jsonl`` line; None for a line that is not one (cut short by a
+    kill in the middle of writing it)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    step = row.get("step") if isinstance(row, dict) else None
+    return step if isinstance(step, int) else None
 
 
 def _callbacks(cfg: DictConfig, model: Any, run_dir: Path, run_logger: Any, start: int,
@@ -198,6 +210,7 @@ def train(cfg: DictConfig, run_dir: str | Path, *, report: Reporter | None = Non
 
 
 def _train(cfg: DictConfig, run_dir: Path, report: Reporter | None, run_logger: Any) -> dict[str, Any]:
+    check_run_folder(run_dir)
     meta = _checked_checkpoint(cfg, run_dir / "checkpoints")
     changes = record_config(cfg, run_dir, int((meta or {}).get("num_timesteps", 0)))
     own_logger = run_logger is None

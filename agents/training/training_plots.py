@@ -53,10 +53,19 @@ def training_curve(run_dir: Path, column: str = REWARD[0]) -> list[tuple[float, 
         end = segments[i + 1][0] if i + 1 < len(segments) else math.inf
         with path.open() as fh:
             for row in csv.DictReader(fh):
-                step, value = row.get("time/total_timesteps"), row.get(column)
-                if step and value and float(step) <= end:
-                    points.append((float(step), float(value)))
+                point = _point(row.get("time/total_timesteps"), row.get(column))
+                if point is not None and point[0] <= end:
+                    points.append(point)
     return points
+
+
+def _point(step: str | None, value: str | None) -> tuple[float, float] | None:
+    """A progress row's (step, value); None where either is missing or not a number (the last row
+    of a segment a kill cut short)."""
+    try:
+        return (float(step), float(value)) if step and value else None
+    except ValueError:
+        return None
 
 
 #: What the periodic evaluations of a policy show: (evaluations.jsonl key, axis label).

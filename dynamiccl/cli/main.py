@@ -29,6 +29,7 @@ from dynamiccl.cli.common import (
     is_input_error,
 )
 from dynamiccl.cli.extras import missing_extra
+from dynamiccl.files import forget_claims
 
 #: Subcommand modules under ``dynamiccl.cli``, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -82,6 +83,7 @@ def console() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    forget_claims()  # a process that runs several commands (tests): each claims its own outputs
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)

@@ -5,21 +5,41 @@ profiler plugin (:mod:`dynamiccl.plugin.profile_ring`); every NCCL communicator 
 collectives, and the job's mix — per collective, size, ranks, nodes and NCCL's choice: how many
 calls, the time per call, the job's time in them — is written to ``DIR/job.jsonl``
 (:mod:`~dynamiccl.profiler.formats.job_mix`: measurement records ``tune --measurements`` reads, and
-what ``tune --workload`` weighs by) and printed. The job's exit status is the command's.
+what ``tune --workload`` weighs by) and printed. The job's exit status is the command's, as a shell
+reports it (137 for a job killed by SIGKILL).
+
+The job runs in a session of its own; a signal dynamiccl receives (Ctrl-C, ``kill``, ``timeout``,
+a closed ssh session, Ctrl-\\) is passed on to all of it, a second one or the end of ``--grace``
+kills it (:mod:`~dynamiccl.profiler.measure.job_process`), and the mix collected so far is written,
+marked partial, before the rings are removed. ``--out`` is claimed before the job starts (created,
+checked writable, locked against a second run) and checked again when the mix is written; a mix
+that cannot go there is written beside it or in the temporary folder, never dropped.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
 import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, int_between, path_arg, positive_float
-from dynamiccl.plugin.profile_ring import DEFAULT_RECORDS, JOB_RECORDS, MAX_RECORDS, MIN_RECORDS, ring_files
+from dynamiccl.cli.common import UserError, int_between, non_negative_float, path_arg, positive_float
+from dynamiccl.plugin.profile_ring import (
+    DEFAULT_RECORDS,
+    JOB_RECORDS,
+    MAX_RECORDS,
+    MIN_RECORDS,
+    failed_rings,
+    ring_files,
+)
+from dynamiccl.profiler.measure.job_process import GRACE_S
 
 JOB_FILE = "job.jsonl"
 #: Exit status when the job ran but no NCCL communicator recorded anything.
@@ -40,7 +60,8 @@ def register_job(kinds: argparse._SubParsersAction) -> None:
         "plugin and write the job's collectives as NCCL ran them: per collective, size, ranks, "
         "nodes and NCCL's choice the calls, the GPU time per call and the job's time in them, to "
         f"DIR/{JOB_FILE}. Needs NCCL 2.27 or newer (profiler interface v4+); gloo jobs have no "
-        "NCCL profiler. Exits with the job's status.",
+        "NCCL profiler. Exits with the job's status. Ctrl-C, kill, timeout or a closed session "
+        "stop the whole job (a second one kills it) and the mix so far is written, marked partial.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     j.add_argument("--out", type=path_arg, default="dynamiccl-job", metavar="DIR",
                    help=f"folder for {JOB_FILE} (created if missing; default dynamiccl-job)")
@@ -54,6 +75,9 @@ def register_job(kinds: argparse._SubParsersAction) -> None:
                         f"(default {JOB_RECORDS}; the plugin's own default is {DEFAULT_RECORDS})")
     j.add_argument("--timeout", type=positive_float, metavar="S",
                    help="stop the job after S seconds (its mix so far is still written)")
+    j.add_argument("--grace", type=_grace_arg, default=GRACE_S, metavar="S",
+                   help=f"seconds a stopped job gets to exit before all of it is killed with "
+                        f"SIGKILL (default {GRACE_S:g}; 0..{MAX_GRACE_S:g})")
     j.add_argument("--emulated-hosts", action="store_true",
                    help="the job's ranks are emulated hosts (ranks sharing GPUs over loopback "
                         "sockets): the records say so, so tune never mixes them with a real system")
@@ -61,6 +85,17 @@ def register_job(kinds: argparse._SubParsersAction) -> None:
     j.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
                    help="the job's command line, after --")
     j.set_defaults(func=run_job_command)
+
+
+#: The longest --grace (a stopped job held for longer is not being stopped).
+MAX_GRACE_S = 600.0
+
+
+def _grace_arg(text: str) -> float:
+    value = non_negative_float(text)
+    if value > MAX_GRACE_S:
+        raise argparse.ArgumentTypeError(f"must be 0..{MAX_GRACE_S:g} s, got {text}")
+    return value
 
 
 def _records_arg(text: str) -> int:
@@ -76,11 +111,18 @@ def _command(args: argparse.Namespace) -> list[str]:
         raise UserError("no command given; write it after --, e.g. "
                         "dynamiccl profile job -- torchrun --nproc-per-node 2 train.py")
     if not shutil.which(cmd[0]):
+        if os.sep in cmd[0] and Path(cmd[0]).is_file():
+            raise UserError(f"{cmd[0]} is not executable; chmod +x it, or give its interpreter "
+                            f"first (e.g. python {cmd[0]})")
         raise UserError(f"{cmd[0]}: command not found; give the job's command after --")
     return cmd
 
 
-def _claim_outputs(args: argparse.Namespace) -> Path:
+@contextmanager
+def _claimed_out(args: argparse.Namespace) -> Iterator[Path]:
+    """The --out folder, checked before the job runs: created if missing (and removed again if
+    nothing is written into it), writable, held against a second `profile job` writing into it
+    (a lock on the folder, released when this one ends), its job.jsonl one it may write."""
     from dynamiccl.files import claim_output
     from dynamiccl.profiler.formats.job_mix import JOB_MIX
 
@@ -89,85 +131,155 @@ def _claim_outputs(args: argparse.Namespace) -> Path:
         raise UserError(f"--out {out} is a file; give a folder for {JOB_FILE}")
     if not out.parent.is_dir():
         raise UserError(f"--out {out}: its parent folder does not exist; create it first")
-    if out.is_dir():
-        claim_output(out / JOB_FILE, JOB_MIX, force=args.force, flag="--out")
-    return out
+    created = False
+    try:
+        out.mkdir()
+        created = True
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create the folder ({exc.strerror or exc}); pick "
+                        "another --out") from None
+    try:
+        handle = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UserError(f"--out {out} is being written by another `dynamiccl profile job` "
+                                "that still runs; wait for it to end or pick another --out") from None
+            claim_output(out / JOB_FILE, JOB_MIX, force=args.force, flag="--out")
+            yield out
+        finally:
+            os.close(handle)
+    finally:
+        if created:
+            with suppress(OSError):  # not empty, or no longer a folder: it stays as it is
+                out.rmdir()
 
 
 def _rings_folder(args: argparse.Namespace) -> tuple[Path, bool]:
-    """(folder, whether to remove it at the end)."""
+    """(folder, whether to remove it at the end); a folder made here is the user's only (0700),
+    and a relative --rings is made absolute (a job that changes folder finds it all the same)."""
     if args.rings is None:
         from dynamiccl.profiler.measure.job_profile import temporary_rings
 
         return temporary_rings(), True
-    folder = Path(args.rings)
+    folder = Path(args.rings).absolute()
     if folder.exists() and not folder.is_dir():
-        raise UserError(f"--rings {folder} is a file; give a folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    if ring_files(folder):
-        raise UserError(f"--rings {folder} already holds rings of another run; give an empty folder")
+        raise UserError(f"--rings {args.rings} is a file; give a folder")
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--rings {args.rings}: cannot create the folder ({exc.strerror or exc}); "
+                        "give another folder") from None
+    if ring_files(folder) or failed_rings(folder):
+        raise UserError(f"--rings {args.rings} already holds rings of another run; give an empty "
+                        "folder")
     if not os.access(folder, os.W_OK):
-        raise UserError(f"--rings {folder} is not writable; give another folder")
+        raise UserError(f"--rings {args.rings} is not writable; give another folder")
     return folder, False
 
 
 def run_job_command(args: argparse.Namespace) -> int:
     from dynamiccl.plugin import build as plugin
+    from dynamiccl.profiler.measure.job_process import Stops, signal_name
     from dynamiccl.profiler.measure.job_profile import profiling_env, run_job
     from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
 
     cmd = _command(args)
-    out = _claim_outputs(args)
     try:
         library = plugin.library_path()
     except plugin.PluginError as exc:
         raise UserError(str(exc)) from None
-    rings, temporary = _rings_folder(args)
     given = os.environ.get(PROFILER_PLUGIN_ENV)
-    if given and Path(given) != library:
-        print(f"note: {PROFILER_PLUGIN_ENV}={given} is replaced by DynamICCL's profiler for this job",
-              file=sys.stderr)
-    env = {**os.environ, **profiling_env(library, rings, args.records)}
-    print(f"profiling `{' '.join(cmd)}`: rings in {rings}", file=sys.stderr)
-    try:
-        run = run_job(cmd, env, rings, timeout_s=args.timeout)
-    except OSError as exc:
-        raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
-    finally:
-        if temporary:
-            shutil.rmtree(rings, ignore_errors=True)
-    return _report(args, out, run, cmd)
+    # every stop from here on is passed to the job, which ends, and the mix so far is written
+    # before the rings are removed
+    with Stops() as stops, _claimed_out(args) as out:
+        rings, temporary = _rings_folder(args)
+        try:
+            if given and Path(given) != library:
+                print(f"note: {PROFILER_PLUGIN_ENV}={given} is replaced by DynamICCL's profiler for "
+                      "this job", file=sys.stderr)
+            env = {**os.environ, **profiling_env(library, rings, args.records)}
+            if stops.first is not None:
+                print(f"stopped by {signal_name(stops.first)} before the job started; nothing run",
+                      file=sys.stderr)
+                return 128 + stops.first
+            print(f"profiling `{' '.join(cmd)}`: rings in {rings}", file=sys.stderr)
+            try:
+                run = run_job(cmd, env, rings, stops, timeout_s=args.timeout, grace_s=args.grace)
+            except OSError as exc:
+                raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+            entries, path, moved = _write_mix(args, out, run) if run.rings else ([], None, "")
+        finally:
+            if temporary:
+                shutil.rmtree(rings, ignore_errors=True)
+    _report(args, run, entries, path, moved, cmd)
+    return run.status if path is not None else run.status or NOTHING_RECORDED
 
 
-def _report(args: argparse.Namespace, out: Path, run, cmd: list[str]) -> int:
+def _write_mix(args: argparse.Namespace, out: Path, run) -> tuple[list, Path, str]:
+    """The mix, written to DIR/job.jsonl, or where that cannot be written (the folder went
+    read-only, a file appeared there meanwhile) to a new file beside it or in the temporary
+    folder: never lost. Returns the entries, where they went and, if elsewhere, why."""
+    from dynamiccl.files import OutputRefused
     from dynamiccl.profiler.formats.job_mix import write
     from dynamiccl.profiler.measure.nvml import NoDriverError, local_provider
 
-    status = run.status
-    ended = f"the job {run.stopped}" if run.stopped else f"the job exited with status {run.exit_code}"
-    if run.rings == 0:
-        print(f"{ended}; no NCCL communicator recorded anything: no NCCL collective ran, or NCCL "
-              "is older than 2.27, or the launcher did not pass the environment to the ranks "
-              "(export NCCL_PROFILER_PLUGIN, DYNAMICCL_PROFILE and DYNAMICCL_PROFILE_RECORDS); "
-              f"nothing written", file=sys.stderr)
-        return status or NOTHING_RECORDED
     try:
         gpus = local_provider().snapshot().gpus
     except NoDriverError:
         gpus = ()
     entries = run.mix.entries(launch=f"job-{uuid.uuid4().hex[:12]}", gpu=gpus[0].name if gpus else "",
-                              emulated_hosts=args.emulated_hosts)
-    out.mkdir(exist_ok=True)
-    path = write(entries, out / JOB_FILE)
-    if args.json:
-        print(json.dumps([e.to_json() for e in entries], indent=1))
-    else:
-        _print_mix(entries, cmd)
-    for note in _notes(run):
-        print(f"note: {note}", file=sys.stderr)
-    print(f"{ended}; wrote {path} ({len(entries)} kinds of call); then: dynamiccl tune ... "
-          f"--workload {path}", file=sys.stderr)
-    return status
+                              emulated_hosts=args.emulated_hosts, partial=run.partial)
+    try:
+        return entries, write(entries, out / JOB_FILE), ""
+    except (OutputRefused, OSError) as exc:
+        why = str(exc) if isinstance(exc, OutputRefused) else \
+            f"cannot write {out / JOB_FILE} ({exc.strerror or exc})"
+    for folder in (out, Path.cwd(), Path(tempfile.gettempdir())):
+        try:
+            fd, spare = tempfile.mkstemp(prefix="job-", suffix=".jsonl", dir=folder)
+        except OSError:
+            continue
+        os.close(fd)
+        return entries, write(entries, spare), why
+    raise UserError(f"{why}; nor could the mix be written to {out}, the current folder or "
+                    f"{tempfile.gettempdir()}: the profile is lost")
+
+
+def _report(args: argparse.Namespace, run, entries: list, path: Path | None, moved: str,
+            cmd: list[str]) -> None:
+    """What the job did and where its mix is. Printing may fail where the terminal has gone (a
+    closed ssh session): the mix is written by then, and the exit status is the job's all the same."""
+    try:
+        if path is None:
+            for note in _notes(run):
+                print(f"note: {note}", file=sys.stderr)
+            print(f"{run.ended}; no NCCL communicator recorded anything: no NCCL collective ran, "
+                  "or NCCL is older than 2.27, or the launcher did not pass the environment to the "
+                  "ranks (export NCCL_PROFILER_PLUGIN, DYNAMICCL_PROFILE and "
+                  "DYNAMICCL_PROFILE_RECORDS)"
+                  + ("" if not run.failed else ", or no ring could be created (see the notes)")
+                  + "; nothing written", file=sys.stderr)
+            return
+        if args.json:
+            print(json.dumps([e.to_json() for e in entries], indent=1))
+        else:
+            _print_mix(entries, cmd, run.partial)
+        for note in _notes(run):
+            print(f"note: {note}", file=sys.stderr)
+        if moved:
+            print(f"warning: {moved}; the mix is in {path} instead", file=sys.stderr)
+        stop_only = run.partial == f"the job {run.stopped}"
+        kept = (f"wrote {path}" if not run.partial else
+                f"wrote the mix collected so far to {path}, marked partial" if stop_only else
+                f"wrote {path}, marked partial: {run.partial}")
+        print(f"{run.ended}; {kept} ({len(entries)} kinds of call); then: dynamiccl tune ... "
+              f"--workload {path}", file=sys.stderr)
+    except OSError:
+        pass
 
 
 def _notes(run) -> list[str]:
@@ -185,10 +297,17 @@ def _notes(run) -> list[str]:
         notes.append(f"{run.mix.partial} calls were counted without every rank's record")
     for path, why in run.unreadable.items():
         notes.append(f"skipped {path}: {why}")
+    if run.left_running:
+        notes.append(f"{len(run.left_running)} process(es) the job started still ran after it ended "
+                     f"(pid {', '.join(map(str, run.left_running[:5]))}): ended with it (SIGTERM, "
+                     "SIGKILL after --grace), as nothing of a job outlives it")
+    for path, why in run.failed.items():
+        notes.append(f"the plugin could not create {path.with_suffix('.ring').name} (this rank "
+                     f"recorded nothing): {why}")
     return notes
 
 
-def _print_mix(entries: list, cmd: list[str]) -> None:
+def _print_mix(entries: list, cmd: list[str], partial: str) -> None:
     from rich.table import Table
 
     from dynamiccl.console import console
@@ -196,7 +315,8 @@ def _print_mix(entries: list, cmd: list[str]) -> None:
     total = sum(e.total_us for e in entries) or 1.0
     calls = sum(e.calls for e in entries)
     table = Table(title=f"`{' '.join(cmd)}`: {calls} collective calls, {total / 1e3:.2f} ms of GPU "
-                        "time in them (per call: the slowest rank's)")
+                        "time in them (per call: the slowest rank's)"
+                        + (f"; PARTIAL: {partial}" if partial else ""))
     for col in ("collective", "size", "ranks", "nodes", "calls", "NCCL's pick", "time (us)",
                 "p10", "p90", "share of time"):
         table.add_column(col, justify="left" if col in ("collective", "NCCL's pick") else "right")

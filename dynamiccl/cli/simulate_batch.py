@@ -12,14 +12,14 @@ process feeding requests one at a time gets each answer at once.
 from __future__ import annotations
 
 import argparse
-import codecs
 import copy
 import io
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
+from pathlib import Path
 from typing import IO, Any
 
 from dynamiccl.cli.common import (
@@ -28,7 +28,7 @@ from dynamiccl.cli.common import (
     describe_input_error,
     internal_error_line,
     is_input_error,
-    read_text,
+    read_head,
     topology_from_args,
 )
 from dynamiccl.cli.simulate_request import (
@@ -98,7 +98,9 @@ class BatchSimulator:
     def _topology(self, args: argparse.Namespace) -> Topology:
         return self._load(args.topology, args.nodes, args.gpus_per_node)
 
-    def _parse(self, line: str) -> argparse.Namespace | dict[str, Any]:
+    def _parse(self, line: str | UserError) -> argparse.Namespace | dict[str, Any]:
+        if isinstance(line, UserError):  # a line too long or not text (:func:`_lines`)
+            return self._error(line)
         try:
             return self.parser.parse_args(request_argv(line), namespace=copy.copy(self.defaults))
         except Exception as exc:
@@ -132,7 +134,7 @@ class BatchSimulator:
         except Exception as exc:
             return self._error(exc)
 
-    def run(self, chunks: Iterable[list[str]], out: IO[str]) -> None:
+    def run(self, chunks: Iterable[list[str | UserError]], out: IO[str]) -> None:
         for lines in chunks:
             requests = [self._parse(line) for line in lines]
             self._prefetch(requests)
@@ -143,29 +145,62 @@ class BatchSimulator:
 #: Lines answered together from a file (stdin: whatever has arrived, so a process feeding one
 #: request at a time gets each answer at once).
 CHUNK_LINES = 1024
+#: The longest line read as a request (one is a few hundred bytes): a longer one is answered with
+#: an error and its bytes are passed over, never held, so a 100 MB line costs no more than a read.
+MAX_LINE_BYTES = 1 << 16
+#: Bytes read at a time.
+BLOCK_BYTES = 1 << 16
 
 
-def _chunks(source: str) -> Iterator[list[str]]:
+def _chunks(source: str) -> Iterator[list[str | UserError]]:
     if source != "-":
-        lines = read_text(source, "batch file").splitlines()
-        for start in range(0, len(lines), CHUNK_LINES):
-            yield lines[start:start + CHUNK_LINES]
+        read_head(source, "batch file", 0)  # a FIFO, a folder or a missing file: one line
+        with Path(source).open("rb") as fh:
+            yield from _lines(lambda: fh.read(BLOCK_BYTES), CHUNK_LINES)
         return
     try:
         fd = sys.stdin.fileno()
-    except (OSError, io.UnsupportedOperation):  # a stream without a descriptor: line by line
-        yield from ([line.rstrip("\n")] for line in sys.stdin)
+    except (OSError, io.UnsupportedOperation):  # a stream without a descriptor
+        yield from _lines(lambda: sys.stdin.read(BLOCK_BYTES).encode(), None)
         return
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    pending = ""
-    while block := os.read(fd, 1 << 16):
-        pending += decoder.decode(block)
-        *complete, pending = pending.split("\n")
-        if complete:
-            yield complete
-    pending += decoder.decode(b"", final=True)
-    if pending:
-        yield [pending]
+    yield from _lines(lambda: os.read(fd, BLOCK_BYTES), None)
+
+
+def _lines(read: Callable[[], bytes], chunk: int | None) -> Iterator[list[str | UserError]]:
+    """The lines of what ``read`` returns, ``chunk`` at a time (None: as they arrive); each looked at
+    once (linear in the input, whatever its lines' lengths). A line longer than
+    :data:`MAX_LINE_BYTES` or not UTF-8 is a UserError in its place."""
+    parts: list[bytes] = []
+    size = 0
+    out: list[str | UserError] = []
+    while block := read():
+        start = 0
+        while (end := block.find(b"\n", start)) >= 0:
+            out.append(_line(parts, size, block[start:end]))
+            parts, size, start = [], 0, end + 1
+        rest = block[start:]
+        size += len(rest)
+        if size <= MAX_LINE_BYTES:
+            parts.append(rest)
+        else:
+            parts = []  # passed over: the line is answered as too long
+        if out and (chunk is None or len(out) >= chunk):
+            yield out
+            out = []
+    if size:
+        out.append(_line(parts, size, b""))
+    if out:
+        yield out
+
+
+def _line(parts: list[bytes], size: int, tail: bytes) -> str | UserError:
+    if size + len(tail) > MAX_LINE_BYTES:
+        return UserError(f"a line of {size + len(tail)} bytes, longer than any request "
+                         f"({MAX_LINE_BYTES} at most); give one JSON object per line")
+    try:
+        return (b"".join(parts) + tail).decode("utf-8")
+    except UnicodeDecodeError:
+        return UserError("the line is not UTF-8 text")
 
 
 def _defaults(args: argparse.Namespace) -> argparse.Namespace:

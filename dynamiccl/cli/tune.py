@@ -75,7 +75,7 @@ def _records(paths: list[str] | None, topology, nccl_version=None) -> tuple[list
         check_fits(records, topology)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    notes = []
+    notes = list(loaded.warnings)
     for what, files in (("skipped {} file(s) holding no measurements", loaded.skipped),
                         ("read {} file(s) given again once", loaded.repeated)):
         if files:
@@ -303,7 +303,7 @@ def _run(args: argparse.Namespace) -> int:
         tune.calibrated_topology(records, topology)
     tuner = tune.Tuner(model, measurements, margin=args.margin, calibrated=model is not topology,
                        prior=_learned_prior() if args.prior else None)
-    workload = _workload(args.workload)
+    workload = _workload(args.workload, topology)
     scenarios = _scenarios(topology, args.collective or _workload_collectives(workload),
                            measurements.shapes | (workload.shapes if workload else set()))
     prior_note = "off (--prior asks it)" if not args.prior else "on" if tuner.calibrated else \
@@ -318,6 +318,9 @@ def _run(args: argparse.Namespace) -> int:
         planned = tune_plan.plan(tuner, scenarios, budget.measurements,
                                  weight=workload.weight if workload else None,
                                  fits=tune_launches.plan_fits(budget, topology.gpus_per_node, call_us))
+        if not planned:
+            print(f"note: nothing to measure: {_why_nothing_planned(workload, scenarios, budget)}",
+                  file=sys.stderr)
         tune_launches.emit(args, planned, topology, call_us, _made_by())
         if args.run:
             _run_plan(planned, args.record or DEFAULT_RECORD, args.emulate_hosts)
@@ -359,18 +362,46 @@ def _stamp(records: list) -> str:
     return pf.DEFAULT_NCCL_RANGE
 
 
-def _workload(path: str | None):
-    """The job's mix ``--workload`` names (:mod:`dynamiccl.agents.shipping.tune_workload`)."""
+def _workload(path: str | None, topology):
+    """The job's mix ``--workload`` names (:mod:`dynamiccl.agents.shipping.tune_workload`), checked
+    against the system as measurements are (``profiler.formats.system_fit``: ranks per node the
+    topology does not have, nodes without a network, another GPU, emulated hosts on a real
+    system); a mix of one-rank calls only (which move nothing between GPUs) is refused too."""
     if path is None:
         return None
     from dynamiccl.agents.shipping.tune_workload import Workload
     from dynamiccl.cli.common import read_head
+    from dynamiccl.profiler.formats.system_fit import check_fits
 
     read_head(path, "job mix", 1, "give the job.jsonl `dynamiccl profile job` wrote")
     try:
-        return Workload.read(path)
+        workload = Workload.read(path)
+        check_fits(workload.records, topology)
     except ValueError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(f"--workload {exc}" if not str(exc).startswith(str(path)) else str(exc)) from None
+    if all(r.nranks == 1 for r in workload.records):
+        raise UserError(f"--workload {path}: every call of the job's mix ran on one rank, which moves "
+                        "nothing between GPUs, so there is nothing to tune; profile the job on the "
+                        "ranks it runs on (dynamiccl profile job -- torchrun --nproc-per-node N ...)")
+    if workload.partial:
+        print(f"note: --workload {path} is a partial mix ({workload.partial}): its shares are those "
+              "of the calls it holds", file=sys.stderr)
+    return workload
+
+
+def _why_nothing_planned(workload, scenarios: list, budget: tune_launches.Budget) -> str:
+    """Why the plan is empty, in words (an empty plan with no reason reads as a failure)."""
+    if workload is not None and workload.uncovered(scenarios) > 1 - 1e-9:
+        return (f"the job's mix ({workload.source}) spends none of its collective time in the calls "
+                "tune decides here (other collectives, sizes or rank counts), so no launch is worth "
+                "anything to it; give --collective or the system the job ran on")
+    if budget.measurements is not None and budget.measurements < 2:
+        return (f"--budget {budget.measurements} holds no measurement worth taking: a choice is "
+                "measured beside NCCL's default, so give --budget 2 or more")
+    short = (f", or --budget {budget} does not hold the first launch worth taking (give more "
+             "node-hours, or a number of measurements)" if budget.node_hours is not None else "")
+    return ("every decision tune makes here is settled by the measurements, or no choice could beat "
+            f"NCCL's default by enough to be worth a launch (`tune` without --plan shows them){short}")
 
 
 def _workload_collectives(workload) -> list[str]:

@@ -10,6 +10,7 @@ flags, so a stale library is never handed to NCCL.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -118,16 +119,19 @@ def compile_c(
     cache: Path | None = None,
     depends: Sequence[Path] = (),
     force: bool = False,
+    symbols: Sequence[str] = (),
 ) -> Path:
     """Compiles ``sources`` into ``cache/<digest>/output_name`` unless that exact build exists.
 
     The digest covers the sources, ``depends`` (headers), compiler and flags, so variants (the
-    sanitizer builds of the tests, the benchmark's driver) coexist and are built once.
+    sanitizer builds of the tests, the benchmark's driver) coexist and are built once. What the
+    compiler made is checked (:func:`output_problem`: an ELF file exporting ``symbols``) before it is
+    kept, so a "compiler" that exits 0 having made nothing (``--cc /bin/true``) is refused.
     """
     compiler = find_compiler(cc)
     all_flags = [*flags, *(["-shared"] if shared else [])]
     out = (cache or cache_dir()) / _digest([*sources, *depends], all_flags, compiler) / output_name
-    if out.is_file() and not force:
+    if out.is_file() and not force and output_problem(out, symbols) is None:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{output_name}.")
@@ -136,11 +140,45 @@ def compile_c(
     # the test programs load it; glibc before 2.34 keeps those outside libc.
     cmd = [compiler, *all_flags, *(str(s) for s in sources), "-o", tmp, "-ldl", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
+    problem = None if proc.returncode else output_problem(Path(tmp), symbols)
+    if proc.returncode or problem:
         os.unlink(tmp)
-        raise PluginError(f"compiling {output_name} failed ({' '.join(cmd)}):\n{proc.stderr}")
+        with contextlib.suppress(OSError):
+            out.parent.rmdir()  # made for this build only
+        if proc.returncode:
+            raise PluginError(f"compiling {output_name} failed ({' '.join(cmd)}):\n{proc.stderr}")
+        raise PluginError(f"compiling {output_name} with {compiler} exited 0, but {problem}")
+    os.chmod(tmp, 0o755)  # a program or library of the user's, not mkstemp's private file
     os.replace(tmp, out)  # atomic: a concurrent user never sees a half-written library
     return out
+
+
+#: The bytes every ELF file (Linux's programs and shared libraries) starts with.
+ELF_MAGIC = b"\x7fELF"
+
+
+def output_problem(path: Path, symbols: Sequence[str] = ()) -> str | None:
+    """Why ``path`` is not what a C compiler makes (empty, not ELF, without the ``symbols`` NCCL
+    looks up), in words; None when it is."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(len(ELF_MAGIC))
+    except OSError as exc:
+        return f"its output cannot be read ({exc.strerror or exc})"
+    if head != ELF_MAGIC:
+        return (f"it made {size} bytes that are no ELF program or library: is it a C compiler? give "
+                "one with --cc (e.g. gcc) or set CC")
+    if symbols and shutil.which("nm"):
+        try:
+            exported = exported_symbols(path)
+        except subprocess.CalledProcessError:
+            return "it made an ELF file whose symbols nm cannot list: not a shared library"
+        missing = [s for s in symbols if s not in exported]
+        if missing:
+            return (f"the library exports no {', '.join(missing)}, which NCCL looks up: the compiler "
+                    "or its flags left them out; build with gcc or clang")
+    return None
 
 
 def check_headers(src: Path) -> None:
@@ -168,7 +206,8 @@ def build(
         )
     check_headers(src)
     return compile_c(sources(src), LIBRARY_NAME, flags=[*cflags(src), *flags], shared=True, cc=cc,
-                     cache=cache, depends=[*headers(src), src / FLAGS_FILE], force=force)
+                     cache=cache, depends=[*headers(src), src / FLAGS_FILE], force=force,
+                     symbols=(*EXPORTED_SYMBOLS, *PROFILER_SYMBOLS))
 
 
 def _is_stale(library: Path, src: Path) -> bool:
@@ -202,7 +241,8 @@ def _remembered_build(src: Path | None) -> Path | None:
     except OSError:
         return None
     library = Path(path.strip())
-    if not library.is_file() or (src is not None and digest.strip() != _sources_digest(src)):
+    if not library.is_file() or (src is not None and digest.strip() != _sources_digest(src)) \
+            or output_problem(library) is not None:  # a build an older version let through
         return None
     return library
 

@@ -1,12 +1,14 @@
-"""The profiler's ring, written once: the file the C plugin fills and every Python reader maps.
+"""The profiler's ring, written once: the file the C plugin fills and every Python reader reads.
 
 With ``DYNAMICCL_PROFILE=DIR`` set when NCCL initialises a communicator, the plugin library (loaded
 as NCCL's profiler plugin through ``NCCL_PROFILER_PLUGIN``) writes one ring per communicator and
-rank: ``DIR/dynamiccl-<pid>-<n>-<commId>-r<rank>.ring``, created under a hidden name and renamed
-once its header is complete. The file is a :data:`HEADER_BYTES` header and a power-of-two number of
-:data:`RECORD_BYTES` records, one per completed collective (:data:`RECORD_FIELDS`). The plugin never
-waits for a reader: a full ring overwrites its oldest records, and a reader that fell behind is told
-how many it lost.
+rank: ``DIR/dynamiccl-<pid>-<n>-<commId>-r<rank>.ring``, readable by its owner only (0600), created
+under a hidden name and renamed once its header is complete. A ring that cannot be created (a full
+``/dev/shm``) leaves ``...-r<rank>.failed`` holding the reason instead, so a reader knows the
+profile misses that rank (:func:`failed_rings`). The file is a :data:`HEADER_BYTES` header and a
+power-of-two number of :data:`RECORD_BYTES` records, one per completed collective
+(:data:`RECORD_FIELDS`). The plugin never waits for a reader: a full ring overwrites its oldest
+records, and a reader that fell behind is told how many it lost.
 
 Writers claim a record with an atomic increment of ``head``, write it and commit it by storing its
 index + 1 in ``commit`` last (a seqlock: ``commit`` is 0 while the record is being written), so a
@@ -21,8 +23,8 @@ generates every header of the plugin); a test regenerates it and fails on any di
 
 from __future__ import annotations
 
-import mmap
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +39,8 @@ from dynamiccl.system.nccl_profiler import (
     PROFILER_STATE_KERNEL_CH_STOP,
     ProfilerEvent,
 )
+from dynamiccl.system.topology import MAX_RANKS
+from dynamiccl.system.units import MAX_DURATION_US, SIZE_LIMIT
 
 #: The directory the rings go to; unset or empty: the profiler records nothing.
 PROFILE_ENV = "DYNAMICCL_PROFILE"
@@ -62,6 +66,9 @@ FILE_PREFIX = "dynamiccl-"
 FILE_SUFFIX = ".ring"
 #: printf format of a ring's name: pid, the process's communicator counter, commId, rank.
 FILE_FORMAT = FILE_PREFIX + "%d-%u-%016llx-r%d" + FILE_SUFFIX
+#: What the plugin leaves, named like the ring, when it cannot create one (its text: the reason).
+FAILED_SUFFIX = ".failed"
+FAILED_FORMAT = FILE_FORMAT[: -len(FILE_SUFFIX)] + FAILED_SUFFIX
 NAME_BYTES = 64
 VERSION_BYTES = 16
 
@@ -178,62 +185,97 @@ class RingRead:
 
 
 class RingView:
-    """A read-only numpy view of one ring file (``np.frombuffer`` over its mmap).
+    """One ring file, read with ``pread`` into copies (never mapped: a file cut short while mapped
+    kills the reader with SIGBUS; read, it is a short read, refused in one line).
 
-    The writer keeps writing while it is mapped; :meth:`read` returns a consistent copy of the
-    committed records since a cursor. Opening refuses (RingFormatError) anything that is not a
-    complete ring of this format, so a hostile or truncated file is never indexed.
+    The writer keeps writing while it is read; :meth:`read` returns a consistent copy of the
+    committed records since a cursor, each field checked as it is read. Opening refuses
+    (RingFormatError) anything that is not a complete ring of this format written by this user, and
+    :meth:`read` a record no plugin writes, so a hostile or truncated file is never indexed.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            with open(self.path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size < HEADER_BYTES:
-                    raise RingFormatError(f"{self.path}: {size} bytes, shorter than a ring header")
-                self._map = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+        self.capacity = 0  # until the header is read
+        try:  # a symlink, a FIFO or a device planted under a ring's name is not opened as one
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise RingFormatError(f"{self.path}: cannot read it ({exc.strerror or exc})") from None
-        header = np.frombuffer(self._map, HEADER_DTYPE, count=1).copy()[0]  # holds no view
-        problem = _header_problem(header, size)
-        if problem:
-            self._map.close()
-            raise RingFormatError(f"{self.path}: not a DynamICCL profile ring ({problem})")
-        self._header = np.frombuffer(self._map, HEADER_DTYPE, count=1)
+        try:
+            self._check_file()
+            header = self._header()
+            problem = _header_problem(header, os.fstat(self._fd).st_size)
+            if problem:
+                raise RingFormatError(f"{self.path}: not a DynamICCL profile ring ({problem})")
+        except BaseException:
+            os.close(self._fd)
+            raise
         self.capacity = int(header["capacity"])
-        self._records = np.frombuffer(self._map, RECORD_DTYPE, count=self.capacity,
-                                      offset=HEADER_BYTES)
         self.info = RingInfo(self.path, int(header["comm_id"]), int(header["rank"]),
                              int(header["nranks"]), int(header["nnodes"]), int(header["pid"]),
                              int(header["abi"]), self.capacity, int(header["created_ns"]),
                              _text(header["comm_name"]), _text(header["plugin_version"]))
 
+    def _check_file(self) -> None:
+        st = os.fstat(self._fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RingFormatError(f"{self.path}: not a regular file, so not a ring the plugin wrote")
+        if st.st_uid != os.geteuid():
+            raise RingFormatError(f"{self.path}: owned by user id {st.st_uid}, not by this user "
+                                  f"({os.geteuid()}), so not a ring this job's plugin wrote")
+        if st.st_size < HEADER_BYTES:
+            raise RingFormatError(f"{self.path}: {st.st_size} bytes, shorter than a ring header")
+
+    def _pread(self, size: int, offset: int) -> bytes:
+        data = os.pread(self._fd, size, offset)
+        if len(data) != size:
+            raise RingFormatError(f"{self.path}: cut short while being read ({offset + len(data)} "
+                                  f"bytes where the ring has {offset + size}); the file was truncated")
+        return data
+
+    def _header(self) -> np.void:
+        size = os.fstat(self._fd).st_size
+        if self.capacity and size != HEADER_BYTES + self.capacity * RECORD_BYTES:
+            raise RingFormatError(f"{self.path}: cut short while being read ({size} bytes where the "
+                                  f"ring has {HEADER_BYTES + self.capacity * RECORD_BYTES}); the "
+                                  "file was truncated")
+        return np.frombuffer(self._pread(HEADER_BYTES, 0), HEADER_DTYPE, count=1)[0]
+
     def head(self) -> int:
         """Records the writers have claimed so far."""
-        return int(self._header["head"][0])
+        return int(self._header()["head"])
 
     def closed(self) -> bool:
         """NCCL finalized the communicator: the ring holds all it will."""
-        return bool(self._header["closed"][0])
+        return bool(self._header()["closed"])
 
     def started(self) -> int:
-        return int(self._header["started"][0])
+        return int(self._header()["started"])
 
     def drops(self) -> dict[str, int]:
-        counts = self._header["drops"][0]
+        counts = self._header()["drops"]
         return {reason: int(counts[i]) for i, reason in enumerate(DROP_REASONS)}
+
+    def _slots(self, first: int, count: int) -> np.ndarray:
+        """A copy of ``count`` records from index ``first`` on (wrapping around the ring)."""
+        start = first % self.capacity
+        head = min(count, self.capacity - start)
+        data = self._pread(head * RECORD_BYTES, HEADER_BYTES + start * RECORD_BYTES)
+        if count > head:
+            data += self._pread((count - head) * RECORD_BYTES, HEADER_BYTES)
+        return np.frombuffer(data, RECORD_DTYPE, count=count)
 
     def read(self, since: int = 0) -> RingRead:
         """The records committed from index ``since`` on, up to the first one still being written
-        (the next read starts there, so nothing is returned twice)."""
+        (the next read starts there, so nothing is returned twice). RingFormatError names the
+        first record no plugin writes (an unknown id, a stop before its start) or a file cut short."""
         head = self.head()
         first = max(since, head - self.capacity, 0)
         lost = first - since if since < first else 0
-        index = np.arange(first, head, dtype=np.uint64)
-        slots = (index % np.uint64(self.capacity)).astype(np.int64)
-        snapshot = self._records[slots]
-        recheck = self._records["commit"][slots]
+        count = max(head - first, 0)
+        index = np.arange(first, first + count, dtype=np.uint64)
+        snapshot = self._slots(first, count)
+        recheck = self._slots(first, count)["commit"]
         overwritten = index < np.uint64(max(self.head() - self.capacity, 0))
         good = (snapshot["commit"] == index + 1) & (recheck == snapshot["commit"]) & ~overwritten
         # stop at the first record neither good nor lost: a writer is still on it
@@ -245,11 +287,16 @@ class RingView:
             overwritten[end] = True
             end = int(np.argmax(pending)) if pending.any() else len(index)
         lost += int(overwritten[:end].sum())
-        return RingRead(snapshot[:end][good[:end]], first + end, lost)
+        records = snapshot[:end][good[:end]]
+        problem = record_problem(records, self.info.nranks)
+        if problem:
+            raise RingFormatError(f"{self.path}: not a ring the plugin wrote ({problem})")
+        return RingRead(records, first + end, lost)
 
     def close(self) -> None:
-        self._header = self._records = None  # type: ignore[assignment]
-        self._map.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> RingView:
         return self
@@ -274,7 +321,55 @@ def _header_problem(header: np.void, size: int) -> str | None:
         return f"capacity {capacity} is not a power of two in {MIN_RECORDS}..{MAX_RECORDS}"
     if size != HEADER_BYTES + capacity * RECORD_BYTES:
         return f"{size} bytes where {capacity} records need {HEADER_BYTES + capacity * RECORD_BYTES}"
+    nranks, rank, nnodes = int(header["nranks"]), int(header["rank"]), int(header["nnodes"])
+    if not 1 <= nranks <= MAX_RANKS:
+        return f"nranks {nranks} is not a rank count (1..{MAX_RANKS})"
+    if not 0 <= rank < nranks:
+        return f"rank {rank} is not one of its {nranks} ranks"
+    if not 1 <= nnodes <= nranks:
+        return f"nnodes {nnodes} is not a node count of {nranks} ranks"
     return None
+
+
+#: The ids a record may hold: NCCL's collectives, algorithms, protocols and datatypes as the plugin
+#: numbers them (index into the generated name tables).
+_ID_FIELDS = (("coll", "collective", len(PROFILER_COLLECTIVE_NAMES)),
+              ("algo", "algorithm", len(PROFILER_ALGORITHM_NAMES)),
+              ("proto", "protocol", len(PROFILER_PROTOCOL_NAMES)), ("dtype", "datatype", len(DATATYPES)))
+#: The longest GPU time a record may hold (an hour, as any measurement).
+MAX_GPU_NS = int(MAX_DURATION_US * 1000)
+
+
+def record_problem(records: np.ndarray, nranks: int) -> str | None:
+    """What no plugin writes in a batch of ``records`` of a ring of ``nranks`` ranks (the first
+    record's problem, in words), None when every field is one the plugin can write."""
+    bad: list[tuple[int, str]] = []
+    for field, what, count in _ID_FIELDS:
+        values = records[field].astype(np.int64)
+        out = np.flatnonzero((values < 0) | (values >= count))
+        if len(out):
+            bad.append((int(out[0]), f"{what} id {int(values[out[0]])}, which NCCL does not have"))
+    out = np.flatnonzero(records["channels"] > MAX_CHANNELS)
+    if len(out):
+        bad.append((int(out[0]), f"{int(records['channels'][out[0]])} channels (NCCL runs at most "
+                                 f"{MAX_CHANNELS})"))
+    timed = (records["flags"] & FLAG_TIMED) != 0
+    start, stop = records["gpu_start_ns"], records["gpu_stop_ns"]
+    out = np.flatnonzero(timed & (stop < start))
+    if len(out):
+        bad.append((int(out[0]), "a GPU stop before its start"))
+    out = np.flatnonzero(timed & (stop >= start) & (stop - start > np.uint64(MAX_GPU_NS)))
+    if len(out):
+        bad.append((int(out[0]), "a GPU time longer than an hour"))
+    split = np.isin(records["coll"], [int(Collective.ALLGATHER), int(Collective.REDUCESCATTER)])
+    limit = np.where(split, np.uint64((SIZE_LIMIT - 1) // nranks), np.uint64(SIZE_LIMIT - 1))
+    out = np.flatnonzero(records["bytes"] > limit)
+    if len(out):
+        bad.append((int(out[0]), f"{int(records['bytes'][out[0]])} bytes"))
+    if not bad:
+        return None
+    at, what = min(bad)
+    return f"record of call {int(records['seq'][at])}: {what}"
 
 
 def nccl_tests_bytes(collective: np.ndarray, nbytes: np.ndarray, nranks: int) -> np.ndarray:
@@ -285,8 +380,35 @@ def nccl_tests_bytes(collective: np.ndarray, nbytes: np.ndarray, nranks: int) ->
 
 
 def ring_files(folder: str | Path) -> list[Path]:
-    """The complete rings in ``folder`` (a ring being created has a hidden name until it is)."""
-    return sorted(p for p in Path(folder).glob(f"{FILE_PREFIX}*{FILE_SUFFIX}") if p.is_file())
+    """The complete rings in ``folder`` (a ring being created has a hidden name until it is): every
+    file named as one, symbolic links included (:class:`RingView` refuses what is not a ring)."""
+    return sorted(p for p in Path(folder).glob(f"{FILE_PREFIX}*{FILE_SUFFIX}")
+                  if p.is_symlink() or p.is_file())
+
+
+#: Bytes of a ``.failed`` note read at most.
+FAILED_BYTES = 512
+
+
+def failed_rings(folder: str | Path) -> dict[Path, str]:
+    """The rings the plugin could not create in ``folder`` (their ``.failed`` notes, this user's
+    regular files only, as rings are), with why."""
+    out = {}
+    for path in sorted(Path(folder).glob(f"{FILE_PREFIX}*{FAILED_SUFFIX}")):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            text = os.read(fd, FAILED_BYTES)
+        finally:
+            os.close(fd)
+        why = text.decode("utf-8", "replace").strip().splitlines()
+        out[path] = why[0] if why else "no reason recorded (the disk was full)"
+    return out
 
 
 # ---- the generated C header ---------------------------------------------------------------------
@@ -345,6 +467,7 @@ def c_header() -> str:
         f"#define DCCL_RING_MAGIC {_c_string(MAGIC.decode())}",
         f"#define DCCL_RING_VERSION {FORMAT_VERSION}u",
         f"#define DCCL_RING_FILE_FORMAT {_c_string(FILE_FORMAT)}",
+        f"#define DCCL_RING_FAILED_FORMAT {_c_string(FAILED_FORMAT)}",
         f"#define DCCL_RING_FLAG_TIMED {FLAG_TIMED}",
         f"#define DCCL_RING_DROP_SLOTS {DROP_SLOTS}",
         f"#define DCCL_PROF_NUM_COLLS {len(colls)}",

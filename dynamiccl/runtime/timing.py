@@ -66,18 +66,26 @@ class ProfiledTimes:
         self.pid = os.getpid() if pid is None else pid
         self._views: dict[Path, RingView] = {}
         self._cursor: dict[Path, int] = {}
+        self._given_up: set[Path] = set()
         self._records = np.zeros(0, RECORD_DTYPE)
         self._taken = 0  # records before this index were consumed by a trial
 
     def _poll(self) -> None:
         for path in sorted(self.folder.glob(f"{FILE_PREFIX}{self.pid}-*{FILE_SUFFIX}")):
+            if path in self._given_up:
+                continue
             if path not in self._views:
                 try:
                     self._views[path] = RingView(path)
                 except RingFormatError:
                     continue
                 self._cursor[path] = 0
-            read = self._views[path].read(self._cursor[path])
+            try:
+                read = self._views[path].read(self._cursor[path])
+            except RingFormatError:  # cut short or rewritten by something else: its times are gone
+                self._views.pop(path).close()
+                self._given_up.add(path)
+                continue
             self._cursor[path] = read.next
             mine = read.records[read.records["coll"] == Collective.ALLREDUCE]
             if len(mine):

@@ -6,13 +6,15 @@ median GPU time per call, ``time_us_runs`` the distribution as at most :data:`MA
 statistics, ``nccl_pick`` the algorithm and protocol NCCL ran), so ``tune --measurements`` reads it
 as measurements, plus what only a job has (keys records ignore): ``calls`` (how many the job made),
 ``untimed_calls`` (of those, without a GPU time), ``total_us`` (the job's time in them, untimed calls
-counted at the median), ``nccl_channels`` and the p10/p90 of the time per call. ``tune --workload``
-weighs its report and plan by ``total_us``.
+counted at the median), ``nccl_channels`` and the p10/p90 of the time per call, and on every line
+of a mix that lacks calls the job made, ``partial``: why (the job was stopped, a rank's ring could
+not be created). ``tune --workload`` weighs its report and plan by ``total_us``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +22,8 @@ import numpy as np
 
 from dynamiccl.files import FileKind, read_head, write_text_atomic
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, read_json_lines
-from dynamiccl.system.nccl import Algorithm, Collective, Protocol
+from dynamiccl.system.nccl import MAX_CHANNELS, Algorithm, Collective, Protocol
+from dynamiccl.system.units import MAX_DURATION_US
 
 #: Order statistics of the per-call times kept in a record's ``time_us_runs``.
 MAX_RUNS = 1000
@@ -40,17 +43,20 @@ class MixEntry:
     nccl_channels: int
     p10_us: float
     p90_us: float
+    #: Why the mix this entry is part of lacks calls the job made ("" when it holds them all).
+    partial: str = ""
 
     def to_json(self) -> dict:
         return {**self.record.to_json(), "calls": self.calls, "untimed_calls": self.untimed_calls,
                 "total_us": round(self.total_us, 3), "nccl_channels": self.nccl_channels,
-                "p10_us": round(self.p10_us, 3), "p90_us": round(self.p90_us, 3)}
+                "p10_us": round(self.p10_us, 3), "p90_us": round(self.p90_us, 3),
+                **({"partial": self.partial} if self.partial else {})}
 
 
 def entry(collective: Collective, nbytes: int, nranks: int, nnodes: int, algorithm: Algorithm,
           protocol: Protocol, channels: int, calls: int, timed_calls: int, timed_total_us: float,
           sample_us: np.ndarray, *, launch: str, emulated_hosts: bool = False,
-          gpu: str = "") -> MixEntry | None:
+          gpu: str = "", partial: str = "") -> MixEntry | None:
     """The mix line for ``calls`` calls, ``timed_calls`` of them with GPU times summing to
     ``timed_total_us``, ``sample_us`` those times or a uniform sample of them; None when no call has
     a time (a record needs one)."""
@@ -67,7 +73,8 @@ def entry(collective: Collective, nbytes: int, nranks: int, nnodes: int, algorit
         nccl_pick=f"{algorithm.name.lower()}/{protocol.name.lower()}", emulated_hosts=emulated_hosts)
     untimed = int(calls) - int(timed_calls)
     return MixEntry(record, int(calls), untimed, float(timed_total_us) + untimed * median,
-                    int(channels), float(np.percentile(times, 10)), float(np.percentile(times, 90)))
+                    int(channels), float(np.percentile(times, 10)), float(np.percentile(times, 90)),
+                    partial)
 
 
 def write(entries: list[MixEntry], path: str | Path) -> Path:
@@ -86,11 +93,36 @@ def _entry(data: dict, where: str) -> MixEntry:
     missing = [k for k in JOB_KEYS if k not in data]
     if missing:
         raise ValueError(f"no {', '.join(missing)}")
-    if int(data["calls"]) < 1 or not float(data["total_us"]) >= 0:
-        raise ValueError("calls must be >= 1 and total_us >= 0")
-    return MixEntry(MeasurementRecord.from_json(data, source=where), int(data["calls"]),
-                    int(data["untimed_calls"]), float(data["total_us"]), int(data["nccl_channels"]),
-                    float(data["p10_us"]), float(data["p90_us"]))
+    record = MeasurementRecord.from_json(data, source=where)
+    calls, untimed, channels = data["calls"], data["untimed_calls"], data["nccl_channels"]
+    if not _whole(calls) or not 1 <= calls <= MAX_CALLS:
+        raise ValueError(f"calls {calls!r} is not a number of calls (1..{MAX_CALLS})")
+    if not _whole(untimed) or not 0 <= untimed <= calls:
+        raise ValueError(f"untimed_calls {untimed!r} is not a number of calls (0..{calls})")
+    if not _whole(channels) or not 0 <= channels <= MAX_CHANNELS:
+        raise ValueError(f"nccl_channels {channels!r} is not a channel count (0..{MAX_CHANNELS})")
+    times = {k: data[k] for k in ("total_us", "p10_us", "p90_us")}
+    for key, value in times.items():
+        limit = calls * MAX_DURATION_US if key == "total_us" else MAX_DURATION_US
+        if not _real(value) or not 0 <= value <= limit:
+            raise ValueError(f"{key} {value!r} is not a time in µs (0..{limit:g})")
+    partial = data.get("partial", "")
+    if not isinstance(partial, str):
+        raise ValueError(f"partial {partial!r} is not a reason")
+    return MixEntry(record, int(calls), int(untimed), float(times["total_us"]), int(channels),
+                    float(times["p10_us"]), float(times["p90_us"]), partial)
+
+
+#: Calls of one kind a mix line may count (a job making a million calls a second for a year).
+MAX_CALLS = 10**14
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _is_job_mix(path: Path) -> bool:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dynamiccl.files import not_regular_message
-from dynamiccl.profiler.formats.measurements import MeasurementFormatError, detect_format, load
+from dynamiccl.profiler.formats.measurements import MeasurementFormatError, detect_format, read
 from dynamiccl.profiler.formats.nccl_debug_log import NcclDebugLogError, parse_debug_log_file
 from dynamiccl.profiler.formats.nccl_tests import _forced_config
 from dynamiccl.profiler.formats.published import load_sidecar, sidecar_log
@@ -41,6 +41,9 @@ class LoadedMeasurements:
     #: One line per file named again (by another path, a link, or inside a folder also named):
     #: read once, so no measurement counts twice.
     repeated: list[str] = field(default_factory=list)
+    #: The parsers' warnings, each naming its file (rows skipped, lines passed over, a file not
+    #: read to its end).
+    warnings: list[str] = field(default_factory=list)
 
 
 def distinct_files(paths: Iterable[str | Path], seen: dict[tuple[int, int], str | Path] | None = None,
@@ -75,25 +78,32 @@ def load_paths(paths: Iterable[str | Path]) -> LoadedMeasurements:
     records: list[MeasurementRecord] = []
     skipped: list[str] = []
     repeated: list[str] = []
+    warnings: list[str] = []
     seen: dict[tuple[int, int], Path] = {}
     picks: dict[PickKey, str] = {}
     for item in map(Path, paths):
         if item.is_dir():
             files = distinct_files(sorted(p for p in item.rglob("*") if p.is_file()), seen, repeated)
-            found, notes = _load_folder(files, picks)
+            found, notes = _load_folder(files, picks, warnings)
             records += found
             skipped += notes
         elif item.is_file():
             if distinct_files([item], seen, repeated):
-                records += _load_file(item, picks)
+                records += _load_file(item, picks, warnings)
                 distinct_files(_run_files(item), seen)  # a log and its sidecar are one run
         else:
             raise MeasurementFormatError(not_regular_message(item, "measurement file") or
                                          f"{item}: no such measurement file or folder; check the path")
-    return LoadedMeasurements(_with_picks(records, picks), skipped, repeated)
+    return LoadedMeasurements(_with_picks(records, picks), skipped, repeated, warnings)
 
 
-def _load_file(path: Path, picks: dict[PickKey, str]) -> list[MeasurementRecord]:
+def _load(path: Path, warnings: list[str]) -> list[MeasurementRecord]:
+    records, said = read(path)
+    warnings += said
+    return records
+
+
+def _load_file(path: Path, picks: dict[PickKey, str], warnings: list[str]) -> list[MeasurementRecord]:
     if sidecar_log(path) is not None:  # the sidecar itself was named
         return _published(path)
     sidecar = _sidecar_of(path)
@@ -106,10 +116,10 @@ def _load_file(path: Path, picks: dict[PickKey, str]) -> list[MeasurementRecord]
                 "forced run; rerun with NCCL_DEBUG_SUBSYS=TUNING, or check NCCL's model against its "
                 "table with `dynamiccl check-model`")
         return []
-    return load(path)
+    return _load(path, warnings)
 
 
-def _load_folder(files: list[Path], picks: dict[PickKey, str]
+def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[str]
                  ) -> tuple[list[MeasurementRecord], list[str]]:
     logs = {f: sidecar_log(f) for f in files}
     through_sidecar = {log.resolve() for log in logs.values() if log is not None}
@@ -123,7 +133,7 @@ def _load_folder(files: list[Path], picks: dict[PickKey, str]
         elif f.resolve() not in through_sidecar:
             try:
                 if detect_format(f) != "nccl-debug-log":
-                    records += load(f)
+                    records += _load(f, warnings)
                 elif not _read_picks(f, picks):
                     skipped.append(f"{f}: an NCCL debug log without per-call picks")
             except MeasurementFormatError as exc:

@@ -18,13 +18,14 @@ functions, algorithms and protocols in id order, which is also the model's, and 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dynamiccl.files import not_regular_message
+from dynamiccl.files import not_regular_message, text_lines
 from dynamiccl.system.knobs import Config, parse_enum
 from dynamiccl.system.nccl import (
     ALGORITHM_NCCL_NAMES,
@@ -102,15 +103,14 @@ class NcclDebugLog:
     nccl_version: str | None
     env: dict[str, str]
     nranks: int | None
+    #: The first table the log prints (the first communicator's).
     tables: list[TuningTable]
+    #: Each (collective, size) once, as first logged (NCCL logs every call; later ones repeat it).
     picks: list[Pick]
 
     def distinct_picks(self) -> list[Pick]:
-        """Each (collective, size) once, in the order first logged (later repeats are dropped)."""
-        seen: dict[tuple[Collective, int], Pick] = {}
-        for pick in self.picks:
-            seen.setdefault((pick.collective, pick.nbytes), pick)
-        return list(seen.values())
+        """Each (collective, size) once, in the order first logged."""
+        return list(self.picks)
 
 
 def parse_debug_log_file(path: str | Path) -> NcclDebugLog:
@@ -119,26 +119,34 @@ def parse_debug_log_file(path: str | Path) -> NcclDebugLog:
     if special:
         raise NcclDebugLogError(special)
     try:
-        text = path.read_text(errors="replace")
+        return parse_debug_log_lines(text_lines(path), source=str(path))
     except OSError as exc:
         raise NcclDebugLogError(f"{path}: cannot be read ({exc.strerror})") from None
-    return parse_debug_log(text, source=str(path))
 
 
 def parse_debug_log(text: str, source: str = "<log>") -> NcclDebugLog:
-    """Every tuning table and pick in ``text``; raises when there is neither."""
+    """:func:`parse_debug_log_lines` of ``text``."""
+    return parse_debug_log_lines(text.splitlines(), source)
+
+
+def parse_debug_log_lines(lines: Iterable[str], source: str = "<log>") -> NcclDebugLog:
+    """The first tuning table and every distinct pick in ``lines``; raises when there is neither.
+    Read a line at a time and keeping only the first table and one pick per call, so a log of
+    hundreds of megabytes (every call of a long job) takes memory for what it says, not its size."""
     version, env, nranks = None, {}, None
     tables: list[TuningTable] = []
-    picks: list[Pick] = []
+    picks: dict[tuple[Collective, int], Pick] = {}
     block: list[int] = []  # algorithm indices of the current table block
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if m := _VERSION_RE.search(line):
-            version = version or m.group(1)
-        info = _INFO_RE.search(line)
+    first_table_done = False
+    seen: set[tuple[str, str]] = set()  # (function, bytes) of the picks read
+    for lineno, line in enumerate(lines, 1):
+        if version is None and (m := _VERSION_RE.search(line)):
+            version = m.group(1)
+        info = _INFO_RE.search(line) if "NCCL INFO" in line else None
         if not info:
             continue
         body = info.group(1)
-        if m := _ENV_RE.search(body):
+        if "set by environment" in body and (m := _ENV_RE.search(body)):
             env[m.group(1)] = m.group(2)
         if nranks is None and (m := _COMM_RE.search(body)):
             nranks = int(m.group(1))
@@ -147,19 +155,23 @@ def parse_debug_log(text: str, source: str = "<log>") -> NcclDebugLog:
         if sep and label == "Algorithm":
             block = _block_algorithms(rest, source, lineno)
             if block and block[0] == 0:
-                tables.append(TuningTable())
-        elif sep and label == "Max NThreads" and tables:
+                first_table_done = bool(tables)  # later communicators' tables are not kept
+                if not tables:
+                    tables.append(TuningTable())
+        elif sep and label == "Max NThreads" and tables and not first_table_done:
             for i, value in enumerate(_cells(rest)[: N_PROTOCOLS * len(block)]):
                 tables[-1].max_threads[block[i // N_PROTOCOLS], i % N_PROTOCOLS] = int(value)
-        elif sep and label in _FUNCTION_BY_NAME and tables:
+        elif sep and label in _FUNCTION_BY_NAME and tables and not first_table_done:
             _read_row(tables[-1], _FUNCTION_BY_NAME[label], block, rest, source, lineno)
-        elif m := _PICK_RE.search(body):
-            picks.append(_pick(m, source, lineno))
+        elif "Bytes ->" in body and (m := _PICK_RE.search(body)) and m.group(1, 2) not in seen:
+            seen.add(m.group(1, 2))  # a call logged again: NCCL's pick of it is the same
+            pick = _pick(m, source, lineno)
+            picks.setdefault((pick.collective, pick.nbytes), pick)
     if not tables and not picks:
         raise NcclDebugLogError(
             f"{source}: no NCCL tuning table and no per-call picks; rerun with NCCL_DEBUG=INFO "
             "NCCL_DEBUG_SUBSYS=INIT,TUNING (rank 0 prints the table)")
-    return NcclDebugLog(version, env, nranks, tables, picks)
+    return NcclDebugLog(version, env, nranks, tables, list(picks.values()))
 
 
 def parse_pick_line(line: str) -> Pick | None:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from dynamiccl.files import text_lines
 from dynamiccl.profiler.formats.nccl_debug_log import parse_pick_line
 from dynamiccl.profiler.formats.records import MeasurementRecord, is_no_op, normalize_config
 from dynamiccl.system.nccl import ALGO_ENV, MAX_CHANNELS_ENV, MIN_CHANNELS_ENV, PROTO_ENV, Collective
@@ -98,25 +100,53 @@ def looks_like_nccl_tests(text: str) -> bool:
         re.search(r"^#\s+size\s+count\s+type", text, re.M))
 
 
+#: Lines in a row that are no nccl-tests output (nor NCCL's own log lines) after which a file is
+#: read no further: the rest of a log glued to junk is not worth minutes and gigabytes.
+MAX_IDLE_LINES = 100_000
+
+
 def parse_nccl_tests_file(path: str | Path, collective: Collective | None = None) -> list[NcclTestsRun]:
+    """:func:`parse_nccl_tests_lines` of a file, read a line at a time."""
     path = Path(path)
-    return parse_nccl_tests(path.read_text(errors="replace"), source=str(path),
-                            collective=collective or collective_from_name(path.name),
-                            launch=str(path.resolve()))
+    return parse_nccl_tests_lines(text_lines(path), source=str(path),
+                                  collective=collective or collective_from_name(path.name),
+                                  launch=str(path.resolve()))
 
 
 def parse_nccl_tests(
     text: str, source: str = "<text>", collective: Collective | None = None,
     launch: str | None = None,
 ) -> list[NcclTestsRun]:
-    """Every run found in ``text`` (logs often hold several); raises on malformed input.
+    """:func:`parse_nccl_tests_lines` of ``text``."""
+    return parse_nccl_tests_lines(text.splitlines(), source, collective, launch)
+
+
+def parse_nccl_tests_lines(
+    lines: Iterable[str], source: str = "<text>", collective: Collective | None = None,
+    launch: str | None = None,
+) -> list[NcclTestsRun]:
+    """Every run found in ``lines`` (logs often hold several); raises on malformed input.
 
     ``collective`` is the fallback when the output does not say which binary produced it;
-    ``launch`` names the output in its runs' launch ids (default: ``source``).
+    ``launch`` names the output in its runs' launch ids (default: ``source``). Lines that are no
+    nccl-tests output (a launcher's, a job's) are passed over and counted in the last run's
+    warnings; after :data:`MAX_IDLE_LINES` of them in a row the rest is not read (said too).
     """
     parser = _Parser(source, collective, launch or source)
-    for lineno, line in enumerate(text.splitlines(), 1):
-        parser.feed(lineno, line)
+    unparsed, idle, first = 0, 0, ""
+    for lineno, line in enumerate(lines, 1):
+        if parser.feed(lineno, line):
+            idle = 0
+            continue
+        unparsed, idle = unparsed + 1, idle + 1
+        first = first or f"line {lineno}: {line[:60]!r}"
+        if idle >= MAX_IDLE_LINES:
+            parser.stopped = (f"read no further than line {lineno}: the {MAX_IDLE_LINES} lines up "
+                              "to it are no nccl-tests output, so the rest of the file is not read")
+            break
+    if unparsed:
+        parser.notes.append(f"{unparsed} line(s) are no nccl-tests output and were passed over "
+                            f"(the first, {first})")
     return parser.finish()
 
 
@@ -126,6 +156,10 @@ class _Parser:
     def __init__(self, source: str, fallback: Collective | None, launch: str) -> None:
         self.source, self.fallback, self.launch = source, fallback, launch
         self.runs: list[NcclTestsRun] = []
+        #: Notes on the file as a whole (given with the last run's warnings).
+        self.notes: list[str] = []
+        #: Why the file was not read to its end ("" when it was).
+        self.stopped = ""
         self._reset()
 
     def _reset(self) -> None:
@@ -146,36 +180,46 @@ class _Parser:
     def error(self, lineno: int, problem: str) -> NcclTestsParseError:
         return NcclTestsParseError(f"{self.source}:{lineno}: {problem}")
 
-    def feed(self, lineno: int, line: str) -> None:
+    def feed(self, lineno: int, line: str) -> bool:
+        """Reads one line; False when it is none of nccl-tests' (nor NCCL's own, nor blank)."""
         stripped = line.strip()
         if not stripped:
-            return
+            return True
         if _HEADER_RE.search(stripped) and re.match(r"#\s*nThread", stripped):
             self._close()
             self.header = {_HEADER_KEYS[k]: int(v) for k, v in _HEADER_RE.findall(stripped)}
             self.header_line = lineno
-            return
-        self._scan_metadata(stripped)
+            return True
+        known = self._scan_metadata(stripped) or "NCCL" in stripped
         if stripped.startswith("#"):
             self._comment(lineno, stripped)
-        elif self.columns is not None and self.avg is None and "NCCL" not in stripped:
+            return True
+        if self.columns is not None and self.avg is None and "NCCL" not in stripped:
             self._data_row(lineno, stripped)
+            return True
+        return known
 
-    def _scan_metadata(self, line: str) -> None:
+    def _scan_metadata(self, line: str) -> bool:
+        """Whether the line named the binary, NCCL's environment or version, or a pick."""
+        found = False
         binary = _BINARY_RE.search(line.lower())
         if binary and self.columns is None:
             self.binary = _BINARIES[binary.group(1).replace("_", "")]
         if m := _ENV_INFO_RE.search(line):
             self.env[m.group(1)] = m.group(2)
         elif "NCCL INFO" not in line:
-            self.env.update({k: v.strip("'\"") for k, v in _ENV_ASSIGN_RE.findall(line)})
+            assigned = {k: v.strip("'\"") for k, v in _ENV_ASSIGN_RE.findall(line)}
+            self.env.update(assigned)
+            found = bool(assigned)
         self.debug_info = self.debug_info or "NCCL INFO" in line
         if version := version_in_text(line):
             banner = _BANNER_RE.search(line)
             self.version = banner.group(1) if banner else self.version or str(version)
             self.release = str(version)
+            found = True
         if pick := parse_pick_line(line):
             self.picks.setdefault((pick.collective, pick.nbytes), pick.pair)
+        return found or binary is not None
 
     def _comment(self, lineno: int, line: str) -> None:
         if m := _RANK_RE.match(line):
@@ -222,7 +266,10 @@ class _Parser:
             raise NcclTestsParseError(
                 f"{self.source}: no nccl-tests size table found (expected a header line like "
                 "'#  size  count  type  redop  root  time  algbw  busbw #wrong ...' followed by "
-                "rows); is this the output of all_reduce_perf or a similar binary?")
+                "rows"
+                + (f"; {self.stopped}" if self.stopped else "")
+                + "); is this the output of all_reduce_perf or a similar binary?")
+        self.runs[-1].warnings.extend(self.notes + ([self.stopped] if self.stopped else []))
         return self.runs
 
     def _close(self) -> None:

@@ -39,8 +39,17 @@ class NcclTestsJsonRun:
     warnings: list[str] = field(default_factory=list)
 
 
+#: The largest -J report read (one holds a few kilobytes per size measured): it is read whole.
+MAX_REPORT_BYTES = 64 << 20
+
+
 def parse_nccl_tests_json_file(path: str | Path, collective: Collective | None = None) -> NcclTestsJsonRun:
     path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_REPORT_BYTES:
+        raise NcclTestsJsonError(f"{path}: {size} bytes, more than any nccl-tests -J report "
+                                 f"({MAX_REPORT_BYTES >> 20} MiB at most: a report is a few kB per "
+                                 "size); give the report of one run")
     try:
         report = json.loads(path.read_text(errors="replace"))
     except json.JSONDecodeError as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dynamiccl.config_loader import unique_keys
-from dynamiccl.files import FileKind, read_head
+from dynamiccl.files import MAX_LINE_CHARS, FileKind, read_head, text_lines
 from dynamiccl.system.knobs import NCCL_KNOBS, Knobs, knob_fields, parse_enum
 from dynamiccl.system.nccl import NCCL_ALGORITHMS, Algorithm, Collective, Protocol, bus_factor
 from dynamiccl.system.nccl_versions import parse_version
@@ -313,23 +313,25 @@ def read_json_lines(path: str | Path, parse: Callable[[dict[str, Any], str], T],
     ValueError naming the file, the line, ``what`` it is not, and ``fix``. A UTF-8 byte-order mark
     (some editors write one) is read past."""
     out: list[T] = []
-    with open(path, encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                data = json.loads(line, object_pairs_hook=unique_keys)
-                if not isinstance(data, dict):
-                    raise ValueError(f"a JSON {type(data).__name__}, not an object")
-                out.append(parse(data, where))
-            except ImpossibleRecord as exc:
-                raise ValueError(f"{where}: {exc.problem}; no measurement has that, so fix or drop "
-                                 "the line") from None
-            except RecursionError:
-                raise ValueError(f"{where}: JSON nested too deeply to be {what}; {fix}") from None
-            except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
-                raise ValueError(f"{where}: not {what} ({exc}); {fix}") from None
+    for lineno, line in enumerate(text_lines(path, errors="strict"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        if len(line) >= MAX_LINE_CHARS:
+            raise ValueError(f"{where}: a line of more than {MAX_LINE_CHARS} characters, too long to be "
+                             f"{what}; {fix}")
+        try:
+            data = json.loads(line, object_pairs_hook=unique_keys)
+            if not isinstance(data, dict):
+                raise ValueError(f"a JSON {type(data).__name__}, not an object")
+            out.append(parse(data, where))
+        except ImpossibleRecord as exc:
+            raise ValueError(f"{where}: {exc.problem}; no measurement has that, so fix or drop "
+                             "the line") from None
+        except RecursionError:
+            raise ValueError(f"{where}: JSON nested too deeply to be {what}; {fix}") from None
+        except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
+            raise ValueError(f"{where}: not {what} ({exc}); {fix}") from None
     return out
 
 

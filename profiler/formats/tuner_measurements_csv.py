@@ -22,12 +22,13 @@ id ``<file>#<run>``. Rows without a run say nothing about their launch (``launch
 from __future__ import annotations
 
 import csv
-import io
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from dynamiccl.files import text_lines
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths, is_no_op, normalize_config
 from dynamiccl.system.knobs import NCCL_KNOBS, Collective
 
@@ -58,17 +59,18 @@ def looks_like_tuner_csv(text: str) -> bool:
 
 
 def read_tuner_csv(path: str | Path) -> list[MeasurementRecord]:
+    """:func:`parse_tuner_csv` of a file, read a line at a time."""
     path = Path(path)
-    return parse_tuner_csv(path.read_text(errors="replace"), source=str(path),
-                           launch=str(path.resolve()))
+    return parse_tuner_csv(text_lines(path), source=str(path), launch=str(path.resolve()))
 
 
-def parse_tuner_csv(text: str, source: str = "<csv>", launch: str | None = None
+def parse_tuner_csv(text: str | Iterable[str], source: str = "<csv>", launch: str | None = None
                     ) -> list[MeasurementRecord]:
     """One record per row (no-op sizes dropped); a malformed row raises with ``source:line`` and
-    the fix. ``launch`` names the file in the launch ids of rows with a ``run`` (default:
-    ``source``)."""
-    reader = csv.DictReader(io.StringIO(text.lstrip()))
+    the fix. ``text``: the CSV, or its lines. ``launch`` names the file in the launch ids of rows
+    with a ``run`` (default: ``source``)."""
+    lines = text.splitlines() if isinstance(text, str) else text
+    reader = csv.DictReader(itertools.dropwhile(lambda line: not line.strip(), lines))
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
         raise TunerCsvError(f"{source}: the header lacks {', '.join(missing)}; NVIDIA's tuner "

@@ -4,7 +4,9 @@
 the plugin as NCCL's profiler (``NCCL_PROFILER_PLUGIN``) and the rings' folder
 (``DYNAMICCL_PROFILE``) in its environment, drains the rings while it runs (a ring overwrites its
 oldest records, so a long job is read as it goes) and ends with the job: its exit status, or the
-timeout or Ctrl-C, which go to the whole session (torchrun's workers included). The calls are
+timeout or a signal dynamiccl received, passed on to every process of the job
+(:mod:`~dynamiccl.profiler.measure.job_process`: torchrun's workers and mpirun's ranks included,
+killed after a grace period or a second signal); the mix so far is kept. The calls are
 joined across ranks as they complete (:class:`MixAccumulator`) and summarised per (collective,
 size, ranks, nodes, NCCL's choice) into :mod:`~dynamiccl.profiler.formats.job_mix` entries.
 """
@@ -14,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,8 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamiccl.plugin.profile_ring import JOB_RECORDS, PROFILE_ENV, RECORDS_ENV
+from dynamiccl.plugin.profile_ring import JOB_RECORDS, PROFILE_ENV, RECORDS_ENV, failed_rings
 from dynamiccl.profiler.formats.job_mix import MixEntry, entry
+from dynamiccl.profiler.measure.job_process import (
+    GRACE_S,
+    JobProcess,
+    Stops,
+    how_it_ended,
+    shell_status,
+    signal_name,
+)
 from dynamiccl.profiler.measure.profile_reader import CALL_DTYPE, ProfileReader, join_ranks
 from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
@@ -35,8 +44,6 @@ RESERVOIR = 10_000
 #: Per-rank rows of calls not yet seen by every rank kept at most; beyond, the oldest are taken
 #: as they are (a rank that lost records would otherwise hold them forever).
 MAX_PENDING = 1_000_000
-#: Seconds a stopped job gets to exit before it is killed.
-GRACE_S = 10.0
 
 _KEY = ("collective", "nbytes", "nranks", "nnodes", "algorithm", "protocol", "channels")
 
@@ -112,13 +119,15 @@ class MixAccumulator:
                 kind.sample[s] = t
         kind.seen += len(timed)
 
-    def entries(self, *, launch: str, emulated_hosts: bool = False, gpu: str = "") -> list[MixEntry]:
-        """The mix, most time first (kinds with no timed call are left out: see :attr:`untimed`)."""
+    def entries(self, *, launch: str, emulated_hosts: bool = False, gpu: str = "",
+                partial: str = "") -> list[MixEntry]:
+        """The mix, most time first (kinds with no timed call are left out: see :attr:`untimed`);
+        ``partial``: why it lacks calls the job made, if it does."""
         out = []
         for (coll, nbytes, nranks, nnodes, algo, proto, channels), kind in self.kinds.items():
             e = entry(Collective(coll), nbytes, nranks, nnodes, Algorithm(algo), Protocol(proto),
                       channels, kind.calls, kind.timed, kind.total_us, np.array(kind.sample),
-                      launch=launch, emulated_hosts=emulated_hosts, gpu=gpu)
+                      launch=launch, emulated_hosts=emulated_hosts, gpu=gpu, partial=partial)
             if e is not None:
                 out.append(e)
         return sorted(out, key=lambda e: (-e.total_us, e.record.collective, e.record.nbytes))
@@ -133,18 +142,56 @@ class MixAccumulator:
 class JobRun:
     """How the job ended and what its rings held."""
 
-    #: The job's exit status; None when it was stopped (``stopped`` says why).
-    exit_code: int | None
-    stopped: str | None
-    #: What to exit with: the job's status, 124 after the timeout, 130 after Ctrl-C (the shell's
-    #: conventions).
+    #: The job's return code (Python's: negative for the signal that killed it).
+    returncode: int
+    #: Why the job was stopped before it ended on its own ("" when it was not).
+    stopped: str
+    #: What to exit with, as a shell reports it: the job's status (128 + the signal that killed
+    #: it), 124 after --timeout, 128 + the signal dynamiccl received that stopped it.
     status: int
     mix: MixAccumulator
+    #: Rings read (a ring given up as not the plugin's after some reads counts).
     rings: int
     lost: int
     drops: dict[str, int]
     unreadable: dict[Path, str]
+    #: Rings the plugin could not create (a full /dev/shm): the ranks the mix lacks, with why.
+    failed: dict[Path, str]
     seconds: float
+    #: Processes the job started that still ran when it ended on its own (ended with it).
+    left_running: list[int] = field(default_factory=list)
+
+    @property
+    def ended(self) -> str:
+        """``the job exited with status 3``, ``the job was killed by SIGKILL``, or why it was
+        stopped and how it ended then."""
+        how = how_it_ended(self.returncode)
+        return f"the job {self.stopped}; its command {how}" if self.stopped else f"the job {how}"
+
+    @property
+    def partial(self) -> str:
+        """Why the mix lacks calls the job made ("" when it holds them all)."""
+        why = []
+        if self.stopped:
+            why.append(f"the job {self.stopped}")
+        if self.failed:
+            why.append(f"{len(self.failed)} rank(s) recorded nothing: "
+                       f"{next(iter(self.failed.values()))}")
+        if self.lost:
+            why.append(f"{self.lost} records were overwritten before they could be read")
+        return "; ".join(why)
+
+
+def _end_what_it_left(job: JobProcess, left: list[int]) -> bool:
+    """A job that ended on its own leaving processes running (a forgotten ``nvidia-smi dmon &``, a
+    worker its launcher did not wait for) is not done: they get SIGTERM, then SIGKILL after the
+    grace, as a stopped job's do (``left`` names them); whether there were any."""
+    if job.stopped_by is not None:
+        return False
+    left.extend(job.leftovers())
+    if left:
+        job.stop(signal.SIGTERM)
+    return bool(left)
 
 
 def profiling_env(library: Path, rings: Path, records: int) -> dict[str, str]:
@@ -172,47 +219,38 @@ def profiler_loaded(library: Path, records: int = JOB_RECORDS) -> Iterator[dict[
         shutil.rmtree(rings, ignore_errors=True)
 
 
-def run_job(cmd: Sequence[str], env: dict[str, str], rings: Path, *, timeout_s: float | None = None,
-            poll_s: float = 0.2, progress: Callable[[MixAccumulator, float], None] | None = None
-            ) -> JobRun:
+def run_job(cmd: Sequence[str], env: dict[str, str], rings: Path, stops: Stops, *,
+            timeout_s: float | None = None, grace_s: float = GRACE_S, poll_s: float = 0.2,
+            progress: Callable[[MixAccumulator, float], None] | None = None) -> JobRun:
     """Runs ``cmd`` with ``env`` (the caller's environment and :func:`profiling_env`) until it ends,
-    reading ``rings`` as it goes. Raises OSError when the command cannot be started."""
+    reading ``rings`` as it goes; a signal ``stops`` catches, or ``timeout_s``, stops it
+    (:class:`~dynamiccl.profiler.measure.job_process.JobProcess`) and its mix so far is kept.
+    Raises OSError when the command cannot be started."""
     mix = MixAccumulator()
     began = time.monotonic()
-    proc = subprocess.Popen(list(cmd), env=env, start_new_session=True)
-    stopped: str | None = None
-    status: int | None = None
+    job = JobProcess(cmd, env, grace_s)
+    stops.attach(job)
+    timed_out = False
+    left: list[int] = []  # what the job left running when it ended on its own
     with ProfileReader(rings) as reader:
-        try:
-            while proc.poll() is None:
-                mix.add(reader.poll())
-                if progress is not None:
-                    progress(mix, time.monotonic() - began)
-                if timeout_s is not None and time.monotonic() - began > timeout_s:
-                    stopped, status = f"was stopped after the timeout of {timeout_s:g} s", 124
-                    _stop(proc, signal.SIGTERM)
-                    break
-                time.sleep(poll_s)
-        except KeyboardInterrupt:
-            stopped, status = "was interrupted (Ctrl-C)", 130
-            _stop(proc, signal.SIGINT)
+        while job.running() or _end_what_it_left(job, left):
+            mix.add(reader.poll())
+            if progress is not None:
+                progress(mix, time.monotonic() - began)
+            if timeout_s is not None and job.stopped_by is None and time.monotonic() - began > timeout_s:
+                timed_out = True
+                job.stop(signal.SIGTERM)
+            time.sleep(poll_s)
+        returncode = job.finish()
         mix.add(reader.poll())
         mix.flush()
-        return JobRun(None if stopped else proc.returncode, stopped,
-                      proc.returncode if status is None else status, mix, len(reader.rings),
-                      reader.lost, reader.drops(), dict(reader.unreadable),
-                      time.monotonic() - began)
-
-
-def _stop(proc: subprocess.Popen, first: signal.Signals) -> None:
-    """``first`` to the job's whole session, then SIGKILL after :data:`GRACE_S`."""
-    for sig in (first, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        stopped, status = "", shell_status(returncode)
+        if job.stopped_by is not None and not left:
+            status = 124 if timed_out else 128 + job.stopped_by
+            stopped = (f"was stopped after the timeout of {timeout_s:g} s" if timed_out else
+                       f"was stopped by {signal_name(job.stopped_by)} to dynamiccl")
+            stopped += (" and killed (SIGKILL) at a second signal" if job.killed and len(stops.received) > 1
+                        else f" and killed (SIGKILL) {grace_s:g} s later" if job.killed else "")
+        return JobRun(returncode, stopped, status, mix, len(reader.seen), reader.lost,
+                      reader.drops(), dict(reader.unreadable), failed_rings(rings),
+                      time.monotonic() - began, left)

@@ -15,11 +15,13 @@ in µs, a duration NaN where the ring holds no GPU time for the call (a channel'
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 
 from dynamiccl.plugin.profile_ring import FLAG_TIMED, RingFormatError, RingView, nccl_tests_bytes, ring_files
+from dynamiccl.profiler.formats.records import MIN_TIME_US
 
 #: One call as one rank recorded it.
 CALL_DTYPE = np.dtype([
@@ -53,35 +55,57 @@ def calls_from(view: RingView, records: np.ndarray) -> np.ndarray:
     out["nbytes"] = nccl_tests_bytes(records["coll"], records["bytes"], info.nranks)
     timed = (records["flags"] & FLAG_TIMED) != 0
     span = (records["gpu_stop_ns"] - records["gpu_start_ns"]).astype(np.float64) / 1e3
-    out["duration_us"] = np.where(timed, span, np.nan)
+    # a GPU time below any collective's (a timer that did not move) counts as no time
+    out["duration_us"] = np.where(timed & (span >= MIN_TIME_US), span, np.nan)
     return out
+
+
+#: Seconds a file named like a ring that cannot be opened as one is tried again (on a folder shared
+#: over NFS, another node's ring may show its name before its header); then it is given up, so
+#: files planted there cost one look each, not one every poll.
+SETTLE_S = 30.0
 
 
 class ProfileReader:
     """Every ring in ``folder``, read incrementally: :meth:`poll` returns the calls recorded since
-    the last poll. A file that is not a ring (or not yet complete) is skipped and retried, and
-    named in :attr:`unreadable`."""
+    the last poll. A file that is not a ring (or not yet complete) is skipped and retried for
+    :data:`SETTLE_S`; a ring that holds a record no plugin writes, or is cut short while read, is
+    given up (the calls read from it before stay). Both are named in :attr:`unreadable` with why."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self._views: dict[Path, RingView] = {}
         self._cursor: dict[Path, int] = {}
+        self._given_up: set[Path] = set()
+        self._failing_since: dict[Path, float] = {}
+        #: Every ring opened so far (a ring given up later included).
+        self.seen: set[Path] = set()
         self.lost = 0
         self.unreadable: dict[Path, str] = {}
 
     def poll(self) -> np.ndarray:
         found = []
         for path in ring_files(self.folder):
+            if path in self._given_up:
+                continue
             view = self._views.get(path)
             if view is None:
                 try:
                     view = self._views[path] = RingView(path)
                 except RingFormatError as exc:
                     self.unreadable[path] = str(exc)
+                    since = self._failing_since.setdefault(path, time.monotonic())
+                    if time.monotonic() - since > SETTLE_S:
+                        self._given_up.add(path)
                     continue
                 self.unreadable.pop(path, None)
+                self.seen.add(path)
                 self._cursor[path] = 0
-            read = view.read(self._cursor[path])
+            try:
+                read = view.read(self._cursor[path])
+            except RingFormatError as exc:
+                self._give_up(path, exc)
+                continue
             self._cursor[path] = read.next
             self.lost += read.lost
             found.append(calls_from(view, read.records))
@@ -94,14 +118,30 @@ class ProfileReader:
     def drops(self) -> dict[str, int]:
         """Per reason, what the plugin could not record, summed over the rings."""
         total: dict[str, int] = {}
-        for view in self._views.values():
-            for reason, n in view.drops().items():
+        for path, view in list(self._views.items()):
+            try:
+                drops = view.drops()
+            except RingFormatError as exc:
+                self._give_up(path, exc)
+                continue
+            for reason, n in drops.items():
                 total[reason] = total.get(reason, 0) + n
         return total
 
     def all_closed(self) -> bool:
         """Every ring's communicator was finalized (nothing more will come)."""
-        return all(view.closed() for view in self._views.values())
+        closed = True
+        for path, view in list(self._views.items()):
+            try:
+                closed &= view.closed()
+            except RingFormatError as exc:
+                self._give_up(path, exc)
+        return closed
+
+    def _give_up(self, path: Path, why: RingFormatError) -> None:
+        self.unreadable[path] = str(why)
+        self._given_up.add(path)
+        self._views.pop(path).close()
 
     def close(self) -> None:
         for view in self._views.values():

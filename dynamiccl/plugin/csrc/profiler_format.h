@@ -19,6 +19,7 @@
 #define DCCL_RING_MAGIC "DCCLRING"
 #define DCCL_RING_VERSION 1u
 #define DCCL_RING_FILE_FORMAT "dynamiccl-%d-%u-%016llx-r%d.ring"
+#define DCCL_RING_FAILED_FORMAT "dynamiccl-%d-%u-%016llx-r%d.failed"
 #define DCCL_RING_FLAG_TIMED 1
 #define DCCL_RING_DROP_SLOTS 8
 #define DCCL_PROF_NUM_COLLS 5

@@ -1,5 +1,7 @@
-/* The ring file: created under a hidden name, its header filled, then renamed into place, so a
- * reader that finds it finds it complete (dynamiccl/plugin/profile_ring.py is the reader). */
+/* The ring file: created under a hidden name, readable by its owner only, its header filled, then
+ * renamed into place, so a reader that finds it finds it complete (dynamiccl/plugin/profile_ring.py
+ * is the reader). A ring that cannot be created leaves a note named like it saying why, so the
+ * reader knows its profile misses that rank rather than taking the ranks it has for the job. */
 #define _GNU_SOURCE
 #include "ring.h"
 
@@ -39,6 +41,20 @@ static void fill_header(dccl_ring_header_t* h, uint32_t capacity, const dccl_rin
   memcpy(h->magic, DCCL_RING_MAGIC, sizeof(h->magic));
 }
 
+/* DIR/<the ring's name>.failed holding `why` (best effort: on a full disk the name alone says it). */
+static void note_failure(const char* dir, unsigned serial, const dccl_ring_owner_t* owner,
+                         const char* why) {
+  char path[PATH_MAX];
+  int n = snprintf(path, sizeof(path), "%s/" DCCL_RING_FAILED_FORMAT, dir, (int)getpid(), serial,
+                   (unsigned long long)owner->comm_id, owner->rank);
+  if (n < 0 || n >= (int)sizeof(path)) return;
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  ssize_t written = write(fd, why, strlen(why));
+  (void)written;
+  close(fd);
+}
+
 int dccl_ring_create(dccl_ring_t* ring, const char* dir, uint32_t capacity,
                      const dccl_ring_owner_t* owner, char* err, size_t errlen) {
   char name[128], path[PATH_MAX], tmp[PATH_MAX];
@@ -51,9 +67,10 @@ int dccl_ring_create(dccl_ring_t* ring, const char* dir, uint32_t capacity,
     return -1;
   }
   size_t bytes = sizeof(dccl_ring_header_t) + (size_t)capacity * sizeof(dccl_ring_record_t);
-  int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    note_failure(dir, serial, owner, err);
     return -1;
   }
   int rc = posix_fallocate(fd, 0, (off_t)bytes);
@@ -63,6 +80,7 @@ int dccl_ring_create(dccl_ring_t* ring, const char* dir, uint32_t capacity,
              strerror(rc ? rc : errno));
     close(fd);
     unlink(tmp);
+    note_failure(dir, serial, owner, err);
     return -1;
   }
   close(fd);
@@ -75,6 +93,7 @@ int dccl_ring_create(dccl_ring_t* ring, const char* dir, uint32_t capacity,
     snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     munmap(base, bytes);
     unlink(tmp);
+    note_failure(dir, serial, owner, err);
     return -1;
   }
   return 0;

@@ -24,9 +24,9 @@ typedef struct {
   const char* comm_name; /* may be NULL */
 } dccl_ring_owner_t;
 
-/* Creates DIR/<name>.ring of `capacity` records (a power of two, already checked), its memory
- * reserved up front (a full /dev/shm fails here, never later with SIGBUS), and maps it. 0 ok; -1
- * with the reason in err. */
+/* Creates DIR/<name>.ring (mode 0600) of `capacity` records (a power of two, already checked), its
+ * memory reserved up front (a full /dev/shm fails here, never later with SIGBUS), and maps it. 0 ok;
+ * -1 with the reason in err, and in DIR/<name>.failed for the reader. */
 int dccl_ring_create(dccl_ring_t* ring, const char* dir, uint32_t capacity,
                      const dccl_ring_owner_t* owner, char* err, size_t errlen);
 /* Appends rec (its commit field is set here). Lock-free; safe from any thread. */

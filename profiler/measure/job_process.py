@@ -1,0 +1,240 @@
+"""A user's job as one thing to stop: every process it starts ends with it, whatever ends it.
+
+A job (torchrun and its workers, mpirun and its ranks, a plain script and what it forks) runs in a
+session and process group of its own (:class:`JobProcess`), so a terminal's signals reach it only
+through dynamiccl, which passes them on. :class:`Stops` catches the signals that end a command
+(SIGINT, SIGTERM, SIGHUP, SIGQUIT: Ctrl-C, ``kill``, ``timeout``, a closed ssh session, Ctrl-\\)
+while a job runs: the first goes to the job's whole process group as it came and starts a grace
+period (:data:`GRACE_S`), and what outlives the job's leader gets it too; any later one, or the
+end of the grace, kills every process of the job with SIGKILL: its group and every process it
+started that left the group (OpenMPI's ranks each have a group of their own), which
+:meth:`JobProcess.track` follows through ``/proc`` while the job runs. A signal the shell set to
+be ignored (``nohup``, a background job) stays ignored.
+
+Exit statuses are a shell's (:func:`shell_status`): a job killed by SIGKILL is 137, and dynamiccl
+stopped by SIGTERM exits 143 once the job is ended and its profile written.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+#: The signals that end a command, passed on to the job.
+TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+#: Seconds a stopped job gets to exit before every process of it is killed.
+GRACE_S = 10.0
+#: Seconds between two looks at the job's processes in /proc while it runs.
+TRACK_S = 1.0
+#: A process's /proc/PID/stat fields (after the command name) this module reads.
+_PPID, _PGRP, _START = 1, 2, 19
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def shell_status(returncode: int) -> int:
+    """The exit status a shell reports for a process that ended with ``returncode`` (Python's
+    negative number for a signal): 128 + the signal, as ``$?`` says it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def how_it_ended(returncode: int) -> str:
+    """``exited with status 3`` or ``was killed by SIGKILL``."""
+    if returncode < 0:
+        return f"was killed by {signal_name(-returncode)}"
+    return f"exited with status {returncode}"
+
+
+class JobProcess:
+    """``cmd`` started in a session of its own; :meth:`stop` passes a stop on to all of it.
+
+    The leader is reaped only by :meth:`finish`: until then its pid, which names the job's process
+    group and session, cannot be given to another process, so signalling the group never reaches a
+    stranger."""
+
+    def __init__(self, cmd: Sequence[str], env: dict[str, str], grace_s: float = GRACE_S) -> None:
+        self.proc = subprocess.Popen(list(cmd), env=env, start_new_session=True)
+        self.grace_s = grace_s
+        #: Every process of the job seen so far: pid -> its start time (a reused pid is another).
+        self.known: dict[int, int] = {}
+        self.stopped_by: int | None = None  # the signal the stop passed on
+        self.killed = False  # SIGKILL went to every process of the job
+        self._deadline: float | None = None
+        self._passed_on = False  # the stop went to what outlived the leader
+        self._tracked_at = 0.0
+        self.track()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def running(self) -> bool:
+        """Whether the job still runs: its leader, and after a stop any process of it (a stopped
+        job's workers get the grace period to exit after their launcher). Kills the job when the
+        grace has run out; follows its processes as they start."""
+        if self._deadline is not None and not self.killed and time.monotonic() > self._deadline:
+            self.kill()
+        if self.stopped_by is not None or time.monotonic() - self._tracked_at >= TRACK_S:
+            self.track()  # while the job stops, each look: a process whose parent ends is lost
+        if not self._leader_exited():
+            return True
+        if self.stopped_by is None or self.killed:
+            return False
+        left = self.leftovers()
+        if left and not self._passed_on:  # the launcher ended without passing the stop on
+            self._passed_on = True
+            for pid in left:
+                _signal(pid, self.stopped_by)
+        return bool(left)
+
+    def _leader_exited(self) -> bool:
+        if not hasattr(os, "waitid"):  # no way to look without reaping it (macOS)
+            return self.proc.poll() is not None
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def stop(self, signum: int) -> None:
+        """The first stop: ``signum`` to the job's process group and the grace period begins; any
+        later one: SIGKILL to every process of the job now."""
+        if self.stopped_by is not None:
+            self.kill()
+            return
+        self.track()  # every process of the job, before any of them ends and orphans its children
+        self.stopped_by = signum
+        self._deadline = time.monotonic() + self.grace_s
+        _signal_group(self.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL to the job's process group and to every process of it seen, wherever it went."""
+        self.track()
+        self.killed = True
+        if self.proc.returncode is None:
+            _signal_group(self.pid, signal.SIGKILL)
+        for pid in self.leftovers():
+            _signal(pid, signal.SIGKILL)
+
+    def finish(self) -> int:
+        """Reaps the leader and returns its return code; after a stop, kills first whatever of the
+        job still runs (a worker that ignored the signal, a rank its launcher no longer reaches)."""
+        if self.stopped_by is not None and not self.killed and self.leftovers():
+            self.kill()
+        return self.proc.wait()
+
+    def leftovers(self) -> list[int]:
+        """Processes of the job still running (a zombie has ended)."""
+        self.track()
+        return [pid for pid, started in self.known.items() if _start_time(pid) == started]
+
+    def track(self) -> None:
+        """Adds every process now in the job's group, or whose parent is a process of the job."""
+        self._tracked_at = time.monotonic()
+        table = _process_table()
+        changed = True
+        while changed:
+            changed = False
+            for pid, (ppid, pgrp, started) in table.items():
+                if pid in self.known:
+                    continue
+                parent = table.get(ppid)
+                if (pgrp == self.pid and self.proc.returncode is None) or \
+                        (parent is not None and self.known.get(ppid) == parent[2]):
+                    self.known[pid] = started
+                    changed = True
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _process_table() -> dict[int, tuple[int, int, int]]:
+    """pid -> (parent pid, process group, start time) of every running process (empty where there
+    is no /proc); zombies are left out, they hold nothing."""
+    table = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and fields[0] != "Z":
+                table[int(entry)] = (int(fields[_PPID]), int(fields[_PGRP]), int(fields[_START]))
+    return table
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (which may hold spaces and parentheses)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot); None once it has ended or is a zombie."""
+    fields = _stat_fields(pid)
+    return None if fields is None or fields[0] == "Z" else int(fields[_START])
+
+
+class Stops:
+    """The terminating signals received while installed (a context manager), each passed on to the
+    job :meth:`attach` names (:meth:`JobProcess.stop`). Handlers are restored on exit; outside the
+    main thread (where Python cannot catch signals) nothing is installed."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._job: JobProcess | None = None
+        self._before: dict[int, object] = {}
+
+    def __enter__(self) -> Stops:
+        for signum in TERMINATING:
+            if signal.getsignal(signum) is signal.SIG_IGN:
+                continue  # nohup, or a background job of a shell: the user asked to ignore it
+            try:
+                self._before[signum] = signal.signal(signum, self._caught)
+            except ValueError:
+                break  # not the main thread
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._before.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._before.clear()
+
+    def attach(self, job: JobProcess) -> None:
+        """From now on a signal stops ``job``; one received before it started stops it at once."""
+        self._job = job
+        for signum in self.received[:2]:
+            job.stop(signum)
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+    def _caught(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+        if self._job is not None and self._job.proc.returncode is None:
+            self._job.stop(signum)
