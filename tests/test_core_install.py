@@ -1,6 +1,7 @@
 """The core install (``pip install dynamiccl``, no extras): the plugin and ``tune``, ``show``,
-``export``, ``check-model`` work without torch, Ray, wandb, SB3, gymnasium, Hydra, matplotlib or
-tqdm, and a command that needs one of them says which extra installs it, in one line, exit code 2.
+``export``, ``check-model`` and ``calibrate`` work without torch, Ray, wandb, SB3, gymnasium, Hydra,
+matplotlib, tqdm or SciPy (the calibration's solver is on NumPy alone), and a command that needs
+one of them says which extra installs it, in one line, exit code 2.
 
 Each command runs in a fresh interpreter in which those libraries cannot be imported: an import hook
 raises the ModuleNotFoundError a core install raises, whether or not the library is installed here,
@@ -66,6 +67,21 @@ def test_tune_on_the_8xh100_fixture_then_show_and_export_need_no_extra(tmp_path)
     assert rc == 0 and (tmp_path / "exported.dccl").is_file(), err
 
 
+@pytest.mark.slow
+def test_calibrate_fits_real_logs_without_scipy(tmp_path):
+    """The calibration (which tune runs too) fits with the core's own solver: SciPy is among the
+    libraries the core install lacks, and it is never imported."""
+    assert "scipy" in ABSENT
+    system = REAL / "sophia_dgx_a100_ib"
+    rc, out, err = _core(["calibrate", str(system / "all_reduce_n2.txt"), str(system / "all_gather_n2.txt"),
+                          "--topology", str(system / "topology.yaml"), "--keep-undetermined",
+                          "-o", "fitted.yaml", "--json"], tmp_path)
+    assert rc == 0, err
+    report = json.loads(out)
+    assert report["rms_log_error"]["fitted"] < 0.15 < report["rms_log_error"]["base"]
+    assert (tmp_path / "fitted.yaml").is_file()
+
+
 def test_check_model_and_the_plugin_need_no_extra(tmp_path):
     rc, out, err = _core(["check-model", str(REAL / "nccl_debug" / "rtx5090_socket_broadcast_tuning.log"),
                           "--topology", str(REAL / "rtx5090_socket_2ranks" / "topology.yaml")], tmp_path)
@@ -95,7 +111,7 @@ def test_a_command_that_needs_an_extra_names_it_in_one_line(tmp_path, argv, extr
 def test_the_core_requirements_hold_none_of_the_extras_libraries():
     core = {re.match(r"[A-Za-z0-9._-]+", line).group(0).lower() for line in requires("dynamiccl")
             if "extra ==" not in line}
-    assert core == {"numpy", "pyyaml", "scipy", "rich", "nvidia-ml-py"}
+    assert core == {"numpy", "pyyaml", "rich", "nvidia-ml-py"}
     for module, distribution in OPTIONAL_MODULES.items():  # each has an extra to name
         assert extra_for(distribution) is not None, module
 

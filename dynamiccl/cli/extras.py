@@ -20,7 +20,7 @@ from importlib.metadata import PackageNotFoundError, requires
 OPTIONAL_MODULES = {
     "torch": "torch", "gymnasium": "gymnasium", "stable_baselines3": "stable-baselines3",
     "sb3_contrib": "sb3-contrib", "hydra": "hydra-core", "omegaconf": "hydra-core", "wandb": "wandb",
-    "ray": "ray", "matplotlib": "matplotlib", "tqdm": "tqdm",
+    "ray": "ray", "matplotlib": "matplotlib", "tqdm": "tqdm", "scipy": "scipy",
 }
 PROJECT = "dynamiccl"
 

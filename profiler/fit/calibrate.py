@@ -2,7 +2,7 @@
 
 The fit minimises the squared error of log-times (so a 10 % miss weighs the same at 8 B and at
 8 GB), each divided by the run-to-run scatter of a measurement (``MEASUREMENT_SIGMA``), plus the
-refinements' prior terms, with ``scipy.optimize.least_squares`` (trust-region reflective, bounds
+refinements' prior terms, with the trust-region reflective solver of :mod:`.least_squares` (bounds
 keep latencies non-negative, finite-difference Jacobian: the simulator is a black box with kinks).
 
 Each measurement is re-simulated on the base topology resized to the measurement's node and rank
@@ -41,11 +41,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from dynamiccl.nccl_model import NcclModel
 from dynamiccl.profiler.fit import fit_params as FP
 from dynamiccl.profiler.fit.fit_params import Param
+from dynamiccl.profiler.fit.least_squares import least_squares
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.profiler.formats.system_fit import record_shape
 from dynamiccl.simulator import simulate
@@ -492,8 +492,7 @@ def _solve(problem: Problem, base: Topology, params: list[Param], x: np.ndarray,
     lower = np.array([FP.lower_bound(params[i]) for i in free])
     upper = np.array([FP.upper_bound(params[i]) for i in free])
     start = np.clip(x[free], lower, upper)
-    res = least_squares(fun, start, bounds=(lower, upper), method="trf", diff_step=_FD_STEP,
-                        x_scale="jac", max_nfev=200 * len(free))
+    res = least_squares(fun, start, lower, upper, diff_step=_FD_STEP, max_nfev=200 * len(free))
     out = x.copy()
     out[free] = res.x
     return out, int(res.nfev)
