@@ -37,11 +37,12 @@ def test_a_workloads_16_rank_group_over_16_nodes_is_planned_on_16_nodes(tmp_path
             "--budget", "12"]
     assert main([*base, "--launcher", "srun"]) == 0
     captured = capsys.readouterr()
-    lines = captured.out.strip().splitlines()
+    lines = [line for line in captured.out.strip().splitlines() if not line.startswith("#")]  # notes
     assert lines and all("--nodes=16 --ntasks-per-node=1 --gpus-per-node=1" in line for line in lines)
     assert "on 16 nodes x 1 rank per node (srun)" in captured.err
     assert main([*base, "--launcher", "openmpi"]) == 0
-    assert all("mpirun -np 16 -N 1 " in line for line in capsys.readouterr().out.splitlines())
+    assert all("mpirun -np 16 -N 1 " in line for line in capsys.readouterr().out.splitlines()
+               if not line.startswith("#"))
     assert main([*base, "--json"]) == 0
     rows = __import__("json").loads(capsys.readouterr().out)
     assert {(r["ranks"], r["nodes"], r["ranks_per_node"]) for r in rows} == {(16, 16, 1)}
