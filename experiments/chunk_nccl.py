@@ -29,12 +29,12 @@ import re
 import sys
 from pathlib import Path
 
+from dynamiccl.profiler.formats.plugin_log import CHUNK_LINE
 from dynamiccl.profiler.measure import emulation
 from dynamiccl.profiler.measure.interleave import measure_interleaved
 from dynamiccl.profiler.measure.runner import CollectiveSpec
 from dynamiccl.system.units import format_size, parse_size
 
-CHUNK_LINE = re.compile(r"DynamICCL chunk: (\S+) (\S+)/(\S+) piece of (\d+) B .*-> (\d+) B")
 CLAMP_LINE = re.compile(r"tuner chunk size (\d+) exceeds buffer max (\d+), clamping")
 
 
@@ -49,7 +49,7 @@ def read_logs(folder: Path) -> tuple[dict[int, int], list[tuple[int, int]]]:
     for path in glob.glob(str(folder / "nccl.*.log")):
         for line in Path(path).read_text(errors="replace").splitlines():
             if m := CHUNK_LINE.search(line):
-                answered[int(m.group(5))] = answered.get(int(m.group(5)), 0) + 1
+                answered[int(m.group(7))] = answered.get(int(m.group(7)), 0) + 1
             if m := CLAMP_LINE.search(line):
                 clamped.append((int(m.group(1)), int(m.group(2))))
     return answered, clamped

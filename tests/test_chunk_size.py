@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynamiccl.agents.shipping.launchers import launches, plan_lines, script
+from dynamiccl.agents.shipping.launchers import launches, plan_lines, script, with_pins
 from dynamiccl.agents.shipping.tune import TunedPolicy, Tuner
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice, Measurements
 from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement, plan
@@ -227,19 +227,21 @@ def test_tune_pins_a_measured_chunk_and_the_model_alone_never_does():
     assert all(c.chunk_bytes is None for c in bare.decide(s).estimates)
 
 
-def test_the_plan_proposes_a_chunk_run_where_the_model_says_it_pays_measured_through_the_plugin():
+def test_the_plan_proposes_a_chunk_run_where_the_model_says_it_pays_launched_with_the_plugin():
     s = Scenario(H100x8, BC, 16 << 20)
     tuner = Tuner(H100x8, Measurements([_record(s, DEFAULT, 400.0, "d")]))
     planned = plan(tuner, [s], 20)
     chunked = [m for m in planned if m.choice.chunk_bytes is not None]
     assert chunked and chunked[0].reason == "could beat NCCL's default if measured"
-    runs = launches([PlannedMeasurement(BC, 64, chunked[0].choice, s.nbytes, 1.0, "")], 8)
+    runs = with_pins(launches([PlannedMeasurement(BC, 64, chunked[0].choice, s.nbytes, 1.0, "")], 8),
+                     H100x8)
+    # a launch on every launcher, pinned through the plugin (tests/test_chunk_plan.py runs one)
     lines = plan_lines(runs)
-    assert len(lines) == 1 and lines[0].startswith("# ring/simple/") and "--plan --run" in lines[0]
-    assert "NCCL has no variable for chunk_bytes" in lines[0]
-    # the plan's script notes it too, and launches no nccl-tests run for it
+    assert len(lines) == 2 and all(" broadcast_perf -b 16777216 -e 16777216 " in x for x in lines)
+    assert all("NCCL_TUNER_PLUGIN" in x and "NCCL_ALGO" not in x for x in lines)
+    assert all("NCCL has no variable for chunk_bytes" in x for x in lines)
     text = script(runs, "srun", logs="logs", made_by="test", then="tune")
-    assert "NCCL has no variable for chunk_bytes" in text and "broadcast_perf" not in text
+    assert f"pin {runs[0].name} {runs[0].pin_sha256} <<'POLICY'" in text
 
 
 def test_profile_collective_takes_a_chunk_only_with_a_pair_and_on_nccl(capsys):

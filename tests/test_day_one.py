@@ -34,10 +34,13 @@ def walkthrough() -> list[str]:
 
 
 def stand_ins(folder: Path) -> dict[str, str]:
-    """A PATH with ``srun`` (drops its options, runs the command once) and nccl-tests' binaries."""
+    """A PATH with ``srun`` (runs the command once, with the SLURM_NNODES and SLURM_NTASKS srun
+    gives its tasks) and nccl-tests' binaries."""
     folder.mkdir()
-    (folder / "srun").write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do case "$1" in --*) shift;; '
-                                 '*) break;; esac; done\nexec "$@"\n')
+    (folder / "srun").write_text(
+        '#!/bin/sh\nnodes=1 per=1\nwhile [ $# -gt 0 ]; do case "$1" in --nodes=*) nodes=${1#*=}; '
+        'shift;; --ntasks-per-node=*) per=${1#*=}; shift;; --*) shift;; *) break;; esac; done\n'
+        'export SLURM_NNODES=$nodes SLURM_NTASKS=$((nodes * per))\nexec "$@"\n')
     for binary in ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf"):
         (folder / binary).write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} '
                                      f'{shlex.quote(str(STANDIN))} {binary} "$@"\n')

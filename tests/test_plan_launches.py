@@ -30,26 +30,27 @@ def _job_on_16_nodes(path: Path) -> Path:
     return path
 
 
-def test_a_workloads_16_rank_group_over_16_nodes_is_planned_on_16_nodes(tmp_path, capsys):
+def test_a_workloads_16_rank_group_over_16_nodes_is_planned_on_16_nodes(tmp_path, capsys, monkeypatch):
     """Issue 41: it was planned as `-np 16 -N 8` (2 nodes: ranks / GPUs per node)."""
+    monkeypatch.chdir(tmp_path)  # a printed plan writes its chunk runs' pin policies into logs/
     job = _job_on_16_nodes(tmp_path / "job.jsonl")
     base = ["tune", "--topology", "dgx_h100", "--nodes", "16", "--workload", str(job), "--plan",
             "--budget", "12"]
     assert main([*base, "--launcher", "srun"]) == 0
     captured = capsys.readouterr()
-    lines = [line for line in captured.out.strip().splitlines() if not line.startswith("#")]  # notes
+    lines = captured.out.strip().splitlines()  # every line a launch, a chunk run's too
     assert lines and all("--nodes=16 --ntasks-per-node=1 --gpus-per-node=1" in line for line in lines)
     assert "on 16 nodes x 1 rank per node (srun)" in captured.err
     assert main([*base, "--launcher", "openmpi"]) == 0
-    assert all("mpirun -np 16 -N 1 " in line for line in capsys.readouterr().out.splitlines()
-               if not line.startswith("#"))
+    assert all("mpirun -np 16 -N 1 " in line for line in capsys.readouterr().out.splitlines())
     assert main([*base, "--json"]) == 0
     rows = __import__("json").loads(capsys.readouterr().out)
     assert {(r["ranks"], r["nodes"], r["ranks_per_node"]) for r in rows} == {(16, 16, 1)}
     assert all(r["log"].endswith(".txt") and "_16x1_" in r["log"] for r in rows)
 
 
-def test_a_budget_in_node_hours_bounds_the_plans_estimate(tmp_path, capsys):
+def test_a_budget_in_node_hours_bounds_the_plans_estimate(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a printed plan writes its chunk runs' pin policies into logs/
     base = ["tune", "--topology", "dgx_h100", "--nodes", "16", "--plan", "--launcher", "srun",
             "--collective", "allreduce"]
     hours = []

@@ -10,6 +10,16 @@ sidecar ``<name>.yaml`` (:func:`~dynamiccl.profiler.formats.published.sidecar_te
 per node, launch mode, forcing) once the launch has finished. ``tune --measurements <logs>`` reads
 them back without a guess.
 
+A choice naming a knob NCCL has no variable for (a chunk size: only a tuner plugin's getChunkSize
+sets it, NCCL 2.30.3 and later) is measured through DynamICCL's tuner plugin: its launch loads the
+plugin (``NCCL_TUNER_PLUGIN``) with a one-rule pin policy (:func:`pin_policy`, ``<logs>/<name>.dccl``:
+the collective, exactly the launch's sizes and communicator, every knob of the choice; no
+``NCCL_ALGO``, under which the plugin steps aside), its SHA-256 expected on every rank
+(``DYNAMICCL_POLICY_SHA256``), and ``NCCL_DEBUG_SUBSYS`` with ``TUNING`` and
+``DYNAMICCL_LOG_DECISIONS=1``, so its log shows the plugin applying the pin; the sidecar records
+what was pinned, and ``tune`` refuses the log where NCCL's lines do not show it
+(:mod:`~dynamiccl.profiler.formats.plugin_log`).
+
 The variables must reach every rank (ranks that choose differently hang NCCL), so each launcher
 gets them its own way: ``srun --export=ALL`` propagates the caller's whole environment to every task
 (srun(1), ``--export``), OpenMPI forwards those named with ``-x``, MPICH's and Intel MPI's Hydra
@@ -23,16 +33,23 @@ model's time of the choice, times the launch's nodes.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import shlex
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
 
 from dynamiccl.agents.shipping.tune_measurements import Choice
 from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement, launch_order
+from dynamiccl.plugin import policy_file as pf
+from dynamiccl.plugin.policy_format import LOG_DECISIONS_ENV, POLICY_ENV, POLICY_SHA256_ENV
 from dynamiccl.profiler.formats.published import sidecar_text
 from dynamiccl.system.knobs import Collective
+from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import LAUNCH_MODES, Topology
 from dynamiccl.system.units import format_size
@@ -44,6 +61,13 @@ LAUNCHERS = ("local", "srun", "openmpi", "mpich")
 #: the version banner, ENV every NCCL variable set; TUNING's per-call lines are left out: one line
 #: per call and rank).
 DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+#: What a launch pinned through the plugin sets instead: TUNING too (the plugin logs through it),
+#: and each distinct decision of the plugin logged once (``DYNAMICCL_LOG_DECISIONS=1``), so its log
+#: shows the pin applied. TUNING adds NCCL's line per call and rank (its pick, which tune reads too).
+PIN_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", LOG_DECISIONS_ENV: "1"}
+#: The ``policy`` header of a launch's pin policy, before the launch's name: the plan's script
+#: replaces a file in the logs folder only where it is the same launch's pin policy.
+PIN_POLICY_PREFIX = "plan-pin:"
 #: nccl-tests' warm-up and timed calls per size (``-w``, ``-n``), each out of place and in place.
 WARMUP_ITERS, ITERS = 5, 20
 #: Estimated start-up of one launch, seconds: the launcher, the CUDA context and NCCL's init
@@ -53,8 +77,30 @@ STARTUP_S = {True: 30.0, False: 10.0}  # keyed by "spans several nodes"
 _BINARIES = {Collective.ALLREDUCE: "all_reduce_perf", Collective.ALLGATHER: "all_gather_perf",
              Collective.REDUCESCATTER: "reduce_scatter_perf", Collective.BROADCAST: "broadcast_perf",
              Collective.REDUCE: "reduce_perf"}
-_MPI = {"openmpi": ("OpenMPI", "-N", lambda k, v: ["-x", f"{k}={v}"]),
+_MPI = {"openmpi": ("OpenMPI", "-N", lambda k, v: ["-x", _assign(k, v)]),
         "mpich": ("MPICH/Intel MPI", "-ppn", lambda k, v: ["-genv", k, v])}
+
+
+class Shell(str):
+    """A word the shell expands where the launch runs (``"$DYNAMICCL_PLUGIN"``), written as it is."""
+
+
+def quote(word: str) -> str:
+    """``word`` as a shell reads it back: quoted, or as it is where the shell is to expand it."""
+    return word if isinstance(word, Shell) else shlex.quote(word)
+
+
+#: How a printed launch line names the plugin: the library ``dynamiccl plugin path`` finds where
+#: the line runs (as ``dynamiccl show``'s deploy lines do).
+PRINTED_PLUGIN = Shell('"$(dynamiccl plugin path)"')
+#: How the plan's script names it: a variable its head sets.
+SCRIPT_PLUGIN = Shell('"$DYNAMICCL_PLUGIN"')
+
+
+def script_policy(name: str) -> Shell:
+    """How the plan's script names the pin policy ``name``: under the absolute logs folder its head
+    sets (every rank reads the same file; the plugin warns at a relative path)."""
+    return Shell(f'"$LOGS_ABS/{name}"')
 
 
 @dataclass(frozen=True)
@@ -71,6 +117,8 @@ class Launch:
     sizes: tuple[int, ...]
     #: Estimated wall time, seconds (start-up included).
     seconds: float = 0.0
+    #: The text of its pin policy where it is pinned through the plugin (:func:`with_pins`).
+    pin: str = ""
 
     @property
     def nranks(self) -> int:
@@ -79,25 +127,44 @@ class Launch:
     @property
     def name(self) -> str:
         """The log's name: round, collective, shape, choice and sizes (``r1_allreduce_16x8_ring-ll_
-        64KiB-8MiB``), unique within a plan."""
-        choice = "default" if self.choice.is_default else re.sub(r"[^a-z0-9]+", "-", self.choice.label())
+        64KiB-8MiB``, ``..._nvls-tree-simple-16kib-chunk_32MiB-128MiB``), unique within a plan."""
+        choice = "default" if self.choice.is_default else \
+            re.sub(r"[^a-z0-9]+", "-", self.choice.label().lower())
         return (f"r{self.round}_{self.collective.name.lower()}_{self.nodes}x{self.ranks_per_node}_"
                 f"{choice}_{format_size(self.sizes[0])}-{format_size(self.sizes[-1])}")
 
     @property
+    def pinned(self) -> bool:
+        """Measured through DynamICCL's tuner plugin: its choice names a knob no NCCL variable sets
+        (a chunk size), so the plugin pins the whole choice (NCCL_ALGO would switch it off)."""
+        return bool(self.choice.unforceable())
+
+    @property
     def forced(self) -> dict[str, str]:
-        """The variables that make NCCL run the choice (empty: NCCL's default)."""
-        return self.choice.env()
+        """The variables that make NCCL run the choice (empty: NCCL's default, or the plugin pins
+        it)."""
+        return {} if self.pinned else self.choice.env()
 
     @property
-    def plugin_only(self) -> str:
-        """The knobs of its choice no NCCL variable sets ("" when none): only the plugin's pin runs
-        them, so nccl-tests cannot measure the launch (``dynamiccl tune --plan --run`` does)."""
-        return ", ".join(self.choice.unforceable())
+    def pin_file(self) -> str:
+        """Its pin policy's file name, beside its log."""
+        return f"{self.name}.dccl"
 
     @property
-    def env(self) -> dict[str, str]:
-        return {**DEBUG_ENV, **self.forced}
+    def pin_sha256(self) -> str:
+        return pf.content_hash(self.pin.encode("ascii"))
+
+    def env(self, plugin: str = PRINTED_PLUGIN, policy: str = "") -> dict[str, str]:
+        """The variables the launch sets: NCCL's debug lines and forcing, or for a launch pinned
+        through the plugin, the plugin, its pin policy (``policy``: the path ranks read) and its
+        SHA-256."""
+        if not self.pinned:
+            return {**DEBUG_ENV, **self.forced}
+        if not self.pin:
+            raise ValueError(f"{self.name} is pinned through the plugin and has no pin policy; make "
+                             "the plan's launches with with_pins")
+        return {**PIN_DEBUG_ENV, TUNER_PLUGIN_ENV: plugin, POLICY_ENV: policy,
+                POLICY_SHA256_ENV: self.pin_sha256}
 
     @property
     def node_hours(self) -> float:
@@ -129,6 +196,51 @@ def launches(planned: Sequence[PlannedMeasurement], gpus_per_node: int,
                 seconds = STARTUP_S[nodes > 1] + 2 * (WARMUP_ITERS + ITERS) * calls_s
                 out.append(Launch(round_, coll, nodes, per_node, choice, tuple(run), seconds))
     return out
+
+
+def with_pins(launches_: Sequence[Launch], topology: Topology, created: str | None = None
+              ) -> list[Launch]:
+    """The launches, each one pinned through the plugin with its pin policy (:func:`pin_policy`;
+    ``created``: the plan's time, default now)."""
+    created = created or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return [replace(x, pin=pin_policy(x, topology, created)) if x.pinned else x for x in launches_]
+
+
+def pin_policy(launch: Launch, topology: Topology, created: str) -> str:
+    """The policy file that makes the plugin run ``launch``'s choice, and nothing else: one rule for
+    its collective, exactly its sizes and its communicator (nodes and ranks), naming every knob of
+    the choice; every other call defers to NCCL.
+
+    It is stamped with every NCCL release the plugin loads under (``DEFAULT_NCCL_RANGE``), since
+    which NCCL the launch runs is not known when planning, and under a release outside its window
+    the plugin would defer: the launch would time NCCL's default under the pin's name. Under an NCCL
+    older than a knob's ``nccl_since`` NCCL never asks for it; either way the log then lacks the
+    plugin's line for it and ``tune`` refuses the log, naming the release."""
+    given = launch.choice.given()
+    if launch.choice.algorithm is None or launch.choice.protocol is None:
+        raise ValueError(f"{launch.choice.label()}: a pin names an algorithm and a protocol")
+    system = topology.resized(nodes=launch.nodes, gpus_per_node=launch.ranks_per_node)
+    rule = pf.Rule(launch.collective, launch.sizes[0], launch.sizes[-1], launch.nodes,
+                   launch.nranks, pf.Decision(**given))
+    identity = f"{launch.name} {launch.choice.label()} {launch.sizes}".encode()
+    header = pf.Header(
+        policy=f"{PIN_POLICY_PREFIX}{launch.name}", created=created,
+        topology="".join(c if " " < c <= "~" else "_" for c in system.name)[:pf.MAX_HEADER_VALUE],
+        fingerprint=system.fingerprint(),
+        features=pf.system_features(system.ll128_enabled, system.features.nvls,
+                                    system.features.collnet),
+        nccl=pf.DEFAULT_NCCL_RANGE, config_hash=hashlib.sha256(identity).hexdigest()[:16])
+    return pf.dumps(pf.PolicyFile(header, (pf.Slice(rules=(rule,)),)))
+
+
+def is_pin_policy_of(path: str | Path, launch: Launch) -> bool:
+    """Whether ``path`` holds a pin policy a plan wrote for ``launch`` (which a plan may replace)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).decode("ascii", "replace")
+    except OSError:
+        return False
+    return f"\npolicy {PIN_POLICY_PREFIX}{launch.name}\n" in head
 
 
 def _runs(sizes: list[int]) -> list[list[int]]:
@@ -174,14 +286,24 @@ def check_launcher(launcher: str, launches_: Sequence[Launch]) -> str | None:
     return None
 
 
-def command(launch: Launch, launcher: str, logs: str | None = None) -> list[str]:
+def _assign(name: str, value: str) -> str:
+    return Shell(f"{name}={value}") if isinstance(value, Shell) else f"{name}={value}"
+
+
+def command(launch: Launch, launcher: str, logs: str | None = None, *,
+            plugin: str = PRINTED_PLUGIN, policy: str | None = None) -> list[str]:
     """The words of the launch under ``launcher`` (what a shell runs), with its output sent to
-    ``<logs>/<name>.txt`` where ``logs`` is given (the script handles the output itself)."""
+    ``<logs>/<name>.txt`` where ``logs`` is given (the script handles the output itself). A launch
+    pinned through the plugin loads ``plugin`` with its pin policy at ``policy`` (default: the
+    absolute path of ``<logs>/<name>.dccl``, the current folder's without ``logs``)."""
     local = launcher == "local"
     test = [_BINARIES[launch.collective], "-b", str(launch.sizes[0]), "-e", str(launch.sizes[-1]),
             "-f", "2", "-g", str(launch.nranks if local else 1), "-w", str(WARMUP_ITERS),
             "-n", str(ITERS)]
-    env = [f"{k}={v}" for k, v in launch.env.items()]
+    if policy is None:
+        policy = os.path.abspath(os.path.join(logs or ".", launch.pin_file))
+    variables = launch.env(plugin, policy)
+    env = [_assign(k, v) for k, v in variables.items()]
     if local:  # one process: the variables in its own environment
         words = ["env", *env, *test]
     elif launcher == "srun":
@@ -191,24 +313,25 @@ def command(launch: Launch, launcher: str, logs: str | None = None) -> list[str]
     else:
         _, per_node, set_var = _MPI[launcher]
         words = ["mpirun", "-np", str(launch.nranks), per_node, str(launch.ranks_per_node),
-                 *[w for k, v in launch.env.items() for w in set_var(k, v)], *test]
+                 *[w for k, v in variables.items() for w in set_var(k, v)], *test]
     return words + ([">", f"{logs}/{launch.name}.txt", "2>&1"] if logs is not None else [])
 
 
 def line(launch: Launch, launcher: str, logs: str) -> str:
     """One printed line: the command, its output file, and after ``  # `` what it measures (and
     which MPI it is written for)."""
-    if launch.plugin_only:
-        return _plugin_only_note(launch)
     words = command(launch, launcher, logs)
-    text = " ".join(w if w in (">", "2>&1") else shlex.quote(w) for w in words)
+    text = " ".join(w if w in (">", "2>&1") else quote(w) for w in words)
     name = _MPI[launcher][0] + ": " if launcher in _MPI else ""
-    return f"{text}  # {name}{launch.describe()}"
+    return f"{text}  # {name}{launch.describe()}{_pin_note(launch, logs)}"
 
 
-def _plugin_only_note(launch: Launch) -> str:
-    return (f"# {launch.describe()}: NCCL has no variable for {launch.plugin_only}; "
-            "`dynamiccl tune ... --plan --run` measures it, pinned through the plugin")
+def _pin_note(launch: Launch, logs: str) -> str:
+    """What a launch pinned through the plugin adds to its description."""
+    if not launch.pinned:
+        return ""
+    return (f"; pinned through DynamICCL's tuner plugin by {logs}/{launch.pin_file} (NCCL has no "
+            f"variable for {', '.join(launch.choice.unforceable())})")
 
 
 def launch_mode(launcher: str) -> str:
@@ -217,14 +340,27 @@ def launch_mode(launcher: str) -> str:
     return LAUNCH_MODES[1] if launcher == "local" else LAUNCH_MODES[0]
 
 
-def sidecar(launch: Launch, launcher: str, made_by: str) -> str:
-    """The sidecar the script writes beside a finished launch's log."""
+def sidecar(launch: Launch, launcher: str, made_by: str, printed_logs: str | None = None) -> str:
+    """The sidecar the script writes beside a finished launch's log; with ``printed_logs`` (the
+    logs folder of a printed plan) the one ``tune --plan`` writes beside a pinned launch's pin
+    policy before the launch, labelling the log the printed line will write."""
+    if printed_logs is None:
+        words = command(launch, launcher, plugin=SCRIPT_PLUGIN,
+                        policy=script_policy(launch.pin_file))
+        when = "written by the plan's script once the launch had finished"
+    else:
+        words = command(launch, launcher, printed_logs)[:-3]
+        when = "written by `dynamiccl tune --plan` with the pin policy, before the launch"
+    pin = {"pinned": launch.choice, "policy": launch.pin_file,
+           "policy_sha256": launch.pin_sha256} if launch.pinned else {}
     return sidecar_text(f"{launch.name}.txt", launch.collective, launch.nodes, launch.ranks_per_node,
-                        launch_mode(launcher), launch.forced, env=DEBUG_ENV,
+                        launch_mode(launcher), launch.forced,
+                        env=PIN_DEBUG_ENV if launch.pinned else DEBUG_ENV,
                         source={"plan": made_by, "launcher": launcher,
-                                "command": shlex.join(command(launch, launcher))},
-                        notes=f"{launch.describe()}; written by the plan's script once the launch "
-                              "had finished (its log states the NCCL release)")
+                                "command": " ".join(quote(w) for w in words)},
+                        notes=f"{launch.describe()}; {when} (its log states the NCCL release"
+                              f"{' and the plugin applying its pin' if launch.pinned else ''})",
+                        **pin)
 
 
 def estimate(launches_: Sequence[Launch]) -> tuple[float, float]:
@@ -271,6 +407,11 @@ launch() {{
   if (( DRY_RUN )); then echo "$*  > $LOGS/$name.txt"; return 0; fi
   if [[ -f "$LOGS/$name.txt" ]]; then echo "skip $name (done)" >&2; return 0; fi
   mkdir -p "$LOGS"
+  if [[ "${{PIN_NAME:-}}" == "$name" ]] && ! write_pin "$name"; then
+    failed+=("$name")
+    [[ "${{KEEP_GOING:-0}}" == 1 ]] || exit 1
+    return 0
+  fi
   echo "run  $name" >&2
   "$@" </dev/null >"$LOGS/$name.txt.part" 2>&1
   local status=$?
@@ -284,6 +425,42 @@ launch() {{
     echo "failed: $name (its output: $LOGS/$name.txt.part)" >&2
     failed+=("$name")
     [[ "${{KEEP_GOING:-0}}" == 1 ]] || exit 1
+  fi
+}}
+
+"""
+
+#: What a script with launches pinned through the plugin adds to its head.
+_PIN_HEAD = """# Launches "pinned through DynamICCL's tuner plugin" measure a knob NCCL has no variable for:
+# each loads the plugin (DYNAMICCL_PLUGIN, else `dynamiccl plugin path`) with a one-rule pin policy
+# the script writes to $LOGS/<name>.dccl just before the launch, and logs the plugin's decisions;
+# NCCL takes a chunk size from 2.30.3 on (`tune` refuses a log that does not show the pin applied).
+DYNAMICCL_PLUGIN=${{DYNAMICCL_PLUGIN:-$(dynamiccl plugin path 2>/dev/null)}}
+case $LOGS in /*) LOGS_ABS=$LOGS ;; *) LOGS_ABS=$PWD/$LOGS ;; esac
+
+# pin NAME SHA256 <<POLICY: the pin policy of the launch NAME, which follows
+pin() {{ PIN_NAME=$1 PIN_SHA=$2; PIN_TEXT=$(cat); }}
+
+# write_pin NAME: $LOGS/NAME.dccl holds the pin policy, written atomically and never over a file
+# that is not NAME's pin policy
+write_pin() {{
+  local name=$1 file="$LOGS/$1.dccl"
+  if [[ -z "$DYNAMICCL_PLUGIN" || ! -f "$DYNAMICCL_PLUGIN" ]]; then
+    echo "failed: $name loads DynamICCL's tuner plugin and none is here ('$DYNAMICCL_PLUGIN'):" \\
+      "install dynamiccl, or set DYNAMICCL_PLUGIN=/path/to/libnccl-tuner-dynamiccl.so" >&2
+    return 1
+  fi
+  if [[ -e "$file" || -L "$file" ]] && ! grep -qxF "policy {prefix}$name" "$file" 2>/dev/null; then
+    echo "failed: $file is there and is not the pin policy of $name;" \\
+      "move it away and run bash {script} again" >&2
+    return 1
+  fi
+  printf '%s\\n' "$PIN_TEXT" >"$file.part" && mv -f "$file.part" "$file" || return 1
+  if command -v sha256sum >/dev/null &&
+      ! printf '%s  %s\\n' "$PIN_SHA" "$file" | sha256sum --check --status; then
+    echo "failed: $file does not hash to $PIN_SHA;" \\
+      "write the plan again (dynamiccl tune ... --plan --script)" >&2
+    return 1
   fi
 }}
 
@@ -315,13 +492,17 @@ def script(launches_: Sequence[Launch], launcher: str, *, logs: str, made_by: st
     out = [_SCRIPT_HEAD.format(made_by=made_by, summary=summary(launches_, launcher), script=name,
                                then=then, logs=shlex.quote(logs), flags_var=flags_var,
                                launcher_note=note)]
+    if any(x.pinned for x in launches_):
+        out.append(_PIN_HEAD.format(prefix=PIN_POLICY_PREFIX, script=name))
     for x in launches_:
-        if x.plugin_only:
-            out.append(_plugin_only_note(x))
-            continue
-        words = command(x, launcher)
+        words = command(x, launcher, plugin=SCRIPT_PLUGIN, policy=script_policy(x.pin_file))
         words = _with_flags(words, launcher, flags_var)
-        out.append(f"# {x.describe()} ({x.nodes} x {x.ranks_per_node}, ~{x.seconds:.0f} s)")
+        out.append(f"# {x.describe()} ({x.nodes} x {x.ranks_per_node}, ~{x.seconds:.0f} s)"
+                   f"{_pin_note(x, '$LOGS')}")
+        if x.pinned:
+            out.append(f"pin {x.name} {x.pin_sha256} <<'POLICY'")
+            out.append(x.pin.rstrip("\n"))
+            out.append("POLICY")
         out.append(f"launch {x.name} {' '.join(words)} <<'SIDECAR'")
         out.append(sidecar(x, launcher, made_by).rstrip("\n"))
         out.append("SIDECAR")
@@ -332,7 +513,7 @@ def script(launches_: Sequence[Launch], launcher: str, *, logs: str, made_by: st
 def _with_flags(words: list[str], launcher: str, flags_var: str) -> list[str]:
     """The command as script words: the launcher's extra flags spliced in unquoted (the user's
     ``$SRUN_FLAGS`` may hold several), the test binary found under ``$NCCL_TESTS`` when set."""
-    quoted = [shlex.quote(w) for w in words]
+    quoted = [quote(w) for w in words]
     binary = next(i for i, w in enumerate(words) if w in _BINARIES.values())
     quoted[binary] = f'"${{NCCL_TESTS:+$NCCL_TESTS/}}{words[binary]}"'
     at = {"srun": words.index("srun") + 1 if "srun" in words else None,
@@ -345,7 +526,6 @@ def _with_flags(words: list[str], launcher: str, flags_var: str) -> list[str]:
 def plan_lines(launches_: Sequence[Launch], launchers: Sequence[str] | None = None,
                logs: str = "logs") -> list[str]:
     """The printed plan: each launch once per launcher (default :func:`default_launchers`), in
-    order; a launch only the plugin can pin once, as the note saying so."""
+    order."""
     names = tuple(launchers or default_launchers(launches_))
-    return [line(x, launcher, logs) for x in launches_
-            for launcher in (names[:1] if x.plugin_only else names)]
+    return [line(x, launcher, logs) for x in launches_ for launcher in names]

@@ -61,7 +61,7 @@ def _records(paths: list[str] | None, topology, nccl_version=None) -> tuple[list
     records = loaded.records
     unlabelled = provenance.unlabelled_files(records)
     if unlabelled:
-        raise UserError(provenance.unlabelled_message(unlabelled))
+        raise UserError(provenance.unlabelled_message(unlabelled, provenance.steered_files(records)))
     by_version = provenance.versions(records)
     if nccl_version is not None:
         if nccl_version not in by_version:

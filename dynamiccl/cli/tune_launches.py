@@ -3,7 +3,10 @@
 The plan (:mod:`dynamiccl.agents.shipping.tune_plan`) picks measurements; this module turns them
 into launches (:mod:`dynamiccl.agents.shipping.launchers`), prints them with the plan's shape, its
 estimated wall time and node-hours, writes the runnable script (``--script``), and reads
-``--budget`` as measurements (a number) or node-hours (``2.5node-hours``, ``2.5nh``).
+``--budget`` as measurements (a number) or node-hours (``2.5node-hours``, ``2.5nh``). A launch
+pinned through the plugin (a chunk size) needs its pin policy beside its log: the script writes it
+just before the launch; a printed plan's lines read it from ``--logs``, where this module writes it
+at once, with the sidecar that labels the log the line will write.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ def emit(args: argparse.Namespace, planned: list, topology, call_us, made_by: st
     from dynamiccl.agents.shipping import launchers as L
     from dynamiccl.files import write_text_atomic
 
-    runs = L.launches(planned, topology.gpus_per_node, call_us)
+    runs = L.with_pins(L.launches(planned, topology.gpus_per_node, call_us), topology)
     names = (args.launcher,) if args.launcher else L.default_launchers(runs)
     if args.script and len(names) > 1:
         raise UserError(f"--script writes the plan for one launcher and this one spans several "
@@ -109,6 +112,8 @@ def emit(args: argparse.Namespace, planned: list, topology, call_us, made_by: st
         problem = L.check_launcher(name, runs)
         if problem:
             raise UserError(f"--launcher {name}: {problem}")
+    if not args.script and not args.run:  # the printed lines read them: written before they show
+        _write_pins(runs, names[0], args.logs, made_by)
     if args.json:
         of = {(x.collective, x.nodes, x.ranks_per_node, x.choice, x.round, n): x
               for x in runs for n in x.sizes}
@@ -119,7 +124,9 @@ def emit(args: argparse.Namespace, planned: list, topology, call_us, made_by: st
             rows.append({"collective": m.collective.name.lower(), "ranks": m.nranks,
                          "nodes": x.nodes, "ranks_per_node": x.ranks_per_node,
                          "choice": m.choice.label(), "nbytes": m.nbytes, "launch": m.launch,
-                         "log": f"{x.name}.txt", "value": round(m.value, 5), "reason": m.reason})
+                         "log": f"{x.name}.txt", "value": round(m.value, 5), "reason": m.reason,
+                         **({"pin_policy": x.pin_file, "pin_sha256": x.pin_sha256} if x.pinned
+                            else {})})
         print(json.dumps(rows, indent=1))
     elif not args.script:
         for text in L.plan_lines(runs, names, args.logs):
@@ -141,6 +148,54 @@ def emit(args: argparse.Namespace, planned: list, topology, call_us, made_by: st
         print(f"wrote {args.script} ({names[0]}): run it with `bash {args.script}` (`--dry-run` "
               f"prints the launches); each launch writes {args.logs}/<name>.txt and its sidecar",
               file=sys.stderr)
+
+
+def _write_pins(runs: list, launcher: str, logs: str, made_by: str) -> None:
+    """For a printed plan: each launch pinned through the plugin gets its pin policy and its
+    sidecar in ``logs`` now (the line reads the one and its log needs the other), each written
+    atomically and never over a file that is not that launch's (an earlier plan's is replaced)."""
+    from pathlib import Path
+
+    from dynamiccl.agents.shipping import launchers as L
+    from dynamiccl.files import write_text_atomic
+    from dynamiccl.profiler.formats.published import sidecar_log
+
+    pinned = [x for x in runs if x.pinned]
+    if not pinned:
+        return
+    folder = Path(logs)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--logs {logs} is not a folder; give the folder the launches write their "
+                        "logs to")
+    for x in pinned:
+        policy, label = folder / x.pin_file, folder / f"{x.name}.yaml"
+        for path, ours in ((policy, L.is_pin_policy_of), (label, _is_label_of)):
+            if (path.exists() or path.is_symlink()) and not ours(path, x):
+                raise UserError(f"{path} is there and is not what this plan writes for "
+                                f"{x.name}; move it away, or give --logs another folder")
+        if (folder / f"{x.name}.txt").exists() and sidecar_log(label) is not None:
+            continue  # measured already: its label and policy stay as they were
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(policy, x.pin, encoding="ascii")
+            write_text_atomic(label, L.sidecar(x, launcher, made_by, printed_logs=logs))
+        except OSError as exc:
+            raise UserError(f"cannot write {exc.filename or folder}: {exc.strerror or exc}") from None
+    print(f"wrote the pin policies and sidecars of {len(pinned)} launch(es) pinned through the "
+          f"plugin into {logs}/ ({pinned[0].pin_file} ...): their lines read them from there",
+          file=sys.stderr)
+
+
+def _is_label_of(path, launch) -> bool:
+    """Whether ``path`` is the sidecar of ``launch``'s log (what a printed plan wrote before)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            meta = yaml.safe_load(fh.read(1 << 16))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(meta, dict) and meta.get("log") == f"{launch.name}.txt"
 
 
 def topology_words(args: argparse.Namespace) -> list[str]:

@@ -24,7 +24,7 @@ from dynamiccl.files import not_regular_message
 from dynamiccl.profiler.formats.measurements import MeasurementFormatError, detect_format, read
 from dynamiccl.profiler.formats.nccl_debug_log import NcclDebugLogError, parse_debug_log_file
 from dynamiccl.profiler.formats.nccl_tests import _forced_config
-from dynamiccl.profiler.formats.published import load_sidecar, sidecar_log
+from dynamiccl.profiler.formats.published import load_sidecar, sidecar_log, sidecar_policy
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.system.knobs import Collective
 
@@ -123,6 +123,8 @@ def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[st
                  ) -> tuple[list[MeasurementRecord], list[str]]:
     logs = {f: sidecar_log(f) for f in files}
     through_sidecar = {log.resolve() for log in logs.values() if log is not None}
+    through_sidecar |= {p.resolve() for f, log in logs.items() if log is not None
+                        for p in [sidecar_policy(f)] if p is not None}  # a pinned launch's policy
     records: list[MeasurementRecord] = []
     skipped: list[str] = []
     for f in files:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dynamiccl.files import text_lines
+from dynamiccl.plugin.policy_format import POLICY_ENV
+from dynamiccl.profiler.formats import plugin_log
 from dynamiccl.profiler.formats.nccl_debug_log import parse_pick_line
 from dynamiccl.profiler.formats.records import MeasurementRecord, is_no_op, normalize_config
 from dynamiccl.system.nccl import ALGO_ENV, MAX_CHANNELS_ENV, MIN_CHANNELS_ENV, PROTO_ENV, Collective
@@ -58,6 +60,9 @@ class NcclTestsRun:
     #: The output says whether NCCL_ALGO/NCCL_PROTO were set: NCCL_DEBUG=INFO lines (NCCL logs
     #: ``NCCL_ALGO set by environment to ...`` at INFO, src/graph/tuning.cc) or the variables
     #: themselves (a command line echoed into the log). nccl-tests' own text records no environment.
+    #: Not where NCCL's log shows DynamICCL's tuner plugin pinning calls (a chunk-size launch of a
+    #: plan): what it pinned only the launch's sidecar says (``env`` then holds ``DYNAMICCL_POLICY``:
+    #: the policy the plugin logged it loaded).
     forcing_known: bool = False
 
     @property
@@ -170,6 +175,9 @@ class _Parser:
         self.version: str | None = None
         self.release = ""
         self.debug_info = False
+        #: NCCL's log shows DynamICCL's tuner plugin pinning calls, and the policy it loaded.
+        self.steered = False
+        self.policy = ""
         self.columns: list[str] | None = None
         self.rows: list[tuple[int, dict[str, str]]] = []
         self.avg: float | None = None
@@ -212,6 +220,9 @@ class _Parser:
             self.env.update(assigned)
             found = bool(assigned)
         self.debug_info = self.debug_info or "NCCL INFO" in line
+        if plugin_log.MARK in line:
+            self.steered = self.steered or plugin_log.steers(line)
+            self.policy = plugin_log.policy_name(line) or self.policy
         if version := version_in_text(line):
             banner = _BANNER_RE.search(line)
             self.version = banner.group(1) if banner else self.version or str(version)
@@ -293,7 +304,10 @@ class _Parser:
         nnodes = len({r.host for r in self.ranks}) or None
         collective = self._collective(nranks)
         algo, proto, channels = _forced_config(self.env, collective)
-        forcing_known = self.debug_info or any(k in self.env for k in (ALGO_ENV, PROTO_ENV))
+        forcing_known = (self.debug_info or any(k in self.env for k in (ALGO_ENV, PROTO_ENV))) \
+            and not self.steered
+        if self.steered:
+            self.env[POLICY_ENV] = self.policy or "unknown"
         records, no_ops = [], 0
         common = {"launch": f"{self.launch}#{len(self.runs)}",
                   "gpu": self.ranks[0].gpu_name if self.ranks else "",

@@ -7,7 +7,10 @@ launches once made launch noise look like 16.6 % and hid a measured rule). A log
 through a sidecar (:mod:`~dynamiccl.profiler.formats.published`), ``NCCL_DEBUG=INFO`` lines (NCCL
 logs ``NCCL_ALGO set by environment to ...`` at INFO, its default subsystems INIT, BOOTSTRAP and ENV,
 NCCL ``src/graph/tuning.cc``), the ``-J`` report's ``env``, or its own format (runner records,
-NVIDIA's tuner CSV); :attr:`MeasurementRecord.forcing_unknown` marks the rest.
+NVIDIA's tuner CSV); :attr:`MeasurementRecord.forcing_unknown` marks the rest. A knob NCCL has no
+variable for (a chunk size) is set by DynamICCL's tuner plugin: a log whose NCCL lines show the
+plugin pinning calls (:mod:`~dynamiccl.profiler.formats.plugin_log`) is labelled only by the sidecar
+the plan wrote beside it, which says what was pinned and is checked against those lines.
 
 NCCL's default changes between releases (its cost-model constants do: NCCL 2.29 and 2.30
 ``src/graph/tuning.cc``), so measurements of two releases describe two baselines: they are
@@ -20,6 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from dynamiccl.plugin.policy_format import POLICY_ENV
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.system.nccl_versions import NcclVersion, parse_version
 
@@ -45,13 +49,30 @@ def unlabelled_files(records: Iterable[MeasurementRecord]) -> list[str]:
     return list(dict.fromkeys(record_file(r) for r in records if r.forcing_unknown))
 
 
-def unlabelled_message(files: list[str]) -> str:
-    """One line naming the files whose forcing is unknown and how to label them."""
-    return (f"{len(files)} log(s) do not say whether NCCL_ALGO/NCCL_PROTO were set ({listed(files)}): "
-            "nccl-tests' text records no environment, so a forced run reads as NCCL's default; "
-            "label each with a sidecar (`dynamiccl label LOG --nodes N --gpus-per-node G "
-            "[--forced NCCL_ALGO=Ring]`), or measure again with NCCL_DEBUG=INFO (as `dynamiccl tune "
-            "--plan` launches do) or nccl-tests -J")
+def steered_files(records: Iterable[MeasurementRecord]) -> list[str]:
+    """The files of unknown forcing whose NCCL log shows DynamICCL's tuner plugin pinning calls."""
+    return list(dict.fromkeys(record_file(r) for r in records
+                              if r.forcing_unknown and POLICY_ENV in r.env))
+
+
+def unlabelled_message(files: list[str], steered: list[str] | tuple[str, ...] = ()) -> str:
+    """One line naming the files whose forcing is unknown and how to label them; ``steered``
+    (:func:`steered_files`) are those the plugin steered, whose label only their sidecar holds."""
+    parts = []
+    if steered:
+        parts.append(f"{len(steered)} log(s) show DynamICCL's tuner plugin pinning their calls "
+                     f"({listed(list(steered))}) but no sidecar says what it pinned (a chunk size "
+                     "leaves no trace in nccl-tests' text, so they would read as NCCL's default): "
+                     "keep each beside the <name>.yaml its plan wrote (`tune --plan` writes it for "
+                     "a launch pinned through the plugin), or run the launch again from the plan")
+    rest = [f for f in files if f not in steered]
+    if rest:
+        parts.append(f"{len(rest)} log(s) do not say whether NCCL_ALGO/NCCL_PROTO were set "
+                     f"({listed(rest)}): nccl-tests' text records no environment, so a forced run "
+                     "reads as NCCL's default; label each with a sidecar (`dynamiccl label LOG "
+                     "--nodes N --gpus-per-node G [--forced NCCL_ALGO=Ring]`), or measure again with "
+                     "NCCL_DEBUG=INFO (as `dynamiccl tune --plan` launches do) or nccl-tests -J")
+    return "; ".join(parts)
 
 
 def versions(records: Iterable[MeasurementRecord]) -> dict[NcclVersion, list[str]]:

@@ -4,6 +4,11 @@ A log alone does not say how many nodes it spanned (large runs are kept without 
 ``#  Rank`` lines), how it was launched, or which ``NCCL_ALGO``/``NCCL_PROTO`` the job exported
 outside the log. The sidecar (``<log stem>.yaml`` next to the log) records those facts and where the
 numbers came from, so every record loaded here carries the system's true shape and configuration.
+A launch measured through DynamICCL's tuner plugin (a knob NCCL has no variable for: a chunk size)
+records what the plugin pinned (``pinned``: knob -> value, as records spell them) and the pin policy
+it loaded (``policy``, ``policy_sha256``); such a log is read only where NCCL's own lines show the
+plugin applied that pin (:func:`~dynamiccl.profiler.formats.plugin_log.pin_problem`), never as
+NCCL's default.
 Each system folder also holds its datasheet ``topology.yaml`` and a ``system.yaml`` of facts the
 topology schema cannot express yet.
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -26,10 +32,13 @@ from typing import Any
 import yaml
 
 from dynamiccl.config_loader import load_yaml, yaml_problem
+from dynamiccl.files import text_lines
+from dynamiccl.plugin.policy_format import POLICY_ENV
+from dynamiccl.profiler.formats import plugin_log
 from dynamiccl.profiler.formats.nccl_tests import _forced_config, _single_choice
 from dynamiccl.profiler.formats.records import MeasurementRecord, normalize_config
 from dynamiccl.profiler.formats.tuner_measurements_csv import COLUMNS, INPLACE_COLUMN, tuner_csv_rows
-from dynamiccl.system.knobs import Collective
+from dynamiccl.system.knobs import NCCL_KNOBS, Collective, Knobs, KnobValues
 from dynamiccl.system.nccl import ALGO_ENV, PROTO_ENV
 from dynamiccl.system.nccl_versions import parse_version
 from dynamiccl.system.topology import LAUNCH_MODES, MAX_RANKS, Topology, load_topology
@@ -37,6 +46,7 @@ from dynamiccl.system.topology import LAUNCH_MODES, MAX_RANKS, Topology, load_to
 #: Files in a system folder that are not run sidecars.
 SYSTEM_FILES = ("topology.yaml", "system.yaml")
 _REQUIRED = ("log", "collective", "nodes", "gpus_per_node", "launch", "forced", "source")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class PublishedRunError(ValueError):
@@ -113,18 +123,35 @@ def sidecar_log(path: str | Path) -> Path | None:
     return log if log.is_file() else None
 
 
+def sidecar_policy(path: str | Path) -> Path | None:
+    """The pin policy beside the sidecar ``path`` that its launch loaded (a launch pinned through
+    the plugin), or None: part of the run, not a measurement file of its own."""
+    if sidecar_log(path) is None:
+        return None
+    meta = yaml.safe_load(Path(path).read_text())
+    name = meta.get("policy") if meta.get("pinned") is not None else None
+    policy = Path(path).parent / name if isinstance(name, str) and name else None
+    return policy if policy is not None and policy.is_file() else None
+
+
 def sidecar_text(log: str, collective: Collective, nodes: int, gpus_per_node: int, launch: str,
                  forced: dict[str, str], *, env: dict[str, str] | None = None,
                  source: dict[str, str] | None = None, notes: str = "",
-                 nccl_version: str = "unknown") -> str:
+                 nccl_version: str = "unknown", pinned: KnobValues | None = None,
+                 policy: str = "", policy_sha256: str = "") -> str:
     """A sidecar for the log named ``log`` (a file name beside the sidecar), as :func:`load_run`
     reads it: what the log alone cannot say (the nodes, the launch mode, the variables that forced
-    NCCL, ``{}`` for NCCL's default). ``dynamiccl label`` and the scripts ``tune --plan`` writes use
-    it; every sidecar it writes loads (checked by :func:`_sidecar_problem` before it is returned)."""
+    NCCL, ``{}`` for NCCL's default; for a launch DynamICCL's tuner plugin pinned, the knobs it
+    pinned and the pin policy ``policy`` with its SHA-256). ``dynamiccl label`` and the plans ``tune
+    --plan`` writes use it; every sidecar it writes loads (checked by :func:`_sidecar_problem`
+    before it is returned)."""
     meta = {"log": log, "collective": collective.name.lower(), "nodes": nodes,
             "gpus_per_node": gpus_per_node, "launch": launch, "nccl_version": nccl_version,
             "forced": dict(forced), "env": dict(env or {}), "source": dict(source or {}),
             "notes": notes}
+    if pinned is not None:
+        meta.update(pinned={k: v for k, v in pinned.record().items() if v is not None},
+                    policy=policy, policy_sha256=policy_sha256)
     if launch not in LAUNCH_MODES:
         raise PublishedRunError(f"launch is {launch!r}; use one of {', '.join(LAUNCH_MODES)}")
     problem = _sidecar_problem(meta)
@@ -151,11 +178,14 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     log = sidecar.parent / meta["log"]
     collective = Collective[str(meta["collective"]).upper()]
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
-    algo, proto, channels = _forced_config(forced, collective)
+    pinned = _pinned(meta)
+    knobs = _run_knobs(forced, pinned, collective)
     nodes, gpn = int(meta["nodes"]), int(meta["gpus_per_node"])
     stated = _sidecar_version(sidecar, meta)
     halves: dict[bool, list[MeasurementRecord]] = {False: [], True: []}
-    for rec in load(log):
+    parsed = load(log)
+    _check_pin(sidecar, log, meta, pinned, collective, parsed, stated)
+    for rec in parsed:
         if rec.coll != collective:
             raise PublishedRunError(f"{sidecar}: says {collective.name.lower()} but {log.name} "
                                     f"holds {rec.collective}; fix the sidecar's collective")
@@ -166,8 +196,7 @@ def load_run(sidecar: str | Path) -> PublishedRun:
         if stated and rec.nccl_version and rec.nccl_version != stated:
             raise PublishedRunError(f"{sidecar}: says NCCL {stated} but {log.name} was run with "
                                     f"NCCL {rec.nccl_version}; fix the sidecar's nccl_version")
-        halves[rec.in_place].append(replace(rec, nranks=nodes * gpn, nnodes=nodes, algorithm=algo,
-                                            protocol=proto, channels=channels,
+        halves[rec.in_place].append(replace(rec, nranks=nodes * gpn, nnodes=nodes, **knobs,
                                             env={**rec.env, **forced, **_str_map(meta.get("env"))},
                                             nccl_version=rec.nccl_version or stated,
                                             forcing_unknown=False))
@@ -176,6 +205,84 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, nodes, gpn,
                         str(meta["launch"]), forced, str(meta.get("nccl_version", "unknown")),
                         dict(meta["source"]), tuple(halves[False]), tuple(halves[True]))
+
+
+def _run_knobs(forced: dict[str, str], pinned: Knobs | None, collective: Collective
+               ) -> dict[str, str | int | None]:
+    """Every NCCL knob of the run's records (their JSON form): what NCCL's variables forced, then
+    what the plugin pinned; None where NCCL chose."""
+    algo, proto, channels = _forced_config(forced, collective)
+    knobs = {**{k.name: None for k in NCCL_KNOBS}, "algorithm": algo, "protocol": proto,
+             "channels": channels}
+    if pinned is not None:
+        knobs.update({name: value for name, value in pinned.record().items() if value is not None})
+    return knobs
+
+
+def _check_pin(sidecar: Path, log: Path, meta: dict[str, Any], pinned: Knobs | None,
+               collective: Collective, records: list[MeasurementRecord], stated: str) -> None:
+    """A pinned launch is read only where NCCL's log shows the plugin applying its pin; a log the
+    plugin steered is read only where the sidecar says what it pinned."""
+    if pinned is None:
+        steered = next((r.env[POLICY_ENV] for r in records if POLICY_ENV in r.env), None)
+        if steered is not None:
+            raise PublishedRunError(
+                f"{log}: NCCL's log shows DynamICCL's tuner plugin pinning its calls (policy "
+                f"{steered}) but its sidecar {sidecar.name} records no pin, so what it measured is "
+                "unknown: launch NCCL's default and NCCL_ALGO runs without NCCL_TUNER_PLUGIN and "
+                "DYNAMICCL_POLICY in the environment")
+        return
+    version = next((r.nccl_version for r in records if r.nccl_version), stated)
+    problem = plugin_log.pin_problem(text_lines(log), collective, pinned, meta["policy_sha256"],
+                                     version)
+    if problem:
+        label = "/".join(pinned.parts(keep=None))
+        raise PublishedRunError(
+            f"{log}: its sidecar says DynamICCL's tuner plugin pinned {label} (pin policy "
+            f"{meta['policy']}), but {problem}; the launch is not read, neither as that choice nor "
+            "as NCCL's default")
+
+
+def _pinned(meta: dict[str, Any]) -> Knobs | None:
+    """What the plugin pinned, as :data:`~dynamiccl.system.knobs.Knobs` (None: no pin; the sidecar
+    was checked by :func:`_sidecar_problem`)."""
+    return None if meta.get("pinned") is None else Knobs(**{str(k): v for k, v in meta["pinned"].items()})
+
+
+def _pin_problem(meta: dict[str, Any], forced: dict[str, str], collective: Collective) -> str | None:
+    """What a pinned sidecar says that no launch through the plugin can have: a knob NCCL's tuner
+    does not take or a value out of its range, a pin without an algorithm and a protocol (a policy
+    rule names both), NCCL_ALGO/NCCL_PROTO forced too (the plugin then steps aside), no policy."""
+    pinned = meta["pinned"]
+    names = [k.name for k in NCCL_KNOBS]
+    if not isinstance(pinned, dict):
+        return f"pinned is {pinned!r}; give a mapping of {', '.join(names)} to their values"
+    unknown = [str(k) for k in pinned if k not in names]
+    if unknown:
+        return f"pinned names {', '.join(unknown)}, no knob of the plugin's; use {', '.join(names)}"
+    try:
+        knobs = Knobs(**pinned)
+    except ValueError as exc:
+        return f"pinned: {exc}"
+    if knobs.algorithm is None or knobs.protocol is None:
+        return "pinned names no algorithm or no protocol; a policy rule names both"
+    for k in NCCL_KNOBS:
+        value = getattr(knobs, k.name)
+        if value is not None and not k.is_enum and not k.lo <= value <= k.hi:
+            return f"pinned {k.name} is {value}; give {k.lo}..{k.hi}"
+    try:
+        normalize_config(knobs.algorithm, knobs.protocol)
+    except ValueError as exc:
+        return f"pinned: {exc}"
+    if any(_single_choice(forced.get(var), collective) for var in (ALGO_ENV, PROTO_ENV)):
+        return (f"it pins through the plugin and forces {ALGO_ENV}/{PROTO_ENV} too, under which the "
+                "plugin steps aside; keep one")
+    if not isinstance(meta.get("policy"), str) or not meta["policy"]:
+        return "pinned without the policy file that pinned it (policy: <name>.dccl)"
+    if not isinstance(meta.get("policy_sha256"), str) or not _SHA256.fullmatch(meta["policy_sha256"]):
+        return (f"policy_sha256 is {meta.get('policy_sha256')!r}; give the pin policy's SHA-256 (64 "
+                "lowercase hexadecimal digits)")
+    return None
 
 
 def load_table(sidecar: str | Path) -> list[PublishedRun]:
@@ -290,6 +397,8 @@ def _sidecar_problem(meta: dict[str, Any]) -> str | None:
         normalize_config(algo, proto)
     except ValueError as exc:
         return f"forced {ALGO_ENV}/{PROTO_ENV}: {exc}"
+    if meta.get("pinned") is not None:
+        return _pin_problem(meta, forced, collective)
     return None
 
 
