@@ -296,7 +296,7 @@ class LaunchNoise:
         """The system's launch noise in ``nbytes``' band before any repeated launch: ``defaults``
         where given; else, where the shape's sweep launched each choice once, what NCCL's default
         against the forced run closest to it says (:func:`_matched_spreads`, once it holds
-        :data:`MIN_TAIL_DEVIATIONS` deviations in the band: on NVIDIA's Viking data 1-3 % where the
+        :data:`MIN_TAIL_DEVIATIONS` deviations in the band: on NVIDIA's Viking data under 4 % where the
         assumed one is 5 % across InfiniBand); else the system kind's assumption
         (:func:`default_launch_noise`)."""
         band = noise_band(nbytes)
