@@ -85,3 +85,18 @@ def test_a_time_file_outside_the_layout_or_with_a_bad_line_is_refused(tmp_path):
         read_tree(tmp_path)
     with pytest.raises(TopoTimingsError, match="no time.txt under it"):
         read_tree(tmp_path / "8" / "2")  # no such folder: nothing under it
+
+
+def test_tune_reads_a_platforms_folder_and_says_where_its_noise_comes_from(tmp_path, capsys):
+    """`dynamiccl tune` on NVIDIA's Viking all-reduce on 2 nodes, each choice launched once: the
+    noise is NCCL's default against the forced run closest to it, and the policy is written."""
+    from dynamiccl.cli.main import main
+
+    out = tmp_path / "viking.dccl"
+    assert main(["tune", "--topology", str(NVIDIA / "viking_dgx_h100_ib" / "topology.yaml"),
+                 "--measurements", str(VIKING / "8" / "2" / "AllReduce"), "-o", str(out),
+                 "--json"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "16 ranks: launch noise" in err
+    assert "no repeated launch: NCCL's default against the forced runs closest to it" in err
+    assert out.exists()
