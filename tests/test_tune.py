@@ -946,17 +946,12 @@ def test_a_series_whose_ratio_jumps_between_measured_sizes_is_interpolated_with_
         smooth.interpolated_ratio(at(1 << 25), NVLS).sigma + 0.2
 
 
-def test_one_octave_past_the_last_measured_size_the_nearest_two_speak():
-    """nccl-tests' last size beyond a sweep's: where the two largest measured sizes agree, the
-    nearer one's ratio holds one octave further (not two)."""
+def test_past_the_last_measured_size_the_measurements_do_not_speak():
+    """The two largest measured sizes agreeing say nothing of the next one (on a perturbed DGX A100
+    pair ring/Simple ran x0.76 of NCCL's time at 4 and 8 MiB of all-gather and x1.05 at 16 MiB), nor
+    do sizes measured on both sides that point different ways."""
     tuner = Tuner(TOPO, Measurements(_both(1 << 24, 0.6) + _both(1 << 25, 0.6)))
-    est = tuner.interpolated_ratio(at(1 << 26), NVLS)
-    assert est.evidence == "interpolated" and est.log_ratio == pytest.approx(math.log(0.6))
-    assert tuner.interpolated_ratio(at(1 << 27), NVLS) is None
-    split = Tuner(TOPO, Measurements(_both(1 << 24, 1.2) + _both(1 << 25, 0.6)))
-    assert split.interpolated_ratio(at(1 << 26), NVLS) is None
-    # measured on both sides, pointing different ways: nothing (NVIDIA's Viking all-gather on 256
-    # ranks, ring/LL +17 % at 8 MiB and 52 % slower at 32 MiB, was 27 % slower at 16 MiB)
+    assert tuner.interpolated_ratio(at(1 << 26), NVLS) is None
     across = Tuner(TOPO, Measurements(_both(1 << 24, 0.6) + _both(1 << 25, 0.6) + _both(1 << 27, 1.3)))
     assert across.interpolated_ratio(at(1 << 26), NVLS) is None
 

@@ -27,8 +27,9 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
    series' ratio does from one measured size to the next over that distance
    (:meth:`Tuner.span_spread`), and a share of their disagreement: averaged as independent, the
    neighbours pinned ring/LL reduce-scatter at 512 KiB on NVIDIA's Luna data between +3.7 % at
-   256 KiB and +19.7 % at 1 MiB, where it was 12 % slower. One octave past the last measured size
-   the nearest two measured sizes speak alike, where they agree (:meth:`Tuner._extrapolate`).
+   256 KiB and +19.7 % at 1 MiB, where it was 12 % slower. Past the last measured size nothing
+   measured says what NCCL runs (the nearest two agreeing, x0.76 at 4 and 8 MiB of all-gather on
+   a perturbed DGX A100 pair, it was x1.05 at 16 MiB): only the corrected model speaks there.
 3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`; ``dynamiccl tune
    --prior`` gives the shipped one, :mod:`dynamiccl.agents.shipping.tune_prior`): what it
    predicts from the system's measured ratios of the collective and the model's times, asked once
@@ -518,31 +519,8 @@ class Tuner:
     def interpolated_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
         """Source 2: between the nearest measured sizes below and above (each pooled with its own
         neighbours: :meth:`anchor_points`), where both point the same way (see the module
-        docstring); or just beyond the measured sizes, from the nearest two (:meth:`_extrapolate`)."""
-        points = self.anchor_points(scenario, choice)
-        return self._interpolate(scenario, choice, points) or \
-            self._extrapolate(scenario, choice, points)
-
-    def _extrapolate(self, scenario: Scenario, choice: Choice, points: Sequence[RatioPoint]
-                     ) -> RatioEstimate | None:
-        """The ratio at a size at most an octave beyond every one of ``points``, where the nearest
-        two point the same way: the nearer one's, uncertain as an interpolation an octave from it
-        is (nccl-tests' last size past a sweep's; on NVIDIA's Viking-SHARP data CollNetChain beat
-        NCCL's default by 5-9 % from 512 MiB to 2 GiB and by 9-14 % at 4 GiB, where the corrected
-        model, which knows CollNet least, put it 1-34 % slower)."""
-        below = [p for p in points if p.nbytes < scenario.nbytes][::-1]
-        above = [p for p in points if p.nbytes > scenario.nbytes]
-        side = below if not above else above if not below else []
-        if len(side) < 2 or side[0].log_ratio * side[1].log_ratio <= 0:
-            return None
-        near, far = side[0], side[1]
-        octaves = abs(math.log2(scenario.nbytes / near.nbytes))
-        if octaves > 1 or not self._same_runs(scenario, choice, *sorted((near.nbytes, scenario.nbytes))):
-            return None
-        sigma = math.sqrt(near.sigma ** 2 + (SIGMA_PER_OCTAVE * octaves) ** 2
-                          + self.span_spread(scenario, choice) ** 2 * octaves
-                          + (DISAGREEMENT_SHARE * (near.log_ratio - far.log_ratio)) ** 2)
-        return RatioEstimate(near.log_ratio, sigma, INTERPOLATED, True)
+        docstring)."""
+        return self._interpolate(scenario, choice, self.anchor_points(scenario, choice))
 
     def _interpolate(self, scenario: Scenario, choice: Choice, points: Sequence[RatioPoint]
                      ) -> RatioEstimate | None:
