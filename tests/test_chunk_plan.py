@@ -72,7 +72,7 @@ def _chunk_line(log: Path) -> re.Match | None:
                      log.read_text())
 
 
-def test_a_16x8_srun_plans_chunk_run_loads_the_plugin_with_its_pin_policy_and_tune_reads_it(
+def test_a_16x8_srun_plans_chunk_run_loads_the_plugin_and_tune_reads_it_stand_in_srun_nccl_tests(
         cluster, capsys):
     assert main([*PLAN, "--script", "plan.sh"]) == 0
     capsys.readouterr()
@@ -151,7 +151,7 @@ def test_a_chunk_run_is_a_launch_on_every_launcher_with_the_variables_on_every_r
         plan_lines(launches([PlannedMeasurement(AR, 16, CHUNK, 1 << 25, 1.0, "", nodes=2)], 8))
 
 
-def test_the_script_never_writes_a_pin_policy_over_a_users_file(cluster, capsys):
+def test_the_script_never_writes_a_pin_policy_over_a_users_file_stand_in_nccl_tests(cluster, capsys):
     assert main([*PLAN, "--script", "plan.sh"]) == 0
     NAME = chunk_run(Path("plan.sh").read_text().splitlines())
     Path("logs").mkdir()
@@ -195,7 +195,7 @@ def _tune(logs: Path, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def test_a_printed_plans_chunk_line_runs_as_printed_and_tune_reads_it(cluster, capsys):
+def test_a_printed_plans_chunk_line_runs_as_printed_and_tune_reads_it_stand_in_nccl_tests(cluster, capsys):
     logs, log = _printed_chunk_run("printed", cluster, capsys, str(plugin.library_path()))
     run, = load_sidecar(log.with_suffix(".yaml"))
     chunk, = {Choice.of(r) for r in run.records}
@@ -204,13 +204,14 @@ def test_a_printed_plans_chunk_line_runs_as_printed_and_tune_reads_it(cluster, c
     assert load_paths([logs]).skipped == [], "the pin policy is part of its run, not a stray file"
 
 
-def test_an_unlabelled_or_unapplied_chunk_log_is_refused_by_name(cluster, capsys):
+def test_an_unlabelled_or_unapplied_chunk_log_is_refused_by_name_stand_in_nccl_tests(cluster, capsys):
     real = str(plugin.library_path())
     # the plugin was never loaded (no library where `dynamiccl plugin path` said)
     missing, log = _printed_chunk_run("missing", cluster, capsys, "/nowhere/libnccl-tuner-dynamiccl.so")
     assert "DynamICCL" not in log.read_text()
     code, err = _tune(missing, capsys)
-    assert code == 2 and f"{log}: its sidecar says DynamICCL's tuner plugin pinned " in err
+    refusal, = [x for x in err.splitlines() if "error:" in x]  # one line, naming the fix
+    assert code == 2 and f"{log}: its sidecar says DynamICCL's tuner plugin pinned " in refusal
     assert "the plugin never loaded the pin policy" in err and "NCCL_TUNER_PLUGIN" in err
     # an NCCL older than 2.30.3 applies the pair and never asks for a chunk
     old, log = _printed_chunk_run("old", {**cluster, "NCCL_TESTS_STANDIN_VERSION": "2.26.2"},
@@ -232,6 +233,7 @@ def test_an_unlabelled_or_unapplied_chunk_log_is_refused_by_name(cluster, capsys
     subprocess.run(["bash", "-c", f"{line} > other/{name}.txt 2>&1"], env=cluster, check=True)
     code, err = _tune(other, capsys)
     assert code == 2 and "the plugin stepped aside on a rank (NCCL WARN DynamICCL: policy file" in err
+    assert "fix what it names and run the launch again from the plan" in err
     # the log without its sidecar: the plugin's lines say it steered the calls, nothing says how
     unlabelled, log = _printed_chunk_run("unlabelled", cluster, capsys, real)
     log.with_suffix(".yaml").unlink()
@@ -240,7 +242,7 @@ def test_an_unlabelled_or_unapplied_chunk_log_is_refused_by_name(cluster, capsys
                          "no sidecar says what it pinned" in err
 
 
-def test_a_sidecar_without_a_pin_of_a_log_the_plugin_steered_is_refused(cluster, capsys):
+def test_a_sidecar_without_a_pin_of_a_log_the_plugin_steered_is_refused_stand_in_nccl_tests(cluster, capsys):
     _, log = _printed_chunk_run("steered", cluster, capsys, str(plugin.library_path()))
     sidecar, name = log.with_suffix(".yaml"), log.stem
     meta = yaml.safe_load(sidecar.read_text())
@@ -261,7 +263,7 @@ def test_a_sidecar_without_a_pin_of_a_log_the_plugin_steered_is_refused(cluster,
         load_sidecar(sidecar)
 
 
-def test_a_plugin_note_at_warn_leaves_the_pin_and_any_other_warn_refuses_it():
+def test_a_plugin_note_at_warn_leaves_the_pin_and_any_other_warn_refuses_it_lines_as_printed():
     """The plugin's lines as it prints them (tuner.c, fleet.c): its note that aws-ofi-nccl's tuner
     is replaced changes nothing it pins; a WARN that it stepped aside on a rank refuses the log."""
     prefix = "host:1:1 [3] NCCL "
@@ -280,4 +282,25 @@ def test_a_plugin_note_at_warn_leaves_the_pin_and_any_other_warn_refuses_it():
     other_count = pin_problem(applied, AR, replace(pinned, channels=4), sha)
     assert "no `DynamICCL decision: allreduce ...: ring/simple, 4 channels` line" in other_count
     refused = [applied[0], applied[1] + " -- not usable here, NCCL's choice stands"]
-    assert "NCCL's cost table did not allow ring/simple" in pin_problem(refused, AR, pinned, sha)
+    refusal = pin_problem(refused, AR, pinned, sha)
+    assert "NCCL's cost table did not allow ring/simple" in refusal
+    assert refusal.endswith("so move the log and its sidecar out of the measurements")
+
+
+def test_a_printed_plans_files_before_its_launch_ran_are_skipped_with_a_note(tmp_path, monkeypatch,
+                                                                         capsys):
+    """A printed plan writes a chunk run's sidecar and pin policy before the line runs: a folder
+    read then skips them, saying the launch has not run, and a pin policy left by a launch that
+    failed (the script writes it just before) is named as such, not as an unknown format."""
+    monkeypatch.chdir(tmp_path)
+    assert main([*PLAN, "--logs", "pending"]) == 0
+    name = chunk_run(capsys.readouterr().out.splitlines())
+    folder = Path("pending")
+    loaded = load_paths([folder])
+    assert loaded.records == [] and loaded.skipped == [
+        f"{folder / name}.yaml: the sidecar of {name}.txt, a launch pinned through the plugin that "
+        "has not run yet (run its line from the plan)"]
+    (folder / f"{name}.yaml").unlink()
+    assert load_paths([folder]).skipped == [
+        f"{folder / name}.dccl: the pin policy of {name}, a launch pinned through the plugin with "
+        "no labelled log here (run it again from the plan)"]

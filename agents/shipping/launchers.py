@@ -40,13 +40,13 @@ import shlex
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 from dynamiccl.agents.shipping.tune_measurements import Choice
 from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement, launch_order
 from dynamiccl.plugin import policy_file as pf
 from dynamiccl.plugin.policy_format import LOG_DECISIONS_ENV, POLICY_ENV, POLICY_SHA256_ENV
+from dynamiccl.profiler.formats.plugin_log import PIN_POLICY_PREFIX, pin_policy_launch
 from dynamiccl.profiler.formats.published import sidecar_text
 from dynamiccl.system.knobs import Collective
 from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
@@ -65,9 +65,10 @@ DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 #: and each distinct decision of the plugin logged once (``DYNAMICCL_LOG_DECISIONS=1``), so its log
 #: shows the pin applied. TUNING adds NCCL's line per call and rank (its pick, which tune reads too).
 PIN_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", LOG_DECISIONS_ENV: "1"}
-#: The ``policy`` header of a launch's pin policy, before the launch's name: the plan's script
-#: replaces a file in the logs folder only where it is the same launch's pin policy.
-PIN_POLICY_PREFIX = "plan-pin:"
+#: The ``created`` of a plan's pin policies: a fixed time, so that a pin policy is a function of
+#: its launch alone and planning again prints the same lines and SHA-256s (a printed line keeps
+#: matching the policy file it names).
+PIN_CREATED = "1970-01-01T00:00:00Z"
 #: nccl-tests' warm-up and timed calls per size (``-w``, ``-n``), each out of place and in place.
 WARMUP_ITERS, ITERS = 5, 20
 #: Estimated start-up of one launch, seconds: the launcher, the CUDA context and NCCL's init
@@ -198,15 +199,12 @@ def launches(planned: Sequence[PlannedMeasurement], gpus_per_node: int,
     return out
 
 
-def with_pins(launches_: Sequence[Launch], topology: Topology, created: str | None = None
-              ) -> list[Launch]:
-    """The launches, each one pinned through the plugin with its pin policy (:func:`pin_policy`;
-    ``created``: the plan's time, default now)."""
-    created = created or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return [replace(x, pin=pin_policy(x, topology, created)) if x.pinned else x for x in launches_]
+def with_pins(launches_: Sequence[Launch], topology: Topology) -> list[Launch]:
+    """The launches, each one pinned through the plugin with its pin policy (:func:`pin_policy`)."""
+    return [replace(x, pin=pin_policy(x, topology)) if x.pinned else x for x in launches_]
 
 
-def pin_policy(launch: Launch, topology: Topology, created: str) -> str:
+def pin_policy(launch: Launch, topology: Topology) -> str:
     """The policy file that makes the plugin run ``launch``'s choice, and nothing else: one rule for
     its collective, exactly its sizes and its communicator (nodes and ranks), naming every knob of
     the choice; every other call defers to NCCL.
@@ -224,7 +222,7 @@ def pin_policy(launch: Launch, topology: Topology, created: str) -> str:
                    launch.nranks, pf.Decision(**given))
     identity = f"{launch.name} {launch.choice.label()} {launch.sizes}".encode()
     header = pf.Header(
-        policy=f"{PIN_POLICY_PREFIX}{launch.name}", created=created,
+        policy=f"{PIN_POLICY_PREFIX}{launch.name}", created=PIN_CREATED,
         topology="".join(c if " " < c <= "~" else "_" for c in system.name)[:pf.MAX_HEADER_VALUE],
         fingerprint=system.fingerprint(),
         features=pf.system_features(system.ll128_enabled, system.features.nvls,
@@ -235,12 +233,7 @@ def pin_policy(launch: Launch, topology: Topology, created: str) -> str:
 
 def is_pin_policy_of(path: str | Path, launch: Launch) -> bool:
     """Whether ``path`` holds a pin policy a plan wrote for ``launch`` (which a plan may replace)."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096).decode("ascii", "replace")
-    except OSError:
-        return False
-    return f"\npolicy {PIN_POLICY_PREFIX}{launch.name}\n" in head
+    return pin_policy_launch(path) == launch.name
 
 
 def _runs(sizes: list[int]) -> list[list[int]]:

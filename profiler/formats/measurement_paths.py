@@ -24,7 +24,8 @@ from dynamiccl.files import not_regular_message
 from dynamiccl.profiler.formats.measurements import MeasurementFormatError, detect_format, read
 from dynamiccl.profiler.formats.nccl_debug_log import NcclDebugLogError, parse_debug_log_file
 from dynamiccl.profiler.formats.nccl_tests import _forced_config
-from dynamiccl.profiler.formats.published import load_sidecar, sidecar_log, sidecar_policy
+from dynamiccl.profiler.formats.plugin_log import pin_policy_launch
+from dynamiccl.profiler.formats.published import load_sidecar, pinned_sidecar, sidecar_log
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.system.knobs import Collective
 
@@ -122,16 +123,22 @@ def _load_file(path: Path, picks: dict[PickKey, str], warnings: list[str]) -> li
 def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[str]
                  ) -> tuple[list[MeasurementRecord], list[str]]:
     logs = {f: sidecar_log(f) for f in files}
+    pins = {f: pinned_sidecar(f) for f in files}
     through_sidecar = {log.resolve() for log in logs.values() if log is not None}
-    through_sidecar |= {p.resolve() for f, log in logs.items() if log is not None
-                        for p in [sidecar_policy(f)] if p is not None}  # a pinned launch's policy
+    through_sidecar |= {pin[1].resolve() for pin in pins.values() if pin}  # a pinned launch's policy
     records: list[MeasurementRecord] = []
     skipped: list[str] = []
     for f in files:
         if logs[f] is not None:
             records += _published(f, warnings)
+        elif pins[f] is not None:  # a printed plan labelled the log before its launch ran
+            skipped.append(f"{f}: the sidecar of {pins[f][0].name}, a launch pinned through the "
+                           "plugin that has not run yet (run its line from the plan)")
         elif f.suffix == ".md":
             skipped.append(f"{f}: documentation")
+        elif f.resolve() not in through_sidecar and (name := pin_policy_launch(f)):
+            skipped.append(f"{f}: the pin policy of {name}, a launch pinned through the plugin "
+                           "with no labelled log here (run it again from the plan)")
         elif f.resolve() not in through_sidecar:
             try:
                 if detect_format(f) != "nccl-debug-log":

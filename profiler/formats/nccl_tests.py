@@ -30,6 +30,10 @@ class NcclTestsParseError(ValueError):
     """Output that is not (or no longer) nccl-tests output; the message names file and line."""
 
 
+#: The parser's warning where a log lists no ranks (a sidecar's nodes and GPUs per node settle it).
+NO_RANK_LINES = "no '#  Rank' device lines"
+
+
 @dataclass(frozen=True)
 class RankDevice:
     rank: int
@@ -299,7 +303,7 @@ class _Parser:
         nranks = len({r.rank for r in self.ranks})
         if not nranks:
             nranks = self.header.get("nthread", 1) * self.header.get("ngpus", 1)
-            warnings.append(f"no '#  Rank' device lines; assuming {nranks} ranks from "
+            warnings.append(f"{NO_RANK_LINES}; assuming {nranks} ranks from "
                             "nThread x nGpus (wrong for multi-process MPI runs)")
         nnodes = len({r.host for r in self.ranks}) or None
         collective = self._collective(nranks)

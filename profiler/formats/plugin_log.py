@@ -24,10 +24,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 from dynamiccl.system.knobs import KNOB, Collective, KnobValues
 from dynamiccl.system.nccl_versions import parse_version
 
+#: The ``policy`` header of a plan's pin policy, before its launch's name: how a pin policy is told
+#: from a user's policy (a plan replaces only its own; a folder of logs skips it by that name).
+PIN_POLICY_PREFIX = "plan-pin:"
 #: The plugin's name in each of its lines (cheap to test before the regular expressions).
 MARK = "DynamICCL"
 POLICY_LINE = re.compile(r"DynamICCL: policy (.+?) \(sha256 ([0-9a-f]{64})\)")
@@ -44,6 +48,17 @@ NOTES = ("DynamICCL: the network plugin is aws-ofi-nccl", "is a relative path; u
 UNUSABLE = "not usable here"
 #: How much of a WARN line a message quotes.
 QUOTED = 240
+
+
+def pin_policy_launch(path: str | Path) -> str | None:
+    """The name of the launch whose pin policy ``path`` is (None: not a plan's pin policy)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).decode("ascii", "replace")
+    except OSError:
+        return None
+    m = re.search(rf"^policy {re.escape(PIN_POLICY_PREFIX)}(\S+)$", head, re.M)
+    return m.group(1) if m else None
 
 
 def steers(line: str) -> bool:
@@ -81,7 +96,8 @@ def pin_problem(lines: Iterable[str], collective: Collective, pinned: KnobValues
         elif m := CHUNK_LINE.search(line):
             chunks.add((m.group(1), m.group(2), m.group(3), int(m.group(7))))
     if warning:
-        return f"the plugin stepped aside on a rank (NCCL WARN {warning[:QUOTED]})"
+        return (f"the plugin stepped aside on a rank (NCCL WARN {warning[:QUOTED]}): fix what it "
+                "names and run the launch again from the plan")
     if sha256 not in loaded:
         return (f"NCCL's log has no `DynamICCL: policy ... (sha256 {sha256[:12]}...)` line, so the "
                 "plugin never loaded the pin policy: launch it with NCCL_TUNER_PLUGIN naming the "
@@ -93,8 +109,9 @@ def pin_problem(lines: Iterable[str], collective: Collective, pinned: KnobValues
     if (coll, *pair, channels) not in applied:
         if any(d[:3] == (coll, *pair) for d in refused):
             return (f"NCCL's cost table did not allow {'/'.join(pair)} for these calls, so NCCL ran "
-                    "its own choice (`DynamICCL decision: ... not usable here`); this pair cannot "
-                    "be measured on this system")
+                    "its own choice (`DynamICCL decision: ... not usable here`): this pair cannot "
+                    "be measured on this system, so move the log and its sidecar out of the "
+                    "measurements")
         return (f"NCCL's log has no `DynamICCL decision: {coll} ...: {'/'.join(pair)}, {channels}` "
                 "line, so the plugin pinned nothing: launch it with DYNAMICCL_LOG_DECISIONS=1, as "
                 "the plan's script does")

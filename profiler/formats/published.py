@@ -35,7 +35,7 @@ from dynamiccl.config_loader import load_yaml, yaml_problem
 from dynamiccl.files import text_lines
 from dynamiccl.plugin.policy_format import POLICY_ENV
 from dynamiccl.profiler.formats import plugin_log
-from dynamiccl.profiler.formats.nccl_tests import _forced_config, _single_choice
+from dynamiccl.profiler.formats.nccl_tests import NO_RANK_LINES, _forced_config, _single_choice
 from dynamiccl.profiler.formats.records import MeasurementRecord, normalize_config
 from dynamiccl.profiler.formats.tuner_measurements_csv import COLUMNS, INPLACE_COLUMN, tuner_csv_rows
 from dynamiccl.system.knobs import NCCL_KNOBS, Collective, Knobs, KnobValues
@@ -125,15 +125,24 @@ def sidecar_log(path: str | Path) -> Path | None:
     return log if log.is_file() else None
 
 
-def sidecar_policy(path: str | Path) -> Path | None:
-    """The pin policy beside the sidecar ``path`` that its launch loaded (a launch pinned through
-    the plugin), or None: part of the run, not a measurement file of its own."""
-    if sidecar_log(path) is None:
+def pinned_sidecar(path: str | Path) -> tuple[Path, Path] | None:
+    """The log and the pin policy the sidecar ``path`` names where it labels a launch pinned
+    through the plugin, whether that launch has run yet or not (a printed plan writes both files
+    before the launch); None for any other file. The policy is part of the run, not a measurement
+    file of its own."""
+    path = Path(path)
+    if path.suffix not in (".yaml", ".yml") or path.name in SYSTEM_FILES:
         return None
-    meta = yaml.safe_load(Path(path).read_text())
-    name = meta.get("policy") if meta.get("pinned") is not None else None
-    policy = Path(path).parent / name if isinstance(name, str) and name else None
-    return policy if policy is not None and policy.is_file() else None
+    try:
+        meta = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(meta, dict) or meta.get("pinned") is None:
+        return None
+    log, policy = meta.get("log"), meta.get("policy")
+    if not (isinstance(log, str) and log and isinstance(policy, str) and policy):
+        return None
+    return path.parent / log, path.parent / policy
 
 
 def sidecar_text(log: str, collective: Collective, nodes: int, gpus_per_node: int, launch: str,
@@ -207,7 +216,7 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, nodes, gpn,
                         str(meta["launch"]), forced, str(meta.get("nccl_version", "unknown")),
                         dict(meta["source"]), tuple(halves[False]), tuple(halves[True]),
-                        tuple(warnings))
+                        tuple(w for w in warnings if NO_RANK_LINES not in w))  # the sidecar's shape
 
 
 def _run_knobs(forced: dict[str, str], pinned: Knobs | None, collective: Collective
@@ -242,8 +251,8 @@ def _check_pin(sidecar: Path, log: Path, meta: dict[str, Any], pinned: Knobs | N
         label = "/".join(pinned.parts(keep=None))
         raise PublishedRunError(
             f"{log}: its sidecar says DynamICCL's tuner plugin pinned {label} (pin policy "
-            f"{meta['policy']}), but {problem}; the launch is not read, neither as that choice nor "
-            "as NCCL's default")
+            f"{meta['policy']}), but {problem} (the launch is read neither as that choice nor as "
+            "NCCL's default)")
 
 
 def _pinned(meta: dict[str, Any]) -> Knobs | None:
