@@ -80,8 +80,15 @@ def refuse(*argv: str, says: str = "", suite: bool = False, stdin: str | None = 
     return Case(tuple(argv), "refuse", says, stdin=stdin, suite=suite)
 
 
+#: What a printed ``tune --plan`` may write: its chunk-size launches' pin policies and sidecars,
+#: into the default ``--logs`` folder, which their printed lines read (``tune --help``).
+PRINTED_PLAN_WRITES = ("logs/*.dccl", "logs/*.yaml")
+
+
 def accept(*argv: str, says: str = "", writes: tuple[str, ...] = (), suite: bool = False,
            stdin: str | None = None, code: int = 0) -> Case:
+    if argv[:1] == ("tune",) and "--plan" in argv and not {"--script", "--run"} & set(argv):
+        writes = (*writes, *PRINTED_PLAN_WRITES)
     return Case(tuple(argv), "accept", says, writes, stdin=stdin, suite=suite, code=code)
 
 

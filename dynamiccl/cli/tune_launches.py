@@ -76,7 +76,9 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
                              "Ctrl-C safe, --dry-run prints the launches; each launch writes its log "
                              "and its sidecar under --logs)")
     parser.add_argument("--logs", default="logs", metavar="DIR",
-                        help="with --plan: the folder the launches write their logs to (default logs)")
+                        help="with --plan: the folder the launches write their logs to (default logs); "
+                             "a printed plan writes a chunk-size launch's pin policy and sidecar "
+                             "there at once")
 
 
 def plan_fits(budget: Budget, gpus_per_node: int, call_us):
