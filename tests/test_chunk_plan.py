@@ -24,6 +24,7 @@ from dynamiccl.agents.shipping.launchers import (
     launches,
     plan_lines,
     script,
+    sidecar,
     with_pins,
 )
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice, Measurements
@@ -137,6 +138,12 @@ def test_a_chunk_run_is_a_launch_on_every_launcher_with_the_variables_on_every_r
     assert f"-genv DYNAMICCL_POLICY_SHA256 {sha} " in mpich
     assert all("NCCL_ALGO" not in x and "pinned through DynamICCL's tuner plugin" in x
                for x in (openmpi, mpich))
+    # a printed plan's sidecar labels the log whichever of the two lines writes it
+    source = yaml.safe_load(sidecar(runs[0], "openmpi", "test", printed_logs="logs",
+                                    also=("mpich",)))["source"]
+    assert source["launcher"] == "openmpi or mpich"
+    assert (source["command"], source["command_mpich"]) == tuple(x.split(" > ")[0]
+                                                                  for x in (openmpi, mpich))
     one_node = with_pins(launches([PlannedMeasurement(AR, 8, CHUNK, 1 << 25, 1.0, "")], 8),
                          load_topology("dgx_h100", nodes=1))
     local, = plan_lines(one_node, ("local",), "logs")

@@ -333,10 +333,13 @@ def launch_mode(launcher: str) -> str:
     return LAUNCH_MODES[1] if launcher == "local" else LAUNCH_MODES[0]
 
 
-def sidecar(launch: Launch, launcher: str, made_by: str, printed_logs: str | None = None) -> str:
+def sidecar(launch: Launch, launcher: str, made_by: str, printed_logs: str | None = None,
+            also: Sequence[str] = ()) -> str:
     """The sidecar the script writes beside a finished launch's log; with ``printed_logs`` (the
     logs folder of a printed plan) the one ``tune --plan`` writes beside a pinned launch's pin
-    policy before the launch, labelling the log the printed line will write."""
+    policy before the launch, labelling the log the printed line will write (``also``: the other
+    launchers the plan printed a line for, which write the same log: their commands too)."""
+    commands = {}
     if printed_logs is None:
         words = command(launch, launcher, plugin=SCRIPT_PLUGIN,
                         policy=script_policy(launch.pin_file))
@@ -344,13 +347,15 @@ def sidecar(launch: Launch, launcher: str, made_by: str, printed_logs: str | Non
     else:
         words = command(launch, launcher, printed_logs)[:-3]
         when = "written by `dynamiccl tune --plan` with the pin policy, before the launch"
+        commands = {f"command_{name}": " ".join(quote(w) for w in command(launch, name, printed_logs)[:-3])
+                    for name in also}
     pin = {"pinned": launch.choice, "policy": launch.pin_file,
            "policy_sha256": launch.pin_sha256} if launch.pinned else {}
     return sidecar_text(f"{launch.name}.txt", launch.collective, launch.nodes, launch.ranks_per_node,
                         launch_mode(launcher), launch.forced,
                         env=PIN_DEBUG_ENV if launch.pinned else DEBUG_ENV,
-                        source={"plan": made_by, "launcher": launcher,
-                                "command": " ".join(quote(w) for w in words)},
+                        source={"plan": made_by, "launcher": " or ".join((launcher, *also)),
+                                "command": " ".join(quote(w) for w in words), **commands},
                         notes=f"{launch.describe()}; {when} (its log states the NCCL release"
                               f"{' and the plugin applying its pin' if launch.pinned else ''})",
                         **pin)

@@ -115,7 +115,7 @@ def emit(args: argparse.Namespace, planned: list, topology, call_us, made_by: st
         if problem:
             raise UserError(f"--launcher {name}: {problem}")
     if not args.script and not args.run:  # the printed lines read them: written before they show
-        _write_pins(runs, names[0], args.logs, made_by)
+        _write_pins(runs, names, args.logs, made_by)
     if args.json:
         of = {(x.collective, x.nodes, x.ranks_per_node, x.choice, x.round, n): x
               for x in runs for n in x.sizes}
@@ -152,7 +152,7 @@ def emit(args: argparse.Namespace, planned: list, topology, call_us, made_by: st
               file=sys.stderr)
 
 
-def _write_pins(runs: list, launcher: str, logs: str, made_by: str) -> None:
+def _write_pins(runs: list, launchers: tuple[str, ...], logs: str, made_by: str) -> None:
     """For a printed plan: each launch pinned through the plugin gets its pin policy and its
     sidecar in ``logs`` now (the line reads the one and its log needs the other), each written
     atomically and never over a file that is not that launch's (an earlier plan's is replaced)."""
@@ -180,7 +180,8 @@ def _write_pins(runs: list, launcher: str, logs: str, made_by: str) -> None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             write_text_atomic(policy, x.pin, encoding="ascii")
-            write_text_atomic(label, L.sidecar(x, launcher, made_by, printed_logs=logs))
+            write_text_atomic(label, L.sidecar(x, launchers[0], made_by, printed_logs=logs,
+                                               also=launchers[1:]))
         except OSError as exc:
             raise UserError(f"cannot write {exc.filename or folder}: {exc.strerror or exc}") from None
     print(f"wrote the pin policies and sidecars of {len(pinned)} launch(es) pinned through the "
