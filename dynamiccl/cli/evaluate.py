@@ -46,6 +46,8 @@ examples:
 JSON_KEYS = ("policy", "action_set", "backend", "geomean_speedup", "oracle_share", "slower_calls",
              "worst_speedup", "worst_call", "scenarios")
 MAX_BUDGET = 10_000
+#: The perturbed reality's system without --reality-seed (the first held-out seed).
+DEFAULT_REALITY_SEED = 1000
 ONLINE_KEYS = ("calls_to_5pct", "reached_5pct", "exploration_calls", "exploration_speedup")
 
 
@@ -78,7 +80,8 @@ def _policy_names(items: list[str]) -> list[str]:
 
 def _backend(args: argparse.Namespace) -> tuple[str, dict]:
     if args.backend == "perturbed":
-        return "perturbed", {"seed": args.reality_seed}
+        seed = DEFAULT_REALITY_SEED if args.reality_seed is None else args.reality_seed
+        return "perturbed", {"seed": seed}
     if args.backend == "replay":
         if not args.replay:
             raise UserError("--backend replay needs --replay LOGS (nccl-tests logs or records)")
@@ -89,6 +92,22 @@ def _backend(args: argparse.Namespace) -> tuple[str, dict]:
         except ValueError as exc:
             raise UserError(f"--replay: {exc}") from None
     return "sim", {}
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Flags that do nothing in the mode asked for are refused, not ignored (a score of another
+    reality or suite than the one the user meant reads as the one they meant)."""
+    replay_suite = args.backend == "replay" and args.suite is None
+    needs = (("--replay", bool(args.replay), args.backend == "replay", "--backend replay"),
+             ("--reality-seed", args.reality_seed is not None, args.backend == "perturbed",
+              "--backend perturbed"),
+             *((flag, value is not None, replay_suite, "--backend replay without --suite (the "
+                "system the logs were measured on; a suite names its own systems)")
+               for flag, value in (("--topology", args.topology), ("--nodes", args.nodes),
+                                   ("--gpus-per-node", args.gpus_per_node))))
+    for flag, given, mode, what in needs:
+        if given and not mode:
+            raise UserError(f"{flag} only applies with {what}; add it or drop {flag}")
 
 
 def _replay_suite(args: argparse.Namespace, table) -> list:
@@ -109,6 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.shipping.evaluate import evaluate_policies, print_table, save_reports
     from dynamiccl.envs.workloads import load_suite
 
+    _check_flags(args)
     deployable = not args.all_actions
     if args.budget is not None and not 1 <= args.budget <= MAX_BUDGET:
         raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measured calls per context")
@@ -238,8 +258,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_action_set_args(parser, "every policy")
     parser.add_argument("--backend", choices=("sim", "perturbed", "replay"), default="sim",
                         help="the reality that times every call (default: sim)")
-    parser.add_argument("--reality-seed", type=int_between(0, 2**32 - 1), default=1000, metavar="SEED",
-                        help="system of the perturbed reality (default 1000, a held-out seed)")
+    parser.add_argument("--reality-seed", type=int_between(0, 2**32 - 1), default=None, metavar="SEED",
+                        help=f"with --backend perturbed: its system (default {DEFAULT_REALITY_SEED}, "
+                             "a held-out seed)")
     parser.add_argument("--replay", action="append", type=path_arg, metavar="LOGS",
                         help="measurements for --backend replay (files or folders; repeatable)")
     parser.add_argument("--seed", type=non_negative_int, default=0,

@@ -30,7 +30,13 @@ from dynamiccl.profiler.formats.nccl_tests import _forced_config, _single_choice
 from dynamiccl.profiler.formats.records import MeasurementRecord, normalize_config
 from dynamiccl.profiler.formats.tuner_measurements_csv import COLUMNS, INPLACE_COLUMN, tuner_csv_rows
 from dynamiccl.system.knobs import Collective
-from dynamiccl.system.nccl import ALGO_ENV, PROTO_ENV
+from dynamiccl.system.nccl import (
+    ALGO_ENV,
+    MAX_CHANNELS,
+    MAX_CHANNELS_ENV,
+    MIN_CHANNELS_ENV,
+    PROTO_ENV,
+)
 from dynamiccl.system.nccl_versions import parse_version
 from dynamiccl.system.topology import LAUNCH_MODES, MAX_RANKS, Topology, load_topology
 
@@ -144,28 +150,68 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     ``records`` are the out-of-place rows, ``in_place`` the in-place column's (the same calls
     timed again); the loader has already dropped the no-op rows of size 0.
     """
-    from dynamiccl.profiler.formats.measurements import load
-
     sidecar = Path(sidecar)
     meta = _read_sidecar(sidecar)
     log = sidecar.parent / meta["log"]
+    halves = _log_records(meta, log, f"{sidecar}:", _sidecar_version(sidecar, meta), _SIDECAR_FIXES)
+    collective = Collective[str(meta["collective"]).upper()]
+    forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
+    return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, int(meta["nodes"]),
+                        int(meta["gpus_per_node"]), str(meta["launch"]), forced,
+                        str(meta.get("nccl_version", "unknown")), dict(meta["source"]),
+                        tuple(halves[False]), tuple(halves[True]))
+
+
+def check_against_log(text: str, log: str | Path) -> None:
+    """PublishedRunError where the sidecar ``text`` (as :func:`sidecar_text` writes it) contradicts
+    the log it would sit beside: another collective, fewer ranks than the log lists, another NCCL
+    release or another forcing than the log's own lines state. What ``dynamiccl label`` checks
+    before it writes: a label that the log itself refutes is refused, not written."""
+    meta = yaml.safe_load(text)
+    version = meta.get("nccl_version")
+    stated = "" if version in (None, "unknown") else str(parse_version(str(version)))
+    _log_records(meta, Path(log), "the label", stated, _LABEL_FIXES)
+
+
+#: The fix each contradiction names, in a sidecar and in a label being written.
+_SIDECAR_FIXES = {"collective": "fix the sidecar's collective",
+                  "shape": "fix its nodes or gpus_per_node",
+                  "version": "fix the sidecar's nccl_version",
+                  "forcing": "fix the sidecar's forced, or drop the sidecar: tune reads the log's own"}
+_LABEL_FIXES = {"collective": "the log says which it ran",
+                "shape": "give the --nodes and --gpus-per-node it ran on",
+                "version": "give the --nccl-version it ran, or none (the log's own is read)",
+                "forcing": "give the --forced it ran with, or no label: tune reads the log's own"}
+
+
+def _log_records(meta: dict[str, Any], log: Path, where: str, stated: str, fixes: dict[str, str]
+                 ) -> dict[bool, list[MeasurementRecord]]:
+    """The log's records with the sidecar's facts (``meta``) applied, out-of-place (False) and
+    in-place (True); PublishedRunError (naming ``where``, the sidecar) where they contradict the
+    log: another collective, more ranks than the sidecar's shape, another NCCL release
+    (``stated``: the sidecar's, "" for none) or another NCCL_ALGO/NCCL_PROTO than the log's own
+    lines (NCCL's INFO ``... set by environment to ...``) say it ran with."""
+    from dynamiccl.profiler.formats.measurements import load
+
     collective = Collective[str(meta["collective"]).upper()]
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
     algo, proto, channels = _forced_config(forced, collective)
     nodes, gpn = int(meta["nodes"]), int(meta["gpus_per_node"])
-    stated = _sidecar_version(sidecar, meta)
     halves: dict[bool, list[MeasurementRecord]] = {False: [], True: []}
     for rec in load(log):
         if rec.coll != collective:
-            raise PublishedRunError(f"{sidecar}: says {collective.name.lower()} but {log.name} "
-                                    f"holds {rec.collective}; fix the sidecar's collective")
+            raise PublishedRunError(f"{where} says {collective.name.lower()} but {log.name} "
+                                    f"holds {rec.collective}; {fixes['collective']}")
         if rec.nranks > nodes * gpn:  # fewer: a log whose first rank lines were cut off
-            raise PublishedRunError(f"{sidecar}: says {nodes} nodes x {gpn} GPUs = {nodes * gpn} "
-                                    f"ranks, but {log.name} lists {rec.nranks}; fix its nodes or "
-                                    "gpus_per_node")
+            raise PublishedRunError(f"{where} says {nodes} nodes x {gpn} GPUs = {nodes * gpn} "
+                                    f"ranks, but {log.name} lists {rec.nranks}; {fixes['shape']}")
         if stated and rec.nccl_version and rec.nccl_version != stated:
-            raise PublishedRunError(f"{sidecar}: says NCCL {stated} but {log.name} was run with "
-                                    f"NCCL {rec.nccl_version}; fix the sidecar's nccl_version")
+            raise PublishedRunError(f"{where} says NCCL {stated} but {log.name} was run with "
+                                    f"NCCL {rec.nccl_version}; {fixes['version']}")
+        contradiction = _forcing_contradiction(rec.env, forced, collective)
+        if contradiction:
+            raise PublishedRunError(f"{where} says {contradiction[1]} but {log.name} states "
+                                    f"{contradiction[0]} (its NCCL INFO lines); {fixes['forcing']}")
         halves[rec.in_place].append(replace(rec, nranks=nodes * gpn, nnodes=nodes, algorithm=algo,
                                             protocol=proto, channels=channels,
                                             env={**rec.env, **forced, **_str_map(meta.get("env"))},
@@ -173,9 +219,22 @@ def load_run(sidecar: str | Path) -> PublishedRun:
                                             forcing_unknown=False))
     if not halves[False]:
         raise PublishedRunError(f"{log}: no out-of-place rows with a size above 0")
-    return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, nodes, gpn,
-                        str(meta["launch"]), forced, str(meta.get("nccl_version", "unknown")),
-                        dict(meta["source"]), tuple(halves[False]), tuple(halves[True]))
+    return halves
+
+
+def _forcing_contradiction(logged: dict[str, str], forced: dict[str, str], collective: Collective
+                           ) -> tuple[str, str] | None:
+    """(what the log states, what the sidecar says) for the first of NCCL_ALGO/NCCL_PROTO the log
+    names a value of and the sidecar another (or none); None where they agree."""
+    for var in (ALGO_ENV, PROTO_ENV):
+        if var not in logged:
+            continue
+        said = forced.get(var)
+        if (_single_choice(logged[var], collective) or "").lower() != \
+                (_single_choice(said, collective) or "").lower():
+            return (f"{var}={logged[var]}",
+                    f"{var}={said}" if said else f"{var} unset (NCCL's default)")
+    return None
 
 
 def load_table(sidecar: str | Path) -> list[PublishedRun]:
@@ -290,6 +349,10 @@ def _sidecar_problem(meta: dict[str, Any]) -> str | None:
         normalize_config(algo, proto)
     except ValueError as exc:
         return f"forced {ALGO_ENV}/{PROTO_ENV}: {exc}"
+    for var in (MIN_CHANNELS_ENV, MAX_CHANNELS_ENV):
+        value = forced.get(var)
+        if value is not None and not (value.isdigit() and 1 <= int(value) <= MAX_CHANNELS):
+            return f"forced {var} is {value!r}; give a channel count 1..{MAX_CHANNELS}"
     return None
 
 
