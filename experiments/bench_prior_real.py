@@ -19,10 +19,18 @@ splits (and draws): sum of log(t_default / t_pick) over the headroom's sum.
 
 Tuners: ``tune`` (the shipped prior; it overrides NCCL only on a calibrated model), ``no_prior``
 (the default), and ``ungated`` (the prior also on a model whose calibration failed: tune before
-that rule).
+that rule); beside them the rules a user writes by hand from the same measurements
+(``bench_tuning.SIMPLE_RULES``: the sweep with a 3 % noise gate, held up to the next measured size;
+between two measured sizes, the choice that beat NCCL's default by 3 % at both).
+
+Datasets also include NVIDIA's forced-choice timings (``tests/fixtures/real/nvidia/*/data``, each
+file one launch: every held-out size is scored on the timing nobody saw).
 
 Printed, per dataset and budget:
 
+* tune beside the simple rules: the share of the headroom and the share of the headroom beyond
+  noise (at decisions whose fastest choice beats NCCL's default by 5 % or more), decisions more than
+  2 % / 3 % slower than NCCL, the worst;
 * the headroom per decision, the share of it each tuner takes and what the prior adds, the share at
   decisions ``no_prior`` leaves to NCCL (the most the prior can add), decisions more than 3 % slower
   than NCCL's default, the worst decision, at how many decisions the prior was the evidence and how
@@ -55,7 +63,9 @@ from pathlib import Path
 
 import numpy as np
 from bench_tuning import (
+    BEYOND_NOISE,
     REPLAY_DIR,
+    SIMPLE_RULES,
     SLOWER_HELD_OUT,
     HeldOutSizes,
     ReplaySystem,
@@ -80,12 +90,15 @@ from dynamiccl.agents.shipping.tune import (
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
 from dynamiccl.envs.backends.replay import LaunchSplit, ReplayTable
 from dynamiccl.profiler.formats.measurement_paths import load_paths
+from dynamiccl.profiler.formats.nccl_topo_timings import read_tree
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import load_topology
 from dynamiccl.system.units import format_size
 
 FIXTURES = REPLAY_DIR.parent
 TUNERS = ("tune", "no_prior", "ungated")
+#: The simple rules scored beside them (``bench_tuning.SIMPLE_RULES``).
+RULES = tuple(SIMPLE_RULES)
 EVERY_OTHER = "every other size"
 RANDOM_HALF = "random half of sizes"
 #: The prior's sigma multiples whose coverage is reported.
@@ -109,8 +122,24 @@ def record_systems(root: Path) -> list[ReplaySystem]:
     return out
 
 
+def nvidia_systems(root: Path) -> list[ReplaySystem]:
+    """Every fixture folder of NVIDIA's cost-model test timings (``data/`` beside a
+    ``topology.yaml``, :mod:`dynamiccl.profiler.formats.nccl_topo_timings`) as a replay system:
+    each file one launch, so every held-out size is scored on the timing nobody saw."""
+    if not root.is_dir():
+        return []
+    out = []
+    for folder in sorted(p for p in root.iterdir() if (p / "topology.yaml").is_file()
+                         and (p / "data").is_dir()):
+        records = read_tree(folder / "data")
+        out.append(ReplaySystem(folder.name, records, load_topology(folder / "topology.yaml"),
+                                LaunchSplit.count(ReplayTable(records))))
+    return out
+
+
 def datasets(root: Path = FIXTURES) -> list[ReplaySystem]:
-    return [*replay_systems(root / "replay"), *record_systems(root / "runner")]
+    return [*replay_systems(root / "replay"), *record_systems(root / "runner"),
+            *nvidia_systems(root / "nvidia")]
 
 
 def scored_datasets(root: Path = FIXTURES) -> list[str]:
@@ -145,7 +174,7 @@ class Tally:
 
     def unit(self) -> dict[str, Score]:
         """A fresh score per tuner for the next unit."""
-        fresh = {name: Score(SLOWER_HELD_OUT) for name in TUNERS}
+        fresh = {name: Score(SLOWER_HELD_OUT) for name in (*TUNERS, *RULES)}
         for name, score in fresh.items():
             self.scores[name].append(score)
         return fresh
@@ -174,6 +203,7 @@ def score_reality(reality: HeldOutSizes, prior: LearnedPriorSource, tally: Tally
     """Every tuner's decisions at the held-out sizes of one reality, scored, listed and the prior's
     answers there checked against the scoring timings."""
     tuners, note = _tuners(reality, prior)
+    rules = {name: rule(reality)[0] for name, rule in SIMPLE_RULES.items()}
     tally.realities += 1
     tally.uncalibrated += not tuners["tune"].calibrated
     for s in filter(reality.scored, reality.scenarios):
@@ -186,6 +216,9 @@ def score_reality(reality: HeldOutSizes, prior: LearnedPriorSource, tally: Tally
         for name, d in decided.items():
             scores[name].add(f"{where} {reality.describe(s)}", t_default, t_best,
                              _truth(reality, s, d.chosen))
+        for name, picks in rules.items():
+            scores[name].add(f"{where} {reality.describe(s)}", t_default, t_best,
+                             _truth(reality, s, picks[s]))
         tally.prior_spoke += any(d.verdict.evidence in (LEARNED_PRIOR, LEARNED_PRIOR_UNCALIBRATED)
                                  for d in decided.values())
         if any(d.verdict.override for d in decided.values()):
@@ -258,8 +291,13 @@ def pooled(scores: list[Score]) -> dict:
     worst = min((r for r in summaries if r["worst_speedup"] is not None),
                 key=lambda r: r["worst_speedup"], default=None)
     slower = next(k for k in summaries[0] if k.startswith("slower_"))
+    beyond = sum(r["log_headroom_beyond_noise"] for r in summaries)
     return {"share": round(sum(r["log_gain"] for r in summaries) / headroom, 4)
             if headroom > 1e-9 else None,
+            "beyond_noise_share": round(sum(r["log_gain_beyond_noise"] for r in summaries) / beyond, 4)
+            if beyond > 1e-9 else None,
+            "beyond_noise_decisions": sum(r["beyond_noise_decisions"] for r in summaries),
+            "slower_2pct": sum(r["slower_than_nccl_2pct"] for r in summaries),
             "share_range": [round(min(shares), 4), round(max(shares), 4)] if shares else None,
             "decisions": sum(r["decisions"] for r in summaries),
             slower: sum(r[slower] for r in summaries),
@@ -308,7 +346,8 @@ def summarise(results: dict[str, dict[str, Tally]]) -> dict:
     for system, per in results.items():
         doc[system] = {}
         for budget, tally in per.items():
-            tuners = {name: pooled(tally.scores[name]) for name in TUNERS} if tally.scores else {}
+            tuners = {name: pooled(tally.scores[name]) for name in (*TUNERS, *RULES)} \
+                if tally.scores else {}
             with_prior, without = (tuners.get(n, {}).get("share") for n in ("tune", "no_prior"))
             doc[system][budget] = {
                 "realities": tally.realities, "uncalibrated": tally.uncalibrated,
@@ -362,6 +401,8 @@ def _print(doc: dict) -> None:
           "ungated, decisions > "
           f"{SLOWER_HELD_OUT - 1:.0%} slower than NCCL's default; worst: of the three)")
     print()
+    _print_rules(doc)
+    print()
     print("the prior's answers alone where tune without it leaves NCCL (its fastest predicted pair whose "
           "predicted gain clears the 3 % margin plus k of its sigmas): share of the headroom, pins, "
           "pins > 3 % slower")
@@ -398,6 +439,26 @@ def _print(doc: dict) -> None:
         print(f"  {label:48} {c['points']:>5} points  {c['cover_1sigma']:.3f} / {c['cover_2sigma']:.3f}"
               f" | {c['cover_1sigma_with_noise']:.3f} / {c['cover_2sigma_with_noise']:.3f}  median "
               f"|error| {c['median_abs_error']:.3f}, sigma {c['median_sigma']:.3f}")
+
+
+def _print_rules(doc: dict) -> None:
+    """tune beside the simple rules: per dataset and budget, each one's share of the headroom, its
+    share where the headroom is beyond noise, its slower decisions and its worst."""
+    names = (*TUNERS[:2], *RULES)
+    print(f"tune beside the simple rules: share of the headroom / of the headroom beyond noise "
+          f"(fastest >= {BEYOND_NOISE - 1:.0%} faster than NCCL's default; decisions there), "
+          f"decisions > 2 % / > {SLOWER_HELD_OUT - 1:.0%} slower, worst")
+    print(f"  {'dataset':22} {'budget':21} {'beyond':>6} " + " ".join(f"{n:>30}" for n in names))
+    for system, per in doc["datasets"].items():
+        for budget, r in per.items():
+            t = r["tuners"]
+            if not t or not t["tune"]["decisions"]:
+                continue
+            cells = [f"{_pct(t[n]['share'])}/{_pct(t[n]['beyond_noise_share'])} "
+                     f"{t[n]['slower_2pct']}/{t[n]['slower_3pct']}sl {t[n]['worst_speedup']:.3f}x"
+                     for n in names]
+            print(f"  {system:22} {budget:21} {t['tune']['beyond_noise_decisions']:>6} "
+                  + " ".join(f"{c:>30}" for c in cells))
 
 
 def main() -> int:

@@ -47,6 +47,13 @@ Per tuner and reality, over all scored decisions:
   ``exploration_speedup`` reports; they see noisy timings like everyone who measures);
 * ``unavailable``: decisions where the tuner picked a choice the reality never measured (replay).
 
+Besides, on the replay tables, the two rules a user writes by hand from a sweep
+(``SIMPLE_RULES``): ``sweep_noise_gate`` (the fastest measured choice where it beats NCCL's default
+by 3 %, held up to the next measured size) and ``neighbour_rule`` (between two measured sizes, the
+choice that beat NCCL's default by 3 % at both); and next to each share the ``beyond_noise_share``:
+gains and headroom at the decisions whose fastest choice beats NCCL's default by 5 % or more
+(:data:`BEYOND_NOISE`), where the headroom is not one launch's noise.
+
 Tuners, each at half and at the same measurement budget as the sweep: NVIDIA's sweep -> table
 (every choice at every size, the fastest measured wins; ``_half``: every other size);
 AutoCCL-style coordinate descent and a UCB bandit with a 5 % safety gate (online, the sweep's
@@ -130,6 +137,14 @@ SIZES = tuple(1 << k for k in range(10, 31))
 SLOWER = 1.02
 #: Slower than NCCL by this much counts against a decision made at a size nothing measured.
 SLOWER_HELD_OUT = 1.03
+#: A decision's headroom is beyond noise where the fastest choice in the scored timing beats NCCL's
+#: default by this much: below it, one launch's noise can make a choice "fastest" (the NVSwitch
+#: node's launches stray by up to 4-9 % of the time: ``NVSWITCH_NODE_LAUNCH_NOISE``). The
+#: beyond-noise share counts gains and headroom at those decisions only.
+BEYOND_NOISE = 1.05
+#: What the simple rules a user writes by hand ask of a measured gain over NCCL's default (the
+#: gate's margin, ``DEFAULT_MARGIN``).
+RULE_MARGIN = 0.03
 TUNE_ROUNDS = 4
 REPLAY_DIR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "real" / "replay"
 NOT_ON_REPLAY = ("picks exact table actions (algorithm, protocol and channels); the replay tables "
@@ -146,15 +161,18 @@ class Unmeasured(LookupError):
     """The reality never measured this choice for this call."""
 
 
-def history_noise(reality, scenarios: list[Scenario]) -> tuple[BandNoise, ...]:
+def history_noise(reality, scenarios: list[Scenario]) -> tuple[BandNoise, ...] | None:
     """The launch noise per size band tune assumes for a replayed system, as its shipped default
     would be computed from this system's launch history without the launches the evaluation scores
     on: :meth:`Measurements.launch_spread` of every launch of ``scenarios`` the reality shows, where
-    a band has :data:`MIN_TAIL_DEVIATIONS`, else the system kind's default."""
+    a band has :data:`MIN_TAIL_DEVIATIONS`, else the system kind's default. None where no band has
+    (no call launched twice): tune then assumes what ``dynamiccl tune`` does, per system shape."""
     records = [_record(s, c, t.time_us, t.launch) for s in scenarios for c in reality.menu(s)
                for t in reality.seen(s, c)]
     kind = default_launch_noise(reality.model)
     measured = Measurements(records).launch_spread()
+    if all(len(m.deviations) < MIN_TAIL_DEVIATIONS for m in measured):
+        return None
     return tuple(BandNoise(m.core, m.tail) if len(m.deviations) >= MIN_TAIL_DEVIATIONS else d
                  for m, d in zip(measured, kind, strict=True))
 
@@ -418,6 +436,12 @@ class Score:
     measurements: int = 0
     unavailable: int = 0
     exploration: list[float] = field(default_factory=list)
+    #: The decisions whose headroom is beyond noise (:data:`BEYOND_NOISE`): their log gains and
+    #: log headrooms.
+    beyond_logs: list[float] = field(default_factory=list)
+    beyond_best: list[float] = field(default_factory=list)
+    #: Decisions more than 2 % slower than NCCL's default (:data:`SLOWER`), whatever ``slower_than``.
+    slower_2pct: int = 0
 
     def add(self, where: str, t_default: float, t_best: float, t_pick: float | None) -> None:
         if t_pick is None:
@@ -425,22 +449,33 @@ class Score:
             return
         self.logs.append(math.log(t_default / t_pick))
         self.best.append(math.log(t_default / t_best))
+        if t_default >= BEYOND_NOISE * t_best:
+            self.beyond_logs.append(self.logs[-1])
+            self.beyond_best.append(self.best[-1])
         speedup = t_default / t_pick
         if t_pick > self.slower_than * t_default:
             self.slower += 1
+        self.slower_2pct += t_pick > SLOWER * t_default
         if speedup < self.worst[0]:
             self.worst = (speedup, where)
 
     def summary(self) -> dict:
         headroom = sum(self.best)
         scored = bool(self.logs)
+        beyond = sum(self.beyond_best)
         out = {"headroom_share": round(sum(self.logs) / headroom, 4) if headroom > 1e-9 else None,
+               "beyond_noise_share": round(sum(self.beyond_logs) / beyond, 4) if beyond > 1e-9
+               else None, "beyond_noise_decisions": len(self.beyond_logs),
+               "log_gain_beyond_noise": round(sum(self.beyond_logs), 6),
+               "log_headroom_beyond_noise": round(beyond, 6),
                "geomean_speedup": round(math.exp(float(np.mean(self.logs))), 4) if scored else None,
                f"slower_{round(100 * (self.slower_than - 1))}pct": self.slower,
                "decisions": len(self.logs),
                "worst_speedup": round(self.worst[0], 4) if scored else None,
                "worst_decision": self.worst[1], "measurements": self.measurements,
                "log_gain": round(sum(self.logs), 6), "log_headroom": round(headroom, 6)}
+        if self.slower_than != SLOWER:
+            out["slower_than_nccl_2pct"] = self.slower_2pct
         if self.unavailable:
             out["unavailable"] = self.unavailable
         if self.exploration:
@@ -522,6 +557,84 @@ def sweep_table(every: int, every_launch: bool = False) -> Callable:
             picks[s] = last[series] if last.get(series) in reality.menu(s) else DEFAULT
         return picks, used
     return decide
+
+
+def _measured_gains(reality: Reality, s: Scenario) -> dict[Choice, float]:
+    """Every choice's measured gain over NCCL's default at a size the reality shows (the median of
+    every launch shown), t_default / t_choice - 1; empty where NCCL's default was not measured."""
+    medians = {c: float(np.median([reality.measure(s, c, nth) for nth in range(n)]))
+               for c in reality.menu(s) if (n := reality.launch_cap(s, c))}
+    t_default = medians.pop(DEFAULT, None)
+    return {} if t_default is None else {c: t_default / t - 1 for c, t in medians.items()}
+
+
+def _shown(reality: Reality) -> dict[tuple, dict[int, dict[Choice, float]]]:
+    """Per (collective, ranks) series, the measured gains at every size the reality shows."""
+    shown = set(getattr(reality, "kept", reality.scenarios))
+    out: dict[tuple, dict[int, dict[Choice, float]]] = defaultdict(dict)
+    for s in reality.scenarios:
+        if s in shown:
+            out[(s.collective, s.topology.nranks)][s.nbytes] = _measured_gains(reality, s)
+    return out
+
+
+def _gated_best(gains: dict[Choice, float], margin: float) -> Choice:
+    """The choice measured fastest, where it beats NCCL's default by ``margin``, else NCCL's."""
+    best = max(gains, key=gains.__getitem__, default=None)
+    return best if best is not None and gains[best] >= margin else DEFAULT
+
+
+def sweep_noise_gate(margin: float = RULE_MARGIN) -> Callable:
+    """A rule a user writes by hand from a sweep: at each measured size, the fastest measured choice
+    where it beats NCCL's default there by ``margin`` (else NCCL's); a size not measured takes the
+    rule of the measured size below it (NVIDIA's optimize_config, gated)."""
+    def decide(reality: Reality):
+        series = _shown(reality)
+        picks: dict[Scenario, Choice] = {}
+        for s in reality.scenarios:
+            measured = series.get((s.collective, s.topology.nranks), {})
+            below = [n for n in measured if n <= s.nbytes]
+            pick = _gated_best(measured[max(below)], margin) if below else DEFAULT
+            picks[s] = pick if pick in reality.menu(s) else DEFAULT
+        return picks, _used(reality)
+    return decide
+
+
+def neighbour_rule(margin: float = RULE_MARGIN) -> Callable:
+    """The other rule a user writes by hand: at a measured size, the fastest measured choice where
+    it beats NCCL's default by ``margin``; at a size between two measured ones, the choice that beat
+    NCCL's default by ``margin`` at both (of several, the one whose smaller gain is largest); else
+    NCCL's."""
+    def decide(reality: Reality):
+        series = _shown(reality)
+        picks: dict[Scenario, Choice] = {}
+        for s in reality.scenarios:
+            measured = series.get((s.collective, s.topology.nranks), {})
+            if s.nbytes in measured:
+                pick = _gated_best(measured[s.nbytes], margin)
+            else:
+                below = [n for n in measured if n < s.nbytes]
+                above = [n for n in measured if n > s.nbytes]
+                pick = DEFAULT
+                if below and above:
+                    lo, hi = measured[max(below)], measured[min(above)]
+                    both = {c: min(g, hi[c]) for c, g in lo.items()
+                            if c in hi and min(g, hi[c]) >= margin}
+                    pick = max(both, key=both.__getitem__, default=DEFAULT)
+            picks[s] = pick if pick in reality.menu(s) else DEFAULT
+        return picks, _used(reality)
+    return decide
+
+
+def _used(reality: Reality) -> int:
+    """Timed calls a rule reading every launch the reality shows uses."""
+    shown = getattr(reality, "kept", reality.scenarios)
+    return sum(reality.launch_cap(s, c) for s in shown for c in reality.menu(s))
+
+
+#: The simple rules, as the benchmarks list them.
+SIMPLE_RULES: dict[str, Callable] = {"sweep_noise_gate": sweep_noise_gate(),
+                                     "neighbour_rule": neighbour_rule()}
 
 
 def sweep_budget(reality: Reality) -> int:
@@ -805,11 +918,15 @@ def over_splits(summaries: list[dict]) -> dict:
     worst = min((r for r in summaries if r["worst_speedup"] is not None),
                 key=lambda r: r["worst_speedup"], default=summaries[0])
     headroom = sum(r["log_headroom"] for r in summaries)
+    beyond = sum(r["log_headroom_beyond_noise"] for r in summaries)
     out = {"headroom_share": round(float(np.median(shares)), 4) if shares else None,
            "share_iqr": [round(float(q), 4) for q in np.quantile(shares, [0.25, 0.75])]
            if shares else None,
            "pooled_share": round(sum(r["log_gain"] for r in summaries) / headroom, 4)
            if headroom > 1e-9 else None,
+           "beyond_noise_share": round(sum(r["log_gain_beyond_noise"] for r in summaries) / beyond, 4)
+           if beyond > 1e-9 else None,
+           "beyond_noise_decisions": summaries[0]["beyond_noise_decisions"],
            "geomean_speedup": None if worst["geomean_speedup"] is None else round(float(np.median(
                [r["geomean_speedup"] for r in summaries])), 4),
            slower: max(r[slower] for r in summaries),
@@ -822,6 +939,8 @@ def over_splits(summaries: list[dict]) -> dict:
         out["measurements"] = int(np.median([r["measurements"] for r in summaries]))
     if any(r.get("unavailable") for r in summaries):
         out["unavailable"] = max(r.get("unavailable", 0) for r in summaries)
+    if "slower_than_nccl_2pct" in summaries[0]:
+        out["slower_than_nccl_2pct"] = max(r["slower_than_nccl_2pct"] for r in summaries)
     return out
 
 
@@ -880,7 +999,8 @@ def run_replay(folder: Path, calibrate: bool, adaptive_model: str | None = None,
                policies: tuple[str, ...] = (), prior: Prior | None = None) -> dict:
     systems = replay_systems(folder)
     pickers = {**tuners(calibrate, adaptive_model, policies, prior),
-               "sweep_every_launch": _choices_picker(sweep_table(1, every_launch=True))}
+               "sweep_every_launch": _choices_picker(sweep_table(1, every_launch=True)),
+               **{name: _choices_picker(rule) for name, rule in SIMPLE_RULES.items()}}
     first = [s.reality(0) for s in systems]
     return {"tables": str(folder),
             "launch_noise": {s.name: launch_noise_report(s) for s in systems},
@@ -901,7 +1021,8 @@ def run_held_out(folder: Path, calibrate: bool, prior: Prior | None = None) -> d
                "model_gated_export": _choices_picker(model_gated),
                "sweep_table_half": _choices_picker(sweep_table(2, every_launch=True)),
                "tune": _choices_picker(tune_on_kept(calibrate, prior or shipped_prior())),
-               "tune_no_prior": _choices_picker(tune_on_kept(calibrate, None))}
+               "tune_no_prior": _choices_picker(tune_on_kept(calibrate, None)),
+               **{name: _choices_picker(rule) for name, rule in SIMPLE_RULES.items()}}
     first = [HeldOutSizes(s.reality(0)) for s in systems]
     return {"tables": str(folder),
             "held_out": {r.system: sum(map(r.scored, r.scenarios)) for r in first},
@@ -927,14 +1048,15 @@ def _print(title: str, results: dict, by_system: dict | None = None,
     column = f">{slower.split('_')[1].removesuffix('pct')}% slower"
     pooled = any("pooled_share" in r for r in results.values())
     print(f"{'tuner':30} {'share':>19}" + (f" {'pooled':>7}" if pooled else "")
-          + f" {'geomean':>8} {column:>10} {'worst':>7} {'measurements':>12}  worst decision")
+          + f" {'beyond':>7} {'geomean':>8} {column:>10} {'worst':>7} {'measurements':>12}  worst decision")
     for name, r in results.items():
         worst = "n/a" if r["worst_speedup"] is None else f"{r['worst_speedup']:.3f}x"
         geomean = "n/a" if r["geomean_speedup"] is None else f"{r['geomean_speedup']:.3f}x"
         missing = f" ({r['unavailable']} picks unmeasured)" if r.get("unavailable") else ""
         share = "n/a" if r.get("pooled_share") is None else f"{r['pooled_share']:.3f}"
+        beyond = "n/a" if r.get("beyond_noise_share") is None else f"{r['beyond_noise_share']:.3f}"
         print(f"{name:30} {_share(r):>19}" + (f" {share:>7}" if pooled else "")
-              + f" {geomean:>8} {_slower(r, slower):>10} {worst:>7} {r['measurements']:>12}  "
+              + f" {beyond:>7} {geomean:>8} {_slower(r, slower):>10} {worst:>7} {r['measurements']:>12}  "
               f"{r['worst_decision']}{missing}")
     for label, groups in (("system", by_system), ("scoring", by_scoring)):
         if not groups:

@@ -85,3 +85,57 @@ def test_coverage_counts_the_priors_answers_against_the_scoring_timings(tiny):
     assert cover["points"] == 3 * 2 and cover["cover_2sigma"] == 1.0
     assert cover["median_abs_error"] <= 0.011 and cover["median_sigma"] == pytest.approx(0.01)
     assert tiny[bench.RANDOM_HALF]["tuners"]["tune"]["decisions"] == 3 * 2
+
+
+class _Shown:
+    """A reality showing one launch per choice at ``kept`` sizes of one all-reduce series: NCCL's
+    default at 100 µs and each choice at its factor of it."""
+
+    def __init__(self, factors: dict[int, dict[Choice, float]], kept: set[int]) -> None:
+        self.factors = factors
+        self.scenarios = [Scenario(TOPO, Collective.ALLREDUCE, n) for n in sorted(factors)]
+        self.kept = [s for s in self.scenarios if s.nbytes in kept]
+
+    def menu(self, s: Scenario) -> list[Choice]:
+        return [DEFAULT, *self.factors[s.nbytes]]
+
+    def launch_cap(self, s: Scenario, choice: Choice) -> int:
+        return int(s in self.kept)
+
+    def measure(self, s: Scenario, choice: Choice, nth: int = 0) -> float:
+        return 100.0 * (1.0 if choice.is_default else self.factors[s.nbytes][choice])
+
+
+def test_the_simple_rules_are_the_ones_a_user_writes_by_hand():
+    """The sweep pins the fastest measured choice where it beats NCCL's default by 3 % and holds it
+    up to the next measured size; the neighbour rule pins, between two measured sizes, the choice
+    that beat NCCL's default by 3 % at both (of several, the one whose smaller gain is largest)."""
+    from bench_tuning import neighbour_rule, sweep_noise_gate
+
+    tree = Choice(Algorithm.TREE, None)
+    factors = {1 << 20: {RING: 0.90, tree: 0.95}, 1 << 21: {RING: 1.5, tree: 0.9},
+               1 << 22: {RING: 0.96, tree: 0.92}, 1 << 23: {RING: 0.9, tree: 0.9},
+               1 << 24: {RING: 0.99, tree: 1.1}}
+    reality = _Shown(factors, {1 << 20, 1 << 22, 1 << 24})
+    sweep = sweep_noise_gate()(reality)[0]
+    near = neighbour_rule()(reality)[0]
+    by_size = {s.nbytes: (sweep[s], near[s]) for s in reality.scenarios}
+    assert by_size[1 << 20] == (RING, RING) and by_size[1 << 22] == (tree, tree)
+    assert by_size[1 << 21] == (RING, tree)  # the rule below / beat NCCL at 1 and 4 MiB: tree
+    assert by_size[1 << 23] == (tree, DEFAULT)  # nothing beat NCCL by 3 % at 16 MiB
+    assert by_size[1 << 24] == (DEFAULT, DEFAULT)
+
+
+def test_the_beyond_noise_share_counts_decisions_whose_headroom_is_5_percent_or_more():
+    from bench_tuning import Score
+
+    score = Score()
+    score.add("a", 100.0, 80.0, 80.0)  # 25 % headroom, all of it taken
+    score.add("b", 100.0, 98.0, 100.0)  # 2 % headroom: noise, not counted beyond it
+    score.add("c", 100.0, 90.0, 103.0)  # 11 % headroom, a decision 3 % slower
+    summary = score.summary()
+    assert summary["beyond_noise_decisions"] == 2
+    assert summary["beyond_noise_share"] == pytest.approx(
+        (math.log(100 / 80) + math.log(100 / 103)) / (math.log(100 / 80) + math.log(100 / 90)),
+        abs=1e-4)
+    assert summary["headroom_share"] < summary["beyond_noise_share"] and summary["slower_2pct"] == 1

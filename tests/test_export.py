@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+import yaml
 
 from dynamiccl.agents.shipping.export import (
     MAX_BYTES,
@@ -19,6 +20,7 @@ from dynamiccl.agents.shipping.export import (
 from dynamiccl.cli.main import main
 from dynamiccl.plugin import policy_file as pf
 from dynamiccl.plugin.nccl_csv import to_nccl_example_csv
+from dynamiccl.system.calibration import DATASHEET_REL_STD
 from dynamiccl.system.knobs import Config, Hierarchy, Schedule, action_id
 from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 from dynamiccl.system.topology import load_topology
@@ -156,24 +158,40 @@ def test_nccl_example_csv_has_explicit_channels(exported):
 
 
 def test_cli_export_oracle_and_show(tmp_path, capsys):
+    """Issue 37: without measurements the model's word alone overrides nothing by default (the
+    oracle on 16 DGX H100 nodes used to pin broadcast to ring/LL128 at +23.9 % predicted); with
+    --allow-model-only it may where its gain clears the model's measured error, and show says so."""
     out = tmp_path / "oracle.dccl"
-    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "4",
-                 "-o", str(out)]) == 0
+    base = ["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "16", "-o", str(out)]
+    assert main(base) == 0
+    assert "no override on the model alone" in capsys.readouterr().out
     policy = pf.read(out)
-    assert policy.header.policy == "oracle" and policy.n_rules > 10
+    assert policy.header.policy == "oracle" and policy.pinned_shapes() == "none"
+    assert main([*base, "--allow-model-only", "--force"]) == 0
+    policy = pf.read(out)
+    assert policy.n_rules > 10 and policy.pinned_shapes() != "none"
     capsys.readouterr()
-    assert main(["show", str(out), "--collective", "allreduce", "--width", "150"]) == 0
+    assert main(["show", str(out), "--collective", "broadcast", "--width", "250"]) == 0
     shown = capsys.readouterr().out
-    assert "checksum OK" in shown and "allreduce | nodes 4 | ranks 32" in shown
-    assert "defer" in shown and "broadcast |" not in shown
+    assert "checksum OK" in shown and "broadcast | nodes 16 | ranks 128" in shown
+    assert "defer" in shown and "allreduce |" not in shown
+    assert "allowed by --allow-model-only" in shown and "model's word alone" in " ".join(shown.split())
+    assert main([*base, "--allow-model-only", "--no-gate", "--force"]) == 2
+    assert "with --no-gate there is no gate" in capsys.readouterr().err
 
 
 def test_a_gated_export_writes_no_override_narrower_than_half_an_octave(tmp_path, capsys):
     """Issue 33: the oracle on two DGX H100 nodes cleared the gate for broadcast and reduce only
     from 16 to 16.4 MiB (+24 % against ±21.5 %) and deferred above with the same figures; such an
-    override defers, and the evidence says why."""
+    override defers, and the evidence says why. (The model's word alone no longer overrides: here
+    a calibration fitted both pairs, at the datasheet's error of bandwidth-bound times.)"""
+    topology = tmp_path / "fitted.yaml"
+    fitted = {f"ring/{p}": {"bw_efficiency": {"value": 1.0, "rel_std": 0.0}} for p in ("ll128", "simple")}
+    section = {"measurements": 20, "algorithms": fitted,
+               "heldout_error": {"small": 0.82, "medium": 1.2, "large": DATASHEET_REL_STD["large"]}}
+    topology.write_text(yaml.safe_dump({**load_topology("dgx_h100").to_dict(), "calibration": section}))
     out = tmp_path / "oracle.dccl"
-    assert main(["export", "--policy", "oracle", "--topology", "dgx_h100", "--nodes", "2",
+    assert main(["export", "--policy", "oracle", "--topology", str(topology), "--nodes", "2",
                  "-o", str(out)]) == 0
     capsys.readouterr()
     for rule in pf.read(out).slice().rules:

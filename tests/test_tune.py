@@ -23,6 +23,7 @@ from dynamiccl.agents.shipping.tune import (
     TunedPolicy,
     Tuner,
     _model_time,
+    calibrated_topology,
     candidate_pairs,
     resolved,
 )
@@ -401,12 +402,13 @@ def test_the_learned_prior_is_not_asked_about_the_pair_the_model_takes_for_nccls
 
 
 #: The planted miscalibration: ring/LL128 on two DGX H100 nodes runs in 0.4x the modelled time
-#: (NCCL's default as modelled), measured in three launches a side at 1 MiB and at 4 MiB, where NCCL
-#: runs tree/LL128 and NVLS-tree/Simple: the neighbours say nothing of 2 MiB (NCCL's pick changes
-#: between them) and tune's own per-choice correction is too uncertain there to pin anything.
+#: (NCCL's default as modelled), measured in three launches a side at 1 MiB and at 8 MiB, where NCCL
+#: runs tree/LL128 and NVLS-tree/Simple: the neighbours, three octaves apart, say nothing of 2 and
+#: 4 MiB (NCCL's pick changes between them) and tune's own per-choice correction is too uncertain
+#: there to pin anything.
 TWO_NODES = load_topology("dgx_h100", nodes=2)
 RING_LL128 = Choice(Algorithm.RING, Protocol.LL128)
-PLANTED = (1 << 20, 1 << 22)
+PLANTED = (1 << 20, 1 << 23)
 
 
 def _planted() -> list[MeasurementRecord]:
@@ -423,9 +425,7 @@ def test_the_learned_prior_carries_a_planted_miscalibration_to_a_third_size():
     measurements = Measurements(_planted())
     without = Tuner(TWO_NODES, measurements)
     assert without.judge(third).chosen == DEFAULT  # its own evidence pins nothing...
-    # ... and it joins the overrides on both sides, as no evidence of its own contradicts them
-    assert (without.decide(third).chosen, without.decide(third).verdict.evidence) == (
-        RING_LL128, "between overrides")
+    assert without.decide(third).chosen == DEFAULT  # ... nor does 4 MiB, to be joined
     picks = [_model_pick(n, TWO_NODES) for n in PLANTED]
     assert [(c.algorithm, c.protocol) for c in picks] == [(Algorithm.TREE, Protocol.LL128),
                                                          (Algorithm.NVLS_TREE, Protocol.SIMPLE)]
@@ -437,12 +437,11 @@ def test_the_learned_prior_carries_a_planted_miscalibration_to_a_third_size():
 def test_the_learned_prior_pins_nothing_on_a_model_the_measurements_could_not_calibrate():
     """The planted case on a model that was not fitted (calibration failed, determined nothing or
     was skipped): the prior's prediction is kept for the plan and the report, labelled as such, and
-    decides nothing: not even through the overrides around a size, which join it only on tune's
-    own evidence (here the corrected model between the ring/LL128 overrides at 1 and 4 MiB)."""
+    decides nothing."""
     third = at(1 << 21, TWO_NODES)
     d = Tuner(TWO_NODES, Measurements(_planted()), prior=LearnedPriorSource()).decide(third)
     alone = Tuner(TWO_NODES, Measurements(_planted())).decide(third)
-    assert (d.chosen, d.verdict) == (alone.chosen, alone.verdict)
+    assert d.chosen == alone.chosen == DEFAULT and not d.verdict.override
     prior = d.estimates[RING_LL128]
     assert prior.evidence == LEARNED_PRIOR_UNCALIBRATED and not prior.anchored and prior.gain > 0.2
 
@@ -640,9 +639,9 @@ def test_tune_cli_writes_a_gated_policy_and_plans(tmp_path, capsys):
 
 def test_tune_asks_the_learned_prior_only_when_told_and_only_on_a_calibrated_model(tmp_path, capsys):
     """The planted miscalibration as logs: by default the prior is off and only the overrides on
-    both sides hold 2 MiB; with --prior tune's table, the evidence beside the policy and show all
-    name the learned prior at 2 MiB, and the plan changes; with --prior --no-calibrate the prior
-    pins nothing and all three say why."""
+    both sides (the calibrated model's from 4 MiB) hold 2 MiB; with --prior tune's table, the
+    evidence beside the policy and show all name the learned prior at 2 MiB, and the plan changes;
+    with --prior --no-calibrate the prior pins nothing and all three say why."""
     logs = tmp_path / "planted.jsonl"
     write_jsonl(_planted(), logs)
     base = ["tune", "--topology", "dgx_h100", "--nodes", "2", "--measurements", str(logs),
@@ -807,9 +806,11 @@ def _changes(overrides: list[bool]) -> int:
 def test_the_h200_sweep_calibrates_and_its_tables_read_straight(tmp_path, capsys):
     """The first real sweep (one launch per choice, Socket transport, ±25 % launch noise): its
     forced LL128 runs no longer fail the calibration; 64 KiB stays on tree; the 4-rank table and
-    the policy change between overriding and deferring at most twice (the noisy 16 KiB measurement,
-    +5 % against x2.7 at 4 KiB and x1.9 at 64 KiB, no longer flips its range); and no row proposes
-    the configuration NCCL runs anyway."""
+    the policy change between overriding and deferring at most four times (the noisy 16 KiB
+    measurement, +5 % against x2.7 at 4 KiB and x1.9 at 64 KiB two octaves away, keeps its range
+    with NCCL: this series' ratios move by that much from one measured size to the next, and held
+    out, the 16 KiB timing did not bear the neighbours out, ``experiments/bench_prior_real.py``);
+    and no row proposes the configuration NCCL runs anyway."""
     out = tmp_path / "h200.dccl"
     assert main(["tune", "--topology", str(H200 / "topology.yaml"), "--measurements",
                  str(H200 / "sweep.jsonl"), "--collective", "allreduce", "-o", str(out),
@@ -818,13 +819,14 @@ def test_the_h200_sweep_calibrates_and_its_tables_read_straight(tmp_path, capsys
     assert "model: calibrated" in captured.err and "failed" not in captured.err
     rows = json.loads(captured.out)
     assert _pair(next(r for r in rows if r["from"] <= 1 << 16 <= r["to"])["ours"]).startswith("tree")
-    assert _changes([r["ours"] != "NCCL default" for r in rows]) <= 2
-    for r in rows:
+    assert _changes([r["ours"] != "NCCL default" for r in rows]) <= 4
+    for r in rows:  # NCCL's modelled pick only where NCCL's default measured slower than it
         shown = r["ours"] if r["ours"] != "NCCL default" else r["best_alternative"]
-        assert shown == "NCCL default" or _pair(shown) != _pair(r["nccl"]), r
+        assert shown == "NCCL default" or _pair(shown) != _pair(r["nccl"]) or (
+            r["ours"] == shown and NOT_ITS_PICK in r["evidence"]), r
     assert main(["show", str(out), "--json"]) == 0
     rules = [r for r in json.loads(capsys.readouterr().out) if r["nodes"] == 4]
-    assert _changes([not r["defer"] for r in rules]) <= 2
+    assert _changes([not r["defer"] for r in rules]) <= 4
     def decision(rule: dict) -> tuple:
         return rule["algorithm"], rule["protocol"], rule["channels"]
 
@@ -869,3 +871,118 @@ def test_between_measured_sizes_a_gain_well_beyond_the_noise_stands_and_a_margin
     assert math.log1p(alone.gain) < alone.sigma  # the stray launch alone would defer
     for k in (20, 21, 22):
         assert tuner.decide(at(1 << k, eight)).chosen == DEFAULT
+
+
+# -- issue 37: one launch per choice, NVIDIA's forced-choice data -----------------------------------
+
+NVIDIA = FIXTURES / "nvidia"
+
+
+def _viking(*paths: str) -> list[MeasurementRecord]:
+    from dynamiccl.profiler.formats.nccl_topo_timings import read_tree
+
+    return [r for p in paths for r in read_tree(NVIDIA / "viking_dgx_h100_ib" / "data" / p)]
+
+
+def test_where_no_call_was_launched_twice_the_noise_is_nccls_default_against_its_matching_run():
+    """Each choice launched once (NVIDIA's Viking data, 2 and 4 nodes): NCCL's default against the
+    forced run closest to it, each its own launch, sets the system's noise per band (under 4 %, where
+    the InfiniBand assumption is 5 %); a shape that crosses no network keeps its own default."""
+    from dynamiccl.agents.shipping.tune_measurements import MIN_TAIL_DEVIATIONS
+
+    tuner = Tuner(TOPO, Measurements(_viking("8/2", "8/4")))
+    two = load_topology("dgx_h100", nodes=2)
+    assumed = default_launch_noise(two)
+    for band, n in enumerate((1 << 10, 1 << 22, 1 << 28)):
+        matched = tuner.noise.matched(two, band)
+        assert len(matched.deviations) >= MIN_TAIL_DEVIATIONS
+        assert tuner.noise.default(two, n).core == pytest.approx(matched.core)
+        assert tuner.noise.of_mean(two, DEFAULT, 1, n) < assumed[band].tail
+    assert tuner.noise.default(TOPO, 1 << 20) == NVSWITCH_NODE_LAUNCH_NOISE[1]  # 1 node: none matched
+
+
+def test_nccls_modelled_pick_measured_faster_than_its_default_is_pinned_and_ranked_by_its_gain():
+    """NCCL's default measured 20 % slower than the pair the model says it runs (another NCCL build
+    ran something else): pinning that pair is an override like any other, and the largest gain
+    wins, the modelled pick's too (before, any other pair that cleared the gate outranked it)."""
+    s = at(1 << 20)
+    own = Choice(_model_pick(1 << 20).algorithm, _model_pick(1 << 20).protocol)
+    other = next(c for c in candidate_pairs(s) if c != own)
+    records = [*launches(s, DEFAULT, 120.0, 120.0, 120.0), *launches(s, own, 100.0, 100.0, 100.0),
+               *launches(s, other, 110.0, 110.0, 110.0)]
+    d = Tuner(TOPO, Measurements(records)).decide(s)
+    assert d.chosen == own and d.verdict.override and d.verdict.evidence.endswith(NOT_ITS_PICK)
+
+
+def test_measured_sizes_an_nccl_tests_step_apart_speak_across_a_change_of_nccls_pick():
+    """NVLS at half NCCL's modelled time at 2 and 8 MiB, where the model has NCCL change its pick
+    between: the sizes between are interpolated (two octaves apart at most; further apart they say
+    nothing: ``test_no_interpolation_across_a_change_of_nccls_pick``)."""
+    lo, hi = 1 << 19, 1 << 21
+    assert len({without_channels(_model_pick(n)) for n in (lo, 1 << 20, hi)}) > 1
+    tuner = Tuner(TOPO, Measurements(_both(lo, 0.5) + _both(hi, 0.5)))
+    assert tuner.interpolated_ratio(at(1 << 20), NVLS).log_ratio == pytest.approx(math.log(0.5))
+
+
+def test_the_corrected_model_stays_within_the_ratios_measured_on_both_sides():
+    """NVIDIA's DGX-1V data, 64 ranks, a random half of the sizes: the corrected model put tree/LL
+    26 % faster than NCCL's default at 256 KiB, between a tie at 128 KiB and x2.2 slower at 4 MiB
+    (it was x1.4 slower); it may not leave the range its neighbours measured, and is judged by its
+    error at the sizes it did not see."""
+    from dynamiccl.profiler.formats.nccl_topo_timings import read_tree
+
+    folder = NVIDIA / "dgx1v_v100_ib"
+    keep = {1 << 17, 1 << 22}
+    records = [r for r in read_tree(folder / "data" / "8" / "8") if r.nbytes in keep]
+    topology = load_topology(folder / "topology.yaml").resized(nodes=8)
+    tuner = Tuner(topology, Measurements(records))
+    s = Scenario(topology, Collective.ALLREDUCE, 1 << 18)
+    tree_ll = Choice(Algorithm.TREE, Protocol.LL)
+    points = sorted(p.log_ratio for p in tuner.anchor_points(s, tree_ll))
+    est = tuner.model_ratio(s, tree_ll)
+    assert points[0] <= est.log_ratio <= points[-1]
+    assert tuner.decide(s).chosen != tree_ll
+
+
+def test_a_series_whose_ratio_jumps_between_measured_sizes_is_interpolated_with_that_doubt():
+    """The span between two measured sizes is as uncertain as the series' own steps show: NVLS at
+    0.5, 0.5, 0.5 of NCCL's time an octave apart leaves the sizes between nearly as sure as the
+    neighbours; 0.5, 0.9, 0.5 does not."""
+    sizes = (1 << 22, 1 << 23, 1 << 24, 1 << 26)
+    smooth = Tuner(TOPO, Measurements([r for n in sizes for r in _both(n, 0.5)]))
+    jumpy = Tuner(TOPO, Measurements([r for n, f in zip(sizes, (0.5, 0.9, 0.5, 0.5), strict=True)
+                                      for r in _both(n, f)]))
+    assert smooth.span_spread(at(1 << 25), NVLS) == pytest.approx(0.0, abs=1e-9)
+    assert jumpy.span_spread(at(1 << 25), NVLS) > 0.3
+    assert jumpy.interpolated_ratio(at(1 << 25), NVLS).sigma > \
+        smooth.interpolated_ratio(at(1 << 25), NVLS).sigma + 0.2
+
+
+def test_past_the_last_measured_size_the_measurements_do_not_speak():
+    """The two largest measured sizes agreeing say nothing of the next one (on a perturbed DGX A100
+    pair ring/Simple ran x0.76 of NCCL's time at 4 and 8 MiB of all-gather and x1.05 at 16 MiB), nor
+    do sizes measured on both sides that point different ways."""
+    tuner = Tuner(TOPO, Measurements(_both(1 << 24, 0.6) + _both(1 << 25, 0.6)))
+    assert tuner.interpolated_ratio(at(1 << 26), NVLS) is None
+    across = Tuner(TOPO, Measurements(_both(1 << 24, 0.6) + _both(1 << 25, 0.6) + _both(1 << 27, 1.3)))
+    assert across.interpolated_ratio(at(1 << 26), NVLS) is None
+
+
+def test_the_corrected_model_stays_within_its_neighbours_where_nccls_default_changes_between():
+    """The RTX 5090 socket pair (NCCL_PROTO=Simple against NCCL's default, broadcast), measured at
+    8 and 128 KiB only: NCCL's default changes its pick between, and the model corrected at those
+    sizes put Simple x4 faster at 64 KiB; the measurements on both sides (3 % and 17 % slower) bound
+    it, and nothing is pinned (it was x2.9 slower)."""
+    from dynamiccl.profiler.formats.measurement_paths import load_paths
+
+    keep = {1 << 13, 1 << 17}
+    records = [r for r in load_paths([FIXTURES / "replay" / "rtx5090_socket_2ranks.csv"]).records
+               if r.nbytes in keep and not r.in_place]
+    topology = load_topology(FIXTURES / "rtx5090_socket_2ranks" / "topology.yaml").resized(nodes=2)
+    model, _ = calibrated_topology(records, topology)
+    tuner = Tuner(model, Measurements(records), calibrated=True)
+    s = Scenario(topology, Collective.BROADCAST, 1 << 16)
+    simple = Choice(None, Protocol.SIMPLE)
+    points = sorted(p.log_ratio for p in tuner.anchor_points(s, simple))
+    assert points[0] <= tuner.model_ratio(s, simple).log_ratio <= points[-1]
+    assert tuner.decide(s).chosen == DEFAULT

@@ -358,7 +358,8 @@ def export_policy(
                 "gpus_per_node": ppn_list, "collectives": [int(c) for c in colls],
                 "contexts": ctx_list, "points_per_octave": points_per_octave,
                 "format": pf.FORMAT_VERSION, "policy_digest": policy_digest,
-                "gate": None if gate is None else [gate.margin, gate.evidence]}
+                "gate": None if gate is None else
+                [gate.margin, gate.evidence, *(["model only"] if gate.model_only else [])]}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     header = pf.Header(
         policy=name,

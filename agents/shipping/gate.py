@@ -11,11 +11,21 @@ two predictions, so its sigma combines both (``sqrt(s_ours^2 + s_nccl^2)``, log-
 errors: conservative when the errors are correlated). A measured pair replaces the model: where both
 choices were measured, the measurement decides and its own noise is the uncertainty.
 
-The sigma comes from one function, :func:`dynamiccl.system.calibration.uncertainty`: the fit's held-out
-error where the topology carries a ``calibration:`` section, else the datasheet model's measured
-error per size band (issue 10's validation against public nccl-tests runs). With those the model
-alone overrides NCCL only where it predicts a very large gain; measurements (``dynamiccl tune``) are
-how a rule earns an override elsewhere.
+The sigma of each time comes from one function, :func:`dynamiccl.system.calibration.uncertainty`:
+the fit's held-out error where the topology carries a ``calibration:`` section, else the datasheet
+model's measured error per size band (issue 10's validation against public nccl-tests runs). A gain
+is a ratio, though, and where a side was never measured on the system (no calibration, or a pair
+the calibration did not fit) only the model speaks for it: its ratio is then as uncertain as the
+model's ratios measured on real systems, :data:`~dynamiccl.system.calibration.MODEL_RATIO_ERROR`
+(24 % of log time over RDMA, 75 % over TCP), whatever its per-time sigma says (the ±21.5 % of two
+bandwidth-bound times let it pin broadcast on a 16-node H100 system at a predicted +23.9 %, and
+tree/LL128 for 32-128 MiB all-reduce on H100 EFA systems, measured there 0.966-0.995x NCCL's time).
+And that error is no bound: the model predicts gains of x2-x4 where nothing measured it (broadcast
+on 128 DGX H100 nodes, all-gather in a GB200 rack), beyond any sigma it was ever checked to. So by
+default a rule the model alone speaks for overrides nothing; measurements (``dynamiccl tune``) are
+how a rule earns an override. ``Gate(model_only=True)`` (``export --allow-model-only``) lets such a
+rule override where its gain clears that measured error, and labels its evidence
+:data:`MODEL_ONLY`.
 """
 
 from __future__ import annotations
@@ -23,9 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dynamiccl.system.calibration import uncertainty
+from dynamiccl.system.calibration import MODEL_RATIO_ERROR, uncertainty
 from dynamiccl.system.knobs import Config
 from dynamiccl.system.scenario import Scenario
+from dynamiccl.system.transports import system_kind
 
 #: The gate's margin unless a caller gives one (``export --margin``, ``tune --margin``, a training
 #: config's ``deploy.margin``).
@@ -48,6 +59,9 @@ NEIGHBOURS, BRIDGED = " + neighbours", "between overrides"
 NOT_ITS_PICK = " (NCCL's default measured slower than its modelled pick)"
 LEARNED_PRIOR_UNCALIBRATED = "learned prior (uncalibrated model)"
 NOT_MEASURED = "not measured"
+#: A suffix: a side of the verdict rests on the model alone, allowed to override where its gain
+#: clears the model's measured error (``export --allow-model-only``).
+MODEL_ONLY = " alone (allowed by --allow-model-only)"
 
 
 @dataclass(frozen=True)
@@ -100,18 +114,34 @@ def combined_sigma(a: float, b: float) -> float:
     return math.hypot(a, b)
 
 
+def model_ratio_sigma(scenario: Scenario, *configs: Config) -> float | None:
+    """The model's measured error on a ratio (:data:`MODEL_RATIO_ERROR` of the system's kind) where
+    a side of it was never measured on the system: the topology has no calibration, or the
+    calibration did not fit one of ``configs``' algorithm/protocol pairs. None where every side was
+    fitted: the calibration's held-out error, the model's error on the sizes it did not see, is the
+    sigma then."""
+    calibration = scenario.topology.calibration
+    if calibration is not None and all(calibration.algo_proto(c.algorithm, c.protocol) is not None
+                                       for c in configs):
+        return None
+    return MODEL_RATIO_ERROR[system_kind(scenario.topology)]
+
+
 class Gate:
     """Judges a proposed configuration against NCCL's default on the model of ``scenario``'s system.
 
     ``evidence`` names the model (``model`` or ``calibrated model``); ``sigma`` is the uncertainty
-    function (default :func:`uncertainty`).
+    function (default :func:`uncertainty`). A ratio one of whose sides only the model speaks for is
+    at least as uncertain as the model's measured ratios (:func:`model_ratio_sigma`) and overrides
+    nothing, unless ``model_only`` (then it may, and its evidence says so: :data:`MODEL_ONLY`).
     """
 
     def __init__(self, margin: float = DEFAULT_MARGIN, evidence: str = MODEL,
-                 sigma: object = uncertainty) -> None:
+                 sigma: object = uncertainty, model_only: bool = False) -> None:
         self.margin = check_margin(margin)
         self.evidence = evidence
         self.sigma = sigma
+        self.model_only = model_only
 
     def judge(self, scenario: Scenario, proposed: Config) -> Verdict:
         # imported here, not at the top, so the CLI reads DEFAULT_MARGIN without loading the models
@@ -126,5 +156,11 @@ class Gate:
         args = (scenario.topology.calibration, scenario.collective, scenario.nbytes)
         sigma = combined_sigma(self.sigma(*args, proposed.algorithm, proposed.protocol),
                                self.sigma(*args, default.config.algorithm, default.config.protocol))
-        return Verdict(default.config, proposed, gain, sigma, self.evidence,
-                       passes(gain, sigma, self.margin))
+        evidence, override = self.evidence, True
+        unmeasured = model_ratio_sigma(scenario, proposed, default.config)
+        if unmeasured is not None:
+            sigma = max(sigma, unmeasured)
+            override = self.model_only
+            evidence += MODEL_ONLY if self.model_only else ""
+        return Verdict(default.config, proposed, gain, sigma, evidence,
+                       override and passes(gain, sigma, self.margin))

@@ -44,6 +44,9 @@ MIN_TAIL_DEVIATIONS = 20
 MIN_NOISE = 0.001
 #: The launch id of records whose launch is unknown: all of them count as one launch per call.
 UNKNOWN_LAUNCH = ""
+#: A matched pair of launches (:func:`_matched_spreads`) further apart than this many core sigmas
+#: ran two configurations, not one (NCCL's default ran a pair nobody forced): left out of the tail.
+MATCH_OUTLIER = 5.0
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,9 @@ class Measurements:
             self.within_launch[where] = float(np.median(spreads))
         #: Per (ranks, choice as forced, size band): what its repeated launches say.
         self.spreads = _launch_spreads(self.launch_times)
+        #: Per (ranks, size band): NCCL's default against the forced run closest to it, launched
+        #: apart (:func:`_matched_spreads`).
+        self.matched = _matched_spreads(self.launch_times)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -237,6 +243,29 @@ def _launch_spreads(launch_times: Mapping[CallKey, Mapping[str, float]]
     return dict(out)
 
 
+def _matched_spreads(launch_times: Mapping[CallKey, Mapping[str, float]]
+                     ) -> dict[tuple[int, int], LaunchSpread]:
+    """Per (ranks, size band): two launches of what is most likely one configuration, where NCCL's
+    default and forced choices were each launched once (a sweep of one launch per choice, as
+    NVIDIA's forced-choice data and most published sweeps are): at every such call, NCCL's default
+    against the forced choice measured closest to it, timed in another launch. NCCL's default ran
+    one of the pairs, so the closest forced run is that pair in another launch, or (where NCCL ran
+    a pair nobody forced) a larger distance: an estimate of launch noise that errs high, except that
+    the closest of several choices that run alike is the luckier one."""
+    calls: dict[tuple[Collective, int, int], dict[Choice, tuple[str, float]]] = defaultdict(dict)
+    for (coll, nranks, choice, nbytes), launches in launch_times.items():
+        if len(launches) == 1 and UNKNOWN_LAUNCH not in launches:
+            calls[(coll, nranks, nbytes)][choice] = next(iter(launches.items()))
+    out: dict[tuple[int, int], LaunchSpread] = defaultdict(LaunchSpread)
+    for (_, nranks, nbytes), timed in calls.items():
+        default = timed.pop(DEFAULT, None)
+        others = [t for launch, t in timed.values() if default is not None and launch != default[0]]
+        if others:
+            closest = min(others, key=lambda t: abs(math.log(t / default[1])))
+            out[(nranks, noise_band(nbytes))] += _spread_of([default[1], closest])
+    return dict(out)
+
+
 class LaunchNoise:
     """The relative 1-sigma of one launch's time of a choice on one system shape, per size band.
 
@@ -257,8 +286,28 @@ class LaunchNoise:
         self._shape_spreads: dict[int, tuple[LaunchSpread, ...]] = {}
 
     def default(self, topology: Topology, nbytes: int) -> BandNoise:
-        table = self.defaults if self.defaults is not None else default_launch_noise(topology)
-        return table[noise_band(nbytes)]
+        """The system's launch noise in ``nbytes``' band before any repeated launch: ``defaults``
+        where given; else, where the shape's sweep launched each choice once, what NCCL's default
+        against the forced run closest to it says (:func:`_matched_spreads`, once it holds
+        :data:`MIN_TAIL_DEVIATIONS` deviations in the band: on NVIDIA's Viking data under 4 % where the
+        assumed one is 5 % across InfiniBand); else the system kind's assumption
+        (:func:`default_launch_noise`)."""
+        band = noise_band(nbytes)
+        if self.defaults is not None:
+            return self.defaults[band]
+        matched = self.matched(topology, band)
+        if len(matched.deviations) >= MIN_TAIL_DEVIATIONS:
+            kept = [d for d in matched.deviations if d <= MATCH_OUTLIER * matched.core]
+            return BandNoise(matched.core, float(np.quantile(kept, TAIL_QUANTILE)))
+        return default_launch_noise(topology)[band]
+
+    def matched(self, topology: Topology, band: int) -> LaunchSpread:
+        """The matched launches (:func:`_matched_spreads`) in ``band`` of every measured shape of the
+        system that crosses the network as ``topology`` does (one node, or several): the launch
+        noise of one machine and network, whatever the rank count."""
+        alike = {n for nodes, n in self.measurements.shapes if (nodes > 1) == (topology.nodes > 1)}
+        return sum((r for (n, b), r in self.measurements.matched.items() if b == band and n in alike),
+                   LaunchSpread())
 
     def prior(self, topology: Topology, nbytes: int) -> float:
         """The core noise believed before any repeated launch of this shape."""

@@ -169,7 +169,10 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"{exc.filename}: permission denied; make it readable") from None
     _check_policy_file_system(policy, args.policy, topology, node_counts, args.gpus_per_node_list)
     policy, nccl_range = _with_evidence(policy, args.policy)
-    gate = None if args.no_gate else Gate(margin=args.margin)
+    if args.no_gate and args.allow_model_only:
+        raise UserError("--allow-model-only changes how the gate judges the model; with --no-gate "
+                        "there is no gate: give one of them")
+    gate = None if args.no_gate else Gate(margin=args.margin, model_only=args.allow_model_only)
     try:
         observe = exporting.observer_for(policy)
     except exporting.NotExportable as exc:
@@ -220,7 +223,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.format == "nccl-example-csv" else shipped.n_rules
     n_defer = sum(1 for c in result.cells if c.decision is None)
     gate_note = ("ungated" if gate is None else
-                 f"gate: margin {100 * gate.margin:g}% and the model's uncertainty, "
+                 f"gate: margin {100 * gate.margin:g}% and the model's uncertainty"
+                 f"{'' if gate.model_only else ', no override on the model alone'}, "
                  f"{result.gated} proposed overrides deferred")
     print(f"wrote {out}: {n_rules} rules from {len(result.cells)} evaluated "
           f"calls ({n_defer} left to NCCL; {gate_note}), nodes {node_counts}, format {args.format}")
@@ -264,6 +268,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-gate", action="store_true",
                         help="write the policy's answers ungated (still refused where predicted "
                              "slower than NCCL, unless --allow-slower)")
+    parser.add_argument("--allow-model-only", action="store_true",
+                        help="let a rule whose only evidence is the model (no calibration, or a "
+                             "pair the calibration did not fit) override NCCL where its predicted "
+                             "gain clears the model's measured error on real systems (0.24 of log "
+                             "time over RDMA, 0.75 over TCP); by default such a rule defers, so "
+                             "without measurements nothing is overridden. show marks such rules")
     parser.add_argument("--allow-slower", action="store_true",
                         help="write the file even where it is predicted slower than NCCL (warned)")
     parser.add_argument("--force", action="store_true", help="replace an existing policy file")

@@ -274,6 +274,7 @@ def _run(args: argparse.Namespace) -> int:
     if total > shown:
         console.print(f"... {total - shown} more rules not printed (narrow with --collective or "
                       "--nodes, or read them all with --json)")
+    _note_model_only(console, selected, evidence)
     if not policy.n_rules:
         console.print("no rules: the plugin leaves every choice to NCCL")
     elif policy.pinned_shapes() == "none":
@@ -310,6 +311,22 @@ def _nccl_line(nccl: str) -> str:
                 "call; export the policy again")
     return (f"NCCL {nccl}: the plugin applies the policy under these NCCL versions only (under any "
             "other it lets NCCL decide and says so at WARN)")
+
+
+def _note_model_only(console, selected: list, evidence: dict[tuple, list[dict]]) -> None:
+    """Says how many overrides rest on the uncalibrated model alone (``export
+    --allow-model-only``): by default the gate lets none through."""
+    from dynamiccl.agents.shipping.gate import MODEL_ONLY
+    from dynamiccl.system.calibration import MODEL_RATIO_ERROR
+
+    alone = sum(1 for _, rules in selected for rule in rules if rule.decision is not None
+                and any(MODEL_ONLY in str(e["evidence"]) for e in _rule_evidence(evidence, rule)))
+    if alone:
+        console.print(f"{alone} rule(s) override NCCL on the uncalibrated model's word alone "
+                      "(exported with --allow-model-only): on real systems the model's ratios were "
+                      f"off by {MODEL_RATIO_ERROR['rdma']:.2f} (RDMA) to {MODEL_RATIO_ERROR['tcp']:.2f} "
+                      "(TCP) of log time on average; measure these calls (`dynamiccl tune --plan`) "
+                      "before trusting them")
 
 
 def _row(rule, ev: dict | None, kept: tuple) -> tuple[str, ...]:

@@ -266,7 +266,7 @@ def _learned_prior():
 
 def _noise_note(tuner, scenarios: list) -> str:
     """How noisy NCCL's default is taken to be on each shape, per size band, and from what."""
-    from dynamiccl.agents.shipping.tune_measurements import DEFAULT
+    from dynamiccl.agents.shipping.tune_measurements import DEFAULT, MIN_TAIL_DEVIATIONS
     from dynamiccl.system.launch_noise import NOISE_BAND_EDGES, NOISE_BANDS
 
     parts = []
@@ -276,7 +276,11 @@ def _noise_note(tuner, scenarios: list) -> str:
                           f"(one launch {100 * tuner.noise.of_mean(system, DEFAULT, 1, n):.1f}%)"
                           for name, n in zip(NOISE_BANDS, sizes, strict=True))
         repeated = any(n == system.nranks for n, _, _ in tuner.measurements.spreads)
-        source = "from repeated launches" if repeated else "no repeated launch: the system's default"
+        matched = any(len(tuner.noise.matched(system, band).deviations) >= MIN_TAIL_DEVIATIONS
+                      for band in range(len(NOISE_BANDS)))
+        source = "from repeated launches" if repeated else (
+            "no repeated launch: NCCL's default against the forced runs closest to it" if matched
+            else "no repeated launch: the system's default")
         parts.append(f"{system.nranks} ranks: launch noise {bands} ({source})")
     return "; ".join(parts)
 

@@ -39,6 +39,10 @@ decides where NCCL sees the NIC: see :data:`dynamiccl.system.topology.CPU_NIC_PA
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dynamiccl.system.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -66,3 +70,12 @@ TRANSPORTS: dict[str, Transport] = {
 }
 #: What a network tier is when its file does not say (NVIDIA's reference fabric).
 DEFAULT_TRANSPORT = "ib"
+
+
+def system_kind(topology: Topology) -> str:
+    """The kind of system its model's errors were measured apart for: ``tcp`` where a network tier
+    its calls cross runs over TCP, else ``rdma`` (the perturbed realities' ``MEASURED_MODEL_ERROR``,
+    the gate's :data:`~dynamiccl.system.calibration.MODEL_RATIO_ERROR`)."""
+    tcp = any(TRANSPORTS[t.transport].over_tcp for t in topology.tiers[1:]
+              if t.link == "net" and t.transport and t.size > 1)
+    return "tcp" if tcp else "rdma"

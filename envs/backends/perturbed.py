@@ -62,7 +62,7 @@ from dynamiccl.system.knobs import ActionColumns, Algorithm, Collective, Config,
 from dynamiccl.system.launch_noise import default_launch_noise, noise_band
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import Topology
-from dynamiccl.system.transports import TRANSPORTS
+from dynamiccl.system.transports import system_kind
 
 BANDWIDTH_RANGE = (0.6, 1.4)
 LATENCY_RANGE = (1 / 3, 3.0)
@@ -97,14 +97,6 @@ MEASURED_MODEL_ERROR = {"tcp": ModelError(pair=0.73, common=0.90), "rdma": Model
 #: The share of a pair's log-variance that is the collective's own (the rest all its collectives
 #: share): the published runs force too few pairs across collectives to tell, so half.
 COLLECTIVE_SHARE = 0.5
-
-
-def system_kind(topology: Topology) -> str:
-    """Which :data:`MEASURED_MODEL_ERROR` a system's reality draws: ``tcp`` where a network tier
-    its calls cross runs over TCP, else ``rdma``."""
-    tcp = any(TRANSPORTS[t.transport].over_tcp for t in topology.tiers[1:]
-              if t.link == "net" and t.transport and t.size > 1)
-    return "tcp" if tcp else "rdma"
 
 
 @dataclass(frozen=True, eq=False)

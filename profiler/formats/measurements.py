@@ -1,7 +1,8 @@
 """One entry point for every measurement file a user already has: ``load(path)``.
 
 Users arrive with nccl-tests stdout, nccl-tests ``-J`` JSON reports, the CSV that NVIDIA's example
-tuner workflow (``optimize_config.py``) consumes, or this project's own runner records. Asking them
+tuner workflow (``optimize_config.py``) consumes, NVIDIA's cost-model test timings (``time.txt``
+per configuration, :mod:`.nccl_topo_timings`), or this project's own runner records. Asking them
 to say which is friction, and guessing from the file name fails on ``out.log``; the content tells
 the formats apart unambiguously, so ``load`` sniffs it and hands the file to the matching parser.
 Every parser returns :class:`MeasurementRecord`, the unit ``profiler.fit.calibrate`` consumes, and
@@ -26,7 +27,9 @@ _SNIFF_BYTES = 64 * 1024
 #: The formats DynamICCL reads, as the messages that refuse a file name them.
 FORMATS = ("nccl-tests output (stdout of all_reduce_perf and friends, or its -J JSON report), "
            "NVIDIA's tuner measurement CSV (header collective,size_bytes,algorithm,protocol,...,"
-           "latency_us) or runner records (JSON lines from `dynamiccl profile collective --record`)")
+           "latency_us), NVIDIA's cost-model test timings (<GPUs per node>/<nodes>/<Collective>"
+           "[/<Algorithm>/<Protocol>]/time.txt) or runner records (JSON lines from `dynamiccl "
+           "profile collective --record`)")
 
 
 class MeasurementFormatError(ValueError):
@@ -34,7 +37,8 @@ class MeasurementFormatError(ValueError):
 
 
 def detect_format(path: str | Path) -> str:
-    """``nccl-tests``, ``nccl-tests-json``, ``tuner-csv``, ``records`` or ``nccl-debug-log``."""
+    """``nccl-tests``, ``nccl-tests-json``, ``tuner-csv``, ``nccl-topo-timings``, ``records`` or
+    ``nccl-debug-log``."""
     head = _head(Path(path))
     stripped = head.lstrip("\ufeff \t\r\n")  # a byte-order mark some editors write, then space
     if stripped.startswith("{"):
@@ -49,8 +53,11 @@ def detect_format(path: str | Path) -> str:
                 f"{FORMATS}")
         return "records"  # one record object per line
     from dynamiccl.profiler.formats.nccl_tests import looks_like_nccl_tests
+    from dynamiccl.profiler.formats.nccl_topo_timings import looks_like_topo_timings
     from dynamiccl.profiler.formats.tuner_measurements_csv import looks_like_tuner_csv
 
+    if looks_like_topo_timings(path, head):
+        return "nccl-topo-timings"
     if looks_like_nccl_tests(head):
         return "nccl-tests"
     if looks_like_tuner_csv(head):
@@ -124,6 +131,12 @@ def _tuner_csv(path: Path, collective: Collective | None) -> Parsed:
     return read_tuner_csv(path), []
 
 
+def _topo_timings(path: Path, collective: Collective | None) -> Parsed:
+    from dynamiccl.profiler.formats.nccl_topo_timings import parse_time_file
+
+    return parse_time_file(path), []
+
+
 def _records(path: Path, collective: Collective | None) -> Parsed:
     return read_jsonl(path), []
 
@@ -139,6 +152,7 @@ _PARSERS: dict[str, Callable[[Path, Collective | None], Parsed]] = {
     "nccl-tests": _nccl_tests,
     "nccl-tests-json": _nccl_tests_json,
     "tuner-csv": _tuner_csv,
+    "nccl-topo-timings": _topo_timings,
     "records": _records,
     "nccl-debug-log": _debug_log,
 }

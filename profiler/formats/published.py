@@ -67,6 +67,8 @@ class PublishedRun:
     #: The log's in-place column, the same calls timed a second time (empty for summary tables):
     #: how far two timings of one call disagree is the run's own noise.
     in_place: tuple[MeasurementRecord, ...] = ()
+    #: What the log's parser passed over (lines that are no nccl-tests output, rows skipped).
+    warnings: tuple[str, ...] = ()
 
     @property
     def nranks(self) -> int:
@@ -153,13 +155,14 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     sidecar = Path(sidecar)
     meta = _read_sidecar(sidecar)
     log = sidecar.parent / meta["log"]
-    halves = _log_records(meta, log, f"{sidecar}:", _sidecar_version(sidecar, meta), _SIDECAR_FIXES)
+    halves, warnings = _log_records(meta, log, f"{sidecar}:", _sidecar_version(sidecar, meta),
+                                    _SIDECAR_FIXES)
     collective = Collective[str(meta["collective"]).upper()]
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
     return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, int(meta["nodes"]),
                         int(meta["gpus_per_node"]), str(meta["launch"]), forced,
                         str(meta.get("nccl_version", "unknown")), dict(meta["source"]),
-                        tuple(halves[False]), tuple(halves[True]))
+                        tuple(halves[False]), tuple(halves[True]), tuple(warnings))
 
 
 def check_against_log(text: str, log: str | Path) -> None:
@@ -185,20 +188,22 @@ _LABEL_FIXES = {"collective": "the log says which it ran",
 
 
 def _log_records(meta: dict[str, Any], log: Path, where: str, stated: str, fixes: dict[str, str]
-                 ) -> dict[bool, list[MeasurementRecord]]:
+                 ) -> tuple[dict[bool, list[MeasurementRecord]], list[str]]:
     """The log's records with the sidecar's facts (``meta``) applied, out-of-place (False) and
     in-place (True); PublishedRunError (naming ``where``, the sidecar) where they contradict the
     log: another collective, more ranks than the sidecar's shape, another NCCL release
     (``stated``: the sidecar's, "" for none) or another NCCL_ALGO/NCCL_PROTO than the log's own
-    lines (NCCL's INFO ``... set by environment to ...``) say it ran with."""
-    from dynamiccl.profiler.formats.measurements import load
+    lines (NCCL's INFO ``... set by environment to ...``) say it ran with. With them, what the
+    log's parser passed over (its warnings)."""
+    from dynamiccl.profiler.formats.measurements import read
 
     collective = Collective[str(meta["collective"]).upper()]
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
     algo, proto, channels = _forced_config(forced, collective)
     nodes, gpn = int(meta["nodes"]), int(meta["gpus_per_node"])
     halves: dict[bool, list[MeasurementRecord]] = {False: [], True: []}
-    for rec in load(log):
+    records, warnings = read(log)
+    for rec in records:
         if rec.coll != collective:
             raise PublishedRunError(f"{where} says {collective.name.lower()} but {log.name} "
                                     f"holds {rec.collective}; {fixes['collective']}")
@@ -219,7 +224,7 @@ def _log_records(meta: dict[str, Any], log: Path, where: str, stated: str, fixes
                                             forcing_unknown=False))
     if not halves[False]:
         raise PublishedRunError(f"{log}: no out-of-place rows with a size above 0")
-    return halves
+    return halves, warnings
 
 
 def _forcing_contradiction(logged: dict[str, str], forced: dict[str, str], collective: Collective
