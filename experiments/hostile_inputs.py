@@ -73,19 +73,25 @@ class Case:
     #: (signal, seconds): sent to the command that long after it started, as ``timeout`` or a
     #: closed terminal would (the command must end what it started and keep what it measured).
     stop: tuple[int, float] | None = None
+    #: Libraries (import names) the command runs without, as on the core install
+    #: (``pip install dynamiccl``): importing one raises the ModuleNotFoundError it would raise there.
+    absent: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return " ".join(self.argv)
 
 
-def refuse(*argv: str, says: str = "", suite: bool = False, stdin: str | None = None) -> Case:
-    return Case(tuple(argv), "refuse", says, stdin=stdin, suite=suite)
+def refuse(*argv: str, says: str = "", suite: bool = False, stdin: str | None = None,
+           absent: tuple[str, ...] = ()) -> Case:
+    return Case(tuple(argv), "refuse", says, stdin=stdin, suite=suite, absent=absent)
 
 
 def accept(*argv: str, says: str = "", writes: tuple[str, ...] = (), suite: bool = False,
-           stdin: str | None = None, code: int = 0, stop: tuple[int, float] | None = None) -> Case:
-    return Case(tuple(argv), "accept", says, writes, stdin=stdin, suite=suite, code=code, stop=stop)
+           stdin: str | None = None, code: int = 0, stop: tuple[int, float] | None = None,
+           absent: tuple[str, ...] = ()) -> Case:
+    return Case(tuple(argv), "accept", says, writes, stdin=stdin, suite=suite, code=code, stop=stop,
+                absent=absent)
 
 
 # --------------------------------------------------------------------------------------------
@@ -927,8 +933,79 @@ def _round_five() -> list[Case]:
                "--all-releases", says="drop one of them"),
         refuse("check-model", "docs", "--topology", "a100.yaml", says="docs is a folder"),
         refuse("check-model", "", "--topology", "a100.yaml", says="empty"),
+        refuse("check-model", "dbg.log", "--topology", "a100.yaml", "--nccl-version", "9.99.99",
+               says="a newer release may have changed its constants"),
+        refuse("check-model", "dbg.log", "--topology", "a100.yaml", "--nccl-version", "2.18.5",
+               says="older releases keep their cost model elsewhere"),
+        refuse(*TUNE_EMU, "sweep.jsonl", "-o", "tuned.csv", says="add --format nccl-example-csv",
+               suite=True),
+        refuse(*TUNE_EMU, "sweep.jsonl", "--format", "nccl-example-csv", "-o", "tuned.dccl",
+               says="add --format dccl, or name it .csv"),
+        refuse(*TUNE_EMU, "sweep.jsonl", "--format", "nccl-example-csv", "-o", "c_ok.csv", "--force",
+               says="is not a DynamICCL export for NVIDIA's example tuner"),
+        refuse(*TUNE_EMU, "sweep.jsonl", "--format", "nccl-example-csv", says="--format only applies"),
+        refuse("export", "--policy", "oracle", "--topology", "emu.yaml", "-o", "nccl_tuner.conf",
+               says="add --format nccl-example-csv"),
+        accept(*TUNE_EMU, "sweep.jsonl", "--format", "nccl-example-csv", "-o", "nccl_tuner.conf",
+               says="wrote nccl_tuner.conf", writes=("nccl_tuner.conf",)),
     ]
-    return out
+    return out + _round_five_chunks() + _round_five_extras()
+
+
+def _round_five_chunks() -> list[Case]:
+    """``--chunk-bytes`` (issue 38: the chunk size, a knob of the table), on the command line and in
+    a ``--batch`` request."""
+    sim = ("simulate", "--topology", "a100.yaml", "--nodes", "2", "--gpus-per-node", "8",
+           "--collective", "allreduce", "--size", "1M")
+
+    def batch(value: str) -> str:
+        return ('{"topology": "a100.yaml", "nodes": 2, "gpus_per_node": 8, "collective": '
+                f'"allreduce", "size": 1048576, "chunk_bytes": {value}}}\n')
+
+    return [
+        refuse(*sim, "--chunk-bytes", "1K", says="must be 4KiB..16MiB", suite=True),
+        refuse(*sim, "--chunk-bytes", "17M", says="must be 4KiB..16MiB"),
+        refuse(*sim, "--chunk-bytes", "0", says="must be 4KiB..16MiB"),
+        refuse(*sim, "--chunk-bytes", "-4K", says="values cannot be negative"),
+        refuse(*sim, "--chunk-bytes", "nan", says="cannot read size 'nan'"),
+        refuse(*sim, "--chunk-bytes", "4096.5", says="not a whole number of bytes"),
+        refuse(*sim, "--chunk-bytes", "1e30", says="too large"),
+        refuse(*sim, "--chunk-bytes", "64K", "--algo", "ring", "--hierarchy", "hierarchical",
+               says="only NCCL's own algorithms take one"),
+        accept(*sim, "--chunk-bytes", "64KiB", says="pinned (--chunk-bytes 65536)"),
+        accept("simulate", "--batch", "-", stdin=batch("1e300"), says="size 1e+300 is too large"),
+        accept("simulate", "--batch", "-", stdin=batch('"1K"'), says="got 1024 (1KiB)"),
+        accept("simulate", "--batch", "-", stdin=batch("true"), says="not true"),
+        accept("simulate", "--batch", "-", stdin=batch('"64K"'), says='"chunk_bytes": 65536'),
+    ]
+
+
+def _round_five_extras() -> list[Case]:
+    """A command run on the core install (``pip install dynamiccl``: none of the extras' libraries)
+    names the extra to install in one line, writes nothing, and the core's own commands work."""
+    from dynamiccl.cli.extras import OPTIONAL_MODULES
+
+    core = tuple(OPTIONAL_MODULES)
+    return [
+        refuse("evaluate", "--policy", "oracle", "--backend", "replay", "--replay", "sweep.jsonl",
+               "--topology", "emu.yaml", says="pip install 'dynamiccl[train]'", absent=core),
+        refuse("explain", "--topology", "a100.yaml", "--nodes", "2", "--collective", "allreduce",
+               "--plot", "x.png", says="pip install 'dynamiccl[plots]'", absent=core, suite=True),
+        refuse("train", "experiment=quickstart", says="pip install 'dynamiccl[train]'", absent=core),
+        refuse("sweep", says="pip install 'dynamiccl[sweep]'", absent=core),
+        refuse("profile", "collective", "--backend", "gloo", "--nprocs", "2", "--collective",
+               "allreduce", "--size", "1MB", says="pip install 'dynamiccl[runtime]'", absent=core),
+        refuse("evaluate", "--policy", "oracle", "--suite", "smoke", says="gymnasium",
+               absent=("gymnasium",)),
+        accept(*TUNE_EMU, "sweep.jsonl", "-o", "core.dccl", says="wrote core.dccl", absent=core,
+               writes=("core.dccl", "core.dccl.evidence.json")),
+        accept("ab", "diff", "mix_ok.jsonl", "mix_ok.jsonl", says="collective time", absent=core),
+        accept("label", "logs/run1.txt", "--nodes", "2", "--gpus-per-node", "8", absent=core,
+               says="labelled 1 log(s)", writes=("logs/run1.yaml",)),
+        accept(*("simulate", "--topology", "a100.yaml", "--nodes", "2", "--gpus-per-node", "8",
+                 "--collective", "allreduce", "--size", "1M", "--chunk-bytes", "4K"),
+               says="gain of the best pick", absent=core),
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -969,7 +1046,7 @@ def run_case(case: Case, workspace: Path, timeout: float) -> Outcome:
         before = _digest(work)
         started = time.monotonic()
         try:
-            done = _run(case, work, timeout)
+            done = _run(case, work, timeout, Path(tmp))
         except subprocess.TimeoutExpired:
             _end_strays(work)
             return Outcome(case, "hang", None, time.monotonic() - started, "")
@@ -989,9 +1066,16 @@ def run_case(case: Case, workspace: Path, timeout: float) -> Outcome:
     return Outcome(case, verdict, done.returncode, seconds, answer)
 
 
-def _run(case: Case, work: Path, timeout: float) -> subprocess.CompletedProcess:
-    """The case's command in ``work``; its ``stop`` signal sent on time (SIGKILL past ``timeout``)."""
-    with subprocess.Popen(["dynamiccl", *case.argv], cwd=work, env=_env(), text=True,
+def _run(case: Case, work: Path, timeout: float, scratch: Path) -> subprocess.CompletedProcess:
+    """The case's command in ``work``; its ``stop`` signal sent on time (SIGKILL past ``timeout``);
+    its ``absent`` libraries hidden by an import hook in ``scratch`` (outside ``work``)."""
+    env = _env()
+    if case.absent:
+        hook = scratch / "core_install"
+        hook.mkdir()
+        (hook / "sitecustomize.py").write_text(CORE_INSTALL_HOOK.format(absent=sorted(case.absent)))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(hook), env.get("PYTHONPATH"))))
+    with subprocess.Popen(["dynamiccl", *case.argv], cwd=work, env=env, text=True,
                           stdin=subprocess.PIPE if case.stdin is not None else subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         try:
@@ -1009,6 +1093,18 @@ def _run(case: Case, work: Path, timeout: float) -> subprocess.CompletedProcess:
             proc.communicate()
             raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+#: Run at the start of a case's interpreter (``sitecustomize``): the libraries a core install lacks
+#: cannot be imported, whether or not they are installed here (as tests/test_core_install.py does).
+CORE_INSTALL_HOOK = """import importlib.abc, sys
+ABSENT = set({absent!r})
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ABSENT:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Absent())
+"""
 
 
 def _end_strays(work: Path) -> list[str]:

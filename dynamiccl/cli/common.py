@@ -261,6 +261,25 @@ def job_command(words: list[str], example: str, *, must_exist: bool = True) -> l
     return cmd
 
 
+#: The file names that say which policy format a file holds: writing the other under them would
+#: leave a file a person (or NCCL's example tuner, given a .csv) reads as what it is not.
+_FORMAT_SUFFIXES = {"dccl": (".dccl",), "nccl-example-csv": (".csv", ".conf")}
+_FORMAT_NAMES = {"dccl": "a .dccl (the DynamICCL plugin's file)",
+                 "nccl-example-csv": "a CSV (NVIDIA's example tuner's file)"}
+
+
+def check_output_format(output: str, fmt: str) -> None:
+    """``-o`` of a policy (tune, export): a name whose suffix says the other ``--format`` is refused
+    before any work (``-o tuned.csv`` would otherwise hold a .dccl, which NCCL's example tuner
+    cannot read); a name with another suffix, or none, is the user's to choose."""
+    suffix = Path(output).suffix.lower()
+    for other, suffixes in _FORMAT_SUFFIXES.items():
+        if other != fmt and suffix in suffixes:
+            raise UserError(f"-o {output} names {_FORMAT_NAMES[other]}, but --format is {fmt}, "
+                            f"{_FORMAT_NAMES[fmt]}; add --format {other}, or name it "
+                            f"{_FORMAT_SUFFIXES[fmt][0]}")
+
+
 def nccl_version_arg(text: str):
     """``--nccl-version``: an NCCL release as major.minor.patch (``2.26.2``; a tag's ``v`` and a
     package's ``-1`` suffix are read past), as a :class:`~dynamiccl.system.nccl_versions.NcclVersion`."""

@@ -25,6 +25,7 @@ from dynamiccl.cli.common import (
     UserError,
     add_gate_margin_arg,
     add_topology_args,
+    check_output_format,
     nccl_version_arg,
     path_arg,
     topology_from_args,
@@ -465,6 +466,7 @@ def _claim_output(args: argparse.Namespace):
         claim_script(args, inputs)
     if not args.output or args.plan:
         return None
+    check_output_format(args.output, args.format)
     if args.format == "nccl-example-csv":
         from dynamiccl.plugin import nccl_csv
 
