@@ -86,9 +86,11 @@ def _backend(args: argparse.Namespace) -> tuple[str, dict]:
         if not args.replay:
             raise UserError("--backend replay needs --replay LOGS (nccl-tests logs or records)")
         from dynamiccl.envs.backends.replay import ReplayTable
+        from dynamiccl.profiler.formats.measurement_paths import load_paths
 
         try:
-            return "replay", {"table": ReplayTable.load(args.replay)}
+            records = load_paths(args.replay).records
+            return "replay", {"table": ReplayTable(records), "records": records}
         except ValueError as exc:
             raise UserError(f"--replay: {exc}") from None
     return "sim", {}
@@ -110,14 +112,29 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise UserError(f"{flag} only applies with {what}; add it or drop {flag}")
 
 
-def _replay_suite(args: argparse.Namespace, table) -> list:
-    """``--backend replay`` without ``--suite``: the measured calls themselves, on ``--topology``."""
+def _replay_suite(args: argparse.Namespace, table, records) -> list:
+    """``--backend replay`` without ``--suite``: the measured calls themselves, on ``--topology``,
+    which must be a system that could have produced them (``profiler.formats.system_fit``, as
+    ``tune`` checks: another GPU, ranks per node it does not have, emulated hosts on a real one)."""
     from dynamiccl.cli.common import topology_from_args
+    from dynamiccl.profiler.formats.system_fit import check_fits
 
     if not args.topology:
         raise UserError("--backend replay without --suite scores the calls the logs measured: give "
                         "--topology (the system they were measured on), or a --suite")
-    suite = table.suite(topology_from_args(args))
+    topology = topology_from_args(args)
+    try:
+        check_fits(records, topology)
+    except ValueError as exc:
+        raise UserError(f"--replay {exc}") from None
+    suite = table.suite(topology)
+    other = next((e for e in suite if args.nodes is not None and e.nodes != args.nodes), None)
+    if other is not None:  # each call is scored on the nodes it ran on: --nodes would be ignored
+        call = other.scenarios[0]
+        raise UserError(f"--nodes {args.nodes}, but the logs measured {call.collective.name.lower()} "
+                        f"on {call.topology.nranks} ranks over {other.nodes} node(s); give the "
+                        "logs of that system, or drop --nodes (each call is scored on the nodes it "
+                        "ran on)")
     if not suite:
         raise UserError("the replay logs measure no call with NCCL's default beside another choice; "
                         "measure both (dynamiccl tune --plan), or give a --suite")
@@ -142,8 +159,9 @@ def _run(args: argparse.Namespace) -> int:
         claim_results(args.out, force=args.force, figures=FIGURES if args.plots else (),
                       inputs=[*names, *([args.suite] if args.suite else []), *(args.replay or [])])
     backend, backend_kwargs = _backend(args)
+    records = backend_kwargs.pop("records", None)  # the replay's, checked against --topology
     if args.suite is None and backend == "replay":
-        suite = _replay_suite(args, backend_kwargs["table"])
+        suite = _replay_suite(args, backend_kwargs["table"], records)
         args.suite = "replay (the measured calls)"
     else:
         args.suite = args.suite or "heldout"
