@@ -342,6 +342,10 @@ def _sidecar_problem(meta: dict[str, Any]) -> str | None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_RANKS:
             return f"{key} is {value!r}; give a whole number 1..{MAX_RANKS}"
+    if not table and meta["nodes"] * meta["gpus_per_node"] > MAX_RANKS:
+        return (f"nodes x gpus_per_node is {meta['nodes']} x {meta['gpus_per_node']} = "
+                f"{meta['nodes'] * meta['gpus_per_node']} ranks, more than any system has "
+                f"({MAX_RANKS}); give the run's own")
     for key in ("env",) if table else ("forced", "env"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             return f"{key} is {meta[key]!r}; give a mapping of NCCL variables to values"
