@@ -14,10 +14,12 @@ overwritten either.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,7 +66,7 @@ def replace_atomically(path: str | Path, fill: Callable[[Path], object], *,
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         if claim is not None and claim.found is None:
-            _put_new(Path(tmp), path)
+            _put_new(Path(tmp), path, claim.force)
         else:
             os.replace(tmp, path)
     except BaseException:
@@ -115,13 +117,15 @@ class _Claim:
 
     kind: FileKind
     found: tuple[int, int, int] | None
+    #: --force was given (the fix a refusal names is then another path only).
+    force: bool = False
 
     def check_unchanged(self, path: Path) -> None:
         now = _identity(path)
         if now is None or now == self.found:
             return
         if self.found is None:
-            raise _appeared(path)
+            raise _appeared(path, self.force)
         try:
             ours = self.kind.written_by(path)
         except OSError:
@@ -132,10 +136,11 @@ class _Claim:
                                 "(pick another path)")
 
 
-def _appeared(path: Path) -> OutputRefused:
-    return OutputRefused(f"{path} was created by another program while this command ran; it is "
-                         "kept and nothing was written (pick another path, or pass --force to "
-                         "replace it)")
+def _appeared(path: Path, force: bool) -> OutputRefused:
+    fix = "pick another path" if force else "pick another path, or pass --force to replace it"
+    return OutputRefused(f"{path} was created by another program while this command ran (or by "
+                         f"another run of it started at the same time); it is kept and nothing "
+                         f"was written ({fix})")
 
 
 #: The outputs this process claimed (:func:`claim_output`), by absolute path.
@@ -147,17 +152,17 @@ def forget_claims() -> None:
     _claims.clear()
 
 
-def _put_new(tmp: Path, path: Path) -> None:
+def _put_new(tmp: Path, path: Path, force: bool) -> None:
     """``tmp`` becomes ``path`` only if nothing is at ``path``: a hard link cannot replace a file,
     so of two writers racing for one name exactly one wins. Where the file system has no hard
     links, the rename is preceded by a last look."""
     try:
         os.link(tmp, path)
     except FileExistsError:
-        raise _appeared(path) from None
+        raise _appeared(path, force) from None
     except OSError:  # no hard links here (some FUSE and network file systems)
         if os.path.lexists(path):
-            raise _appeared(path) from None
+            raise _appeared(path, force) from None
         os.replace(tmp, path)
         return
     tmp.unlink()
@@ -245,44 +250,93 @@ def claim_output(path: str | Path, kind: FileKind, *, inputs: Iterable[str | Pat
     names what is wrong and the fix. Refused: an empty name, a folder, a missing or read-only
     folder, a FIFO/device/socket, any of the command's ``inputs`` (files, and files inside input
     folders; same inode or same resolved path, ``--force`` or not), an existing file that is not
-    ``kind``, and an existing file of ``kind`` without ``force`` (unless ``kind.reuse``)."""
+    ``kind``, and an existing file of ``kind`` without ``force`` (unless ``kind.reuse``). ``flag``
+    is the option that named the path; "" for a path the command derives (a sidecar beside its
+    log), which the user cannot pick otherwise."""
     text = str(path)
+    elsewhere = f"pick another {flag} path" if flag else "move it away"
     if not text.strip():
-        raise OutputRefused(f"the {flag} path is empty; give a file name")
+        raise OutputRefused(f"the {flag or 'output'} path is empty; give a file name")
     path = Path(text)
     if path.is_dir():
-        raise OutputRefused(f"{path} is a folder; give a file path for {flag}")
+        raise OutputRefused(f"{path} is a folder; " + (f"give a file path for {flag}" if flag else
+                                                        "move it away"))
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise OutputRefused(f"{parent} does not exist; create the folder or pick another {flag} path")
-    if not os.access(parent, os.W_OK) or not _takes_files(parent):
-        raise OutputRefused(f"{parent} is not writable; pick another {flag} path")
+        raise OutputRefused(f"{parent} does not exist; create the folder or {elsewhere}")
+    if not os.access(parent, os.W_OK) or not takes_files(parent):
+        raise OutputRefused(f"{parent} is not writable; " + (
+            f"pick another {flag} path" if flag else "make it writable"))
     special = special_file(path)
     if special:
-        raise OutputRefused(f"{path} is {special}, not a regular file; pick another {flag} path")
+        raise OutputRefused(f"{path} is {special}, not a regular file; {elsewhere}")
     source = _same_as_input(path, inputs)
     if source is not None:
         which = "" if Path(source) == path else f" (as {source})"
-        raise OutputRefused(f"{flag} {path} is an input of this command{which}; writing it would "
-                            "destroy it, so pick another path")
+        raise OutputRefused(f"{flag + ' ' if flag else ''}{path} is an input of this "
+                            f"command{which}; writing it would destroy it, so pick another path")
     if not os.path.lexists(path):
-        _claims[_claim_key(path)] = _Claim(kind, None)
+        _claims[_claim_key(path)] = _Claim(kind, None, force)
         return path
     try:
         ours = kind.written_by(path)
     except OSError as exc:
-        raise OutputRefused(f"cannot read {path} to check what it is ({exc.strerror or exc}); pick "
-                            f"another {flag} path") from None
+        raise OutputRefused(f"cannot read {path} to check what it is ({exc.strerror or exc}); "
+                            f"{elsewhere}") from None
     if not ours:
-        raise OutputRefused(f"{path} exists and is not {kind.name}; refusing to replace it (move it "
-                            f"away or pick another {flag} path)")
+        raise OutputRefused(f"{path} exists and is not {kind.name}; refusing to replace it ("
+                            + (f"move it away or pick another {flag} path)" if flag else
+                               "move it away)"))
     if not force and not kind.reuse:
-        raise OutputRefused(f"{path} already exists; pass --force to replace it or pick another path")
-    _claims[_claim_key(path)] = _Claim(kind, _identity(path))
+        raise OutputRefused(f"{path} already exists; pass --force to replace it" +
+                            (" or pick another path" if flag else ""))
+    _claims[_claim_key(path)] = _Claim(kind, _identity(path), force)
     return path
 
 
-def _takes_files(folder: Path) -> bool:
+@contextmanager
+def claimed_folder(path: str | Path, *, flag: str, holds: str, command: str) -> Iterator[Path]:
+    """The folder a command writes several files into (``--out``), checked before any work and held
+    while the command runs: created if missing (and removed again at the end if nothing was written
+    into it), and locked, so that a second run of a command writing there is refused by name before
+    it runs anything, rather than mixing its files with the first one's. ``holds`` says what the
+    folder is for, ``command`` who holds it (both for the messages)."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise OutputRefused(f"{flag} {out} is a file; give a folder for {holds}")
+    if not out.parent.is_dir():
+        raise OutputRefused(f"{flag} {out}: its parent folder does not exist; create it first")
+    created = False
+    try:
+        out.mkdir()
+        created = True
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise OutputRefused(f"{flag} {out}: cannot create the folder ({exc.strerror or exc}); pick "
+                            f"another {flag}") from None
+    try:
+        try:
+            handle = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise OutputRefused(f"{flag} {out}: cannot open the folder ({exc.strerror or exc}); "
+                                f"pick another {flag}") from None
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise OutputRefused(f"{flag} {out} is being written by another `{command}` that "
+                                    f"still runs; wait for it to end or pick another {flag}") from None
+            yield out
+        finally:
+            os.close(handle)
+    finally:
+        if created:
+            with suppress(OSError):  # not empty, or no longer a folder: it stays as it is
+                out.rmdir()
+
+
+def takes_files(folder: Path) -> bool:
     """Whether a new file can be made in ``folder``: the permission bits do not say (root may write
     anywhere they allow, but not into /proc or a read-only mount), so one is made and removed."""
     try:

@@ -70,14 +70,21 @@ class Case:
     suite: bool = False
     #: The exit status of an accepted input: 0, or the status of a job ``profile job`` ran.
     code: int = 0
+    #: (signal, seconds): sent to the command that long after it started, as ``timeout`` or a
+    #: closed terminal would (the command must end what it started and keep what it measured).
+    stop: tuple[int, float] | None = None
+    #: Libraries (import names) the command runs without, as on the core install
+    #: (``pip install dynamiccl``): importing one raises the ModuleNotFoundError it would raise there.
+    absent: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return " ".join(self.argv)
 
 
-def refuse(*argv: str, says: str = "", suite: bool = False, stdin: str | None = None) -> Case:
-    return Case(tuple(argv), "refuse", says, stdin=stdin, suite=suite)
+def refuse(*argv: str, says: str = "", suite: bool = False, stdin: str | None = None,
+           absent: tuple[str, ...] = ()) -> Case:
+    return Case(tuple(argv), "refuse", says, stdin=stdin, suite=suite, absent=absent)
 
 
 #: What a printed ``tune --plan`` may write: its chunk-size launches' pin policies and sidecars,
@@ -86,10 +93,12 @@ PRINTED_PLAN_WRITES = ("logs/*.dccl", "logs/*.yaml")
 
 
 def accept(*argv: str, says: str = "", writes: tuple[str, ...] = (), suite: bool = False,
-           stdin: str | None = None, code: int = 0) -> Case:
+           stdin: str | None = None, code: int = 0, stop: tuple[int, float] | None = None,
+           absent: tuple[str, ...] = ()) -> Case:
     if argv[:1] == ("tune",) and "--plan" in argv and not {"--script", "--run"} & set(argv):
         writes = (*writes, *PRINTED_PLAN_WRITES)
-    return Case(tuple(argv), "accept", says, writes, stdin=stdin, suite=suite, code=code)
+    return Case(tuple(argv), "accept", says, writes, stdin=stdin, suite=suite, code=code, stop=stop,
+                absent=absent)
 
 
 # --------------------------------------------------------------------------------------------
@@ -404,7 +413,58 @@ def _round_four_files(root: Path) -> None:
                                     '"sb3_contrib.ppo_mask.ppo_mask.MaskablePPO", "num_timesteps": 64}')
     log = (SOPHIA / "all_reduce_n2.txt").read_text()
     (root / "noisy.txt").write_text("srun: job 42 queued\n" + log + "job finished\n" * 3)
+    sidecar = (SOPHIA / "all_reduce_n2.yaml").read_text()  # it says how it ran, as tune needs
+    (root / "noisy.yaml").write_text(sidecar.replace("log: all_reduce_n2.txt", "log: noisy.txt"))
     (root / "glued.txt").write_text(log + "garbage after the log, no nccl-tests row\n" * 120_000)
+
+
+#: Mixes given to ``ab diff`` beside ``mix_ok.jsonl``: (the file's text, what the refusal names).
+AB_MIXES = {
+    "empty": (lambda: "", "the job's mix is empty"),
+    "dup": (lambda: _mix_line() * 2, "the kind of call of mix_ab_dup.jsonl:1 again"),
+    "many": (lambda: "".join(_mix_line(nbytes=8 * (i + 1)) for i in range(100_001)),
+             "more than 100000 lines"),
+}
+#: A job that ignores SIGINT, SIGTERM and SIGHUP and leaves a child that does too: only SIGKILL of
+#: every process of a launch ends it (``ab run`` must, and keep what it measured).
+STUBBORN_JOB = """import signal, subprocess, sys, time
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+if sys.argv[1:] != ["child"]:
+    subprocess.Popen([sys.executable, __file__, "child"])
+print("step time 10 ms", flush=True)
+time.sleep(120)
+"""
+
+
+def _round_five_files(root: Path) -> None:
+    """The inputs of the fifth round (:func:`_round_five`): job mixes ab diff refuses, a job that
+    ignores being stopped, a policy of another NCCL release, a folder of the user's with their own
+    ab.json, logs labelled with two NCCL releases, a log whose NCCL lines state its forcing."""
+    from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.profiler.formats.published import sidecar_text
+    from dynamiccl.system.knobs import Collective
+
+    for key, (text, _) in AB_MIXES.items():
+        (root / f"mix_ab_{key}.jsonl").write_text(text())
+    (root / "stubborn_job.py").write_text(STUBBORN_JOB)
+    (root / "fail_job.sh").write_text("#!/bin/sh\necho failing\nexit 3\n")
+    (root / "fail_job.sh").chmod(0o755)
+    policy = pf.read(root / "oracle.dccl")
+    header = replace(policy.header, nccl="2.26.2..2.26.2")
+    pf.write(replace(policy, header=header), root / "nccl2262.dccl")
+    mine = root / "mine"
+    mine.mkdir()
+    (mine / "ab.json").write_text('{"the user\'s": "settings"}\n')
+    releases = root / "releases"
+    releases.mkdir()
+    for name, version, forced in (("v1", "2.21.5", {}), ("v2", "2.26.2", {"NCCL_ALGO": "Ring"})):
+        shutil.copy(SOPHIA / "all_reduce_n2.txt", releases / f"{name}.txt")
+        (releases / f"{name}.yaml").write_text(sidecar_text(
+            f"{name}.txt", Collective.ALLREDUCE, 2, 8, "process_per_gpu", forced, nccl_version=version,
+            source={"labelled_by": "dynamiccl label"}))
+    shutil.copy(FIXTURES / "profiler" / "nccl_tests" / "reduce_scatter_perf_forced_ring_simple.txt",
+                root / "ring_info.txt")
 
 
 #: Hard links of the inputs (name: the file it is); a copy of the folder makes them again.
@@ -452,6 +512,7 @@ def build_workspace(root: Path) -> None:
     shutil.copy(root / "emu.dccl.evidence.json", root / "foreign.dccl.evidence.json")
     _round_two_files(root)
     _round_four_files(root)
+    _round_five_files(root)
 
 
 # --------------------------------------------------------------------------------------------
@@ -717,7 +778,8 @@ def cases() -> list[Case]:
                "--size", "1K", "--runs", "1", "--iters", "1", writes=("sweep_a100.jsonl",)),
     ]
     return (out + [replace(case, round=2) for case in _round_two()]
-            + [replace(case, round=4) for case in _round_four()])
+            + [replace(case, round=4) for case in _round_four()]
+            + [replace(case, round=5) for case in _round_five()])
 
 
 def _round_two() -> list[Case]:
@@ -760,7 +822,8 @@ def _round_four() -> list[Case]:
         accept(*TUNE_EMU, "sweep.jsonl", "--workload", "mix_ok.jsonl", "--plan", "--budget", "2"),
         refuse(*TUNE_EMU, "sweep.jsonl", "--workload", "sweep.jsonl", "--plan",
                says="not a job's collective mix"),
-        accept(*TUNE_EMU, "sweep.jsonl", "--plan", "--budget", "1", says="--budget 1 holds no measurement"),
+        accept(*TUNE_EMU, "sweep.jsonl", "--plan", "--budget", "1", "--collective", "allgather",
+               says="--budget 1 holds no measurement"),
         accept("tune", "--topology", "a100.yaml", "--measurements", "noisy.txt", "--plan", "--budget", "2",
                says="4 line(s) are no nccl-tests output"),
         refuse(*job, "--", "no-such-program-xyz", says="command not found", suite=True),
@@ -801,6 +864,170 @@ def _round_four() -> list[Case]:
     return out
 
 
+def _round_five() -> list[Case]:
+    """The fifth round (issues 38, 41): ``ab run``/``ab diff``, ``label``, ``tune --plan``'s script,
+    launcher and budget, ``--nccl-version``, ``evaluate --backend replay`` without a suite and its
+    flags, ``check-model``'s releases."""
+    ab = ("ab", "run", "--policy", "oracle.dccl", "--pairs", "1")
+    plan = (*TUNE_EMU, "sweep.jsonl", "--plan", "--launcher", "srun", "--budget", "2")
+    label = ("label", "logs/run1.txt", "--nodes", "2", "--gpus-per-node", "8")
+    out = [refuse("ab", "diff", "mix_ok.jsonl", f"mix_ab_{key}.jsonl", says=says, suite=key == "dup")
+           for key, (_, says) in AB_MIXES.items()]
+    out += [
+        refuse("ab", "diff", "mix_ok.jsonl", "mix_16ranks.jsonl", says="share no kind of call",
+               suite=True),
+        refuse("ab", "diff", "mix_ok.jsonl", "/dev/zero", says="is a character device", suite=True),
+        refuse("ab", "diff", "mix_ok.jsonl", "docs", says="is a folder"),
+        refuse("ab", "diff", "mix_ok.jsonl", "photo.png", says="is not UTF-8 text"),
+        accept("ab", "diff", "mix_ok.jsonl", "mix_ok.jsonl", says="collective time: A 1.000 ms"),
+        refuse(*ab, "--plugin", "nosuch.so", "--", "true", says="--plugin nosuch.so: no such file",
+               suite=True),
+        refuse(*ab, "--plugin", "notes.txt", "--", "true", says="no ELF header"),
+        refuse(*ab, "--out", "notes.txt", "--", "true", says="is a file"),
+        refuse(*ab, "--out", "/proc/ab", "--", "true", says="cannot create the folder"),
+        refuse(*ab, "--out", "mine", "--force", "--", "true", says="is not an A/B result", suite=True),
+        refuse(*ab, "--", "./notes.txt", says="is not executable"),
+        refuse(*ab, "--", "no-such-program-xyz", says="command not found"),
+        refuse(*ab, "--timeout", "nan", "--", "true", says="--timeout"),
+        refuse(*ab, "--metric", "step (", "--", "true", says="not a regular expression"),
+        refuse(*ab, "--metric", "step", "--", "true", says="has no group"),
+        refuse("ab", "run", "--policy", "sweep.jsonl", "--", "true",
+               says="not a policy file; give the .dccl"),
+        refuse("ab", "run", "--policy", "c_ok.csv", "--", "true", says="the A/B loads a .dccl"),
+        accept(*ab, "--out", "ab", "--", "./fail_job.sh", code=1, says="exited with status 3",
+               writes=("ab/*",)),
+        accept(*ab, "--out", "ab", "--timeout", "1", "--", sys.executable, "stubborn_job.py", code=1,
+               says="was stopped after the timeout of 1 s", writes=("ab/*",)),
+        accept(*ab, "--out", "ab", "--", sys.executable, "stubborn_job.py", code=143,
+               says="interrupted (SIGTERM)", writes=("ab/*",), stop=(15, 4.0)),
+        accept("ab", "run", "--policy", "nccl2262.dccl", "--pairs", "1", "--out", "ab", "--", "true",
+               says="holds for NCCL 2.26.2..2.26.2", writes=("ab/*",)),
+        refuse(*label[:2], "--nodes", "2", "--gpus-per-node", "3", says="lists 16", suite=True),
+        refuse(*label, "--forced", "NCCL_ALGO=Ring", "--forced", "NCCL_ALGO=Tree", says="given twice"),
+        refuse(*label, "--forced", "NCCL_MAX_NCHANNELS=-5", says="give a channel count 1..64"),
+        refuse(*label[:2], "logs/run1.txt", *label[2:], says="given twice"),
+        refuse(*label[:2], "notes.txt", *label[2:], says="notes.txt"),  # and run1's not written
+        refuse("label", "a100.txt", "--nodes", "2", "--gpus-per-node", "8",
+               says="is not the sidecar of a100.txt; refusing to replace it (move it away)"),
+        refuse("label", "ring_info.txt", "--nodes", "1", "--gpus-per-node", "4",
+               says="states NCCL_ALGO=Ring", suite=True),
+        refuse("label", "ring_info.txt", "--nodes", "1", "--gpus-per-node", "4", "--forced",
+               "NCCL_ALGO=Ring", "--forced", "NCCL_PROTO=Simple", "--nccl-version", "2.18.1",
+               says="was run with NCCL 2.18.5"),
+        refuse(*label[:2], "--nodes", "100000", "--gpus-per-node", "8", says="800000 ranks"),
+        refuse(*label, "--forced", "NCCL_ALGO=warp", says="unknown algorithm 'warp'"),
+        refuse(*label[:2], "emu.yaml", *label[2:], says="not a measurement format"),
+        accept(*label, says="labelled 1 log(s)", writes=("logs/run1.yaml",)),
+        refuse(*plan, "--script", "p.sh", "--logs", "x\ntouch pwned #", says="control character",
+               suite=True),
+        refuse(*plan, "--script", "", says="--script: empty"),
+        refuse(*plan, "--script", "p.sh", "--logs", "", says="--logs: empty"),
+        refuse(*plan, "--script", "p.sh", "--logs", "notes.txt", says="--logs notes.txt is a file"),
+        refuse(*plan, "--script", "p.sh", "--logs", "docs/README.md/x", says="cannot be made"),
+        refuse(*plan, "--script", "p.sh", "--logs", "/proc/logs", says="not writable"),
+        refuse(*plan, "--script", "notes.txt", says="is not a plan script"),
+        refuse(*plan, "--script", "sweep.jsonl", says="is an input of this command"),
+        refuse(*plan[:-4], "--launcher", "openmpi", "--run", says="--run measures the plan now"),
+        refuse(*plan[:-2], "--budget", "0node-hours", says="--budget"),
+        accept(*plan[:-2], "--budget", "1e-9nh", says="does not hold the first launch"),
+        refuse(*TUNE_EMU, "sweep.jsonl", "--nccl-version", "2.26.2", says="none to pick"),
+        refuse(*TUNE_A100, "releases", says="2 NCCL releases"),
+        refuse("evaluate", "--policy", "oracle", "--replay", "sweep.jsonl", says="--replay only applies"),
+        refuse("evaluate", "--policy", "oracle", "--topology", "emu.yaml", says="--topology only applies",
+               suite=True),
+        refuse("evaluate", "--policy", "oracle", "--suite", "smoke", "--reality-seed", "5",
+               says="--reality-seed only applies"),
+        refuse("evaluate", "--policy", "oracle", "--backend", "replay", "--replay", "sweep.jsonl",
+               "--topology", "emu.yaml", says="is an action oracle can take"),
+        refuse("evaluate", "--policy", "nccl_default", "--backend", "replay", "--replay", "sweep.jsonl",
+               "--topology", "a100.yaml", says="measured on NVIDIA H200 (sm90)", suite=True),
+        refuse("evaluate", "--policy", "nccl_default", "--backend", "replay", "--replay", "sweep.jsonl",
+               "--topology", "emu.yaml", "--nodes", "2", says="over 4 node(s)"),
+        refuse("evaluate", "--policy", "nccl_default", "--backend", "replay", "--replay", "sweep.jsonl",
+               says="give --topology"),
+        refuse("evaluate", "--policy", "nccl_default", "--backend", "replay", "--replay", "a100.txt",
+               "--topology", "a100.yaml", says="no call with NCCL's default beside another choice"),
+        accept("evaluate", "--policy", "nccl_default", "--backend", "replay", "--replay", "sweep.jsonl",
+               "--topology", "emu.yaml", "--nodes", "4", says="emulated_4_hosts_sm90 (4 ranks)"),
+        refuse("check-model", "dbg.log", "--topology", "a100.yaml", "--nccl-version", "2.29.7",
+               "--all-releases", says="drop one of them"),
+        refuse("check-model", "docs", "--topology", "a100.yaml", says="docs is a folder"),
+        refuse("check-model", "", "--topology", "a100.yaml", says="empty"),
+        refuse("check-model", "dbg.log", "--topology", "a100.yaml", "--nccl-version", "9.99.99",
+               says="a newer release may have changed its constants"),
+        refuse("check-model", "dbg.log", "--topology", "a100.yaml", "--nccl-version", "2.18.5",
+               says="older releases keep their cost model elsewhere"),
+        refuse(*TUNE_EMU, "sweep.jsonl", "-o", "tuned.csv", says="add --format nccl-example-csv",
+               suite=True),
+        refuse(*TUNE_EMU, "sweep.jsonl", "--format", "nccl-example-csv", "-o", "tuned.dccl",
+               says="add --format dccl, or name it .csv"),
+        refuse(*TUNE_EMU, "sweep.jsonl", "--format", "nccl-example-csv", "-o", "c_ok.csv", "--force",
+               says="is not a DynamICCL export for NVIDIA's example tuner"),
+        refuse(*TUNE_EMU, "sweep.jsonl", "--format", "nccl-example-csv", says="--format only applies"),
+        refuse("export", "--policy", "oracle", "--topology", "emu.yaml", "-o", "nccl_tuner.conf",
+               says="add --format nccl-example-csv"),
+        accept(*TUNE_EMU, "sweep.jsonl", "--format", "nccl-example-csv", "-o", "nccl_tuner.conf",
+               says="wrote nccl_tuner.conf", writes=("nccl_tuner.conf",)),
+    ]
+    return out + _round_five_chunks() + _round_five_extras()
+
+
+def _round_five_chunks() -> list[Case]:
+    """``--chunk-bytes`` (issue 38: the chunk size, a knob of the table), on the command line and in
+    a ``--batch`` request."""
+    sim = ("simulate", "--topology", "a100.yaml", "--nodes", "2", "--gpus-per-node", "8",
+           "--collective", "allreduce", "--size", "1M")
+
+    def batch(value: str) -> str:
+        return ('{"topology": "a100.yaml", "nodes": 2, "gpus_per_node": 8, "collective": '
+                f'"allreduce", "size": 1048576, "chunk_bytes": {value}}}\n')
+
+    return [
+        refuse(*sim, "--chunk-bytes", "1K", says="must be 4KiB..16MiB", suite=True),
+        refuse(*sim, "--chunk-bytes", "17M", says="must be 4KiB..16MiB"),
+        refuse(*sim, "--chunk-bytes", "0", says="must be 4KiB..16MiB"),
+        refuse(*sim, "--chunk-bytes", "-4K", says="values cannot be negative"),
+        refuse(*sim, "--chunk-bytes", "nan", says="cannot read size 'nan'"),
+        refuse(*sim, "--chunk-bytes", "4096.5", says="not a whole number of bytes"),
+        refuse(*sim, "--chunk-bytes", "1e30", says="too large"),
+        refuse(*sim, "--chunk-bytes", "64K", "--algo", "ring", "--hierarchy", "hierarchical",
+               says="only NCCL's own algorithms take one"),
+        accept(*sim, "--chunk-bytes", "64KiB", says="pinned (--chunk-bytes 65536)"),
+        accept("simulate", "--batch", "-", stdin=batch("1e300"), says="size 1e+300 is too large"),
+        accept("simulate", "--batch", "-", stdin=batch('"1K"'), says="got 1024 (1KiB)"),
+        accept("simulate", "--batch", "-", stdin=batch("true"), says="not true"),
+        accept("simulate", "--batch", "-", stdin=batch('"64K"'), says='"chunk_bytes": 65536'),
+    ]
+
+
+def _round_five_extras() -> list[Case]:
+    """A command run on the core install (``pip install dynamiccl``: none of the extras' libraries)
+    names the extra to install in one line, writes nothing, and the core's own commands work."""
+    from dynamiccl.cli.extras import OPTIONAL_MODULES
+
+    core = tuple(OPTIONAL_MODULES)
+    return [
+        refuse("evaluate", "--policy", "oracle", "--backend", "replay", "--replay", "sweep.jsonl",
+               "--topology", "emu.yaml", says="pip install 'dynamiccl[train]'", absent=core),
+        refuse("explain", "--topology", "a100.yaml", "--nodes", "2", "--collective", "allreduce",
+               "--plot", "x.png", says="pip install 'dynamiccl[plots]'", absent=core, suite=True),
+        refuse("train", "experiment=quickstart", says="pip install 'dynamiccl[train]'", absent=core),
+        refuse("sweep", says="pip install 'dynamiccl[sweep]'", absent=core),
+        refuse("profile", "collective", "--backend", "gloo", "--nprocs", "2", "--collective",
+               "allreduce", "--size", "1MB", says="pip install 'dynamiccl[runtime]'", absent=core),
+        refuse("evaluate", "--policy", "oracle", "--suite", "smoke", says="gymnasium",
+               absent=("gymnasium",)),
+        accept(*TUNE_EMU, "sweep.jsonl", "-o", "core.dccl", says="wrote core.dccl", absent=core,
+               writes=("core.dccl", "core.dccl.evidence.json")),
+        accept("ab", "diff", "mix_ok.jsonl", "mix_ok.jsonl", says="collective time", absent=core),
+        accept("label", "logs/run1.txt", "--nodes", "2", "--gpus-per-node", "8", absent=core,
+               says="labelled 1 log(s)", writes=("logs/run1.yaml",)),
+        accept(*("simulate", "--topology", "a100.yaml", "--nodes", "2", "--gpus-per-node", "8",
+                 "--collective", "allreduce", "--size", "1M", "--chunk-bytes", "4K"),
+               says="gain of the best pick", absent=core),
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # Running and sorting
 # --------------------------------------------------------------------------------------------
@@ -839,9 +1066,7 @@ def run_case(case: Case, workspace: Path, timeout: float) -> Outcome:
         before = _digest(work)
         started = time.monotonic()
         try:
-            done = subprocess.run(["dynamiccl", *case.argv], cwd=work, env=_env(), capture_output=True,
-                                  text=True, timeout=timeout, input=case.stdin,
-                                  stdin=None if case.stdin is not None else subprocess.DEVNULL)
+            done = _run(case, work, timeout, Path(tmp))
         except subprocess.TimeoutExpired:
             _end_strays(work)
             return Outcome(case, "hang", None, time.monotonic() - started, "")
@@ -859,6 +1084,47 @@ def run_case(case: Case, workspace: Path, timeout: float) -> Outcome:
         verdict = "stray"
     answer = first if not changed else f"{first} [changed: {', '.join(changed[:3])}]"
     return Outcome(case, verdict, done.returncode, seconds, answer)
+
+
+def _run(case: Case, work: Path, timeout: float, scratch: Path) -> subprocess.CompletedProcess:
+    """The case's command in ``work``; its ``stop`` signal sent on time (SIGKILL past ``timeout``);
+    its ``absent`` libraries hidden by an import hook in ``scratch`` (outside ``work``)."""
+    env = _env()
+    if case.absent:
+        hook = scratch / "core_install"
+        hook.mkdir()
+        (hook / "sitecustomize.py").write_text(CORE_INSTALL_HOOK.format(absent=sorted(case.absent)))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(hook), env.get("PYTHONPATH"))))
+    with subprocess.Popen(["dynamiccl", *case.argv], cwd=work, env=env, text=True,
+                          stdin=subprocess.PIPE if case.stdin is not None else subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        try:
+            if case.stop is not None:
+                signum, after = case.stop
+                try:
+                    out, err = proc.communicate(case.stdin, timeout=after)
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signum)
+                    out, err = proc.communicate(timeout=timeout)
+            else:
+                out, err = proc.communicate(case.stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+#: Run at the start of a case's interpreter (``sitecustomize``): the libraries a core install lacks
+#: cannot be imported, whether or not they are installed here (as tests/test_core_install.py does).
+CORE_INSTALL_HOOK = """import importlib.abc, sys
+ABSENT = set({absent!r})
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ABSENT:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Absent())
+"""
 
 
 def _end_strays(work: Path) -> list[str]:
@@ -894,7 +1160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", metavar="TEXT", help="only cases whose command line contains TEXT")
-    parser.add_argument("--round", type=int, metavar="N", help="only the cases of round N (1, 2 or 4)")
+    parser.add_argument("--round", type=int, metavar="N", help="only the cases of round N (1, 2, 4 or 5)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds before a case counts as a hang (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--keep", metavar="DIR", help="build the inputs into DIR and keep them")

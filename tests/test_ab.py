@@ -17,6 +17,7 @@ import pytest
 
 from dynamiccl.cli.main import main
 from dynamiccl.plugin import policy_file as pf
+from dynamiccl.plugin.build import library_path
 from dynamiccl.profiler.formats import job_mix
 from dynamiccl.profiler.measure.ab import verdict
 from dynamiccl.system.nccl import Algorithm, Collective, Protocol
@@ -51,7 +52,7 @@ def _job(tmp_path: Path) -> Path:
 def test_a_faster_policy_is_called_faster_and_every_launch_saw_its_own_environment(
         tmp_path, policy, capsys):
     job, out = _job(tmp_path), tmp_path / "ab"
-    plugin = tmp_path / "libstandin.so"
+    plugin = library_path().resolve()
     assert main(["ab", "run", "--policy", str(policy), "--pairs", "3", "--out", str(out),
                  "--plugin", str(plugin), "--", sys.executable, str(job), "0.05", "0.25"]) == 0
     printed = capsys.readouterr().out
@@ -101,20 +102,142 @@ def test_nccls_own_forcing_in_the_environment_is_refused(tmp_path, policy, capsy
 def test_ctrl_c_stops_the_running_launch_and_keeps_what_was_measured(tmp_path, policy):
     job, out = _job(tmp_path), tmp_path / "ab"
     cmd = [sys.executable, "-m", "dynamiccl.cli.main", "ab", "run", "--policy", str(policy),
-           "--pairs", "3", "--out", str(out), "--plugin", "x.so", "--", sys.executable, str(job),
-           "30", "0"]
+           "--pairs", "3", "--out", str(out), "--plugin", str(library_path()), "--",
+           sys.executable, str(job), "30", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 120
-    while not (out / "launch_02_policy.log.part").exists() and time.monotonic() < deadline:
+    while not list(out.glob(".launch_02_policy.log.*.part")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (out / "ab.json").exists()  # the first launch is on record already
     os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted after 1 launch(es)" in stderr
+    assert proc.returncode == 130 and "interrupted (SIGINT) after 1 launch(es)" in stderr
     doc = json.loads((out / "ab.json").read_text())
-    assert doc["interrupted"] and [x["side"] for x in doc["launches"]] == ["default"]
-    assert "default:" in stdout
+    assert doc["interrupted"] and doc["stopped_by"] == "SIGINT"
+    # the stopped launch is kept, with its output and how it was stopped, but scores nothing
+    stopped = doc["launches"][1]
+    assert [x["side"] for x in doc["launches"]] == ["default", "policy"]
+    assert stopped["status"] == 130 and stopped["score"] is None
+    assert stopped["stopped"].startswith("was stopped by SIGINT") and Path(stopped["log"]).is_file()
+    assert not list(out.glob(".*.part")) and "default:" in stdout
+
+
+def _job_processes(job: Path) -> list[int]:
+    """The processes running ``job`` (``python JOB ...``; not dynamiccl, whose command names it too)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            words = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if words[1:2] == [str(job)]:
+            found.append(int(entry.name))
+    return found
+
+
+#: A job that ignores SIGINT, SIGTERM and SIGHUP and leaves a child that does too (a launcher whose
+#: ranks outlive it): only SIGKILL of every process of the job ends it. Each says when it is ready.
+STUBBORN = """import signal, subprocess, sys, time
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+if sys.argv[1:] != ["child"]:
+    subprocess.Popen([sys.executable, __file__, "child"])
+    print("step time 10 ms", flush=True)
+else:
+    print("child ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("how", ["timeout", "SIGHUP"])
+def test_a_stop_from_outside_ends_every_process_of_the_launch_and_keeps_ab_json(tmp_path, policy, how):
+    """``timeout`` (SIGTERM) or a closed terminal (SIGHUP) to dynamiccl: the launch's processes,
+    its child that ignores the signal included, are ended (SIGKILL after the grace), ab.json says
+    what happened, and dynamiccl exits as a shell reports the signal."""
+    job, out = tmp_path / "stubborn.py", tmp_path / "ab"
+    job.write_text(STUBBORN)
+    ab = ["dynamiccl", "ab", "run", "--policy", str(policy), "--pairs", "1", "--out", str(out),
+          "--plugin", str(library_path()), "--", sys.executable, str(job)]
+    if how == "timeout":
+        proc = subprocess.run(["timeout", "6", *ab], capture_output=True, text=True, timeout=60)
+        code, signum = proc.returncode, signal.SIGTERM
+    else:
+        run = subprocess.Popen(ab, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+                "child ready" in part.read_text() for part in out.glob(".launch_01_default.log.*")):
+            time.sleep(0.05)
+        run.send_signal(signal.SIGHUP)
+        run.communicate(timeout=60)
+        code, signum = run.returncode, signal.SIGHUP
+    assert code == (124 if how == "timeout" else 128 + signum)
+    assert _job_processes(job) == []
+    doc = json.loads((out / "ab.json").read_text())
+    assert doc["stopped_by"] == signal.Signals(signum).name
+    (launch,) = doc["launches"]
+    assert launch["status"] == 128 + signum and "killed (SIGKILL)" in launch["stopped"]
+    assert "step time 10 ms" in Path(launch["log"]).read_text()
+
+
+def test_two_runs_into_one_folder_the_second_is_refused_before_it_runs_anything(tmp_path, policy):
+    job, out = _job(tmp_path), tmp_path / "ab"
+    ab = ["dynamiccl", "ab", "run", "--policy", str(policy), "--pairs", "1", "--out", str(out),
+          "--plugin", str(library_path()), "--", sys.executable, str(job)]
+    first = subprocess.Popen([*ab, "3", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (out / "ab.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run([*ab, "0", "0"], capture_output=True, text=True, timeout=60)
+    assert second.returncode == 2 and "is being written by another `dynamiccl ab run`" in second.stderr
+    assert first.wait(timeout=60) == 0
+    doc = json.loads((out / "ab.json").read_text())
+    assert [x["seconds"] > 2.5 for x in doc["launches"]] == [True, True]  # the first run's own
+
+
+def test_a_plugin_nccl_cannot_load_and_a_json_file_of_the_users_are_refused(tmp_path, policy, capsys):
+    job, out = _job(tmp_path), tmp_path / "ab"
+    for plugin, says in ((tmp_path / "nosuch.so", "no such file"), (policy, "no ELF header")):
+        assert main(["ab", "run", "--policy", str(policy), "--pairs", "1", "--out", str(out),
+                     "--plugin", str(plugin), "--", sys.executable, str(job), "0", "0"]) == 2
+        assert says in capsys.readouterr().err
+    out.mkdir()
+    (out / "ab.json").write_text('{"the user\'s": "settings"}\n')
+    assert main(["ab", "run", "--policy", str(policy), "--pairs", "1", "--out", str(out), "--force",
+                 "--plugin", str(library_path()), "--", sys.executable, str(job), "0", "0"]) == 2
+    assert "is not an A/B result" in capsys.readouterr().err
+    assert (out / "ab.json").read_text() == '{"the user\'s": "settings"}\n'
+
+
+#: A job whose "NCCL" is the tuner stand-in (the real NCCL library and the real plugin, on no GPU):
+#: NCCL loads the plugin NCCL_TUNER_PLUGIN names for one communicator and prints the plugin's
+#: warnings as NCCL does at NCCL_DEBUG=WARN.
+TUNED_JOB = """import os, sys
+sys.path.insert(0, {tests!r})
+from nccl_tuner_standin import WARN, NcclTunerStandIn
+if os.environ.get("NCCL_TUNER_PLUGIN"):
+    nccl = NcclTunerStandIn(os.environ["NCCL_TUNER_PLUGIN"], 8)
+    for message in nccl.messages(WARN):
+        print("host:1:1 [0] NCCL WARN", message)
+print("step time 10 ms")
+"""
+
+
+def test_a_policy_the_plugin_does_not_apply_under_this_nccl_is_said_so(tmp_path, policy, capsys):
+    """The policy holds for NCCL 2.26.2 and the NCCL here (the nvidia-nccl wheel) is another: the
+    A/B says so before it starts, and the plugin's own warning in the policy launches' output is
+    printed and kept in ab.json, so 'no difference' is not read as the policy's verdict."""
+    pytest.importorskip("nvidia.nccl", reason="needs the real NCCL library (the nvidia-nccl wheel)")
+    job, out = tmp_path / "tuned_job.py", tmp_path / "ab"
+    job.write_text(TUNED_JOB.format(tests=str(Path(__file__).parent)))
+    assert main(["ab", "run", "--policy", str(policy), "--pairs", "1", "--out", str(out),
+                 "--metric", r"step time (\d+) ms", "--", sys.executable, str(job)]) == 0
+    err = capsys.readouterr().err
+    assert "holds for NCCL 2.26.2..2.26.2, and this environment's NCCL is" in err
+    assert "warning: the plugin warned in 1 policy launch(es)" in err and "outside the versions" in err
+    launches = json.loads((out / "ab.json").read_text())["launches"]
+    assert [bool(x["plugin_warnings"]) for x in launches] == [False, True]
 
 
 def _mix(path: Path, per_call_us: float, algorithm: Algorithm) -> Path:

@@ -54,6 +54,19 @@ def test_the_trial_runs_each_case_through_the_executable_and_sorts_what_it_sees(
     assert run(stray, inputs, TIMEOUT_S).verdict == "stray"
 
 
+def test_a_cases_stop_signal_reaches_the_command_on_time(inputs: Path) -> None:
+    """A case with ``stop`` gets its signal while it runs, as from ``timeout`` or a closed terminal
+    (``ab run`` and ``profile job`` must end their job and keep what they measured): here a job
+    that would sleep for a minute, stopped after a second, ends with the shell's 143."""
+    import signal
+
+    case = hostile_inputs.accept("profile", "job", "--out", "prof", "--", "sleep", "60", code=143,
+                                 says="stopped by SIGTERM", stop=(signal.SIGTERM, 1.0))
+    outcome = hostile_inputs.run_case(case, inputs, TIMEOUT_S)
+    assert (outcome.verdict, outcome.code) == ("sensible", 143), outcome.answer
+    assert outcome.seconds < 30
+
+
 def test_a_process_a_case_leaves_running_is_found_and_ended(tmp_path: Path) -> None:
     """The trial's check for stray processes: one whose working folder is the case's copy of the
     inputs is named and ended (a job profile job orphaned ran on, unseen by a check of files)."""

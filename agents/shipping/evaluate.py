@@ -144,15 +144,32 @@ def _step(env: CollectiveTuningEnv, policy: Policy, observation: np.ndarray
         return observation, info
     mask = env.action_masks()
     if not mask.any():  # a reality that answers only what was measured, and nothing was here
-        from dynamiccl.envs.backends import UnmeasuredChoice
-
-        raise UnmeasuredChoice(f"no choice was measured for {describe_call(scenario)}")
+        raise _unmeasured(env, policy, scenario)
     action = int(policy.act(observation, scenario=scenario, action_mask=mask))
     if not 0 <= action < len(mask) or not mask[action]:
         raise RuntimeError(f"policy {policy.name} chose action {action}, which the mask forbids, "
                            f"for {describe_call(scenario)}")
     observation, _, _, _, info = env.step(action)
     return observation, info
+
+
+def _unmeasured(env: CollectiveTuningEnv, policy: Policy, scenario: Scenario) -> Exception:
+    """Why a reality that answers only measured choices can score no action here: nothing was
+    measured, or what was is no action of the table (a log forced only NCCL_ALGO/NCCL_PROTO ran
+    NCCL's own channel count, and every action pins one)."""
+    from dynamiccl.envs.backends import UnmeasuredChoice
+    from dynamiccl.profiler.formats.records import knob_label
+
+    table = getattr(env.backend, "table", None)
+    measured = list(table.choices(scenario)) if table is not None else []
+    if not measured:
+        return UnmeasuredChoice(f"no choice was measured for {describe_call(scenario)}")
+    shown = ", ".join(knob_label(c) for c in measured[:4]) + (", ..." if len(measured) > 4 else "")
+    return UnmeasuredChoice(
+        f"none of the {len(measured)} choices measured for {describe_call(scenario)} ({shown}) is an "
+        f"action {policy.name} can take (every action pins a channel count; 'auto-ch' ran NCCL's "
+        "own): score nccl_default or a policy file on these logs, or measure channel counts too "
+        "(NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS)")
 
 
 def _chosen(info: dict[str, Any]) -> tuple[str, str, str]:

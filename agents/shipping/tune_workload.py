@@ -54,15 +54,7 @@ class Workload:
     @classmethod
     def read(cls, path: str | Path) -> Workload:
         """The mix ``profile job`` wrote; ValueError (one line) for anything else."""
-        entries = read(path)
-        if not entries:
-            raise ValueError(f"{path}: the job's mix is empty; profile a job that runs NCCL "
-                             "collectives (dynamiccl profile job -- CMD)")
-        if not any(e.total_us > 0 for e in entries):
-            raise ValueError(f"{path}: the job's mix spends no time in its calls (total_us is 0 on "
-                             "every line), so it weighs nothing; give the job.jsonl `dynamiccl "
-                             "profile job` wrote")
-        return cls(entries, str(path))
+        return cls(read(path), str(path))  # not empty, and with time in its calls
 
     def weight(self, scenario: Scenario) -> float:
         """The share of the job's collective time the decision at ``scenario`` governs."""

@@ -6,9 +6,14 @@ the policy interleaved (:mod:`~dynamiccl.profiler.measure.ab`: the same command,
 that load the policy toggled), and prints each side's median with its spread, the pairs' ratios and
 a verdict: faster, slower, or no difference beyond the spread. ``--dry-run`` prints the launches.
 Every launch's output is kept in ``--out`` (``launch_NN_<side>.log``) and ``ab.json`` is rewritten
-atomically after each launch, so Ctrl-C (which stops the running launch's whole session) keeps what
-was measured. Rolling back is running without the policy: the default side of every pair is exactly
-that command.
+atomically after each launch. Each launch runs in a session of its own and every signal that ends a
+command (Ctrl-C, ``kill``, ``timeout``, a closed ssh session) is passed on to all of it, then SIGKILL
+after a grace or at a second signal (:mod:`~dynamiccl.profiler.measure.job_process`): nothing of a
+launch outlives dynamiccl, and ab.json keeps what was measured and how the last launch was stopped.
+A second ``ab run`` into the same ``--out`` is refused while the first runs. Where the policy does
+not hold for this environment's NCCL, or the plugin warned in a policy launch's output (it defers
+then), the A/B says so: both sides would have run NCCL's default. Rolling back is running without
+the policy: the default side of every pair is exactly that command.
 
 ``diff`` lays two job mixes (``dynamiccl profile job``'s ``job.jsonl``, one run with NCCL's
 default, one with the policy) side by side: per collective, size and communicator what NCCL ran and
@@ -20,11 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, int_between, path_arg, positive_float
+from dynamiccl.cli.common import UserError, int_between, job_command, path_arg, positive_float
 
 EPILOG = """examples:
   dynamiccl ab run --policy tuned.dccl --dry-run -- srun --nodes 16 --ntasks-per-node 8 python train.py
@@ -38,13 +42,8 @@ AB_FILE = "ab.json"
 
 
 def _command(args: argparse.Namespace) -> list[str]:
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        raise UserError("no command given; write the job's command after --, e.g. dynamiccl ab run "
-                        "--policy tuned.dccl -- torchrun --nproc-per-node 8 train.py")
-    if not args.dry_run and not shutil.which(cmd[0]):
-        raise UserError(f"{cmd[0]}: command not found; give the job's command after --")
-    return cmd
+    return job_command(args.cmd, "dynamiccl ab run --policy tuned.dccl -- torchrun "
+                       "--nproc-per-node 8 train.py", must_exist=not args.dry_run)
 
 
 def _policy_vars(args: argparse.Namespace) -> dict[str, str]:
@@ -55,22 +54,33 @@ def _policy_vars(args: argparse.Namespace) -> dict[str, str]:
     from dynamiccl.profiler.measure.ab import policy_env
     from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
 
-    if policy_file_kind(args.policy) != "dccl":
-        raise UserError(f"{args.policy}: the A/B loads a .dccl through the DynamICCL plugin; give "
-                        "the .dccl tune or export wrote")
+    give = "give the .dccl `dynamiccl tune` or `dynamiccl export` wrote"
+    if policy_file_kind(args.policy, give) != "dccl":
+        raise UserError(f"{args.policy}: the A/B loads a .dccl through the DynamICCL plugin; {give}")
     pf.read(args.policy)  # a damaged file is one line here, not a job that silently defers
-    plugin = args.plugin or _plugin_path(args.dry_run)
+    plugin = _plugin(args)
     return policy_env(plugin, args.policy, pf.file_hash(args.policy), policy_var=POLICY_ENV,
                       sha_var=POLICY_SHA256_ENV, plugin_var=TUNER_PLUGIN_ENV)
 
 
-def _plugin_path(dry_run: bool) -> str:
+def _plugin(args: argparse.Namespace) -> str:
+    """The plugin the policy side loads: --plugin (checked to be a tuner library NCCL can load,
+    made absolute as the ranks may start elsewhere), else `dynamiccl plugin path`."""
     from dynamiccl.plugin import build as plugin
 
+    if args.plugin is not None:
+        if args.dry_run:  # the lines are for the cluster, where the path may differ
+            return args.plugin
+        problem = plugin.tuner_library_problem(args.plugin)
+        if problem:  # NCCL would run without it, silently: both sides alike
+            raise UserError(f"--plugin {args.plugin}: {problem}; give the library `dynamiccl plugin "
+                            "path` names (NCCL ignores a plugin it cannot load, and both sides "
+                            "would run its default)")
+        return str(Path(args.plugin).resolve())
     try:
-        return str(plugin.library_path(build_if_missing=not dry_run))
+        return str(plugin.library_path(build_if_missing=not args.dry_run))
     except plugin.PluginError as exc:
-        if dry_run:
+        if args.dry_run:
             return "$(dynamiccl plugin path)"
         raise UserError(f"{exc}; or give --plugin PATH") from None
 
@@ -86,12 +96,29 @@ def _refuse_forcing(env: dict[str, str]) -> None:
                         "plugin, so both sides would run the same; unset it for the A/B")
 
 
+def _note_nccl_window(policy: str) -> None:
+    """The policy holds for the NCCL releases it was measured on; the plugin defers under any
+    other, and both sides then run NCCL's default. Said where this environment's NCCL (the one a
+    job started from it loads) is outside them."""
+    from dynamiccl.plugin import policy_file as pf
+    from dynamiccl.plugin.build import installed_nccl_version
+    from dynamiccl.system.nccl_versions import in_window
+
+    window = pf.read(policy).header.nccl
+    here = installed_nccl_version()
+    if here is not None and in_window(here, window) is False:
+        print(f"note: {policy} holds for NCCL {window}, and this environment's NCCL is {here}: a job "
+              "that loads it runs with the plugin deferring every call, so both sides run NCCL's "
+              "default (NCCL_DEBUG=WARN shows the plugin saying so)", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
     import os
 
-    from dynamiccl.files import write_text_atomic
+    from dynamiccl.files import claimed_folder
     from dynamiccl.plugin.policy_format import POLICY_ENV, POLICY_SHA256_ENV
     from dynamiccl.profiler.measure import ab
+    from dynamiccl.profiler.measure.job_process import Stops, signal_name
     from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
 
     cmd = _command(args)
@@ -108,45 +135,106 @@ def _run(args: argparse.Namespace) -> int:
             print(f"# launch {launch.index + 1}/{len(launches)}: {launch.side} (pair {launch.pair + 1})")
             print(launch.shell())
         return 0
-    out = _claim_out(args)
-    doc = {"command": cmd, "policy": str(Path(args.policy).resolve()),
+    _note_nccl_window(args.policy)
+    doc = {"written_by": WRITTEN_BY, "command": cmd, "policy": str(Path(args.policy).resolve()),
            "sha256": policy_vars[POLICY_SHA256_ENV], "launcher": args.launcher,
            "metric": args.metric or "wall seconds", "pairs": args.pairs, "launches": [],
            "summary": None, "interrupted": False}
-
-    def save(results: list) -> None:
-        doc["launches"] = [vars(r) for r in results]
-        doc["summary"] = ab.summarize(results, not args.higher_is_better).to_json()
-        write_text_atomic(out / AB_FILE, json.dumps(doc, indent=1))
-
     results: list = []
+    # every signal that ends a command (Ctrl-C, kill, timeout, a closed ssh session) from here on
+    # stops the running launch's whole process tree, and what was measured is kept
+    with Stops() as stops, claimed_folder(args.out, flag="--out", holds=f"the A/B's logs and "
+                                          f"{AB_FILE}", command="dynamiccl ab run") as out:
+        _claim_ab_file(args, out)
 
-    def done(so_far: list) -> None:
-        results[:] = so_far
-        save(so_far)
+        def save(so_far: list) -> None:
+            results[:] = so_far
+            doc["launches"] = [vars(r) for r in so_far]
+            doc["summary"] = ab.summarize(so_far, not args.higher_is_better).to_json()
+            if stops.received:
+                doc["interrupted"], doc["stopped_by"] = True, signal_name(stops.received[0])
+            write_ab_file(out, doc)
 
-    try:
-        ab.run_all(launches, dict(os.environ), out, timeout_s=args.timeout, metric=metric, done=done,
-                   progress=lambda line: print(line, file=sys.stderr))
-    except KeyboardInterrupt:
-        doc["interrupted"] = True
-        save(results)
-        print(f"dynamiccl ab run: interrupted after {len(results)} launch(es); what was measured "
-              f"is in {out / AB_FILE}", file=sys.stderr)
+        save([])  # ab.json is there from the start: what was measured, even nothing yet
+        try:
+            ab.run_all(launches, dict(os.environ), out, stops, timeout_s=args.timeout, metric=metric,
+                       done=save, progress=lambda line: _say(line))
+        except ab.CannotStart as exc:
+            raise UserError(str(exc)) from None
+        if stops.received and not doc["interrupted"]:
+            save(results)  # a signal between two launches: none started after it
+    try:  # the terminal may have gone (a closed ssh session): ab.json holds it all the same
         _print_summary(ab.summarize(results, not args.higher_is_better), doc)
-        return 130
-    except OSError as exc:
-        raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
-    summary = ab.summarize(results, not args.higher_is_better)
-    _print_summary(summary, doc)
+        _print_plugin_warnings(results)
+    except OSError:
+        pass
+    if stops.received:
+        signum = stops.received[0]
+        stopped = next((r for r in results if r.stopped), None)
+        _say(f"dynamiccl ab run: interrupted ({signal_name(signum)}) after "
+             f"{sum(r.stopped == '' for r in results)} launch(es)"
+             + (f"; launch {stopped.index + 1} ({stopped.side}) {stopped.stopped}, its output in "
+                f"{stopped.log}" if stopped else "")
+             + f"; what was measured is in {out / AB_FILE}")
+        return 128 + signum
     failed = [r for r in results if r.status != 0 or r.score is None]
     if failed:
         r = failed[0]
-        why = f"exited with status {r.status}" if r.status else "printed no number --metric matches"
-        print(f"dynamiccl ab run: launch {r.index + 1} ({r.side}) {why}: the A/B stopped there (its "
-              f"output: {r.log})", file=sys.stderr)
+        why = (r.stopped if r.stopped else f"exited with status {r.status}" if r.status
+               else "printed no number --metric matches")
+        _say(f"dynamiccl ab run: launch {r.index + 1} ({r.side}) {why}: the A/B stopped there (its "
+             f"output: {r.log})")
         return 1
     return 0
+
+
+def _say(line: str) -> None:
+    """A progress line on stderr; a terminal that has gone (a closed ssh session) loses nothing:
+    the launches go on and ab.json is written all the same."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+#: The first key of ab.json: what tells an A/B's result from any other JSON file of that name.
+WRITTEN_BY = "dynamiccl ab run"
+
+
+def write_ab_file(out: Path, doc: dict) -> None:
+    from dynamiccl.files import write_text_atomic
+
+    write_text_atomic(out / AB_FILE, json.dumps(doc, indent=1))
+
+
+def _claim_ab_file(args: argparse.Namespace, out: Path) -> None:
+    """ab.json and the launches' logs in --out: an earlier A/B's are replaced only with --force
+    (its logs then removed first, so none is left beside the new ab.json), a file of the same
+    name that no A/B wrote never."""
+    from dynamiccl.files import FileKind, claim_output, starts_with
+
+    kind = FileKind("an A/B result (dynamiccl ab run)",
+                    starts_with(f'{{\n "written_by": "{WRITTEN_BY}"'.encode()))
+    claim_output(out / AB_FILE, kind, force=args.force, flag="--out")
+    stale = sorted(p for p in out.glob("launch_*.log") if LAUNCH_LOG.fullmatch(p.name))
+    if stale and not args.force:
+        raise UserError(f"--out {out} holds the logs of an earlier A/B ({stale[0].name}, ...); pass "
+                        "--force to replace them or pick another folder")
+    for path in stale:
+        path.unlink(missing_ok=True)
+
+
+#: The name of a launch's log in --out (``launch_03_policy.log``).
+LAUNCH_LOG = re.compile(r"launch_\d{2,}_(default|policy)\.log")
+
+
+def _print_plugin_warnings(results: list) -> None:
+    warned = [r for r in results if r.plugin_warnings]
+    if warned:
+        lines = list(dict.fromkeys(w for r in warned for w in r.plugin_warnings))
+        _say(f"warning: the plugin warned in {len(warned)} policy launch(es), so the policy side may "
+             f"have run NCCL's default: {lines[0]}"
+             + (f" (and {len(lines) - 1} more in the logs)" if len(lines) > 1 else ""))
 
 
 def _metric(text: str | None) -> re.Pattern[str] | None:
@@ -160,24 +248,6 @@ def _metric(text: str | None) -> re.Pattern[str] | None:
         raise UserError(f"--metric {text!r} has no group: put the number in parentheses, e.g. "
                         "'step time ([0-9.]+) ms'")
     return pattern
-
-
-def _claim_out(args: argparse.Namespace) -> Path:
-    from dynamiccl.files import FileKind, claim_output, starts_with
-
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; give a folder for the A/B's logs and {AB_FILE}")
-    if not out.parent.is_dir():
-        raise UserError(f"--out {out}: its parent folder does not exist; create it first")
-    out.mkdir(exist_ok=True)
-    claim_output(out / AB_FILE, FileKind("an A/B result (dynamiccl ab run)", starts_with(b"{")),
-                 force=args.force, flag="--out")
-    stale = sorted(out.glob("launch_*.log"))
-    if stale and not args.force:
-        raise UserError(f"--out {out} holds the logs of an earlier A/B ({stale[0].name}, ...); pass "
-                        "--force to replace them or pick another folder")
-    return out
 
 
 def _print_summary(summary, doc: dict) -> None:
@@ -198,6 +268,7 @@ def _print_summary(summary, doc: dict) -> None:
 def _diff(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from dynamiccl.cli.common import read_head
     from dynamiccl.console import console
     from dynamiccl.profiler.formats import job_mix
     from dynamiccl.profiler.formats.job_mix_diff import DiffRow, diff, totals
@@ -205,12 +276,16 @@ def _diff(args: argparse.Namespace) -> int:
 
     mixes = []
     for path in (args.a, args.b):
+        read_head(path, "job mix", 1, job_mix.FIX)  # missing, a folder, unreadable: said so
         try:
             mixes.append(job_mix.read(path))
-        except (OSError, ValueError) as exc:
-            raise UserError(str(exc) if isinstance(exc, ValueError) else
-                            f"{path}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     rows = diff(*mixes)
+    if not any(r.a is not None and r.b is not None for r in rows):
+        raise UserError(f"{args.a} and {args.b} share no kind of call (collective, size, ranks, "
+                        "nodes), so they are not two runs of one job; give the mixes of the same "
+                        "job run with NCCL's default and with the policy")
     total_a, total_b = totals(*mixes)
     if args.json:
         print(json.dumps({"a": args.a, "b": args.b, "total_us": [round(total_a, 3), round(total_b, 3)],

@@ -13,7 +13,13 @@ import argparse
 import json
 import sys
 
-from dynamiccl.cli.common import UserError, add_topology_args, topology_from_args
+from dynamiccl.cli.common import (
+    UserError,
+    add_topology_args,
+    nccl_version_arg,
+    path_arg,
+    topology_from_args,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,9 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "differ. Table bandwidths are NCCL's algorithm bandwidths (GB/s), latencies µs; an entry "
         "agrees within 10 % or at the precision NCCL prints (bandwidth: one decimal; latency: "
         "0.15 µs).")
-    p.add_argument("log", metavar="LOG", help="the NCCL debug log (rank 0 prints the table)")
+    p.add_argument("log", type=path_arg, metavar="LOG",
+                   help="the NCCL debug log (rank 0 prints the table)")
     add_topology_args(p)
-    p.add_argument("--nccl-version", metavar="X.Y.Z",
+    p.add_argument("--nccl-version", type=nccl_version_arg, metavar="X.Y.Z",
                    help="model this NCCL release (default: the one the log names, where modelled)")
     p.add_argument("--all-releases", action="store_true",
                    help="count the agreeing entries and picks under every modelled release whose "
@@ -45,6 +52,9 @@ def run_check_model(args: argparse.Namespace) -> int:
         parse_debug_log_file,
     )
 
+    if args.all_releases and args.nccl_version:
+        raise UserError("--all-releases models every release and --nccl-version one; drop one of "
+                        "them")
     topology = topology_from_args(args)
     try:
         log = parse_debug_log_file(args.log)

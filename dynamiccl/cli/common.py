@@ -198,9 +198,14 @@ def _gate_margin(text: str) -> float:
 def path_arg(text: str) -> str:
     """A file or folder name (or a preset's name) the user typed. An empty one (often an unset
     shell variable) is refused: some commands would read it as the current folder, others as
-    "not given" and silently skip the output."""
+    "not given" and silently skip the output. So is one with a control character: a name is
+    written into logs, sidecars and scripts a line at a time, and a line break in it would end a
+    comment line of a plan's script and run the rest as a command."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty; give a name or a path (is a shell variable unset?)")
+    if any(ord(c) < 32 or c == "\x7f" for c in text):  # it would break the lines it is written in
+        raise argparse.ArgumentTypeError(f"{text!r} holds a control character (a line break?); give "
+                                         "a name without one")
     return text
 
 
@@ -236,3 +241,52 @@ def _reading(path: str | Path, what: str, missing: str = "check the path") -> It
         raise UserError(f"{path} is not a text {what} (it is not UTF-8)") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+
+
+def job_command(words: list[str], example: str, *, must_exist: bool = True) -> list[str]:
+    """The job's command a command runs (the words after ``--``), or one UserError: none given
+    (``example`` shows one), or, with ``must_exist``, a program that is not on PATH or not
+    executable (a job that cannot start is said before any folder or file is made for it)."""
+    import os
+    import shutil
+
+    cmd = words[1:] if words[:1] == ["--"] else list(words)
+    if not cmd:
+        raise UserError(f"no command given; write the job's command after --, e.g. {example}")
+    if must_exist and not shutil.which(cmd[0]):
+        if os.sep in cmd[0] and Path(cmd[0]).is_file():
+            raise UserError(f"{cmd[0]} is not executable; chmod +x it, or give its interpreter "
+                            f"first (e.g. python {cmd[0]})")
+        raise UserError(f"{cmd[0]}: command not found; give the job's command after --")
+    return cmd
+
+
+#: The file names that say which policy format a file holds: writing the other under them would
+#: leave a file a person (or NCCL's example tuner, given a .csv) reads as what it is not.
+_FORMAT_SUFFIXES = {"dccl": (".dccl",), "nccl-example-csv": (".csv", ".conf")}
+_FORMAT_NAMES = {"dccl": "a .dccl (the DynamICCL plugin's file)",
+                 "nccl-example-csv": "a CSV (NVIDIA's example tuner's file)"}
+
+
+def check_output_format(output: str, fmt: str) -> None:
+    """``-o`` of a policy (tune, export): a name whose suffix says the other ``--format`` is refused
+    before any work (``-o tuned.csv`` would otherwise hold a .dccl, which NCCL's example tuner
+    cannot read); a name with another suffix, or none, is the user's to choose."""
+    suffix = Path(output).suffix.lower()
+    for other, suffixes in _FORMAT_SUFFIXES.items():
+        if other != fmt and suffix in suffixes:
+            raise UserError(f"-o {output} names {_FORMAT_NAMES[other]}, but --format is {fmt}, "
+                            f"{_FORMAT_NAMES[fmt]}; add --format {other}, or name it "
+                            f"{_FORMAT_SUFFIXES[fmt][0]}")
+
+
+def nccl_version_arg(text: str):
+    """``--nccl-version``: an NCCL release as major.minor.patch (``2.26.2``; a tag's ``v`` and a
+    package's ``-1`` suffix are read past), as a :class:`~dynamiccl.system.nccl_versions.NcclVersion`."""
+    from dynamiccl.system.nccl_versions import parse_version
+
+    version = parse_version(text)
+    if version is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an NCCL release; give major.minor.patch, "
+                                         "e.g. 2.26.2")
+    return version

@@ -46,6 +46,8 @@ examples:
 JSON_KEYS = ("policy", "action_set", "backend", "geomean_speedup", "oracle_share", "slower_calls",
              "worst_speedup", "worst_call", "scenarios")
 MAX_BUDGET = 10_000
+#: The perturbed reality's system without --reality-seed (the first held-out seed).
+DEFAULT_REALITY_SEED = 1000
 ONLINE_KEYS = ("calls_to_5pct", "reached_5pct", "exploration_calls", "exploration_speedup")
 
 
@@ -78,27 +80,61 @@ def _policy_names(items: list[str]) -> list[str]:
 
 def _backend(args: argparse.Namespace) -> tuple[str, dict]:
     if args.backend == "perturbed":
-        return "perturbed", {"seed": args.reality_seed}
+        seed = DEFAULT_REALITY_SEED if args.reality_seed is None else args.reality_seed
+        return "perturbed", {"seed": seed}
     if args.backend == "replay":
         if not args.replay:
             raise UserError("--backend replay needs --replay LOGS (nccl-tests logs or records)")
         from dynamiccl.envs.backends.replay import ReplayTable
+        from dynamiccl.profiler.formats.measurement_paths import load_paths
 
         try:
-            return "replay", {"table": ReplayTable.load(args.replay)}
+            records = load_paths(args.replay).records
+            return "replay", {"table": ReplayTable(records), "records": records}
         except ValueError as exc:
             raise UserError(f"--replay: {exc}") from None
     return "sim", {}
 
 
-def _replay_suite(args: argparse.Namespace, table) -> list:
-    """``--backend replay`` without ``--suite``: the measured calls themselves, on ``--topology``."""
+def _check_flags(args: argparse.Namespace) -> None:
+    """Flags that do nothing in the mode asked for are refused, not ignored (a score of another
+    reality or suite than the one the user meant reads as the one they meant)."""
+    replay_suite = args.backend == "replay" and args.suite is None
+    needs = (("--replay", bool(args.replay), args.backend == "replay", "--backend replay"),
+             ("--reality-seed", args.reality_seed is not None, args.backend == "perturbed",
+              "--backend perturbed"),
+             *((flag, value is not None, replay_suite, "--backend replay without --suite (the "
+                "system the logs were measured on; a suite names its own systems)")
+               for flag, value in (("--topology", args.topology), ("--nodes", args.nodes),
+                                   ("--gpus-per-node", args.gpus_per_node))))
+    for flag, given, mode, what in needs:
+        if given and not mode:
+            raise UserError(f"{flag} only applies with {what}; add it or drop {flag}")
+
+
+def _replay_suite(args: argparse.Namespace, table, records) -> list:
+    """``--backend replay`` without ``--suite``: the measured calls themselves, on ``--topology``,
+    which must be a system that could have produced them (``profiler.formats.system_fit``, as
+    ``tune`` checks: another GPU, ranks per node it does not have, emulated hosts on a real one)."""
     from dynamiccl.cli.common import topology_from_args
+    from dynamiccl.profiler.formats.system_fit import check_fits
 
     if not args.topology:
         raise UserError("--backend replay without --suite scores the calls the logs measured: give "
                         "--topology (the system they were measured on), or a --suite")
-    suite = table.suite(topology_from_args(args))
+    topology = topology_from_args(args)
+    try:
+        check_fits(records, topology)
+    except ValueError as exc:
+        raise UserError(f"--replay {exc}") from None
+    suite = table.suite(topology)
+    other = next((e for e in suite if args.nodes is not None and e.nodes != args.nodes), None)
+    if other is not None:  # each call is scored on the nodes it ran on: --nodes would be ignored
+        call = other.scenarios[0]
+        raise UserError(f"--nodes {args.nodes}, but the logs measured {call.collective.name.lower()} "
+                        f"on {call.topology.nranks} ranks over {other.nodes} node(s); give the "
+                        "logs of that system, or drop --nodes (each call is scored on the nodes it "
+                        "ran on)")
     if not suite:
         raise UserError("the replay logs measure no call with NCCL's default beside another choice; "
                         "measure both (dynamiccl tune --plan), or give a --suite")
@@ -109,6 +145,7 @@ def _run(args: argparse.Namespace) -> int:
     from dynamiccl.agents.shipping.evaluate import evaluate_policies, print_table, save_reports
     from dynamiccl.envs.workloads import load_suite
 
+    _check_flags(args)
     deployable = not args.all_actions
     if args.budget is not None and not 1 <= args.budget <= MAX_BUDGET:
         raise UserError(f"--budget {args.budget}: give 1..{MAX_BUDGET} measured calls per context")
@@ -122,8 +159,9 @@ def _run(args: argparse.Namespace) -> int:
         claim_results(args.out, force=args.force, figures=FIGURES if args.plots else (),
                       inputs=[*names, *([args.suite] if args.suite else []), *(args.replay or [])])
     backend, backend_kwargs = _backend(args)
+    records = backend_kwargs.pop("records", None)  # the replay's, checked against --topology
     if args.suite is None and backend == "replay":
-        suite = _replay_suite(args, backend_kwargs["table"])
+        suite = _replay_suite(args, backend_kwargs["table"], records)
         args.suite = "replay (the measured calls)"
     else:
         args.suite = args.suite or "heldout"
@@ -238,8 +276,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_action_set_args(parser, "every policy")
     parser.add_argument("--backend", choices=("sim", "perturbed", "replay"), default="sim",
                         help="the reality that times every call (default: sim)")
-    parser.add_argument("--reality-seed", type=int_between(0, 2**32 - 1), default=1000, metavar="SEED",
-                        help="system of the perturbed reality (default 1000, a held-out seed)")
+    parser.add_argument("--reality-seed", type=int_between(0, 2**32 - 1), default=None, metavar="SEED",
+                        help=f"with --backend perturbed: its system (default {DEFAULT_REALITY_SEED}, "
+                             "a held-out seed)")
     parser.add_argument("--replay", action="append", type=path_arg, metavar="LOGS",
                         help="measurements for --backend replay (files or folders; repeatable)")
     parser.add_argument("--seed", type=non_negative_int, default=0,

@@ -21,6 +21,7 @@ from dynamiccl.cli.common import (
     UserError,
     add_gate_margin_arg,
     add_topology_args,
+    check_output_format,
     non_negative_int,
     positive_int,
     topology_from_args,
@@ -92,6 +93,7 @@ def _output(args: argparse.Namespace) -> Path:
     from dynamiccl.plugin import nccl_csv
     from dynamiccl.plugin import policy_file as pf
 
+    check_output_format(args.output, args.format)
     inputs = [args.policy, args.topology]
     kind = pf.KIND if args.format == "dccl" else nccl_csv.KIND
     out = claim_output(args.output, kind, inputs=inputs, force=args.force)

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, path_arg, positive_int
+from dynamiccl.cli.common import UserError, nccl_version_arg, path_arg, positive_int
 
 EPILOG = """examples:
   dynamiccl label logs/all_reduce_default.txt --nodes 16 --gpus-per-node 8
@@ -38,11 +38,18 @@ def _run(args: argparse.Namespace) -> int:
     from dynamiccl.files import FileKind, claim_output, write_text_atomic
     from dynamiccl.profiler.formats.measurements import MeasurementFormatError, detect_format
     from dynamiccl.profiler.formats.nccl_tests import parse_nccl_tests_file
-    from dynamiccl.profiler.formats.published import PublishedRunError, sidecar_log, sidecar_text
+    from dynamiccl.profiler.formats.published import (
+        PublishedRunError,
+        check_against_log,
+        sidecar_log,
+        sidecar_text,
+    )
     from dynamiccl.system.topology import LAUNCH_MODES
 
-    forced = dict(args.forced or [])
-    written = []
+    forced = _forced_once(args.forced or [])
+    # every log checked and every sidecar claimed before any is written: a mistake in the third
+    # log leaves the first two as they were, not half the batch labelled
+    pending: dict[Path, str] = {}
     for log in map(Path, args.logs):
         try:
             kind = detect_format(log)
@@ -55,33 +62,39 @@ def _run(args: argparse.Namespace) -> int:
         if len({run.collective for run in runs}) != 1:
             raise UserError(f"{log}: holds runs of several collectives; label one run per file")
         sidecar = log.with_suffix(".yaml")
+        if sidecar in pending:
+            raise UserError(f"{log} is given twice (its sidecar {sidecar} once); give each log once")
         kind_of = FileKind(f"the sidecar of {log.name}",
                            lambda p, log=log: (sidecar_log(p) or Path()).resolve() == log.resolve())
-        claim_output(sidecar, kind_of, inputs=[log], force=args.force, flag="the sidecar")
+        claim_output(sidecar, kind_of, inputs=[log], force=args.force, flag="")
         launch = args.launch or (LAUNCH_MODES[1] if args.nodes == 1 and runs[0].header.get(
             "ngpus", 1) == args.gpus_per_node > 1 else LAUNCH_MODES[0])
         try:
             text = sidecar_text(log.name, runs[0].collective, args.nodes, args.gpus_per_node, launch,
-                                forced, nccl_version=args.nccl_version or "unknown",
+                                forced, nccl_version=str(args.nccl_version or "unknown"),
                                 source={"labelled_by": "dynamiccl label"},
                                 notes="labelled by hand: forced is what the run was started with")
+            check_against_log(text, log)
         except PublishedRunError as exc:
             raise UserError(f"{log}: {exc}") from None
+        pending[sidecar] = text
+    for sidecar, text in pending.items():
         write_text_atomic(sidecar, text)
-        written.append(str(sidecar))
     what = "NCCL's default" if not forced else " ".join(f"{k}={v}" for k, v in forced.items())
-    print(f"labelled {len(written)} log(s) as {what} on {args.nodes} node(s) x "
-          f"{args.gpus_per_node} rank(s) per node: {', '.join(written)}", file=sys.stderr)
+    print(f"labelled {len(pending)} log(s) as {what} on {args.nodes} node(s) x "
+          f"{args.gpus_per_node} rank(s) per node: {', '.join(map(str, pending))}", file=sys.stderr)
     return 0
 
 
-def _version_arg(text: str) -> str:
-    from dynamiccl.system.nccl_versions import parse_version
-
-    version = parse_version(text)
-    if version is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an NCCL release; give e.g. 2.26.2")
-    return str(version)
+def _forced_once(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """The --forced variables; one given twice is refused (which of the two did the run use?)."""
+    forced: dict[str, str] = {}
+    for name, value in pairs:
+        if name in forced and forced[name] != value:
+            raise UserError(f"--forced {name} is given twice ({forced[name]} and {value}); a run "
+                            "was started with one value: give it once")
+        forced[name] = value
+    return forced
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -104,7 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--launch", choices=LAUNCH_MODES, default=None,
                         help="one process per GPU, or one process driving every GPU of the node "
                              "(default: single_process where one node's log shows nGpus = its GPUs)")
-    parser.add_argument("--nccl-version", type=_version_arg, default=None, metavar="X.Y.Z",
+    parser.add_argument("--nccl-version", type=nccl_version_arg, default=None, metavar="X.Y.Z",
                         help="the NCCL release it ran (default: what the log says, if anything)")
     parser.add_argument("--force", action="store_true", help="replace a sidecar written before")
     parser.set_defaults(func=_run)

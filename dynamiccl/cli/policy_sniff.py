@@ -23,8 +23,9 @@ _TEXT_BYTES = frozenset(range(32, 127)) | frozenset(b"\t\n\r\f")
 _GIVE = "give a .dccl file written by `dynamiccl export` or NVIDIA's example-tuner CSV"
 
 
-def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
-    """``"dccl"`` or ``"csv"`` (which parser reads the file), or one UserError naming what it is."""
+def policy_file_kind(path: str | Path, give: str = _GIVE) -> Literal["dccl", "csv"]:
+    """``"dccl"`` or ``"csv"`` (which parser reads the file), or one UserError naming what it is
+    and ``give`` (what the command takes instead)."""
     from dynamiccl.plugin import policy_file as pf
     path = Path(path)
     head = read_head(path, "policy file", SNIFF_BYTES, missing="export one with `dynamiccl export`")
@@ -37,16 +38,16 @@ def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
     if head.startswith(pf.MAGIC.encode()):
         return "dccl"
     if not head:
-        raise UserError(f"{path} is empty; {_GIVE}")
+        raise UserError(f"{path} is empty; {give}")
     if head.startswith(ZIP_MAGIC):
         raise UserError(f"{path} is a zip archive (a checkpoint of `dynamiccl train`?), not a policy "
                         f"file; turn a checkpoint into one with `dynamiccl export --policy {path} "
                         "--topology NAME -o policy.dccl`")
     if b"\0" in head or sum(b not in _TEXT_BYTES for b in head) > len(head) // 10:
-        raise UserError(f"{path} is a binary file, not a policy file; {_GIVE}")
+        raise UserError(f"{path} is a binary file, not a policy file; {give}")
     if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"[")):
         raise UserError(f"{path} is JSON (measurement records, an evidence file or a report?), not a "
-                        f"policy file; {_GIVE}")
+                        f"policy file; {give}")
     if path.suffix == pf.SUFFIX:
         raise UserError(f"{path} does not start with the '{pf.MAGIC} <version>' line, so it is not "
                         "a DynamICCL policy file (or its start is damaged); re-export it")
@@ -54,7 +55,7 @@ def policy_file_kind(path: str | Path) -> Literal["dccl", "csv"]:
                   if line.strip() and not line.lstrip().startswith("#")), None)
     if first is not None and "," not in first:
         raise UserError(f"{path} is neither a DynamICCL policy file (no '{pf.MAGIC}' first line) "
-                        f"nor NVIDIA example-tuner CSV (its first rule line has no commas); {_GIVE}")
+                        f"nor NVIDIA example-tuner CSV (its first rule line has no commas); {give}")
     return "csv"
 
 

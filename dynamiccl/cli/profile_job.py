@@ -19,7 +19,6 @@ that cannot go there is written beside it or in the temporary folder, never drop
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import shutil
@@ -27,10 +26,17 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
-from dynamiccl.cli.common import UserError, int_between, non_negative_float, path_arg, positive_float
+from dynamiccl.cli.common import (
+    UserError,
+    int_between,
+    job_command,
+    non_negative_float,
+    path_arg,
+    positive_float,
+)
 from dynamiccl.plugin.profile_ring import (
     DEFAULT_RECORDS,
     JOB_RECORDS,
@@ -106,56 +112,21 @@ def _records_arg(text: str) -> int:
 
 
 def _command(args: argparse.Namespace) -> list[str]:
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        raise UserError("no command given; write it after --, e.g. "
-                        "dynamiccl profile job -- torchrun --nproc-per-node 2 train.py")
-    if not shutil.which(cmd[0]):
-        if os.sep in cmd[0] and Path(cmd[0]).is_file():
-            raise UserError(f"{cmd[0]} is not executable; chmod +x it, or give its interpreter "
-                            f"first (e.g. python {cmd[0]})")
-        raise UserError(f"{cmd[0]}: command not found; give the job's command after --")
-    return cmd
+    return job_command(args.cmd, "dynamiccl profile job -- torchrun --nproc-per-node 2 train.py")
 
 
 @contextmanager
 def _claimed_out(args: argparse.Namespace) -> Iterator[Path]:
     """The --out folder, checked before the job runs: created if missing (and removed again if
     nothing is written into it), writable, held against a second `profile job` writing into it
-    (a lock on the folder, released when this one ends), its job.jsonl one it may write."""
-    from dynamiccl.files import claim_output
+    (:func:`~dynamiccl.files.claimed_folder`), its job.jsonl one it may write."""
+    from dynamiccl.files import claim_output, claimed_folder
     from dynamiccl.profiler.formats.job_mix import JOB_MIX
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; give a folder for {JOB_FILE}")
-    if not out.parent.is_dir():
-        raise UserError(f"--out {out}: its parent folder does not exist; create it first")
-    created = False
-    try:
-        out.mkdir()
-        created = True
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot create the folder ({exc.strerror or exc}); pick "
-                        "another --out") from None
-    try:
-        handle = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise UserError(f"--out {out} is being written by another `dynamiccl profile job` "
-                                "that still runs; wait for it to end or pick another --out") from None
-            claim_output(out / JOB_FILE, JOB_MIX, force=args.force, flag="--out")
-            yield out
-        finally:
-            os.close(handle)
-    finally:
-        if created:
-            with suppress(OSError):  # not empty, or no longer a folder: it stays as it is
-                out.rmdir()
+    with claimed_folder(args.out, flag="--out", holds=JOB_FILE,
+                        command="dynamiccl profile job") as out:
+        claim_output(out / JOB_FILE, JOB_MIX, force=args.force, flag="--out")
+        yield out
 
 
 def _rings_folder(args: argparse.Namespace) -> tuple[Path, bool]:

@@ -72,8 +72,8 @@ def request_argv(line: str) -> list[str]:
             continue
         if isinstance(value, (bool, list, dict)):
             raise UserError(f"{key}: give a string or a number, not {json.dumps(value)}")
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # JSON's 1e9 or 2.0 is the whole number it spells
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            value = int(value)  # JSON's 1e9 or 2.0 is the whole number it spells (1e300 stays 1e+300)
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv
 

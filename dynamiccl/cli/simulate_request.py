@@ -26,11 +26,11 @@ from dynamiccl.cli.common import (
     size_arg,
     topology_from_args,
 )
-from dynamiccl.system.knobs import CHUNK_LEVELS, KNOBS, Hierarchy, Schedule, parse_enum
+from dynamiccl.system.knobs import CHUNK_LEVELS, KNOBS, Hierarchy, Knob, Schedule, parse_enum
 from dynamiccl.system.nccl import COLLECTIVE_TOKENS, MAX_CHANNELS, PROTOCOL_TOKENS, Algorithm, Protocol
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import Topology
-from dynamiccl.system.units import SIZE_HELP, parse_duration_us
+from dynamiccl.system.units import SIZE_HELP, format_size, parse_duration_us
 
 if TYPE_CHECKING:
     from dynamiccl.decisions import Decision, KnobConstraints
@@ -100,7 +100,7 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunks", type=int, help=f"active chunks, one of {CHUNK_LEVELS}")
     for k in MORE_KNOBS:
         p.add_argument(f"--{k.name.replace('_', '-')}", type=size_arg if k.size else int,
-                       help=f"{k.title}, {k.lo}..{k.hi} (default: NCCL's own)")
+                       help=f"{k.title}, {_knob_range(k)} (default: NCCL's own)")
     p.add_argument("--straggler-rank", type=non_negative_int, metavar="R",
                    help="rank that arrives late (needs --straggler-delay)")
     p.add_argument("--straggler-delay", type=_delay_arg, default=0.0, metavar="DELAY",
@@ -108,6 +108,13 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--c2c", type=_c2c_arg, default=0.0,
                    help=f"compute-to-communication ratio of compute overlapping the collective "
                    f"(0..{MAX_C2C:g})")
+
+
+def _knob_range(knob: Knob) -> str:
+    """A knob's range as its flag takes it: sizes in binary units with their bytes."""
+    if knob.size:
+        return f"{format_size(knob.lo)}..{format_size(knob.hi)} ({knob.lo}..{knob.hi} bytes)"
+    return f"{knob.lo}..{knob.hi}"
 
 
 def scenario_from_args(args: argparse.Namespace,
@@ -138,7 +145,8 @@ def constraints_from_args(args: argparse.Namespace) -> KnobConstraints:
     for k in MORE_KNOBS:
         value = getattr(args, k.name)
         if value is not None and not k.lo <= value <= k.hi:
-            raise UserError(f"--{k.name.replace('_', '-')} must be {k.lo}..{k.hi}, got {value}")
+            got = f"{value} ({format_size(value)})" if k.size else str(value)
+            raise UserError(f"--{k.name.replace('_', '-')} must be {_knob_range(k)}, got {got}")
     return KnobConstraints(args.algo, args.proto, args.channels, args.hierarchy, args.schedule,
                            args.chunks, **{k.name: getattr(args, k.name) for k in MORE_KNOBS})
 

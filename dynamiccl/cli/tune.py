@@ -25,6 +25,8 @@ from dynamiccl.cli.common import (
     UserError,
     add_gate_margin_arg,
     add_topology_args,
+    check_output_format,
+    nccl_version_arg,
     path_arg,
     topology_from_args,
 )
@@ -64,10 +66,13 @@ def _records(paths: list[str] | None, topology, nccl_version=None) -> tuple[list
         raise UserError(provenance.unlabelled_message(unlabelled, provenance.steered_files(records)))
     by_version = provenance.versions(records)
     if nccl_version is not None:
+        if not by_version:
+            raise UserError(f"--nccl-version {nccl_version}: no measurement states its NCCL release, "
+                            "so there is none to pick; drop --nccl-version (a log states it where "
+                            "NCCL_DEBUG=INFO was set, a sidecar in its nccl_version)")
         if nccl_version not in by_version:
-            said = ", ".join(map(str, by_version)) or "none"
             raise UserError(f"--nccl-version {nccl_version}: no measurement states that release "
-                            f"(they state: {said}); give one of those")
+                            f"(they state: {', '.join(map(str, by_version))}); give one of those")
         records = provenance.of_version(records, nccl_version)
     elif len(by_version) > 1:
         raise UserError(provenance.mixed_versions_message(by_version))
@@ -105,6 +110,10 @@ def _check_flags(args: argparse.Namespace) -> None:
     for flag, given, mode, what in needs:
         if given and not mode:
             raise UserError(f"{flag} only applies with {what}; add it or drop {flag}")
+    if args.run and args.launcher not in (None, "local"):
+        raise UserError(f"--run measures the plan now on this machine's GPUs, not through "
+                        f"{args.launcher}; drop --launcher {args.launcher} (or --run, to print the "
+                        "launches for it)")
     if args.no_measurements and args.measurements:
         raise UserError("--no-measurements says there are none, but --measurements gives some; "
                         "drop one of them")
@@ -457,6 +466,7 @@ def _claim_output(args: argparse.Namespace):
         claim_script(args, inputs)
     if not args.output or args.plan:
         return None
+    check_output_format(args.output, args.format)
     if args.format == "nccl-example-csv":
         from dynamiccl.plugin import nccl_csv
 
@@ -564,18 +574,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="with -o: dccl (the DynamICCL plugin's file with its evidence beside it, "
                              "default) or NVIDIA's example-tuner CSV (measured overrides as comments "
                              "say; NCCL's own pick spelled out elsewhere, as that tuner cannot defer)")
-    parser.add_argument("--nccl-version", type=_nccl_version_arg, default=None, metavar="X.Y.Z",
+    parser.add_argument("--nccl-version", type=nccl_version_arg, default=None, metavar="X.Y.Z",
                         help="tune only the measurements of this NCCL release (measurements of "
                              "several releases are refused together: NCCL's default differs)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=_run)
-
-
-def _nccl_version_arg(text: str):
-    from dynamiccl.system.nccl_versions import parse_version
-
-    version = parse_version(text)
-    if version is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an NCCL release; give major.minor.patch, "
-                                         "e.g. 2.26.2")
-    return version

@@ -19,14 +19,14 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-from dynamiccl.cli.common import UserError
+from dynamiccl.cli.common import UserError, path_arg
 
 #: Measurements a plan may use without --budget.
 DEFAULT_BUDGET = 64
 MAX_BUDGET = 100_000
 #: The largest node-hours budget taken at its word (a year of a 100-node cluster).
 MAX_NODE_HOURS = 1e6
-_NODE_HOURS = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:nh|node-?hours?)\s*$", re.I)
+_NODE_HOURS = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*(?:nh|node-?hours?)\s*$", re.I)
 _COUNT = re.compile(r"^\s*(\d+)\s*(?:measurements?)?\s*$", re.I)
 PLAN_SCRIPT_MAGIC = b"#!/usr/bin/env bash\n# DynamICCL measurement plan"
 
@@ -71,11 +71,11 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
                         help="with --plan: the launches for this launcher (default: local on one "
                              "node; across nodes a line for openmpi and one for mpich)")
-    parser.add_argument("--script", metavar="FILE",
+    parser.add_argument("--script", type=path_arg, metavar="FILE",
                         help="with --plan: write the plan as a bash script for --launcher (resumable, "
                              "Ctrl-C safe, --dry-run prints the launches; each launch writes its log "
                              "and its sidecar under --logs)")
-    parser.add_argument("--logs", default="logs", metavar="DIR",
+    parser.add_argument("--logs", type=path_arg, default="logs", metavar="DIR",
                         help="with --plan: the folder the launches write their logs to (default logs); "
                              "a printed plan writes a chunk-size launch's pin policy and sidecar "
                              "there at once")
@@ -211,10 +211,33 @@ def topology_words(args: argparse.Namespace) -> list[str]:
 
 
 def claim_script(args: argparse.Namespace, inputs: list[str]) -> None:
-    """``--script`` checked before any work: never an input, and --force replaces only a plan script."""
+    """``--script`` checked before any work: never an input, and --force replaces only a plan script;
+    ``--logs`` a folder the launches can make and write to (:func:`check_logs`)."""
     from dynamiccl.files import FileKind, claim_output, starts_with
 
+    check_logs(args.logs)
     if args.script:
         claim_output(args.script, FileKind("a plan script tune --plan wrote",
                                            starts_with(PLAN_SCRIPT_MAGIC)),
                      inputs=inputs, force=args.force, flag="--script")
+
+
+def check_logs(logs: str) -> None:
+    """``--logs``: a folder the plan's launches write into (made by the script, or by hand for the
+    printed lines) must be able to be one: not an existing file, under a folder (the nearest that
+    exists) that can be written to. The launches may run elsewhere, but on a shared file system
+    what cannot be made here cannot be made there either."""
+    from pathlib import Path
+
+    from dynamiccl.files import takes_files
+
+    path = Path(logs)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--logs {logs} is a file; give a folder for the launches' logs")
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise UserError(f"--logs {logs}: {existing} is a file, so the folder cannot be made; give "
+                        "another --logs")
+    if not takes_files(existing):
+        raise UserError(f"--logs {logs}: {existing} is not writable, so the launches could not "
+                        "write their logs there; give another --logs")

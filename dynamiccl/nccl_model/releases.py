@@ -121,10 +121,13 @@ def release(version: str | NcclVersion | None = None) -> Release:
     wanted = parse_version(version)
     if wanted is None:
         raise ValueError(f"{version!r} is not an NCCL release (major.minor.patch)")
-    if wanted < FIRST or (wanted.major, wanted.minor) > (LAST.major, LAST.minor):
-        raise ValueError(f"NCCL {wanted} is not modelled; the model reproduces NCCL {FIRST} to "
-                         f"{LAST.major}.{LAST.minor}.x (older releases keep their cost model "
-                         "elsewhere and differ in more)")
+    modelled = f"the model reproduces NCCL {FIRST} to {LAST.major}.{LAST.minor}.x"
+    if wanted < FIRST:
+        raise ValueError(f"NCCL {wanted} is not modelled; {modelled} (older releases keep their "
+                         "cost model elsewhere and differ in more)")
+    if (wanted.major, wanted.minor) > (LAST.major, LAST.minor):
+        raise ValueError(f"NCCL {wanted} is not modelled; {modelled} (a newer release may have "
+                         "changed its constants: a newer dynamiccl may model it)")
     return next(r for r in reversed(RELEASES) if r.version <= wanted)
 
 

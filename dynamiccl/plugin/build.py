@@ -23,6 +23,8 @@ from pathlib import Path
 
 from dynamiccl.files import write_text_atomic
 from dynamiccl.plugin.policy_format import stale_headers, stale_message
+from dynamiccl.system.nccl import GET_VERSION_SYMBOL
+from dynamiccl.system.nccl_versions import NcclVersion
 
 LIBRARY_NAME = "libnccl-tuner-dynamiccl.so"
 #: The ABI versions the plugin exports, newest first (NCCL's loader tries them in this order).
@@ -297,3 +299,48 @@ def find_nccl_library() -> Path | None:
             return candidate
     return None
 
+
+
+def installed_nccl_version() -> NcclVersion | None:
+    """The release of the NCCL library this Python environment installs (:func:`find_nccl_library`,
+    the wheel torch brings), as its ``ncclGetVersion`` reports it; None where there is none or it
+    cannot be loaded. Loading it starts nothing on a GPU."""
+    import ctypes
+
+    path = find_nccl_library()
+    if path is None:
+        return None
+    try:
+        library = ctypes.CDLL(str(path))
+        code = ctypes.c_int(0)
+        if getattr(library, GET_VERSION_SYMBOL)(ctypes.byref(code)) != 0 or code.value <= 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return NcclVersion.from_code(code.value)
+
+
+def tuner_library_problem(path: str | Path) -> str | None:
+    """Why ``path`` is not a tuner plugin NCCL could load (missing, not a regular file, no ELF
+    shared library, no ``ncclTunerPlugin_vN`` exported), in words; None when it is one. NCCL says
+    nothing when it cannot load the plugin it is given and decides every call itself."""
+    path = Path(path)
+    if not path.exists():
+        return "no such file"
+    if not path.is_file():
+        return "not a regular file"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(ELF_MAGIC))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if head != ELF_MAGIC:
+        return "not a shared library (no ELF header)"
+    if shutil.which("nm"):
+        try:
+            exported = exported_symbols(path)
+        except subprocess.CalledProcessError:
+            return "an ELF file whose symbols nm cannot list: not a shared library"
+        if not any(s in exported for s in EXPORTED_SYMBOLS):
+            return f"exports no {EXPORTED_SYMBOLS[-1][:-1]}N: not a tuner plugin"
+    return None

@@ -83,10 +83,37 @@ def write(entries: list[MixEntry], path: str | Path) -> Path:
     return write_text_atomic(path, text)
 
 
+#: Lines (kinds of call) a mix may have: a job's collectives x sizes x communicators x NCCL's
+#: choices is a few thousand; beyond this it is no job's mix, and reading it would take gigabytes.
+MAX_KINDS = 100_000
+FIX = "give the job.jsonl `dynamiccl profile job` wrote"
+
+
 def read(path: str | Path) -> list[MixEntry]:
-    """A job mix back; ValueError (one line, naming the file and line) for anything else."""
-    return read_json_lines(path, _entry, "a job's collective mix",
-                           "give the job.jsonl `dynamiccl profile job` wrote")
+    """A job mix back; ValueError (one line, naming the file and line) for anything else: a line
+    that is no mix line, a kind of call given twice (``profile job`` writes each once; counted
+    twice, it would double the job's time in it), a mix with no call or no time in its calls,
+    more than :data:`MAX_KINDS` lines."""
+    seen: dict[tuple, str] = {}
+
+    def once(data: dict, where: str) -> MixEntry:
+        e = _entry(data, where)
+        r = e.record
+        key = (r.collective, r.nbytes, r.nranks, r.nnodes, r.nccl_pick, e.nccl_channels)
+        if key in seen:
+            raise ValueError(f"the kind of call of {seen[key]} again ({r.collective} {r.nbytes} B "
+                             f"on {r.nranks} ranks, NCCL's {r.nccl_pick}/{e.nccl_channels}ch)")
+        seen[key] = where
+        return e
+
+    entries = read_json_lines(path, once, "a job's collective mix", FIX, max_lines=MAX_KINDS)
+    if not entries:
+        raise ValueError(f"{path}: the job's mix is empty; profile a job that runs NCCL "
+                         "collectives (dynamiccl profile job -- CMD)")
+    if not any(e.total_us > 0 for e in entries):
+        raise ValueError(f"{path}: the job's mix spends no time in its calls (total_us is 0 on "
+                         f"every line), so it weighs nothing; {FIX}")
+    return entries
 
 
 def _entry(data: dict, where: str) -> MixEntry:

@@ -118,10 +118,16 @@ def parse_debug_log_file(path: str | Path) -> NcclDebugLog:
     special = not_regular_message(path, "NCCL debug log")
     if special:
         raise NcclDebugLogError(special)
+    if path.is_dir():
+        raise NcclDebugLogError(f"{path} is a folder, not an NCCL debug log; give rank 0's log "
+                                "file inside it")
     try:
         return parse_debug_log_lines(text_lines(path), source=str(path))
+    except FileNotFoundError:
+        raise NcclDebugLogError(f"{path}: no such NCCL debug log; check the path") from None
     except OSError as exc:
-        raise NcclDebugLogError(f"{path}: cannot be read ({exc.strerror})") from None
+        raise NcclDebugLogError(f"{path}: cannot be read ({exc.strerror or exc}); check its "
+                                "permissions") from None
 
 
 def parse_debug_log(text: str, source: str = "<log>") -> NcclDebugLog:

@@ -39,7 +39,13 @@ from dynamiccl.profiler.formats.nccl_tests import NO_RANK_LINES, _forced_config,
 from dynamiccl.profiler.formats.records import MeasurementRecord, normalize_config
 from dynamiccl.profiler.formats.tuner_measurements_csv import COLUMNS, INPLACE_COLUMN, tuner_csv_rows
 from dynamiccl.system.knobs import NCCL_KNOBS, Collective, Knobs, KnobValues
-from dynamiccl.system.nccl import ALGO_ENV, PROTO_ENV
+from dynamiccl.system.nccl import (
+    ALGO_ENV,
+    MAX_CHANNELS,
+    MAX_CHANNELS_ENV,
+    MIN_CHANNELS_ENV,
+    PROTO_ENV,
+)
 from dynamiccl.system.nccl_versions import parse_version
 from dynamiccl.system.topology import LAUNCH_MODES, MAX_RANKS, Topology, load_topology
 
@@ -182,41 +188,80 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     ``records`` are the out-of-place rows, ``in_place`` the in-place column's (the same calls
     timed again); the loader has already dropped the no-op rows of size 0.
     """
-    from dynamiccl.profiler.formats.measurements import read
-
     sidecar = Path(sidecar)
     meta = _read_sidecar(sidecar)
     log = sidecar.parent / meta["log"]
+    halves, warnings = _log_records(meta, log, f"{sidecar}:", _sidecar_version(sidecar, meta),
+                                    _SIDECAR_FIXES)
+    collective = Collective[str(meta["collective"]).upper()]
+    forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
+    return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, int(meta["nodes"]),
+                        int(meta["gpus_per_node"]), str(meta["launch"]), forced,
+                        str(meta.get("nccl_version", "unknown")), dict(meta["source"]),
+                        tuple(halves[False]), tuple(halves[True]), tuple(warnings))
+
+
+def check_against_log(text: str, log: str | Path) -> None:
+    """PublishedRunError where the sidecar ``text`` (as :func:`sidecar_text` writes it) contradicts
+    the log it would sit beside: another collective, fewer ranks than the log lists, another NCCL
+    release or another forcing than the log's own lines state. What ``dynamiccl label`` checks
+    before it writes: a label that the log itself refutes is refused, not written."""
+    meta = yaml.safe_load(text)
+    version = meta.get("nccl_version")
+    stated = "" if version in (None, "unknown") else str(parse_version(str(version)))
+    _log_records(meta, Path(log), "the label", stated, _LABEL_FIXES)
+
+
+#: The fix each contradiction names, in a sidecar and in a label being written.
+_SIDECAR_FIXES = {"collective": "fix the sidecar's collective",
+                  "shape": "fix its nodes or gpus_per_node",
+                  "version": "fix the sidecar's nccl_version",
+                  "forcing": "fix the sidecar's forced, or drop the sidecar: tune reads the log's own"}
+_LABEL_FIXES = {"collective": "the log says which it ran",
+                "shape": "give the --nodes and --gpus-per-node it ran on",
+                "version": "give the --nccl-version it ran, or none (the log's own is read)",
+                "forcing": "give the --forced it ran with, or no label: tune reads the log's own"}
+
+
+def _log_records(meta: dict[str, Any], log: Path, where: str, stated: str, fixes: dict[str, str]
+                 ) -> tuple[dict[bool, list[MeasurementRecord]], list[str]]:
+    """The log's records with the sidecar's facts (``meta``) applied, out-of-place (False) and
+    in-place (True); PublishedRunError (naming ``where``, the sidecar) where they contradict the
+    log: another collective, more ranks than the sidecar's shape, another NCCL release
+    (``stated``: the sidecar's, "" for none) or another NCCL_ALGO/NCCL_PROTO than the log's own
+    lines (NCCL's INFO ``... set by environment to ...``) say it ran with. With them, what the
+    log's parser passed over (its warnings)."""
+    from dynamiccl.profiler.formats.measurements import read
+
     collective = Collective[str(meta["collective"]).upper()]
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
     pinned = _pinned(meta)
     knobs = _run_knobs(forced, pinned, collective)
     nodes, gpn = int(meta["nodes"]), int(meta["gpus_per_node"])
-    stated = _sidecar_version(sidecar, meta)
     halves: dict[bool, list[MeasurementRecord]] = {False: [], True: []}
     records, warnings = read(log)
-    _check_pin(sidecar, log, meta, pinned, collective, records, stated)
+    _check_pin(where, log, meta, pinned, collective, records, stated)
     for rec in records:
         if rec.coll != collective:
-            raise PublishedRunError(f"{sidecar}: says {collective.name.lower()} but {log.name} "
-                                    f"holds {rec.collective}; fix the sidecar's collective")
+            raise PublishedRunError(f"{where} says {collective.name.lower()} but {log.name} "
+                                    f"holds {rec.collective}; {fixes['collective']}")
         if rec.nranks > nodes * gpn:  # fewer: a log whose first rank lines were cut off
-            raise PublishedRunError(f"{sidecar}: says {nodes} nodes x {gpn} GPUs = {nodes * gpn} "
-                                    f"ranks, but {log.name} lists {rec.nranks}; fix its nodes or "
-                                    "gpus_per_node")
+            raise PublishedRunError(f"{where} says {nodes} nodes x {gpn} GPUs = {nodes * gpn} "
+                                    f"ranks, but {log.name} lists {rec.nranks}; {fixes['shape']}")
         if stated and rec.nccl_version and rec.nccl_version != stated:
-            raise PublishedRunError(f"{sidecar}: says NCCL {stated} but {log.name} was run with "
-                                    f"NCCL {rec.nccl_version}; fix the sidecar's nccl_version")
+            raise PublishedRunError(f"{where} says NCCL {stated} but {log.name} was run with "
+                                    f"NCCL {rec.nccl_version}; {fixes['version']}")
+        contradiction = _forcing_contradiction(rec.env, forced, collective)
+        if contradiction:
+            raise PublishedRunError(f"{where} says {contradiction[1]} but {log.name} states "
+                                    f"{contradiction[0]} (its NCCL INFO lines); {fixes['forcing']}")
         halves[rec.in_place].append(replace(rec, nranks=nodes * gpn, nnodes=nodes, **knobs,
                                             env={**rec.env, **forced, **_str_map(meta.get("env"))},
                                             nccl_version=rec.nccl_version or stated,
                                             forcing_unknown=False))
     if not halves[False]:
         raise PublishedRunError(f"{log}: no out-of-place rows with a size above 0")
-    return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, nodes, gpn,
-                        str(meta["launch"]), forced, str(meta.get("nccl_version", "unknown")),
-                        dict(meta["source"]), tuple(halves[False]), tuple(halves[True]),
-                        tuple(w for w in warnings if NO_RANK_LINES not in w))  # the sidecar's shape
+    return halves, [w for w in warnings if NO_RANK_LINES not in w]  # the sidecar's shape
 
 
 def _run_knobs(forced: dict[str, str], pinned: Knobs | None, collective: Collective
@@ -231,16 +276,18 @@ def _run_knobs(forced: dict[str, str], pinned: Knobs | None, collective: Collect
     return knobs
 
 
-def _check_pin(sidecar: Path, log: Path, meta: dict[str, Any], pinned: Knobs | None,
+def _check_pin(where: str, log: Path, meta: dict[str, Any], pinned: Knobs | None,
                collective: Collective, records: list[MeasurementRecord], stated: str) -> None:
     """A pinned launch is read only where NCCL's log shows the plugin applying its pin; a log the
-    plugin steered is read only where the sidecar says what it pinned."""
+    plugin steered is read only where the sidecar says what it pinned. ``where`` names the sidecar
+    (``path:``) or the label being written."""
+    said_by = "the label" if not where.endswith(":") else f"its sidecar {Path(where[:-1]).name}"
     if pinned is None:
         steered = next((r.env[POLICY_ENV] for r in records if POLICY_ENV in r.env), None)
         if steered is not None:
             raise PublishedRunError(
                 f"{log}: NCCL's log shows DynamICCL's tuner plugin pinning its calls (policy "
-                f"{steered}) but its sidecar {sidecar.name} records no pin, so what it measured is "
+                f"{steered}) but {said_by} records no pin, so what it measured is "
                 "unknown: launch NCCL's default and NCCL_ALGO runs without NCCL_TUNER_PLUGIN and "
                 "DYNAMICCL_POLICY in the environment")
         return
@@ -250,7 +297,7 @@ def _check_pin(sidecar: Path, log: Path, meta: dict[str, Any], pinned: Knobs | N
     if problem:
         label = "/".join(pinned.parts(keep=None))
         raise PublishedRunError(
-            f"{log}: its sidecar says DynamICCL's tuner plugin pinned {label} (pin policy "
+            f"{log}: {said_by} says DynamICCL's tuner plugin pinned {label} (pin policy "
             f"{meta['policy']}), but {problem} (the launch is read neither as that choice nor as "
             "NCCL's default)")
 
@@ -294,6 +341,21 @@ def _pin_problem(meta: dict[str, Any], forced: dict[str, str], collective: Colle
     if not isinstance(meta.get("policy_sha256"), str) or not _SHA256.fullmatch(meta["policy_sha256"]):
         return (f"policy_sha256 is {meta.get('policy_sha256')!r}; give the pin policy's SHA-256 (64 "
                 "lowercase hexadecimal digits)")
+    return None
+
+
+def _forcing_contradiction(logged: dict[str, str], forced: dict[str, str], collective: Collective
+                           ) -> tuple[str, str] | None:
+    """(what the log states, what the sidecar says) for the first of NCCL_ALGO/NCCL_PROTO the log
+    names a value of and the sidecar another (or none); None where they agree."""
+    for var in (ALGO_ENV, PROTO_ENV):
+        if var not in logged:
+            continue
+        said = forced.get(var)
+        if (_single_choice(logged[var], collective) or "").lower() != \
+                (_single_choice(said, collective) or "").lower():
+            return (f"{var}={logged[var]}",
+                    f"{var}={said}" if said else f"{var} unset (NCCL's default)")
     return None
 
 
@@ -397,6 +459,10 @@ def _sidecar_problem(meta: dict[str, Any]) -> str | None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_RANKS:
             return f"{key} is {value!r}; give a whole number 1..{MAX_RANKS}"
+    if not table and meta["nodes"] * meta["gpus_per_node"] > MAX_RANKS:
+        return (f"nodes x gpus_per_node is {meta['nodes']} x {meta['gpus_per_node']} = "
+                f"{meta['nodes'] * meta['gpus_per_node']} ranks, more than any system has "
+                f"({MAX_RANKS}); give the run's own")
     for key in ("env",) if table else ("forced", "env"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             return f"{key} is {meta[key]!r}; give a mapping of NCCL variables to values"
@@ -409,6 +475,10 @@ def _sidecar_problem(meta: dict[str, Any]) -> str | None:
         normalize_config(algo, proto)
     except ValueError as exc:
         return f"forced {ALGO_ENV}/{PROTO_ENV}: {exc}"
+    for var in (MIN_CHANNELS_ENV, MAX_CHANNELS_ENV):
+        value = forced.get(var)
+        if value is not None and not (value.isdigit() and 1 <= int(value) <= MAX_CHANNELS):
+            return f"forced {var} is {value!r}; give a channel count 1..{MAX_CHANNELS}"
     if meta.get("pinned") is not None:
         return _pin_problem(meta, forced, collective)
     return None

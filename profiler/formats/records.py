@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dynamiccl.config_loader import unique_keys
-from dynamiccl.files import MAX_LINE_CHARS, FileKind, read_head, text_lines
+from dynamiccl.files import MAX_LINE_CHARS, FileKind, not_regular_message, read_head, text_lines
 from dynamiccl.system.knobs import NCCL_KNOBS, Knobs, knob_fields, parse_enum
 from dynamiccl.system.nccl import NCCL_ALGORITHMS, Algorithm, Collective, Protocol, bus_factor
 from dynamiccl.system.nccl_versions import parse_version
@@ -307,31 +307,42 @@ def write_jsonl(records: Iterable[MeasurementRecord], path: str | Path, append: 
 
 
 def read_json_lines(path: str | Path, parse: Callable[[dict[str, Any], str], T], what: str,
-                    fix: str) -> list[T]:
+                    fix: str, *, max_lines: int | None = None) -> list[T]:
     """``parse(object, "file:line")`` of every non-empty line; a line that is not a JSON object (a
     key given twice included) or that ``parse`` refuses (TypeError, KeyError, ValueError) raises
-    ValueError naming the file, the line, ``what`` it is not, and ``fix``. A UTF-8 byte-order mark
-    (some editors write one) is read past."""
+    ValueError naming the file, the line, ``what`` it is not, and ``fix``; so do a file that is not
+    UTF-8 text, a FIFO or a device (named, never read: one blocks, another never ends), and more
+    than ``max_lines`` non-empty lines (memory is bounded whatever the file). A UTF-8 byte-order
+    mark (some editors write one) is read past."""
+    special = not_regular_message(path, what)
+    if special:
+        raise ValueError(special)
     out: list[T] = []
-    for lineno, line in enumerate(text_lines(path, errors="strict"), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        if len(line) >= MAX_LINE_CHARS:
-            raise ValueError(f"{where}: a line of more than {MAX_LINE_CHARS} characters, too long to be "
-                             f"{what}; {fix}")
-        try:
-            data = json.loads(line, object_pairs_hook=unique_keys)
-            if not isinstance(data, dict):
-                raise ValueError(f"a JSON {type(data).__name__}, not an object")
-            out.append(parse(data, where))
-        except ImpossibleRecord as exc:
-            raise ValueError(f"{where}: {exc.problem}; no measurement has that, so fix or drop "
-                             "the line") from None
-        except RecursionError:
-            raise ValueError(f"{where}: JSON nested too deeply to be {what}; {fix}") from None
-        except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
-            raise ValueError(f"{where}: not {what} ({exc}); {fix}") from None
+    lines = text_lines(path, errors="strict")
+    try:
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            if len(line) >= MAX_LINE_CHARS:
+                raise ValueError(f"{where}: a line of more than {MAX_LINE_CHARS} characters, too long "
+                                 f"to be {what}; {fix}")
+            if max_lines is not None and len(out) >= max_lines:
+                raise ValueError(f"{where}: more than {max_lines} lines, too many to be {what}; {fix}")
+            try:
+                data = json.loads(line, object_pairs_hook=unique_keys)
+                if not isinstance(data, dict):
+                    raise ValueError(f"a JSON {type(data).__name__}, not an object")
+                out.append(parse(data, where))
+            except ImpossibleRecord as exc:
+                raise ValueError(f"{where}: {exc.problem}; no measurement has that, so fix or drop "
+                                 "the line") from None
+            except RecursionError:
+                raise ValueError(f"{where}: JSON nested too deeply to be {what}; {fix}") from None
+            except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
+                raise ValueError(f"{where}: not {what} ({exc}); {fix}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text, so not {what}; {fix}") from None
     return out
 
 

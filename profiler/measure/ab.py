@@ -20,20 +20,26 @@ from __future__ import annotations
 import math
 import os
 import re
-import signal
 import statistics
-import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dynamiccl.files import text_lines
+from dynamiccl.profiler.measure.job_process import (
+    GRACE_S,
+    JobProcess,
+    Stops,
+    stopped_status,
+    supervise,
+)
+
 #: The two sides of a comparison.
 DEFAULT, POLICY = "default", "policy"
 #: Pairs at least for a verdict: fewer say nothing beyond their noise.
 MIN_PAIRS_FOR_VERDICT = 3
-#: Seconds a stopped launch gets after SIGINT/SIGTERM before SIGKILL.
-GRACE_S = 10.0
 LAUNCHERS = ("env", "openmpi", "mpich")
 
 
@@ -66,8 +72,14 @@ class Result:
     seconds: float
     #: The launch's score: its wall seconds, or the number ``metric`` found in its output.
     score: float | None
+    #: As a shell reports it: the command's exit status, 128 + the signal that killed it, 124
+    #: after the timeout, 128 + the signal dynamiccl received that stopped it.
     status: int
     log: str
+    #: Why the launch was stopped before it ended on its own, in words ("" when it was not).
+    stopped: str = ""
+    #: The plugin's warnings in a policy launch's output (:func:`plugin_warnings`).
+    plugin_warnings: list[str] = field(default_factory=list)
 
 
 def policy_env(plugin: str | Path, policy: str | Path, sha256: str, *, policy_var: str,
@@ -115,54 +127,87 @@ def score_of(output: str, seconds: float, metric: re.Pattern[str] | None) -> flo
     if metric is None:
         return seconds
     found = metric.findall(output)
-    if not found:
-        return None
-    last = found[-1]
+    return _number(found[-1]) if found else None
+
+
+def score_in(log: Path, seconds: float, metric: re.Pattern[str] | None) -> float | None:
+    """:func:`score_of` a launch's log, read a line at a time (a job may print gigabytes; each line
+    is searched, cut at :data:`~dynamiccl.files.MAX_LINE_CHARS`)."""
+    if metric is None:
+        return seconds
+    last = None
+    for line in text_lines(log):
+        found = metric.findall(line)
+        if found:
+            last = found[-1]
+    return None if last is None else _number(last)
+
+
+def _number(found: str | tuple[str, ...]) -> float | None:
     try:
-        value = float(last[0] if isinstance(last, tuple) else last)
+        value = float(found[0] if isinstance(found, tuple) else found)
     except ValueError:
         return None
     return value if math.isfinite(value) else None
 
 
-def run(launch: Launch, base_env: dict[str, str], log: Path, *, timeout_s: float | None,
-        metric: re.Pattern[str] | None) -> Result:
-    """Runs one launch, its output (stdout and stderr) to ``log`` (written whole: ``log.part``
-    until the launch ends). KeyboardInterrupt stops the launch's whole session and propagates;
-    a launch past ``timeout_s`` is stopped and scored as failed (status 124)."""
+#: What the plugin's own warnings start with in NCCL's log (``NCCL WARN DynamICCL: ...``).
+PLUGIN_WARNING = "DynamICCL:"
+#: Plugin warnings kept per launch.
+MAX_WARNINGS = 3
+
+
+def plugin_warnings(log: Path) -> list[str]:
+    """The plugin's warnings in a launch's output (it defers when the policy does not hold for
+    the NCCL that runs, or the file is not the one the checksum names), each once; NCCL prints
+    them where ``NCCL_DEBUG`` is WARN or INFO."""
+    found: dict[str, None] = {}
+    for line in text_lines(log):
+        at = line.find(PLUGIN_WARNING)
+        if at >= 0 and "WARN" in line[:at]:
+            found[line[at:].strip()] = None
+            if len(found) >= MAX_WARNINGS:
+                break
+    return list(found)
+
+
+class CannotStart(Exception):
+    """A launch's command could not be started (not found, not executable): one line naming it."""
+
+
+def run(launch: Launch, base_env: dict[str, str], log: Path, stops: Stops, *,
+        timeout_s: float | None, metric: re.Pattern[str] | None, grace_s: float = GRACE_S,
+        poll_s: float = 0.1) -> Result:
+    """Runs one launch in a session of its own (:class:`~dynamiccl.profiler.measure.job_process.
+    JobProcess`), its output (stdout and stderr) to ``log``, written whole: a hidden file beside it
+    until the launch ends. A signal ``stops`` caught is passed on to every process of the launch,
+    which ends (SIGKILL after ``grace_s`` or at a second signal); a launch past ``timeout_s`` is
+    stopped likewise and scored as failed (status 124); what a launch left running is ended with
+    it. Raises :class:`CannotStart` when the command cannot be started."""
     env = {k: v for k, v in base_env.items() if k not in launch.unset_env} | launch.set_env
-    part = log.with_name(log.name + ".part")
+    fd, part = tempfile.mkstemp(prefix=f".{log.name}.", suffix=".part", dir=log.parent)
     began = time.monotonic()
-    with open(part, "wb") as out:
-        proc = subprocess.Popen(list(launch.command), env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            status = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            stop(proc, signal.SIGTERM)
-            status = 124
-        except KeyboardInterrupt:
-            stop(proc, signal.SIGINT)
-            raise
+    try:
+        with os.fdopen(fd, "wb") as out:
+            try:
+                job = JobProcess(launch.command, env, grace_s, output=out)
+            except OSError as exc:
+                raise CannotStart(f"cannot start {launch.command[0]}: {exc.strerror or exc}") from None
+            stops.attach(job)
+            ending = supervise(job, began=began, timeout_s=timeout_s, poll_s=poll_s)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(part, 0o666 & ~umask)  # a log of the user's, not mkstemp's private file
+        os.replace(part, log)
+    except BaseException:
+        Path(part).unlink(missing_ok=True)
+        raise
     seconds = time.monotonic() - began
-    os.replace(part, log)
-    output = log.read_text(errors="replace") if metric is not None else ""
-    score = score_of(output, seconds, metric) if status == 0 else None
-    return Result(launch.index, launch.pair, launch.side, seconds, score, status, str(log))
-
-
-def stop(proc: subprocess.Popen, first: signal.Signals) -> None:
-    """``first`` to the launch's whole session, then SIGKILL after :data:`GRACE_S`."""
-    for sig in (first, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    status, stopped = stopped_status(job, ending, timeout_s=timeout_s, signals=len(stops.received))
+    score = score_in(log, seconds, metric) if status == 0 else None
+    warnings = plugin_warnings(log) if launch.side == POLICY else []
+    return Result(launch.index, launch.pair, launch.side, seconds, score, status, str(log), stopped,
+                  warnings)
 
 
 @dataclass(frozen=True)
@@ -233,21 +278,25 @@ def _pct(ratio: float, lower_is_better: bool) -> str:
     return f"{(1 - ratio if lower_is_better else ratio - 1) * 100:+.1f}%"
 
 
-def run_all(launches: Sequence[Launch], base_env: dict[str, str], out: Path, *,
+def run_all(launches: Sequence[Launch], base_env: dict[str, str], out: Path, stops: Stops, *,
             timeout_s: float | None, metric: re.Pattern[str] | None,
             done: Callable[[list[Result]], None], progress: Callable[[str], None]) -> list[Result]:
     """Every launch in order, ``done`` called with the results so far after each (so a session
-    stopped midway keeps what it measured); stops at the first launch that fails."""
+    stopped midway keeps what it measured); stops at the first launch that fails, and at a signal
+    ``stops`` caught (the launch running then is stopped and kept, with how it was stopped; no
+    launch starts after it)."""
     results: list[Result] = []
     for launch in launches:
+        if stops.received:
+            break
         log = out / f"launch_{launch.index + 1:02d}_{launch.side}.log"
         progress(f"launch {launch.index + 1}/{len(launches)} ({launch.side}) ...")
-        result = run(launch, base_env, log, timeout_s=timeout_s, metric=metric)
+        result = run(launch, base_env, log, stops, timeout_s=timeout_s, metric=metric)
         results.append(result)
         done(results)
         score = "no score" if result.score is None else f"score {result.score:.6g}"
         progress(f"launch {launch.index + 1}/{len(launches)} ({launch.side}): {result.seconds:.1f} s, "
-                 f"{score}, exit {result.status}")
+                 f"{score}, exit {result.status}" + (f", {result.stopped}" if result.stopped else ""))
         if result.status != 0 or result.score is None:
             break
     return results

@@ -21,9 +21,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 #: The signals that end a command, passed on to the job.
 TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -62,8 +64,13 @@ class JobProcess:
     group and session, cannot be given to another process, so signalling the group never reaches a
     stranger."""
 
-    def __init__(self, cmd: Sequence[str], env: dict[str, str], grace_s: float = GRACE_S) -> None:
-        self.proc = subprocess.Popen(list(cmd), env=env, start_new_session=True)
+    def __init__(self, cmd: Sequence[str], env: dict[str, str], grace_s: float = GRACE_S,
+                 output: IO[bytes] | None = None) -> None:
+        """``output``: where the job's stdout and stderr go (its stdin is then empty); None: the
+        terminal's, as a job started by hand."""
+        redirect = {} if output is None else {"stdout": output, "stderr": subprocess.STDOUT,
+                                              "stdin": subprocess.DEVNULL}
+        self.proc = subprocess.Popen(list(cmd), env=env, start_new_session=True, **redirect)
         self.grace_s = grace_s
         #: Every process of the job seen so far: pid -> its start time (a reused pid is another).
         self.known: dict[int, int] = {}
@@ -152,6 +159,63 @@ class JobProcess:
                         (parent is not None and self.known.get(ppid) == parent[2]):
                     self.known[pid] = started
                     changed = True
+
+
+def end_what_it_left(job: JobProcess, left: list[int]) -> bool:
+    """A job that ended on its own leaving processes running (a forgotten ``nvidia-smi dmon &``, a
+    worker its launcher did not wait for) is not done: they get SIGTERM, then SIGKILL after the
+    grace, as a stopped job's do (``left`` names them); whether there were any."""
+    if job.stopped_by is not None:
+        return False
+    left.extend(job.leftovers())
+    if left:
+        job.stop(signal.SIGTERM)
+    return bool(left)
+
+
+@dataclass
+class Ending:
+    """How a supervised job (:func:`supervise`) ended."""
+
+    returncode: int
+    #: It ran past the timeout and was stopped.
+    timed_out: bool
+    #: Processes it started that still ran when it ended on its own (ended with it).
+    left: list[int] = field(default_factory=list)
+
+
+def supervise(job: JobProcess, *, began: float, timeout_s: float | None = None,
+              poll_s: float = 0.2, each: Callable[[], None] | None = None) -> Ending:
+    """Waits for ``job`` and everything it started to end, calling ``each`` every ``poll_s``
+    seconds meanwhile; past ``timeout_s`` seconds from ``began`` (``time.monotonic()``) the job is
+    stopped (SIGTERM, SIGKILL after its grace). A signal :class:`Stops` caught meanwhile has been
+    passed on to it already; what the job left running when it ended on its own is ended too."""
+    timed_out = False
+    left: list[int] = []
+    while job.running() or end_what_it_left(job, left):
+        if each is not None:
+            each()
+        if timeout_s is not None and job.stopped_by is None and time.monotonic() - began > timeout_s:
+            timed_out = True
+            job.stop(signal.SIGTERM)
+        time.sleep(poll_s)
+    return Ending(job.finish(), timed_out, left)
+
+
+def stopped_status(job: JobProcess, ending: Ending, *, timeout_s: float | None,
+                   signals: int) -> tuple[int, str]:
+    """What to exit with as a shell reports it, and why the job was stopped in words ("" when it
+    ended on its own): its own status (128 + the signal that killed it), 124 after the timeout,
+    128 + the signal dynamiccl received that stopped it (``signals``: how many it received)."""
+    status = shell_status(ending.returncode)
+    if job.stopped_by is None or ending.left:
+        return status, ""
+    status = 124 if ending.timed_out else 128 + job.stopped_by
+    stopped = (f"was stopped after the timeout of {timeout_s:g} s" if ending.timed_out else
+               f"was stopped by {signal_name(job.stopped_by)} to dynamiccl")
+    stopped += (" and killed (SIGKILL) at a second signal" if job.killed and signals > 1
+                else f" and killed (SIGKILL) {job.grace_s:g} s later" if job.killed else "")
+    return status, stopped
 
 
 def _signal_group(pgid: int, signum: int) -> None:

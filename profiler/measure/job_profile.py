@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,8 +31,8 @@ from dynamiccl.profiler.measure.job_process import (
     JobProcess,
     Stops,
     how_it_ended,
-    shell_status,
-    signal_name,
+    stopped_status,
+    supervise,
 )
 from dynamiccl.profiler.measure.profile_reader import CALL_DTYPE, ProfileReader, join_ranks
 from dynamiccl.system.nccl import Algorithm, Collective, Protocol
@@ -182,18 +181,6 @@ class JobRun:
         return "; ".join(why)
 
 
-def _end_what_it_left(job: JobProcess, left: list[int]) -> bool:
-    """A job that ended on its own leaving processes running (a forgotten ``nvidia-smi dmon &``, a
-    worker its launcher did not wait for) is not done: they get SIGTERM, then SIGKILL after the
-    grace, as a stopped job's do (``left`` names them); whether there were any."""
-    if job.stopped_by is not None:
-        return False
-    left.extend(job.leftovers())
-    if left:
-        job.stop(signal.SIGTERM)
-    return bool(left)
-
-
 def profiling_env(library: Path, rings: Path, records: int) -> dict[str, str]:
     """What a job needs in its environment for NCCL to load the profiler and record into ``rings``
     (every rank's process: export them through a launcher that does not pass the environment)."""
@@ -230,27 +217,18 @@ def run_job(cmd: Sequence[str], env: dict[str, str], rings: Path, stops: Stops, 
     began = time.monotonic()
     job = JobProcess(cmd, env, grace_s)
     stops.attach(job)
-    timed_out = False
-    left: list[int] = []  # what the job left running when it ended on its own
     with ProfileReader(rings) as reader:
-        while job.running() or _end_what_it_left(job, left):
+
+        def each() -> None:
             mix.add(reader.poll())
             if progress is not None:
                 progress(mix, time.monotonic() - began)
-            if timeout_s is not None and job.stopped_by is None and time.monotonic() - began > timeout_s:
-                timed_out = True
-                job.stop(signal.SIGTERM)
-            time.sleep(poll_s)
-        returncode = job.finish()
+
+        ending = supervise(job, began=began, timeout_s=timeout_s, poll_s=poll_s, each=each)
         mix.add(reader.poll())
         mix.flush()
-        stopped, status = "", shell_status(returncode)
-        if job.stopped_by is not None and not left:
-            status = 124 if timed_out else 128 + job.stopped_by
-            stopped = (f"was stopped after the timeout of {timeout_s:g} s" if timed_out else
-                       f"was stopped by {signal_name(job.stopped_by)} to dynamiccl")
-            stopped += (" and killed (SIGKILL) at a second signal" if job.killed and len(stops.received) > 1
-                        else f" and killed (SIGKILL) {grace_s:g} s later" if job.killed else "")
-        return JobRun(returncode, stopped, status, mix, len(reader.seen), reader.lost,
+        status, stopped = stopped_status(job, ending, timeout_s=timeout_s,
+                                         signals=len(stops.received))
+        return JobRun(ending.returncode, stopped, status, mix, len(reader.seen), reader.lost,
                       reader.drops(), dict(reader.unreadable), failed_rings(rings),
-                      time.monotonic() - began, left)
+                      time.monotonic() - began, ending.left)
