@@ -136,7 +136,7 @@ def test_online_tuner_switches_candidates_in_lockstep_and_pins_a_winner_never_sl
         else:
             assert final is None
         # the plugin (NCCL's part played in-process) now runs the winner, or the policy's rule
-        expected = tuple(final) if final is not None else CALM
+        expected = final.ids()[:len(CALM)] if final is not None else CALM  # (algo, proto, channels)
         assert all(o["decided"][size_bin.min_bytes] == expected for o in out)
 
 

@@ -281,13 +281,14 @@ def _check_pin(where: str, log: Path, meta: dict[str, Any], pinned: Knobs | None
     """A pinned launch is read only where NCCL's log shows the plugin applying its pin; a log the
     plugin steered is read only where the sidecar says what it pinned. ``where`` names the sidecar
     (``path:``) or the label being written."""
-    said_by = "the label" if not where.endswith(":") else f"its sidecar {Path(where[:-1]).name}"
+    said_by = "its sidecar" if where.endswith(":") else "the label"
+    named = f"its sidecar {Path(where[:-1]).name}" if where.endswith(":") else "the label"
     if pinned is None:
         steered = next((r.env[POLICY_ENV] for r in records if POLICY_ENV in r.env), None)
         if steered is not None:
             raise PublishedRunError(
                 f"{log}: NCCL's log shows DynamICCL's tuner plugin pinning its calls (policy "
-                f"{steered}) but {said_by} records no pin, so what it measured is "
+                f"{steered}) but {named} records no pin, so what it measured is "
                 "unknown: launch NCCL's default and NCCL_ALGO runs without NCCL_TUNER_PLUGIN and "
                 "DYNAMICCL_POLICY in the environment")
         return
