@@ -71,6 +71,7 @@ from bench_tuning import (
     ReplaySystem,
     Score,
     Unmeasured,
+    _shown,
     every_other_size,
     kept_records,
     random_half_of_sizes,
@@ -258,6 +259,123 @@ def _alone(tally: Tally, answered: list[tuple[tuple[float, float], float]], t_de
             tallied[0] += 1
             tallied[1] += t_pick > SLOWER_HELD_OUT * t_default
             tallied[2] += math.log(t_default / t_pick)
+
+
+#: A decision whose realised gains under tune and a rule differ by less than this (log) is no
+#: difference worth a row of ``--explain``.
+EXPLAIN_TOLERANCE = 0.005
+
+
+def _rule_saw(shown: dict[int, dict[Choice, float]], nbytes: int, rule: str, choice: Choice) -> str:
+    """What a rule read for ``choice`` at a held-out size: the measured gain over NCCL's default at
+    the measured size below (the sweep) or at both measured neighbours (the neighbour rule)."""
+    below = [n for n in shown if n < nbytes][-1:]
+    above = [n for n in shown if n > nbytes][:1] if rule == "neighbour_rule" else []
+    seen = [f"{100 * shown[n][choice]:+.1f}% at {format_size(n)}" for n in (*below, *above)
+            if choice in shown[n]]
+    return ", ".join(seen) or "-"
+
+
+def _verdict_text(est) -> str:
+    return "not weighed (the model cannot run it)" if est is None else \
+        f"{100 * est.gain:+.1f}% ±{100 * est.sigma:.1f}% {est.evidence}"
+
+
+def explain_reality(reality: HeldOutSizes, where: str) -> tuple[list[dict], float, float]:
+    """Every held-out decision of one reality where ``tune`` (the default, no prior) and a simple
+    rule realise gains that differ: the call, the headroom, what the rule pinned and read, what tune
+    pinned and how it judged the rule's choice, both realised gains on the scoring timing. Also the
+    reality's headroom in log, all of it and beyond noise (the shares' denominators)."""
+    records = kept_records(reality)
+    model, _ = calibrated_topology(records, reality.model)
+    tuner = tuner_for(reality, records, model, None)
+    rules = {name: rule(reality)[0] for name, rule in SIMPLE_RULES.items()}
+    shown = {series: dict(sorted(sizes.items())) for series, sizes in _shown(reality).items()}
+    rows, headroom, beyond = [], 0.0, 0.0
+    for s in filter(reality.scored, reality.scenarios):
+        t_default, t_best = reality.truth(s, DEFAULT), reality.best(s)
+        headroom += math.log(t_default / t_best)
+        beyond += math.log(t_default / t_best) if t_default >= BEYOND_NOISE * t_best else 0.0
+        d = tuner.decide(s)
+        t_tune = _truth(reality, s, d.chosen)
+        for name, picks in rules.items():
+            t_rule = _truth(reality, s, picks[s])
+            if t_tune is None or t_rule is None or \
+                    abs(math.log(t_tune / t_rule)) < EXPLAIN_TOLERANCE:
+                continue
+            series = shown.get((s.collective, s.topology.nranks), {})
+            judged = picks[s] if not picks[s].is_default else d.alternative
+            rows.append({
+                "unit": where, "collective": s.collective.name.lower(), "ranks": s.topology.nranks,
+                "nbytes": s.nbytes, "headroom": round(t_default / t_best - 1, 4),
+                "beyond_noise": t_default >= BEYOND_NOISE * t_best, "rule": name,
+                "rule_chose": picks[s].label(), "rule_gain": round(t_default / t_rule - 1, 4),
+                "rule_saw": _rule_saw(series, s.nbytes, name, judged),
+                "tune_chose": d.chosen.label(), "tune_gain": round(t_default / t_tune - 1, 4),
+                "tune_judged": judged.label(),
+                "tune_saw": _verdict_text(d.estimates.get(judged)),
+                "tune_verdict": f"{d.alternative.label()}: {100 * d.verdict.gain:+.1f}% "
+                                f"±{100 * d.verdict.sigma:.1f}% {d.verdict.evidence}",
+                "log_difference": math.log(t_tune / t_rule)})
+    return rows, headroom, beyond
+
+
+def explain(system: ReplaySystem, draws: int) -> dict:
+    """Per budget, the decisions that make the difference between ``tune`` and each simple rule
+    (:func:`explain_reality`), each with its share of the headroom (beyond noise where its
+    headroom is): summed, they are the rule's share minus tune's."""
+    budgets = {EVERY_OTHER: [every_other_size],
+               RANDOM_HALF: [random_half_of_sizes(d) for d in range(draws)]}
+    out: dict = {}
+    for budget, keeps in budgets.items():
+        rows, headroom, beyond = [], 0.0, 0.0
+        for d, keep in enumerate(keeps):
+            for k in range(system.splits):
+                where = f"split {k}" + (f" draw {d}" if budget == RANDOM_HALF else "")
+                found, h, b = explain_reality(HeldOutSizes(system.reality(k), keep), where)
+                rows += found
+                headroom += h
+                beyond += b
+        for row in rows:
+            diff = row.pop("log_difference")
+            row["share_points"] = round(diff / headroom, 4) if headroom > 1e-9 else None
+            row["beyond_noise_points"] = round(diff / beyond, 4) \
+                if row["beyond_noise"] and beyond > 1e-9 else 0.0
+        rows.sort(key=lambda r: (r["rule"], -r["beyond_noise_points"], -(r["share_points"] or 0)))
+        out[budget] = {"decisions": rows, "gap": {
+            rule: {"share_points": round(sum(r["share_points"] or 0 for r in rows if r["rule"] == rule), 4),
+                   "beyond_noise_points": round(sum(r["beyond_noise_points"] for r in rows
+                                                    if r["rule"] == rule), 4)}
+            for rule in RULES}}
+    return out
+
+
+def _print_explain(name: str, doc: dict) -> None:
+    print(f"{name}: where tune (the default, no prior) and a simple rule realise different gains at "
+          "a held-out size; points: the rule's gain minus tune's as a share of the headroom "
+          "(beyond noise: of the headroom beyond noise, at those decisions only)")
+    for budget, r in doc.items():
+        for rule in RULES:
+            gap = r["gap"][rule]
+            rows = [d for d in r["decisions"] if d["rule"] == rule]
+            print(f"\n  {budget}, {rule}: the rule takes {gap['share_points']:+.3f} of the headroom "
+                  f"and {gap['beyond_noise_points']:+.3f} of the headroom beyond noise more than tune"
+                  f" ({len(rows)} decisions)")
+            if not rows:
+                continue
+            print(f"    {'unit':16} {'call':24} {'best':>7} {'rule: chose':>20} {'real':>7}  "
+                  f"{'it read':32} {'tune: chose':>16} {'real':>7}  {'tune on the choice':44} "
+                  f"{'points':>14}")
+            for d in rows:
+                call = f"{d['collective']} {format_size(d['nbytes'])} {d['ranks']}r"
+                points = f"{d['share_points']:+.3f}" + (f"/{d['beyond_noise_points']:+.3f}"
+                                                       if d["beyond_noise"] else "")
+                print(f"    {d['unit']:16} {call:24} {100 * d['headroom']:+6.1f}% "
+                      f"{d['rule_chose']:>20} {100 * d['rule_gain']:+6.1f}%  {d['rule_saw']:32} "
+                      f"{d['tune_chose']:>16} {100 * d['tune_gain']:+6.1f}%  "
+                      f"{d['tune_judged'] + ' ' + d['tune_saw']:44} {points:>14}")
+                if d["tune_judged"] != d["tune_verdict"].split(":")[0]:
+                    print(f"    {'':16} tune's verdict: {d['tune_verdict']}")
 
 
 def run(systems: list[ReplaySystem], prior: LearnedPriorSource, draws: int,
@@ -468,6 +586,10 @@ def main() -> int:
     parser.add_argument("--prior", metavar="FILE", help="a learned-prior file (default: the shipped one)")
     parser.add_argument("--dataset", action="append", default=[], metavar="NAME",
                         help="score only this dataset (repeatable; default: every one)")
+    parser.add_argument("--explain", metavar="NAME",
+                        help="instead: the decisions that make the difference between tune and the "
+                             "simple rules on this dataset (per held-out size: what each saw, chose "
+                             "and realised)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args()
     if not 1 <= args.draws <= 50:
@@ -481,6 +603,17 @@ def main() -> int:
     if unknown:
         parser.error(f"--dataset {unknown[0]}: no such dataset; choose from "
                      f"{', '.join(s.name for s in systems)}")
+    if args.explain is not None:
+        found = [s for s in systems if s.name == args.explain]
+        if not found:
+            parser.error(f"--explain {args.explain}: no such dataset; choose from "
+                         f"{', '.join(s.name for s in systems)}")
+        doc = explain(found[0], args.draws)
+        if args.json:
+            print(json.dumps({"dataset": args.explain, "draws": args.draws, **doc}, indent=1))
+        else:
+            _print_explain(args.explain, doc)
+        return 0
     systems = [s for s in systems if not args.dataset or s.name in args.dataset]
     began = time.perf_counter()
     results = run(systems, prior, args.draws, progress=None if args.json else

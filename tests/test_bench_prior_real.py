@@ -36,9 +36,9 @@ class Knowing:
                 for n in query.sizes if n in RING_FACTOR for c in query.choices}
 
 
-def _records() -> list[MeasurementRecord]:
+def _records(ring_factor: dict[int, float] = RING_FACTOR) -> list[MeasurementRecord]:
     out = []
-    for n, factor in RING_FACTOR.items():
+    for n, factor in ring_factor.items():
         t = _model_time(Scenario(TOPO, Collective.ALLREDUCE, n), DEFAULT)
         for choice, time_us in ((DEFAULT, t), (RING, factor * t)):
             for launch, drift in enumerate((1.0, 1.01)):  # two launches a choice: one is held out
@@ -48,14 +48,17 @@ def _records() -> list[MeasurementRecord]:
     return out
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("fixtures")
+def _tiny_systems(root: Path, ring_factor: dict[int, float] = RING_FACTOR) -> list:
     (root / "replay").mkdir()
     (root / "runner" / "tiny").mkdir(parents=True)
-    write_jsonl(_records(), root / "runner" / "tiny" / "sweep.jsonl")
+    write_jsonl(_records(ring_factor), root / "runner" / "tiny" / "sweep.jsonl")
     (root / "runner" / "tiny" / "topology.yaml").write_text(yaml.safe_dump(TOPO.to_dict()))
-    systems = bench.datasets(root)
+    return bench.datasets(root)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict:
+    systems = _tiny_systems(tmp_path_factory.mktemp("fixtures"))
     assert [s.name for s in systems] == ["tiny"] and systems[0].splits == 2
     return bench.summarise(bench.run(systems, Knowing(), draws=1))["tiny"]
 
@@ -85,6 +88,26 @@ def test_coverage_counts_the_priors_answers_against_the_scoring_timings(tiny):
     assert cover["points"] == 3 * 2 and cover["cover_2sigma"] == 1.0
     assert cover["median_abs_error"] <= 0.011 and cover["median_sigma"] == pytest.approx(0.01)
     assert tiny[bench.RANDOM_HALF]["tuners"]["tune"]["decisions"] == 3 * 2
+
+
+def test_explain_lists_the_decisions_where_tune_and_a_rule_differ_with_what_each_read(tmp_path):
+    """Ring 10 % faster at every size tune sees (1, 4, 16 MiB), 0.6x at 2 and 8 MiB, 1.2x at
+    32 MiB: the sweep holds ring past 16 MiB and loses 1/6 there, which tune does not; between
+    measured sizes both pin ring alike, so no other row. The rows' points sum to the gap."""
+    planted = {1 << 20: 0.9, 1 << 21: 0.6, 1 << 22: 0.9, 1 << 23: 0.6, 1 << 24: 0.9, 1 << 25: 1.2}
+    doc = bench.explain(_tiny_systems(tmp_path, planted)[0], draws=1)
+    rows = doc[bench.EVERY_OTHER]["decisions"]
+    assert {(r["unit"], r["rule"], r["nbytes"]) for r in rows} == {
+        (f"split {k}", "sweep_noise_gate", 1 << 25) for k in range(2)}
+    for r in rows:
+        assert (r["rule_chose"], r["tune_chose"]) == (RING.label(), "NCCL default")
+        assert r["rule_gain"] == pytest.approx(1 / 1.2 - 1, abs=0.01) and r["tune_gain"] == 0.0
+        assert r["rule_saw"] == "+11.1% at 16MiB" and r["tune_judged"] == RING.label()
+        assert r["share_points"] < 0 and not r["beyond_noise"]
+    gap = doc[bench.EVERY_OTHER]["gap"]
+    assert gap["sweep_noise_gate"]["share_points"] == pytest.approx(
+        sum(r["share_points"] for r in rows), abs=1e-3)
+    assert gap["neighbour_rule"] == {"share_points": 0, "beyond_noise_points": 0}
 
 
 class _Shown:

@@ -988,3 +988,34 @@ def test_the_corrected_model_stays_within_its_neighbours_where_nccls_default_cha
     points = sorted(p.log_ratio for p in tuner.anchor_points(s, simple))
     assert points[0] <= tuner.model_ratio(s, simple).log_ratio <= points[-1]
     assert tuner.decide(s).chosen == DEFAULT
+
+
+def test_far_neighbours_across_a_change_of_nccls_pick_speak_where_the_choice_was_fastest_at_both():
+    """NVIDIA's DGX-2V data, 2 nodes (32 ranks), measured at 1, 2, 8, 16, 512 MiB and 4 GiB: 16
+    and 512 MiB are five octaves apart, and the model has NCCL change its pick between (NCCL's
+    default ran tree/LL128 to 8 MiB, ring/LL128 to 64 MiB, tree/Simple beyond). tree/LL128 was the
+    fastest of every pair at both sizes (36 % and 3 % faster than NCCL's default), so whatever NCCL
+    runs between was measured slower than it on both sides: the sizes between are interpolated (it
+    was 38 % faster at 32 MiB). Without one pair's measurement on one side, nothing says that pair
+    is not the faster one between."""
+    from dynamiccl.profiler.formats.nccl_topo_timings import read_tree
+
+    folder = NVIDIA / "dgx2v_v100_ib"
+    keep = {1 << k for k in (20, 21, 23, 24, 29, 32)}
+    records = [r for r in read_tree(folder / "data" / "16" / "2") if r.nbytes in keep]
+    topology = load_topology(folder / "topology.yaml").resized(nodes=2)
+    tree_ll128 = Choice(Algorithm.TREE, Protocol.LL128)
+    s = Scenario(topology, Collective.ALLREDUCE, 1 << 25)
+    assert without_channels(_model_pick(1 << 24, topology)) != \
+        without_channels(_model_pick(1 << 29, topology))
+    tuner = Tuner(topology, Measurements(records))
+    est = tuner.interpolated_ratio(s, tree_ll128)
+    lo, hi = (p.log_ratio for p in tuner.anchor_points(s, tree_ll128)
+              if p.nbytes in (1 << 24, 1 << 29))
+    assert est is not None and lo <= est.log_ratio <= hi < 0  # within the neighbours
+    assert tuner.decide(s).chosen == tree_ll128
+    assert Choice(Algorithm.RING, Protocol.LL) in candidate_pairs(s)
+    partial = [r for r in records if not (r.nbytes == 1 << 29 and r.algorithm == "ring"
+                                          and r.protocol == "ll")]
+    assert len(partial) == len(records) - 1
+    assert Tuner(topology, Measurements(partial)).interpolated_ratio(s, tree_ll128) is None

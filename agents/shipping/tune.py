@@ -30,6 +30,9 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
    256 KiB and +19.7 % at 1 MiB, where it was 12 % slower. Past the last measured size nothing
    measured says what NCCL runs (the nearest two agreeing, x0.76 at 4 and 8 MiB of all-gather on
    a perturbed DGX A100 pair, it was x1.05 at 16 MiB): only the corrected model speaks there.
+   Where NCCL's modelled pick changes between neighbours more than an nccl-tests step apart, they
+   speak only where the choice was measured the fastest of every pair at both
+   (:meth:`Tuner._same_runs`): whatever NCCL runs between was slower than it on both sides.
 3. **learned prior** — where one is given (``Tuner(prior=...)``, :class:`Prior`; ``dynamiccl tune
    --prior`` gives the shipped one, :mod:`dynamiccl.agents.shipping.tune_prior`): what it
    predicts from the system's measured ratios of the collective and the model's times, asked once
@@ -564,21 +567,40 @@ class Tuner:
             self._held_out[key] = SIGMA_PER_MAD * float(np.median(steps)) if steps else 0.0
         return self._held_out[key]
 
-    @staticmethod
-    def _same_runs(scenario: Scenario, choice: Choice, lo: int, hi: int) -> bool:
-        """Whether NCCL runs the same pairs from ``lo`` to ``hi`` (NCCL's model on the given
-        topology): where what ``choice`` makes it run changes algorithm or protocol (a run forced
-        with ``NCCL_ALGO`` alone), the neighbours measured other configurations than this size
-        runs; where its default does, the ratio jumps, and far neighbours say nothing of the sizes
-        past the jump. Neighbours at most :data:`NEAR_OCTAVES` apart may straddle a change of
-        NCCL's default: the measured default at each is what NCCL ran there, and the model's
-        place for the change is no surer than the measurements (on NVIDIA's Viking data,
-        all-reduce on 4 nodes, NVLSTree beat NCCL's default by 5-8 % at every size from 8 to
-        512 MiB while the model has NCCL change its pick twice between)."""
+    def _same_runs(self, scenario: Scenario, choice: Choice, lo: int, hi: int) -> bool:
+        """Whether the ratio measured at ``lo`` and ``hi`` speaks for the sizes between: what
+        ``choice`` makes NCCL run stays one pair there (a run forced with ``NCCL_ALGO`` alone: the
+        neighbours measured other configurations than this size runs otherwise), and NCCL's
+        default does not jump between. Where the default changes its pick the ratio jumps, and far
+        neighbours say nothing of the sizes past the jump. Neighbours at most :data:`NEAR_OCTAVES`
+        apart may straddle a change of NCCL's modelled pick: the measured default at each is what
+        NCCL ran there, and the model's place for the change is no surer than the measurements (on
+        NVIDIA's Viking data, all-reduce on 4 nodes, NVLSTree beat NCCL's default by 5-8 % at every
+        size from 8 to 512 MiB while the model has NCCL change its pick twice between). Farther
+        apart, so may neighbours where ``choice`` was measured the fastest of every pair
+        (:meth:`_fastest_measured`): whichever pair NCCL's default runs between, it was measured
+        slower than ``choice`` on both sides, so a jump to it is a jump to a slower configuration
+        (a ratio that crosses over and back between two measured sizes is what the interpolation
+        of any ratio already rules out). On NVIDIA's DGX-2V data NCCL's default ran tree/LL128 to
+        8 MiB, ring/LL128 to 64 MiB and tree/Simple beyond, where the model has it change once, at
+        512 MiB; tree/LL128, the fastest at 16 and 512 MiB, was 18-47 % faster between."""
         if not Tuner._same_choice_runs(scenario, choice, lo, hi):
             return False
         return hi <= lo << NEAR_OCTAVES or \
-            len({_nccl_pair(replace(scenario, nbytes=n)) for n in _between(scenario, lo, hi)}) == 1
+            len({_nccl_pair(replace(scenario, nbytes=n)) for n in _between(scenario, lo, hi)}) == 1 \
+            or all(self._fastest_measured(replace(scenario, nbytes=n), choice) for n in (lo, hi))
+
+    def _fastest_measured(self, scenario: Scenario, choice: Choice) -> bool:
+        """Whether every pair that can run this call was measured here, none faster than
+        ``choice``: nothing NCCL could run here is faster, on the measurements."""
+        mine = self.sample(scenario, choice)
+        if mine is None:
+            return False
+        for pair in candidate_pairs(scenario):
+            other = self.sample(scenario, pair)
+            if other is None or other.time_us < mine.time_us:
+                return False
+        return True
 
     @staticmethod
     def _same_choice_runs(scenario: Scenario, choice: Choice, lo: int, hi: int) -> bool:
