@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from dynamiccl.agents.shipping.prior import DEFAULT_RATIO_NOISE, NOISE_RANGE, LearnedPrior
+from dynamiccl.agents.shipping.prior import DEFAULT_RATIO_NOISE, NOISE_RANGE, LearnedPrior, Point
 from dynamiccl.agents.shipping.tune import DEFAULT, PriorAnswers, PriorQuery
 
 
@@ -40,8 +40,24 @@ class LearnedPriorSource:
         self.learned = learned if learned is not None else LearnedPrior.load()
 
     def estimate(self, query: PriorQuery) -> PriorAnswers:
+        model_us, measured = self.points(query)
+        if not model_us:
+            return {}
+        answers = self.learned.predict(model_us, measured, noise=self.noise(query))
+        # a pair the model says NCCL picks itself is answered (0, 0) by the prior: as sure as the
+        # model's idea of NCCL's pick, which is right by construction in a simulated reality and
+        # not on a real system (on the RTX 5090 pair's logs NCCL_PROTO=Simple, "NCCL's own pick",
+        # measured faster than NCCL's default); tune's model source weighs that doubt, so leave it
+        return {(key[2], key[3]): (a.log_ratio, a.sigma) for key, a in answers.items()
+                if math.isfinite(a.log_ratio) and a.sigma > 0}
+
+    @staticmethod
+    def points(query: PriorQuery) -> tuple[dict[Point, float], dict[Point, float]]:
+        """The query as :meth:`LearnedPrior.predict` takes it: the model's time of every choice and
+        of NCCL's default at every size NCCL can run the call at (``inf``: a pair the model cannot
+        run), and the measured log-ratios there (the prior's training reads real systems so too)."""
         collective, nranks = query.collective, query.topology.nranks
-        model_us: dict[tuple, float] = {}
+        model_us: dict[Point, float] = {}
         for n in query.sizes:
             default = query.model_us(DEFAULT, n)
             if default is None:  # NCCL cannot run the call at this size: nothing to compare with
@@ -53,15 +69,7 @@ class LearnedPriorSource:
         measured = {(collective, nranks, choice, p.nbytes): p.log_ratio
                     for choice, points in query.measured.items() for p in points
                     if (collective, nranks, choice, p.nbytes) in model_us}
-        if not model_us:
-            return {}
-        answers = self.learned.predict(model_us, measured, noise=self.noise(query))
-        # a pair the model says NCCL picks itself is answered (0, 0) by the prior: as sure as the
-        # model's idea of NCCL's pick, which is right by construction in a simulated reality and
-        # not on a real system (on the RTX 5090 pair's logs NCCL_PROTO=Simple, "NCCL's own pick",
-        # measured faster than NCCL's default); tune's model source weighs that doubt, so leave it
-        return {(key[2], key[3]): (a.log_ratio, a.sigma) for key, a in answers.items()
-                if math.isfinite(a.log_ratio) and a.sigma > 0}
+        return model_us, measured
 
     @staticmethod
     def noise(query: PriorQuery) -> float:
