@@ -197,6 +197,7 @@ def test_tune_and_calibrate_say_what_they_passed_over_in_a_log(tmp_path, capsys)
     sophia = Path(__file__).parent / "fixtures" / "real" / "sophia_dgx_a100_ib"
     log = tmp_path / "all_reduce_n2.txt"
     log.write_text((sophia / "all_reduce_n2.txt").read_text() + "job finished at 12:00\n" * 3)
+    (tmp_path / "all_reduce_n2.yaml").write_text((sophia / "all_reduce_n2.yaml").read_text())
     assert main(["calibrate", str(log), "--topology", str(sophia / "topology.yaml"), "-o",
                  str(tmp_path / "fit.yaml"), "--keep-undetermined"]) == 0
     assert "3 line(s) are no nccl-tests output and were passed over" in capsys.readouterr().err

@@ -105,10 +105,10 @@ def _load(path: Path, warnings: list[str]) -> list[MeasurementRecord]:
 
 def _load_file(path: Path, picks: dict[PickKey, str], warnings: list[str]) -> list[MeasurementRecord]:
     if sidecar_log(path) is not None:  # the sidecar itself was named
-        return _published(path)
+        return _published(path, warnings)
     sidecar = _sidecar_of(path)
     if sidecar is not None:
-        return _published(sidecar)
+        return _published(sidecar, warnings)
     if detect_format(path) == "nccl-debug-log":
         if not _read_picks(path, picks):
             raise MeasurementFormatError(
@@ -127,7 +127,7 @@ def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[st
     skipped: list[str] = []
     for f in files:
         if logs[f] is not None:
-            records += _published(f)
+            records += _published(f, warnings)
         elif f.suffix == ".md":
             skipped.append(f"{f}: documentation")
         elif f.resolve() not in through_sidecar:
@@ -183,5 +183,7 @@ def _sidecar_of(log: Path) -> Path | None:
     return None
 
 
-def _published(sidecar: Path) -> list[MeasurementRecord]:
-    return [rec for run in load_sidecar(sidecar) for rec in run.records]
+def _published(sidecar: Path, warnings: list[str]) -> list[MeasurementRecord]:
+    runs = load_sidecar(sidecar)
+    warnings += [said for run in runs for said in run.warnings]
+    return [rec for run in runs for rec in run.records]

@@ -61,6 +61,8 @@ class PublishedRun:
     #: The log's in-place column, the same calls timed a second time (empty for summary tables):
     #: how far two timings of one call disagree is the run's own noise.
     in_place: tuple[MeasurementRecord, ...] = ()
+    #: What the log's parser passed over (lines that are no nccl-tests output, rows skipped).
+    warnings: tuple[str, ...] = ()
 
     @property
     def nranks(self) -> int:
@@ -144,7 +146,7 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     ``records`` are the out-of-place rows, ``in_place`` the in-place column's (the same calls
     timed again); the loader has already dropped the no-op rows of size 0.
     """
-    from dynamiccl.profiler.formats.measurements import load
+    from dynamiccl.profiler.formats.measurements import read
 
     sidecar = Path(sidecar)
     meta = _read_sidecar(sidecar)
@@ -155,7 +157,8 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     nodes, gpn = int(meta["nodes"]), int(meta["gpus_per_node"])
     stated = _sidecar_version(sidecar, meta)
     halves: dict[bool, list[MeasurementRecord]] = {False: [], True: []}
-    for rec in load(log):
+    records, warnings = read(log)
+    for rec in records:
         if rec.coll != collective:
             raise PublishedRunError(f"{sidecar}: says {collective.name.lower()} but {log.name} "
                                     f"holds {rec.collective}; fix the sidecar's collective")
@@ -175,7 +178,8 @@ def load_run(sidecar: str | Path) -> PublishedRun:
         raise PublishedRunError(f"{log}: no out-of-place rows with a size above 0")
     return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, nodes, gpn,
                         str(meta["launch"]), forced, str(meta.get("nccl_version", "unknown")),
-                        dict(meta["source"]), tuple(halves[False]), tuple(halves[True]))
+                        dict(meta["source"]), tuple(halves[False]), tuple(halves[True]),
+                        tuple(warnings))
 
 
 def load_table(sidecar: str | Path) -> list[PublishedRun]:
