@@ -37,6 +37,7 @@ from dynamiccl.agents.training.prior_learner import (
     score,
     validation_cases,
 )
+from dynamiccl.agents.training.prior_real_validation import validate_real
 
 NAME = "learned_prior"
 CONFIG_CLASS = f"{PriorConfig.__module__}.{PriorConfig.__qualname__}"
@@ -106,7 +107,9 @@ def training_command(cfg: DictConfig) -> str:
 def ship(cfg: DictConfig, learner: PriorLearner, run_dir: Path, metrics: dict[str, Any]) -> Path:
     """``learned_prior.npz`` in the run folder: the prior, its validation scores and the command
     that trains it (copy it to ``agents/shipping/learned_prior.npz`` to ship it)."""
-    prior = learner.prior({"command": training_command(cfg), "validation": metrics})
+    real = validate_real(learner.prior(), learner.config.real_validation)
+    prior = learner.prior({"command": training_command(cfg), "validation": metrics,
+                           **({"real_validation": real} if real else {})})
     path = prior.save(run_dir / SHIPPED_NAME)
     LearnedPrior.load(path)  # what was written reads back
     return path

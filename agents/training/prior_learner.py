@@ -455,13 +455,14 @@ def validation_cases(systems: int, budgets: int = 3, realities: str = PriorConfi
 
 def score(prior: LearnedPrior, cases: list[ValidationCase]) -> dict[str, float]:
     """Mean Gaussian NLL (with the 0.5 log 2 pi constant), RMS error and the share of true
-    log-ratios within 1 and 2 sigma, over every unmeasured point that is not NCCL's pick."""
+    log-ratios within 1 and 2 sigma, over every unmeasured point that is not NCCL's pick and whose
+    truth is known (a real series': measured)."""
     errors, sigmas = [], []
     for case in cases:
         s = case.series
         mu, sigma = prior.predict_series(s.log2_sizes, s.pairs, s.collective, s.nranks,
                                          s.pair_log_time, s.default_log_time, case.values, case.noise)
-        query = np.isfinite(s.model) & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
+        query = s.known & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
         errors.append((s.truth - mu)[query])
         sigmas.append(sigma[query])
     err, sig = np.concatenate(errors), np.concatenate(sigmas)
@@ -484,8 +485,9 @@ def gate_sigmas(prior: LearnedPrior, cases: list[ValidationCase], margin: float,
         s = case.series
         mu, sigma = prior.predict_series(s.log2_sizes, s.pairs, s.collective, s.nranks,
                                          s.pair_log_time, s.default_log_time, case.values, case.noise)
-        query = (np.isfinite(s.model) & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
+        query = (s.known & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
                  & (-mu > math.log1p(margin)))
         z.append((s.truth[query] - mu[query]) / sigma[query])
-    return float(np.quantile(np.concatenate(z), quantile))
+    found = np.concatenate(z) if z else np.zeros(0)
+    return float(np.quantile(found, quantile)) if len(found) else math.nan
 
