@@ -9,11 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_module
 
 from dynamiccl.agents.shipping.prior import LearnedPrior
 from dynamiccl.agents.shipping.tune import PRIOR_SIGMAS, Tuner
 from dynamiccl.agents.shipping.tune_measurements import Measurements
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
+from dynamiccl.agents.training import prior_agent
 from dynamiccl.agents.training.prior_corpus import corpus, load_system
 from dynamiccl.agents.training.prior_learner import PriorConfig, PriorLearner, examples, real
 from dynamiccl.agents.training.prior_real_validation import real_cases, validate_real
@@ -108,3 +110,14 @@ def test_validation_on_a_held_out_real_system_is_seeded_and_sets_the_gate_tune_a
     assert plain.keys() == wide.keys() and plain
     assert all(wide[k] == pytest.approx((plain[k][0], 2 * plain[k][1])) for k in plain)
     assert widened(math.nan).estimate(query) == {}, "validation that checked no gain: it pins nothing"
+
+
+def test_a_run_with_real_systems_records_a_command_that_trains_it_again():
+    overrides = ["agent=learned_prior", f"agent.model.real_train=[{DGX2V}]",
+                 f"agent.model.real_validation=[{DGX1V}]"]
+    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+        command = prior_agent.training_command(cfg)
+        again = compose("train", overrides=command.split()[2:])
+    assert f"agent.model.real_train=[{DGX2V}]" in command
+    assert prior_agent.build(again.agent, seed=0).config == prior_agent.build(cfg.agent, seed=0).config

@@ -98,7 +98,10 @@ def training_command(cfg: DictConfig) -> str:
     """The seeded command that trains this prior again (settings that differ from the defaults)."""
     defaults = asdict(PriorConfig())
     model = OmegaConf.to_container(cfg.agent.model, resolve=True)
-    changed = [f"agent.model.{f.name}={model[f.name]}" for f in fields(PriorConfig)
+    def override(value: Any) -> str:  # a list as Hydra's override grammar writes it, one shell word
+        return f"[{','.join(map(str, value))}]" if isinstance(value, list) else str(value)
+
+    changed = [f"agent.model.{f.name}={override(model[f.name])}" for f in fields(PriorConfig)
                if f.name != "seed" and f.name in model and model[f.name] != defaults[f.name]]
     return " ".join(["dynamiccl train agent=learned_prior", f"seed={int(cfg.seed)}",
                      f"trainer.total_timesteps={int(cfg.trainer.total_timesteps)}", *changed])
