@@ -382,42 +382,68 @@ class LearnedPrior:
                 noise: float = DEFAULT_RATIO_NOISE) -> dict[Point, Prediction]:
         """Every pair's point of ``model_us`` answered from the measurements of its series (module
         docstring); keys are returned as given."""
-        unknown = [p for p in measured if p not in model_us or _pair(p[2]) is None]
-        if unknown:
-            raise ValueError(f"measured point {unknown[0]} is no pair's point of model_us; give the "
-                             "model's time of every measured pair too")
-        series: dict[tuple[Collective, int], list[Point]] = defaultdict(list)
-        for point in model_us:
-            series[(Collective(point[0]), int(point[1]))].append(point)
         out: dict[Point, Prediction] = {}
-        for (collective, nranks), points in series.items():
-            answered = [p for p in points if _pair(p[2]) is not None]
-            pairs = sorted({_pair(p[2]) for p in answered})
-            sizes = sorted({int(p[3]) for p in answered})
-            row = {pair: i for i, pair in enumerate(pairs)}
-            col = {n: j for j, n in enumerate(sizes)}
-            pair_time = np.full((len(pairs), len(sizes)), np.nan)
-            default_time = np.full(len(sizes), np.nan)
-            y = np.full_like(pair_time, np.nan)
-            for p in points:
-                pair, size, time_us = _pair(p[2]), int(p[3]), float(model_us[p])
-                if not time_us > 0:  # inf passes: a pair the model cannot run is answered NaN
-                    raise ValueError(f"model time of {p} is {time_us}; give a time in µs > 0")
-                if pair is None:
-                    if size in col:
-                        default_time[col[size]] = math.log(time_us)
-                    continue
-                at = (row[pair], col[size])
-                pair_time[at] = math.log(time_us)
-                if p in measured:
-                    y[at] = float(measured[p])
-            missing = [n for n, t in zip(sizes, default_time, strict=True) if not np.isfinite(t)]
-            if missing:
-                raise ValueError(f"model_us has no time of NCCL's default for {collective.name.lower()}"
-                                 f" on {nranks} ranks at {missing[0]} bytes; give it with choice None")
-            mu, sigma = self.predict_series(np.log2(np.maximum(sizes, 1)), pairs, collective, nranks,
-                                            pair_time, default_time, y, noise)
-            for p in answered:
-                at = (row[_pair(p[2])], col[int(p[3])])
+        for s in series_arrays(model_us, measured):
+            mu, sigma = self.predict_series(s.log2_sizes, s.pairs, s.collective, s.nranks,
+                                            s.pair_log_time, s.default_log_time, s.measured, noise)
+            for p, at in s.points.items():
                 out[p] = Prediction(float(mu[at]), float(sigma[at]))
         return out
+
+
+class SeriesArrays(NamedTuple):
+    """One series of a :meth:`LearnedPrior.predict` call as the network reads it (see
+    :func:`series_features`), and where each pair's point given lies in it."""
+
+    collective: Collective
+    nranks: int
+    pairs: list[tuple[Algorithm, Protocol]]
+    log2_sizes: np.ndarray
+    pair_log_time: np.ndarray
+    default_log_time: np.ndarray
+    measured: np.ndarray
+    points: dict[Point, tuple[int, int]]
+
+
+def series_arrays(model_us: Mapping[Point, float], measured: Mapping[Point, float]) -> list[SeriesArrays]:
+    """The points of a :meth:`LearnedPrior.predict` call grouped into series of one collective on one
+    communicator size, as arrays (pairs sorted, sizes ascending); the one-line ValueErrors of the
+    module docstring for keys of another kind. The prior's training reads real systems' measurements
+    through this too (``agents/training/prior_corpus.py``), so it learns what it is asked."""
+    unknown = [p for p in measured if p not in model_us or _pair(p[2]) is None]
+    if unknown:
+        raise ValueError(f"measured point {unknown[0]} is no pair's point of model_us; give the "
+                         "model's time of every measured pair too")
+    series: dict[tuple[Collective, int], list[Point]] = defaultdict(list)
+    for point in model_us:
+        series[(Collective(point[0]), int(point[1]))].append(point)
+    out = []
+    for (collective, nranks), points in series.items():
+        answered = [p for p in points if _pair(p[2]) is not None]
+        pairs = sorted({_pair(p[2]) for p in answered})
+        sizes = sorted({int(p[3]) for p in answered})
+        row = {pair: i for i, pair in enumerate(pairs)}
+        col = {n: j for j, n in enumerate(sizes)}
+        pair_time = np.full((len(pairs), len(sizes)), np.nan)
+        default_time = np.full(len(sizes), np.nan)
+        y = np.full_like(pair_time, np.nan)
+        where: dict[Point, tuple[int, int]] = {}
+        for p in points:
+            pair, size, time_us = _pair(p[2]), int(p[3]), float(model_us[p])
+            if not time_us > 0:  # inf passes: a pair the model cannot run is answered NaN
+                raise ValueError(f"model time of {p} is {time_us}; give a time in µs > 0")
+            if pair is None:
+                if size in col:
+                    default_time[col[size]] = math.log(time_us)
+                continue
+            where[p] = at = (row[pair], col[size])
+            pair_time[at] = math.log(time_us)
+            if p in measured:
+                y[at] = float(measured[p])
+        missing = [n for n, t in zip(sizes, default_time, strict=True) if not np.isfinite(t)]
+        if missing:
+            raise ValueError(f"model_us has no time of NCCL's default for {collective.name.lower()}"
+                             f" on {nranks} ranks at {missing[0]} bytes; give it with choice None")
+        out.append(SeriesArrays(collective, nranks, pairs, np.log2(np.maximum(sizes, 1)), pair_time,
+                                default_time, y, where))
+    return out

@@ -642,23 +642,28 @@ class Tuner:
         """The prior's answers for this collective and shape (one query, kept), at every decision
         size, every measured size and, where it is neither, this one; and whether any ratio of the
         series was measured."""
-        topology, collective = scenario.topology, scenario.collective
-        grid = {*DECISION_SIZES, *self.measurements.sizes(collective, topology.nranks)}
-        extra = None if scenario.nbytes in grid else scenario.nbytes
-        key = (topology, collective, extra)
+        grid = {*DECISION_SIZES, *self.measurements.sizes(scenario.collective, scenario.topology.nranks)}
+        key = (scenario.topology, scenario.collective, None if scenario.nbytes in grid else scenario.nbytes)
         if key not in self._prior_answers:
-            pairs = tuple(candidate_pairs(scenario))
-            measured = {c: points for c in pairs if (points := self.ratio_points(scenario, c))}
-
-            def model_us(choice: Choice, nbytes: int) -> float | None:
-                call = replace(scenario, nbytes=nbytes)
-                return _model_time(call, choice) if model_can_run(call, choice) else None
-
-            sizes = tuple(sorted(grid | ({extra} if extra else set())))
-            answers = self.prior.estimate(PriorQuery(topology, collective, sizes, pairs, measured,
-                                                     model_us))
-            self._prior_answers[key] = (answers, bool(measured))
+            query = self.prior_query(scenario)
+            self._prior_answers[key] = (self.prior.estimate(query), bool(query.measured))
         return self._prior_answers[key]
+
+    def prior_query(self, scenario: Scenario) -> PriorQuery:
+        """What a prior is asked for this collective and shape: every candidate pair at every
+        decision size, every measured size and, where it is neither, this one, with every ratio
+        measured (the learned prior's training asks the same of real systems' measurements,
+        ``agents/training/prior_corpus.py``)."""
+        topology, collective = scenario.topology, scenario.collective
+        grid = {*DECISION_SIZES, *self.measurements.sizes(collective, topology.nranks), scenario.nbytes}
+        pairs = tuple(candidate_pairs(scenario))
+        measured = {c: points for c in pairs if (points := self.ratio_points(scenario, c))}
+
+        def model_us(choice: Choice, nbytes: int) -> float | None:
+            call = replace(scenario, nbytes=nbytes)
+            return _model_time(call, choice) if model_can_run(call, choice) else None
+
+        return PriorQuery(topology, collective, tuple(sorted(grid)), pairs, measured, model_us)
 
     def model_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
         """Sources 4 and 5: the calibrated model corrected by each side's own measurements, or

@@ -28,8 +28,8 @@ import math
 
 import numpy as np
 
-from dynamiccl.agents.shipping.prior import DEFAULT_RATIO_NOISE, NOISE_RANGE, LearnedPrior
-from dynamiccl.agents.shipping.tune import DEFAULT, PriorAnswers, PriorQuery
+from dynamiccl.agents.shipping.prior import DEFAULT_RATIO_NOISE, NOISE_RANGE, LearnedPrior, Point
+from dynamiccl.agents.shipping.tune import DEFAULT, PRIOR_SIGMAS, PriorAnswers, PriorQuery
 
 
 class LearnedPriorSource:
@@ -38,10 +38,39 @@ class LearnedPriorSource:
 
     def __init__(self, learned: LearnedPrior | None = None) -> None:
         self.learned = learned if learned is not None else LearnedPrior.load()
+        self.widen = self.real_widening(self.learned)
+
+    @staticmethod
+    def real_widening(learned: LearnedPrior) -> float:
+        """What the prior's sigma is multiplied by so that tune's gate (:data:`PRIOR_SIGMAS` of
+        it) is the gate its validation on held-out real systems asks for
+        (``agents/training/prior_real_validation.py``, the file's ``real_validation``): 1 where that
+        asks for less or the file has none (trained before), inf (it pins nothing) where those
+        systems gave no predicted gain to check it on."""
+        gate = learned.meta.get("real_validation", {}).get("gate_sigmas")
+        if gate is None:
+            return 1.0
+        return max(1.0, float(gate) / PRIOR_SIGMAS) if math.isfinite(float(gate)) else math.inf
 
     def estimate(self, query: PriorQuery) -> PriorAnswers:
+        model_us, measured = self.points(query)
+        if not model_us:
+            return {}
+        answers = self.learned.predict(model_us, measured, noise=self.noise(query))
+        # a pair the model says NCCL picks itself is answered (0, 0) by the prior: as sure as the
+        # model's idea of NCCL's pick, which is right by construction in a simulated reality and
+        # not on a real system (on the RTX 5090 pair's logs NCCL_PROTO=Simple, "NCCL's own pick",
+        # measured faster than NCCL's default); tune's model source weighs that doubt, so leave it
+        return {(key[2], key[3]): (a.log_ratio, a.sigma * self.widen) for key, a in answers.items()
+                if math.isfinite(a.log_ratio) and a.sigma > 0 and math.isfinite(a.sigma * self.widen)}
+
+    @staticmethod
+    def points(query: PriorQuery) -> tuple[dict[Point, float], dict[Point, float]]:
+        """The query as :meth:`LearnedPrior.predict` takes it: the model's time of every choice and
+        of NCCL's default at every size NCCL can run the call at (``inf``: a pair the model cannot
+        run), and the measured log-ratios there (the prior's training reads real systems so too)."""
         collective, nranks = query.collective, query.topology.nranks
-        model_us: dict[tuple, float] = {}
+        model_us: dict[Point, float] = {}
         for n in query.sizes:
             default = query.model_us(DEFAULT, n)
             if default is None:  # NCCL cannot run the call at this size: nothing to compare with
@@ -53,15 +82,7 @@ class LearnedPriorSource:
         measured = {(collective, nranks, choice, p.nbytes): p.log_ratio
                     for choice, points in query.measured.items() for p in points
                     if (collective, nranks, choice, p.nbytes) in model_us}
-        if not model_us:
-            return {}
-        answers = self.learned.predict(model_us, measured, noise=self.noise(query))
-        # a pair the model says NCCL picks itself is answered (0, 0) by the prior: as sure as the
-        # model's idea of NCCL's pick, which is right by construction in a simulated reality and
-        # not on a real system (on the RTX 5090 pair's logs NCCL_PROTO=Simple, "NCCL's own pick",
-        # measured faster than NCCL's default); tune's model source weighs that doubt, so leave it
-        return {(key[2], key[3]): (a.log_ratio, a.sigma) for key, a in answers.items()
-                if math.isfinite(a.log_ratio) and a.sigma > 0}
+        return model_us, measured
 
     @staticmethod
     def noise(query: PriorQuery) -> float:

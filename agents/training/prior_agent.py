@@ -37,6 +37,7 @@ from dynamiccl.agents.training.prior_learner import (
     score,
     validation_cases,
 )
+from dynamiccl.agents.training.prior_real_validation import validate_real
 
 NAME = "learned_prior"
 CONFIG_CLASS = f"{PriorConfig.__module__}.{PriorConfig.__qualname__}"
@@ -97,7 +98,10 @@ def training_command(cfg: DictConfig) -> str:
     """The seeded command that trains this prior again (settings that differ from the defaults)."""
     defaults = asdict(PriorConfig())
     model = OmegaConf.to_container(cfg.agent.model, resolve=True)
-    changed = [f"agent.model.{f.name}={model[f.name]}" for f in fields(PriorConfig)
+    def override(value: Any) -> str:  # a list as Hydra's override grammar writes it, one shell word
+        return f"[{','.join(map(str, value))}]" if isinstance(value, list) else str(value)
+
+    changed = [f"agent.model.{f.name}={override(model[f.name])}" for f in fields(PriorConfig)
                if f.name != "seed" and f.name in model and model[f.name] != defaults[f.name]]
     return " ".join(["dynamiccl train agent=learned_prior", f"seed={int(cfg.seed)}",
                      f"trainer.total_timesteps={int(cfg.trainer.total_timesteps)}", *changed])
@@ -106,7 +110,9 @@ def training_command(cfg: DictConfig) -> str:
 def ship(cfg: DictConfig, learner: PriorLearner, run_dir: Path, metrics: dict[str, Any]) -> Path:
     """``learned_prior.npz`` in the run folder: the prior, its validation scores and the command
     that trains it (copy it to ``agents/shipping/learned_prior.npz`` to ship it)."""
-    prior = learner.prior({"command": training_command(cfg), "validation": metrics})
+    real = validate_real(learner.prior(), learner.config.real_validation)
+    prior = learner.prior({"command": training_command(cfg), "validation": metrics,
+                           **({"real_validation": real} if real else {})})
     path = prior.save(run_dir / SHIPPED_NAME)
     LearnedPrior.load(path)  # what was written reads back
     return path

@@ -31,7 +31,7 @@ the curve) uses ``[VALIDATION_SEED_START, HELDOUT_SEED_START)`` on its own fixed
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from dynamiccl.agents.shipping.prior import (
     LearnedPrior,
     series_features,
 )
+from dynamiccl.agents.training.prior_corpus import RealSeries, check_split, corpus
 from dynamiccl.config_loader import CHECKPOINT_FIX, read_as
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import (
@@ -122,18 +123,32 @@ class PriorConfig:
     validation_systems: int = 24
     #: What it trains and validates against (:data:`REALITIES`): ``system`` or ``datasheet``.
     realities: str = "system"
+    #: Real systems it learns from beside the simulated ones (folders of
+    #: :mod:`~dynamiccl.agents.training.prior_corpus`), and real systems it is validated on and never
+    #: learns from: its sigma's calibration and where it may pin (:mod:`.prior_real_validation`).
+    real_train: list[str] = field(default_factory=list)
+    real_validation: list[str] = field(default_factory=list)
+    #: Real series (drawn from ``real_train``'s, with replacement) per round, each under
+    #: ``budgets_per_series`` budgets like a simulated one.
+    real_series_per_round: int = 8
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.realities not in REALITIES:
             raise ValueError(f"realities is {self.realities!r}; give one of {', '.join(REALITIES)}")
+        self.real_train = [str(f) for f in self.real_train]  # Hydra gives a ListConfig
+        self.real_validation = [str(f) for f in self.real_validation]
+        check_split(self.real_train, self.real_validation)
 
 
 @dataclass(frozen=True)
 class Series:
     """One collective on one system, every pair at every size: the log model times of the pairs
     ([P, S], NaN where the model cannot run one) and of NCCL's default ([S]), and the true
-    log(t_pair / t_default) ([P, S])."""
+    log(t_pair / t_default) ([P, S]). A simulated series knows the truth wherever the model runs
+    a pair and is measured with noise drawn per budget (``noise`` None); a real one
+    (:func:`real`) knows only what was measured (NaN elsewhere), with the noise of one measured
+    ratio, and is measured as it was."""
 
     collective: Collective
     nranks: int
@@ -142,16 +157,22 @@ class Series:
     pair_log_time: np.ndarray
     default_log_time: np.ndarray
     truth: np.ndarray
+    noise: float | None = None
 
     @property
     def model(self) -> np.ndarray:
         """The model's log(t_pair / t_default), [P, S]."""
         return self.pair_log_time - self.default_log_time[None, :]
 
+    @property
+    def known(self) -> np.ndarray:
+        """Where the model runs the pair and its truth is known ([P, S])."""
+        return np.isfinite(self.model) & np.isfinite(self.truth)
+
     def window(self, start: int, stop: int) -> Series:
         return Series(self.collective, self.nranks, self.pairs, self.log2_sizes[start:stop],
                       self.pair_log_time[:, start:stop], self.default_log_time[start:stop],
-                      self.truth[:, start:stop])
+                      self.truth[:, start:stop], self.noise)
 
     def features(self, measured: np.ndarray, noise: float) -> np.ndarray:
         return series_features(self.log2_sizes, self.pairs, self.collective, self.nranks,
@@ -190,6 +211,12 @@ def time_series(topology: Topology, collective: Collective, reality: PerturbedBa
                   default_model, truth)
 
 
+def real(series: RealSeries) -> Series:
+    """A real system's series as the learner reads it: its measured ratios are its truth."""
+    return Series(series.collective, series.nranks, series.pairs, series.log2_sizes,
+                  series.pair_log_time, series.default_log_time, series.measured, series.noise)
+
+
 def draw_budget(rng: np.random.Generator, runs: np.ndarray) -> np.ndarray:
     """Which (pair, size) points are measured ([P, S] bool within ``runs``), as tune meets them."""
     n_pairs, n_sizes = runs.shape
@@ -220,7 +247,10 @@ def draw_budget(rng: np.random.Generator, runs: np.ndarray) -> np.ndarray:
 
 def measure(rng: np.random.Generator, series: Series, measured: np.ndarray) -> tuple[np.ndarray, float]:
     """Noisy measured log-ratios ([P, S], NaN where not measured) and the 1-sigma of one: a timing
-    of the pair and one of NCCL's default per size, each with the series' log-normal noise."""
+    of the pair and one of NCCL's default per size, each with the series' log-normal noise. A real
+    series was measured once: its ratios as they are, with their noise."""
+    if series.noise is not None:
+        return np.where(measured, series.truth, np.nan), series.noise
     noise = float(math.exp(rng.uniform(math.log(NOISE_RANGE[0]), math.log(NOISE_RANGE[1]))))
     timing = rng.normal(0.0, noise, size=series.truth.shape)
     default = rng.normal(0.0, noise, size=series.truth.shape[1])
@@ -238,7 +268,7 @@ def examples(rng: np.random.Generator, series: Series, budgets: int, queries: in
         start = int(rng.integers(0, n_sizes - MIN_WINDOW + 1))
         stop = int(rng.integers(start + MIN_WINDOW, n_sizes + 1))
         part = series.window(start, stop)
-        runs = np.isfinite(part.model)
+        runs = part.known
         measured = draw_budget(rng, runs)
         values, noise = measure(rng, part, measured)
         query = runs & ~measured & (np.abs(part.model) >= PICK_TOLERANCE)
@@ -330,6 +360,12 @@ class PriorLearner:
                 x, y = examples(self.rng, series, cfg.budgets_per_series, cfg.queries_per_budget)
                 feats.append(x)
                 targets.append(y)
+        measured = corpus(cfg.real_train)
+        for _ in range(cfg.real_series_per_round if measured else 0):
+            series = real(measured[int(self.rng.integers(len(measured)))])
+            x, y = examples(self.rng, series, cfg.budgets_per_series, cfg.queries_per_budget)
+            feats.append(x)
+            targets.append(y)
         return np.concatenate(feats).astype(np.float32), np.concatenate(targets).astype(np.float32)
 
     def loss(self, data: tuple[np.ndarray, np.ndarray]) -> float:
@@ -419,13 +455,14 @@ def validation_cases(systems: int, budgets: int = 3, realities: str = PriorConfi
 
 def score(prior: LearnedPrior, cases: list[ValidationCase]) -> dict[str, float]:
     """Mean Gaussian NLL (with the 0.5 log 2 pi constant), RMS error and the share of true
-    log-ratios within 1 and 2 sigma, over every unmeasured point that is not NCCL's pick."""
+    log-ratios within 1 and 2 sigma, over every unmeasured point that is not NCCL's pick and whose
+    truth is known (a real series': measured)."""
     errors, sigmas = [], []
     for case in cases:
         s = case.series
         mu, sigma = prior.predict_series(s.log2_sizes, s.pairs, s.collective, s.nranks,
                                          s.pair_log_time, s.default_log_time, case.values, case.noise)
-        query = np.isfinite(s.model) & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
+        query = s.known & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
         errors.append((s.truth - mu)[query])
         sigmas.append(sigma[query])
     err, sig = np.concatenate(errors), np.concatenate(sigmas)
@@ -448,8 +485,9 @@ def gate_sigmas(prior: LearnedPrior, cases: list[ValidationCase], margin: float,
         s = case.series
         mu, sigma = prior.predict_series(s.log2_sizes, s.pairs, s.collective, s.nranks,
                                          s.pair_log_time, s.default_log_time, case.values, case.noise)
-        query = (np.isfinite(s.model) & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
+        query = (s.known & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
                  & (-mu > math.log1p(margin)))
         z.append((s.truth[query] - mu[query]) / sigma[query])
-    return float(np.quantile(np.concatenate(z), quantile))
+    found = np.concatenate(z) if z else np.zeros(0)
+    return float(np.quantile(found, quantile)) if len(found) else math.nan
 
