@@ -1,8 +1,10 @@
-"""Suite-wide settings: no accidental network use, and GPU tests skipped cleanly without a GPU."""
+"""Suite-wide settings: no accidental network use, GPU tests skipped cleanly without a GPU, and no
+test leaving files in the checkout."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +82,28 @@ def mps(tmp_path_factory: pytest.TempPathFactory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+#: The checkout's root, and what may appear there while tests run: the build outputs and caches
+#: that .gitignore names.
+CHECKOUT = Path(__file__).resolve().parent.parent
+MAY_APPEAR_IN_CHECKOUT = {".venv", "build", "dist", "__pycache__", ".pytest_cache", ".ruff_cache",
+                          "outputs", "multirun", "wandb", "ray_results", ".whl", ".gl"}
+
+
+@pytest.fixture(autouse=True)
+def leaves_the_checkout_alone():
+    """A test writes under its tmp_path, never into the checkout: a command run from the root (a
+    printed ``tune --plan`` writes ./logs) would leave files that the next commit picks up."""
+    before = set(os.listdir(CHECKOUT))
+    yield
+    left = {name for name in set(os.listdir(CHECKOUT)) - before - MAY_APPEAR_IN_CHECKOUT
+            if not name.endswith(".egg-info")}
+    assert not left, f"the test left {sorted(left)} in the checkout {CHECKOUT}; write under tmp_path"
+
+
+@pytest.fixture
+def in_tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Runs the test in its tmp_path, for commands that write beside where they are run."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -27,6 +27,9 @@ from dynamiccl.profiler.measure.emulation import (
 from dynamiccl.profiler.measure.launcher import launch
 from dynamiccl.profiler.measure.runner import CollectiveSpec, summarize
 
+#: Printed plans write a chunk-size launch's pin policy under ./logs: run where they may.
+pytestmark = pytest.mark.usefixtures("in_tmp_cwd")
+
 WORKERS = str(Path(__file__).parent / "profiler_workers.py")
 
 

@@ -44,6 +44,9 @@ from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import load_topology
 from dynamiccl.system.transports import TRANSPORTS
 
+#: Printed plans write a chunk-size launch's pin policy under ./logs: run where they may.
+pytestmark = pytest.mark.usefixtures("in_tmp_cwd")
+
 TOPO = load_topology("dgx_h100", nodes=1)
 NVLS = Choice(Algorithm.NVLS, Protocol.SIMPLE)
 RING_LL = Choice(Algorithm.RING, Protocol.LL)

@@ -14,6 +14,9 @@ from dynamiccl.cli.main import main
 from dynamiccl.profiler.formats import job_mix
 from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
+#: Printed plans write a chunk-size launch's pin policy under ./logs: run where they may.
+pytestmark = pytest.mark.usefixtures("in_tmp_cwd")
+
 REAL = Path(__file__).parent / "fixtures" / "real" / "h100_nvswitch_node"
 #: A job on the fixture's 8-GPU node: most of its collective time in 70 KiB all-reduces, the rest
 #: in 30 MiB ones (DDP's last, small bucket next to full ones, say).
