@@ -82,6 +82,11 @@ def main() -> int:
     unknown = sorted(set(args.held_out) - set(systems))
     if unknown:
         parser.error(f"--held-out {unknown[0]}: no such system; choose from {', '.join(systems)}")
+    if args.out:  # made before the first fold trains, so its prior file has a place to go
+        try:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"--out {args.out}: cannot make the folder ({exc.strerror}); give a folder")
     shipped = LearnedPriorSource()
     began, doc = time.perf_counter(), {"rounds": args.rounds, "seed": args.seed, "draws": args.draws,
                                        "folds": {}}
