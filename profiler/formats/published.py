@@ -115,17 +115,24 @@ def load_sidecar(sidecar: str | Path) -> list[PublishedRun]:
     return load_table(sidecar) if _layout(Path(sidecar)) == "table" else [load_run(sidecar)]
 
 
-def sidecar_log(path: str | Path) -> Path | None:
-    """The log ``path`` is the sidecar of, or None when it is not a sidecar (any other YAML, a
-    system's ``topology.yaml``/``system.yaml``, a file that is not YAML)."""
-    path = Path(path)
+def _maybe_sidecar(path: Path) -> dict[str, Any] | None:
+    """The mapping a YAML file beside logs holds, or None for a system's ``topology.yaml`` /
+    ``system.yaml``, another suffix, or a file that is no YAML mapping: what may be a sidecar."""
     if path.suffix not in (".yaml", ".yml") or path.name in SYSTEM_FILES:
         return None
     try:
         meta = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
-    if not isinstance(meta, dict) or not isinstance(meta.get("log"), str):
+    return meta if isinstance(meta, dict) else None
+
+
+def sidecar_log(path: str | Path) -> Path | None:
+    """The log ``path`` is the sidecar of, or None when it is not a sidecar (any other YAML, a
+    system's ``topology.yaml``/``system.yaml``, a file that is not YAML)."""
+    path = Path(path)
+    meta = _maybe_sidecar(path)
+    if meta is None or not isinstance(meta.get("log"), str):
         return None
     log = path.parent / meta["log"]
     return log if log.is_file() else None
@@ -137,13 +144,8 @@ def pinned_sidecar(path: str | Path) -> tuple[Path, Path] | None:
     before the launch); None for any other file. The policy is part of the run, not a measurement
     file of its own."""
     path = Path(path)
-    if path.suffix not in (".yaml", ".yml") or path.name in SYSTEM_FILES:
-        return None
-    try:
-        meta = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    if not isinstance(meta, dict) or meta.get("pinned") is None:
+    meta = _maybe_sidecar(path)
+    if meta is None or meta.get("pinned") is None:
         return None
     log, policy = meta.get("log"), meta.get("policy")
     if not (isinstance(log, str) and log and isinstance(policy, str) and policy):
