@@ -41,8 +41,10 @@ RENAMED_KEYS = {"agent.model.margin": "agent.model.min_gain"}
 
 #: Keys added since a run folder may have been written, with the value its run had without them: a
 #: ``config.yaml`` that lacks one (where today's config has it) reads as that value (the learned
-#: prior's ``realities``: it trained against the ``datasheet`` realities before).
-ADDED_KEYS = {"agent.model.realities": UNRECORDED_REALITIES}
+#: prior's ``realities``: it trained against the ``datasheet`` realities before; it learned from no
+#: real system before ``real_train``, so none drew real series per round either).
+ADDED_KEYS = {"agent.model.realities": UNRECORDED_REALITIES, "agent.model.real_train": [],
+              "agent.model.real_validation": [], "agent.model.real_series_per_round": 8}
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
