@@ -64,7 +64,8 @@ from dynamiccl.agents.shipping.tune import (
     calibrated_topology,
 )
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
-from dynamiccl.agents.training.prior_learner import Series, time_series
+from dynamiccl.agents.training.prior_learner import time_series
+from dynamiccl.agents.training.prior_series import Series
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, PerturbedBackend
 from dynamiccl.profiler.formats.records import MeasurementRecord, bandwidths
@@ -168,8 +169,7 @@ def predictions(case: Case, prior: LearnedPrior) -> dict[str, tuple[np.ndarray, 
         "nearest": interpolated(case, case.values, model, band),
         "residual": (lambda mu, sg: (model + mu, sg))(*interpolated(
             case, case.values - model, np.zeros_like(model), band)),
-        "prior": prior.predict_series(s.log2_sizes, s.pairs, s.collective, s.nranks, s.pair_log_time,
-                                      s.default_log_time, case.values, case.noise),
+        "prior": prior.predict_series(s, case.values, case.noise),
     }
 
 

@@ -23,11 +23,11 @@ from dynamiccl.agents.training.prior_learner import (
     VALIDATION_SEED_START,
     PriorConfig,
     PriorLearner,
-    Series,
     gate_sigmas,
     time_series,
     validation_cases,
 )
+from dynamiccl.agents.training.prior_series import Series
 from dynamiccl.envs.backends.perturbed import HELDOUT_SEED_START, Miscalibration, PerturbedBackend
 from dynamiccl.system.knobs import Algorithm, Collective, Protocol
 from dynamiccl.system.topology import load_topology

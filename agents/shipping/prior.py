@@ -123,18 +123,36 @@ class Prediction(NamedTuple):
     sigma: float
 
 
-def series_features(log2_sizes: np.ndarray, pairs: list[tuple[Algorithm, Protocol]],
-                    collective: Collective, nranks: int, pair_log_time: np.ndarray,
-                    default_log_time: np.ndarray, measured: np.ndarray, noise: float) -> np.ndarray:
+@dataclass(frozen=True)
+class ModelledSeries:
+    """One collective on one communicator size as the model times it: what every series the prior
+    reads is made of, in training (simulated and real systems) and in :meth:`LearnedPrior.predict`
+    alike, so both give :func:`series_features` the same arrays. ``pairs`` are the rows (P),
+    ``log2_sizes`` the columns (S, ascending); ``pair_log_time``: [P, S] log model times of the pairs
+    (NaN where the model cannot run one); ``default_log_time``: [S] NCCL's default's."""
+
+    collective: Collective
+    nranks: int
+    pairs: list[tuple[Algorithm, Protocol]]
+    log2_sizes: np.ndarray
+    pair_log_time: np.ndarray
+    default_log_time: np.ndarray
+
+    @property
+    def model(self) -> np.ndarray:
+        """The model's log(t_pair / t_default), [P, S]."""
+        return self.pair_log_time - self.default_log_time[None, :]
+
+
+def series_features(series: ModelledSeries, measured: np.ndarray, noise: float) -> np.ndarray:
     """The feature vector of every (pair, size) of one series, [P, S, len(FEATURES)].
 
-    ``pair_log_time``: [P, S] log model times of the pairs (NaN where the model cannot run one);
-    ``default_log_time``: [S] NCCL's default's; ``measured``: [P, S] measured log(t_pair /
-    t_default), NaN where not measured. Training and inference both call this.
+    ``measured``: [P, S] measured log(t_pair / t_default), NaN where not measured; ``noise``: the
+    1-sigma of one. Training and inference both call this.
     """
-    model = pair_log_time - default_log_time[None, :]
+    model = series.model
     n_pairs, n_sizes = model.shape
-    x = np.asarray(log2_sizes, dtype=np.float64)
+    x = np.asarray(series.log2_sizes, dtype=np.float64)
     known = np.isfinite(measured) & np.isfinite(model)
     residual = np.where(known, measured - model, 0.0)
     pick = np.abs(model) < PICK_TOLERANCE
@@ -142,17 +160,20 @@ def series_features(log2_sizes: np.ndarray, pairs: list[tuple[Algorithm, Protoco
     m = np.clip(np.nan_to_num(model, nan=0.0), -LOG_RATIO_CLIP, LOG_RATIO_CLIP)
     cols: list[np.ndarray] = [m, pick.astype(float),
                               np.broadcast_to(x / LOG2_SIZE_SCALE, (n_pairs, n_sizes)),
-                              np.full((n_pairs, n_sizes), math.log2(max(nranks, 1)) / LOG2_RANKS_SCALE),
+                              np.full((n_pairs, n_sizes),
+                                      math.log2(max(series.nranks, 1)) / LOG2_RANKS_SCALE),
                               np.full((n_pairs, n_sizes), math.log(max(noise, 1e-4)) / 4.0),
-                              _local_slope(pair_log_time, x),
-                              np.broadcast_to(_local_slope(default_log_time[None, :], x), (n_pairs, n_sizes))]
+                              _local_slope(series.pair_log_time, x),
+                              np.broadcast_to(_local_slope(series.default_log_time[None, :], x),
+                                              (n_pairs, n_sizes))]
     ones = np.ones((n_pairs, n_sizes))
-    algos = np.array([NCCL_ALGORITHMS.index(a) for a, _ in pairs])
-    protos = np.array([int(p) for _, p in pairs])
+    algos = np.array([NCCL_ALGORITHMS.index(a) for a, _ in series.pairs])
+    protos = np.array([int(p) for _, p in series.pairs])
     cols += [ones * (algos == i)[:, None] for i in range(len(NCCL_ALGORITHMS))]
     cols += [ones * (protos == int(p))[:, None] for p in Protocol]
-    cols += [ones * (int(collective) == int(c)) for c in Collective]
-    cols += _neighbour_columns(x, m, residual, known, pick, picked, pair_log_time, default_log_time)
+    cols += [ones * (int(series.collective) == int(c)) for c in Collective]
+    cols += _neighbour_columns(x, m, residual, known, pick, picked, series.pair_log_time,
+                               series.default_log_time)
     cols += _same_size_columns(residual, known, algos, protos)
     cols += _count_columns(residual, known)
     return np.stack(cols, axis=-1)
@@ -363,16 +384,12 @@ class LearnedPrior:
         shape = (h.shape[0], *features.shape[:-1])
         return h[..., 0].reshape(shape), (softplus(h[..., 1]) + SIGMA_FLOOR).reshape(shape)
 
-    def predict_series(self, log2_sizes: np.ndarray, pairs: list[tuple[Algorithm, Protocol]],
-                       collective: Collective, nranks: int, pair_log_time: np.ndarray,
-                       default_log_time: np.ndarray, measured: np.ndarray,
+    def predict_series(self, series: ModelledSeries, measured: np.ndarray,
                        noise: float = DEFAULT_RATIO_NOISE) -> tuple[np.ndarray, np.ndarray]:
         """(predicted log-ratio, 1-sigma), each [P, S], for one series given as arrays (see
         :func:`series_features`); NaN where the model cannot run the pair, (0, 0) at NCCL's pick."""
-        features = series_features(log2_sizes, pairs, collective, nranks, pair_log_time,
-                                   default_log_time, measured, noise)
-        residual, sigma = mixture(*self.members(features))
-        model = pair_log_time - default_log_time[None, :]
+        residual, sigma = mixture(*self.members(series_features(series, measured, noise)))
+        model = series.model
         pick = np.abs(model) < PICK_TOLERANCE
         runs = np.isfinite(model)
         return (np.where(runs, np.where(pick, 0.0, model + residual), np.nan),
@@ -384,23 +401,18 @@ class LearnedPrior:
         docstring); keys are returned as given."""
         out: dict[Point, Prediction] = {}
         for s in series_arrays(model_us, measured):
-            mu, sigma = self.predict_series(s.log2_sizes, s.pairs, s.collective, s.nranks,
-                                            s.pair_log_time, s.default_log_time, s.measured, noise)
+            mu, sigma = self.predict_series(s, s.measured, noise)
             for p, at in s.points.items():
                 out[p] = Prediction(float(mu[at]), float(sigma[at]))
         return out
 
 
-class SeriesArrays(NamedTuple):
+@dataclass(frozen=True)
+class SeriesArrays(ModelledSeries):
     """One series of a :meth:`LearnedPrior.predict` call as the network reads it (see
-    :func:`series_features`), and where each pair's point given lies in it."""
+    :func:`series_features`): its measured log(t_pair / t_default) ([P, S], NaN where not
+    measured), and where each pair's point given lies in it."""
 
-    collective: Collective
-    nranks: int
-    pairs: list[tuple[Algorithm, Protocol]]
-    log2_sizes: np.ndarray
-    pair_log_time: np.ndarray
-    default_log_time: np.ndarray
     measured: np.ndarray
     points: dict[Point, tuple[int, int]]
 

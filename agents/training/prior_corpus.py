@@ -20,16 +20,14 @@ Which real systems train and which validate is the run's config (``PriorConfig.r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-import numpy as np
 
 from dynamiccl.agents.shipping.prior import series_arrays
 from dynamiccl.agents.shipping.tune import Tuner
 from dynamiccl.agents.shipping.tune_measurements import Measurements
 from dynamiccl.agents.shipping.tune_prior import LearnedPriorSource
+from dynamiccl.agents.training.prior_series import Series
 from dynamiccl.profiler.formats.measurement_paths import load_paths
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.system.knobs import Collective
@@ -40,30 +38,6 @@ from dynamiccl.system.topology import Topology, load_topology
 TOPOLOGY_FILE = "topology.yaml"
 #: Where NVIDIA's timings of a platform lie in its folder (``nccl_topo_timings``'s layout).
 NVIDIA_DATA = "data"
-
-
-@dataclass(frozen=True)
-class RealSeries:
-    """One collective on one real system's communicator, as the prior reads it: the log model times
-    of the pairs ([P, S], NaN where the model cannot run one) and of NCCL's default ([S]), the
-    measured log(t_pair / t_default) ([P, S], NaN where not measured), and the noise of one
-    measured ratio."""
-
-    system: str
-    collective: Collective
-    nranks: int
-    pairs: list
-    log2_sizes: np.ndarray
-    pair_log_time: np.ndarray
-    default_log_time: np.ndarray
-    measured: np.ndarray
-    noise: float
-
-    @property
-    def points(self) -> int:
-        """Measured ratios of pairs that are not NCCL's modelled pick (what the prior is asked)."""
-        model = self.pair_log_time - self.default_log_time[None, :]
-        return int((np.isfinite(self.measured) & np.isfinite(model) & (np.abs(model) > 1e-9)).sum())
 
 
 def measurement_files(folder: Path) -> list[Path]:
@@ -87,9 +61,10 @@ def load_system(folder: str | Path) -> tuple[list[MeasurementRecord], Topology]:
     return load_paths(files).records, load_topology(folder / TOPOLOGY_FILE)
 
 
-def system_series(name: str, records: Sequence[MeasurementRecord], topology: Topology) -> list[RealSeries]:
+def system_series(records: Sequence[MeasurementRecord], topology: Topology) -> list[Series]:
     """Every (collective, communicator size) of the records with a forced choice measured beside
-    NCCL's default, as ``dynamiccl tune`` asks its prior about it with every measurement given."""
+    NCCL's default, as ``dynamiccl tune`` asks its prior about it with every measurement given: its
+    measured ratios are its truth. A series with nothing the prior is asked is left out."""
     tuner = Tuner(topology, Measurements(list(records)))
     shapes = sorted({(Collective(r.coll), r.nranks, r.nnodes or 1) for r in records},
                     key=lambda k: (int(k[0]), k[1]))
@@ -103,18 +78,17 @@ def system_series(name: str, records: Sequence[MeasurementRecord], topology: Top
             continue
         model_us, measured = LearnedPriorSource.points(query)
         for s in series_arrays(model_us, measured):
-            out.append(RealSeries(name, s.collective, s.nranks, s.pairs, s.log2_sizes, s.pair_log_time,
-                                  s.default_log_time, s.measured, LearnedPriorSource.noise(query)))
-    return [s for s in out if s.points]
+            out.append(Series(s.collective, s.nranks, s.pairs, s.log2_sizes, s.pair_log_time,
+                              s.default_log_time, s.measured, LearnedPriorSource.noise(query)))
+    return [s for s in out if s.asked.any()]
 
 
 @lru_cache(maxsize=16)
-def _cached(folder: str) -> tuple[RealSeries, ...]:
-    records, topology = load_system(folder)
-    return tuple(system_series(Path(folder).name, records, topology))
+def _cached(folder: str) -> tuple[Series, ...]:
+    return tuple(system_series(*load_system(folder)))
 
 
-def corpus(folders: Sequence[str]) -> list[RealSeries]:
+def corpus(folders: Sequence[str]) -> list[Series]:
     """Every series of the real systems in ``folders`` (read once per process)."""
     return [s for folder in folders for s in _cached(str(Path(folder).resolve()))]
 

@@ -45,12 +45,12 @@ from dynamiccl.agents.shipping.prior import (
     FEATURES,
     FORMAT_VERSION,
     NOISE_RANGE,
-    PICK_TOLERANCE,
     SIGMA_FLOOR,
     LearnedPrior,
     series_features,
 )
-from dynamiccl.agents.training.prior_corpus import RealSeries, check_split, corpus
+from dynamiccl.agents.training.prior_corpus import check_split, corpus
+from dynamiccl.agents.training.prior_series import Series
 from dynamiccl.config_loader import CHECKPOINT_FIX, read_as
 from dynamiccl.decisions import KnobConstraints
 from dynamiccl.envs.backends.perturbed import (
@@ -64,7 +64,7 @@ from dynamiccl.envs.backends.perturbed import (
 )
 from dynamiccl.envs.system_sampler import random_topology
 from dynamiccl.files import replace_atomically
-from dynamiccl.system.knobs import Algorithm, Collective, Protocol
+from dynamiccl.system.knobs import Collective
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import Topology, default_nic_path
 from dynamiccl.system.transports import DEFAULT_TRANSPORT, TRANSPORTS
@@ -141,44 +141,6 @@ class PriorConfig:
         check_split(self.real_train, self.real_validation)
 
 
-@dataclass(frozen=True)
-class Series:
-    """One collective on one system, every pair at every size: the log model times of the pairs
-    ([P, S], NaN where the model cannot run one) and of NCCL's default ([S]), and the true
-    log(t_pair / t_default) ([P, S]). A simulated series knows the truth wherever the model runs
-    a pair and is measured with noise drawn per budget (``noise`` None); a real one
-    (:func:`real`) knows only what was measured (NaN elsewhere), with the noise of one measured
-    ratio, and is measured as it was."""
-
-    collective: Collective
-    nranks: int
-    pairs: list[tuple[Algorithm, Protocol]]
-    log2_sizes: np.ndarray
-    pair_log_time: np.ndarray
-    default_log_time: np.ndarray
-    truth: np.ndarray
-    noise: float | None = None
-
-    @property
-    def model(self) -> np.ndarray:
-        """The model's log(t_pair / t_default), [P, S]."""
-        return self.pair_log_time - self.default_log_time[None, :]
-
-    @property
-    def known(self) -> np.ndarray:
-        """Where the model runs the pair and its truth is known ([P, S])."""
-        return np.isfinite(self.model) & np.isfinite(self.truth)
-
-    def window(self, start: int, stop: int) -> Series:
-        return Series(self.collective, self.nranks, self.pairs, self.log2_sizes[start:stop],
-                      self.pair_log_time[:, start:stop], self.default_log_time[start:stop],
-                      self.truth[:, start:stop], self.noise)
-
-    def features(self, measured: np.ndarray, noise: float) -> np.ndarray:
-        return series_features(self.log2_sizes, self.pairs, self.collective, self.nranks,
-                               self.pair_log_time, self.default_log_time, measured, noise)
-
-
 def time_series(topology: Topology, collective: Collective, reality: PerturbedBackend,
                 sizes: tuple[int, ...] = SIZES) -> Series | None:
     """Every NCCL pair and NCCL's default of ``collective`` on ``topology``, on the model and in
@@ -209,12 +171,6 @@ def time_series(topology: Topology, collective: Collective, reality: PerturbedBa
         return None
     return Series(collective, topology.nranks, pairs, np.log2(np.array(sizes, dtype=float)), model,
                   default_model, truth)
-
-
-def real(series: RealSeries) -> Series:
-    """A real system's series as the learner reads it: its measured ratios are its truth."""
-    return Series(series.collective, series.nranks, series.pairs, series.log2_sizes,
-                  series.pair_log_time, series.default_log_time, series.measured, series.noise)
 
 
 def draw_budget(rng: np.random.Generator, runs: np.ndarray) -> np.ndarray:
@@ -268,15 +224,14 @@ def examples(rng: np.random.Generator, series: Series, budgets: int, queries: in
         start = int(rng.integers(0, n_sizes - MIN_WINDOW + 1))
         stop = int(rng.integers(start + MIN_WINDOW, n_sizes + 1))
         part = series.window(start, stop)
-        runs = part.known
-        measured = draw_budget(rng, runs)
+        measured = draw_budget(rng, part.known)
         values, noise = measure(rng, part, measured)
-        query = runs & ~measured & (np.abs(part.model) >= PICK_TOLERANCE)
+        query = part.asked & ~measured
         at = np.flatnonzero(query)
         if not len(at):
             continue
         at = rng.choice(at, size=min(queries, len(at)), replace=False)
-        x = part.features(values, noise)
+        x = series_features(part, values, noise)
         feats.append(x.reshape(-1, len(FEATURES))[at])
         targets.append(np.clip((part.truth - part.model).reshape(-1)[at], -TARGET_CLIP, TARGET_CLIP))
     if not feats:
@@ -362,7 +317,7 @@ class PriorLearner:
                 targets.append(y)
         measured = corpus(cfg.real_train)
         for _ in range(cfg.real_series_per_round if measured else 0):
-            series = real(measured[int(self.rng.integers(len(measured)))])
+            series = measured[int(self.rng.integers(len(measured)))]
             x, y = examples(self.rng, series, cfg.budgets_per_series, cfg.queries_per_budget)
             feats.append(x)
             targets.append(y)
@@ -460,9 +415,8 @@ def score(prior: LearnedPrior, cases: list[ValidationCase]) -> dict[str, float]:
     errors, sigmas = [], []
     for case in cases:
         s = case.series
-        mu, sigma = prior.predict_series(s.log2_sizes, s.pairs, s.collective, s.nranks,
-                                         s.pair_log_time, s.default_log_time, case.values, case.noise)
-        query = s.known & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
+        mu, sigma = prior.predict_series(s, case.values, case.noise)
+        query = s.asked & ~case.measured
         errors.append((s.truth - mu)[query])
         sigmas.append(sigma[query])
     err, sig = np.concatenate(errors), np.concatenate(sigmas)
@@ -483,10 +437,8 @@ def gate_sigmas(prior: LearnedPrior, cases: list[ValidationCase], margin: float,
     z = []
     for case in cases:
         s = case.series
-        mu, sigma = prior.predict_series(s.log2_sizes, s.pairs, s.collective, s.nranks,
-                                         s.pair_log_time, s.default_log_time, case.values, case.noise)
-        query = (s.known & ~case.measured & (np.abs(s.model) >= PICK_TOLERANCE)
-                 & (-mu > math.log1p(margin)))
+        mu, sigma = prior.predict_series(s, case.values, case.noise)
+        query = s.asked & ~case.measured & (-mu > math.log1p(margin))
         z.append((s.truth[query] - mu[query]) / sigma[query])
     found = np.concatenate(z) if z else np.zeros(0)
     return float(np.quantile(found, quantile)) if len(found) else math.nan

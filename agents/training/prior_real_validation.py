@@ -30,7 +30,6 @@ from dynamiccl.agents.training.prior_learner import (
     draw_budget,
     gate_sigmas,
     measure,
-    real,
     score,
 )
 
@@ -45,8 +44,7 @@ def real_cases(folders: Sequence[str], budgets: int = REAL_BUDGETS, seed: int = 
     each measured as NVIDIA measured it."""
     rng = np.random.default_rng(seed)
     cases = []
-    for found in corpus(folders):
-        series = real(found)
+    for series in corpus(folders):
         for _ in range(budgets):
             measured = draw_budget(rng, series.known)
             values, noise = measure(rng, series, measured)
