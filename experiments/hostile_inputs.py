@@ -439,8 +439,9 @@ time.sleep(120)
 
 def _round_five_files(root: Path) -> None:
     """The inputs of the fifth round (:func:`_round_five`): job mixes ab diff refuses, a job that
-    ignores being stopped, a policy of another NCCL release, a folder of the user's with their own
-    ab.json, logs labelled with two NCCL releases, a log whose NCCL lines state its forcing."""
+    ignores being stopped, a job that prints megabytes, a policy of another NCCL release, a folder
+    of the user's with their own ab.json, logs labelled with two NCCL releases, a log whose NCCL
+    lines state its forcing."""
     from dynamiccl.plugin import policy_file as pf
     from dynamiccl.profiler.formats.published import sidecar_text
     from dynamiccl.system.knobs import Collective
@@ -448,6 +449,8 @@ def _round_five_files(root: Path) -> None:
     for key, (text, _) in AB_MIXES.items():
         (root / f"mix_ab_{key}.jsonl").write_text(text())
     (root / "stubborn_job.py").write_text(STUBBORN_JOB)
+    (root / "loud_job.py").write_text("import sys\nfor i in range(32000):\n"
+                                      "    sys.stdout.write('%08d' % i + '.' * 94 + '\\n')\n")
     (root / "fail_job.sh").write_text("#!/bin/sh\necho failing\nexit 3\n")
     (root / "fail_job.sh").chmod(0o755)
     policy = pf.read(root / "oracle.dccl")
@@ -832,6 +835,7 @@ def _round_four() -> list[Case]:
                suite=True),
         refuse(*job, "--rings", "notes.txt", "--", "true", says="is a file"),
         refuse(*job, "--rings", "/proc/rings", "--", "true", says="cannot create the folder"),
+        refuse(*job, "--rings", "docs", "--", "true", says="--rings docs holds other files (README.md)"),
         refuse(*job, "--grace", "-1", "--", "true", says="--grace"),
         refuse(*job, "--grace", "1e9", "--", "true", says="--grace", suite=True),
         refuse(*job, "--grace", "nan", "--", "true", says="--grace"),
@@ -891,6 +895,11 @@ def _round_five() -> list[Case]:
         refuse(*ab, "--timeout", "nan", "--", "true", says="--timeout"),
         refuse(*ab, "--metric", "step (", "--", "true", says="not a regular expression"),
         refuse(*ab, "--metric", "step", "--", "true", says="has no group"),
+        refuse(*ab, "--keep-output", "0", "--", "true", says="--keep-output: must be positive"),
+        refuse(*ab, "--keep-output", "4096", "--", "true", says="--keep-output: must be 1..1024"),
+        refuse(*ab, "--keep-output", "0.5", "--", "true", says="--keep-output: '0.5' is not a whole"),
+        accept(*ab, "--out", "ab", "--keep-output", "1", "--", sys.executable, "loud_job.py",
+               says="MiB of its 3.1 MiB of output left out of its log", writes=("ab/*",)),
         refuse("ab", "run", "--policy", "sweep.jsonl", "--", "true",
                says="not a policy file; give the .dccl"),
         refuse("ab", "run", "--policy", "c_ok.csv", "--", "true", says="the A/B loads a .dccl"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,10 +17,11 @@ import numpy as np
 import pytest
 
 from dynamiccl.cli.main import main
+from dynamiccl.files import text_lines
 from dynamiccl.plugin import policy_file as pf
 from dynamiccl.plugin.build import library_path
 from dynamiccl.profiler.formats import job_mix
-from dynamiccl.profiler.measure.ab import verdict
+from dynamiccl.profiler.measure.ab import OutputChecks, verdict
 from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 #: A job that takes DEFAULT_S without the policy and POLICY_S with it, prints its step time, and
@@ -91,6 +93,18 @@ def test_mpirun_gets_the_variables_on_its_command_line(tmp_path, policy, capsys)
     assert lines[0].endswith(" mpirun -np 16 python t.py") and "-x" not in lines[0]
     assert lines[1].endswith("mpirun -x NCCL_TUNER_PLUGIN -x DYNAMICCL_POLICY -x "
                              "DYNAMICCL_POLICY_SHA256 -np 16 python t.py")
+
+
+@pytest.mark.parametrize(("value", "says"), [("0", "must be positive, got 0"),
+                                             ("1025", "must be 1..1024, got 1025"),
+                                             ("16M", "'16M' is not a whole number"),
+                                             ("nan", "'nan' is not a whole number")])
+def test_a_keep_output_out_of_range_is_one_line_and_exit_2(tmp_path, policy, capsys, value, says):
+    out = tmp_path / "ab"
+    assert main(["ab", "run", "--policy", str(policy), "--out", str(out), "--keep-output", value,
+                 "--", "true"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"argument --keep-output: {says}" in err and "\n" not in err and not out.exists()
 
 
 def test_nccls_own_forcing_in_the_environment_is_refused(tmp_path, policy, capsys, monkeypatch):
@@ -238,6 +252,72 @@ def test_a_policy_the_plugin_does_not_apply_under_this_nccl_is_said_so(tmp_path,
     assert "warning: the plugin warned in 1 policy launch(es)" in err and "outside the versions" in err
     launches = json.loads((out / "ab.json").read_text())["launches"]
     assert [bool(x["plugin_warnings"]) for x in launches] == [False, True]
+
+
+#: A job that prints BLOCKS blocks of NCCL-like lines (about 96 kB each) after NCCL's version line;
+#: halfway, the plugin's warning (policy side) and a step time; at the end its score, unless argv[2]
+#: is "middle" (then the halfway step time is the score, megabytes before the end).
+LOUD_JOB = """import os, sys
+policy = bool(os.environ.get("DYNAMICCL_POLICY"))
+blocks, where = int(sys.argv[1]), sys.argv[2]
+w = sys.stdout.write
+w("host:1:1 [0] NCCL INFO NCCL version 2.26.2+cuda12.8\\n")
+block = "".join("host:1:1 [0] NCCL INFO call %07d " % i + "." * 60 + "\\n" for i in range(1000))
+for b in range(blocks):
+    w(block)
+    if b == blocks // 2:
+        if policy:
+            w("host:1:1 [0] NCCL WARN DynamICCL: the policy holds for NCCL 2.26.2..2.26.2 only\\n")
+        w("step time %d ms\\n" % ((20 if policy else 60) if where == "middle" else 99))
+if where == "end":
+    w("step time %d ms\\n" % (20 if policy else 60))
+w("done\\n")
+"""
+
+
+@pytest.mark.parametrize("score_at", ["end", "middle"])
+def test_a_launch_printing_tens_of_megabytes_keeps_a_bounded_log_and_scores_as_from_all_of_it(
+        tmp_path, policy, capsys, score_at):
+    """20 MB a launch, --keep-output 1: each log is the output's first and last half MiB with one
+    line between saying what was left out, and the score and the plugin's warning, which fall in the
+    left-out middle, are what the whole output gives."""
+    job, out = tmp_path / "loud_job.py", tmp_path / "ab"
+    job.write_text(LOUD_JOB)
+    metric = r"step time (\d+) ms"
+    cmd = [sys.executable, str(job), "210", score_at]
+    assert main(["ab", "run", "--policy", str(policy), "--pairs", "1", "--out", str(out),
+                 "--plugin", str(library_path()), "--metric", metric, "--keep-output", "1",
+                 "--", *cmd]) == 0
+    assert capsys.readouterr().err.count("MiB of output left out of its log") == 2
+    doc = json.loads((out / "ab.json").read_text())
+    assert doc["keep_output_mib"] == 1 and doc["summary"]["pair_ratios"] == [pytest.approx(1 / 3)]
+    warning = "DynamICCL: the policy holds for NCCL 2.26.2..2.26.2 only"
+    for launch in doc["launches"]:
+        env = {**os.environ, "DYNAMICCL_POLICY": str(policy)} if launch["side"] == "policy" else \
+            {k: v for k, v in os.environ.items() if k != "DYNAMICCL_POLICY"}
+        whole = tmp_path / f"whole_{launch['side']}.log"
+        with open(whole, "wb") as fh:  # the same launch, all of its output in a file
+            subprocess.run(cmd, stdout=fh, env=env, check=True)
+        full, log = whole.read_bytes(), Path(launch["log"]).read_bytes()
+        assert len(full) > 20_000_000 and launch["output_bytes"] == len(full)
+        assert len(log) <= (1 << 20) + 200 and log.startswith(b"host:1:1 [0] NCCL INFO NCCL version")
+        (note,) = [line for line in log.splitlines(keepends=True) if line.startswith(b"[dynamiccl: ")]
+        head, tail = log.split(note)
+        assert full.startswith(head) and full.endswith(tail) and tail.endswith(b"done\n")
+        assert launch["left_out_bytes"] == len(full) - len(head) - len(tail)
+        assert note.startswith(f"[dynamiccl: {launch['left_out_bytes']:,} bytes (".encode())
+        # what the A/B read while the job printed is what all of its output says
+        checks = OutputChecks(re.compile(metric))
+        checks.lines(list(text_lines(whole)))
+        expected = 20.0 if launch["side"] == "policy" else 60.0
+        assert launch["score"] == checks.score(0.0) == expected
+        if score_at == "end":
+            assert b"step time %d ms" % expected in tail
+        else:  # the score fell in the middle, and was read all the same
+            assert not re.search(rb"step time (20|60) ms", log)
+        if launch["side"] == "policy":
+            assert launch["plugin_warnings"] == checks.warnings == [warning]
+            assert warning.encode() not in log  # it fell in the middle, and was read all the same
 
 
 def _mix(path: Path, per_call_us: float, algorithm: Algorithm) -> Path:

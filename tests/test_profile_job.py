@@ -146,19 +146,27 @@ def test_a_second_run_needs_force_and_keeps_a_file_it_did_not_write(tmp_path, ca
     (["--out", "{missing}/out", "--", "true"], "parent folder does not exist"),
     (["--rings", "{file}", "--", "true"], "is a file"),
     (["--rings", "{ringed}", "--", "true"], "already holds rings"),
+    (["--rings", "{mine}", "--", "true"], "--rings {mine} holds other files (.hidden, notes.txt, "
+                                          "photos, ...) and the rings would be kept among them; give "
+                                          "an empty or new folder"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     (tmp_path / "file").write_text("x")
     (tmp_path / "ringed").mkdir()
     (tmp_path / "ringed" / "dynamiccl-1-0-0000000000000001-r0.ring").write_text("x")
+    mine = tmp_path / "mine"  # a folder of the user's own files: the rings would be lost among them
+    (mine / "photos").mkdir(parents=True)
+    for name in ("notes.txt", "todo.txt", ".hidden"):
+        (mine / name).write_text("mine")
     places = {"file": tmp_path / "file", "missing": tmp_path / "missing",
-              "ringed": tmp_path / "ringed"}
+              "ringed": tmp_path / "ringed", "mine": mine}
     argv = [a.format(**places) for a in args]
     assert main(["profile", "job", *argv]) == 2
     err = capsys.readouterr().err.strip()
-    assert message in err and "\n" not in err, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "ringed"]
+    assert message.format(**places) in err and "\n" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "mine", "ringed"]
     assert os.listdir(tmp_path / "ringed") == ["dynamiccl-1-0-0000000000000001-r0.ring"]
+    assert sorted(os.listdir(mine)) == [".hidden", "notes.txt", "photos", "todo.txt"]
 
 
 def test_a_benchmark_loads_the_profiler_with_rings_in_a_folder_removed_afterwards(tmp_path):

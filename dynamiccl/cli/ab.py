@@ -5,15 +5,19 @@ the cluster, and see what it changed.
 the policy interleaved (:mod:`~dynamiccl.profiler.measure.ab`: the same command, only the variables
 that load the policy toggled), and prints each side's median with its spread, the pairs' ratios and
 a verdict: faster, slower, or no difference beyond the spread. ``--dry-run`` prints the launches.
-Every launch's output is kept in ``--out`` (``launch_NN_<side>.log``) and ``ab.json`` is rewritten
-atomically after each launch. Each launch runs in a session of its own and every signal that ends a
-command (Ctrl-C, ``kill``, ``timeout``, a closed ssh session) is passed on to all of it, then SIGKILL
-after a grace or at a second signal (:mod:`~dynamiccl.profiler.measure.job_process`): nothing of a
-launch outlives dynamiccl, and ab.json keeps what was measured and how the last launch was stopped.
-A second ``ab run`` into the same ``--out`` is refused while the first runs. Where the policy does
-not hold for this environment's NCCL, or the plugin warned in a policy launch's output (it defers
-then), the A/B says so: both sides would have run NCCL's default. Rolling back is running without
-the policy: the default side of every pair is exactly that command.
+Every launch's output goes to ``--out`` (``launch_NN_<side>.log``), ``--keep-output`` MiB of it at
+most (default 16): its first and its last half, with one line between saying how many bytes and
+lines were left out (:mod:`~dynamiccl.profiler.measure.kept_output`). The score and the plugin's
+warnings are read from all of it as it is printed, so they are the same whatever the log keeps.
+``ab.json`` is rewritten atomically after each launch. Each launch runs in a session of its own and
+every signal that ends a command (Ctrl-C, ``kill``, ``timeout``, a closed ssh session) is passed on
+to all of it, then SIGKILL after a grace or at a second signal
+(:mod:`~dynamiccl.profiler.measure.job_process`): nothing of a launch outlives dynamiccl, and
+ab.json keeps what was measured and how the last launch was stopped. A second ``ab run`` into the
+same ``--out`` is refused while the first runs. Where the policy does not hold for this
+environment's NCCL, or the plugin warned in a policy launch's output (it defers then), the A/B says
+so: both sides would have run NCCL's default. Rolling back is running without the policy: the
+default side of every pair is exactly that command.
 
 ``diff`` lays two job mixes (``dynamiccl profile job``'s ``job.jsonl``, one run with NCCL's
 default, one with the policy) side by side: per collective, size and communicator what NCCL ran and
@@ -39,6 +43,9 @@ EPILOG = """examples:
 
 MAX_PAIRS = 50
 AB_FILE = "ab.json"
+#: --keep-output's range in MiB: the upper bound keeps a slip from holding gigabytes (the tail half
+#: is held in memory until the launch ends).
+MAX_KEEP_MIB = 1024
 
 
 def _command(args: argparse.Namespace) -> list[str]:
@@ -138,7 +145,8 @@ def _run(args: argparse.Namespace) -> int:
     _note_nccl_window(args.policy)
     doc = {"written_by": WRITTEN_BY, "command": cmd, "policy": str(Path(args.policy).resolve()),
            "sha256": policy_vars[POLICY_SHA256_ENV], "launcher": args.launcher,
-           "metric": args.metric or "wall seconds", "pairs": args.pairs, "launches": [],
+           "metric": args.metric or "wall seconds", "pairs": args.pairs,
+           "keep_output_mib": args.keep_output, "launches": [],
            "summary": None, "interrupted": False}
     results: list = []
     # every signal that ends a command (Ctrl-C, kill, timeout, a closed ssh session) from here on
@@ -158,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
         save([])  # ab.json is there from the start: what was measured, even nothing yet
         try:
             ab.run_all(launches, dict(os.environ), out, stops, timeout_s=args.timeout, metric=metric,
-                       done=save, progress=lambda line: _say(line))
+                       done=save, progress=lambda line: _say(line), keep_bytes=args.keep_output << 20)
         except ab.CannotStart as exc:
             raise UserError(str(exc)) from None
         if stops.received and not doc["interrupted"]:
@@ -308,7 +316,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from dynamiccl.profiler.measure.ab import LAUNCHERS
+    from dynamiccl.profiler.measure.ab import KEEP_BYTES, LAUNCHERS
 
     p = subparsers.add_parser(
         "ab", help="A/B a policy on the cluster (interleaved launches), or diff two job mixes",
@@ -342,6 +350,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the tuner plugin to load (default: `dynamiccl plugin path`)")
     r.add_argument("--out", type=path_arg, default="dynamiccl-ab", metavar="DIR",
                    help=f"folder for the launches' logs and {AB_FILE} (default dynamiccl-ab)")
+    r.add_argument("--keep-output", type=int_between(1, MAX_KEEP_MIB), default=KEEP_BYTES >> 20,
+                   metavar="MIB",
+                   help="MiB of each launch's output its log keeps: the first and the last half, "
+                        "with a line between saying how much was left out (default "
+                        f"{KEEP_BYTES >> 20}; 1..{MAX_KEEP_MIB}). The score and the plugin's warnings are "
+                        "read from all of it")
     r.add_argument("--force", action="store_true", help="replace an earlier A/B's files in --out")
     r.add_argument("--dry-run", action="store_true", help="print the launches, run nothing")
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",

@@ -74,8 +74,9 @@ def register_job(kinds: argparse._SubParsersAction) -> None:
     j.add_argument("--force", action="store_true",
                    help=f"replace a {JOB_FILE} an earlier profile job wrote in DIR")
     j.add_argument("--rings", type=path_arg, metavar="DIR",
-                   help="where the ranks write their rings (kept); on several nodes a folder every "
-                        "node sees. Default: a temporary folder in /dev/shm, removed afterwards")
+                   help="where the ranks write their rings (kept): a new or empty folder; on "
+                        "several nodes a folder every node sees. Default: a temporary folder in "
+                        "/dev/shm, removed afterwards")
     j.add_argument("--records", type=_records_arg, default=JOB_RECORDS, metavar="N",
                    help=f"records per rank's ring, a power of two in {MIN_RECORDS}..{MAX_RECORDS} "
                         f"(default {JOB_RECORDS}; the plugin's own default is {DEFAULT_RECORDS})")
@@ -131,7 +132,9 @@ def _claimed_out(args: argparse.Namespace) -> Iterator[Path]:
 
 def _rings_folder(args: argparse.Namespace) -> tuple[Path, bool]:
     """(folder, whether to remove it at the end); a folder made here is the user's only (0700),
-    and a relative --rings is made absolute (a job that changes folder finds it all the same)."""
+    and a relative --rings is made absolute (a job that changes folder finds it all the same). An
+    existing folder must be empty: the rings are kept there, and mixed with another run's rings
+    (which the mix would read as this job's) or with the user's own files they would be neither's."""
     if args.rings is None:
         from dynamiccl.profiler.measure.job_profile import temporary_rings
 
@@ -147,6 +150,15 @@ def _rings_folder(args: argparse.Namespace) -> tuple[Path, bool]:
     if ring_files(folder) or failed_rings(folder):
         raise UserError(f"--rings {args.rings} already holds rings of another run; give an empty "
                         "folder")
+    try:
+        held = sorted(os.listdir(folder))
+    except OSError as exc:
+        raise UserError(f"--rings {args.rings}: cannot list the folder ({exc.strerror or exc}); "
+                        "give another folder") from None
+    if held:
+        raise UserError(f"--rings {args.rings} holds other files ({', '.join(held[:3])}"
+                        f"{', ...' if len(held) > 3 else ''}) and the rings would be kept among "
+                        "them; give an empty or new folder")
     if not os.access(folder, os.W_OK):
         raise UserError(f"--rings {args.rings} is not writable; give another folder")
     return folder, False

@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dynamiccl.files import text_lines
 from dynamiccl.profiler.measure.job_process import (
     GRACE_S,
     JobProcess,
@@ -35,6 +34,7 @@ from dynamiccl.profiler.measure.job_process import (
     stopped_status,
     supervise,
 )
+from dynamiccl.profiler.measure.kept_output import KeptOutput, Pump
 
 #: The two sides of a comparison.
 DEFAULT, POLICY = "default", "policy"
@@ -78,8 +78,11 @@ class Result:
     log: str
     #: Why the launch was stopped before it ended on its own, in words ("" when it was not).
     stopped: str = ""
-    #: The plugin's warnings in a policy launch's output (:func:`plugin_warnings`).
+    #: The plugin's warnings in a policy launch's output (:class:`OutputChecks`).
     plugin_warnings: list[str] = field(default_factory=list)
+    #: Bytes the launch printed, and how many of them its log leaves out (its middle).
+    output_bytes: int = 0
+    left_out_bytes: int = 0
 
 
 def policy_env(plugin: str | Path, policy: str | Path, sha256: str, *, policy_var: str,
@@ -121,28 +124,6 @@ def plan(command: Sequence[str], pairs: int, policy_vars: dict[str, str], launch
     return out
 
 
-def score_of(output: str, seconds: float, metric: re.Pattern[str] | None) -> float | None:
-    """The launch's score: wall seconds, or the last match of ``metric``'s first group (None where
-    it matches nothing or not a number)."""
-    if metric is None:
-        return seconds
-    found = metric.findall(output)
-    return _number(found[-1]) if found else None
-
-
-def score_in(log: Path, seconds: float, metric: re.Pattern[str] | None) -> float | None:
-    """:func:`score_of` a launch's log, read a line at a time (a job may print gigabytes; each line
-    is searched, cut at :data:`~dynamiccl.files.MAX_LINE_CHARS`)."""
-    if metric is None:
-        return seconds
-    last = None
-    for line in text_lines(log):
-        found = metric.findall(line)
-        if found:
-            last = found[-1]
-    return None if last is None else _number(last)
-
-
 def _number(found: str | tuple[str, ...]) -> float | None:
     try:
         value = float(found[0] if isinstance(found, tuple) else found)
@@ -157,44 +138,87 @@ PLUGIN_WARNING = "DynamICCL:"
 MAX_WARNINGS = 3
 
 
-def plugin_warnings(log: Path) -> list[str]:
-    """The plugin's warnings in a launch's output (it defers when the policy does not hold for
-    the NCCL that runs, or the file is not the one the checksum names), each once; NCCL prints
-    them where ``NCCL_DEBUG`` is WARN or INFO."""
-    found: dict[str, None] = {}
-    for line in text_lines(log):
-        at = line.find(PLUGIN_WARNING)
-        if at >= 0 and "WARN" in line[:at]:
-            found[line[at:].strip()] = None
-            if len(found) >= MAX_WARNINGS:
-                break
-    return list(found)
+class OutputChecks:
+    """What the A/B reads in a launch's output, a line at a time as the job prints it (a job may
+    print gigabytes, and its log keeps only their beginning and end): the last match of ``metric``
+    (the score), and the plugin's warnings (it defers when the policy does not hold for the NCCL
+    that runs, or the file is not the one the checksum names), each once; NCCL prints them where
+    ``NCCL_DEBUG`` is WARN or INFO. Both sides' launches are read alike, as the reading runs while
+    they are timed."""
+
+    def __init__(self, metric: re.Pattern[str] | None) -> None:
+        self.metric = metric
+        self._last: str | tuple[str, ...] | None = None
+        self._warnings: dict[str, None] = {}
+
+    def lines(self, batch: list[str]) -> None:
+        """Consecutive lines of the output."""
+        if self.metric is not None:
+            for line in reversed(batch):  # the batch's last match is its last matching line's
+                found = self.metric.findall(line)
+                if found:
+                    self._last = found[-1]
+                    break
+        for line in [line for line in batch if PLUGIN_WARNING in line]:
+            at = line.find(PLUGIN_WARNING)
+            if "WARN" in line[:at] and len(self._warnings) < MAX_WARNINGS:
+                self._warnings[line[at:].strip()] = None
+
+    def score(self, seconds: float) -> float | None:
+        """The launch's wall ``seconds``, or the last number the metric found (its first group;
+        None where it found nothing or not a number)."""
+        if self.metric is None:
+            return seconds
+        return None if self._last is None else _number(self._last)
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self._warnings)
 
 
 class CannotStart(Exception):
     """A launch's command could not be started (not found, not executable): one line naming it."""
 
 
+#: Bytes of a launch's output its log keeps by default: the first and the last half of them.
+KEEP_BYTES = 16 << 20
+#: Seconds the output of a launch that ended is read on for (a process that escaped the launch may
+#: hold its pipe open).
+DRAIN_S = 5.0
+
+
 def run(launch: Launch, base_env: dict[str, str], log: Path, stops: Stops, *,
-        timeout_s: float | None, metric: re.Pattern[str] | None, grace_s: float = GRACE_S,
-        poll_s: float = 0.1) -> Result:
+        timeout_s: float | None, metric: re.Pattern[str] | None, keep_bytes: int = KEEP_BYTES,
+        grace_s: float = GRACE_S, poll_s: float = 0.1) -> Result:
     """Runs one launch in a session of its own (:class:`~dynamiccl.profiler.measure.job_process.
-    JobProcess`), its output (stdout and stderr) to ``log``, written whole: a hidden file beside it
-    until the launch ends. A signal ``stops`` caught is passed on to every process of the launch,
-    which ends (SIGKILL after ``grace_s`` or at a second signal); a launch past ``timeout_s`` is
-    stopped likewise and scored as failed (status 124); what a launch left running is ended with
-    it. Raises :class:`CannotStart` when the command cannot be started."""
+    JobProcess`), its output (stdout and stderr) read through a pipe as it comes: scored and
+    searched for the plugin's warnings line by line (:class:`OutputChecks`), its first and last
+    ``keep_bytes / 2`` kept in ``log`` (:class:`~dynamiccl.profiler.measure.kept_output.KeptOutput`:
+    a hidden file beside it until the launch ends; one line there says what was left out between).
+    A signal ``stops`` caught is passed on to every process of the launch, which ends (SIGKILL after
+    ``grace_s`` or at a second signal); a launch past ``timeout_s`` is stopped likewise and scored as
+    failed (status 124); what a launch left running is ended with it. Raises :class:`CannotStart`
+    when the command cannot be started."""
     env = {k: v for k, v in base_env.items() if k not in launch.unset_env} | launch.set_env
+    checks = OutputChecks(metric)
     fd, part = tempfile.mkstemp(prefix=f".{log.name}.", suffix=".part", dir=log.parent)
     began = time.monotonic()
     try:
         with os.fdopen(fd, "wb") as out:
+            kept = KeptOutput(out, keep_bytes, checks.lines)
+            read_end, write_end = os.pipe()
             try:
-                job = JobProcess(launch.command, env, grace_s, output=out)
+                with os.fdopen(write_end, "wb") as pipe:  # the job's only: closed here once it has it
+                    job = JobProcess(launch.command, env, grace_s, output=pipe)
             except OSError as exc:
+                os.close(read_end)
                 raise CannotStart(f"cannot start {launch.command[0]}: {exc.strerror or exc}") from None
+            pump = Pump(read_end, kept)
+            pump.start()
             stops.attach(job)
             ending = supervise(job, began=began, timeout_s=timeout_s, poll_s=poll_s)
+            seconds = time.monotonic() - began
+            pump.finish(DRAIN_S)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(part, 0o666 & ~umask)  # a log of the user's, not mkstemp's private file
@@ -202,12 +226,10 @@ def run(launch: Launch, base_env: dict[str, str], log: Path, stops: Stops, *,
     except BaseException:
         Path(part).unlink(missing_ok=True)
         raise
-    seconds = time.monotonic() - began
     status, stopped = stopped_status(job, ending, timeout_s=timeout_s, signals=len(stops.received))
-    score = score_in(log, seconds, metric) if status == 0 else None
-    warnings = plugin_warnings(log) if launch.side == POLICY else []
+    score = checks.score(seconds) if status == 0 else None
     return Result(launch.index, launch.pair, launch.side, seconds, score, status, str(log), stopped,
-                  warnings)
+                  checks.warnings if launch.side == POLICY else [], kept.total, kept.left_out)
 
 
 @dataclass(frozen=True)
@@ -280,7 +302,8 @@ def _pct(ratio: float, lower_is_better: bool) -> str:
 
 def run_all(launches: Sequence[Launch], base_env: dict[str, str], out: Path, stops: Stops, *,
             timeout_s: float | None, metric: re.Pattern[str] | None,
-            done: Callable[[list[Result]], None], progress: Callable[[str], None]) -> list[Result]:
+            done: Callable[[list[Result]], None], progress: Callable[[str], None],
+            keep_bytes: int = KEEP_BYTES) -> list[Result]:
     """Every launch in order, ``done`` called with the results so far after each (so a session
     stopped midway keeps what it measured); stops at the first launch that fails, and at a signal
     ``stops`` caught (the launch running then is stopped and kept, with how it was stopped; no
@@ -291,12 +314,16 @@ def run_all(launches: Sequence[Launch], base_env: dict[str, str], out: Path, sto
             break
         log = out / f"launch_{launch.index + 1:02d}_{launch.side}.log"
         progress(f"launch {launch.index + 1}/{len(launches)} ({launch.side}) ...")
-        result = run(launch, base_env, log, stops, timeout_s=timeout_s, metric=metric)
+        result = run(launch, base_env, log, stops, timeout_s=timeout_s, metric=metric,
+                     keep_bytes=keep_bytes)
         results.append(result)
         done(results)
         score = "no score" if result.score is None else f"score {result.score:.6g}"
+        cut = (f", {result.left_out_bytes / 2**20:.1f} MiB of its {result.output_bytes / 2**20:.1f} MiB "
+               "of output left out of its log" if result.left_out_bytes else "")
         progress(f"launch {launch.index + 1}/{len(launches)} ({launch.side}): {result.seconds:.1f} s, "
-                 f"{score}, exit {result.status}" + (f", {result.stopped}" if result.stopped else ""))
+                 f"{score}, exit {result.status}" + (f", {result.stopped}" if result.stopped else "")
+                 + cut)
         if result.status != 0 or result.score is None:
             break
     return results
