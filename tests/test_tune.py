@@ -966,9 +966,10 @@ def test_a_series_whose_ratio_jumps_between_measured_sizes_is_interpolated_with_
 def test_one_octave_past_the_measured_sizes_the_nearest_two_speak_while_nccls_pick_holds():
     """nccl-tests' next size past a sweep's: where the two nearest measured sizes agree, the gain
     does not shrink towards the nearer and NCCL's modelled pick stays the same from the farther one
-    on, the nearer one's ratio holds one octave further (not two). Where NCCL's modelled pick changes (on this node to NVLS itself at 2 MiB) the
-    ratio jumps and nothing measured speaks (on a perturbed DGX A100 pair ring/Simple ran x0.76 of
-    NCCL's time at 4 and 8 MiB of all-gather and x1.05 at 16 MiB, where NCCL's pick became it)."""
+    on, the nearer one's ratio holds one octave further (not two). Where NCCL's modelled pick
+    changes (on this node to NVLS itself at 2 MiB) the ratio jumps and nothing measured speaks (on
+    a perturbed DGX A100 pair ring/Simple ran x0.76 of NCCL's time at 4 and 8 MiB of all-gather and
+    x1.05 at 16 MiB, where NCCL's pick became it)."""
     assert len({without_channels(_model_pick(1 << k)) for k in (18, 19, 20)}) == 1
     assert without_channels(_model_pick(1 << 21)) != without_channels(_model_pick(1 << 20))
     tuner = Tuner(TOPO, Measurements(_both(1 << 18, 0.6) + _both(1 << 19, 0.5)))
