@@ -963,14 +963,58 @@ def test_a_series_whose_ratio_jumps_between_measured_sizes_is_interpolated_with_
         smooth.interpolated_ratio(at(1 << 25), NVLS).sigma + 0.2
 
 
-def test_past_the_last_measured_size_the_measurements_do_not_speak():
-    """The two largest measured sizes agreeing say nothing of the next one (on a perturbed DGX A100
-    pair ring/Simple ran x0.76 of NCCL's time at 4 and 8 MiB of all-gather and x1.05 at 16 MiB), nor
-    do sizes measured on both sides that point different ways."""
-    tuner = Tuner(TOPO, Measurements(_both(1 << 24, 0.6) + _both(1 << 25, 0.6)))
-    assert tuner.interpolated_ratio(at(1 << 26), NVLS) is None
+def test_one_octave_past_the_measured_sizes_the_nearest_two_speak_while_nccls_pick_holds():
+    """nccl-tests' next size past a sweep's: where the two nearest measured sizes agree, the gain
+    does not shrink towards the nearer and NCCL's modelled pick stays the same from the farther one
+    on, the nearer one's ratio holds one octave further (not two). Where NCCL's modelled pick
+    changes (on this node to NVLS itself at 2 MiB) the ratio jumps and nothing measured speaks (on
+    a perturbed DGX A100 pair ring/Simple ran x0.76 of NCCL's time at 4 and 8 MiB of all-gather and
+    x1.05 at 16 MiB, where NCCL's pick became it)."""
+    assert len({without_channels(_model_pick(1 << k)) for k in (18, 19, 20)}) == 1
+    assert without_channels(_model_pick(1 << 21)) != without_channels(_model_pick(1 << 20))
+    tuner = Tuner(TOPO, Measurements(_both(1 << 18, 0.6) + _both(1 << 19, 0.5)))
+    est = tuner.interpolated_ratio(at(1 << 20), NVLS)
+    assert est.evidence == "extrapolated" and est.anchored
+    assert est.log_ratio == pytest.approx(tuner.anchor_points(at(1 << 19), NVLS)[-1].log_ratio)
+    # less certain than the measurement it carries, by the distance and the two's disagreement
+    assert est.sigma > tuner.anchor_points(at(1 << 19), NVLS)[-1].sigma
+    below = Tuner(TOPO, Measurements(_both(1 << 19, 0.6) + _both(1 << 20, 0.6)))
+    assert below.interpolated_ratio(at(1 << 18), NVLS).evidence == "extrapolated"
+    assert tuner.interpolated_ratio(at(1 << 21), NVLS) is None  # two octaves
+    assert below.interpolated_ratio(at(1 << 21), NVLS) is None  # NCCL's pick changes
+    split = Tuner(TOPO, Measurements(_both(1 << 18, 1.2) + _both(1 << 19, 0.6)))
+    assert split.interpolated_ratio(at(1 << 20), NVLS) is None
+    # a gain shrinking towards the last measured size heads for a crossover: not carried on
+    shrinking = Tuner(TOPO, Measurements(_both(1 << 18, 0.5) + _both(1 << 19, 0.6)))
+    assert shrinking.interpolated_ratio(at(1 << 20), NVLS) is None
+    # measured on both sides, pointing different ways: nothing (NVIDIA's Viking all-gather on 256
+    # ranks, ring/LL +17 % at 8 MiB and 52 % slower at 32 MiB, was 27 % slower at 16 MiB)
     across = Tuner(TOPO, Measurements(_both(1 << 24, 0.6) + _both(1 << 25, 0.6) + _both(1 << 27, 1.3)))
     assert across.interpolated_ratio(at(1 << 26), NVLS) is None
+
+
+def test_neighbours_across_a_jump_of_nccls_default_never_make_a_choice_look_faster():
+    """On a perturbed 4-node DGX H100 (bench_tuning, validation seed 901) ring/Simple all-reduce beat
+    NCCL's tree/LL128 at 8 MiB and its default at 512 MiB by 33-40 %; at 16 MiB NCCL's default is
+    NVLSTree and ring/Simple was 24 % slower. The corrected model had that right; the measured
+    ratios on both sides, which say nothing across NCCL's jump, lifted it to faster and pinned it."""
+    four = load_topology("dgx_h100", nodes=4)
+    ring_simple = Choice(Algorithm.RING, Protocol.SIMPLE)
+    assert without_channels(_model_pick(1 << 23, four)) != without_channels(_model_pick(1 << 24, four))
+
+    def measured(n: int, default_factor: float) -> list[MeasurementRecord]:
+        s = at(n, four)
+        return [record(s, DEFAULT, default_factor * _model_time(s, DEFAULT), launch=f"d{n}"),
+                record(s, ring_simple, 0.9 * _model_time(s, ring_simple), launch=f"r{n}")]
+
+    s = at(1 << 24, four)
+    tuner = Tuner(four, Measurements(measured(1 << 23, 4.0) + measured(1 << 29, 1.6)
+                                     + [record(s, DEFAULT, _model_time(s, DEFAULT), launch="d")]))
+    assert tuner.ratio(at(1 << 23, four), ring_simple).log_ratio < -0.3  # faster on both sides
+    assert tuner.ratio(at(1 << 29, four), ring_simple).log_ratio < -0.3
+    est = tuner.ratio(s, ring_simple)
+    assert est.evidence == "corrected model" and est.log_ratio > 0.3  # the model's slower, kept
+    assert tuner.decide(s).chosen == DEFAULT
 
 
 def test_the_corrected_model_stays_within_its_neighbours_where_nccls_default_changes_between():

@@ -53,6 +53,8 @@ DEFAULT_MARGIN = 0.03
 #: NOT_MEASURED: nothing of the collective was measured on the system, so ``tune`` leaves it to NCCL.
 MODEL, CORRECTED, CALIBRATED, MEASURED = "model", "corrected model", "calibrated model", "measured"
 LEARNED_PRIOR, INTERPOLATED, MEASURED_ONCE = "learned prior", "interpolated", "measured once"
+#: EXTRAPOLATED: a ratio measured at the nearest two sizes, carried one octave past them.
+EXTRAPOLATED = "extrapolated"
 NEIGHBOURS, BRIDGED = " + neighbours", "between overrides"
 #: A suffix: the choice is what NCCL's model says NCCL runs by default, measured faster than NCCL's
 #: default there (the model misjudges NCCL's own pick).

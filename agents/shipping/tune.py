@@ -27,9 +27,11 @@ t_default)``, from one of these sources, kept apart (:meth:`Tuner.ratio`):
    series' ratio does from one measured size to the next over that distance
    (:meth:`Tuner.span_spread`), and a share of their disagreement: averaged as independent, the
    neighbours pinned ring/LL reduce-scatter at 512 KiB on NVIDIA's Luna data between +3.7 % at
-   256 KiB and +19.7 % at 1 MiB, where it was 12 % slower. Past the last measured size nothing
-   measured says what NCCL runs (the nearest two agreeing, x0.76 at 4 and 8 MiB of all-gather on
-   a perturbed DGX A100 pair, it was x1.05 at 16 MiB): only the corrected model speaks there.
+   256 KiB and +19.7 % at 1 MiB, where it was 12 % slower. One octave past the measured sizes
+   (nccl-tests' next size) the nearer of the nearest two speaks where both agree and NCCL's
+   modelled pick stays the same from the farther one on (*extrapolated*,
+   :meth:`Tuner._extrapolate`); where that pick changes, nothing measured says what NCCL runs
+   past it (x0.76 at 4 and 8 MiB of all-gather on a perturbed DGX A100 pair, x1.05 at 16 MiB).
    Where NCCL's modelled pick changes between neighbours more than an nccl-tests step apart, they
    speak only where the choice was measured the fastest of every pair at both
    (:meth:`Tuner._same_runs`): whatever NCCL runs between was slower than it on both sides.
@@ -105,6 +107,7 @@ from dynamiccl.agents.shipping.gate import (
     CALIBRATED,
     CORRECTED,
     DEFAULT_MARGIN,
+    EXTRAPOLATED,
     INTERPOLATED,
     LEARNED_PRIOR,
     LEARNED_PRIOR_UNCALIBRATED,
@@ -521,8 +524,42 @@ class Tuner:
     def interpolated_ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate | None:
         """Source 2: between the nearest measured sizes below and above (each pooled with its own
         neighbours: :meth:`anchor_points`), where both point the same way (see the module
-        docstring)."""
-        return self._interpolate(scenario, choice, self.anchor_points(scenario, choice))
+        docstring); or one octave past them (:meth:`_extrapolate`)."""
+        points = self.anchor_points(scenario, choice)
+        return self._interpolate(scenario, choice, points) or \
+            self._extrapolate(scenario, choice, points)
+
+    def _extrapolate(self, scenario: Scenario, choice: Choice, points: Sequence[RatioPoint]
+                     ) -> RatioEstimate | None:
+        """The ratio one octave past the measured sizes (nccl-tests' next size; label
+        :data:`EXTRAPOLATED`): the nearer of the nearest two where both point the same way, the
+        nearer no less far from a tie (a gain that shrinks towards the last measured size is
+        heading for a crossover: on a perturbed DGX A100 pair ring/Simple all-gather, 26 % and
+        24 % faster than ring/LL128 at 4 and 8 MiB, was 5 % slower at 16 MiB), and NCCL's
+        modelled pick and the pair ``choice`` runs stay the same from the farther one through this
+        size. Uncertain as the interpolation an octave from a measurement is, plus half the two's
+        disagreement. Where NCCL's modelled pick changes, the ratio jumps: on a
+        perturbed DGX A100 pair ring/Simple ran x0.76 of NCCL's time at 4 and 8 MiB of all-gather
+        and x1.05 at 16 MiB, where NCCL's modelled pick becomes ring/Simple itself. Where it does
+        not, the measured ratio is the better guide than the corrected model: on NVIDIA's
+        Viking-SHARP data CollNetChain beat NCCL's default by 9 % and 13 % at 2 GiB (16 and 32
+        ranks) and by 9 % and 14 % at 4 GiB, where the corrected model put it 41 % and 1 % slower."""
+        below = [p for p in points if p.nbytes < scenario.nbytes][::-1]
+        above = [p for p in points if p.nbytes > scenario.nbytes]
+        side = below if not above else above if not below else []
+        if len(side) < 2 or side[0].log_ratio * side[1].log_ratio <= 0 or \
+                abs(side[0].log_ratio) < abs(side[1].log_ratio):
+            return None
+        near, far = side[0], side[1]
+        octaves = abs(math.log2(scenario.nbytes / near.nbytes))
+        lo, hi = sorted((far.nbytes, scenario.nbytes))
+        if octaves > 1 or not Tuner._same_choice_runs(scenario, choice, lo, hi) or \
+                len({_nccl_pair(replace(scenario, nbytes=n)) for n in _between(scenario, lo, hi)}) > 1:
+            return None
+        sigma = math.sqrt(near.sigma ** 2 + (SIGMA_PER_OCTAVE * octaves) ** 2
+                          + self.span_spread(scenario, choice) ** 2 * octaves
+                          + (DISAGREEMENT_SHARE * (near.log_ratio - far.log_ratio)) ** 2)
+        return RatioEstimate(near.log_ratio, sigma, EXTRAPOLATED, True)
 
     def _interpolate(self, scenario: Scenario, choice: Choice, points: Sequence[RatioPoint]
                      ) -> RatioEstimate | None:
@@ -694,7 +731,13 @@ class Tuner:
         measurements 3 % and 17 % slower, and it was x2.9 slower): a shape of the model's
         beyond them is what they contradict (on NVIDIA's
         DGX-1V data, 64 ranks, the corrected model put tree/LL 26 % faster at 256 KiB between a
-        tie at 128 KiB and x2.2 slower at 4 MiB; it was x1.4 slower)."""
+        tie at 128 KiB and x2.2 slower at 4 MiB; it was x1.4 slower). Where the neighbours do not
+        speak for the sizes between (:meth:`_same_runs`: NCCL's default jumps between them), they
+        only bound it from the faster side: a default that changes its pick between measured sizes
+        can make ``choice`` slower there than at either (on a perturbed 4-node DGX H100,
+        ring/Simple all-reduce 33-40 % faster than NCCL's tree/LL128 at 8 MiB and than its default
+        at 512 MiB was 24 % slower than NVLSTree at 16 MiB, which the corrected model had right
+        before the neighbours lifted it to 49 % faster)."""
         points = self.anchor_points(scenario, choice)
         below = [p for p in points if p.nbytes < scenario.nbytes][-1:]
         above = [p for p in points if p.nbytes > scenario.nbytes][:1]
@@ -702,7 +745,9 @@ class Tuner:
                                                                 above[0].nbytes):
             return log_ratio
         ratios = (below[0].log_ratio, above[0].log_ratio)
-        return float(np.clip(log_ratio, min(ratios), max(ratios)))
+        if self._same_runs(scenario, choice, below[0].nbytes, above[0].nbytes):
+            return float(np.clip(log_ratio, min(ratios), max(ratios)))
+        return max(log_ratio, min(ratios))
 
     def ratio(self, scenario: Scenario, choice: Choice) -> RatioEstimate:
         """``choice`` against NCCL's default here: the measurement where both were measured, else

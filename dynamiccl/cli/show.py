@@ -4,7 +4,7 @@ A person must be able to check a policy before it steers a job, so the file is v
 the plugin verifies it (format, version, checksum) and its rules are printed as one table per
 collective and system (nodes x ranks), a row per size range, with what NCCL would pick there, the
 predicted gain, its uncertainty and the evidence behind it (model, calibrated model, learned prior,
-interpolated, measured once, measured) as export or tune recorded them beside the file
+extrapolated, interpolated, measured once, measured) as export or tune recorded them beside the file
 (``<file>.evidence.json``). NCCL's pick is NCCL's cost
 model on the exported topology, as the gate compared against; where it changes inside a rule (a
 deferring rule over all sizes spans several), the rule is printed as one row per run of sizes with
