@@ -149,6 +149,10 @@ def test_a_second_run_needs_force_and_keeps_a_file_it_did_not_write(tmp_path, ca
     (["--rings", "{mine}", "--", "true"], "--rings {mine} holds other files (.hidden, notes.txt, "
                                           "photos, ...) and the rings would be kept among them; give "
                                           "an empty or new folder"),
+    (["--out", "{tmp}/both", "--rings", "{tmp}/both", "--", "true"], "overlap"),
+    (["--out", "{tmp}/mix", "--rings", "{tmp}/mix/rings", "--", "true"],
+     "--out {tmp}/mix and --rings {tmp}/mix/rings overlap: the kept rings and job.jsonl would "
+     "share a folder; give each a folder of its own"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     (tmp_path / "file").write_text("x")
@@ -159,7 +163,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     for name in ("notes.txt", "todo.txt", ".hidden"):
         (mine / name).write_text("mine")
     places = {"file": tmp_path / "file", "missing": tmp_path / "missing",
-              "ringed": tmp_path / "ringed", "mine": mine}
+              "ringed": tmp_path / "ringed", "mine": mine, "tmp": tmp_path}
     argv = [a.format(**places) for a in args]
     assert main(["profile", "job", *argv]) == 2
     err = capsys.readouterr().err.strip()

@@ -130,6 +130,18 @@ def _claimed_out(args: argparse.Namespace) -> Iterator[Path]:
         yield out
 
 
+def _separate_folders(args: argparse.Namespace) -> None:
+    """Refuse an --out and a --rings that are one folder or one inside the other, before either is
+    made: the rings are kept and the mix is replaced by the next run's, so in one folder each run
+    would leave files among the other's (and an --out made here and left empty is removed)."""
+    if args.rings is None:
+        return
+    out, rings = (Path(p).resolve() for p in (args.out, args.rings))
+    if out == rings or out.is_relative_to(rings) or rings.is_relative_to(out):
+        raise UserError(f"--out {args.out} and --rings {args.rings} overlap: the kept rings and "
+                        f"{JOB_FILE} would share a folder; give each a folder of its own")
+
+
 def _rings_folder(args: argparse.Namespace) -> tuple[Path, bool]:
     """(folder, whether to remove it at the end); a folder made here is the user's only (0700),
     and a relative --rings is made absolute (a job that changes folder finds it all the same). An
@@ -171,6 +183,7 @@ def run_job_command(args: argparse.Namespace) -> int:
     from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
 
     cmd = _command(args)
+    _separate_folders(args)
     try:
         library = plugin.library_path()
     except plugin.PluginError as exc:
