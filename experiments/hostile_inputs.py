@@ -836,6 +836,8 @@ def _round_four() -> list[Case]:
         refuse(*job, "--rings", "notes.txt", "--", "true", says="is a file"),
         refuse(*job, "--rings", "/proc/rings", "--", "true", says="cannot create the folder"),
         refuse(*job, "--rings", "docs", "--", "true", says="--rings docs holds other files (README.md)"),
+        refuse(*job, "--out", "mix", "--rings", "mix/rings", "--", "true",
+               says="--out mix and --rings mix/rings overlap"),
         refuse(*job, "--grace", "-1", "--", "true", says="--grace"),
         refuse(*job, "--grace", "1e9", "--", "true", says="--grace", suite=True),
         refuse(*job, "--grace", "nan", "--", "true", says="--grace"),
