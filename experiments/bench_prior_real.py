@@ -314,25 +314,33 @@ def explain_reality(reality: HeldOutSizes, where: str) -> tuple[list[dict], floa
                 "tune_chose": d.chosen.label(), "tune_gain": round(t_default / t_tune - 1, 4),
                 "tune_judged": judged.label(),
                 "tune_saw": _verdict_text(d.estimates.get(judged)),
-                "tune_verdict": f"{d.alternative.label()}: {100 * d.verdict.gain:+.1f}% "
-                                f"±{100 * d.verdict.sigma:.1f}% {d.verdict.evidence}",
+                "tune_verdict": f"{d.alternative.label()}: {_verdict_text(d.verdict)}",
                 "log_difference": math.log(t_tune / t_rule)})
     return rows, headroom, beyond
+
+
+def _budgets(draws: int) -> dict[str, list[Callable]]:
+    """What each budget keeps of the sizes: every other one, or ``draws`` seeded random halves."""
+    return {EVERY_OTHER: [every_other_size],
+            RANDOM_HALF: [random_half_of_sizes(d) for d in range(draws)]}
+
+
+def _where(budget: str, split: int, draw: int) -> str:
+    """A held-out reality's name in the tables: its launch split, and its draw of random halves."""
+    return f"split {split}" + (f" draw {draw}" if budget == RANDOM_HALF else "")
 
 
 def explain(system: ReplaySystem, draws: int) -> dict:
     """Per budget, the decisions that make the difference between ``tune`` and each simple rule
     (:func:`explain_reality`), each with its share of the headroom (beyond noise where its
     headroom is): summed, they are the rule's share minus tune's."""
-    budgets = {EVERY_OTHER: [every_other_size],
-               RANDOM_HALF: [random_half_of_sizes(d) for d in range(draws)]}
     out: dict = {}
-    for budget, keeps in budgets.items():
+    for budget, keeps in _budgets(draws).items():
         rows, headroom, beyond = [], 0.0, 0.0
         for d, keep in enumerate(keeps):
             for k in range(system.splits):
-                where = f"split {k}" + (f" draw {d}" if budget == RANDOM_HALF else "")
-                found, h, b = explain_reality(HeldOutSizes(system.reality(k), keep), where)
+                found, h, b = explain_reality(HeldOutSizes(system.reality(k), keep),
+                                              _where(budget, k, d))
                 rows += found
                 headroom += h
                 beyond += b
@@ -381,19 +389,16 @@ def _print_explain(name: str, doc: dict) -> None:
 def run(systems: list[ReplaySystem], prior: LearnedPriorSource, draws: int,
         progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Tally]]:
     """Per dataset and budget, the tally over launch splits (and draws)."""
-    budgets = {EVERY_OTHER: [every_other_size],
-               RANDOM_HALF: [random_half_of_sizes(d) for d in range(draws)]}
     out: dict[str, dict[str, Tally]] = {}
     for system in systems:
         out[system.name] = {}
-        for budget, keeps in budgets.items():
+        for budget, keeps in _budgets(draws).items():
             tally = Tally()
             for d, keep in enumerate(keeps):
                 scores = tally.unit() if budget == RANDOM_HALF else None
                 for k in range(system.splits):
                     reality = HeldOutSizes(system.reality(k), keep)
-                    score_reality(reality, prior, tally, scores or tally.unit(),
-                                  f"split {k}" + (f" draw {d}" if budget == RANDOM_HALF else ""))
+                    score_reality(reality, prior, tally, scores or tally.unit(), _where(budget, k, d))
             out[system.name][budget] = tally
             if progress:
                 progress(f"{system.name}, {budget}: {tally.realities} realities")

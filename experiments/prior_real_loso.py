@@ -40,8 +40,8 @@ GOAL_ADDS = 0.05
 
 def folds(names: list[str]) -> list[tuple[str, str, list[str]]]:
     """(held out, validation, training) per system: validation is the next system in order."""
-    return [(h, names[(i + 1) % len(names)], [n for n in names if n not in (h, names[(i + 1) % len(names)])])
-            for i, h in enumerate(names)]
+    return [(h, v, [n for n in names if n not in (h, v)])
+            for h, v in zip(names, names[1:] + names[:1], strict=True)]
 
 
 def train_fold(validation: str, training: list[str], rounds: int, seed: int) -> LearnedPrior:
@@ -98,13 +98,14 @@ def main() -> int:
         prior = train_fold(validation, training, args.rounds, args.seed)
         if args.out:
             prior.save(Path(args.out) / f"prior_without_{held}.npz")
-        ours = summarise(run([systems[held]], LearnedPriorSource(prior), args.draws))[held]
+        source = LearnedPriorSource(prior)
+        ours = summarise(run([systems[held]], source, args.draws))[held]
         base = summarise(run([systems[held]], shipped, args.draws))[held]
         doc["folds"][held] = {
             "validation": validation, "training": training,
             "config": prior.meta["config"],
             "real_validation": prior.meta["real_validation"],
-            "widening": LearnedPriorSource(prior).widen,
+            "widening": source.widen,
             "scores": {b: {"trained_on_real": _row(ours[b]), "shipped": _row(base[b])}
                        for b in (EVERY_OTHER, RANDOM_HALF)}}
     doc["goal_met"] = bool(doc["folds"]) and all(

@@ -537,11 +537,9 @@ class Tuner:
         heading for a crossover: on a perturbed DGX A100 pair ring/Simple all-gather, 26 % and
         24 % faster than ring/LL128 at 4 and 8 MiB, was 5 % slower at 16 MiB), and NCCL's
         modelled pick and the pair ``choice`` runs stay the same from the farther one through this
-        size. Uncertain as the interpolation an octave from a measurement is, plus half the two's
-        disagreement. Where NCCL's modelled pick changes, the ratio jumps: on a
-        perturbed DGX A100 pair ring/Simple ran x0.76 of NCCL's time at 4 and 8 MiB of all-gather
-        and x1.05 at 16 MiB, where NCCL's modelled pick becomes ring/Simple itself. Where it does
-        not, the measured ratio is the better guide than the corrected model: on NVIDIA's
+        size (where it changes the ratio jumps: see the module docstring). Uncertain as the
+        interpolation an octave from a measurement is, plus half the two's disagreement. Where
+        the pick holds, the measured ratio is the better guide than the corrected model: on NVIDIA's
         Viking-SHARP data CollNetChain beat NCCL's default by 9 % and 13 % at 2 GiB (16 and 32
         ranks) and by 9 % and 14 % at 4 GiB, where the corrected model put it 41 % and 1 % slower."""
         below = [p for p in points if p.nbytes < scenario.nbytes][::-1]
@@ -554,7 +552,7 @@ class Tuner:
         octaves = abs(math.log2(scenario.nbytes / near.nbytes))
         lo, hi = sorted((far.nbytes, scenario.nbytes))
         if octaves > 1 or not Tuner._same_choice_runs(scenario, choice, lo, hi) or \
-                len({_nccl_pair(replace(scenario, nbytes=n)) for n in _between(scenario, lo, hi)}) > 1:
+                not Tuner._same_nccl_pick(scenario, lo, hi):
             return None
         sigma = math.sqrt(near.sigma ** 2 + (SIGMA_PER_OCTAVE * octaves) ** 2
                           + self.span_spread(scenario, choice) ** 2 * octaves
@@ -621,11 +619,19 @@ class Tuner:
         of any ratio already rules out). On NVIDIA's DGX-2V data NCCL's default ran tree/LL128 to
         8 MiB, ring/LL128 to 64 MiB and tree/Simple beyond, where the model has it change once, at
         512 MiB; tree/LL128, the fastest at 16 and 512 MiB, was 18-47 % faster between."""
-        if not Tuner._same_choice_runs(scenario, choice, lo, hi):
-            return False
-        return hi <= lo << NEAR_OCTAVES or \
-            len({_nccl_pair(replace(scenario, nbytes=n)) for n in _between(scenario, lo, hi)}) == 1 \
+        return Tuner._same_choice_runs(scenario, choice, lo, hi) and \
+            self._default_speaks(scenario, choice, lo, hi)
+
+    def _default_speaks(self, scenario: Scenario, choice: Choice, lo: int, hi: int) -> bool:
+        """The half of :meth:`_same_runs` on NCCL's default: it keeps its modelled pick from ``lo``
+        to ``hi``, or they are near enough, or ``choice`` was the fastest measured at both."""
+        return hi <= lo << NEAR_OCTAVES or Tuner._same_nccl_pick(scenario, lo, hi) \
             or all(self._fastest_measured(replace(scenario, nbytes=n), choice) for n in (lo, hi))
+
+    @staticmethod
+    def _same_nccl_pick(scenario: Scenario, lo: int, hi: int) -> bool:
+        """Whether NCCL's modelled pick stays one pair from ``lo`` to ``hi``."""
+        return len({_nccl_pair(replace(scenario, nbytes=n)) for n in _between(scenario, lo, hi)}) == 1
 
     def _fastest_measured(self, scenario: Scenario, choice: Choice) -> bool:
         """Whether every pair that can run this call was measured here, none faster than
@@ -745,7 +751,7 @@ class Tuner:
                                                                 above[0].nbytes):
             return log_ratio
         ratios = (below[0].log_ratio, above[0].log_ratio)
-        if self._same_runs(scenario, choice, below[0].nbytes, above[0].nbytes):
+        if self._default_speaks(scenario, choice, below[0].nbytes, above[0].nbytes):
             return float(np.clip(log_ratio, min(ratios), max(ratios)))
         return max(log_ratio, min(ratios))
 

@@ -160,22 +160,18 @@ def _write_pins(runs: list, launchers: tuple[str, ...], logs: str, made_by: str)
 
     from dynamiccl.agents.shipping import launchers as L
     from dynamiccl.files import write_text_atomic
-    from dynamiccl.profiler.formats.published import sidecar_log
 
     pinned = [x for x in runs if x.pinned]
     if not pinned:
         return
-    folder = Path(logs)
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"--logs {logs} is not a folder; give the folder the launches write their "
-                        "logs to")
+    folder = Path(logs)  # a folder or none yet: check_logs saw to it before any work
     for x in pinned:
         policy, label = folder / x.pin_file, folder / f"{x.name}.yaml"
         for path, ours in ((policy, L.is_pin_policy_of), (label, _is_label_of)):
             if (path.exists() or path.is_symlink()) and not ours(path, x):
                 raise UserError(f"{path} is there and is not what this plan writes for "
                                 f"{x.name}; move it away, or give --logs another folder")
-        if (folder / f"{x.name}.txt").exists() and sidecar_log(label) is not None:
+        if label.exists() and (folder / f"{x.name}.txt").is_file():  # _is_label_of read the label
             continue  # measured already: its label and policy stay as they were
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -209,9 +209,7 @@ def check_against_log(text: str, log: str | Path) -> None:
     release or another forcing than the log's own lines state. What ``dynamiccl label`` checks
     before it writes: a label that the log itself refutes is refused, not written."""
     meta = yaml.safe_load(text)
-    version = meta.get("nccl_version")
-    stated = "" if version in (None, "unknown") else str(parse_version(str(version)))
-    _log_records(meta, Path(log), "the label", stated, _LABEL_FIXES)
+    _log_records(meta, Path(log), "the label", _sidecar_version(Path(log), meta), _LABEL_FIXES)
 
 
 #: The fix each contradiction names, in a sidecar and in a label being written.

@@ -159,9 +159,9 @@ class OutputChecks:
                 if found:
                     self._last = found[-1]
                     break
-        for line in [line for line in batch if PLUGIN_WARNING in line]:
+        for line in batch:
             at = line.find(PLUGIN_WARNING)
-            if "WARN" in line[:at] and len(self._warnings) < MAX_WARNINGS:
+            if at >= 0 and "WARN" in line[:at] and len(self._warnings) < MAX_WARNINGS:
                 self._warnings[line[at:].strip()] = None
 
     def score(self, seconds: float) -> float | None:
