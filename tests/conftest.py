@@ -3,7 +3,10 @@ test leaving files in the checkout."""
 
 from __future__ import annotations
 
+import builtins
+import io
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -107,3 +110,21 @@ def in_tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Runs the test in its tmp_path, for commands that write beside where they are run."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[Path, str]]:
+    """How many times the test opens each file, by (resolved path, mode as given: ``"r"`` to read
+    text, ``"rb"`` bytes): the real ``open`` is called through, only counted, so a command run as it
+    is shows how often it reads each of its inputs."""
+    real = builtins.open
+    counts: Counter[tuple[Path, str]] = Counter()
+
+    def counted(file, mode="r", *args, **kwargs):
+        if isinstance(file, str | os.PathLike):
+            counts[Path(file).resolve(), mode] += 1
+        return real(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counted)
+    monkeypatch.setattr(io, "open", counted)
+    return counts

@@ -29,6 +29,19 @@ def test_a_log_named_alone_still_gets_its_sidecars_facts():
     assert records and {r.algorithm for r in records} == {"ring"}
 
 
+def test_each_sidecar_is_read_once_and_each_log_parsed_once(opened):
+    """A folder asked of each sidecar whether it is one, whether it is a pinned launch's, its layout
+    and its facts, reading and parsing it each time; a log named alone read its sidecar four times."""
+    sidecars = [p for p in REAL.glob("*.yaml") if p.name not in ("topology.yaml", "system.yaml")]
+    assert load_paths([REAL]).records
+    assert {opened[p.resolve(), "r"] for p in sidecars} == {1}
+    assert {opened[p.resolve(), "r"] for p in REAL.glob("*.txt")} == {1}
+    opened.clear()
+    assert load_paths([REAL / "all_reduce_ring.txt"]).records
+    assert opened[(REAL / "all_reduce_ring.yaml").resolve(), "r"] == 1
+    assert opened[(REAL / "all_reduce_ring.txt").resolve(), "r"] == 1
+
+
 def test_a_log_without_sidecar_is_read_as_it_is(tmp_path):
     log = tmp_path / "all_reduce_perf.txt"
     shutil.copy(REAL / "all_reduce_ring.txt", log)

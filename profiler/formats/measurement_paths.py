@@ -25,7 +25,13 @@ from dynamiccl.profiler.formats.measurements import MeasurementFormatError, dete
 from dynamiccl.profiler.formats.nccl_debug_log import NcclDebugLogError, parse_debug_log_file
 from dynamiccl.profiler.formats.nccl_tests import _forced_config
 from dynamiccl.profiler.formats.plugin_log import pin_policy_launch
-from dynamiccl.profiler.formats.published import load_sidecar, pinned_sidecar, sidecar_log
+from dynamiccl.profiler.formats.published import (
+    SidecarFile,
+    load_sidecar,
+    may_be_sidecar,
+    pinned_sidecar,
+    sidecar_log,
+)
 from dynamiccl.profiler.formats.records import MeasurementRecord
 from dynamiccl.system.knobs import Collective
 
@@ -90,8 +96,9 @@ def load_paths(paths: Iterable[str | Path]) -> LoadedMeasurements:
             skipped += notes
         elif item.is_file():
             if distinct_files([item], seen, repeated):
-                records += _load_file(item, picks, warnings)
-                distinct_files(_run_files(item), seen)  # a log and its sidecar are one run
+                found, run_files = _load_file(item, picks, warnings)
+                records += found
+                distinct_files(run_files, seen)  # a log and its sidecar are one run
         else:
             raise MeasurementFormatError(not_regular_message(item, "measurement file") or
                                          f"{item}: no such measurement file or folder; check the path")
@@ -104,34 +111,40 @@ def _load(path: Path, warnings: list[str]) -> list[MeasurementRecord]:
     return records
 
 
-def _load_file(path: Path, picks: dict[PickKey, str], warnings: list[str]) -> list[MeasurementRecord]:
-    if sidecar_log(path) is not None:  # the sidecar itself was named
-        return _published(path, warnings)
+def _load_file(path: Path, picks: dict[PickKey, str], warnings: list[str]
+               ) -> tuple[list[MeasurementRecord], list[Path]]:
+    """The records of the file ``path`` named, and the other file of its run (a sidecar's log, a
+    log's sidecar), which is not to be read again."""
+    named = SidecarFile.read(path) if may_be_sidecar(path) else None
+    log = sidecar_log(named) if named is not None else None
+    if named is not None and log is not None:  # the sidecar itself was named
+        return _published(named, warnings), [log]
     sidecar = _sidecar_of(path)
     if sidecar is not None:
-        return _published(sidecar, warnings)
+        return _published(sidecar, warnings), [sidecar.path]
     if detect_format(path) == "nccl-debug-log":
         if not _read_picks(path, picks):
             raise MeasurementFormatError(
                 f"{path}: an NCCL debug log without per-call picks holds no timings and settles no "
                 "forced run; rerun with NCCL_DEBUG_SUBSYS=TUNING, or check NCCL's model against its "
                 "table with `dynamiccl check-model`")
-        return []
-    return _load(path, warnings)
+        return [], []
+    return _load(path, warnings), []
 
 
 def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[str]
                  ) -> tuple[list[MeasurementRecord], list[str]]:
-    logs = {f: sidecar_log(f) for f in files}
-    pins = {f: pinned_sidecar(f) for f in files}
+    yamls = {f: SidecarFile.read(f) for f in files if may_be_sidecar(f)}  # each read once
+    logs = {f: sidecar_log(yaml) for f, yaml in yamls.items()}
+    pins = {f: pinned_sidecar(yaml) for f, yaml in yamls.items()}
     through_sidecar = {log.resolve() for log in logs.values() if log is not None}
     through_sidecar |= {pin[1].resolve() for pin in pins.values() if pin}  # a pinned launch's policy
     records: list[MeasurementRecord] = []
     skipped: list[str] = []
     for f in files:
-        if logs[f] is not None:
-            records += _published(f, warnings)
-        elif pins[f] is not None:  # a printed plan labelled the log before its launch ran
+        if logs.get(f) is not None:
+            records += _published(yamls[f], warnings)
+        elif pins.get(f) is not None:  # a printed plan labelled the log before its launch ran
             skipped.append(f"{f}: the sidecar of {pins[f][0].name}, a launch pinned through the "
                            "plugin that has not run yet (run its line from the plan)")
         elif f.suffix == ".md":
@@ -176,23 +189,20 @@ def _with_picks(records: list[MeasurementRecord], picks: dict[PickKey, str]) -> 
     return out
 
 
-def _run_files(path: Path) -> list[Path]:
-    """The other file of a published run: a log's sidecar, or a sidecar's log."""
-    other = sidecar_log(path) or _sidecar_of(path)
-    return [other] if other is not None and other.is_file() else []
-
-
-def _sidecar_of(log: Path) -> Path | None:
-    """The sidecar next to ``log`` that names it, if any."""
+def _sidecar_of(log: Path) -> SidecarFile | None:
+    """The sidecar next to ``log`` that names it, if any (``log`` itself, read already, is none)."""
     for suffix in (".yaml", ".yml"):
         candidate = log.with_suffix(suffix)
-        found = sidecar_log(candidate) if candidate.is_file() else None
+        if candidate == log or not (may_be_sidecar(candidate) and candidate.is_file()):
+            continue
+        sidecar = SidecarFile.read(candidate)
+        found = sidecar_log(sidecar)
         if found is not None and found.resolve() == log.resolve():
-            return candidate
+            return sidecar
     return None
 
 
-def _published(sidecar: Path, warnings: list[str]) -> list[MeasurementRecord]:
+def _published(sidecar: SidecarFile, warnings: list[str]) -> list[MeasurementRecord]:
     runs = load_sidecar(sidecar)
     warnings += [said for run in runs for said in run.warnings]
     return [rec for run in runs for rec in run.records]

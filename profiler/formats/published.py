@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from dynamiccl.config_loader import load_yaml, yaml_problem
+from dynamiccl.config_loader import DuplicateKey, load_yaml, yaml_problem
 from dynamiccl.files import text_lines
 from dynamiccl.plugin.policy_format import POLICY_ENV
 from dynamiccl.profiler.formats import plugin_log
@@ -110,47 +110,104 @@ def load_system(system_dir: str | Path) -> list[PublishedRun]:
     return [run for sidecar in sidecars for run in load_sidecar(sidecar)]
 
 
-def load_sidecar(sidecar: str | Path) -> list[PublishedRun]:
+def load_sidecar(sidecar: str | Path | SidecarFile) -> list[PublishedRun]:
     """The runs one sidecar describes: its log, or its summary table (``layout: table``)."""
-    return load_table(sidecar) if _layout(Path(sidecar)) == "table" else [load_run(sidecar)]
+    file = sidecar if isinstance(sidecar, SidecarFile) else SidecarFile.read(sidecar)
+    meta = file.document()
+    if isinstance(meta, dict) and meta.get("layout", "log") == "table":
+        return _load_table(file.path, _checked_sidecar(file.path, meta))
+    return [_load_run(file.path, _checked_sidecar(file.path, meta))]
 
 
-def _maybe_sidecar(path: Path) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class SidecarFile:
+    """A YAML file that may be a sidecar, read and parsed once: a folder asks of each whether it is
+    a sidecar (:func:`sidecar_log`), a pinned launch's (:func:`pinned_sidecar`), then loads it
+    (:func:`load_sidecar`), and a sidecar repeated in every launch of a plan is parsed once, not
+    four times."""
+
+    path: Path
+    #: What it holds read as PyYAML reads it (a key given twice: the last), None where that is no
+    #: mapping or it cannot be read: what tells a sidecar from any other YAML file.
+    mapping: dict[str, Any] | None
+    #: Its document read as a sidecar is (a key given twice refused), unless ``error``.
+    parsed: Any = None
+    #: Why it cannot be read as a sidecar, raised by :meth:`document`.
+    error: Exception | None = None
+
+    @classmethod
+    def read(cls, path: str | Path) -> SidecarFile:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            return cls(path, None, error=PublishedRunError(
+                f"{path}: cannot read the sidecar ({exc.strerror or exc})"))
+        except UnicodeDecodeError as exc:
+            return cls(path, None, error=exc)
+        try:
+            parsed = load_yaml(text)
+        except DuplicateKey as exc:  # still a sidecar's shape, so refused as one when loaded
+            try:
+                lenient = yaml.safe_load(text)
+            except yaml.YAMLError:
+                lenient = None
+            return cls(path, lenient if isinstance(lenient, dict) else None, error=PublishedRunError(
+                f"{path}: not a valid sidecar ({yaml_problem(exc)})"))
+        except yaml.YAMLError as exc:
+            return cls(path, None, error=PublishedRunError(
+                f"{path}: not a valid sidecar ({yaml_problem(exc)})"))
+        return cls(path, parsed if isinstance(parsed, dict) else None, parsed)
+
+    def document(self) -> Any:
+        """The sidecar's YAML document (a key given twice refused), or one PublishedRunError."""
+        if self.error is not None:
+            raise self.error
+        return self.parsed
+
+
+def may_be_sidecar(path: str | Path) -> bool:
+    """Whether a file of that name may be a sidecar: a YAML file other than a system's
+    ``topology.yaml`` / ``system.yaml`` (nothing else is read to find sidecars)."""
+    path = Path(path)
+    return path.suffix in (".yaml", ".yml") and path.name not in SYSTEM_FILES
+
+
+def _maybe_sidecar(path: str | Path | SidecarFile) -> dict[str, Any] | None:
     """The mapping a YAML file beside logs holds, or None for a system's ``topology.yaml`` /
     ``system.yaml``, another suffix, or a file that is no YAML mapping: what may be a sidecar."""
-    if path.suffix not in (".yaml", ".yml") or path.name in SYSTEM_FILES:
-        return None
-    try:
-        meta = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    return meta if isinstance(meta, dict) else None
+    if isinstance(path, SidecarFile):
+        return path.mapping if may_be_sidecar(path.path) else None
+    return SidecarFile.read(path).mapping if may_be_sidecar(path) else None
 
 
-def sidecar_log(path: str | Path) -> Path | None:
+def sidecar_log(path: str | Path | SidecarFile) -> Path | None:
     """The log ``path`` is the sidecar of, or None when it is not a sidecar (any other YAML, a
     system's ``topology.yaml``/``system.yaml``, a file that is not YAML)."""
-    path = Path(path)
     meta = _maybe_sidecar(path)
     if meta is None or not isinstance(meta.get("log"), str):
         return None
-    log = path.parent / meta["log"]
+    log = _path_of(path).parent / meta["log"]
     return log if log.is_file() else None
 
 
-def pinned_sidecar(path: str | Path) -> tuple[Path, Path] | None:
+def pinned_sidecar(path: str | Path | SidecarFile) -> tuple[Path, Path] | None:
     """The log and the pin policy the sidecar ``path`` names where it labels a launch pinned
     through the plugin, whether that launch has run yet or not (a printed plan writes both files
     before the launch); None for any other file. The policy is part of the run, not a measurement
     file of its own."""
-    path = Path(path)
     meta = _maybe_sidecar(path)
     if meta is None or meta.get("pinned") is None:
         return None
     log, policy = meta.get("log"), meta.get("policy")
     if not (isinstance(log, str) and log and isinstance(policy, str) and policy):
         return None
-    return path.parent / log, path.parent / policy
+    folder = _path_of(path).parent
+    return folder / log, folder / policy
+
+
+def _path_of(path: str | Path | SidecarFile) -> Path:
+    return path.path if isinstance(path, SidecarFile) else Path(path)
 
 
 def sidecar_text(log: str, collective: Collective, nodes: int, gpus_per_node: int, launch: str,
@@ -191,7 +248,10 @@ def load_run(sidecar: str | Path) -> PublishedRun:
     timed again); the loader has already dropped the no-op rows of size 0.
     """
     sidecar = Path(sidecar)
-    meta = _read_sidecar(sidecar)
+    return _load_run(sidecar, _checked_sidecar(sidecar, SidecarFile.read(sidecar).document()))
+
+
+def _load_run(sidecar: Path, meta: dict[str, Any]) -> PublishedRun:
     log = sidecar.parent / meta["log"]
     halves, warnings = _log_records(meta, log, f"{sidecar}:", _sidecar_version(sidecar, meta),
                                     _SIDECAR_FIXES)
@@ -360,7 +420,7 @@ def _forcing_contradiction(logged: dict[str, str], forced: dict[str, str], colle
     return None
 
 
-def load_table(sidecar: str | Path) -> list[PublishedRun]:
+def _load_table(sidecar: Path, meta: dict[str, Any]) -> list[PublishedRun]:
     """A published *summary table* (``layout: table``) in NVIDIA's tuner-CSV columns.
 
     Some sources publish one number per (node count, configuration) instead of a log; each row
@@ -370,8 +430,6 @@ def load_table(sidecar: str | Path) -> list[PublishedRun]:
     """
     from dynamiccl.profiler.formats.tuner_measurements_csv import read_tuner_csv
 
-    sidecar = Path(sidecar)
-    meta = _read_sidecar(sidecar)
     table = sidecar.parent / meta["log"]
     groups: dict[tuple, list[MeasurementRecord]] = {}
     for rec in read_tuner_csv(table):
@@ -412,23 +470,9 @@ def _forced_env(rec: MeasurementRecord) -> dict[str, str]:
     return out
 
 
-def _layout(sidecar: Path) -> str:
-    meta = _sidecar_yaml(sidecar)
-    return str(meta.get("layout", "log")) if isinstance(meta, dict) else "log"
-
-
-def _sidecar_yaml(path: Path) -> Any:
-    """The sidecar's YAML document (a key given twice refused), or one PublishedRunError."""
-    try:
-        return load_yaml(path.read_text())
-    except OSError as exc:
-        raise PublishedRunError(f"{path}: cannot read the sidecar ({exc.strerror or exc})") from None
-    except yaml.YAMLError as exc:
-        raise PublishedRunError(f"{path}: not a valid sidecar ({yaml_problem(exc)})") from None
-
-
-def _read_sidecar(path: Path) -> dict[str, Any]:
-    meta = _sidecar_yaml(path)
+def _checked_sidecar(path: Path, meta: Any) -> dict[str, Any]:
+    """The sidecar ``path``'s document ``meta``, or one PublishedRunError naming what a sidecar
+    lacks or says that no run can have."""
     if not isinstance(meta, dict):
         raise PublishedRunError(f"{path}: a sidecar is a mapping with {', '.join(_REQUIRED)}")
     missing = [k for k in _REQUIRED if k not in meta]
