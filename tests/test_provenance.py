@@ -84,6 +84,17 @@ def test_label_refuses_to_replace_a_file_it_did_not_write_and_what_is_not_nccl_t
     assert main([*args, "--forced", "NCCL_ALGO"]) == 2
 
 
+def test_label_parses_each_log_once(tmp_path, opened):
+    """The label is checked against the records label read (it read the log a second time, through
+    the sidecar loader, to check it)."""
+    logs = _bare(tmp_path / "logs")[:2]
+    assert main(["label", *map(str, logs), "--nodes", "1", "--gpus-per-node", "8"]) == 0
+    assert [opened[log.resolve(), "r"] for log in logs] == [1, 1]  # parsed
+    assert [opened[log.resolve(), "rb"] for log in logs] == [1, 1]  # its head, for its format
+    run, = load_sidecar(logs[0].with_suffix(".yaml"))
+    assert run.is_default and run.nranks == 8 and run.records
+
+
 def _records(version: str, tag: str) -> list[MeasurementRecord]:
     return [MeasurementRecord("allreduce", 1 << 20, 8, t, 1.0, 1.0, algorithm=a, protocol=p,
                               nnodes=1, launch=f"{tag}-{a}-{i}", nccl_version=version)

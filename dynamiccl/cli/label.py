@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
                                 forced, nccl_version=str(args.nccl_version or "unknown"),
                                 source={"labelled_by": "dynamiccl label"},
                                 notes="labelled by hand: forced is what the run was started with")
-            check_against_log(text, log)
+            check_against_log(text, log, [rec for run in runs for rec in run.records])
         except PublishedRunError as exc:
             raise UserError(f"{log}: {exc}") from None
         pending[sidecar] = text

@@ -252,24 +252,30 @@ def load_run(sidecar: str | Path) -> PublishedRun:
 
 
 def _load_run(sidecar: Path, meta: dict[str, Any]) -> PublishedRun:
+    from dynamiccl.profiler.formats.measurements import read
+
     log = sidecar.parent / meta["log"]
-    halves, warnings = _log_records(meta, log, f"{sidecar}:", _sidecar_version(sidecar, meta),
-                                    _SIDECAR_FIXES)
+    records, warnings = read(log)
+    halves = _log_records(meta, log, f"{sidecar}:", _sidecar_version(sidecar, meta), _SIDECAR_FIXES,
+                          records)
     collective = Collective[str(meta["collective"]).upper()]
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
     return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, int(meta["nodes"]),
                         int(meta["gpus_per_node"]), str(meta["launch"]), forced,
                         str(meta.get("nccl_version", "unknown")), dict(meta["source"]),
-                        tuple(halves[False]), tuple(halves[True]), tuple(warnings))
+                        tuple(halves[False]), tuple(halves[True]),
+                        tuple(w for w in warnings if NO_RANK_LINES not in w))  # the sidecar's shape
 
 
-def check_against_log(text: str, log: str | Path) -> None:
-    """PublishedRunError where the sidecar ``text`` (as :func:`sidecar_text` writes it) contradicts
-    the log it would sit beside: another collective, fewer ranks than the log lists, another NCCL
-    release or another forcing than the log's own lines state. What ``dynamiccl label`` checks
-    before it writes: a label that the log itself refutes is refused, not written."""
+def check_against_log(text: str, log: str | Path, records: Sequence[MeasurementRecord]) -> None:
+    """PublishedRunError where the sidecar ``text`` (as :func:`sidecar_text` writes it, without a
+    pin) contradicts the log it would sit beside, whose ``records`` the caller has read: another
+    collective, fewer ranks than the log lists, another NCCL release or another forcing than the
+    log's own lines state. What ``dynamiccl label`` checks before it writes: a label that the log
+    itself refutes is refused, not written."""
     meta = yaml.safe_load(text)
-    _log_records(meta, Path(log), "the label", _sidecar_version(Path(log), meta), _LABEL_FIXES)
+    _log_records(meta, Path(log), "the label", _sidecar_version(Path(log), meta), _LABEL_FIXES,
+                 records)
 
 
 #: The fix each contradiction names, in a sidecar and in a label being written.
@@ -283,23 +289,19 @@ _LABEL_FIXES = {"collective": "the log says which it ran",
                 "forcing": "give the --forced it ran with, or no label: tune reads the log's own"}
 
 
-def _log_records(meta: dict[str, Any], log: Path, where: str, stated: str, fixes: dict[str, str]
-                 ) -> tuple[dict[bool, list[MeasurementRecord]], list[str]]:
-    """The log's records with the sidecar's facts (``meta``) applied, out-of-place (False) and
+def _log_records(meta: dict[str, Any], log: Path, where: str, stated: str, fixes: dict[str, str],
+                 records: Sequence[MeasurementRecord]) -> dict[bool, list[MeasurementRecord]]:
+    """The log's ``records`` with the sidecar's facts (``meta``) applied, out-of-place (False) and
     in-place (True); PublishedRunError (naming ``where``, the sidecar) where they contradict the
     log: another collective, more ranks than the sidecar's shape, another NCCL release
     (``stated``: the sidecar's, "" for none) or another NCCL_ALGO/NCCL_PROTO than the log's own
-    lines (NCCL's INFO ``... set by environment to ...``) say it ran with. With them, what the
-    log's parser passed over (its warnings)."""
-    from dynamiccl.profiler.formats.measurements import read
-
+    lines (NCCL's INFO ``... set by environment to ...``) say it ran with."""
     collective = Collective[str(meta["collective"]).upper()]
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
     pinned = _pinned(meta)
     knobs = _run_knobs(forced, pinned, collective)
     nodes, gpn = int(meta["nodes"]), int(meta["gpus_per_node"])
     halves: dict[bool, list[MeasurementRecord]] = {False: [], True: []}
-    records, warnings = read(log)
     _check_pin(where, log, meta, pinned, collective, records, stated)
     for rec in records:
         if rec.coll != collective:
@@ -321,7 +323,7 @@ def _log_records(meta: dict[str, Any], log: Path, where: str, stated: str, fixes
                                             forcing_unknown=False))
     if not halves[False]:
         raise PublishedRunError(f"{log}: no out-of-place rows with a size above 0")
-    return halves, [w for w in warnings if NO_RANK_LINES not in w]  # the sidecar's shape
+    return halves
 
 
 def _run_knobs(forced: dict[str, str], pinned: Knobs | None, collective: Collective
@@ -337,7 +339,7 @@ def _run_knobs(forced: dict[str, str], pinned: Knobs | None, collective: Collect
 
 
 def _check_pin(where: str, log: Path, meta: dict[str, Any], pinned: Knobs | None,
-               collective: Collective, records: list[MeasurementRecord], stated: str) -> None:
+               collective: Collective, records: Sequence[MeasurementRecord], stated: str) -> None:
     """A pinned launch is read only where NCCL's log shows the plugin applying its pin; a log the
     plugin steered is read only where the sidecar says what it pinned. ``where`` names the sidecar
     (``path:``) or the label being written."""
