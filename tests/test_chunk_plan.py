@@ -211,6 +211,17 @@ def test_a_printed_plans_chunk_line_runs_as_printed_and_tune_reads_it_stand_in_n
     assert load_paths([logs]).skipped == [], "the pin policy is part of its run, not a stray file"
 
 
+def test_a_pinned_launchs_log_is_read_once_stand_in_nccl_tests(cluster, capsys, opened):
+    """tune parses a pinned launch's log and checks the plugin's lines in it in one read (the check
+    read the whole log again)."""
+    logs, log = _printed_chunk_run("once", cluster, capsys, str(plugin.library_path()))
+    opened.clear()
+    code, err = _tune(logs, capsys)
+    assert code == 0, err
+    assert opened[log.resolve(), "r"] == 1
+    assert opened[log.with_suffix(".yaml").resolve(), "r"] == 1
+
+
 def test_an_unlabelled_or_unapplied_chunk_log_is_refused_by_name_stand_in_nccl_tests(cluster, capsys):
     real = str(plugin.library_path())
     # the plugin was never loaded (no library where `dynamiccl plugin path` said)

@@ -72,12 +72,19 @@ def load(path: str | Path) -> list[MeasurementRecord]:
     return read(path)[0]
 
 
-def read(path: str | Path, collective: Collective | None = None) -> tuple[list[MeasurementRecord],
-                                                                          list[str]]:
+def read(path: str | Path, collective: Collective | None = None, *,
+         on_line: Callable[[str], None] | None = None) -> tuple[list[MeasurementRecord], list[str]]:
     """:func:`load` plus the parser's warnings, each prefixed with the file. ``collective`` is
-    the collective of nccl-tests output whose file name and columns do not say it."""
+    the collective of nccl-tests output whose file name and columns do not say it. ``on_line`` is
+    handed each line of nccl-tests text output as the parser reads it (the one format that holds
+    NCCL's own log lines; the others hand none): what else is looked for in NCCL's log is found in
+    the same read."""
     path = Path(path)
-    records, warnings = _PARSERS[detect_format(path)](path, collective)
+    kind = detect_format(path)
+    if kind == "nccl-tests":
+        records, warnings = _nccl_tests(path, collective, on_line)
+    else:
+        records, warnings = _PARSERS[kind](path, collective)
     return records, [f"{path}: {w}" for w in warnings]
 
 
@@ -111,10 +118,11 @@ def _json_object(line: str) -> dict | None:
 Parsed = tuple[list[MeasurementRecord], list[str]]
 
 
-def _nccl_tests(path: Path, collective: Collective | None) -> Parsed:
+def _nccl_tests(path: Path, collective: Collective | None,
+                on_line: Callable[[str], None] | None = None) -> Parsed:
     from dynamiccl.profiler.formats.nccl_tests import parse_nccl_tests_file
 
-    runs = parse_nccl_tests_file(path, collective)
+    runs = parse_nccl_tests_file(path, collective, on_line)
     return [r for run in runs for r in run.records], [w for run in runs for w in run.warnings]
 
 

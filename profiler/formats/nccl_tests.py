@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -114,12 +114,24 @@ def looks_like_nccl_tests(text: str) -> bool:
 MAX_IDLE_LINES = 100_000
 
 
-def parse_nccl_tests_file(path: str | Path, collective: Collective | None = None) -> list[NcclTestsRun]:
-    """:func:`parse_nccl_tests_lines` of a file, read a line at a time."""
+def parse_nccl_tests_file(path: str | Path, collective: Collective | None = None,
+                          on_line: Callable[[str], None] | None = None) -> list[NcclTestsRun]:
+    """:func:`parse_nccl_tests_lines` of a file, read a line at a time; each line the parser reads
+    is handed to ``on_line`` too, so what else a caller looks for in the log (the tuner plugin's
+    lines) is found without reading it again."""
     path = Path(path)
-    return parse_nccl_tests_lines(text_lines(path), source=str(path),
+    lines = text_lines(path)
+    if on_line is not None:
+        lines = _handed_on(lines, on_line)
+    return parse_nccl_tests_lines(lines, source=str(path),
                                   collective=collective or collective_from_name(path.name),
                                   launch=str(path.resolve()))
+
+
+def _handed_on(lines: Iterable[str], on_line: Callable[[str], None]) -> Iterator[str]:
+    for line in lines:
+        on_line(line)
+        yield line
 
 
 def parse_nccl_tests(

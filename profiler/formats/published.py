@@ -32,7 +32,6 @@ from typing import Any
 import yaml
 
 from dynamiccl.config_loader import DuplicateKey, load_yaml, yaml_problem
-from dynamiccl.files import text_lines
 from dynamiccl.plugin.policy_format import POLICY_ENV
 from dynamiccl.profiler.formats import plugin_log
 from dynamiccl.profiler.formats.nccl_tests import NO_RANK_LINES, _forced_config, _single_choice
@@ -252,12 +251,10 @@ def load_run(sidecar: str | Path) -> PublishedRun:
 
 
 def _load_run(sidecar: Path, meta: dict[str, Any]) -> PublishedRun:
-    from dynamiccl.profiler.formats.measurements import read
-
     log = sidecar.parent / meta["log"]
-    records, warnings = read(log)
+    records, warnings, plugin_lines = _read_log(log, pinned=meta.get("pinned") is not None)
     halves = _log_records(meta, log, f"{sidecar}:", _sidecar_version(sidecar, meta), _SIDECAR_FIXES,
-                          records)
+                          records, plugin_lines)
     collective = Collective[str(meta["collective"]).upper()]
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
     return PublishedRun(sidecar.parent.name, sidecar.stem, log, collective, int(meta["nodes"]),
@@ -265,6 +262,22 @@ def _load_run(sidecar: Path, meta: dict[str, Any]) -> PublishedRun:
                         str(meta.get("nccl_version", "unknown")), dict(meta["source"]),
                         tuple(halves[False]), tuple(halves[True]),
                         tuple(w for w in warnings if NO_RANK_LINES not in w))  # the sidecar's shape
+
+
+def _read_log(log: Path, pinned: bool) -> tuple[list[MeasurementRecord], list[str], list[str]]:
+    """The log's records and its parser's warnings, and for a ``pinned`` launch the lines
+    DynamICCL's tuner plugin wrote into NCCL's log (what :func:`_check_pin` reads), found as the
+    parser reads the log: the log is read once."""
+    from dynamiccl.profiler.formats.measurements import read
+
+    plugin_lines: list[str] = []
+
+    def keep(line: str) -> None:
+        if plugin_log.MARK in line:
+            plugin_lines.append(line)
+
+    records, warnings = read(log, on_line=keep if pinned else None)
+    return records, warnings, plugin_lines
 
 
 def check_against_log(text: str, log: str | Path, records: Sequence[MeasurementRecord]) -> None:
@@ -275,7 +288,7 @@ def check_against_log(text: str, log: str | Path, records: Sequence[MeasurementR
     itself refutes is refused, not written."""
     meta = yaml.safe_load(text)
     _log_records(meta, Path(log), "the label", _sidecar_version(Path(log), meta), _LABEL_FIXES,
-                 records)
+                 records, ())
 
 
 #: The fix each contradiction names, in a sidecar and in a label being written.
@@ -290,19 +303,21 @@ _LABEL_FIXES = {"collective": "the log says which it ran",
 
 
 def _log_records(meta: dict[str, Any], log: Path, where: str, stated: str, fixes: dict[str, str],
-                 records: Sequence[MeasurementRecord]) -> dict[bool, list[MeasurementRecord]]:
+                 records: Sequence[MeasurementRecord], plugin_lines: Sequence[str]
+                 ) -> dict[bool, list[MeasurementRecord]]:
     """The log's ``records`` with the sidecar's facts (``meta``) applied, out-of-place (False) and
     in-place (True); PublishedRunError (naming ``where``, the sidecar) where they contradict the
     log: another collective, more ranks than the sidecar's shape, another NCCL release
-    (``stated``: the sidecar's, "" for none) or another NCCL_ALGO/NCCL_PROTO than the log's own
-    lines (NCCL's INFO ``... set by environment to ...``) say it ran with."""
+    (``stated``: the sidecar's, "" for none), another NCCL_ALGO/NCCL_PROTO than the log's own
+    lines (NCCL's INFO ``... set by environment to ...``) say it ran with, or a pin its plugin's
+    lines (``plugin_lines``) do not show applied."""
     collective = Collective[str(meta["collective"]).upper()]
     forced = {str(k): str(v) for k, v in (meta["forced"] or {}).items()}
     pinned = _pinned(meta)
     knobs = _run_knobs(forced, pinned, collective)
     nodes, gpn = int(meta["nodes"]), int(meta["gpus_per_node"])
     halves: dict[bool, list[MeasurementRecord]] = {False: [], True: []}
-    _check_pin(where, log, meta, pinned, collective, records, stated)
+    _check_pin(where, log, meta, pinned, collective, records, stated, plugin_lines)
     for rec in records:
         if rec.coll != collective:
             raise PublishedRunError(f"{where} says {collective.name.lower()} but {log.name} "
@@ -339,10 +354,11 @@ def _run_knobs(forced: dict[str, str], pinned: Knobs | None, collective: Collect
 
 
 def _check_pin(where: str, log: Path, meta: dict[str, Any], pinned: Knobs | None,
-               collective: Collective, records: Sequence[MeasurementRecord], stated: str) -> None:
-    """A pinned launch is read only where NCCL's log shows the plugin applying its pin; a log the
-    plugin steered is read only where the sidecar says what it pinned. ``where`` names the sidecar
-    (``path:``) or the label being written."""
+               collective: Collective, records: Sequence[MeasurementRecord], stated: str,
+               plugin_lines: Sequence[str]) -> None:
+    """A pinned launch is read only where NCCL's log shows the plugin applying its pin (its
+    ``plugin_lines``, read with the log); a log the plugin steered is read only where the sidecar
+    says what it pinned. ``where`` names the sidecar (``path:``) or the label being written."""
     said_by = "its sidecar" if where.endswith(":") else "the label"
     named = f"its sidecar {Path(where[:-1]).name}" if where.endswith(":") else "the label"
     if pinned is None:
@@ -355,7 +371,7 @@ def _check_pin(where: str, log: Path, meta: dict[str, Any], pinned: Knobs | None
                 "DYNAMICCL_POLICY in the environment")
         return
     version = next((r.nccl_version for r in records if r.nccl_version), stated)
-    problem = plugin_log.pin_problem(text_lines(log), collective, pinned, meta["policy_sha256"],
+    problem = plugin_log.pin_problem(plugin_lines, collective, pinned, meta["policy_sha256"],
                                      version)
     if problem:
         label = "/".join(pinned.parts(keep=None))
