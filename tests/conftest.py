@@ -1,5 +1,6 @@
 """Suite-wide settings: no accidental network use, GPU tests skipped cleanly without a GPU, and no
-test leaving files in the checkout."""
+test leaving files in the checkout; and NCCL's model of one and of eight DGX H100 nodes (``h1``,
+``h8``), on which the NCCL model's tests check their hand-derived values."""
 
 from __future__ import annotations
 
@@ -107,3 +108,21 @@ def in_tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Runs the test in its tmp_path, for commands that write beside where they are run."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def h1():
+    """NCCL's model (``dynamiccl.nccl_model``) of one DGX H100 node."""
+    from dynamiccl.nccl_model import NcclModel
+    from dynamiccl.system.topology import load_topology
+
+    return NcclModel(load_topology("dgx_h100"))
+
+
+@pytest.fixture(scope="module")
+def h8():
+    """NCCL's model of eight DGX H100 nodes."""
+    from dynamiccl.nccl_model import NcclModel
+    from dynamiccl.system.topology import load_topology
+
+    return NcclModel(load_topology("dgx_h100", nodes=8))
