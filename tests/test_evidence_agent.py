@@ -37,7 +37,7 @@ def test_the_evidence_tuner_is_an_agent_option_whose_model_keys_are_its_config()
     cfg = train_config("agent=evidence_tuner")
     validate(cfg)
     assert cfg.agent.name == evidence_agent.NAME and evidence_agent.is_evidence_tuner(cfg.agent)
-    assert evidence_agent.build(cfg.agent, seed=7).config == EvidenceConfig(seed=7)
+    assert evidence_agent.AGENT.build(cfg.agent, seed=7).config == EvidenceConfig(seed=7)
     with pytest.raises(ConfigCheckError, match=r"agent.model.risc.*did you mean 'risk'"):
         validate(train_config("agent=evidence_tuner", "+agent.model.risc=0.1"))
     with pytest.raises(ConfigCheckError, match="agent.model.risk is 0; give a number in \\(0, 1\\]"):
@@ -117,7 +117,7 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run(command(straight))
     kill_after_checkpoints(command(resumed), resumed)
-    learner, restored = evidence_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    learner, restored = evidence_agent.AGENT.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert restored and 0 < learner.samples_seen < TOTAL and not (resumed / "model.pt").exists()
     resume(command(resumed), learner.samples_seen, TOTAL)
     assert same_parameters(resumed, straight, key="params")["samples_seen"] >= TOTAL

@@ -54,7 +54,7 @@ def test_full_info_is_an_agent_option_whose_model_keys_are_the_learners():
     cfg = train_config("agent=full_info")
     validate(cfg)
     assert cfg.agent.name == full_info_agent.NAME and full_info_agent.is_full_info(cfg.agent)
-    learner = full_info_agent.build(cfg.agent, seed=7)
+    learner = full_info_agent.AGENT.build(cfg.agent, seed=7)
     assert learner.config == FullInfoConfig(seed=7), "the YAML trains the learner bench_learning does"
     assert not full_info_agent.is_full_info(train_config().agent)
     with pytest.raises(ConfigCheckError, match=r"agent.model.hiden.*did you mean 'hidden'"):
@@ -139,7 +139,7 @@ def test_the_training_curve_and_evaluations_reach_wandb_offline(trained):
 
 def test_the_trained_learner_loads_by_file_and_by_run_folder_for_evaluate_and_export(trained, tmp_path):
     run_dir, metrics, _ = trained
-    learner, restored = full_info_agent.load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    learner, restored = full_info_agent.AGENT.load_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert restored and learner.samples_seen == 1024
     by_file, by_folder = load_policy(str(run_dir / "model.pt")), load_policy(str(run_dir))
     assert (by_file.name, by_folder.name) == ("model", "full_info")
@@ -256,7 +256,7 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_
     resumed = tmp_path / "resumed"
     kill_after_checkpoints(command(resumed), resumed)
     saved = json.loads((resumed / "checkpoints" / "last.json").read_text())["num_timesteps"]
-    learner, restored = full_info_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    learner, restored = full_info_agent.AGENT.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert restored and 0 < learner.samples_seen < TOTAL and learner.samples_seen % 512 == 0
     assert saved >= learner.samples_seen and not (resumed / "model.pt").exists()
 
@@ -278,7 +278,7 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_
 def test_ctrl_c_saves_at_a_round_boundary_exits_with_one_line_and_resume_matches(straight, tmp_path):
     resumed = tmp_path / "resumed"
     step = interrupt(start_and_wait(command(resumed), resumed, checkpoints=1))
-    learner, _ = full_info_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    learner, _ = full_info_agent.AGENT.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert learner.samples_seen == step and step % 256 == 0, "the label is the step actually trained"
     run(command(resumed))
     assert_identical(resumed, straight)

@@ -41,7 +41,7 @@ def test_the_learned_prior_is_an_agent_option_whose_model_keys_are_its_config():
     cfg = train_config("agent=learned_prior")
     validate(cfg)
     assert cfg.agent.name == prior_agent.NAME and prior_agent.is_learned_prior(cfg.agent)
-    assert prior_agent.build(cfg.agent, seed=7).config == PriorConfig(seed=7), \
+    assert prior_agent.AGENT.build(cfg.agent, seed=7).config == PriorConfig(seed=7), \
         "the YAML trains what the defaults describe"
     assert not prior_agent.is_learned_prior(train_config().agent)
     with pytest.raises(ConfigCheckError, match=r"agent.model.hiden.*did you mean 'hidden'"):
@@ -108,7 +108,7 @@ def straight(tmp_path_factory):
 def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_path):
     resumed = tmp_path / "resumed"
     kill_after_checkpoints(command(resumed), resumed)
-    learner, restored = prior_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    learner, restored = prior_agent.AGENT.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert restored and 0 < learner.samples_seen < TOTAL and not (resumed / "model.pt").exists()
 
     out = resume(command(resumed), learner.samples_seen, TOTAL)

@@ -37,19 +37,11 @@ from dynamiccl.agents.training.evidence_learner import (
 from dynamiccl.agents.training.round_agent import RoundAgent
 
 NAME = "evidence_tuner"
-AGENT = RoundAgent(NAME, EvidenceConfig, EvidenceLearner)
-CONFIG_CLASS = AGENT.config_class
-#: What the training curve plots: (progress CSV column, axis label).
-CURVE = ("train/fresh_loss", "NLL per measurement on new jobs, before learning")
+AGENT = RoundAgent(NAME, EvidenceConfig, EvidenceLearner,
+                   curve=("train/fresh_loss", "NLL per measurement on new jobs, before learning"))
 #: What the periodic evaluations show on the same figure: (evaluations.jsonl key, axis label).
 EVALUATED = ("val_regret_ratio", "regret / the prior sweep's, validation jobs")
-
 is_evidence_tuner = AGENT.names
-build = AGENT.build
-save_checkpoint = AGENT.save_checkpoint
-load_checkpoint = AGENT.load_checkpoint
-fresh_loss = AGENT.fresh_loss
-training_command = AGENT.training_command
 
 
 @lru_cache(maxsize=4)
@@ -74,7 +66,7 @@ def summary(metrics: dict[str, Any], shipped: Path) -> str:
 def ship(cfg: DictConfig, learner: EvidenceLearner, run_dir: Path, metrics: dict[str, Any]) -> Path:
     """``evidence_tuner.json`` in the run folder: the settings, their validation scores and the
     command that trains them."""
-    settings = learner.settings({"command": training_command(cfg), "validation": metrics})
+    settings = learner.settings({"command": AGENT.training_command(cfg), "validation": metrics})
     path = settings.save(run_dir / SHIPPED_NAME)
     Settings.load(path)  # what was written reads back
     return path

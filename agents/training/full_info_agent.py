@@ -31,22 +31,18 @@ from dynamiccl.agents.policies.full_info import FullInfoConfig, FullInfoLearner,
 from dynamiccl.agents.training.round_agent import RoundAgent
 from dynamiccl.envs.action_values import ActionValues
 
-NAME = "full_info"
-AGENT = RoundAgent(NAME, FullInfoConfig, FullInfoLearner, load=load_learner)
-CONFIG_CLASS = AGENT.config_class
-#: What the training curve plots: (progress CSV column, axis label).
-CURVE = ("train/fresh_loss", "loss on each round's new systems, before learning from them")
 
-is_full_info = AGENT.names
-build = AGENT.build
-save_checkpoint = AGENT.save_checkpoint
-load_checkpoint = AGENT.load_checkpoint
-
-
-def fresh_loss(learner: FullInfoLearner, data: ActionValues) -> float:
+def _fresh_loss(learner: FullInfoLearner, data: ActionValues) -> float:
     """The loss on ``data`` before learning from it (its systems are new to the learner)."""
     with torch.no_grad():
         return float(masked_loss(learner.network(torch.as_tensor(data.observations)),
                                  torch.as_tensor(np.where(data.allowed, data.gains, 0.0),
                                                  dtype=torch.float32),
                                  torch.as_tensor(data.allowed)))
+
+
+NAME = "full_info"
+AGENT = RoundAgent(NAME, FullInfoConfig, FullInfoLearner,
+                   curve=("train/fresh_loss", "loss on each round's new systems, before learning from them"),
+                   load=load_learner, loss=_fresh_loss)
+is_full_info = AGENT.names

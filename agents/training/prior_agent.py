@@ -39,19 +39,11 @@ from dynamiccl.agents.training.prior_real_validation import validate_real
 from dynamiccl.agents.training.round_agent import RoundAgent
 
 NAME = "learned_prior"
-AGENT = RoundAgent(NAME, PriorConfig, PriorLearner)
-CONFIG_CLASS = AGENT.config_class
-#: What the training curve plots: (progress CSV column, axis label).
-CURVE = ("train/fresh_loss", "NLL on new systems, before learning")
+AGENT = RoundAgent(NAME, PriorConfig, PriorLearner,
+                   curve=("train/fresh_loss", "NLL on new systems, before learning"))
 #: What the periodic evaluations show on the same figure: (evaluations.jsonl key, axis label).
 EVALUATED = ("val_nll", "NLL on the validation realities")
-
 is_learned_prior = AGENT.names
-build = AGENT.build
-save_checkpoint = AGENT.save_checkpoint
-load_checkpoint = AGENT.load_checkpoint
-fresh_loss = AGENT.fresh_loss
-training_command = AGENT.training_command
 
 
 @lru_cache(maxsize=4)
@@ -78,7 +70,7 @@ def ship(cfg: DictConfig, learner: PriorLearner, run_dir: Path, metrics: dict[st
     """``learned_prior.npz`` in the run folder: the prior, its validation scores and the command
     that trains it (copy it to ``agents/shipping/learned_prior.npz`` to ship it)."""
     real = validate_real(learner.prior(), learner.config.real_validation)
-    prior = learner.prior({"command": training_command(cfg), "validation": metrics,
+    prior = learner.prior({"command": AGENT.training_command(cfg), "validation": metrics,
                            **({"real_validation": real} if real else {})})
     path = prior.save(run_dir / SHIPPED_NAME)
     LearnedPrior.load(path)  # what was written reads back

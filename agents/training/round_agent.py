@@ -21,13 +21,16 @@ from dynamiccl.agents.training import round_checkpoints
 class RoundAgent:
     """A round learner as the pipeline knows it: ``name`` (``configs/agent/<name>.yaml``, the
     checkpoint sidecar's ``algo``), ``config`` (the dataclass its ``model`` node names as
-    ``_target_``) and ``learner`` (built from a config; ``learner.load(path)`` unless ``load`` is
-    given)."""
+    ``_target_``), ``learner`` (built from a config; read back by ``learner.load(path)`` unless
+    ``load`` is given), ``curve`` (what the training curve plots: progress CSV column, axis label)
+    and ``loss`` (the loss on a round's data, ``learner.loss(data)`` unless given)."""
 
     name: str
     config: type
     learner: type
+    curve: tuple[str, str]
     load: Callable[[str | Path], Any] | None = None
+    loss: Callable[[Any, Any], float] | None = None
 
     @property
     def config_class(self) -> str:
@@ -58,8 +61,8 @@ class RoundAgent:
 
     def fresh_loss(self, learner: Any, data: Any) -> float:
         """The loss on ``data`` before learning from it (its systems or jobs are new to the
-        learner), for a learner with ``loss(data)``."""
-        return learner.loss(data)
+        learner)."""
+        return learner.loss(data) if self.loss is None else self.loss(learner, data)
 
     def training_command(self, cfg: DictConfig) -> str:
         """The seeded command that trains this learner again (the settings that differ from the
