@@ -92,7 +92,7 @@ def bench_full_info(algo: str, args: argparse.Namespace) -> dict:
     """The full-information learner, round by round, scored at the first round boundary past
     each multiple of ``--eval-every`` calls."""
     systems = args.scenario if args.full_info_systems == "scenario" else "random"
-    learner = full_info_agent.build(_config(algo, args, f"agent.model.systems={systems}").agent,
+    learner = full_info_agent.AGENT.build(_config(algo, args, f"agent.model.systems={systems}").agent,
                                     args.seed)
     curve = Curve(algo, args)
     train_s, due = 0.0, args.eval_every

@@ -425,16 +425,6 @@ AB_MIXES = {
     "many": (lambda: "".join(_mix_line(nbytes=8 * (i + 1)) for i in range(100_001)),
              "more than 100000 lines"),
 }
-#: A job that ignores SIGINT, SIGTERM and SIGHUP and leaves a child that does too: only SIGKILL of
-#: every process of a launch ends it (``ab run`` must, and keep what it measured).
-STUBBORN_JOB = """import signal, subprocess, sys, time
-for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(s, signal.SIG_IGN)
-if sys.argv[1:] != ["child"]:
-    subprocess.Popen([sys.executable, __file__, "child"])
-print("step time 10 ms", flush=True)
-time.sleep(120)
-"""
 
 
 def _round_five_files(root: Path) -> None:
@@ -448,7 +438,8 @@ def _round_five_files(root: Path) -> None:
 
     for key, (text, _) in AB_MIXES.items():
         (root / f"mix_ab_{key}.jsonl").write_text(text())
-    (root / "stubborn_job.py").write_text(STUBBORN_JOB)
+    # a job only SIGKILL of every process of a launch ends (ab run must, and keep what it measured)
+    shutil.copy(ROOT / "tests" / "stubborn_job.py", root / "stubborn_job.py")
     (root / "loud_job.py").write_text("import sys\nfor i in range(32000):\n"
                                       "    sys.stdout.write('%08d' % i + '.' * 94 + '\\n')\n")
     (root / "fail_job.sh").write_text("#!/bin/sh\necho failing\nexit 3\n")

@@ -1,5 +1,6 @@
 """Suite-wide settings: no accidental network use, GPU tests skipped cleanly without a GPU, and no
-test leaving files in the checkout."""
+test leaving files in the checkout; and NCCL's model of one and of eight DGX H100 nodes (``h1``,
+``h8``), on which the NCCL model's tests check their hand-derived values."""
 
 from __future__ import annotations
 
@@ -128,3 +129,21 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[Path, str]]:
     monkeypatch.setattr(builtins, "open", counted)
     monkeypatch.setattr(io, "open", counted)
     return counts
+
+
+@pytest.fixture(scope="module")
+def h1():
+    """NCCL's model (``dynamiccl.nccl_model``) of one DGX H100 node."""
+    from dynamiccl.nccl_model import NcclModel
+    from dynamiccl.system.topology import load_topology
+
+    return NcclModel(load_topology("dgx_h100"))
+
+
+@pytest.fixture(scope="module")
+def h8():
+    """NCCL's model of eight DGX H100 nodes."""
+    from dynamiccl.nccl_model import NcclModel
+    from dynamiccl.system.topology import load_topology
+
+    return NcclModel(load_topology("dgx_h100", nodes=8))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,27 +151,13 @@ def _job_processes(job: Path) -> list[int]:
     return found
 
 
-#: A job that ignores SIGINT, SIGTERM and SIGHUP and leaves a child that does too (a launcher whose
-#: ranks outlive it): only SIGKILL of every process of the job ends it. Each says when it is ready.
-STUBBORN = """import signal, subprocess, sys, time
-for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(s, signal.SIG_IGN)
-if sys.argv[1:] != ["child"]:
-    subprocess.Popen([sys.executable, __file__, "child"])
-    print("step time 10 ms", flush=True)
-else:
-    print("child ready", flush=True)
-time.sleep(60)
-"""
-
-
 @pytest.mark.parametrize("how", ["timeout", "SIGHUP"])
 def test_a_stop_from_outside_ends_every_process_of_the_launch_and_keeps_ab_json(tmp_path, policy, how):
     """``timeout`` (SIGTERM) or a closed terminal (SIGHUP) to dynamiccl: the launch's processes,
     its child that ignores the signal included, are ended (SIGKILL after the grace), ab.json says
     what happened, and dynamiccl exits as a shell reports the signal."""
     job, out = tmp_path / "stubborn.py", tmp_path / "ab"
-    job.write_text(STUBBORN)
+    shutil.copy(Path(__file__).with_name("stubborn_job.py"), job)  # only SIGKILL ends it
     ab = ["dynamiccl", "ab", "run", "--policy", str(policy), "--pairs", "1", "--out", str(out),
           "--plugin", str(library_path()), "--", sys.executable, str(job)]
     if how == "timeout":

@@ -231,15 +231,15 @@ def captured(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_the_training_curve_keeps_its_labels_and_its_last_point_in_view(tmp_path: Path, captured) -> None:
-    from dynamiccl.agents.training.full_info_agent import CURVE
+    from dynamiccl.agents.training.full_info_agent import AGENT
     from dynamiccl.agents.training.training_plots import plot_training
 
     steps = range(8192, 204801, 8192)
-    (tmp_path / "progress.csv").write_text("time/total_timesteps," + CURVE[0] + "\n" + "".join(
+    (tmp_path / "progress.csv").write_text("time/total_timesteps," + AGENT.curve[0] + "\n" + "".join(
         f"{s},{0.4 / (1 + s / 20000):.4f}\n" for s in steps))
     (tmp_path / "evaluations.jsonl").write_text("".join(
         json.dumps({"step": s, "oracle_share": s / 250000}) + "\n" for s in range(40960, 204801, 40960)))
-    plot_training(tmp_path, "full_info", CURVE)
+    plot_training(tmp_path, "full_info", AGENT.curve)
     fig = captured[0]
     _texts_inside(fig)
     renderer = fig.canvas.get_renderer()

@@ -3,22 +3,22 @@ curve, wandb run and the settings file that ships, exact resume, and its Ray Tun
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from training_runs import (
+    check_round_curve,
     kill_after_checkpoints,
     resume,
     run,
     same_parameters,
     sweep,
     train_command,
-    wandb_offline,
+    train_config,
+    train_logged,
 )
 
 from dynamiccl.agents.policies.evidence import Settings
@@ -33,23 +33,18 @@ SMALL = ["agent=evidence_tuner", "trainer.progress_bar=false", "agent.model.jobs
          "agent.model.calls_per_job=4", "agent.model.validation_jobs=1", "agent.model.validation_rounds=6"]
 
 
-def make(*overrides: str):
-    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
-        return compose("train", overrides=list(overrides))
-
-
 def test_the_evidence_tuner_is_an_agent_option_whose_model_keys_are_its_config():
-    cfg = make("agent=evidence_tuner")
+    cfg = train_config("agent=evidence_tuner")
     validate(cfg)
     assert cfg.agent.name == evidence_agent.NAME and evidence_agent.is_evidence_tuner(cfg.agent)
-    assert evidence_agent.build(cfg.agent, seed=7).config == EvidenceConfig(seed=7)
+    assert evidence_agent.AGENT.build(cfg.agent, seed=7).config == EvidenceConfig(seed=7)
     with pytest.raises(ConfigCheckError, match=r"agent.model.risc.*did you mean 'risk'"):
-        validate(make("agent=evidence_tuner", "+agent.model.risc=0.1"))
+        validate(train_config("agent=evidence_tuner", "+agent.model.risc=0.1"))
     with pytest.raises(ConfigCheckError, match="agent.model.risk is 0; give a number in \\(0, 1\\]"):
-        validate(make("agent=evidence_tuner", "agent.model.risk=0"))
+        validate(train_config("agent=evidence_tuner", "agent.model.risk=0"))
     with pytest.raises(ConfigCheckError, match="agent=evidence_tuner trains an online tuner"):
-        validate(make("experiment=quickstart", "agent=evidence_tuner"))
-    sweep = make("hparams_search=evidence_tuner")
+        validate(train_config("experiment=quickstart", "agent=evidence_tuner"))
+    sweep = train_config("hparams_search=evidence_tuner")
     validate(sweep, sweep=True)
     assert sweep.tune.metric == "val_objective" and sweep.tune.mode == "min"
 
@@ -73,23 +68,14 @@ def test_the_learner_never_draws_a_heldout_reality_and_fits_the_spreads_it_learn
 def trained(tmp_path_factory):
     """A short run in a run folder, logging to wandb offline."""
     run_dir = tmp_path_factory.mktemp("evidence") / "run"
-    with wandb_offline(run_dir.parent):
-        metrics = train(make(*SMALL, "logger=wandb", "trainer.total_timesteps=240",
-                             "trainer.checkpoint_every=80", "trainer.eval_every=120"), run_dir)
-    return run_dir, metrics
+    return run_dir, train_logged(run_dir, SMALL, 240, 80, 120)
 
 
 def test_a_training_run_leaves_its_curve_evaluations_wandb_run_and_the_settings_file(trained):
     run_dir, metrics = trained
     assert metrics["step"] >= 240 and metrics["train_seconds"] > 0
     assert metrics["val_regret_ratio"] > 0 and 0 < metrics["val_worst_call"] <= 1
-    rows = list(csv.DictReader((run_dir / "progress.csv").open()))
-    steps = [int(r["time/total_timesteps"]) for r in rows]
-    assert steps == sorted(steps) and steps[-1] == metrics["step"] and len(steps) >= 3
-    assert all(np.isfinite(float(r["train/fresh_loss"])) for r in rows)
-    evaluations = [json.loads(line) for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
-    assert evaluations and all("val_objective" in e and e["step"] < metrics["step"] for e in evaluations)
-    assert (run_dir / "training_curve.png").stat().st_size > 0
+    check_round_curve(run_dir, metrics, "val_objective")
     assert json.loads((run_dir / "model.json").read_text())["algo"] == "evidence_tuner"
     settings = Settings.load(run_dir / "evidence_tuner.json")
     assert settings.meta["command"] == (
@@ -105,10 +91,10 @@ def test_a_training_run_leaves_its_curve_evaluations_wandb_run_and_the_settings_
 def test_a_run_continued_from_its_checkpoint_ends_where_the_uninterrupted_run_does(tmp_path):
     common = [*SMALL, "logger=none", "trainer.checkpoint_every=40", "trainer.eval_every=0"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    train(make(*common, "trainer.total_timesteps=200"), straight)
-    train(make(*common, "trainer.total_timesteps=100"), resumed)
+    train(train_config(*common, "trainer.total_timesteps=200"), straight)
+    train(train_config(*common, "trainer.total_timesteps=100"), resumed)
     first = EvidenceLearner.load(resumed / "model.pt").samples_seen
-    train(make(*common, "trainer.total_timesteps=200", "resume.allow_changes=true"), resumed)
+    train(train_config(*common, "trainer.total_timesteps=200", "resume.allow_changes=true"), resumed)
     a, b = (torch.load(d / "model.pt", weights_only=True) for d in (resumed, straight))
     assert 100 <= first < a["samples_seen"] == b["samples_seen"]
     assert torch.equal(a["params"], b["params"]), "resumed with its optimizer and generator"
@@ -131,7 +117,7 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run(command(straight))
     kill_after_checkpoints(command(resumed), resumed)
-    learner, restored = evidence_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    learner, restored = evidence_agent.AGENT.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert restored and 0 < learner.samples_seen < TOTAL and not (resumed / "model.pt").exists()
     resume(command(resumed), learner.samples_seen, TOTAL)
     assert same_parameters(resumed, straight, key="params")["samples_seen"] >= TOTAL

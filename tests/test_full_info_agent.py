@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from training_runs import (
     ENV,
     REPO,
@@ -30,7 +29,8 @@ from training_runs import (
     same_parameters,
     start_and_wait,
     train_command,
-    wandb_offline,
+    train_config,
+    train_logged,
 )
 
 from dynamiccl.agents.policies.full_info import FullInfoConfig
@@ -50,29 +50,24 @@ SMALL = ["agent=full_info", "scenario=smoke", "eval.suite=smoke", "eval.baseline
          "agent.model.ensemble=2"]
 
 
-def make(*overrides: str):
-    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
-        return compose("train", overrides=list(overrides))
-
-
 def test_full_info_is_an_agent_option_whose_model_keys_are_the_learners():
-    cfg = make("agent=full_info")
+    cfg = train_config("agent=full_info")
     validate(cfg)
     assert cfg.agent.name == full_info_agent.NAME and full_info_agent.is_full_info(cfg.agent)
-    learner = full_info_agent.build(cfg.agent, seed=7)
+    learner = full_info_agent.AGENT.build(cfg.agent, seed=7)
     assert learner.config == FullInfoConfig(seed=7), "the YAML trains the learner bench_learning does"
-    assert not full_info_agent.is_full_info(make().agent)
+    assert not full_info_agent.is_full_info(train_config().agent)
     with pytest.raises(ConfigCheckError, match=r"agent.model.hiden.*did you mean 'hidden'"):
-        validate(make("agent=full_info", "+agent.model.hiden=3"))
+        validate(train_config("agent=full_info", "+agent.model.hiden=3"))
     with pytest.raises(ConfigCheckError, match="agent.model.n_epochs: hyperparameters of "
                                                "maskable_ppo, ppo, not of full_info"):
-        validate(make("agent=full_info", "+agent.model.n_epochs=3"))
+        validate(train_config("agent=full_info", "+agent.model.n_epochs=3"))
     for setting in ("env.observation=research", "env.deployable=false"):
         with pytest.raises(ConfigCheckError, match="agent=full_info learns only deployable actions"):
-            validate(make("agent=full_info", setting))
-    validate(make("agent=full_info", "agent.model.systems=train"))
+            validate(train_config("agent=full_info", setting))
+    validate(train_config("agent=full_info", "agent.model.systems=train"))
     with pytest.raises(ConfigCheckError, match="agent.model.systems: unknown scenario 'trian'"):
-        validate(make("agent=full_info", "agent.model.systems=trian"))
+        validate(train_config("agent=full_info", "agent.model.systems=trian"))
 
 
 def _decisions(policy) -> list[int]:
@@ -86,10 +81,9 @@ def trained(tmp_path_factory):
     (``deploy``); its printed output is the fixture's third item."""
     run_dir = tmp_path_factory.mktemp("full_info") / "run"
     printed = io.StringIO()
-    with wandb_offline(run_dir.parent), contextlib.redirect_stdout(printed):
-        metrics = train(make(*SMALL, "logger=wandb", "trainer.total_timesteps=1024",
-                             "trainer.checkpoint_every=512", "trainer.eval_every=512",
-                             "+deploy={topology: dgx_h100, nodes: [2]}"), run_dir)
+    with contextlib.redirect_stdout(printed):
+        metrics = train_logged(run_dir, [*SMALL, "+deploy={topology: dgx_h100, nodes: [2]}"],
+                               1024, 512, 512)
     return run_dir, metrics, printed.getvalue()
 
 
@@ -145,7 +139,7 @@ def test_the_training_curve_and_evaluations_reach_wandb_offline(trained):
 
 def test_the_trained_learner_loads_by_file_and_by_run_folder_for_evaluate_and_export(trained, tmp_path):
     run_dir, metrics, _ = trained
-    learner, restored = full_info_agent.load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    learner, restored = full_info_agent.AGENT.load_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert restored and learner.samples_seen == 1024
     by_file, by_folder = load_policy(str(run_dir / "model.pt")), load_policy(str(run_dir))
     assert (by_file.name, by_folder.name) == ("model", "full_info")
@@ -203,7 +197,7 @@ def test_a_learner_file_from_before_the_trained_on_box_is_one_line_naming_the_fi
 def test_a_run_folder_of_another_agent_is_refused_by_name(trained):
     run_dir, _, _ = trained
     with pytest.raises(ConfigCheckError, match="holds a full_info agent but agent is maskable_ppo"):
-        train(make("experiment=smoke", "resume.allow_changes=true"), run_dir)
+        train(train_config("experiment=smoke", "resume.allow_changes=true"), run_dir)
 
 
 def test_a_run_folder_and_a_learner_file_from_when_min_gain_was_called_margin_still_load(trained,
@@ -262,7 +256,7 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_
     resumed = tmp_path / "resumed"
     kill_after_checkpoints(command(resumed), resumed)
     saved = json.loads((resumed / "checkpoints" / "last.json").read_text())["num_timesteps"]
-    learner, restored = full_info_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    learner, restored = full_info_agent.AGENT.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert restored and 0 < learner.samples_seen < TOTAL and learner.samples_seen % 512 == 0
     assert saved >= learner.samples_seen and not (resumed / "model.pt").exists()
 
@@ -284,7 +278,7 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_
 def test_ctrl_c_saves_at_a_round_boundary_exits_with_one_line_and_resume_matches(straight, tmp_path):
     resumed = tmp_path / "resumed"
     step = interrupt(start_and_wait(command(resumed), resumed, checkpoints=1))
-    learner, _ = full_info_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    learner, _ = full_info_agent.AGENT.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert learner.samples_seen == step and step % 256 == 0, "the label is the step actually trained"
     run(command(resumed))
     assert_identical(resumed, straight)

@@ -4,7 +4,6 @@ and the benchmark that scores it."""
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -12,16 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_module
 from training_runs import (
     ENV,
     REPO,
+    check_round_curve,
     kill_after_checkpoints,
     resume,
     run,
     same_parameters,
     train_command,
-    wandb_offline,
+    train_config,
+    train_logged,
 )
 
 from dynamiccl.agents.shipping.prior import LearnedPrior
@@ -37,24 +37,19 @@ SMALL = ["agent=learned_prior", "trainer.progress_bar=false", "agent.model.syste
          "agent.model.validation_systems=3"]
 
 
-def make(*overrides: str):
-    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
-        return compose("train", overrides=list(overrides))
-
-
 def test_the_learned_prior_is_an_agent_option_whose_model_keys_are_its_config():
-    cfg = make("agent=learned_prior")
+    cfg = train_config("agent=learned_prior")
     validate(cfg)
     assert cfg.agent.name == prior_agent.NAME and prior_agent.is_learned_prior(cfg.agent)
-    assert prior_agent.build(cfg.agent, seed=7).config == PriorConfig(seed=7), \
+    assert prior_agent.AGENT.build(cfg.agent, seed=7).config == PriorConfig(seed=7), \
         "the YAML trains what the defaults describe"
-    assert not prior_agent.is_learned_prior(make().agent)
+    assert not prior_agent.is_learned_prior(train_config().agent)
     with pytest.raises(ConfigCheckError, match=r"agent.model.hiden.*did you mean 'hidden'"):
-        validate(make("agent=learned_prior", "+agent.model.hiden=3"))
+        validate(train_config("agent=learned_prior", "+agent.model.hiden=3"))
     with pytest.raises(ConfigCheckError, match="agent=learned_prior trains a prior for `dynamiccl "
                                                "tune`, not a policy to export; drop the export"):
-        validate(make("experiment=quickstart", "agent=learned_prior"))
-    sweep = make("hparams_search=learned_prior")
+        validate(train_config("experiment=quickstart", "agent=learned_prior"))
+    sweep = train_config("hparams_search=learned_prior")
     validate(sweep, sweep=True)
     assert sweep.agent.name == "learned_prior" and sweep.tune.metric == "val_nll"
     assert sweep.tune.mode == "min"
@@ -64,23 +59,14 @@ def test_the_learned_prior_is_an_agent_option_whose_model_keys_are_its_config():
 def trained(tmp_path_factory):
     """A short run in a run folder, logging to wandb offline."""
     run_dir = tmp_path_factory.mktemp("prior") / "run"
-    with wandb_offline(run_dir.parent):
-        metrics = train(make(*SMALL, "logger=wandb", "trainer.total_timesteps=600",
-                             "trainer.checkpoint_every=300", "trainer.eval_every=300"), run_dir)
-    return run_dir, metrics
+    return run_dir, train_logged(run_dir, SMALL, 600, 300, 300)
 
 
 def test_a_training_run_leaves_its_curve_evaluations_wandb_run_and_the_prior_file(trained):
     run_dir, metrics = trained
     assert metrics["step"] >= 600 and metrics["train_seconds"] > 0
     assert np.isfinite(metrics["val_nll"]) and 0 < metrics["val_cover_2sigma"] <= 1
-    rows = list(csv.DictReader((run_dir / "progress.csv").open()))
-    steps = [int(r["time/total_timesteps"]) for r in rows]
-    assert steps == sorted(steps) and steps[-1] == metrics["step"] and len(steps) >= 3
-    assert all(np.isfinite(float(r["train/fresh_loss"])) for r in rows)
-    evaluations = [json.loads(line) for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
-    assert evaluations and all("val_nll" in e and e["step"] < metrics["step"] for e in evaluations)
-    assert (run_dir / "training_curve.png").stat().st_size > 0
+    check_round_curve(run_dir, metrics, "val_nll")
     assert json.loads((run_dir / "eval" / "summary.json").read_text())["val_nll"] == metrics["val_nll"]
     assert json.loads((run_dir / "model.json").read_text())["algo"] == "learned_prior"
     prior = LearnedPrior.load(run_dir / "learned_prior.npz")
@@ -98,7 +84,7 @@ def test_a_training_run_leaves_its_curve_evaluations_wandb_run_and_the_prior_fil
 def test_a_run_folder_of_the_prior_is_refused_for_another_agent(trained):
     run_dir, _ = trained
     with pytest.raises(ConfigCheckError, match="holds a learned_prior agent but agent is full_info"):
-        train(make("agent=full_info", "resume.allow_changes=true"), run_dir)
+        train(train_config("agent=full_info", "resume.allow_changes=true"), run_dir)
 
 
 # --- kill -9, then resume ---------------------------------------------------------------------------
@@ -122,7 +108,7 @@ def straight(tmp_path_factory):
 def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(straight, tmp_path):
     resumed = tmp_path / "resumed"
     kill_after_checkpoints(command(resumed), resumed)
-    learner, restored = prior_agent.load_checkpoint(resumed / "checkpoints" / "last.pt")
+    learner, restored = prior_agent.AGENT.load_checkpoint(resumed / "checkpoints" / "last.pt")
     assert restored and 0 < learner.samples_seen < TOTAL and not (resumed / "model.pt").exists()
 
     out = resume(command(resumed), learner.samples_seen, TOTAL)

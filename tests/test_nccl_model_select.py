@@ -26,16 +26,6 @@ TREE, RING, NVLS, PAT = 0, 1, 4, 6
 LL, LL128, S = 0, 1, 2
 
 
-@pytest.fixture(scope="module")
-def h1() -> NcclModel:
-    return NcclModel(load_topology("dgx_h100"))
-
-
-@pytest.fixture(scope="module")
-def h8() -> NcclModel:
-    return NcclModel(load_topology("dgx_h100", nodes=8))
-
-
 @pytest.mark.parametrize(("nbytes", "index"), [
     (0, -1), (63, -1), (64, 0), (127, 0), (128, 1), (1 << 20, 14), (256 << 20, 22),
     (512 << 20, 23), (1 << 30, 24),

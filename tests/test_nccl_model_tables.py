@@ -24,16 +24,6 @@ LL, LL128, S = range(3)
 
 
 @pytest.fixture(scope="module")
-def h1() -> NcclModel:
-    return NcclModel(load_topology("dgx_h100"))
-
-
-@pytest.fixture(scope="module")
-def h8() -> NcclModel:
-    return NcclModel(load_topology("dgx_h100", nodes=8))
-
-
-@pytest.fixture(scope="module")
 def h2() -> NcclModel:
     return NcclModel(load_topology("dgx_h100", nodes=2))
 

@@ -162,7 +162,7 @@ def _assert_round_checkpoint_loads_as_saved(folder: Path, name: str, killed_at: 
     """The learner's network, optimizer, generator and step come back as saved."""
     from dynamiccl.agents.training import full_info_agent, prior_agent
 
-    agent = full_info_agent if name.startswith("full_info") else prior_agent
+    agent = (full_info_agent if name.startswith("full_info") else prior_agent).AGENT
     path = folder / "checkpoints" / "last.pt"
     learner, restored = agent.load_checkpoint(path)
     saved = torch.load(path, map_location="cpu", weights_only=True)

@@ -117,7 +117,8 @@ def test_a_run_with_real_systems_records_a_command_that_trains_it_again():
                  f"agent.model.real_validation=[{DGX1V}]"]
     with initialize_config_module("dynamiccl.configs", version_base="1.3"):
         cfg = compose("train", overrides=overrides)
-        command = prior_agent.training_command(cfg)
+        command = prior_agent.AGENT.training_command(cfg)
         again = compose("train", overrides=command.split()[2:])
     assert f"agent.model.real_train=[{DGX2V}]" in command
-    assert prior_agent.build(again.agent, seed=0).config == prior_agent.build(cfg.agent, seed=0).config
+    build = prior_agent.AGENT.build
+    assert build(again.agent, seed=0).config == build(cfg.agent, seed=0).config

@@ -1,7 +1,7 @@
 """Training runs as a user starts them, for the kill -9 / Ctrl-C / resume tests of every agent:
 ``python experiments/train.py OVERRIDES`` in a fresh interpreter, watched through its checkpoint
-history, killed, resumed and compared with the uninterrupted run; and wandb offline around an
-in-process run."""
+history, killed, resumed and compared with the uninterrupted run; and in-process runs, logging to
+wandb offline, with the run folder every round learner leaves."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
@@ -142,3 +143,39 @@ def wandb_offline(folder: Path) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def train_config(*overrides: str) -> Any:
+    """The ``train`` config with ``overrides``, composed as ``dynamiccl train`` composes it."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module("dynamiccl.configs", version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+def train_logged(run_dir: Path, overrides: list[str], total: int, checkpoint_every: int,
+                 eval_every: int) -> dict[str, Any]:
+    """An in-process run into ``run_dir`` for ``total`` steps, logging to wandb offline beside it;
+    returns its metrics."""
+    from dynamiccl.agents.training.train import train
+
+    with wandb_offline(run_dir.parent):
+        return train(train_config(*overrides, "logger=wandb", f"trainer.total_timesteps={total}",
+                                  f"trainer.checkpoint_every={checkpoint_every}",
+                                  f"trainer.eval_every={eval_every}"), run_dir)
+
+
+def check_round_curve(run_dir: Path, metrics: dict[str, Any], evaluated: str) -> None:
+    """A round learner's run folder holds its curve: a progress row a round up to the last step,
+    each with a finite loss before learning, the periodic evaluations (``evaluated`` among their
+    metrics) before the last step, and the plot of both."""
+    import csv
+    import math
+
+    rows = list(csv.DictReader((run_dir / "progress.csv").open()))
+    steps = [int(r["time/total_timesteps"]) for r in rows]
+    assert steps == sorted(steps) and steps[-1] == metrics["step"] and len(steps) >= 3
+    assert all(math.isfinite(float(r["train/fresh_loss"])) for r in rows)
+    evaluations = [json.loads(line) for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
+    assert evaluations and all(evaluated in e and e["step"] < metrics["step"] for e in evaluations)
+    assert (run_dir / "training_curve.png").stat().st_size > 0

@@ -9,6 +9,7 @@ Imports policies and shipping; of the installed code only the CLI imports it.
   evaluations, Ctrl-C), :mod:`.resume_state` (environment streams and generators in a checkpoint),
   :mod:`.logging` (wandb, offline by default) and :mod:`.training_plots`;
 * the learners that train in rounds: :mod:`.full_info_agent` (the full-information learner in the
-  pipeline), :mod:`.prior_learner` and :mod:`.prior_agent` (the learned prior), sharing
-  :mod:`.round_checkpoints`.
+  pipeline), :mod:`.prior_learner` and :mod:`.prior_agent` (the learned prior), :mod:`.evidence_learner` and
+  :mod:`.evidence_agent` (the evidence tuner), sharing :mod:`.round_agent` (config, build,
+  checkpoints, training command) and :mod:`.round_checkpoints`.
 """

@@ -19,15 +19,13 @@ suite scores per-call policies), and exports nothing (``deploy`` is refused).
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from dynamiccl.agents.policies.evidence import SHIPPED_NAME, Settings
-from dynamiccl.agents.training import round_checkpoints
 from dynamiccl.agents.training.evidence_learner import (
     EvidenceConfig,
     EvidenceLearner,
@@ -36,40 +34,14 @@ from dynamiccl.agents.training.evidence_learner import (
 from dynamiccl.agents.training.evidence_learner import (
     validate as play_validation,
 )
+from dynamiccl.agents.training.round_agent import RoundAgent
 
 NAME = "evidence_tuner"
-CONFIG_CLASS = f"{EvidenceConfig.__module__}.{EvidenceConfig.__qualname__}"
-#: What the training curve plots: (progress CSV column, axis label).
-CURVE = ("train/fresh_loss", "NLL per measurement on new jobs, before learning")
+AGENT = RoundAgent(NAME, EvidenceConfig, EvidenceLearner,
+                   curve=("train/fresh_loss", "NLL per measurement on new jobs, before learning"))
 #: What the periodic evaluations show on the same figure: (evaluations.jsonl key, axis label).
 EVALUATED = ("val_regret_ratio", "regret / the prior sweep's, validation jobs")
-
-
-def is_evidence_tuner(agent: DictConfig) -> bool:
-    """Whether an ``agent`` config (``configs/agent/*.yaml``) is the evidence tuner."""
-    return str(OmegaConf.select(agent, "model._target_", default="")) == CONFIG_CLASS
-
-
-def build(agent: DictConfig, seed: int) -> EvidenceLearner:
-    """A fresh learner from ``agent.model`` (instantiated with Hydra, as every agent's is)."""
-    import hydra
-
-    return EvidenceLearner(hydra.utils.instantiate(agent.model, seed=int(seed)))
-
-
-def save_checkpoint(learner: EvidenceLearner, path: str | Path, *, resume: bool = True) -> Path:
-    return round_checkpoints.save(learner, path, algo=NAME, config_class=CONFIG_CLASS, resume=resume)
-
-
-def load_checkpoint(path: str | Path) -> tuple[EvidenceLearner, bool]:
-    """The learner of a training checkpoint, and whether its optimizer and generator came back."""
-    learner = EvidenceLearner.load(path)
-    return learner, round_checkpoints.restore(learner, path)
-
-
-def fresh_loss(learner: EvidenceLearner, data: Any) -> float:
-    """The loss on ``data`` before learning from it (its jobs are new to the learner)."""
-    return learner.loss(data)
+is_evidence_tuner = AGENT.names
 
 
 @lru_cache(maxsize=4)
@@ -91,20 +63,10 @@ def summary(metrics: dict[str, Any], shipped: Path) -> str:
             f"{shipped}")
 
 
-def training_command(cfg: DictConfig) -> str:
-    """The seeded command that trains these settings again (those that differ from the defaults)."""
-    defaults = asdict(EvidenceConfig())
-    model = OmegaConf.to_container(cfg.agent.model, resolve=True)
-    changed = [f"agent.model.{f.name}={model[f.name]}" for f in fields(EvidenceConfig)
-               if f.name != "seed" and f.name in model and model[f.name] != defaults[f.name]]
-    return " ".join([f"dynamiccl train agent={NAME}", f"seed={int(cfg.seed)}",
-                     f"trainer.total_timesteps={int(cfg.trainer.total_timesteps)}", *changed])
-
-
 def ship(cfg: DictConfig, learner: EvidenceLearner, run_dir: Path, metrics: dict[str, Any]) -> Path:
     """``evidence_tuner.json`` in the run folder: the settings, their validation scores and the
     command that trains them."""
-    settings = learner.settings({"command": training_command(cfg), "validation": metrics})
+    settings = learner.settings({"command": AGENT.training_command(cfg), "validation": metrics})
     path = settings.save(run_dir / SHIPPED_NAME)
     Settings.load(path)  # what was written reads back
     return path

@@ -24,52 +24,25 @@ deployable observation.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from dynamiccl.agents.policies.full_info import FullInfoConfig, FullInfoLearner, load_learner, masked_loss
-from dynamiccl.agents.training import round_checkpoints
+from dynamiccl.agents.training.round_agent import RoundAgent
 from dynamiccl.envs.action_values import ActionValues
 
-NAME = "full_info"
-CONFIG_CLASS = f"{FullInfoConfig.__module__}.{FullInfoConfig.__qualname__}"
-#: What the training curve plots: (progress CSV column, axis label).
-CURVE = ("train/fresh_loss", "loss on each round's new systems, before learning from them")
 
-
-def is_full_info(agent: DictConfig) -> bool:
-    """Whether an ``agent`` config (``configs/agent/*.yaml``) is the full-information learner."""
-    return str(OmegaConf.select(agent, "model._target_", default="")) == CONFIG_CLASS
-
-
-def build(agent: DictConfig, seed: int) -> FullInfoLearner:
-    """A fresh learner from ``agent.model`` (instantiated with Hydra, as the SB3 agents are)."""
-    import hydra
-
-    config = hydra.utils.instantiate(agent.model, seed=int(seed))
-    return FullInfoLearner(config)
-
-
-def save_checkpoint(learner: FullInfoLearner, path: str | Path, *, resume: bool = True) -> Path:
-    """Writes the learner to ``path`` (``.pt``) with its sidecar and, with ``resume``, the state a
-    resumed run needs (:mod:`dynamiccl.agents.training.round_checkpoints`)."""
-    return round_checkpoints.save(learner, path, algo=NAME, config_class=CONFIG_CLASS, resume=resume)
-
-
-def load_checkpoint(path: str | Path) -> tuple[FullInfoLearner, bool]:
-    """The learner of a training checkpoint, and whether its optimizer and generator came back too
-    (False: the file holds only the network, e.g. a final ``model.pt``)."""
-    learner = load_learner(path)
-    return learner, round_checkpoints.restore(learner, path)
-
-
-def fresh_loss(learner: FullInfoLearner, data: ActionValues) -> float:
+def _fresh_loss(learner: FullInfoLearner, data: ActionValues) -> float:
     """The loss on ``data`` before learning from it (its systems are new to the learner)."""
     with torch.no_grad():
         return float(masked_loss(learner.network(torch.as_tensor(data.observations)),
                                  torch.as_tensor(np.where(data.allowed, data.gains, 0.0),
                                                  dtype=torch.float32),
                                  torch.as_tensor(data.allowed)))
+
+
+NAME = "full_info"
+AGENT = RoundAgent(NAME, FullInfoConfig, FullInfoLearner,
+                   curve=("train/fresh_loss", "loss on each round's new systems, before learning from them"),
+                   load=load_learner, loss=_fresh_loss)
+is_full_info = AGENT.names

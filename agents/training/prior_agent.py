@@ -21,15 +21,13 @@ of the evaluation suite, and exports nothing (``deploy`` is refused).
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from dynamiccl.agents.shipping.prior import SHIPPED_NAME, LearnedPrior
-from dynamiccl.agents.training import round_checkpoints
 from dynamiccl.agents.training.prior_learner import (
     PriorConfig,
     PriorLearner,
@@ -38,40 +36,14 @@ from dynamiccl.agents.training.prior_learner import (
     validation_cases,
 )
 from dynamiccl.agents.training.prior_real_validation import validate_real
+from dynamiccl.agents.training.round_agent import RoundAgent
 
 NAME = "learned_prior"
-CONFIG_CLASS = f"{PriorConfig.__module__}.{PriorConfig.__qualname__}"
-#: What the training curve plots: (progress CSV column, axis label).
-CURVE = ("train/fresh_loss", "NLL on new systems, before learning")
+AGENT = RoundAgent(NAME, PriorConfig, PriorLearner,
+                   curve=("train/fresh_loss", "NLL on new systems, before learning"))
 #: What the periodic evaluations show on the same figure: (evaluations.jsonl key, axis label).
 EVALUATED = ("val_nll", "NLL on the validation realities")
-
-
-def is_learned_prior(agent: DictConfig) -> bool:
-    """Whether an ``agent`` config (``configs/agent/*.yaml``) is the learned prior."""
-    return str(OmegaConf.select(agent, "model._target_", default="")) == CONFIG_CLASS
-
-
-def build(agent: DictConfig, seed: int) -> PriorLearner:
-    """A fresh learner from ``agent.model`` (instantiated with Hydra, as every agent's is)."""
-    import hydra
-
-    return PriorLearner(hydra.utils.instantiate(agent.model, seed=int(seed)))
-
-
-def save_checkpoint(learner: PriorLearner, path: str | Path, *, resume: bool = True) -> Path:
-    return round_checkpoints.save(learner, path, algo=NAME, config_class=CONFIG_CLASS, resume=resume)
-
-
-def load_checkpoint(path: str | Path) -> tuple[PriorLearner, bool]:
-    """The learner of a training checkpoint, and whether its optimizer and generator came back."""
-    learner = PriorLearner.load(path)
-    return learner, round_checkpoints.restore(learner, path)
-
-
-def fresh_loss(learner: PriorLearner, data: Any) -> float:
-    """The loss on ``data`` before learning from it (its systems are new to the learner)."""
-    return learner.loss(data)
+is_learned_prior = AGENT.names
 
 
 @lru_cache(maxsize=4)
@@ -94,24 +66,11 @@ def summary(metrics: dict[str, Any], shipped: Path) -> str:
             f"{metrics['val_cover_2sigma']:.1%} ({metrics['val_points']} points); the prior: {shipped}")
 
 
-def training_command(cfg: DictConfig) -> str:
-    """The seeded command that trains this prior again (settings that differ from the defaults)."""
-    defaults = asdict(PriorConfig())
-    model = OmegaConf.to_container(cfg.agent.model, resolve=True)
-    def override(value: Any) -> str:  # a list as Hydra's override grammar writes it, one shell word
-        return f"[{','.join(map(str, value))}]" if isinstance(value, list) else str(value)
-
-    changed = [f"agent.model.{f.name}={override(model[f.name])}" for f in fields(PriorConfig)
-               if f.name != "seed" and f.name in model and model[f.name] != defaults[f.name]]
-    return " ".join(["dynamiccl train agent=learned_prior", f"seed={int(cfg.seed)}",
-                     f"trainer.total_timesteps={int(cfg.trainer.total_timesteps)}", *changed])
-
-
 def ship(cfg: DictConfig, learner: PriorLearner, run_dir: Path, metrics: dict[str, Any]) -> Path:
     """``learned_prior.npz`` in the run folder: the prior, its validation scores and the command
     that trains it (copy it to ``agents/shipping/learned_prior.npz`` to ship it)."""
     real = validate_real(learner.prior(), learner.config.real_validation)
-    prior = learner.prior({"command": training_command(cfg), "validation": metrics,
+    prior = learner.prior({"command": AGENT.training_command(cfg), "validation": metrics,
                            **({"real_validation": real} if real else {})})
     path = prior.save(run_dir / SHIPPED_NAME)
     LearnedPrior.load(path)  # what was written reads back

@@ -46,6 +46,7 @@ from dynamiccl.agents.training.evidence_agent import is_evidence_tuner
 from dynamiccl.agents.training.full_info_agent import is_full_info
 from dynamiccl.agents.training.prior_agent import is_learned_prior
 from dynamiccl.agents.training.resume_state import restore
+from dynamiccl.agents.training.round_agent import RoundAgent
 from dynamiccl.agents.training.round_checkpoints import learned_state
 from dynamiccl.agents.training.run_folder import check_run_folder, locked, record_config
 from dynamiccl.config_loader import ConfigError
@@ -330,13 +331,13 @@ class _AtMultiples:
 
 
 def _learn_rounds(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Reporter | None,
-                  changes: str | None, agent: Any, evaluate: Callable[[Any], dict[str, Any]],
+                  changes: str | None, agent: RoundAgent, evaluate: Callable[[Any], dict[str, Any]],
                   evaluated: tuple[str, str]) -> tuple[Any, int, float]:
-    """Trains (or resumes) a learner that learns in rounds (``agent``: its pipeline module, e.g.
-    :mod:`~dynamiccl.agents.training.full_info_agent`): its curve to the progress CSV and the run logger,
-    checkpoints and evaluations (``evaluate(learner)``; ``evaluated``: the metric the training
-    curve shows of them, and its label) at round boundaries, Ctrl-C saves first. Returns the
-    learner, the step reached and the seconds spent."""
+    """Trains (or resumes) a learner that learns in rounds (``agent``: the ``AGENT`` of its pipeline
+    module, e.g. :mod:`~dynamiccl.agents.training.full_info_agent`): its curve to the progress CSV
+    and the run logger, checkpoints and evaluations (``evaluate(learner)``; ``evaluated``: the
+    metric the training curve shows of them, and its label) at round boundaries, Ctrl-C saves
+    first. Returns the learner, the step reached and the seconds spent."""
     import csv
 
     from dynamiccl.agents.shipping.progress import progress_bar
@@ -368,7 +369,7 @@ def _learn_rounds(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Repor
     evaluations = _Evaluations(run_dir / "evaluations.jsonl", start)
     interrupt = Interrupt()
     progress_file = run_dir / (f"progress_from_{start}.csv" if start else "progress.csv")
-    columns = ["time/total_timesteps", "train/loss", agent.CURVE[0]]
+    columns = ["time/total_timesteps", "train/loss", agent.curve[0]]
     bar = progress_bar(f"training {cfg.agent.name}", total) if cfg.trainer.progress_bar \
         else nullcontext(None)
     with progress_file.open("w", newline="") as fh, interrupt.installed(), bar as advance:
@@ -382,7 +383,7 @@ def _learn_rounds(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Repor
             loss = learner.train_round(data)
             seconds += time.perf_counter() - began
             step = learner.samples_seen
-            curve = {"train/loss": loss, agent.CURVE[0]: fresh}
+            curve = {"train/loss": loss, agent.curve[0]: fresh}
             writer.writerow({"time/total_timesteps": step, **curve})
             fh.flush()
             run_logger.log_metrics(curve, step=step)
@@ -406,7 +407,7 @@ def _learn_rounds(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Repor
         agent.save_checkpoint(learner, run_dir / "model.pt", resume=False)
     from dynamiccl.agents.training.training_plots import plot_training
 
-    plot_training(run_dir, str(cfg.agent.name), agent.CURVE, evaluated)
+    plot_training(run_dir, str(cfg.agent.name), agent.curve, evaluated)
     return learner, step, seconds
 
 
@@ -418,7 +419,7 @@ def _learn_full_info(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Re
     from dynamiccl.agents.training.training_plots import ORACLE_SHARE
 
     name = str(cfg.agent.name)
-    learner, step, seconds = _learn_rounds(cfg, run_dir, run_logger, report, changes, agent,
+    learner, step, seconds = _learn_rounds(cfg, run_dir, run_logger, report, changes, agent.AGENT,
                                            lambda learner: quick_metrics(cfg, learner.policy(name=name)),
                                            ORACLE_SHARE)
     return learner.policy(name=name), step, seconds
@@ -430,7 +431,7 @@ def _learn_and_ship(cfg: DictConfig, run_dir: Path, run_logger: Any, report: Rep
     rather than a policy (``agent``: :mod:`~dynamiccl.agents.training.prior_agent`, the learned
     prior's ``learned_prior.npz``; :mod:`~dynamiccl.agents.training.evidence_agent`, the evidence
     tuner's ``evidence_tuner.json``): validates it, writes the file and the metrics; returns them."""
-    learner, step, seconds = _learn_rounds(cfg, run_dir, run_logger, report, changes, agent,
+    learner, step, seconds = _learn_rounds(cfg, run_dir, run_logger, report, changes, agent.AGENT,
                                            agent.validate, agent.EVALUATED)
     metrics = agent.validate(learner, final=True)
     shipped = agent.ship(cfg, learner, run_dir, metrics)

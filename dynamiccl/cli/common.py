@@ -159,6 +159,20 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def float_up_to(high: float, unit: str = "") -> Callable[[str], float]:
+    """An argparse type for a finite number in ``0..high`` (``unit`` follows the bound in the
+    message, e.g. " s"): as for :func:`int_between`, the bound keeps a slip from meaning hours or an
+    overflow."""
+
+    def parse(text: str) -> float:
+        value = non_negative_float(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:g}{unit}, got {text}")
+        return value
+
+    return parse
+
+
 def positive_float(text: str) -> float:
     value = non_negative_float(text)
     if value == 0:

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from dynamiccl.cli.common import (
     UserError,
+    float_up_to,
     int_between,
     job_command,
-    non_negative_float,
     path_arg,
     positive_float,
 )
@@ -82,7 +82,7 @@ def register_job(kinds: argparse._SubParsersAction) -> None:
                         f"(default {JOB_RECORDS}; the plugin's own default is {DEFAULT_RECORDS})")
     j.add_argument("--timeout", type=positive_float, metavar="S",
                    help="stop the job after S seconds (its mix so far is still written)")
-    j.add_argument("--grace", type=_grace_arg, default=GRACE_S, metavar="S",
+    j.add_argument("--grace", type=float_up_to(MAX_GRACE_S, " s"), default=GRACE_S, metavar="S",
                    help=f"seconds a stopped job gets to exit before all of it is killed with "
                         f"SIGKILL (default {GRACE_S:g}; 0..{MAX_GRACE_S:g})")
     j.add_argument("--emulated-hosts", action="store_true",
@@ -96,13 +96,6 @@ def register_job(kinds: argparse._SubParsersAction) -> None:
 
 #: The longest --grace (a stopped job held for longer is not being stopped).
 MAX_GRACE_S = 600.0
-
-
-def _grace_arg(text: str) -> float:
-    value = non_negative_float(text)
-    if value > MAX_GRACE_S:
-        raise argparse.ArgumentTypeError(f"must be 0..{MAX_GRACE_S:g} s, got {text}")
-    return value
 
 
 def _records_arg(text: str) -> int:

@@ -21,7 +21,7 @@ from dynamiccl.cli.common import (
     UserError,
     add_topology_args,
     collective_arg,
-    non_negative_float,
+    float_up_to,
     non_negative_int,
     size_arg,
     topology_from_args,
@@ -76,13 +76,6 @@ def _delay_arg(text: str) -> float:
 MAX_C2C = 1000.0
 
 
-def _c2c_arg(text: str) -> float:
-    value = non_negative_float(text)
-    if value > MAX_C2C:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_C2C:g}, got {text}")
-    return value
-
-
 def add_request_args(p: argparse.ArgumentParser) -> None:
     """The flags of one request; ``--batch`` lines are parsed by a parser holding exactly these."""
     add_topology_args(p, required=False)
@@ -105,7 +98,7 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                    help="rank that arrives late (needs --straggler-delay)")
     p.add_argument("--straggler-delay", type=_delay_arg, default=0.0, metavar="DELAY",
                    help="how late the straggler arrives, e.g. 10ms or 250us (a bare number is µs)")
-    p.add_argument("--c2c", type=_c2c_arg, default=0.0,
+    p.add_argument("--c2c", type=float_up_to(MAX_C2C), default=0.0,
                    help=f"compute-to-communication ratio of compute overlapping the collective "
                    f"(0..{MAX_C2C:g})")
 
