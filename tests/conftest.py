@@ -1,6 +1,7 @@
 """Suite-wide settings: no accidental network use, GPU tests skipped cleanly without a GPU, and no
-test leaving files in the checkout; and NCCL's model of one and of eight DGX H100 nodes (``h1``,
-``h8``), on which the NCCL model's tests check their hand-derived values."""
+test leaving files in the checkout; NCCL's model of one and of eight DGX H100 nodes (``h1``, ``h8``),
+on which the NCCL model's tests check their hand-derived values; and ``opened``, how often a test
+opens each file."""
 
 from __future__ import annotations
 
