@@ -17,6 +17,7 @@ from dynamiccl.agents.shipping.launchers import Launch, estimate, launches, scri
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
 from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement
 from dynamiccl.cli.main import main
+from dynamiccl.plugin import policy_file as pf
 from dynamiccl.profiler.formats import job_mix
 from dynamiccl.system.knobs import Algorithm, Collective, Protocol
 
@@ -127,3 +128,59 @@ def test_a_script_across_nodes_names_its_launcher(tmp_path, capsys):
                  str(tmp_path / "p.sh")]) == 2
     assert "add --launcher srun or openmpi or mpich" in capsys.readouterr().err
     assert not (tmp_path / "p.sh").exists()
+
+
+def _binary_stopping_mid_table(folder: Path, seconds: float) -> dict[str, str]:
+    """An nccl-tests stand-in that prints its header and the first rows of its table, then, where
+    NCCL is forced, waits ``seconds`` before the rest: a launch cut there leaves half a table."""
+    folder.mkdir(exist_ok=True)
+    standin = Path(__file__).parent / "nccl_tests_standin.py"
+    (folder / "all_reduce_perf").write_text(
+        f'#!/bin/sh\nout=$({sys.executable} {standin} all_reduce_perf "$@") || exit $?\n'
+        'rows=$(printf "%s\\n" "$out" | grep -n "^ *[0-9]" | sed -n 3p | cut -d: -f1)\n'
+        f'printf "%s\\n" "$out" | head -n "$rows"\n[ -z "$NCCL_ALGO" ] || sleep {seconds}\n'
+        'printf "%s\\n" "$out" | tail -n +"$((rows + 1))"\n')
+    (folder / "all_reduce_perf").chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _tune(folder: Path, capsys) -> tuple[str, list]:
+    """tune on ``folder``'s logs: what it said, and the policy's rules."""
+    assert main(["tune", "--topology", "dgx_h100", "--measurements", str(folder / "logs"), "-o",
+                 str(folder / "tuned.dccl"), "--force"]) == 0
+    err = capsys.readouterr().err
+    return err, [rule for sl in pf.read(folder / "tuned.dccl").slices for rule in sl.rules]
+
+
+def test_a_launch_stopped_by_slurms_sigterm_is_skipped_by_tune_and_redone_stand_in_nccl_tests(
+        tmp_path, capsys):
+    """Slurm's time limit (SIGTERM to every process) cuts the second launch after three rows of
+    its table: tune reads the finished launch only and names the cut one, and the plan run again
+    ends where the uninterrupted plan does."""
+    runs = [Launch(1, Collective.ALLREDUCE, 1, 8, choice, tuple(1 << k for k in range(16, 24)), 10.0)
+            for choice in (DEFAULT, Choice(Algorithm.RING, Protocol.LL))]
+    text = script(runs, "local", logs="logs", made_by="test", then="tune")
+    for name in ("cut", "whole"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "plan.sh").write_text(text)
+    subprocess.run(["bash", "plan.sh"], cwd=tmp_path / "whole", check=True, capture_output=True,
+                   env=_binary_stopping_mid_table(tmp_path / "fast", 0))
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen(["bash", "plan.sh"], cwd=cut, start_new_session=True,
+                            env=_binary_stopping_mid_table(tmp_path / "slow", 60),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    part = cut / "logs" / f"{runs[1].name}.txt.part"
+    deadline = time.monotonic() + 60
+    while "262144" not in (part.read_text() if part.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "run bash plan.sh again to go on" in err
+    said, _ = _tune(cut, capsys)
+    assert f"{part}: the output of a launch that did not finish" in said
+    assert re.search(r"^8 measurements \(8 usable points", said, re.M), said  # the first launch's
+    subprocess.run(["bash", "plan.sh"], cwd=cut, check=True, capture_output=True,
+                   env=_binary_stopping_mid_table(tmp_path / "fast", 0))
+    (resumed, rules), (whole, whole_rules) = _tune(cut, capsys), _tune(tmp_path / "whole", capsys)
+    assert "did not finish" not in resumed and rules == whole_rules
+    assert re.search(r"^16 measurements", resumed, re.M) and re.search(r"^16 measurements", whole, re.M)
