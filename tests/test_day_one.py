@@ -141,3 +141,25 @@ def test_a_plans_script_dry_run_prints_the_launches_it_would_run(tmp_path, capsy
     for script_line, printed_line in zip(shown, lines, strict=True):
         command = printed_line.split("  # ")[0]
         assert script_line.replace("  > ", " > ") == command.replace(" 2>&1", "")
+
+
+def test_export_and_three_paths_deploy_lines_load_the_policy_with_no_warning_stand_in_srun_nccl_tests(
+        tmp_path, capsys, monkeypatch):
+    """The line `export` prints and the README's "Three paths" line, run as printed (torchrun ...
+    standing for the job: nccl-tests under srun) load the policy on every rank with no warning
+    from the plugin (a relative DYNAMICCL_POLICY is warned about: each rank resolves its own)."""
+    monkeypatch.chdir(tmp_path)
+    env = stand_ins(tmp_path / "bin")
+    section = (REPO / "README.md").read_text().split("## Three paths")[1].split("\n## ")[0]
+    block = re.findall(r"```bash\n(.*?)```", section, re.S)[1]
+    export_line, *_, readme_line = [line for line in block.splitlines() if line.strip()]
+    assert main(shlex.split(export_line)[1:]) == 0
+    printed = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("use:"))
+    job = ("env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING srun --export=ALL --nodes=2 "
+           "--ntasks-per-node=8 all_reduce_perf -b 1048576 -e 1048576 -f 2 -g 1")
+    for line in (printed.removeprefix("use:").strip(), readme_line):
+        assert line.endswith(" torchrun ...")
+        ran = subprocess.run(["bash", "-c", line.removesuffix("torchrun ...") + job], env=env,
+                             capture_output=True, text=True, check=True)
+        assert "DynamICCL: policy oracle" in ran.stdout, ran.stdout  # loaded, and on 2 x 8 ranks
+        assert "WARN" not in ran.stdout, line

@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dynamiccl.agents.shipping.launchers import Launch, estimate, launches, script
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
 from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement
 from dynamiccl.cli.main import main
+from dynamiccl.plugin import policy_file as pf
 from dynamiccl.profiler.formats import job_mix
 from dynamiccl.system.knobs import Algorithm, Collective, Protocol
 
@@ -127,3 +129,118 @@ def test_a_script_across_nodes_names_its_launcher(tmp_path, capsys):
                  str(tmp_path / "p.sh")]) == 2
     assert "add --launcher srun or openmpi or mpich" in capsys.readouterr().err
     assert not (tmp_path / "p.sh").exists()
+
+
+#: An nccl-tests stand-in that prints its header and the first three rows of its table, then, where
+#: NCCL is forced, waits argv[1] seconds before the rest: a launch cut there leaves half a table.
+MID_TABLE = """import os, subprocess, sys, time
+out = subprocess.run([sys.executable, sys.argv[2], *sys.argv[3:]], capture_output=True, text=True,
+                     check=True).stdout.splitlines(keepends=True)
+cut = [i for i, line in enumerate(out) if line.strip()[:1].isdigit()][2] + 1
+sys.stdout.writelines(out[:cut])
+sys.stdout.flush()
+if os.environ.get("NCCL_ALGO"):
+    time.sleep(float(sys.argv[1]))
+sys.stdout.writelines(out[cut:])
+"""
+
+#: srun as Slurm's man page has it (SIGNALS AND ESCAPE SEQUENCES): one Ctrl-C reports the tasks'
+#: state and the step goes on; SIGTERM and SIGHUP are passed on to the tasks. The task runs here.
+SRUN = """#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in --*) shift;; *) break;; esac; done
+"$@" &
+task=$!
+trap 'echo "srun: interrupt (one more within 1 sec to abort)" >&2' INT
+trap 'kill -TERM $task' TERM HUP
+while :; do wait $task; status=$?; kill -0 $task 2>/dev/null || break; done
+exit $status
+"""
+
+
+def _binary_stopping_mid_table(folder: Path, seconds: float) -> dict[str, str]:
+    """A PATH with ``all_reduce_perf`` as :data:`MID_TABLE` and ``srun`` as :data:`SRUN`."""
+    folder.mkdir(exist_ok=True)
+    standin = Path(__file__).parent / "nccl_tests_standin.py"
+    (folder / "mid_table.py").write_text(MID_TABLE)
+    (folder / "all_reduce_perf").write_text(f"#!/bin/sh\nexec {sys.executable} {folder / 'mid_table.py'} "
+                                            f'{seconds} {standin} all_reduce_perf "$@"\n')
+    (folder / "srun").write_text(SRUN)
+    for name in ("all_reduce_perf", "srun"):
+        (folder / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _wait_for_rows(part: Path) -> None:
+    """Until the launch logging to ``part`` has printed its first rows (at most a minute)."""
+    deadline = time.monotonic() + 60
+    while "262144" not in (part.read_text() if part.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _tune(folder: Path, capsys) -> tuple[str, list]:
+    """tune on ``folder``'s logs: what it said, and the policy's rules."""
+    assert main(["tune", "--topology", "dgx_h100", "--measurements", str(folder / "logs"), "-o",
+                 str(folder / "tuned.dccl"), "--force"]) == 0
+    err = capsys.readouterr().err
+    return err, [rule for sl in pf.read(folder / "tuned.dccl").slices for rule in sl.rules]
+
+
+def test_a_launch_stopped_by_slurms_sigterm_is_skipped_by_tune_and_redone_stand_in_nccl_tests(
+        tmp_path, capsys):
+    """Slurm's time limit (SIGTERM to every process) cuts the second launch after three rows of
+    its table: tune reads the finished launch only and names the cut one, and the plan run again
+    ends where the uninterrupted plan does."""
+    runs = [Launch(1, Collective.ALLREDUCE, 1, 8, choice, tuple(1 << k for k in range(16, 24)), 10.0)
+            for choice in (DEFAULT, Choice(Algorithm.RING, Protocol.LL))]
+    text = script(runs, "local", logs="logs", made_by="test", then="tune")
+    for name in ("cut", "whole"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "plan.sh").write_text(text)
+    subprocess.run(["bash", "plan.sh"], cwd=tmp_path / "whole", check=True, capture_output=True,
+                   env=_binary_stopping_mid_table(tmp_path / "fast", 0))
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen(["bash", "plan.sh"], cwd=cut, start_new_session=True,
+                            env=_binary_stopping_mid_table(tmp_path / "slow", 60),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    part = cut / "logs" / f"{runs[1].name}.txt.part"
+    _wait_for_rows(part)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "run bash plan.sh again to go on" in err
+    said, _ = _tune(cut, capsys)
+    assert f"{part}: the output of a launch that did not finish" in said
+    assert re.search(r"^8 measurements \(8 usable points", said, re.M), said  # the first launch's
+    subprocess.run(["bash", "plan.sh"], cwd=cut, check=True, capture_output=True,
+                   env=_binary_stopping_mid_table(tmp_path / "fast", 0))
+    (resumed, rules), (whole, whole_rules) = _tune(cut, capsys), _tune(tmp_path / "whole", capsys)
+    assert "did not finish" not in resumed and rules == whole_rules
+    assert re.search(r"^16 measurements", resumed, re.M) and re.search(r"^16 measurements", whole, re.M)
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "timeout", "hangup"])
+def test_a_stop_ends_the_running_launch_at_once_stand_in_srun_and_nccl_tests(tmp_path, how):
+    """Ctrl-C (to the whole session: srun only reports its tasks at one), `timeout` (SIGTERM to the
+    script alone) or SIGHUP to it: the script stops the launch under way, a 60 s one, at once (it
+    waited for it to end, then dropped it; at SIGHUP it left it running), and leaves no process."""
+    runs = [Launch(1, Collective.ALLREDUCE, 2, 8, choice, tuple(1 << k for k in range(16, 24)), 10.0)
+            for choice in (DEFAULT, Choice(Algorithm.RING, Protocol.LL))]
+    (tmp_path / "plan.sh").write_text(script(runs, "srun", logs="logs", made_by="test", then="tune"))
+    proc = subprocess.Popen(["bash", "plan.sh"], cwd=tmp_path, start_new_session=True,
+                            env=_binary_stopping_mid_table(tmp_path / "bin", 60),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    part = tmp_path / "logs" / f"{runs[1].name}.txt.part"
+    _wait_for_rows(part)
+    try:
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM if how == "timeout" else signal.SIGHUP)
+        _, err = proc.communicate(timeout=20)
+        time.sleep(0.5)
+        left = subprocess.run(["ps", "-o", "pid=,args=", "-g", str(proc.pid)], capture_output=True,
+                              text=True).stdout.strip()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None or left else None
+    assert proc.returncode == 130 and "run bash plan.sh again to go on" in err, err
+    assert not left, left
+    assert part.is_file() and not part.with_suffix("").exists()

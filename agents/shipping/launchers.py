@@ -396,7 +396,16 @@ NCCL_TESTS=${{NCCL_TESTS:-}}
 DRY_RUN=0
 [[ "${{1:-}}" == "--dry-run" ]] && DRY_RUN=1
 failed=()
-trap 'echo "stopped: run bash {script} again to go on" >&2; exit 130' INT TERM
+running=
+# stop: Ctrl-C, Slurm's time limit, `timeout` or a closed terminal stops the running launch at once
+# (one Ctrl-C only makes srun report its tasks; srun and mpirun pass SIGTERM on to every rank) and
+# keeps its output as <name>.txt.part, which a run again redoes
+stop() {{
+  if [[ -n "$running" ]]; then kill -TERM "$running" 2>/dev/null; wait "$running"; fi
+  echo "stopped: run bash {script} again to go on" >&2
+  exit 130
+}}
+trap stop INT TERM HUP
 
 # launch NAME WORDS... <<SIDECAR: run one launch into $LOGS/NAME.txt and write its sidecar
 launch() {{
@@ -411,8 +420,11 @@ launch() {{
     return 0
   fi
   echo "run  $name" >&2
-  "$@" </dev/null >"$LOGS/$name.txt.part" 2>&1
+  "$@" </dev/null >"$LOGS/$name.txt.part" 2>&1 &  # waited for, so that a signal stops it at once
+  running=$!
+  wait "$running"
   local status=$?
+  running=
   if (( status == 0 )); then
     printf '%s\\n' "$sidecar" >"$LOGS/$name.yaml.part" && mv "$LOGS/$name.yaml.part" "$LOGS/$name.yaml"
     mv "$LOGS/$name.txt.part" "$LOGS/$name.txt"

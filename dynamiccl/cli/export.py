@@ -34,7 +34,7 @@ EPILOG = """examples:
       -o policy.dccl
   dynamiccl export --policy oracle --topology dgx_h100 --nodes 2 --format nccl-example-csv \\
       -o nccl_tuner.conf
-then: NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY=policy.dccl torchrun ..."""
+then: NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY=$PWD/policy.dccl torchrun ..."""
 
 
 #: Node counts (GPUs-per-node values) one export evaluates; each costs a full sweep of sizes.
@@ -238,8 +238,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.format == "dccl":
         print(f"inspect: dynamiccl show {out}")
         print(f"score:   dynamiccl evaluate --policy {out} --suite heldout")
-        print(f"use:     NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY={out} "
-              "torchrun ...")
+        print(f"use:     NCCL_TUNER_PLUGIN=$(dynamiccl plugin path) DYNAMICCL_POLICY={Path(out).resolve()} "
+              "torchrun ...")  # every rank reads the same file: the plugin warns at a relative path
     return 0
 
 

@@ -149,6 +149,9 @@ def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[st
                            "plugin that has not run yet (run its line from the plan)")
         elif f.suffix == ".md":
             skipped.append(f"{f}: documentation")
+        elif f.suffix == ".part":  # a plan's launch keeps its output as <name>.txt.part until it ends
+            skipped.append(f"{f}: the output of a launch that did not finish (run the plan again "
+                           "to redo it)")
         elif f.resolve() not in through_sidecar and (name := pin_policy_launch(f)):
             skipped.append(f"{f}: the pin policy of {name}, a launch pinned through the plugin "
                            "with no labelled log here (run it again from the plan)")
