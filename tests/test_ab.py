@@ -80,11 +80,26 @@ def test_a_faster_policy_is_called_faster_and_every_launch_saw_its_own_environme
     assert summary["pair_ratios"] == [pytest.approx(1 / 3)] * 3
 
 
-def test_the_verdict_needs_every_pair_and_three_of_them():
-    assert verdict([0.9, 0.95, 0.97]).startswith("policy faster by 5.0%")
-    assert verdict([1.1, 1.02, 1.05]).startswith("policy slower by 5.0%")
+def test_the_verdict_needs_every_pair_three_of_them_and_their_interval():
+    assert verdict([0.90, 0.91, 0.92]).startswith("policy faster by 9.0%")
+    assert verdict([1.10, 1.05, 1.08]).startswith("policy slower by 8.0%")
     assert verdict([0.9, 1.01, 0.95]).startswith("no difference beyond the spread")
     assert verdict([0.5, 0.5]).startswith("too few pairs")
+    # every pair faster, but spread so wide that the 95 % interval of the change crosses zero
+    said = verdict([0.9, 0.95, 0.97])
+    assert said.startswith("no difference beyond the spread") and "-3.4% to +14.7%" in said
+
+
+@pytest.mark.parametrize("pairs", [3, 5])
+def test_two_identical_sides_rarely_get_a_verdict(pairs):
+    """Noise alone makes every one of 3 pairs point the same way one time in four (5 pairs: one in
+    sixteen); the interval holds the verdicts on identical sides to about the 5 % it promises."""
+    rng = np.random.default_rng(0)
+    draws = 4000
+    said = sum(not verdict(list(np.exp(rng.normal(0, 0.01, pairs)))).startswith("no difference")
+               for _ in range(draws))
+    agree = 2 * 0.5 ** pairs
+    assert said / draws < 0.06 < agree
 
 
 def test_mpirun_gets_the_variables_on_its_command_line(tmp_path, policy, capsys):

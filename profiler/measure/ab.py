@@ -8,7 +8,10 @@ policy, default; ...) so that a drift over the session (clocks, a neighbour's jo
 sides alike. A launch is scored by its wall time, or by the last number a regular expression finds
 in its output (a step time the job prints); the comparison is per pair (policy / default), so the
 session's drift cancels within a pair, and the verdict is said only beyond the spread of the pairs:
-faster where every pair was faster, slower where every pair was slower, no difference otherwise.
+faster where every pair was faster and the pairs' 95 % confidence interval of the change (Student's
+t on their log ratios) lies wholly on the faster side, slower likewise, no difference otherwise. The
+interval is what makes a verdict mean something with few pairs: on two identical sides, noise alone
+makes each of 3 pairs point the same way one time in four, 5 pairs one time in sixteen.
 
 A launcher that does not hand its environment on (OpenMPI's ``mpirun`` forwards only what ``-x``
 names, MPICH's Hydra what ``-genv`` names) gets the variables on its command line
@@ -40,6 +43,11 @@ from dynamiccl.profiler.measure.kept_output import KeptOutput, Pump
 DEFAULT, POLICY = "default", "policy"
 #: Pairs at least for a verdict: fewer say nothing beyond their noise.
 MIN_PAIRS_FOR_VERDICT = 3
+#: Student's t, two-sided 95 % (its 0.975 quantile), by degrees of freedom (pairs - 1): 1..30; more
+#: pairs take the last (the normal's 1.96 is within 4 % of it).
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042)
 LAUNCHERS = ("env", "openmpi", "mpich")
 
 
@@ -280,24 +288,39 @@ def summarize(results: Sequence[Result], lower_is_better: bool = True) -> Summar
 
 
 def verdict(ratios: Sequence[float], lower_is_better: bool = True) -> str:
-    """``policy faster``/``policy slower`` where every pair says so, ``no difference beyond the
+    """``policy faster``/``policy slower`` where every pair says so and so does the pairs' 95 %
+    confidence interval of the change (:func:`change_interval`), ``no difference beyond the
     spread`` otherwise; too few pairs say nothing."""
     if len(ratios) < MIN_PAIRS_FOR_VERDICT:
         return f"too few pairs for a verdict ({len(ratios)}; {MIN_PAIRS_FOR_VERDICT} at least)"
-    better = max(ratios) < 1 if lower_is_better else min(ratios) > 1
-    worse = min(ratios) > 1 if lower_is_better else max(ratios) < 1
+    low, high = change_interval(ratios)
+    better = max(ratios) < 1 and high < 1 if lower_is_better else min(ratios) > 1 and low > 1
+    worse = min(ratios) > 1 and low > 1 if lower_is_better else max(ratios) < 1 and high < 1
     median = statistics.median(ratios)
     change = (1 - median if lower_is_better else median - 1) * 100
+    interval = f"95 % interval {_span(low, high, lower_is_better)}"
     if better:
-        return f"policy faster by {change:.1f}% (median of the pairs; every pair faster)"
+        return f"policy faster by {change:.1f}% (median of the pairs; every pair faster, {interval})"
     if worse:
-        return f"policy slower by {-change:.1f}% (median of the pairs; every pair slower)"
+        return f"policy slower by {-change:.1f}% (median of the pairs; every pair slower, {interval})"
     return (f"no difference beyond the spread (median {change:+.1f}%, pairs "
-            f"{_pct(min(ratios), lower_is_better)} to {_pct(max(ratios), lower_is_better)})")
+            f"{_span(min(ratios), max(ratios), lower_is_better)}, {interval})")
 
 
-def _pct(ratio: float, lower_is_better: bool) -> str:
-    return f"{(1 - ratio if lower_is_better else ratio - 1) * 100:+.1f}%"
+def change_interval(ratios: Sequence[float]) -> tuple[float, float]:
+    """The 95 % confidence interval of the pairs' typical ratio (policy / default): Student's t on
+    their log ratios (a ratio's noise is relative, and a pair's launches share the session's
+    drift, so the pairs are the independent samples)."""
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    half = T_975[min(len(logs) - 1, len(T_975)) - 1] * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean - half), math.exp(mean + half)
+
+
+def _span(low: float, high: float, lower_is_better: bool) -> str:
+    """Two ratios as changes in the policy's favour (+: better), the smaller first."""
+    a, b = sorted((1 - r if lower_is_better else r - 1) * 100 for r in (low, high))
+    return f"{a:+.1f}% to {b:+.1f}%"
 
 
 def run_all(launches: Sequence[Launch], base_env: dict[str, str], out: Path, stops: Stops, *,
