@@ -102,6 +102,23 @@ def test_two_identical_sides_rarely_get_a_verdict(pairs):
     assert said / draws < 0.06 < agree
 
 
+def test_a_policy_variable_in_the_file_nccl_reads_is_named_since_the_default_side_loads_it(
+        tmp_path, policy, capsys, monkeypatch):
+    """NCCL takes a variable from $NCCL_CONF_FILE (or ~/.nccl.conf) and /etc/nccl.conf where the
+    environment has none, so the default side, run without the variables, would load the plugin."""
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("NCCL_DEBUG=WARN\nNCCL_SOCKET_IFNAME=eth0\n")
+    monkeypatch.setenv("NCCL_CONF_FILE", str(conf))
+    args = ["ab", "run", "--policy", str(policy), "--pairs", "1", "--dry-run", "--plugin",
+            "/lib/x.so", "--", "python", "t.py"]
+    assert main(args) == 0
+    assert str(conf) not in capsys.readouterr().err
+    conf.write_text("NCCL_DEBUG=WARN\nNCCL_TUNER_PLUGIN=/opt/libdynamiccl_tuner.so\n")
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert f"note: {conf} sets NCCL_TUNER_PLUGIN" in err and "not NCCL's default" in err
+
+
 def test_mpirun_gets_the_variables_on_its_command_line(tmp_path, policy, capsys):
     assert main(["ab", "run", "--policy", str(policy), "--pairs", "1", "--launcher", "openmpi",
                  "--dry-run", "--plugin", "/lib/x.so", "--", "mpirun", "-np", "16", "python", "t.py"]) == 0

@@ -42,6 +42,8 @@ EPILOG = """examples:
   dynamiccl ab diff default/job.jsonl policy/job.jsonl"""
 
 MAX_PAIRS = 50
+#: How much of a file NCCL reads its variables from is looked at (such files are a few lines).
+CONF_HEAD_BYTES = 1 << 20
 AB_FILE = "ab.json"
 #: --keep-output's range in MiB: the upper bound keeps a slip from holding gigabytes (the tail half
 #: is held in memory until the launch ends).
@@ -119,6 +121,32 @@ def _note_nccl_window(policy: str) -> None:
               "default (NCCL_DEBUG=WARN shows the plugin saying so)", file=sys.stderr)
 
 
+def _note_nccl_conf(env: dict[str, str]) -> None:
+    """A variable that loads a policy, set in a file NCCL reads its variables from, loads it on the
+    default side too: that side runs without the variable, so NCCL takes the file's. Said for this
+    machine's files (the nodes' may differ)."""
+    from dynamiccl.plugin.policy_format import POLICY_ENV, POLICY_SHA256_ENV
+    from dynamiccl.system.nccl import (
+        CONF_FILE_ENV,
+        SYSTEM_CONF_FILE,
+        TUNER_PLUGIN_ENV,
+        USER_CONF_FILE,
+    )
+
+    for path in (Path(env.get(CONF_FILE_ENV) or USER_CONF_FILE).expanduser(), Path(SYSTEM_CONF_FILE)):
+        try:
+            with path.open("rb") as fh:
+                text = fh.read(CONF_HEAD_BYTES).decode(errors="replace")
+        except OSError:
+            continue
+        named = {line.split("=", 1)[0].strip() for line in text.splitlines() if "=" in line}
+        found = sorted(named & {TUNER_PLUGIN_ENV, POLICY_ENV, POLICY_SHA256_ENV})
+        if found:
+            print(f"note: {path} sets {', '.join(found)}, which NCCL takes where the environment "
+                  "does not set it: the default side loads it too, so it is not NCCL's default; "
+                  "remove it there for the A/B (and to roll back)", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
     import os
 
@@ -137,6 +165,7 @@ def _run(args: argparse.Namespace) -> int:
     drop = [POLICY_ENV, POLICY_SHA256_ENV] + (
         [TUNER_PLUGIN_ENV] if "dynamiccl" in os.environ.get(TUNER_PLUGIN_ENV, "") else [])
     launches = ab.plan(cmd, args.pairs, policy_vars, args.launcher, drop)
+    _note_nccl_conf(dict(os.environ))
     if args.dry_run:
         for launch in launches:
             print(f"# launch {launch.index + 1}/{len(launches)}: {launch.side} (pair {launch.pair + 1})")

@@ -400,6 +400,10 @@ MIN_CHANNELS_ENV = "NCCL_MIN_NCHANNELS"
 MAX_CHANNELS_ENV = "NCCL_MAX_NCHANNELS"
 #: The environment variable naming the tuner plugin NCCL loads (src/plugin/tuner.cc).
 TUNER_PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
+#: The file of variables NCCL reads before /etc/nccl.conf: ``$NCCL_CONF_FILE`` (2.23 on), else
+#: ``~/.nccl.conf``. NCCL sets a file's variable only where the environment has none (src/misc/
+#: param.cc, initEnv and setEnvFile; NCCL's docs, "Environment Variables").
+CONF_FILE_ENV, USER_CONF_FILE, SYSTEM_CONF_FILE = "NCCL_CONF_FILE", "~/.nccl.conf", "/etc/nccl.conf"
 #: The environment variable naming the network plugin NCCL loads (src/plugin/net.cc); NCCL looks
 #: for tuner symbols in that library when NCCL_TUNER_PLUGIN names none (aws-ofi-nccl ships one).
 NET_PLUGIN_ENV = "NCCL_NET_PLUGIN"
