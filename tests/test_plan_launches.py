@@ -217,6 +217,25 @@ def test_a_launch_stopped_by_slurms_sigterm_is_skipped_by_tune_and_redone_stand_
     assert re.search(r"^16 measurements", resumed, re.M) and re.search(r"^16 measurements", whole, re.M)
 
 
+def test_a_launch_stopped_between_its_sidecar_and_its_log_is_named_as_unfinished_stand_in_nccl_tests(
+        tmp_path, capsys):
+    """The plan writes a launch's sidecar, then renames its log from ``.part``: a stop between the
+    two leaves a sidecar whose log did not finish, which tune names as such (it said the sidecar
+    was no measurement format it reads), and the plan run again redoes the launch."""
+    runs = [Launch(1, Collective.ALLREDUCE, 1, 8, choice, tuple(1 << k for k in range(16, 24)), 10.0)
+            for choice in (DEFAULT, Choice(Algorithm.RING, Protocol.LL))]
+    (tmp_path / "plan.sh").write_text(script(runs, "local", logs="logs", made_by="test", then="tune"))
+    env = _binary_stopping_mid_table(tmp_path / "fast", 0)
+    subprocess.run(["bash", "plan.sh"], cwd=tmp_path, check=True, capture_output=True, env=env)
+    log = tmp_path / "logs" / f"{runs[1].name}.txt"
+    log.rename(f"{log}.part")  # as a stop between the sidecar's rename and the log's leaves it
+    said, _ = _tune(tmp_path, capsys)
+    assert f"{log.with_suffix('.yaml')}: the sidecar of {log.name}, a launch that did not finish" \
+        in said and "not a measurement format" not in said
+    subprocess.run(["bash", "plan.sh"], cwd=tmp_path, check=True, capture_output=True, env=env)
+    assert log.is_file() and "did not finish" not in _tune(tmp_path, capsys)[0]
+
+
 @pytest.mark.parametrize("how", ["ctrl-c", "timeout", "hangup"])
 def test_a_stop_ends_the_running_launch_at_once_stand_in_srun_and_nccl_tests(tmp_path, how):
     """Ctrl-C (to the whole session: srun only reports its tasks at one), `timeout` (SIGTERM to the

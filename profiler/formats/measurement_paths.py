@@ -144,6 +144,9 @@ def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[st
     for f in files:
         if logs.get(f) is not None:
             records += _published(yamls[f], warnings)
+        elif (part := _unfinished_log(yamls.get(f))) is not None:  # stopped between its renames
+            skipped.append(f"{f}: the sidecar of {part.name[:-len('.part')]}, a launch that did "
+                           "not finish (run the plan again to redo it)")
         elif pins.get(f) is not None:  # a printed plan labelled the log before its launch ran
             skipped.append(f"{f}: the sidecar of {pins[f][0].name}, a launch pinned through the "
                            "plugin that has not run yet (run its line from the plan)")
@@ -164,6 +167,16 @@ def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[st
             except MeasurementFormatError as exc:
                 skipped.append(str(exc).split(";")[0])
     return records, skipped
+
+
+def _unfinished_log(sidecar: SidecarFile | None) -> Path | None:
+    """The ``<log>.part`` of a plan's launch whose sidecar is written and whose log is not: the
+    plan writes the sidecar, then renames the log, so a stop between the two leaves this."""
+    log = (sidecar.mapping or {}).get("log") if sidecar is not None else None
+    if not isinstance(log, str) or not log or sidecar_log(sidecar) is not None:
+        return None
+    part = sidecar.path.parent / f"{log}.part"
+    return part if part.is_file() else None
 
 
 def _read_picks(path: Path, picks: dict[PickKey, str]) -> bool:
