@@ -236,6 +236,28 @@ def test_a_launch_stopped_between_its_sidecar_and_its_log_is_named_as_unfinished
     assert log.is_file() and "did not finish" not in _tune(tmp_path, capsys)[0]
 
 
+def test_tune_names_the_launches_of_the_plan_that_never_ran_stand_in_nccl_tests(tmp_path, capsys):
+    """A folder of logs does not show a launch that never started (the plan stopped before it, or
+    an allocation ended): the plan lists its launches beside the logs, and tune names those with
+    no finished log; none once the plan has run to its end."""
+    runs = [Launch(1, Collective.ALLREDUCE, 1, 8, choice, tuple(1 << k for k in range(16, 24)), 10.0)
+            for choice in (DEFAULT, Choice(Algorithm.RING, Protocol.LL), Choice(Algorithm.TREE,
+                                                                                   Protocol.LL))]
+    (tmp_path / "plan.sh").write_text(script(runs, "local", logs="logs", made_by="test", then="tune"))
+    env = _binary_stopping_mid_table(tmp_path / "fast", 0)
+    subprocess.run(["bash", "plan.sh", "--dry-run"], cwd=tmp_path, check=True, capture_output=True,
+                   env=env)
+    assert not (tmp_path / "logs").exists()  # a dry run writes nothing
+    subprocess.run(["bash", "plan.sh"], cwd=tmp_path, check=True, capture_output=True, env=env)
+    assert "no finished log" not in _tune(tmp_path, capsys)[0]
+    for run in runs[1:]:  # as if the plan had stopped after its first launch
+        for suffix in (".txt", ".yaml"):
+            (tmp_path / "logs" / f"{run.name}{suffix}").unlink()
+    said, _ = _tune(tmp_path, capsys)
+    assert (f"{tmp_path / 'logs' / 'plan.launches'}: 2 of the plan's 3 launches have no finished "
+            f"log ({runs[1].name}, {runs[2].name}); run the plan again to go on") in said
+
+
 @pytest.mark.parametrize("how", ["ctrl-c", "timeout", "hangup"])
 def test_a_stop_ends_the_running_launch_at_once_stand_in_srun_and_nccl_tests(tmp_path, how):
     """Ctrl-C (to the whole session: srun only reports its tasks at one), `timeout` (SIGTERM to the

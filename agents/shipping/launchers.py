@@ -46,6 +46,7 @@ from dynamiccl.agents.shipping.tune_measurements import Choice
 from dynamiccl.agents.shipping.tune_plan import PlannedMeasurement, launch_order
 from dynamiccl.plugin import policy_file as pf
 from dynamiccl.plugin.policy_format import LOG_DECISIONS_ENV, POLICY_ENV, POLICY_SHA256_ENV
+from dynamiccl.profiler.formats.measurement_paths import LAUNCH_LIST_SUFFIX
 from dynamiccl.profiler.formats.plugin_log import PIN_POLICY_PREFIX, pin_policy_launch
 from dynamiccl.profiler.formats.published import sidecar_text
 from dynamiccl.system.knobs import Collective
@@ -504,6 +505,11 @@ def script(launches_: Sequence[Launch], launcher: str, *, logs: str, made_by: st
                                launcher_note=note)]
     if any(x.pinned for x in launches_):
         out.append(_PIN_HEAD.format(prefix=PIN_POLICY_PREFIX, script=name))
+    listed = f"$LOGS/{Path(name).stem}{LAUNCH_LIST_SUFFIX}"
+    out.append("# the plan's launches, so that `tune` names those with no finished log yet")
+    out.append(f'(( DRY_RUN )) || {{ mkdir -p "$LOGS" && printf \'%s\\n\' '
+               f'{" ".join(x.name for x in launches_)} >"{listed}.part" && '
+               f'mv -f "{listed}.part" "{listed}"; }} || exit 1\n')
     for x in launches_:
         words = command(x, launcher, plugin=SCRIPT_PLUGIN, policy=script_policy(x.pin_file))
         words = _with_flags(words, launcher, flags_var)

@@ -40,6 +40,13 @@ from dynamiccl.system.knobs import Collective
 PickKey = tuple[Collective, str | None, str | None, int, int | None]
 
 
+#: The suffix of a plan's list of its launches, one name a line, which its script writes into the
+#: folder of logs before the first launch (``<script name>.launches``).
+LAUNCH_LIST_SUFFIX = ".launches"
+#: How much of such a list is read (a name is under a hundred bytes).
+LAUNCH_LIST_BYTES = 1 << 20
+
+
 @dataclass(frozen=True)
 class LoadedMeasurements:
     records: list[MeasurementRecord]
@@ -152,6 +159,9 @@ def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[st
                            "plugin that has not run yet (run its line from the plan)")
         elif f.suffix == ".md":
             skipped.append(f"{f}: documentation")
+        elif f.suffix == LAUNCH_LIST_SUFFIX:
+            if (missing := unfinished_launches(f)) is not None:
+                warnings.append(missing)
         elif f.suffix == ".part":  # a plan's launch keeps its output as <name>.txt.part until it ends
             skipped.append(f"{f}: the output of a launch that did not finish (run the plan again "
                            "to redo it)")
@@ -167,6 +177,25 @@ def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[st
             except MeasurementFormatError as exc:
                 skipped.append(str(exc).split(";")[0])
     return records, skipped
+
+
+def unfinished_launches(launch_list: Path) -> str | None:
+    """What a plan's list of its launches (:data:`LAUNCH_LIST_SUFFIX`) says of the launches without
+    a finished log beside it (a plan stopped, or not run to its end), or None when every one has
+    one: a folder of logs does not show the launches that never started."""
+    try:
+        with launch_list.open("rb") as fh:
+            text = fh.read(LAUNCH_LIST_BYTES).decode(errors="replace")
+    except OSError:
+        return None
+    names = [n for n in (line.strip() for line in text.splitlines())
+             if n and not n.startswith("#") and "/" not in n]
+    missing = [n for n in names if not (launch_list.parent / f"{n}.txt").is_file()]
+    if not missing:
+        return None
+    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+    return (f"{launch_list}: {len(missing)} of the plan's {len(names)} launches have no finished "
+            f"log ({shown}); run the plan again to go on")
 
 
 def _unfinished_log(sidecar: SidecarFile | None) -> Path | None:
