@@ -17,14 +17,20 @@ node of ``-g`` ranks), getCollInfo for every size, getChunkSize for a piece of t
 that is not there leaves NCCL's own tuning, as NCCL does. ``NCCL_TESTS_STANDIN_VERSION`` sets the
 release it states (default the fixture's, 2.26.2).
 
+NCCL's debug lines go where NCCL sends them (NCCL ``src/debug.cc``): to ``NCCL_DEBUG_FILE`` where
+it names a file (``%h`` the host, ``%p`` the pid) that opens, else to stdout with nccl-tests' own
+output, so a site's exported ``NCCL_DEBUG_FILE`` empties a log of them as it does on a cluster.
+
 Usage: ``python nccl_tests_standin.py all_reduce_perf -b 65536 -e 8388608 -f 2 -g 1 ...``
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
+from typing import TextIO
 
 FIXTURE = Path(__file__).parent / "fixtures" / "real" / "h100_nvswitch_node"
 PREFIX = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather",
@@ -47,6 +53,27 @@ def _flag(argv: list[str], name: str, default: int) -> int:
     return int(argv[argv.index(name) + 1]) if name in argv else default
 
 
+def debug_output() -> TextIO:
+    """Where NCCL at ``NCCL_DEBUG=INFO`` writes its lines: the file ``NCCL_DEBUG_FILE`` names, its
+    ``%h``, ``%p`` and ``%%`` expanded, opened for writing; stdout where it names none (unset, or
+    empty) or the file cannot be opened."""
+    name, i = "", 0
+    pattern = os.environ.get("NCCL_DEBUG_FILE") or ""
+    while i < len(pattern):
+        c, i = pattern[i], i + 1
+        if c != "%" or i == len(pattern):
+            name += c
+            continue
+        c, i = pattern[i], i + 1
+        name += {"%": "%", "h": socket.gethostname().split(".")[0], "p": str(os.getpid())}.get(c, "%" + c)
+    if not name:
+        return sys.stdout
+    try:
+        return open(name, "w", buffering=1)  # open for the process's life, as NCCL's is
+    except OSError:
+        return sys.stdout
+
+
 def main(argv: list[str]) -> int:
     binary = argv[0]
     if binary not in PREFIX:
@@ -60,15 +87,16 @@ def main(argv: list[str]) -> int:
     lines = [line.replace("=22602", f"={code}") for line in log.read_text().splitlines()]
     table = next(i for i, line in enumerate(lines) if line.lstrip("#").split()[:1] == ["size"])
     info = os.environ.get("NCCL_DEBUG", "").upper() == "INFO"
+    debug = debug_output() if info else sys.stdout
     if info:
-        print(BANNER + f"NCCL version {version}+cuda12.4")
+        print(BANNER + f"NCCL version {version}+cuda12.4", file=debug)
         for name, value in forced.items():
-            print(BANNER + f"{name} set by environment to {value}")
+            print(BANNER + f"{name} set by environment to {value}", file=debug)
     print("\n".join(lines[:table]))
     sizes = [n for n in (low << i for i in range(64)) if n <= high]
     for line in tuner_lines(binary, sizes, argv, tuple(map(int, version.split(".")))):
         if info and "TUNING" in os.environ.get("NCCL_DEBUG_SUBSYS", "").upper():
-            print(line)
+            print(line, file=debug)
     print("\n".join(lines[table: table + 2]))
     busbw = []
     for line in lines[table + 2:]:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import srun_standin
+from srun_standin import install_srun
 
 from dynamiccl.cli.main import main
 from dynamiccl.files import text_lines
@@ -23,6 +25,7 @@ from dynamiccl.plugin import policy_file as pf
 from dynamiccl.plugin.build import library_path
 from dynamiccl.profiler.formats import job_mix
 from dynamiccl.profiler.measure.ab import OutputChecks, verdict
+from dynamiccl.profiler.measure.job_process import ESCALATE_S, GRACE_S
 from dynamiccl.system.nccl import Algorithm, Collective, Protocol
 
 #: A job that takes DEFAULT_S without the policy and POLICY_S with it, prints its step time, and
@@ -212,6 +215,34 @@ def test_a_stop_from_outside_ends_every_process_of_the_launch_and_keeps_ab_json(
     (launch,) = doc["launches"]
     assert launch["status"] == 128 + signum and "killed (SIGKILL)" in launch["stopped"]
     assert "step time 10 ms" in Path(launch["log"]).read_text()
+
+
+def test_ctrl_c_to_a_launch_under_srun_ends_its_ranks_by_sigterm_stand_in_srun(tmp_path, policy):
+    """One Ctrl-C only makes srun report its tasks (srun(1)), so dynamiccl follows it with SIGTERM,
+    which srun hands to every task: the remote task and its rank end by SIGTERM well inside the
+    grace, where they were left to SIGKILL of srun after it, and nothing of the launch is left."""
+    out, record = tmp_path / "ab", tmp_path / "record"
+    srun = install_srun(tmp_path / "bin")
+    proc = subprocess.Popen(
+        ["dynamiccl", "ab", "run", "--policy", str(policy), "--pairs", "1", "--out", str(out),
+         "--plugin", str(library_path()), "--", str(srun), "--ntasks=1", sys.executable,
+         str(Path(__file__).with_name("srun_standin.py")), str(record)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not srun_standin.ready(record) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    began = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - began
+    assert proc.returncode == 130 and "interrupted (SIGINT)" in err, err
+    assert srun_standin.ended_by(record) == {"task": "SIGTERM", "rank": "SIGTERM"}
+    assert took < GRACE_S / 2, took
+    assert srun_standin.left_in(srun_standin.groups(record)) == []
+    (launch,) = json.loads((out / "ab.json").read_text())["launches"]
+    assert launch["status"] == 130 and "SIGKILL" not in launch["stopped"]
+    assert launch["stopped"] == f"was stopped by SIGINT to dynamiccl (SIGTERM {ESCALATE_S:g} s later)"
+    assert "srun: interrupt" in Path(launch["log"]).read_text()  # the Ctrl-C reached srun
 
 
 def test_two_runs_into_one_folder_the_second_is_refused_before_it_runs_anything(tmp_path, policy):

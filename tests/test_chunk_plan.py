@@ -73,8 +73,15 @@ def _chunk_line(log: Path) -> re.Match | None:
                      log.read_text())
 
 
+@pytest.mark.parametrize("debug_file", [False, True], ids=["", "nccl_debug_file_exported"])
 def test_a_16x8_srun_plans_chunk_run_loads_the_plugin_and_tune_reads_it_stand_in_srun_nccl_tests(
-        cluster, capsys):
+        cluster, capsys, tmp_path, debug_file):
+    """With NCCL_DEBUG_FILE exported (a site's or a user's; NCCL then writes its lines there, and
+    the stand-in does as NCCL), the launches still log NCCL's release and the plugin's lines: the
+    chunk run was refused as if no plugin had loaded, and no release was stamped."""
+    if debug_file:
+        cluster["NCCL_DEBUG_FILE"] = str(tmp_path / "nccl_debug" / "nccl.%h.%p.log")
+        (tmp_path / "nccl_debug").mkdir()
     assert main([*PLAN, "--script", "plan.sh"]) == 0
     capsys.readouterr()
     dry = subprocess.run(["bash", "plan.sh", "--dry-run"], capture_output=True, text=True,
@@ -82,7 +89,7 @@ def test_a_16x8_srun_plans_chunk_run_loads_the_plugin_and_tune_reads_it_stand_in
     name = chunk_run(dry)
     line, = [x for x in dry if name in x]
     policy = Path("logs").absolute() / f"{name}.dccl"
-    assert line.startswith("env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING "
+    assert line.startswith("env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING NCCL_DEBUG_FILE= "
                            f"DYNAMICCL_LOG_DECISIONS=1 NCCL_TUNER_PLUGIN={plugin.library_path()} "
                            f"DYNAMICCL_POLICY={policy} DYNAMICCL_POLICY_SHA256=")
     low, high = map(int, re.search(r" -b (\d+) -e (\d+) ", line).groups())
@@ -119,6 +126,7 @@ def test_a_16x8_srun_plans_chunk_run_loads_the_plugin_and_tune_reads_it_stand_in
     assert main(["tune", "--topology", "dgx_h100", "--nodes", "16", "--measurements", "logs",
                  "-o", "tuned.dccl"]) == 0
     assert f"NCCL {REAL_NCCL}..{REAL_NCCL}" in capsys.readouterr().err
+    assert not debug_file or not any((tmp_path / "nccl_debug").iterdir())  # NCCL wrote all to the logs
     # run again: every launch is done, its pin policy left as it was
     before = policy.stat().st_mtime_ns
     again = subprocess.run(["bash", "plan.sh"], capture_output=True, text=True, env=cluster,
@@ -147,7 +155,7 @@ def test_a_chunk_run_is_a_launch_on_every_launcher_with_the_variables_on_every_r
     one_node = with_pins(launches([PlannedMeasurement(AR, 8, CHUNK, 1 << 25, 1.0, "")], 8),
                          load_topology("dgx_h100", nodes=1))
     local, = plan_lines(one_node, ("local",), "logs")
-    assert local.startswith("env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING ")
+    assert local.startswith("env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING NCCL_DEBUG_FILE= ")
     assert " all_reduce_perf -b 33554432 -e 33554432 -f 2 -g 8 " in local
     # the script writes each pin policy before its launch, from the text the plan made
     text = script(runs, "openmpi", logs="logs", made_by="test", then="tune")

@@ -76,7 +76,7 @@ def test_day_one_walkthrough_with_stand_in_srun_and_nccl_tests(tmp_path, capsys,
                            check=True).stdout.strip().splitlines()
     assert len(shown) == launches
     for line in shown:
-        assert "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV" in line
+        assert "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV NCCL_DEBUG_FILE= " in line
         assert "srun --export=ALL --nodes=16 --ntasks-per-node=8 --gpus-per-node=8" in line
         assert re.search(r"_perf -b \d+ -e \d+ -f 2 -g 1 -w 5 -n 20  > logs/r\d+_\w+_16x8_", line)
     assert not Path("logs").exists()  # a dry run runs nothing

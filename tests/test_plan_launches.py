@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from srun_standin import install_srun
 
 from dynamiccl.agents.shipping.launchers import Launch, estimate, launches, script
 from dynamiccl.agents.shipping.tune_measurements import DEFAULT, Choice
@@ -144,29 +145,15 @@ if os.environ.get("NCCL_ALGO"):
 sys.stdout.writelines(out[cut:])
 """
 
-#: srun as Slurm's man page has it (SIGNALS AND ESCAPE SEQUENCES): one Ctrl-C reports the tasks'
-#: state and the step goes on; SIGTERM and SIGHUP are passed on to the tasks. The task runs here.
-SRUN = """#!/bin/sh
-while [ $# -gt 0 ]; do case "$1" in --*) shift;; *) break;; esac; done
-"$@" &
-task=$!
-trap 'echo "srun: interrupt (one more within 1 sec to abort)" >&2' INT
-trap 'kill -TERM $task' TERM HUP
-while :; do wait $task; status=$?; kill -0 $task 2>/dev/null || break; done
-exit $status
-"""
-
-
 def _binary_stopping_mid_table(folder: Path, seconds: float) -> dict[str, str]:
-    """A PATH with ``all_reduce_perf`` as :data:`MID_TABLE` and ``srun`` as :data:`SRUN`."""
-    folder.mkdir(exist_ok=True)
+    """A PATH with ``all_reduce_perf`` as :data:`MID_TABLE` and ``srun`` as srun's stand-in
+    (:data:`srun_standin.SRUN`: one Ctrl-C only reports its tasks)."""
+    install_srun(folder)
     standin = Path(__file__).parent / "nccl_tests_standin.py"
     (folder / "mid_table.py").write_text(MID_TABLE)
     (folder / "all_reduce_perf").write_text(f"#!/bin/sh\nexec {sys.executable} {folder / 'mid_table.py'} "
                                             f'{seconds} {standin} all_reduce_perf "$@"\n')
-    (folder / "srun").write_text(SRUN)
-    for name in ("all_reduce_perf", "srun"):
-        (folder / name).chmod(0o755)
+    (folder / "all_reduce_perf").chmod(0o755)
     return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
 
 

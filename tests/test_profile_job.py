@@ -17,11 +17,14 @@ import time
 from pathlib import Path
 
 import pytest
+import srun_standin
+from srun_standin import install_srun
 
 from dynamiccl.cli.main import main
 from dynamiccl.plugin.profile_ring import PROFILE_ENV, RECORDS_ENV, ring_files
 from dynamiccl.profiler.formats import job_mix
 from dynamiccl.profiler.formats.records import read_jsonl
+from dynamiccl.profiler.measure.job_process import ESCALATE_S, GRACE_S
 
 TESTS = Path(__file__).parent
 GLOO_JOB = TESTS / "gloo_job_with_nccl_standin.py"
@@ -276,6 +279,33 @@ def test_a_job_that_ignores_the_stop_is_killed_after_the_grace(tmp_path):
     assert proc.returncode == 143 and "killed (SIGKILL) 1 s later" in err, err
     _partial_mix(tmp_path / "out")
     _nothing_of_the_job_left(pids)
+
+
+@pytest.mark.multiproc
+def test_ctrl_c_to_a_job_under_srun_ends_its_ranks_by_sigterm_stand_in_srun(tmp_path):
+    """One Ctrl-C only makes srun report its tasks (srun(1)): SIGTERM follows it, which srun hands
+    to every task, so the remote task and its rank end by SIGTERM well inside the grace (they were
+    left to SIGKILL of srun after it) and nothing of the job is left."""
+    record = tmp_path / "record"
+    srun = install_srun(tmp_path / "bin")
+    proc = subprocess.Popen([*DYNAMICCL, "profile", "job", "--out", str(tmp_path / "out"), "--",
+                             str(srun), "--ntasks=1", sys.executable, str(TESTS / "srun_standin.py"),
+                             str(record)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not srun_standin.ready(record) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    began = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - began
+    assert proc.returncode == 130, err
+    assert srun_standin.ended_by(record) == {"task": "SIGTERM", "rank": "SIGTERM"}
+    assert took < GRACE_S / 2, took
+    assert srun_standin.left_in(srun_standin.groups(record)) == []
+    assert "srun: interrupt" in err  # the Ctrl-C reached srun, which only reported
+    assert f"the job was stopped by SIGINT to dynamiccl (SIGTERM {ESCALATE_S:g} s later)" in err, err
+    assert "SIGKILL" not in err, err
 
 
 def test_a_job_killed_by_a_signal_exits_as_a_shell_says(tmp_path, capsys):

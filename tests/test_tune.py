@@ -55,7 +55,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "real"
 REAL = FIXTURES / "h100_nvswitch_node"
 
 
-DEBUG = "env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV "
+DEBUG = "env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV NCCL_DEBUG_FILE= "
 
 
 def command_lines(planned, gpus_per_node: int) -> list[str]:
@@ -609,7 +609,7 @@ def test_multi_node_command_lines_set_the_variables_on_every_rank_for_each_launc
     assert len(lines) == 4
     launched = [_launched_environment(line) for line in lines]
     assert [name for name, _ in launched] == ["OpenMPI", "MPICH/Intel MPI"] * 2
-    debug = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+    debug = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV", "NCCL_DEBUG_FILE": ""}
     assert [env for _, env in launched[:2]] == [debug, debug]
     want = {**debug, "NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MIN_NCHANNELS": "4",
             "NCCL_MAX_NCHANNELS": "4"}

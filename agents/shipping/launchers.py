@@ -3,7 +3,8 @@ launcher, each writing a named log that says how it was run.
 
 A launch is one nccl-tests run of one choice over a contiguous run of powers of two (``-b/-e -f
 2``), in the plan's rounds (:func:`~dynamiccl.agents.shipping.tune_plan.launch_order`). Each one runs
-with ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV``, so its own log states the NCCL release and
+with ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV NCCL_DEBUG_FILE=`` (NCCL's lines in the launch's
+output, even where an ``NCCL_DEBUG_FILE`` was exported), so its own log states the NCCL release and
 every variable that forced NCCL (``NCCL_ALGO set by environment to Ring``, NCCL
 ``src/graph/tuning.cc``), and writes ``<logs>/<name>.txt``; the script :func:`script` writes also a
 sidecar ``<name>.yaml`` (:func:`~dynamiccl.profiler.formats.published.sidecar_text`: nodes, ranks
@@ -58,14 +59,22 @@ from dynamiccl.system.units import format_size
 #: The launchers a plan is written for: ``local`` one process driving one node's GPUs, ``srun``
 #: Slurm, ``openmpi`` and ``mpich`` (MPICH and Intel MPI) an MPI launcher across nodes.
 LAUNCHERS = ("local", "srun", "openmpi", "mpich")
+#: Where NCCL's debug lines go: the launch's output, whatever the environment says. An
+#: ``NCCL_DEBUG_FILE`` a site or user exported sends them to that file instead, leaving the log
+#: without the release and the plugin's lines; set empty it names no file, and NCCL keeps stdout
+#: (NCCL ``src/debug.cc`` opens a file only for a name that is not empty, in every release). Set
+#: rather than unset, it reaches ranks MPI starts over ssh with a login shell's environment too, and
+#: outranks ``~/.nccl.conf`` and ``/etc/nccl.conf``, which never overwrite a variable that is set.
+DEBUG_TO_LOG = {"NCCL_DEBUG_FILE": ""}
 #: What every launch sets so that its log records the NCCL release and NCCL's forcing (INIT prints
 #: the version banner, ENV every NCCL variable set; TUNING's per-call lines are left out: one line
-#: per call and rank).
-DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+#: per call and rank), into the launch's own output (:data:`DEBUG_TO_LOG`).
+DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV", **DEBUG_TO_LOG}
 #: What a launch pinned through the plugin sets instead: TUNING too (the plugin logs through it),
 #: and each distinct decision of the plugin logged once (``DYNAMICCL_LOG_DECISIONS=1``), so its log
 #: shows the pin applied. TUNING adds NCCL's line per call and rank (its pick, which tune reads too).
-PIN_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", LOG_DECISIONS_ENV: "1"}
+PIN_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", **DEBUG_TO_LOG,
+                 LOG_DECISIONS_ENV: "1"}
 #: The ``created`` of a plan's pin policies: a fixed time, so that a pin policy is a function of
 #: its launch alone and planning again prints the same lines and SHA-256s (a printed line keeps
 #: matching the policy file it names).
@@ -412,7 +421,12 @@ trap stop INT TERM HUP
 launch() {{
   local name=$1 sidecar; shift
   sidecar=$(cat)
-  if (( DRY_RUN )); then echo "$*  > $LOGS/$name.txt"; return 0; fi
+  if (( DRY_RUN )); then  # the words as they run, an empty one (NCCL_DEBUG_FILE's) as ''
+    local shown=() word empty="''"
+    for word in "$@"; do shown+=("${{word:-$empty}}"); done
+    echo "${{shown[*]}}  > $LOGS/$name.txt"
+    return 0
+  fi
   if [[ -f "$LOGS/$name.txt" ]]; then echo "skip $name (done)" >&2; return 0; fi
   mkdir -p "$LOGS"
   if [[ "${{PIN_NAME:-}}" == "$name" ]] && ! write_pin "$name"; then

@@ -11,7 +11,8 @@ lines were left out (:mod:`~dynamiccl.profiler.measure.kept_output`). The score 
 warnings are read from all of it as it is printed, so they are the same whatever the log keeps.
 ``ab.json`` is rewritten atomically after each launch. Each launch runs in a session of its own and
 every signal that ends a command (Ctrl-C, ``kill``, ``timeout``, a closed ssh session) is passed on
-to all of it, then SIGKILL after a grace or at a second signal
+to all of it, SIGTERM follows shortly (``srun`` only reports its tasks at one Ctrl-C, and hands
+SIGTERM to every task), then SIGKILL after a grace or at a second signal
 (:mod:`~dynamiccl.profiler.measure.job_process`): nothing of a launch outlives dynamiccl, and
 ab.json keeps what was measured and how the last launch was stopped. A second ``ab run`` into the
 same ``--out`` is refused while the first runs. Where the policy does not hold for this

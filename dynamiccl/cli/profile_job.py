@@ -9,11 +9,12 @@ what ``tune --workload`` weighs by) and printed. The job's exit status is the co
 reports it (137 for a job killed by SIGKILL).
 
 The job runs in a session of its own; a signal dynamiccl receives (Ctrl-C, ``kill``, ``timeout``,
-a closed ssh session, Ctrl-\\) is passed on to all of it, a second one or the end of ``--grace``
-kills it (:mod:`~dynamiccl.profiler.measure.job_process`), and the mix collected so far is written,
-marked partial, before the rings are removed. ``--out`` is claimed before the job starts (created,
-checked writable, locked against a second run) and checked again when the mix is written; a mix
-that cannot go there is written beside it or in the temporary folder, never dropped.
+a closed ssh session, Ctrl-\\) is passed on to all of it, SIGTERM follows shortly (``srun`` only
+reports its tasks at one Ctrl-C, and hands SIGTERM to every task), a second signal or the end of
+``--grace`` kills it (:mod:`~dynamiccl.profiler.measure.job_process`), and the mix collected so
+far is written, marked partial, before the rings are removed. ``--out`` is claimed before the job
+starts (created, checked writable, locked against a second run) and checked again when the mix is
+written; a mix that cannot go there is written beside it or in the temporary folder, never dropped.
 """
 
 from __future__ import annotations

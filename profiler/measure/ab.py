@@ -203,10 +203,10 @@ def run(launch: Launch, base_env: dict[str, str], log: Path, stops: Stops, *,
     searched for the plugin's warnings line by line (:class:`OutputChecks`), its first and last
     ``keep_bytes / 2`` kept in ``log`` (:class:`~dynamiccl.profiler.measure.kept_output.KeptOutput`:
     a hidden file beside it until the launch ends; one line there says what was left out between).
-    A signal ``stops`` caught is passed on to every process of the launch, which ends (SIGKILL after
-    ``grace_s`` or at a second signal); a launch past ``timeout_s`` is stopped likewise and scored as
-    failed (status 124); what a launch left running is ended with it. Raises :class:`CannotStart`
-    when the command cannot be started."""
+    A signal ``stops`` caught is passed on to every process of the launch, which ends (SIGTERM
+    shortly after another signal, SIGKILL after ``grace_s`` or at a second signal); a launch past
+    ``timeout_s`` is stopped likewise and scored as failed (status 124); what a launch left running
+    is ended with it. Raises :class:`CannotStart` when the command cannot be started."""
     env = {k: v for k, v in base_env.items() if k not in launch.unset_env} | launch.set_env
     checks = OutputChecks(metric)
     fd, part = tempfile.mkstemp(prefix=f".{log.name}.", suffix=".part", dir=log.parent)

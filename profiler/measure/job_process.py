@@ -5,11 +5,15 @@ session and process group of its own (:class:`JobProcess`), so a terminal's sign
 through dynamiccl, which passes them on. :class:`Stops` catches the signals that end a command
 (SIGINT, SIGTERM, SIGHUP, SIGQUIT: Ctrl-C, ``kill``, ``timeout``, a closed ssh session, Ctrl-\\)
 while a job runs: the first goes to the job's whole process group as it came and starts a grace
-period (:data:`GRACE_S`), and what outlives the job's leader gets it too; any later one, or the
-end of the grace, kills every process of the job with SIGKILL: its group and every process it
-started that left the group (OpenMPI's ranks each have a group of their own), which
-:meth:`JobProcess.track` follows through ``/proc`` while the job runs. A signal the shell set to
-be ignored (``nohup``, a background job) stays ignored.
+period (:data:`GRACE_S`), and what outlives the job's leader gets it too. A job still running
+:data:`ESCALATE_S` seconds later gets SIGTERM as well: Slurm's ``srun`` only reports its tasks'
+state at one SIGINT (srun(1), "SIGNALS AND ESCAPE SEQUENCES") and hands SIGTERM to every task, as
+``mpirun`` does, so the launcher ends its ranks itself, remote ones included, where SIGKILL to it
+would leave them running until Slurm notices. Any later signal, or the end of the grace, kills
+every process of the job with SIGKILL: its group and every process it started that left the group
+(OpenMPI's ranks each have a group of their own), which :meth:`JobProcess.track` follows through
+``/proc`` while the job runs. A signal the shell set to be ignored (``nohup``, a background job)
+stays ignored.
 
 Exit statuses are a shell's (:func:`shell_status`): a job killed by SIGKILL is 137, and dynamiccl
 stopped by SIGTERM exits 143 once the job is ended and its profile written.
@@ -31,6 +35,10 @@ from typing import IO
 TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 #: Seconds a stopped job gets to exit before every process of it is killed.
 GRACE_S = 10.0
+#: Seconds a job stopped by another signal than SIGTERM gets before SIGTERM follows (half the grace
+#: where that is shorter): time for a job to act on the signal it got (torchrun passes Ctrl-C on to
+#: its workers), short beside the grace that a launcher only reporting its tasks would wait out.
+ESCALATE_S = 1.5
 #: Seconds between two looks at the job's processes in /proc while it runs.
 TRACK_S = 1.0
 #: A process's /proc/PID/stat fields (after the command name) this module reads.
@@ -75,9 +83,14 @@ class JobProcess:
         #: Every process of the job seen so far: pid -> its start time (a reused pid is another).
         self.known: dict[int, int] = {}
         self.stopped_by: int | None = None  # the signal the stop passed on
+        #: Seconds after the stop SIGTERM followed it (None: it did not).
+        self.terminated_after: float | None = None
         self.killed = False  # SIGKILL went to every process of the job
         self._deadline: float | None = None
-        self._passed_on = False  # the stop went to what outlived the leader
+        self._terminate_s = 0.0  # seconds after the stop SIGTERM is to follow it
+        self._terminate_at: float | None = None
+        self._sent: int | None = None  # the last signal the job's group got
+        self._passed_on: int | None = None  # the last signal what outlived the leader got
         self._tracked_at = 0.0
         self.track()
 
@@ -87,21 +100,27 @@ class JobProcess:
 
     def running(self) -> bool:
         """Whether the job still runs: its leader, and after a stop any process of it (a stopped
-        job's workers get the grace period to exit after their launcher). Kills the job when the
-        grace has run out; follows its processes as they start."""
-        if self._deadline is not None and not self.killed and time.monotonic() > self._deadline:
+        job's workers get the grace period to exit after their launcher). Sends a stopped job
+        still running SIGTERM when its time comes and kills it when the grace has run out; follows
+        its processes as they start."""
+        now = time.monotonic()
+        if self._deadline is not None and not self.killed and now > self._deadline:
             self.kill()
-        if self.stopped_by is not None or time.monotonic() - self._tracked_at >= TRACK_S:
+        if self.stopped_by is not None or now - self._tracked_at >= TRACK_S:
             self.track()  # while the job stops, each look: a process whose parent ends is lost
-        if not self._leader_exited():
+        leader = not self._leader_exited()
+        left = [] if leader or self.stopped_by is None or self.killed else self.leftovers()
+        if (leader or left) and not self.killed and self._terminate_at is not None \
+                and now > self._terminate_at:
+            self._terminate()
+        if leader:
             return True
         if self.stopped_by is None or self.killed:
             return False
-        left = self.leftovers()
-        if left and not self._passed_on:  # the launcher ended without passing the stop on
-            self._passed_on = True
+        if left and self._passed_on != self._sent:  # the launcher ended without passing it on
+            self._passed_on = self._sent
             for pid in left:
-                _signal(pid, self.stopped_by)
+                _signal(pid, self._sent)
         return bool(left)
 
     def _leader_exited(self) -> bool:
@@ -113,15 +132,29 @@ class JobProcess:
             return True
 
     def stop(self, signum: int) -> None:
-        """The first stop: ``signum`` to the job's process group and the grace period begins; any
-        later one: SIGKILL to every process of the job now."""
+        """The first stop: ``signum`` to the job's process group and the grace period begins (with
+        SIGTERM :data:`ESCALATE_S` seconds on where ``signum`` is another); any later one: SIGKILL
+        to every process of the job now."""
         if self.stopped_by is not None:
             self.kill()
             return
         self.track()  # every process of the job, before any of them ends and orphans its children
         self.stopped_by = signum
-        self._deadline = time.monotonic() + self.grace_s
+        now = time.monotonic()
+        self._deadline = now + self.grace_s
+        if signum != signal.SIGTERM:
+            self._terminate_s = min(ESCALATE_S, self.grace_s / 2)
+            self._terminate_at = now + self._terminate_s
+        self._sent = signum
         _signal_group(self.pid, signum)
+
+    def _terminate(self) -> None:
+        """SIGTERM to the job's process group, and to what outlived its leader, after a stop by
+        another signal left the job running (srun only reports its tasks at one SIGINT)."""
+        self.terminated_after = self._terminate_s
+        self._terminate_at = None
+        self._sent = signal.SIGTERM
+        _signal_group(self.pid, signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL to the job's process group and to every process of it seen, wherever it went."""
@@ -213,6 +246,8 @@ def stopped_status(job: JobProcess, ending: Ending, *, timeout_s: float | None,
     status = 124 if ending.timed_out else 128 + job.stopped_by
     stopped = (f"was stopped after the timeout of {timeout_s:g} s" if ending.timed_out else
                f"was stopped by {signal_name(job.stopped_by)} to dynamiccl")
+    if job.terminated_after is not None:
+        stopped += f" (SIGTERM {job.terminated_after:g} s later)"
     stopped += (" and killed (SIGKILL) at a second signal" if job.killed and signals > 1
                 else f" and killed (SIGKILL) {job.grace_s:g} s later" if job.killed else "")
     return status, stopped

@@ -6,9 +6,10 @@ the plugin as NCCL's profiler (``NCCL_PROFILER_PLUGIN``) and the rings' folder
 oldest records, so a long job is read as it goes) and ends with the job: its exit status, or the
 timeout or a signal dynamiccl received, passed on to every process of the job
 (:mod:`~dynamiccl.profiler.measure.job_process`: torchrun's workers and mpirun's ranks included,
-killed after a grace period or a second signal); the mix so far is kept. The calls are
-joined across ranks as they complete (:class:`MixAccumulator`) and summarised per (collective,
-size, ranks, nodes, NCCL's choice) into :mod:`~dynamiccl.profiler.formats.job_mix` entries.
+SIGTERM shortly after any other signal, killed after a grace period or a second signal); the mix
+so far is kept. The calls are joined across ranks as they complete (:class:`MixAccumulator`) and
+summarised per (collective, size, ranks, nodes, NCCL's choice) into
+:mod:`~dynamiccl.profiler.formats.job_mix` entries.
 """
 
 from __future__ import annotations
