@@ -108,7 +108,8 @@ def test_two_identical_sides_rarely_get_a_verdict(pairs):
 def test_a_policy_variable_in_the_file_nccl_reads_is_named_since_the_default_side_loads_it(
         tmp_path, policy, capsys, monkeypatch):
     """NCCL takes a variable from $NCCL_CONF_FILE (or ~/.nccl.conf) and /etc/nccl.conf where the
-    environment has none, so the default side, run without the variables, would load the plugin."""
+    environment has none, so the default side, run without the variables, would load the plugin;
+    and an NCCL_DEBUG_FILE hides the plugin's warnings the A/B reports, which it says too."""
     conf = tmp_path / "nccl.conf"
     conf.write_text("NCCL_DEBUG=WARN\nNCCL_SOCKET_IFNAME=eth0\n")
     monkeypatch.setenv("NCCL_CONF_FILE", str(conf))
@@ -120,6 +121,10 @@ def test_a_policy_variable_in_the_file_nccl_reads_is_named_since_the_default_sid
     assert main(args) == 0
     err = capsys.readouterr().err
     assert f"note: {conf} sets NCCL_TUNER_PLUGIN" in err and "not NCCL's default" in err
+    assert "NCCL_DEBUG_FILE" not in err
+    monkeypatch.setenv("NCCL_DEBUG_FILE", str(tmp_path / "nccl.%h.%p.log"))
+    assert main(args) == 0
+    assert "note: NCCL_DEBUG_FILE=" in capsys.readouterr().err
 
 
 def test_mpirun_gets_the_variables_on_its_command_line(tmp_path, policy, capsys):

@@ -51,7 +51,7 @@ from dynamiccl.profiler.formats.measurement_paths import LAUNCH_LIST_SUFFIX
 from dynamiccl.profiler.formats.plugin_log import PIN_POLICY_PREFIX, pin_policy_launch
 from dynamiccl.profiler.formats.published import sidecar_text
 from dynamiccl.system.knobs import Collective
-from dynamiccl.system.nccl import TUNER_PLUGIN_ENV
+from dynamiccl.system.nccl import DEBUG_FILE_ENV, TUNER_PLUGIN_ENV
 from dynamiccl.system.scenario import Scenario
 from dynamiccl.system.topology import LAUNCH_MODES, Topology
 from dynamiccl.system.units import format_size
@@ -65,7 +65,7 @@ LAUNCHERS = ("local", "srun", "openmpi", "mpich")
 #: (NCCL ``src/debug.cc`` opens a file only for a name that is not empty, in every release). Set
 #: rather than unset, it reaches ranks MPI starts over ssh with a login shell's environment too, and
 #: outranks ``~/.nccl.conf`` and ``/etc/nccl.conf``, which never overwrite a variable that is set.
-DEBUG_TO_LOG = {"NCCL_DEBUG_FILE": ""}
+DEBUG_TO_LOG = {DEBUG_FILE_ENV: ""}
 #: What every launch sets so that its log records the NCCL release and NCCL's forcing (INIT prints
 #: the version banner, ENV every NCCL variable set; TUNING's per-call lines are left out: one line
 #: per call and rank), into the launch's own output (:data:`DEBUG_TO_LOG`).

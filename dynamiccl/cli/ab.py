@@ -148,6 +148,17 @@ def _note_nccl_conf(env: dict[str, str]) -> None:
                   "remove it there for the A/B (and to roll back)", file=sys.stderr)
 
 
+def _note_debug_file(env: dict[str, str]) -> None:
+    """With NCCL's debug lines sent to a file, the jobs' output holds none of the plugin's warnings
+    (that it defers, and why) that the A/B reads and reports."""
+    from dynamiccl.system.nccl import DEBUG_FILE_ENV
+
+    if env.get(DEBUG_FILE_ENV):
+        print(f"note: {DEBUG_FILE_ENV}={env[DEBUG_FILE_ENV]} sends NCCL's lines, the tuner "
+              "plugin's warnings among them, to that file: the A/B cannot report a policy the "
+              f"plugin deferred; unset it (or set it empty) to have them read", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
     import os
 
@@ -167,6 +178,7 @@ def _run(args: argparse.Namespace) -> int:
         [TUNER_PLUGIN_ENV] if "dynamiccl" in os.environ.get(TUNER_PLUGIN_ENV, "") else [])
     launches = ab.plan(cmd, args.pairs, policy_vars, args.launcher, drop)
     _note_nccl_conf(dict(os.environ))
+    _note_debug_file(dict(os.environ))
     if args.dry_run:
         for launch in launches:
             print(f"# launch {launch.index + 1}/{len(launches)}: {launch.side} (pair {launch.pair + 1})")

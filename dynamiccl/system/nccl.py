@@ -404,6 +404,9 @@ TUNER_PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
 #: ``~/.nccl.conf``. NCCL sets a file's variable only where the environment has none (src/misc/
 #: param.cc, initEnv and setEnvFile; NCCL's docs, "Environment Variables").
 CONF_FILE_ENV, USER_CONF_FILE, SYSTEM_CONF_FILE = "NCCL_CONF_FILE", "~/.nccl.conf", "/etc/nccl.conf"
+#: The file NCCL writes its debug lines (its release, the plugins' lines) to instead of stdout,
+#: where the name is not empty (src/debug.cc).
+DEBUG_FILE_ENV = "NCCL_DEBUG_FILE"
 #: The environment variable naming the network plugin NCCL loads (src/plugin/net.cc); NCCL looks
 #: for tuner symbols in that library when NCCL_TUNER_PLUGIN names none (aws-ofi-nccl ships one).
 NET_PLUGIN_ENV = "NCCL_NET_PLUGIN"
