@@ -217,3 +217,19 @@ def test_main_in_process_leaves_sigpipe_alone_and_only_the_console_command_ends_
                           "--collective allreduce | head -c 10", shell=True, capture_output=True,
                           text=True, timeout=120)
     assert len(done.stdout) == 10 and done.stderr == ""
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line_timed_by_a_wrapped_build_parser() -> None:
+    """Ctrl-C in the quarter of a second the commands take to load printed a 20-40 line
+    traceback and no word of what stopped. A real SIGINT, sent from inside ``build_parser`` so that
+    it lands there every time."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys; import dynamiccl.cli.main as m; load = m.build_parser; "
+            "m.build_parser = lambda: (os.kill(os.getpid(), signal.SIGINT), load())[1]; "
+            "sys.exit(m.console())")
+    done = subprocess.run([sys.executable, "-c", code, "export", "--policy", "oracle", "--topology",
+                           "dgx_h100", "-o", "never.dccl"], capture_output=True, text=True,
+                          timeout=120)
+    assert (done.returncode, done.stderr) == (130, "dynamiccl: interrupted\n"), done.stderr

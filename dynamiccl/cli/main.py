@@ -84,8 +84,8 @@ def console() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     forget_claims()  # a process that runs several commands (tests): each claims its own outputs
-    parser = build_parser()
     try:
+        parser = build_parser()
         args, extra = parser.parse_known_args(argv)
         if extra and not getattr(args, "accepts_overrides", False):
             raise UsageError(_prog(args), f"unrecognized arguments: {' '.join(extra)}")
@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
+    except KeyboardInterrupt:  # Ctrl-C while the commands load (a quarter of a second)
+        print("dynamiccl: interrupted", file=sys.stderr)
+        return 130
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
