@@ -74,6 +74,7 @@ def replace_atomically(path: str | Path, fill: Callable[[Path], object], *,
         raise
     if claim is not None:
         claim.found = _identity(path)
+    _written.setdefault(_claim_key(path), path)
     if durable:
         dir_fd = os.open(folder, os.O_RDONLY)
         try:
@@ -119,6 +120,8 @@ class _Claim:
     found: tuple[int, int, int] | None
     #: --force was given (the fix a refusal names is then another path only).
     force: bool = False
+    #: The path as the command named it.
+    path: Path = Path()
 
     def check_unchanged(self, path: Path) -> None:
         now = _identity(path)
@@ -145,11 +148,21 @@ def _appeared(path: Path, force: bool) -> OutputRefused:
 
 #: The outputs this process claimed (:func:`claim_output`), by absolute path.
 _claims: dict[str, _Claim] = {}
+#: The files this process wrote, by absolute path, as the command named them.
+_written: dict[str, Path] = {}
 
 
 def forget_claims() -> None:
-    """Ends the claims of a command that has finished (a process that runs several)."""
+    """Ends the claims, and the record of files written, of a command that has finished (a
+    process that runs several)."""
     _claims.clear()
+    _written.clear()
+
+
+def outputs_so_far() -> tuple[list[Path], list[Path]]:
+    """What a command stopped half-way leaves its user: the files it has written, in order (each
+    whole), and the outputs it claimed and has not written."""
+    return list(_written.values()), [c.path for key, c in _claims.items() if key not in _written]
 
 
 def _put_new(tmp: Path, path: Path, force: bool) -> None:
@@ -276,7 +289,7 @@ def claim_output(path: str | Path, kind: FileKind, *, inputs: Iterable[str | Pat
         raise OutputRefused(f"{flag + ' ' if flag else ''}{path} is an input of this "
                             f"command{which}; writing it would destroy it, so pick another path")
     if not os.path.lexists(path):
-        _claims[_claim_key(path)] = _Claim(kind, None, force)
+        _claims[_claim_key(path)] = _Claim(kind, None, force, path)
         return path
     try:
         ours = kind.written_by(path)
@@ -290,7 +303,7 @@ def claim_output(path: str | Path, kind: FileKind, *, inputs: Iterable[str | Pat
     if not force and not kind.reuse:
         raise OutputRefused(f"{path} already exists; pass --force to replace it" +
                             (" or pick another path" if flag else ""))
-    _claims[_claim_key(path)] = _Claim(kind, _identity(path), force)
+    _claims[_claim_key(path)] = _Claim(kind, _identity(path), force, path)
     return path
 
 

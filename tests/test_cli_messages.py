@@ -217,3 +217,44 @@ def test_main_in_process_leaves_sigpipe_alone_and_only_the_console_command_ends_
                           "--collective allreduce | head -c 10", shell=True, capture_output=True,
                           text=True, timeout=120)
     assert len(done.stdout) == 10 and done.stderr == ""
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line_timed_by_a_wrapped_build_parser() -> None:
+    """Ctrl-C in the quarter of a second the commands take to load printed a 20-40 line
+    traceback and no word of what stopped. A real SIGINT, sent from inside ``build_parser`` so that
+    it lands there every time."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys; import dynamiccl.cli.main as m; load = m.build_parser; "
+            "m.build_parser = lambda: (os.kill(os.getpid(), signal.SIGINT), load())[1]; "
+            "sys.exit(m.console())")
+    done = subprocess.run([sys.executable, "-c", code, "export", "--policy", "oracle", "--topology",
+                           "dgx_h100", "-o", "never.dccl"], capture_output=True, text=True,
+                          timeout=120)
+    assert (done.returncode, done.stderr) == (130, "dynamiccl: interrupted\n"), done.stderr
+
+
+def test_ctrl_c_between_evaluates_results_and_its_figures_names_what_was_written_timed_by_a_wrapped_plot(
+        tmp_path: Path) -> None:
+    """Interrupted after its tables and before its figures, evaluate said only 'interrupted': the
+    user could not tell a whole result from none, and a re-run refused the tables it left. A real
+    SIGINT, sent from inside the plotting call so that it lands there every time."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "ev"
+    out.mkdir()  # an existing --out: its files are claimed before the work
+    code = ("import os, signal, sys; import dynamiccl.agents.shipping.evaluation_plots as p; "
+            "draw = p.plot_reports; "
+            "p.plot_reports = lambda *a, **k: (os.kill(os.getpid(), signal.SIGINT), draw(*a, **k)); "
+            "from dynamiccl.cli.main import console; sys.exit(console())")
+    done = subprocess.run([sys.executable, "-c", code, "evaluate", "--policy", "nccl_default",
+                           "--suite", "smoke", "--out", str(out), "--plots"], capture_output=True,
+                          text=True, timeout=300)
+    tables = ", ".join(str(out / f) for f in ("summary.csv", "summary.json", "calls.csv"))
+    figures = ", ".join(str(out / f) for f in ("choices.png", "speedup_vs_size.png"))
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.splitlines()[-1] == (f"dynamiccl evaluate: interrupted after writing {tables} "
+                                            f"(each whole); not written: {figures}"), done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["calls.csv", "summary.csv", "summary.json"]

@@ -308,6 +308,35 @@ def test_ctrl_c_to_a_job_under_srun_ends_its_ranks_by_sigterm_stand_in_srun(tmp_
     assert "SIGKILL" not in err, err
 
 
+@pytest.mark.multiproc
+def test_rings_left_in_dev_shm_by_a_profile_job_killed_with_sigkill_are_removed_by_the_next(
+        tmp_path):
+    """SIGKILL to dynamiccl alone (the OOM killer, ``kill -9``) runs no cleanup: its rings stayed
+    in /dev/shm, memory until the machine reboots. The next profile job removes them and says so,
+    and never the rings of one still running. (The killed one's job is ended here by hand: it
+    outlives dynamiccl, see profiler/README.md.) NCCL is played by the slow stand-in job."""
+    for run in ("killed", "running"):
+        (tmp_path / run).mkdir()
+    killed, killed_pids = _start_slow_job(tmp_path / "killed")
+    running, running_pids = _start_slow_job(tmp_path / "running")
+    try:
+        killed.kill()
+        killed.wait(timeout=60)  # its pipes stay open in the job it left
+        for pid in map(int, killed_pids.read_text().split()[:3]):
+            os.kill(pid, signal.SIGKILL)
+        left, live = (Path(p.read_text().splitlines()[1]) for p in (killed_pids, running_pids))
+        assert ring_files(left) and ring_files(live)
+        again = subprocess.run([*DYNAMICCL, "profile", "job", "--out", str(tmp_path / "again"),
+                                "--", "true"], capture_output=True, text=True, timeout=120)
+        assert f"note: removed {left}, the rings of a profile job killed before it could remove " \
+               "them" in again.stderr, again.stderr
+        assert not left.exists() and ring_files(live), "a running job's rings were removed"
+    finally:
+        running.send_signal(signal.SIGTERM)
+        running.communicate(timeout=60)
+    _nothing_of_the_job_left(running_pids)
+
+
 def test_a_job_killed_by_a_signal_exits_as_a_shell_says(tmp_path, capsys):
     cmd = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
     assert main(["profile", "job", "--out", str(tmp_path / "out"), "--", *cmd]) == 137

@@ -29,7 +29,7 @@ from dynamiccl.cli.common import (
     is_input_error,
 )
 from dynamiccl.cli.extras import missing_extra
-from dynamiccl.files import forget_claims
+from dynamiccl.files import forget_claims, outputs_so_far
 
 #: Subcommand modules under ``dynamiccl.cli``, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -84,8 +84,8 @@ def console() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     forget_claims()  # a process that runs several commands (tests): each claims its own outputs
-    parser = build_parser()
     try:
+        parser = build_parser()
         args, extra = parser.parse_known_args(argv)
         if extra and not getattr(args, "accepts_overrides", False):
             raise UsageError(_prog(args), f"unrecognized arguments: {' '.join(extra)}")
@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
+    except KeyboardInterrupt:  # Ctrl-C while the commands load (a quarter of a second)
+        print("dynamiccl: interrupted", file=sys.stderr)
+        return 130
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{exc.prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted{_outputs_so_far()}", file=sys.stderr)
         return 130
     except ModuleNotFoundError as exc:
         line = missing_extra(exc, getattr(args, "extra", None))
@@ -116,6 +119,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as exc:
         return _failed(prog, exc)
+
+
+def _outputs_so_far() -> str:
+    """What an interrupted command leaves: the files it wrote (each whole, as every file is written
+    atomically) and the outputs it claimed and did not write."""
+    written, not_written = outputs_so_far()
+    said = f" after writing {_some(written)} (each whole)" if written else ""
+    if not_written:
+        said += f"; not written: {_some(not_written)}"
+    return said
+
+
+def _some(paths: list) -> str:
+    shown = ", ".join(map(str, paths[:5]))
+    return shown + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 def _failed(prog: str, exc: Exception) -> int:

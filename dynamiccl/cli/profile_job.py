@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import uuid
@@ -144,7 +143,11 @@ def _rings_folder(args: argparse.Namespace) -> tuple[Path, bool]:
     if args.rings is None:
         from dynamiccl.profiler.measure.job_profile import temporary_rings
 
-        return temporary_rings(), True
+        def said(stale: Path) -> None:
+            print(f"note: removed {stale}, the rings of a profile job killed before it could "
+                  "remove them", file=sys.stderr)
+
+        return temporary_rings(said), True
     folder = Path(args.rings).absolute()
     if folder.exists() and not folder.is_dir():
         raise UserError(f"--rings {args.rings} is a file; give a folder")
@@ -173,7 +176,7 @@ def _rings_folder(args: argparse.Namespace) -> tuple[Path, bool]:
 def run_job_command(args: argparse.Namespace) -> int:
     from dynamiccl.plugin import build as plugin
     from dynamiccl.profiler.measure.job_process import Stops, signal_name
-    from dynamiccl.profiler.measure.job_profile import profiling_env, run_job
+    from dynamiccl.profiler.measure.job_profile import profiling_env, remove_rings, run_job
     from dynamiccl.system.nccl_profiler import PROFILER_PLUGIN_ENV
 
     cmd = _command(args)
@@ -204,7 +207,7 @@ def run_job_command(args: argparse.Namespace) -> int:
             entries, path, moved = _write_mix(args, out, run) if run.rings else ([], None, "")
         finally:
             if temporary:
-                shutil.rmtree(rings, ignore_errors=True)
+                remove_rings(rings)
     _report(args, run, entries, path, moved, cmd)
     return run.status if path is not None else run.status or NOTHING_RECORDED
 

@@ -25,7 +25,6 @@ than 2.27) the runner's timing stands.
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import time
 import weakref
@@ -172,7 +171,9 @@ def _close(session: RankSession, reader: ProfileReader | None, rings: str | None
     if reader is not None:
         reader.close()
     if rings is not None:
-        shutil.rmtree(rings, ignore_errors=True)
+        from dynamiccl.profiler.measure.job_profile import remove_rings
+
+        remove_rings(rings)
 
 
 def _observed(result: CollectiveResult) -> tuple[int | None, float]:

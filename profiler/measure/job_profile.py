@@ -14,6 +14,7 @@ summarised per (collective, size, ranks, nodes, NCCL's choice) into
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -188,11 +189,60 @@ def profiling_env(library: Path, rings: Path, records: int) -> dict[str, str]:
     return {PROFILER_PLUGIN_ENV: str(library), PROFILE_ENV: str(rings), RECORDS_ENV: str(records)}
 
 
-def temporary_rings() -> Path:
+#: A temporary rings folder's name: this prefix and mkdtemp's random letters.
+RINGS_PREFIX = "dynamiccl-rings-"
+#: Temporary rings folders this process made, each with the descriptor that holds its lock.
+_LOCKS: dict[Path, int] = {}
+
+
+def temporary_rings(removed: Callable[[Path], None] | None = None) -> Path:
     """A fresh folder for a job's rings: in /dev/shm where it can be written (memory, as the rings
-    are mapped), else the system's temporary folder. The caller removes it."""
+    are mapped), else the system's temporary folder. The caller removes it (:func:`remove_rings`).
+
+    The folder is locked (``flock``) while this process lives: a process killed with SIGKILL runs
+    no cleanup, and its rings would hold /dev/shm's memory until the machine reboots, so the
+    folders of this user that hold files and no lock are removed here first, each passed to
+    ``removed``. An empty one is left: it may be another run's, made and not yet locked."""
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return Path(tempfile.mkdtemp(prefix="dynamiccl-rings-", dir=shm))
+    parent = Path(shm or tempfile.gettempdir())
+    for stale in _remove_unlocked_rings(parent):
+        if removed is not None:
+            removed(stale)
+    folder = Path(tempfile.mkdtemp(prefix=RINGS_PREFIX, dir=parent))
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _LOCKS[folder] = fd
+    return folder
+
+
+def remove_rings(folder: str | Path) -> None:
+    """Removes a temporary rings folder, then lets go of its lock."""
+    folder = Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    fd = _LOCKS.pop(folder, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _remove_unlocked_rings(parent: Path) -> list[Path]:
+    """Removes the temporary rings folders in ``parent`` of this user that hold files and whose
+    lock no process holds (their dynamiccl was killed); returns them."""
+    removed = []
+    for folder in sorted(parent.glob(f"{RINGS_PREFIX}*")):
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_uid == os.geteuid() and os.listdir(fd):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: its dynamiccl runs
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
 
 
 @contextmanager
@@ -204,7 +254,7 @@ def profiler_loaded(library: Path, records: int = JOB_RECORDS) -> Iterator[dict[
     try:
         yield profiling_env(library, rings, records)
     finally:
-        shutil.rmtree(rings, ignore_errors=True)
+        remove_rings(rings)
 
 
 def run_job(cmd: Sequence[str], env: dict[str, str], rings: Path, stops: Stops, *,
