@@ -309,21 +309,35 @@ def test_ctrl_c_to_a_job_under_srun_ends_its_ranks_by_sigterm_stand_in_srun(tmp_
 
 
 @pytest.mark.multiproc
+def test_dynamiccl_killed_with_sigkill_leaves_no_process_of_the_job_running_stand_in_nccl(tmp_path):
+    """SIGKILL to dynamiccl alone (the OOM killer, ``kill -9``) runs no handler: the job's launcher
+    and both ranks (one in a session of its own) ran on to their own end, 60 s here. The job's
+    watchdog sees dynamiccl's end as the end of its input and ends them at once."""
+    proc, pids = _start_slow_job(tmp_path, "--grace", "2")
+    proc.kill()
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    alive = [int(p) for p in pids.read_text().splitlines()[0].split()]
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if not _gone(p)]
+        time.sleep(0.05)
+    assert not alive, f"processes of the job outlived dynamiccl: {alive}"
+    proc.communicate(timeout=60)  # the job held dynamiccl's output open: it has ended
+
+
+@pytest.mark.multiproc
 def test_rings_left_in_dev_shm_by_a_profile_job_killed_with_sigkill_are_removed_by_the_next(
         tmp_path):
     """SIGKILL to dynamiccl alone (the OOM killer, ``kill -9``) runs no cleanup: its rings stayed
     in /dev/shm, memory until the machine reboots. The next profile job removes them and says so,
-    and never the rings of one still running. (The killed one's job is ended here by hand: it
-    outlives dynamiccl, see profiler/README.md.) NCCL is played by the slow stand-in job."""
+    and never the rings of one still running. NCCL is played by the slow stand-in job."""
     for run in ("killed", "running"):
         (tmp_path / run).mkdir()
     killed, killed_pids = _start_slow_job(tmp_path / "killed")
     running, running_pids = _start_slow_job(tmp_path / "running")
     try:
         killed.kill()
-        killed.wait(timeout=60)  # its pipes stay open in the job it left
-        for pid in map(int, killed_pids.read_text().split()[:3]):
-            os.kill(pid, signal.SIGKILL)
+        killed.communicate(timeout=60)  # its job held its output open until its watchdog ended it
         left, live = (Path(p.read_text().splitlines()[1]) for p in (killed_pids, running_pids))
         assert ring_files(left) and ring_files(live)
         again = subprocess.run([*DYNAMICCL, "profile", "job", "--out", str(tmp_path / "again"),

@@ -15,6 +15,10 @@ every process of the job with SIGKILL: its group and every process it started th
 ``/proc`` while the job runs. A signal the shell set to be ignored (``nohup``, a background job)
 stays ignored.
 
+dynamiccl killed with SIGKILL can pass nothing on: the job's watchdog
+(:mod:`~dynamiccl.profiler.measure.job_watchdog`), which reads the processes followed on a pipe,
+sees its end as the end of that pipe and ends the job.
+
 Exit statuses are a shell's (:func:`shell_status`): a job killed by SIGKILL is 137, and dynamiccl
 stopped by SIGTERM exits 143 once the job is ended and its profile written.
 """
@@ -24,12 +28,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import IO
+
+from dynamiccl.profiler.measure import job_watchdog
+from dynamiccl.profiler.measure.job_watchdog import (
+    follow,
+    process_table,
+    signal_group,
+    signal_process,
+    start_time,
+)
 
 #: The signals that end a command, passed on to the job.
 TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -41,8 +55,8 @@ GRACE_S = 10.0
 ESCALATE_S = 1.5
 #: Seconds between two looks at the job's processes in /proc while it runs.
 TRACK_S = 1.0
-#: A process's /proc/PID/stat fields (after the command name) this module reads.
-_PPID, _PGRP, _START = 1, 2, 19
+#: The watchdog every job gets, which ends it where dynamiccl is killed with SIGKILL.
+WATCHDOG = Path(job_watchdog.__file__)
 
 
 def signal_name(signum: int) -> str:
@@ -80,6 +94,11 @@ class JobProcess:
                                               "stdin": subprocess.DEVNULL}
         self.proc = subprocess.Popen(list(cmd), env=env, start_new_session=True, **redirect)
         self.grace_s = grace_s
+        #: Ends the job if dynamiccl dies without ending it (:mod:`job_watchdog`): it reads the
+        #: processes followed, and ``done`` from :meth:`finish`.
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WATCHDOG), str(self.pid), f"{grace_s:g}"], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         #: Every process of the job seen so far: pid -> its start time (a reused pid is another).
         self.known: dict[int, int] = {}
         self.stopped_by: int | None = None  # the signal the stop passed on
@@ -120,7 +139,7 @@ class JobProcess:
         if left and self._passed_on != self._sent:  # the launcher ended without passing it on
             self._passed_on = self._sent
             for pid in left:
-                _signal(pid, self._sent)
+                signal_process(pid, self._sent)
         return bool(left)
 
     def _leader_exited(self) -> bool:
@@ -146,7 +165,7 @@ class JobProcess:
             self._terminate_s = min(ESCALATE_S, self.grace_s / 2)
             self._terminate_at = now + self._terminate_s
         self._sent = signum
-        _signal_group(self.pid, signum)
+        signal_group(self.pid, signum)
 
     def _terminate(self) -> None:
         """SIGTERM to the job's process group, and to what outlived its leader, after a stop by
@@ -154,44 +173,53 @@ class JobProcess:
         self.terminated_after = self._terminate_s
         self._terminate_at = None
         self._sent = signal.SIGTERM
-        _signal_group(self.pid, signal.SIGTERM)
+        signal_group(self.pid, signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL to the job's process group and to every process of it seen, wherever it went."""
         self.track()
         self.killed = True
         if self.proc.returncode is None:
-            _signal_group(self.pid, signal.SIGKILL)
+            signal_group(self.pid, signal.SIGKILL)
         for pid in self.leftovers():
-            _signal(pid, signal.SIGKILL)
+            signal_process(pid, signal.SIGKILL)
 
     def finish(self) -> int:
         """Reaps the leader and returns its return code; after a stop, kills first whatever of the
         job still runs (a worker that ignored the signal, a rank its launcher no longer reaches)."""
         if self.stopped_by is not None and not self.killed and self.leftovers():
             self.kill()
-        return self.proc.wait()
+        returncode = self.proc.wait()
+        self._tell_watchdog(f"{job_watchdog.DONE}\n")
+        self._watchdog.stdin.close()
+        self._watchdog.wait()
+        return returncode
+
+    def _tell_watchdog(self, text: str) -> None:
+        """A line to the watchdog, written straight to the pipe: a signal's handler may follow
+        the job (:meth:`stop`) while a line is being written, which a buffered file would refuse,
+        and a line this short is written whole."""
+        pipe = self._watchdog.stdin
+        try:
+            if pipe is not None and not pipe.closed:
+                os.write(pipe.fileno(), text.encode())
+        except OSError:  # it ended (killed by someone): nothing to tell
+            pass
 
     def leftovers(self) -> list[int]:
         """Processes of the job still running (a zombie has ended)."""
         self.track()
-        return [pid for pid, started in self.known.items() if _start_time(pid) == started]
+        return [pid for pid, started in self.known.items() if start_time(pid) == started]
 
     def track(self) -> None:
-        """Adds every process now in the job's group, or whose parent is a process of the job."""
+        """Adds every process now in the job's group, or whose parent is a process of the job, and
+        tells the watchdog of each."""
         self._tracked_at = time.monotonic()
-        table = _process_table()
-        changed = True
-        while changed:
-            changed = False
-            for pid, (ppid, pgrp, started) in table.items():
-                if pid in self.known:
-                    continue
-                parent = table.get(ppid)
-                if (pgrp == self.pid and self.proc.returncode is None) or \
-                        (parent is not None and self.known.get(ppid) == parent[2]):
-                    self.known[pid] = started
-                    changed = True
+        found = follow(process_table(), self.pid if self.proc.returncode is None else None,
+                       self.known)
+        self.known.update(found)
+        for pid, started in found.items():
+            self._tell_watchdog(f"{pid} {started}\n")
 
 
 def end_what_it_left(job: JobProcess, left: list[int]) -> bool:
@@ -251,51 +279,6 @@ def stopped_status(job: JobProcess, ending: Ending, *, timeout_s: float | None,
     stopped += (" and killed (SIGKILL) at a second signal" if job.killed and signals > 1
                 else f" and killed (SIGKILL) {job.grace_s:g} s later" if job.killed else "")
     return status, stopped
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _process_table() -> dict[int, tuple[int, int, int]]:
-    """pid -> (parent pid, process group, start time) of every running process (empty where there
-    is no /proc); zombies are left out, they hold nothing."""
-    table = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return table
-    for entry in entries:
-        if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields is not None and fields[0] != "Z":
-                table[int(entry)] = (int(fields[_PPID]), int(fields[_PGRP]), int(fields[_START]))
-    return table
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (which may hold spaces and parentheses)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def _start_time(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot); None once it has ended or is a zombie."""
-    fields = _stat_fields(pid)
-    return None if fields is None or fields[0] == "Z" else int(fields[_START])
 
 
 class Stops:
