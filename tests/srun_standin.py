@@ -116,6 +116,25 @@ def left_in(pgids: set[int]) -> list[str]:
     return left
 
 
+def ctrl_c_once(proc: subprocess.Popen, record: Path) -> tuple[str, float]:
+    """One SIGINT to the session of ``proc`` (dynamiccl running a launch under :data:`SRUN`, started
+    in a session of its own) once the task and its rank run, as a terminal's Ctrl-C: what it
+    printed on stderr, and the seconds it took to end after the signal."""
+    deadline = time.monotonic() + 60
+    while not ready(record) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    began = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    return err, time.monotonic() - began
+
+
+def ended_by_sigterm_with_nothing_left(record: Path) -> bool:
+    """Whether the task and its rank both ended by SIGTERM and no process of the launch is left."""
+    return ended_by(record) == {"task": "SIGTERM", "rank": "SIGTERM"} and \
+        left_in(groups(record)) == []
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--rank":
         _rank(sys.argv[2])

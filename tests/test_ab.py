@@ -233,17 +233,9 @@ def test_ctrl_c_to_a_launch_under_srun_ends_its_ranks_by_sigterm_stand_in_srun(t
          "--plugin", str(library_path()), "--", str(srun), "--ntasks=1", sys.executable,
          str(Path(__file__).with_name("srun_standin.py")), str(record)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not srun_standin.ready(record) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    began = time.monotonic()
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    took = time.monotonic() - began
+    err, took = srun_standin.ctrl_c_once(proc, record)
     assert proc.returncode == 130 and "interrupted (SIGINT)" in err, err
-    assert srun_standin.ended_by(record) == {"task": "SIGTERM", "rank": "SIGTERM"}
-    assert took < GRACE_S / 2, took
-    assert srun_standin.left_in(srun_standin.groups(record)) == []
+    assert srun_standin.ended_by_sigterm_with_nothing_left(record) and took < GRACE_S / 2, took
     (launch,) = json.loads((out / "ab.json").read_text())["launches"]
     assert launch["status"] == 130 and "SIGKILL" not in launch["stopped"]
     assert launch["stopped"] == f"was stopped by SIGINT to dynamiccl (SIGTERM {ESCALATE_S:g} s later)"

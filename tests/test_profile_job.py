@@ -292,17 +292,9 @@ def test_ctrl_c_to_a_job_under_srun_ends_its_ranks_by_sigterm_stand_in_srun(tmp_
                              str(srun), "--ntasks=1", sys.executable, str(TESTS / "srun_standin.py"),
                              str(record)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not srun_standin.ready(record) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    began = time.monotonic()
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    took = time.monotonic() - began
+    err, took = srun_standin.ctrl_c_once(proc, record)
     assert proc.returncode == 130, err
-    assert srun_standin.ended_by(record) == {"task": "SIGTERM", "rank": "SIGTERM"}
-    assert took < GRACE_S / 2, took
-    assert srun_standin.left_in(srun_standin.groups(record)) == []
+    assert srun_standin.ended_by_sigterm_with_nothing_left(record) and took < GRACE_S / 2, took
     assert "srun: interrupt" in err  # the Ctrl-C reached srun, which only reported
     assert f"the job was stopped by SIGINT to dynamiccl (SIGTERM {ESCALATE_S:g} s later)" in err, err
     assert "SIGKILL" not in err, err
