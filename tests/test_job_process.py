@@ -84,6 +84,9 @@ def _watchdogs_of(pid: int) -> list[int]:
 
 @pytest.mark.multiproc
 def test_a_job_process_starts_its_watchdog_and_finishing_the_job_ends_it():
-    job = JobProcess([sys.executable, "-c", "import time; time.sleep(1)"], dict(os.environ))
+    job = JobProcess([sys.executable, "-c", "import time; time.sleep(2)"], dict(os.environ))
+    deadline = time.monotonic() + 10
+    while not _watchdogs_of(job.pid) and time.monotonic() < deadline:  # until its exec is done
+        time.sleep(0.05)
     assert len(_watchdogs_of(job.pid)) == 1
     assert job.finish() == 0 and _watchdogs_of(job.pid) == []

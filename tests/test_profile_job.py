@@ -157,7 +157,8 @@ def test_a_second_run_needs_force_and_keeps_a_file_it_did_not_write(tmp_path, ca
      "--out {tmp}/mix and --rings {tmp}/mix/rings overlap: the kept rings and job.jsonl would "
      "share a folder; give each a folder of its own"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)  # where the default --out goes: refused, it must not be left here
     (tmp_path / "file").write_text("x")
     (tmp_path / "ringed").mkdir()
     (tmp_path / "ringed" / "dynamiccl-1-0-0000000000000001-r0.ring").write_text("x")

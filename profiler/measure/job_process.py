@@ -16,8 +16,8 @@ every process of the job with SIGKILL: its group and every process it started th
 stays ignored.
 
 dynamiccl killed with SIGKILL can pass nothing on: the job's watchdog
-(:mod:`~dynamiccl.profiler.measure.job_watchdog`), which reads the processes followed on a pipe,
-sees its end as the end of that pipe and ends the job.
+(:mod:`~dynamiccl.profiler.measure.job_watchdog`), which reads the processes followed on a socket,
+sees its end as the end of that socket and ends the job.
 
 Exit statuses are a shell's (:func:`shell_status`): a job killed by SIGKILL is 137, and dynamiccl
 stopped by SIGTERM exits 143 once the job is ended and its profile written.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -95,10 +96,15 @@ class JobProcess:
         self.proc = subprocess.Popen(list(cmd), env=env, start_new_session=True, **redirect)
         self.grace_s = grace_s
         #: Ends the job if dynamiccl dies without ending it (:mod:`job_watchdog`): it reads the
-        #: processes followed, and ``done`` from :meth:`finish`.
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WATCHDOG), str(self.pid), f"{grace_s:g}"], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        #: processes followed, and ``done`` from :meth:`finish`, on a socket (sent with
+        #: MSG_NOSIGNAL: a watchdog gone, killed by someone, is no SIGPIPE for dynamiccl, whose
+        #: console command restores SIGPIPE's default action).
+        self._to_watchdog, theirs = socket.socketpair()
+        with theirs:
+            self._watchdog = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(WATCHDOG), str(self.pid), f"{grace_s:g}"],
+                stdin=theirs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True)
         #: Every process of the job seen so far: pid -> its start time (a reused pid is another).
         self.known: dict[int, int] = {}
         self.stopped_by: int | None = None  # the signal the stop passed on
@@ -191,18 +197,16 @@ class JobProcess:
             self.kill()
         returncode = self.proc.wait()
         self._tell_watchdog(f"{job_watchdog.DONE}\n")
-        self._watchdog.stdin.close()
+        self._to_watchdog.close()
         self._watchdog.wait()
         return returncode
 
     def _tell_watchdog(self, text: str) -> None:
-        """A line to the watchdog, written straight to the pipe: a signal's handler may follow
-        the job (:meth:`stop`) while a line is being written, which a buffered file would refuse,
-        and a line this short is written whole."""
-        pipe = self._watchdog.stdin
+        """A line to the watchdog, unbuffered: a signal's handler may follow the job (:meth:`stop`)
+        while a line is being sent, which a buffered file would refuse."""
         try:
-            if pipe is not None and not pipe.closed:
-                os.write(pipe.fileno(), text.encode())
+            if self._to_watchdog.fileno() != -1:
+                self._to_watchdog.sendall(text.encode(), socket.MSG_NOSIGNAL)
         except OSError:  # it ended (killed by someone): nothing to tell
             pass
 

@@ -6,7 +6,7 @@ started in a session of its own (:mod:`~dynamiccl.profiler.measure.job_process`)
 on, unsupervised, to its own end. So every job gets a watchdog, this file run as a script with the
 standard library alone (``python job_watchdog.py PGID GRACE_S``, in a session of its own so that no
 signal for dynamiccl reaches it): it reads, on its stdin, the job's processes dynamiccl follows as
-``PID START`` lines, and ``done`` once the job has ended. The kernel closes that pipe when
+``PID START`` lines, and ``done`` once the job has ended. The kernel closes dynamiccl's end when
 dynamiccl dies however it dies, so an end of input without ``done`` means the job was left: the
 watchdog sends SIGTERM to its process group and to every process of it that is still the one
 followed (a pid is matched with its start time), and SIGKILL to what is left after ``GRACE_S``.
