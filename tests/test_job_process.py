@@ -12,13 +12,13 @@ import time
 import pytest
 
 from dynamiccl.profiler.measure.job_process import WATCHDOG, JobProcess
-from dynamiccl.profiler.measure.job_watchdog import start_time
+from dynamiccl.profiler.measure.job_watchdog import process_table
 
 
 def _gone(pid: int, within_s: float) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        if start_time(pid) is None:
+        if pid not in process_table():
             return True
         time.sleep(0.05)
     return False
@@ -61,7 +61,7 @@ def test_done_leaves_the_job_alone():
         dog.stdin.write("done\n")
         dog.stdin.close()
         assert dog.wait(timeout=30) == 0
-        assert job.poll() is None and start_time(child) is not None
+        assert job.poll() is None and child in process_table()
     finally:
         job.kill()
         os.kill(child, signal.SIGKILL)
@@ -71,14 +71,13 @@ def test_done_leaves_the_job_alone():
 def _watchdogs_of(pid: int) -> list[int]:
     """The running processes that are ``pid``'s watchdog (by their command line)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and start_time(int(entry)) is not None:
-            try:
-                words = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if str(WATCHDOG).encode() in words and str(pid).encode() in words:
-                found.append(int(entry))
+    for running in process_table():
+        try:
+            words = open(f"/proc/{running}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if str(WATCHDOG).encode() in words and str(pid).encode() in words:
+            found.append(running)
     return found
 
 

@@ -160,7 +160,7 @@ def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[st
         elif f.suffix == ".md":
             skipped.append(f"{f}: documentation")
         elif f.suffix == LAUNCH_LIST_SUFFIX:
-            if (missing := unfinished_launches(f)) is not None:
+            if (missing := _unfinished_launches(f)) is not None:
                 warnings.append(missing)
         elif f.suffix == ".part":  # a plan's launch keeps its output as <name>.txt.part until it ends
             skipped.append(f"{f}: the output of a launch that did not finish (run the plan again "
@@ -179,7 +179,7 @@ def _load_folder(files: list[Path], picks: dict[PickKey, str], warnings: list[st
     return records, skipped
 
 
-def unfinished_launches(launch_list: Path) -> str | None:
+def _unfinished_launches(launch_list: Path) -> str | None:
     """What a plan's list of its launches (:data:`LAUNCH_LIST_SUFFIX`) says of the launches without
     a finished log beside it (a plan stopped, or not run to its end), or None when every one has
     one: a folder of logs does not show the launches that never started."""

@@ -41,9 +41,8 @@ from dynamiccl.profiler.measure import job_watchdog
 from dynamiccl.profiler.measure.job_watchdog import (
     follow,
     process_table,
-    signal_group,
     signal_process,
-    start_time,
+    still_running,
 )
 
 #: The signals that end a command, passed on to the job.
@@ -171,7 +170,7 @@ class JobProcess:
             self._terminate_s = min(ESCALATE_S, self.grace_s / 2)
             self._terminate_at = now + self._terminate_s
         self._sent = signum
-        signal_group(self.pid, signum)
+        _signal_group(self.pid, signum)
 
     def _terminate(self) -> None:
         """SIGTERM to the job's process group, and to what outlived its leader, after a stop by
@@ -179,14 +178,14 @@ class JobProcess:
         self.terminated_after = self._terminate_s
         self._terminate_at = None
         self._sent = signal.SIGTERM
-        signal_group(self.pid, signal.SIGTERM)
+        _signal_group(self.pid, signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL to the job's process group and to every process of it seen, wherever it went."""
         self.track()
         self.killed = True
         if self.proc.returncode is None:
-            signal_group(self.pid, signal.SIGKILL)
+            _signal_group(self.pid, signal.SIGKILL)
         for pid in self.leftovers():
             signal_process(pid, signal.SIGKILL)
 
@@ -212,18 +211,18 @@ class JobProcess:
 
     def leftovers(self) -> list[int]:
         """Processes of the job still running (a zombie has ended)."""
-        self.track()
-        return [pid for pid, started in self.known.items() if start_time(pid) == started]
+        return still_running(self.track(), self.known)
 
-    def track(self) -> None:
+    def track(self) -> dict[int, tuple[int, int, int]]:
         """Adds every process now in the job's group, or whose parent is a process of the job, and
-        tells the watchdog of each."""
+        tells the watchdog of each; returns the process table it looked at."""
         self._tracked_at = time.monotonic()
-        found = follow(process_table(), self.pid if self.proc.returncode is None else None,
-                       self.known)
+        table = process_table()
+        found = follow(table, self.pid if self.proc.returncode is None else None, self.known)
         self.known.update(found)
         for pid, started in found.items():
             self._tell_watchdog(f"{pid} {started}\n")
+        return table
 
 
 def end_what_it_left(job: JobProcess, left: list[int]) -> bool:
@@ -283,6 +282,13 @@ def stopped_status(job: JobProcess, ending: Ending, *, timeout_s: float | None,
     stopped += (" and killed (SIGKILL) at a second signal" if job.killed and signals > 1
                 else f" and killed (SIGKILL) {job.grace_s:g} s later" if job.killed else "")
     return status, stopped
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 class Stops:

@@ -26,13 +26,6 @@ DONE = "done"
 _PPID, _PGRP, _START = 1, 2, 19
 
 
-def signal_group(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def signal_process(pid: int, signum: int) -> None:
     try:
         os.kill(pid, signum)
@@ -65,10 +58,10 @@ def _stat_fields(pid: int) -> list[str] | None:
     return text.rsplit(")", 1)[1].split()
 
 
-def start_time(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot); None once it has ended or is a zombie."""
-    fields = _stat_fields(pid)
-    return None if fields is None or fields[0] == "Z" else int(fields[_START])
+def still_running(table: dict[int, tuple[int, int, int]], known: dict[int, int]) -> list[int]:
+    """The processes of ``known`` (pid -> start time) that ``table`` (:func:`process_table`) shows
+    still running: the same pid and start time (a reused pid is another; a zombie has ended)."""
+    return [pid for pid, started in known.items() if pid in table and table[pid][2] == started]
 
 
 def follow(table: dict[int, tuple[int, int, int]], pgid: int | None, known: dict[int, int]
@@ -92,8 +85,9 @@ def follow(table: dict[int, tuple[int, int, int]], pgid: int | None, known: dict
 
 def _alive(pgid: int, known: dict[int, int]) -> list[int]:
     """The job's processes still running, the ones started since dynamiccl last looked included."""
-    known.update(follow(process_table(), pgid, known))
-    return [pid for pid, started in known.items() if start_time(pid) == started]
+    table = process_table()
+    known.update(follow(table, pgid, known))
+    return still_running(table, known)
 
 
 def end_left_job(pgid: int, known: dict[int, int], grace_s: float) -> None:
